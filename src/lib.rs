@@ -1,0 +1,6 @@
+//! robots-proxy: a caching forward HTTP(S) proxy that enforces robots.txt.
+//!
+//! The binary is a thin shell over this library; tests and benches use it
+//! directly.
+pub mod check;
+pub mod robots;

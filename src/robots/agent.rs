@@ -1,0 +1,104 @@
+//! Product tokens: how a crawler names itself and how a `User-agent:` line
+//! names the crawlers it is for.
+
+/// True for the characters RFC 9309 allows in a product token.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphabetic() || b == b'_' || b == b'-'
+}
+
+/// The leading product token of `s`, lower-cased: `Googlebot/2.1` →
+/// `googlebot`, `foo bar` → `foo`, `googlebot*` → `googlebot`. Empty if `s`
+/// does not start with a token character.
+pub fn leading_token(s: &str) -> String {
+    let s = s.trim_start();
+    let end = s.bytes().position(|b| !is_token_byte(b)).unwrap_or(s.len());
+    s[..end].to_ascii_lowercase()
+}
+
+/// The product token to select robots.txt groups with, from either a bare
+/// token (`ExampleBot`) or a whole User-Agent header.
+///
+/// Browser-style strings such as
+/// `Mozilla/5.0 (compatible; ExampleBot/0.1; +https://example.com/bot)` name
+/// the crawler after `compatible;` (RFC 9309 §2.2.1's example); for those the
+/// token is taken from there. Otherwise it is the leading token.
+pub fn product_token(user_agent: &str) -> String {
+    let ua = user_agent.trim();
+    if ua.len() >= 8 && ua[..8].eq_ignore_ascii_case("mozilla/") {
+        let lower = ua.to_ascii_lowercase();
+        if let Some(i) = lower.find("compatible;") {
+            let token = leading_token(&ua[i + "compatible;".len()..]);
+            if !token.is_empty() {
+                return token;
+            }
+        }
+    }
+    leading_token(ua)
+}
+
+/// What a `User-agent:` line names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentSpec {
+    /// `*`: every crawler without a group of its own.
+    Any,
+    /// A product token, lower-cased.
+    Token(Box<str>),
+}
+
+impl AgentSpec {
+    /// Reads the value of a `User-agent:` line. `None` if it names nothing
+    /// usable (an empty value, or one that starts with a non-token character
+    /// other than `*`).
+    pub fn parse(value: &str) -> Option<AgentSpec> {
+        let v = value.trim();
+        if v.starts_with('*') {
+            // `*`, `* # comment` and `*bot` all count as the global group,
+            // as Google reads it: only the leading `*` matters.
+            return Some(AgentSpec::Any);
+        }
+        let token = leading_token(v);
+        if token.is_empty() {
+            None
+        } else {
+            Some(AgentSpec::Token(token.into_boxed_str()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn product_token_of_versioned_agent() {
+        assert_eq!(product_token("Googlebot/2.1"), "googlebot");
+        assert_eq!(product_token("foo bar"), "foo");
+        assert_eq!(product_token("  ExampleBot  "), "examplebot");
+    }
+
+    #[test]
+    fn product_token_of_browser_style_header() {
+        assert_eq!(
+            product_token(
+                "Mozilla/5.0 (compatible; ExampleBot/0.1; https://www.example.com/bot.html)"
+            ),
+            "examplebot"
+        );
+        assert_eq!(product_token("Mozilla/5.0 (X11; Linux)"), "mozilla");
+    }
+
+    #[test]
+    fn agent_spec_reads_star_and_tokens() {
+        assert_eq!(AgentSpec::parse("*"), Some(AgentSpec::Any));
+        assert_eq!(
+            AgentSpec::parse("googlebot*"),
+            Some(AgentSpec::Token("googlebot".into()))
+        );
+        assert_eq!(
+            AgentSpec::parse("Googlebot/1.2"),
+            Some(AgentSpec::Token("googlebot".into()))
+        );
+        assert_eq!(AgentSpec::parse(""), None);
+        assert_eq!(AgentSpec::parse("/x"), None);
+    }
+}
