@@ -2,5 +2,14 @@
 //!
 //! The binary is a thin shell over this library; tests and benches use it
 //! directly.
+pub mod app;
+pub mod audit;
 pub mod check;
+pub mod config;
+pub mod fetch;
+pub mod gate;
+pub mod net;
+pub mod origin;
+pub mod proxy;
 pub mod robots;
+pub mod robots_cache;

@@ -1,0 +1,472 @@
+//! Configuration: a TOML file whose every key has a default, so no file is
+//! needed at all. Unknown keys and bad values are errors that name the key
+//! and the line (the TOML parser reports both; values are validated while
+//! they are read so the position is still known).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Deserializer};
+
+/// Everything robots-proxy can be told.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address the proxy listens on.
+    pub listen: SocketAddr,
+    /// Robots product token used to select robots.txt groups.
+    pub agent: String,
+    /// User-Agent header sent when fetching robots.txt; default derived from `agent`.
+    pub user_agent: Option<String>,
+    /// Forward to private, loopback and link-local destinations.
+    pub allow_private_destinations: bool,
+    /// Directory for state (the CA among it). Default: `$STATE_DIRECTORY`,
+    /// else `$XDG_STATE_HOME/robots-proxy`, else `~/.local/state/robots-proxy`.
+    pub state_dir: Option<PathBuf>,
+    /// How long in-flight requests may finish after SIGTERM.
+    #[serde(deserialize_with = "duration")]
+    pub shutdown_grace: Duration,
+    /// Client User-Agent product token → robots token it must obey.
+    pub agents: BTreeMap<String, String>,
+    pub robots: RobotsConfig,
+    pub upstream: UpstreamConfig,
+    pub audit: AuditConfig,
+    pub tls: TlsConfig,
+    pub admin: AdminConfig,
+    pub politeness: PolitenessConfig,
+    pub access: AccessConfig,
+    pub log: LogConfig,
+}
+
+/// robots.txt retrieval and caching.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RobotsConfig {
+    /// Most origins kept in the cache (least recently used are dropped).
+    pub cache_entries: usize,
+    /// How long a fetched robots.txt is used without `Cache-Control: max-age`.
+    #[serde(deserialize_with = "duration")]
+    pub default_ttl: Duration,
+    /// Floor for `max-age`.
+    #[serde(deserialize_with = "duration")]
+    pub min_ttl: Duration,
+    /// Ceiling for `max-age`.
+    #[serde(deserialize_with = "duration")]
+    pub max_ttl: Duration,
+    /// When to try again after an origin was unreachable.
+    #[serde(deserialize_with = "duration")]
+    pub unreachable_retry: Duration,
+    /// How old a last good copy may be and still be used while the origin is unreachable.
+    #[serde(deserialize_with = "duration")]
+    pub stale_max: Duration,
+    /// Whole robots.txt fetch (all redirects, headers and body).
+    #[serde(deserialize_with = "duration")]
+    pub fetch_timeout: Duration,
+    /// Redirects followed before robots.txt counts as unavailable.
+    pub max_redirects: u8,
+}
+
+/// Forwarding to origins.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamConfig {
+    #[serde(deserialize_with = "duration")]
+    pub connect_timeout: Duration,
+    /// Time until the origin's response headers arrive (504 after it).
+    #[serde(deserialize_with = "duration")]
+    pub response_timeout: Duration,
+    /// Idle pooled connections kept per origin.
+    pub pool_idle_per_host: usize,
+    #[serde(deserialize_with = "duration")]
+    pub pool_idle_timeout: Duration,
+    /// Extra PEM files of trust anchors for upstream TLS.
+    pub ca_files: Vec<PathBuf>,
+}
+
+/// The audit log of blocked (and optionally all) requests.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// JSON-lines file. Default: `$LOGS_DIRECTORY/audit.jsonl`, else `<state_dir>/audit.jsonl`.
+    pub path: Option<PathBuf>,
+    /// Also log allowed requests.
+    pub log_all: bool,
+}
+
+/// HTTPS interception.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// CA directory (`ca.pem`, `ca.key`). Default: `<state_dir>/ca`.
+    pub ca_dir: Option<PathBuf>,
+    /// Hosts tunnelled without interception: `example.com` or `*.example.com`.
+    pub no_intercept: Vec<String>,
+    /// Minted leaf certificates kept.
+    pub leaf_cache: usize,
+}
+
+/// The admin listener.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Off unless set.
+    pub listen: Option<SocketAddr>,
+}
+
+/// What to do when a request comes before its Crawl-delay slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolitenessMode {
+    Delay,
+    Reject,
+}
+
+/// Crawl-delay enforcement.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolitenessConfig {
+    pub mode: PolitenessMode,
+    /// Minimum interval between requests to one origin even without Crawl-delay (0 = off).
+    #[serde(deserialize_with = "duration")]
+    pub default_interval: Duration,
+    /// In delay mode, the longest a request is held before it gets 429.
+    #[serde(deserialize_with = "duration")]
+    pub max_wait: Duration,
+    /// Largest Crawl-delay honoured; larger values are clamped.
+    #[serde(deserialize_with = "duration")]
+    pub max_crawl_delay: Duration,
+    /// Origins whose limiter state is kept.
+    pub max_tracked: usize,
+}
+
+/// Who may use the proxy.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AccessConfig {
+    /// Client networks allowed to connect.
+    pub allow_clients: Vec<IpNet>,
+    /// Basic proxy authentication; off when empty.
+    pub users: Vec<UserConfig>,
+}
+
+/// One proxy user.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    pub name: String,
+    /// Output of `robots-proxy hash-password`.
+    pub password_hash: String,
+    /// Robots product token this user's requests obey.
+    pub agent: Option<String>,
+}
+
+/// Log output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+/// Diagnostic logging.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// `tracing` filter, e.g. `info` or `robots_proxy=debug`; `RUST_LOG` overrides it.
+    pub level: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 3128)),
+            agent: "robots-proxy".into(),
+            user_agent: None,
+            allow_private_destinations: false,
+            state_dir: None,
+            shutdown_grace: Duration::from_secs(30),
+            agents: BTreeMap::new(),
+            robots: RobotsConfig::default(),
+            upstream: UpstreamConfig::default(),
+            audit: AuditConfig::default(),
+            tls: TlsConfig::default(),
+            admin: AdminConfig::default(),
+            politeness: PolitenessConfig::default(),
+            access: AccessConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for RobotsConfig {
+    fn default() -> Self {
+        RobotsConfig {
+            cache_entries: 100_000,
+            default_ttl: Duration::from_secs(24 * 3600),
+            min_ttl: Duration::from_secs(60),
+            max_ttl: Duration::from_secs(7 * 24 * 3600),
+            unreachable_retry: Duration::from_secs(5 * 60),
+            stale_max: Duration::from_secs(30 * 24 * 3600),
+            fetch_timeout: Duration::from_secs(10),
+            max_redirects: 5,
+        }
+    }
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            connect_timeout: Duration::from_secs(10),
+            response_timeout: Duration::from_secs(60),
+            pool_idle_per_host: 32,
+            pool_idle_timeout: Duration::from_secs(90),
+            ca_files: Vec::new(),
+        }
+    }
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            ca_dir: None,
+            no_intercept: Vec::new(),
+            leaf_cache: 1000,
+        }
+    }
+}
+
+impl Default for PolitenessConfig {
+    fn default() -> Self {
+        PolitenessConfig {
+            mode: PolitenessMode::Delay,
+            default_interval: Duration::ZERO,
+            max_wait: Duration::from_secs(30),
+            max_crawl_delay: Duration::from_secs(60),
+            max_tracked: 100_000,
+        }
+    }
+}
+
+impl Default for AccessConfig {
+    fn default() -> Self {
+        AccessConfig {
+            allow_clients: ["127.0.0.0/8", "::1/128"]
+                .iter()
+                .filter_map(|n| n.parse().ok())
+                .collect(),
+            users: Vec::new(),
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: LogFormat::Human,
+            level: "info".into(),
+        }
+    }
+}
+
+/// A configuration file that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The TOML parser's message names the line, column and key.
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// Reads `humantime` durations: `30s`, `5m`, `24h`, `1h 30m`, `0s`.
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(&s).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "invalid duration {s:?}: {e} (use e.g. \"30s\", \"5m\", \"24h\")"
+        ))
+    })
+}
+
+impl Config {
+    /// Parses TOML text; `origin` names the source in errors.
+    pub fn from_toml(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Invalid {
+            path: origin.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        config.validate().map_err(|message| ConfigError::Invalid {
+            path: origin.to_path_buf(),
+            message,
+        })?;
+        Ok(config)
+    }
+
+    /// Reads and parses a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_toml(&text, path)
+    }
+
+    /// Checks relations between values that the types cannot express.
+    fn validate(&self) -> Result<(), String> {
+        if crate::robots::product_token(&self.agent).is_empty() {
+            return Err(format!(
+                "key `agent`: {:?} has no product token (letters, '-', '_')",
+                self.agent
+            ));
+        }
+        for (client, token) in &self.agents {
+            if crate::robots::product_token(token).is_empty() {
+                return Err(format!(
+                    "key `agents.{client}`: {token:?} is not a product token"
+                ));
+            }
+        }
+        if self.robots.min_ttl > self.robots.max_ttl {
+            return Err("key `robots.min_ttl` is larger than `robots.max_ttl`".into());
+        }
+        if self.robots.cache_entries == 0 {
+            return Err("key `robots.cache_entries` must be at least 1".into());
+        }
+        if self.tls.leaf_cache == 0 {
+            return Err("key `tls.leaf_cache` must be at least 1".into());
+        }
+        for host in &self.tls.no_intercept {
+            let h = host.strip_prefix("*.").unwrap_or(host);
+            if h.is_empty() || h.contains(['/', ':', ' ', '*']) {
+                return Err(format!(
+                    "key `tls.no_intercept`: {host:?} is not a host name or `*.suffix`"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The robots product token, lower-cased.
+    pub fn agent_token(&self) -> String {
+        crate::robots::product_token(&self.agent)
+    }
+
+    /// The User-Agent header for robots.txt fetches.
+    pub fn fetch_user_agent(&self) -> String {
+        self.user_agent.clone().unwrap_or_else(|| {
+            format!(
+                "{}/{} (robots-proxy)",
+                self.agent,
+                env!("CARGO_PKG_VERSION")
+            )
+        })
+    }
+
+    /// The state directory, resolved as documented on `state_dir`.
+    pub fn state_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.state_dir {
+            return dir.clone();
+        }
+        if let Some(dir) = std::env::var_os("STATE_DIRECTORY") {
+            // systemd may pass several, colon-separated; the first is ours.
+            let first = dir
+                .to_string_lossy()
+                .split(':')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            return PathBuf::from(first);
+        }
+        if let Some(dir) = std::env::var_os("XDG_STATE_HOME") {
+            return PathBuf::from(dir).join("robots-proxy");
+        }
+        match std::env::var_os("HOME") {
+            Some(home) => PathBuf::from(home).join(".local/state/robots-proxy"),
+            None => PathBuf::from("robots-proxy-state"),
+        }
+    }
+
+    /// The audit log path, resolved as documented on `audit.path`.
+    pub fn audit_path(&self) -> PathBuf {
+        if let Some(p) = &self.audit.path {
+            return p.clone();
+        }
+        if let Some(dir) = std::env::var_os("LOGS_DIRECTORY") {
+            let first = dir
+                .to_string_lossy()
+                .split(':')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            return PathBuf::from(first).join("audit.jsonl");
+        }
+        self.state_dir().join("audit.jsonl")
+    }
+
+    /// The CA directory, resolved as documented on `tls.ca_dir`.
+    pub fn ca_dir(&self) -> PathBuf {
+        self.tls
+            .ca_dir
+            .clone()
+            .unwrap_or_else(|| self.state_dir().join("ca"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml(text, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = parse("").expect("empty config is valid");
+        assert_eq!(c.listen, SocketAddr::from(([127, 0, 0, 1], 3128)));
+        assert_eq!(c.agent, "robots-proxy");
+        assert_eq!(c.robots.default_ttl, Duration::from_secs(86_400));
+        assert!(!c.allow_private_destinations);
+    }
+
+    #[test]
+    fn unknown_key_names_key_and_line() {
+        let err = parse("agent = \"x\"\n\n[robots]\ncache_entrys = 5\n")
+            .expect_err("unknown key")
+            .to_string();
+        assert!(err.contains("line 4"), "{err}");
+        assert!(err.contains("cache_entrys"), "{err}");
+    }
+
+    #[test]
+    fn bad_value_names_key_and_line() {
+        let err = parse("listen = \"127.0.0.1:3128\"\n[robots]\ndefault_ttl = \"soon\"\n")
+            .expect_err("bad duration")
+            .to_string();
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("soon"), "{err}");
+        let err = parse("listen = \"nowhere\"\n")
+            .expect_err("bad addr")
+            .to_string();
+        assert!(err.contains("line 1"), "{err}");
+        let err = parse("[access]\nallow_clients = [\"10.0.0.0/33\"]\n")
+            .expect_err("bad cidr")
+            .to_string();
+        assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn semantic_errors_name_the_key() {
+        let err = parse("agent = \"/x\"\n")
+            .expect_err("bad agent")
+            .to_string();
+        assert!(err.contains("`agent`"), "{err}");
+    }
+}

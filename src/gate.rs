@@ -1,0 +1,199 @@
+//! The one place a request is judged: origin + path + agent → decision,
+//! with the reason that produced it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::net;
+use crate::origin::Origin;
+use crate::robots::Rule;
+use crate::robots_cache::{Entry, FetchKind, Lookup, RobotsCache, Rules};
+
+/// What happens to a request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// Forward it; `rule` is the allow rule that matched, if any.
+    Allowed { rule: Option<Rule> },
+    /// robots.txt disallows it.
+    Disallowed { rule: Rule },
+    /// robots.txt could not be fetched and no copy is usable: all disallowed.
+    Unreachable {
+        reason: String,
+        retry_after: Duration,
+    },
+    /// Crawl-delay: not yet.
+    RateLimited { retry_after: Duration },
+    /// Refused by policy before robots.txt (private destination, loop, ...).
+    Refused { reason: String },
+}
+
+impl Decision {
+    /// Short name used in metrics, audit lines and headers.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Decision::Allowed { .. } => "allowed",
+            Decision::Disallowed { .. } => "disallowed",
+            Decision::Unreachable { .. } => "unreachable",
+            Decision::RateLimited { .. } => "rate_limited",
+            Decision::Refused { .. } => "refused",
+        }
+    }
+
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, Decision::Allowed { .. })
+    }
+
+    /// The deciding rule, if a rule decided.
+    pub fn rule(&self) -> Option<&Rule> {
+        match self {
+            Decision::Allowed { rule } => rule.as_ref(),
+            Decision::Disallowed { rule } => Some(rule),
+            _ => None,
+        }
+    }
+
+    /// The reason in one line, for the decision header and logs.
+    pub fn reason(&self) -> String {
+        match self {
+            Decision::Allowed { rule: Some(r) } => format!("allowed by {r}"),
+            Decision::Allowed { rule: None } => "no rule matches".into(),
+            Decision::Disallowed { rule } => format!("disallowed by {rule}"),
+            Decision::Unreachable { reason, .. } => {
+                format!("robots.txt unreachable, all disallowed: {reason}")
+            }
+            Decision::RateLimited { retry_after } => format!(
+                "Crawl-delay: next request allowed in {:.3} s",
+                retry_after.as_secs_f64()
+            ),
+            Decision::Refused { reason } => reason.clone(),
+        }
+    }
+}
+
+/// A decision with everything needed to explain it.
+#[derive(Clone, Debug)]
+pub struct Judgement {
+    pub decision: Decision,
+    pub origin: Origin,
+    /// The full URL judged.
+    pub url: String,
+    /// The robots product token used.
+    pub agent: String,
+    pub robots_url: String,
+    /// The robots.txt entry consulted (none for policy refusals).
+    pub entry: Option<Arc<Entry>>,
+    pub lookup: Option<Lookup>,
+    /// Crawl-delay of the selected group, for politeness.
+    pub crawl_delay: Option<f64>,
+}
+
+impl Judgement {
+    pub fn fetch_kind(&self) -> Option<FetchKind> {
+        self.entry.as_ref().map(|e| e.kind)
+    }
+}
+
+/// Judges requests against robots.txt and the destination policy.
+pub struct Gate {
+    cache: Arc<RobotsCache>,
+    allow_private: bool,
+}
+
+impl Gate {
+    pub fn new(cache: Arc<RobotsCache>, allow_private: bool) -> Gate {
+        Gate {
+            cache,
+            allow_private,
+        }
+    }
+
+    /// Whether private destinations are allowed.
+    pub fn allows_private(&self) -> bool {
+        self.allow_private
+    }
+
+    pub fn cache(&self) -> &Arc<RobotsCache> {
+        &self.cache
+    }
+
+    /// Refuses IP-literal destinations the policy forbids. Names are
+    /// checked when they are resolved (see [`net::GuardedResolver`]).
+    pub fn destination_refusal(&self, origin: &Origin) -> Option<String> {
+        match origin.ip() {
+            Some(ip) if !self.allow_private && net::is_private(ip) => Some(format!(
+                "destination {ip} is a private or local address; set allow_private_destinations to permit it"
+            )),
+            _ => None,
+        }
+    }
+
+    /// Judges `path_and_query` (starting with `/`) on `origin` for the
+    /// robots product token `agent`.
+    pub async fn judge(&self, origin: &Origin, path_and_query: &str, agent: &str) -> Judgement {
+        let url = origin.url(path_and_query);
+        let robots_url = origin.robots_url();
+        if let Some(reason) = self.destination_refusal(origin) {
+            return Judgement {
+                decision: Decision::Refused { reason },
+                origin: origin.clone(),
+                url,
+                agent: agent.to_string(),
+                robots_url,
+                entry: None,
+                lookup: None,
+                crawl_delay: None,
+            };
+        }
+        let (entry, lookup) = self.cache.get(origin).await;
+        let (decision, crawl_delay) = decide(&entry, path_and_query, agent);
+        Judgement {
+            decision,
+            origin: origin.clone(),
+            url,
+            agent: agent.to_string(),
+            robots_url,
+            entry: Some(entry),
+            lookup: Some(lookup),
+            crawl_delay,
+        }
+    }
+}
+
+/// The pure part: an entry's rules applied to a path.
+fn decide(entry: &Entry, path_and_query: &str, agent: &str) -> (Decision, Option<f64>) {
+    match &entry.rules {
+        Rules::AllowAll => (Decision::Allowed { rule: None }, None),
+        Rules::DisallowAll => {
+            // `/robots.txt` stays reachable even now (RFC 9309 §2.2.2).
+            let path = path_and_query.split('?').next().unwrap_or_default();
+            if path == "/robots.txt" {
+                return (Decision::Allowed { rule: None }, None);
+            }
+            (
+                Decision::Unreachable {
+                    reason: entry.reason.clone().unwrap_or_default(),
+                    retry_after: entry
+                        .expires
+                        .saturating_duration_since(std::time::Instant::now())
+                        .max(Duration::from_secs(1)),
+                },
+                None,
+            )
+        }
+        Rules::Parsed(_) => {
+            let Some(rules) = entry.agent_rules(agent) else {
+                return (Decision::Allowed { rule: None }, None);
+            };
+            let verdict = rules.check(path_and_query);
+            let decision = match (verdict.allowed, verdict.rule) {
+                (true, rule) => Decision::Allowed {
+                    rule: rule.cloned(),
+                },
+                (false, Some(rule)) => Decision::Disallowed { rule: rule.clone() },
+                // A disallow always has a rule; be safe anyway.
+                (false, None) => Decision::Allowed { rule: None },
+            };
+            (decision, rules.crawl_delay())
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Origins: the (scheme, host, port) a robots.txt file applies to.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use http::Uri;
+
+/// URL scheme of an origin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+    pub fn default_port(self) -> u16 {
+        match self {
+            Scheme::Http => 80,
+            Scheme::Https => 443,
+        }
+    }
+}
+
+/// The key robots.txt applies to: host lower-cased and in punycode, default
+/// ports folded, so `http://A:80` and `http://a` are the same origin.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Origin {
+    scheme: Scheme,
+    /// Lower-case ASCII; IPv6 literals without brackets.
+    host: Box<str>,
+    port: u16,
+}
+
+/// Why a URL has no usable origin.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OriginError {
+    #[error("unsupported scheme {0:?} (only http and https)")]
+    Scheme(String),
+    #[error("URL has no host")]
+    NoHost,
+    #[error("invalid host name {0:?}")]
+    Host(String),
+}
+
+impl Origin {
+    /// Builds an origin, normalising the host (IDNA to punycode, lower case).
+    pub fn new(scheme: Scheme, host: &str, port: Option<u16>) -> Result<Origin, OriginError> {
+        let host = host.trim_end_matches('.');
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        let host: Box<str> = if let Ok(ip) = bare.parse::<IpAddr>() {
+            ip.to_string().into()
+        } else {
+            if bare.is_empty() {
+                return Err(OriginError::NoHost);
+            }
+            let ascii = idna::domain_to_ascii(bare).map_err(|_| OriginError::Host(bare.into()))?;
+            if ascii.is_empty()
+                || !ascii
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+            {
+                return Err(OriginError::Host(bare.into()));
+            }
+            ascii.into()
+        };
+        Ok(Origin {
+            scheme,
+            host,
+            port: port.unwrap_or(scheme.default_port()),
+        })
+    }
+
+    /// The origin of an absolute URI.
+    pub fn from_uri(uri: &Uri) -> Result<Origin, OriginError> {
+        let scheme = match uri.scheme_str() {
+            Some(s) if s.eq_ignore_ascii_case("http") => Scheme::Http,
+            Some(s) if s.eq_ignore_ascii_case("https") => Scheme::Https,
+            Some(s) => return Err(OriginError::Scheme(s.into())),
+            None => return Err(OriginError::Scheme(String::new())),
+        };
+        let host = uri.host().ok_or(OriginError::NoHost)?;
+        Origin::new(scheme, host, uri.port_u16())
+    }
+
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+    /// Host, lower-case ASCII; IPv6 without brackets.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+    /// The host as an IP address, if it is a literal.
+    pub fn ip(&self) -> Option<IpAddr> {
+        self.host.parse().ok()
+    }
+
+    /// `host:port` (IPv6 bracketed), as in a CONNECT request or a Host header.
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// The URL of this origin's robots.txt.
+    pub fn robots_url(&self) -> String {
+        format!("{self}/robots.txt")
+    }
+
+    /// An absolute URL on this origin for `path_and_query` (which starts with `/`).
+    pub fn url(&self, path_and_query: &str) -> String {
+        format!("{self}{path_and_query}")
+    }
+}
+
+impl fmt::Display for Origin {
+    /// `https://example.com`, `http://example.com:8080`, `http://[::1]:8080`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://", self.scheme.as_str())?;
+        if self.host.contains(':') {
+            write!(f, "[{}]", self.host)?;
+        } else {
+            f.write_str(&self.host)?;
+        }
+        if self.port != self.scheme.default_port() {
+            write!(f, ":{}", self.port)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn o(s: &str) -> Origin {
+        Origin::from_uri(&s.parse().expect("uri")).expect("origin")
+    }
+
+    #[test]
+    fn default_ports_are_folded() {
+        assert_eq!(o("http://a:80/x"), o("http://a/"));
+        assert_eq!(o("https://example.com:443/"), o("https://example.com/"));
+        assert_ne!(o("https://example.com:444/"), o("https://example.com/"));
+        assert_ne!(o("http://example.com/"), o("https://example.com/"));
+    }
+
+    #[test]
+    fn host_is_lowercased_and_idn_is_punycode() {
+        assert_eq!(o("http://EXAMPLE.com/"), o("http://example.com/"));
+        let idn = Origin::new(Scheme::Https, "www.exämple.com", None).expect("idn");
+        assert_eq!(idn.host(), "www.xn--exmple-cua.com");
+        assert_eq!(idn, o("https://www.xn--exmple-cua.com/"));
+    }
+
+    #[test]
+    fn display_and_robots_url() {
+        assert_eq!(
+            o("http://a:8080/x").robots_url(),
+            "http://a:8080/robots.txt"
+        );
+        assert_eq!(o("https://[::1]:8443/").to_string(), "https://[::1]:8443");
+        assert_eq!(o("https://[::1]:8443/").authority(), "[::1]:8443");
+        assert_eq!(
+            o("http://127.0.0.1/").robots_url(),
+            "http://127.0.0.1/robots.txt"
+        );
+    }
+
+    #[test]
+    fn bad_origins_are_errors() {
+        assert!(matches!(
+            Origin::from_uri(&"ftp://a/".parse().expect("uri")),
+            Err(OriginError::Scheme(_))
+        ));
+        assert!(Origin::from_uri(&"/relative".parse().expect("uri")).is_err());
+    }
+}

@@ -1,0 +1,110 @@
+//! The proxy's own responses: plain text, one decision header.
+
+use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::{Response, StatusCode};
+
+use super::client::{Body, full_body};
+use crate::gate::{Decision, Judgement};
+
+/// Header carrying a decision's reason in one line.
+pub const DECISION_HEADER: &str = "x-robots-proxy-decision";
+
+/// A plain-text response.
+pub fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
+    let mut resp = Response::new(full_body(body.into()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+/// A header value from arbitrary text: non-visible-ASCII characters become `?`.
+pub fn header_value(s: &str) -> HeaderValue {
+    let clean: String = s
+        .chars()
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    HeaderValue::from_str(&clean).unwrap_or_else(|_| HeaderValue::from_static("?"))
+}
+
+/// 403 for a destination refused by policy.
+pub fn refused(reason: &str) -> Response<Body> {
+    let mut resp = text(
+        StatusCode::FORBIDDEN,
+        format!("Refused by robots-proxy: {reason}\n"),
+    );
+    resp.headers_mut().insert(
+        DECISION_HEADER,
+        header_value(&format!("refused; reason=\"{reason}\"")),
+    );
+    resp
+}
+
+/// The one-line form of a judgement for the decision header.
+pub fn decision_line(j: &Judgement) -> String {
+    let mut line = format!(
+        "{}; agent={}; robots={}",
+        j.decision.name(),
+        j.agent,
+        j.robots_url
+    );
+    if let Some(rule) = j.decision.rule() {
+        line.push_str(&format!("; rule=\"{rule}\""));
+    } else {
+        line.push_str(&format!("; reason=\"{}\"", j.decision.reason()));
+    }
+    line
+}
+
+/// The response for a judgement that does not forward.
+pub fn blocked(j: &Judgement) -> Response<Body> {
+    let fetch = match &j.entry {
+        Some(e) => format!(
+            "{}{}, fetched {} s ago",
+            e.kind.as_str(),
+            e.status.map(|s| format!(" (HTTP {s})")).unwrap_or_default(),
+            e.age().as_secs()
+        ),
+        None => "not consulted".into(),
+    };
+    let (status, title, retry) = match &j.decision {
+        Decision::Disallowed { .. } => (StatusCode::FORBIDDEN, "Blocked by robots.txt", None),
+        Decision::Unreachable { retry_after, .. } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "robots.txt unreachable: all paths disallowed until it can be fetched",
+            Some(*retry_after),
+        ),
+        Decision::RateLimited { retry_after } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "Held back by Crawl-delay",
+            Some(*retry_after),
+        ),
+        Decision::Refused { reason } => return refused(reason),
+        Decision::Allowed { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "Allowed", None),
+    };
+    let mut body = format!(
+        "{title}\n\nURL:        {}\nAgent:      {}\nrobots.txt: {} ({fetch})\n",
+        j.url, j.agent, j.robots_url
+    );
+    match j.decision.rule() {
+        Some(rule) => body.push_str(&format!("Rule:       {rule}\n")),
+        None => body.push_str(&format!("Reason:     {}\n", j.decision.reason())),
+    }
+    let mut resp = text(status, body);
+    resp.headers_mut()
+        .insert(DECISION_HEADER, header_value(&decision_line(j)));
+    if let Some(retry) = retry {
+        let secs = retry.as_secs_f64().ceil().max(1.0) as u64;
+        resp.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    resp
+}

@@ -1,0 +1,90 @@
+//! Accepting client connections: HTTP/1.1 with keep-alive and upgrades
+//! (CONNECT), and graceful shutdown that lets in-flight requests finish.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::Proxy;
+
+/// Serves `listener` until `shutdown` completes, then stops accepting and
+/// waits up to `grace` for open connections to finish their requests.
+/// Returns the number of connections still open when the grace ran out.
+pub async fn serve(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    shutdown: impl Future<Output = ()>,
+    grace: Duration,
+) -> usize {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(x) => x,
+                    Err(e) => {
+                        // EMFILE and friends: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(serve_connection(stream, peer, proxy.clone(), stop_rx.clone()));
+            }
+        }
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    drop(stop_rx);
+    match tokio::time::timeout(grace, stop_tx.closed()).await {
+        Ok(()) => 0,
+        Err(_) => stop_tx.receiver_count(),
+    }
+}
+
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    proxy: Arc<Proxy>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let service = service_fn(move |req| {
+        let proxy = proxy.clone();
+        async move { Ok::<_, std::convert::Infallible>(proxy.handle(peer, req).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    let mut stopping = *stop.borrow();
+    if stopping {
+        conn.as_mut().graceful_shutdown();
+    }
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(%peer, error = %e, "client connection ended with an error");
+                }
+                break;
+            }
+            changed = stop.changed(), if !stopping => {
+                stopping = true;
+                if changed.is_ok() {
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
