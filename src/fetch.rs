@@ -29,6 +29,8 @@ pub enum Outcome {
     Unavailable(String),
     /// 429, 5xx or a network failure: everything is disallowed.
     Unreachable(String),
+    /// The destination policy forbids connecting to the origin.
+    Refused(String),
 }
 
 /// A finished fetch.
@@ -110,6 +112,9 @@ async fn fetch_chain(
         let response = match client.request(request).await {
             Ok(r) => r,
             Err(e) => {
+                if let Some(p) = crate::net::find_private_destination(&e) {
+                    return (Outcome::Refused(p.to_string()), None, None);
+                }
                 return (
                     Outcome::Unreachable(format!("fetching {url}: {}", error_chain(&e))),
                     None,

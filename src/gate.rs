@@ -163,6 +163,12 @@ impl Gate {
 fn decide(entry: &Entry, path_and_query: &str, agent: &str) -> (Decision, Option<f64>) {
     match &entry.rules {
         Rules::AllowAll => (Decision::Allowed { rule: None }, None),
+        Rules::Refused => (
+            Decision::Refused {
+                reason: entry.reason.clone().unwrap_or_default(),
+            },
+            None,
+        ),
         Rules::DisallowAll => {
             // `/robots.txt` stays reachable even now (RFC 9309 §2.2.2).
             let path = path_and_query.split('?').next().unwrap_or_default();

@@ -25,6 +25,8 @@ pub enum FetchKind {
     Unreachable,
     /// Unreachable now, but a copy fetched earlier is still used.
     Stale,
+    /// Not fetched: the destination policy forbids the origin.
+    Refused,
 }
 
 impl FetchKind {
@@ -34,6 +36,7 @@ impl FetchKind {
             FetchKind::Unavailable => "unavailable",
             FetchKind::Unreachable => "unreachable",
             FetchKind::Stale => "stale",
+            FetchKind::Refused => "refused",
         }
     }
 }
@@ -44,6 +47,8 @@ pub enum Rules {
     Parsed(Arc<Robots>),
     AllowAll,
     DisallowAll,
+    /// The destination policy forbids the origin; the reason says why.
+    Refused,
 }
 
 /// One origin's robots.txt state.
@@ -315,6 +320,15 @@ impl RobotsCache {
                     FetchKind::Unavailable,
                     Some(reason),
                     now + ttl(fetched.max_age),
+                    None,
+                    wall,
+                    now,
+                ),
+                Outcome::Refused(reason) => (
+                    Rules::Refused,
+                    FetchKind::Refused,
+                    Some(reason),
+                    now + s.unreachable_retry,
                     None,
                     wall,
                     now,

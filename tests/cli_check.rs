@@ -1,0 +1,113 @@
+//! The `check` command as a user runs it.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn robots_file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().expect("tempfile");
+    f.write_all(text.as_bytes()).expect("write");
+    f
+}
+
+fn check(
+    robots: &std::path::Path,
+    agent: &str,
+    urls: &[&str],
+    stdin: Option<&str>,
+) -> (Option<i32>, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["check", "--robots"])
+        .arg(robots)
+        .args(["--agent", agent])
+        .args(urls)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut input = child.stdin.take().expect("stdin");
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).expect("stdin write");
+    }
+    drop(input);
+    let out = child.wait_with_output().expect("output");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const ROBOTS: &str = "User-agent: *\nDisallow: /private\nAllow: /private/ok\n";
+
+#[test]
+fn urls_as_arguments_print_one_line_each_with_the_deciding_rule() {
+    let f = robots_file(ROBOTS);
+    let (code, out, _) = check(
+        f.path(),
+        "ExampleBot",
+        &["/public", "https://example.com/private/x?y", "/private/ok"],
+        None,
+    );
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        out,
+        "ALLOWED /public\n\
+         DISALLOWED https://example.com/private/x?y\tline 2: Disallow: /private\n\
+         ALLOWED /private/ok\tline 3: Allow: /private/ok\n"
+    );
+}
+
+#[test]
+fn all_allowed_exits_zero() {
+    let f = robots_file(ROBOTS);
+    let (code, out, _) = check(f.path(), "ExampleBot", &["/a", ""], None);
+    assert_eq!(code, Some(0));
+    assert_eq!(out, "ALLOWED /a\nALLOWED \n");
+}
+
+#[test]
+fn urls_from_stdin_crlf_and_empty_lines() {
+    let f = robots_file(ROBOTS);
+    let (code, out, _) = check(f.path(), "ExampleBot", &[], Some("/a\r\n/private\n\n"));
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        out,
+        "ALLOWED /a\nDISALLOWED /private\tline 2: Disallow: /private\nALLOWED \n"
+    );
+}
+
+#[test]
+fn full_user_agent_string_uses_its_product_token() {
+    let f = robots_file("User-agent: examplebot\nDisallow: /\n");
+    let (code, _, _) = check(
+        f.path(),
+        "Mozilla/5.0 (compatible; ExampleBot/0.1; https://www.example.com/bot.html)",
+        &["/x"],
+        None,
+    );
+    assert_eq!(code, Some(1));
+    let (code, _, _) = check(f.path(), "ExampleBot/0.1", &["/x"], None);
+    assert_eq!(code, Some(1));
+}
+
+#[test]
+fn missing_file_and_bad_usage_exit_two_with_a_message() {
+    let (code, _, err) = check(
+        std::path::Path::new("/nonexistent/robots.txt"),
+        "x",
+        &["/"],
+        None,
+    );
+    assert_eq!(code, Some(2));
+    assert!(err.contains("/nonexistent/robots.txt"), "{err}");
+    let f = robots_file(ROBOTS);
+    let (code, _, err) = check(f.path(), "/// ", &["/"], None);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("product token"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["check", "--agent", "x"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+}

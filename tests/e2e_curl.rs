@@ -1,0 +1,150 @@
+//! End to end: the real binary, started as a user would, driven by curl -x.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use support::Origin;
+
+/// The binary running `run`, and the address it logged.
+struct Running {
+    child: Child,
+    addr: String,
+}
+
+fn start(args: &[&str]) -> Running {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .arg("run")
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start robots-proxy");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("proxy exited before listening")
+            .expect("read stderr");
+        if let Some(i) = line.find("listen=") {
+            let rest = &line[i + "listen=".len()..];
+            let end = rest.find(|c: char| c.is_whitespace()).unwrap_or(rest.len());
+            // Strip ANSI colour codes if any.
+            let addr: String = rest[..end]
+                .chars()
+                .filter(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+                .collect();
+            break addr.trim_start_matches(':').to_string();
+        }
+    };
+    // Keep draining stderr so the proxy never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Running { child, addr }
+}
+
+fn curl(proxy: &str, url: &str) -> (String, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-S", "--max-time", "10", "-x"])
+        .arg(format!("http://{proxy}"))
+        .args(["-w", "\n%{http_code}", url])
+        .output()
+        .expect("curl runs (install curl)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or((&text, ""));
+    (code.to_string(), body.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curl_through_the_binary_allowed_and_blocked_then_clean_sigterm() {
+    let origin = Origin::start().await;
+    origin.robots("User-agent: *\nDisallow: /private\n");
+    origin.route("/public", support::Reply::ok("public page"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let audit = dir.path().join("audit.jsonl");
+    let mut running = start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--allow-private-destinations",
+        "--audit-log",
+        audit.to_str().expect("utf8 path"),
+    ]);
+    let addr = running.addr.clone();
+    let (public, private) = (origin.url("/public"), origin.url("/private/page"));
+    let ((code_ok, body_ok), (code_no, body_no)) =
+        tokio::task::spawn_blocking(move || (curl(&addr, &public), curl(&addr, &private)))
+            .await
+            .expect("curl task");
+    assert_eq!(code_ok, "200");
+    assert_eq!(body_ok, "public page");
+    assert_eq!(code_no, "403");
+    assert!(body_no.contains("line 2: Disallow: /private"), "{body_no}");
+    assert_eq!(origin.hits("/private/page"), 0);
+    let lines = std::fs::read_to_string(&audit).expect("audit log");
+    assert_eq!(lines.lines().count(), 1);
+    assert!(lines.contains("\"decision\":\"disallowed\""));
+
+    // SIGTERM: a clean exit with status 0.
+    let status = Command::new("kill")
+        .args(["-TERM", &running.child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let mut waited = 0;
+    let exit = loop {
+        if let Some(s) = running.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(waited < 100, "proxy did not exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    };
+    assert!(exit.success(), "{exit:?}");
+}
+
+#[test]
+fn run_with_a_bad_config_names_key_and_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "listen = \"127.0.0.1:0\"\n[robots]\nfetch_timeout = \"fast\"\n",
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 3") && err.contains("fast"), "{err}");
+}
+
+#[test]
+fn config_check_accepts_the_shipped_example_and_rejects_unknown_keys() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/robots-proxy.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["config", "check", example])
+        .output()
+        .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[admin]\nlisten = \"127.0.0.1:9000\"\nport = 3\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["config", "check"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 3") && err.contains("port"), "{err}");
+}

@@ -1,0 +1,306 @@
+//! Shared test servers: loopback origins with counters, misbehaving raw
+//! TCP servers, a proxy started on port 0, and a proxy-aware client.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use robots_proxy::app::App;
+use robots_proxy::config::Config;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+/// What an origin answers for a path.
+#[derive(Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn ok(body: impl Into<Bytes>) -> Reply {
+        Reply {
+            status: 200,
+            headers: Vec::new(),
+            body: body.into(),
+            delay: Duration::ZERO,
+        }
+    }
+    pub fn status(status: u16) -> Reply {
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: Bytes::new(),
+            delay: Duration::ZERO,
+        }
+    }
+    pub fn redirect(to: &str) -> Reply {
+        Reply::status(301).header("location", to)
+    }
+    pub fn header(mut self, k: &str, v: &str) -> Reply {
+        self.headers.push((k.into(), v.into()));
+        self
+    }
+    pub fn delay(mut self, d: Duration) -> Reply {
+        self.delay = d;
+        self
+    }
+}
+
+/// A loopback HTTP origin with per-path replies and hit counters; the
+/// request headers it saw are recorded too.
+pub struct Origin {
+    pub addr: SocketAddr,
+    routes: Arc<Mutex<HashMap<String, Reply>>>,
+    hits: Arc<Mutex<HashMap<String, usize>>>,
+    pub seen_headers: Arc<Mutex<Vec<http::HeaderMap>>>,
+}
+
+impl Origin {
+    pub async fn start() -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
+        let addr = listener.local_addr().expect("addr");
+        let routes: Arc<Mutex<HashMap<String, Reply>>> = Arc::default();
+        let hits: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let seen: Arc<Mutex<Vec<http::HeaderMap>>> = Arc::default();
+        let (r, h, s) = (routes.clone(), hits.clone(), seen.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (r, h, s) = (r.clone(), h.clone(), s.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let (r, h, s) = (r.clone(), h.clone(), s.clone());
+                        async move {
+                            let key = req
+                                .uri()
+                                .path_and_query()
+                                .map(|p| p.as_str().to_string())
+                                .unwrap_or_default();
+                            *h.lock().expect("hits").entry(key.clone()).or_default() += 1;
+                            s.lock().expect("seen").push(req.headers().clone());
+                            let reply = {
+                                let routes = r.lock().expect("routes");
+                                routes
+                                    .get(&key)
+                                    .or_else(|| routes.get(req.uri().path()))
+                                    .cloned()
+                            };
+                            let _ = req.into_body().collect().await;
+                            let reply = reply.unwrap_or_else(|| Reply::ok(format!("page {key}")));
+                            if !reply.delay.is_zero() {
+                                tokio::time::sleep(reply.delay).await;
+                            }
+                            let mut resp = Response::new(Full::new(reply.body.clone()));
+                            *resp.status_mut() =
+                                StatusCode::from_u16(reply.status).expect("status");
+                            for (k, v) in &reply.headers {
+                                resp.headers_mut().append(
+                                    http::HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                                    v.parse().expect("value"),
+                                );
+                            }
+                            Ok::<_, Infallible>(resp)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Origin {
+            addr,
+            routes,
+            hits,
+            seen_headers: seen,
+        }
+    }
+
+    pub fn route(&self, path: &str, reply: Reply) {
+        self.routes
+            .lock()
+            .expect("routes")
+            .insert(path.into(), reply);
+    }
+
+    pub fn robots(&self, text: &str) {
+        self.route("/robots.txt", Reply::ok(text.to_string()));
+    }
+
+    pub fn hits(&self, path: &str) -> usize {
+        self.hits
+            .lock()
+            .expect("hits")
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+}
+
+/// A raw TCP server whose every connection gets `behaviour`.
+#[derive(Clone, Copy)]
+pub enum Misbehave {
+    /// Accept, read, never answer.
+    Hang,
+    /// Accept, read the request, then reset (RST via SO_LINGER 0).
+    Reset,
+    /// Answer bytes that are not HTTP.
+    Garbage,
+}
+
+pub async fn misbehaving(behaviour: Misbehave) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                match behaviour {
+                    Misbehave::Hang => {
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                    }
+                    Misbehave::Reset => {
+                        #[allow(deprecated)]
+                        let _ = stream.set_linger(Some(Duration::ZERO));
+                        drop(stream);
+                    }
+                    Misbehave::Garbage => {
+                        let _ = stream.write_all(b"\x00\x01garbage garbage\r\n\r\n").await;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A running proxy.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    pub audit_path: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    pub done: tokio::task::JoinHandle<usize>,
+    _dir: tempfile::TempDir,
+}
+
+/// A config for tests: port 0, private destinations allowed (origins are
+/// on loopback), audit log in a temp dir, short timeouts.
+pub fn test_config(dir: &std::path::Path) -> Config {
+    let mut c = Config::default();
+    c.listen = "127.0.0.1:0".parse().expect("addr");
+    c.allow_private_destinations = true;
+    c.audit.path = Some(dir.join("audit.jsonl"));
+    c.state_dir = Some(dir.to_path_buf());
+    c.robots.fetch_timeout = Duration::from_secs(2);
+    c.upstream.response_timeout = Duration::from_secs(2);
+    c.shutdown_grace = Duration::from_secs(5);
+    c
+}
+
+impl Proxy {
+    pub async fn start() -> Proxy {
+        Proxy::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> Proxy {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = test_config(dir.path());
+        adjust(&mut config);
+        let audit_path = config.audit_path();
+        let app = App::bind(config).await.expect("proxy starts");
+        let addr = app.local_addr();
+        let (tx, rx) = oneshot::channel::<()>();
+        let done = tokio::spawn(app.serve(async move {
+            let _ = rx.await;
+        }));
+        Proxy {
+            addr,
+            audit_path,
+            stop: Some(tx),
+            done,
+            _dir: dir,
+        }
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Audit lines as JSON values.
+    pub fn audit(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.audit_path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
+            .collect()
+    }
+
+    /// Sends one absolute-form GET through the proxy on a new connection.
+    pub async fn get(&self, url: &str) -> Resp {
+        self.request(Request::get(url).body(Bytes::new()).expect("req"))
+            .await
+    }
+
+    pub async fn request(&self, req: Request<Bytes>) -> Resp {
+        let stream = TcpStream::connect(self.addr).await.expect("connect proxy");
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        tokio::spawn(conn);
+        let (parts, body) = req.into_parts();
+        let req = Request::from_parts(parts, Full::new(body));
+        let resp = sender.send_request(req).await.expect("response");
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        Resp {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A response, collected.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: String,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
