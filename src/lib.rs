@@ -4,3 +4,4 @@
 //! directly.
 pub mod check;
 pub mod robots;
+pub mod tls;
