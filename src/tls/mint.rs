@@ -333,3 +333,30 @@ impl Minter {
         Ok(cert.into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Host;
+
+    #[test]
+    fn host_normalisation() {
+        let key = |h: &str| Host::parse(h).map(|h| (h.key, h.ip.is_some())).ok();
+        assert_eq!(key("Example.COM."), Some(("example.com".into(), false)));
+        assert_eq!(
+            key(" under_score.example "),
+            Some(("under_score.example".into(), false))
+        );
+        assert_eq!(
+            key("[::FFFF:1.2.3.4]"),
+            Some(("::ffff:1.2.3.4".into(), true))
+        );
+        assert_eq!(key("2001:DB8::0:1"), Some(("2001:db8::1".into(), true)));
+        assert_eq!(key("192.0.2.1"), Some(("192.0.2.1".into(), true)));
+        assert_eq!(key("[192.0.2.1]"), None);
+        assert_eq!(key("fe80::1%eth0"), None);
+        assert_eq!(key("example.com:443"), None);
+        assert_eq!(key(&"a".repeat(64)), None);
+        assert_eq!(key(&["a"; 128].join(".")), None);
+        assert!(key(&["a"; 127].join(".")).is_some());
+    }
+}

@@ -257,7 +257,11 @@ fn describe_cert(err: &CertificateError, host: &str) -> String {
             if presented.is_empty() {
                 "no names".to_owned()
             } else {
-                presented.join(", ")
+                presented
+                    .iter()
+                    .map(|n| plain_name(n))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             }
         ),
         C::Expired => format!("certificate of host {host} expired"),
@@ -276,6 +280,20 @@ fn describe_cert(err: &CertificateError, host: &str) -> String {
         }
         other => format!("certificate of host {host} rejected: {other}"),
     }
+}
+
+/// webpki renders presented names as `DnsName("a.example")` and
+/// `IpAddress(192.0.2.1)`; a 502 body reads better with the bare names.
+fn plain_name(debug: &str) -> &str {
+    debug
+        .strip_prefix("DnsName(\"")
+        .and_then(|s| s.strip_suffix("\")"))
+        .or_else(|| {
+            debug
+                .strip_prefix("IpAddress(")
+                .and_then(|s| s.strip_suffix(')'))
+        })
+        .unwrap_or(debug)
 }
 
 fn unix_rfc3339(t: UnixTime) -> String {
