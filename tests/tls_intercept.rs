@@ -702,3 +702,22 @@ fn an_expired_ca_is_refused_on_load() {
         "{msg}"
     );
 }
+
+#[tokio::test]
+async fn a_client_without_the_ca_is_recognised_in_the_error() {
+    let m = Arc::new(minter());
+    let other_ca = Ca::generate().unwrap();
+    let connector = client_trusting(other_ca.cert_der(), &[]);
+    let (addr, server) = intercepting_server(m, "localhost", 1).await;
+    let err = connect(&connector, addr, ServerName::try_from("localhost").unwrap())
+        .await
+        .unwrap_err();
+    assert!(tls::upstream_error_reason(&err, "localhost").contains("UnknownIssuer"));
+    let server_err = server.await.unwrap().pop().unwrap().unwrap_err();
+    assert!(server_err.client_distrusts_ca(), "{server_err:?}");
+    assert!(
+        server_err
+            .to_string()
+            .starts_with("TLS handshake with client failed")
+    );
+}

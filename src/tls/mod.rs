@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use ca::Ca;
-pub use mint::{Minter, MinterStats};
+pub use mint::{DEFAULT_CAPACITY, Minter, MinterStats};
 pub use upstream::{
     HttpsConnector, RootStats, client_config, client_config_with, https_connector,
     upstream_error_reason,
@@ -121,6 +121,22 @@ impl TlsError {
         } else {
             TlsError::Io { path, source }
         }
+    }
+
+    /// True when the client aborted the handshake because it does not
+    /// trust the proxy's certificate: the usual sign that the CA has not
+    /// been installed on the client (worth a hint in the log).
+    pub fn client_distrusts_ca(&self) -> bool {
+        use rustls::AlertDescription as A;
+        let TlsError::ClientHandshake(io) = self else {
+            return false;
+        };
+        matches!(
+            io.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()),
+            Some(rustls::Error::AlertReceived(
+                A::UnknownCA | A::BadCertificate | A::CertificateUnknown | A::AccessDenied
+            ))
+        )
     }
 
     fn generate(subject: impl Into<String>, err: impl std::fmt::Display) -> Self {

@@ -299,3 +299,88 @@ fn plain_name(debug: &str) -> &str {
 fn unix_rfc3339(t: UnixTime) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(t.as_secs())).to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that wraps another, as hyper and hyper-util do.
+    #[derive(Debug)]
+    struct Wrap(&'static str, Box<dyn StdError + Send + Sync>);
+
+    impl std::fmt::Display for Wrap {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl StdError for Wrap {
+        fn source(&self) -> Option<&(dyn StdError + 'static)> {
+            Some(&*self.1)
+        }
+    }
+
+    #[test]
+    fn reasons_through_wrappers_and_io_payloads() {
+        let tls = rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer);
+        let err = Wrap(
+            "client error (Connect)",
+            Box::new(io::Error::new(io::ErrorKind::InvalidData, tls)),
+        );
+        let reason = upstream_error_reason(&err, "intranet.example");
+        assert!(
+            reason.starts_with("certificate not trusted: UnknownIssuer for host intranet.example"),
+            "{reason}"
+        );
+
+        let err = Wrap(
+            "client error (Connect)",
+            Box::new(Wrap(
+                "dns error",
+                Box::new(io::Error::other("failed to lookup address information")),
+            )),
+        );
+        assert_eq!(
+            upstream_error_reason(&err, "nx.example"),
+            "DNS lookup for nx.example failed"
+        );
+
+        let err = Wrap(
+            "client error (Connect)",
+            Box::new(io::Error::from(io::ErrorKind::TimedOut)),
+        );
+        assert_eq!(
+            upstream_error_reason(&err, "slow.example"),
+            "connection to slow.example timed out"
+        );
+
+        let alert = rustls::Error::AlertReceived(rustls::AlertDescription::HandshakeFailure);
+        let reason = upstream_error_reason(
+            &io::Error::new(io::ErrorKind::InvalidData, alert),
+            "old.example",
+        );
+        assert_eq!(
+            reason,
+            "TLS handshake with old.example failed: it sent the alert HandshakeFailure"
+        );
+
+        let expired = rustls::Error::InvalidCertificate(CertificateError::Expired);
+        assert_eq!(
+            upstream_error_reason(&expired, "e.example"),
+            "certificate of host e.example expired"
+        );
+
+        let err = Wrap("request failed: boom", Box::new(io::Error::other("boom")));
+        assert_eq!(
+            upstream_error_reason(&err, "x.example"),
+            "connection to x.example failed: request failed: boom"
+        );
+    }
+
+    #[test]
+    fn presented_names_are_shown_bare() {
+        assert_eq!(plain_name("DnsName(\"a.example\")"), "a.example");
+        assert_eq!(plain_name("IpAddress(192.0.2.1)"), "192.0.2.1");
+        assert_eq!(plain_name("DirectoryName"), "DirectoryName");
+    }
+}
