@@ -13,3 +13,4 @@ pub mod origin;
 pub mod proxy;
 pub mod robots;
 pub mod robots_cache;
+pub mod tls;
