@@ -258,13 +258,22 @@ impl Politeness {
         self.evicted_active.load(Ordering::Relaxed)
     }
 
-    /// Drops every idle entry; call from a periodic task if memory matters
-    /// between bursts (new keys already trigger eviction as they arrive).
+    /// Drops every idle entry (a full scan, one shard lock at a time); call
+    /// from a periodic task if memory matters between bursts. New keys
+    /// already evict idle ones from the LRU end as they arrive, but that
+    /// stops at the first active entry.
     pub fn sweep(&self) {
         let now = Instant::now();
         for s in self.shards.iter() {
             let mut shard = s.lock().unwrap_or_else(PoisonError::into_inner);
-            self.evict_idle(&mut shard, now);
+            let idle: Vec<Box<str>> = shard
+                .iter()
+                .filter(|(_, e)| self.is_idle(e, now))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in idle {
+                shard.pop(&k);
+            }
         }
     }
 }

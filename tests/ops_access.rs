@@ -239,3 +239,20 @@ fn challenge() {
     );
     assert_eq!(*r.body(), "auth required");
 }
+
+#[test]
+fn futures_and_types_fit_a_hyper_service() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: T) {}
+    let a = Arc::new(auth());
+    send_sync(&a);
+    let h = basic("bob:hunter2");
+    send(a.check_async(Some(&h)));
+    send_sync(&robots_proxy::access::ClientAcl::default());
+    let m = robots_proxy::metrics::Metrics::new();
+    send_sync(&m);
+    send(m.connection_opened());
+    let p = robots_proxy::politeness::Politeness::new(Default::default());
+    send_sync(&p);
+    send(p.acquire("k", Some(1.0)));
+}

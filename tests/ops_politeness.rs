@@ -182,3 +182,33 @@ async fn tracked_keys_stay_bounded() {
     // All of them were inside their 10 s interval when pushed out.
     assert!(p.evicted_active() >= 19_000 - 1_000);
 }
+
+#[tokio::test]
+async fn idle_keys_are_swept() {
+    let p = Politeness::new(PolitenessConfig {
+        mode: Mode::Reject,
+        default_interval: None,
+        max_tracked: 1_000,
+        idle_evict_after: Duration::from_millis(50),
+        max_crawl_delay: Duration::from_secs(60),
+    });
+    for i in 0..50 {
+        p.acquire(&format!("https://h{i}.example:443 bot"), Some(0.02))
+            .await
+            .unwrap();
+    }
+    // A key still inside a long Crawl-delay is kept whatever its idle time,
+    // even when it sits in the middle of the LRU order.
+    p.acquire(KEY, Some(30.0)).await.unwrap();
+    for i in 50..100 {
+        p.acquire(&format!("https://h{i}.example:443 bot"), Some(0.02))
+            .await
+            .unwrap();
+    }
+    assert_eq!(p.tracked(), 101);
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    p.sweep();
+    assert_eq!(p.tracked(), 1);
+    assert!(p.acquire(KEY, Some(30.0)).await.is_err());
+    assert_eq!(p.evicted_active(), 0);
+}
