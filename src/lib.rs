@@ -2,15 +2,19 @@
 //!
 //! The binary is a thin shell over this library; tests and benches use it
 //! directly.
+pub mod access;
 pub mod app;
 pub mod audit;
 pub mod check;
 pub mod config;
 pub mod fetch;
 pub mod gate;
+pub mod metrics;
 pub mod net;
 pub mod origin;
+pub mod politeness;
 pub mod proxy;
 pub mod robots;
 pub mod robots_cache;
+pub mod systemd;
 pub mod tls;

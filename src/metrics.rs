@@ -1,0 +1,530 @@
+//! Prometheus metrics for the proxy, encoded in the OpenMetrics text format.
+//!
+//! Every labelled series has a small fixed label set, so each one is resolved
+//! once (in [`Metrics::new`], or on first use for unusual fetch combinations)
+//! and kept as a plain atomic counter: the hot path never touches the
+//! `Family` hash map or its lock.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// `Content-Type` for the body returned by [`Metrics::encode`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Upper bounds (seconds) of the upstream latency histogram: 1 ms .. 30 s.
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+type Labels1 = [(&'static str, &'static str); 1];
+type Labels2 = [(&'static str, &'static str); 2];
+
+/// What the proxy did with one client request (`decision` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// Robots.txt allowed the URL; forwarded.
+    Allowed,
+    /// Robots.txt disallowed the URL; refused with 403.
+    Disallowed,
+    /// Robots.txt could not be fetched (5xx/network); refused as RFC 9309 says.
+    Unreachable,
+    /// Refused or delayed too long by the politeness limiter.
+    RateLimited,
+    /// Refused before any robots.txt check (ACL, auth, bad request).
+    Refused,
+    /// A CONNECT tunnel passed through without inspection.
+    Tunnelled,
+    /// Anything that failed inside the proxy or upstream.
+    Error,
+}
+
+impl Decision {
+    /// Every variant, in label order.
+    pub const ALL: [Decision; 7] = [
+        Decision::Allowed,
+        Decision::Disallowed,
+        Decision::Unreachable,
+        Decision::RateLimited,
+        Decision::Refused,
+        Decision::Tunnelled,
+        Decision::Error,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Disallowed => "disallowed",
+            Decision::Unreachable => "unreachable",
+            Decision::RateLimited => "rate_limited",
+            Decision::Refused => "refused",
+            Decision::Tunnelled => "tunnelled",
+            Decision::Error => "error",
+        }
+    }
+}
+
+/// How a robots.txt fetch ended (`outcome` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FetchOutcome {
+    /// Got a robots.txt body (2xx).
+    Ok,
+    /// 4xx: treated as "no robots.txt", everything allowed.
+    Unavailable,
+    /// 5xx or network failure: treated as "disallow everything".
+    Unreachable,
+    /// Gave up following redirects.
+    RedirectLimit,
+}
+
+impl FetchOutcome {
+    /// Every variant, in label order.
+    pub const ALL: [FetchOutcome; 4] = [
+        FetchOutcome::Ok,
+        FetchOutcome::Unavailable,
+        FetchOutcome::Unreachable,
+        FetchOutcome::RedirectLimit,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FetchOutcome::Ok => "ok",
+            FetchOutcome::Unavailable => "unavailable",
+            FetchOutcome::Unreachable => "unreachable",
+            FetchOutcome::RedirectLimit => "redirect_limit",
+        }
+    }
+}
+
+/// `status_class` label values; index with [`status_class_index`].
+pub const STATUS_CLASSES: [&str; 5] = ["2xx", "3xx", "4xx", "5xx", "none"];
+
+/// Index into [`STATUS_CLASSES`]; no status, or one outside 200..=599, is "none".
+pub fn status_class_index(status: Option<u16>) -> usize {
+    match status {
+        Some(200..=299) => 0,
+        Some(300..=399) => 1,
+        Some(400..=499) => 2,
+        Some(500..=599) => 3,
+        _ => 4,
+    }
+}
+
+/// A robots.txt cache event (`event` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CacheEvent {
+    /// Fresh entry served.
+    Hit,
+    /// No entry; fetched.
+    Miss,
+    /// Expired entry served while it is refreshed (or because refresh failed).
+    Stale,
+    /// Expired entry dropped and refetched.
+    Expired,
+}
+
+impl CacheEvent {
+    /// Every variant, in label order.
+    pub const ALL: [CacheEvent; 4] = [
+        CacheEvent::Hit,
+        CacheEvent::Miss,
+        CacheEvent::Stale,
+        CacheEvent::Expired,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheEvent::Hit => "hit",
+            CacheEvent::Miss => "miss",
+            CacheEvent::Stale => "stale",
+            CacheEvent::Expired => "expired",
+        }
+    }
+}
+
+/// The proxy's metrics; cheap to clone (one `Arc`), share one per process.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    requests: [Counter; 7],
+    fetch_family: Family<Labels2, Counter>,
+    /// `[outcome][status_class]`; the usual pairs are filled in `new` so
+    /// they show as 0 from the start, odd ones (ok/5xx) appear when used.
+    fetches: [[OnceLock<Counter>; 5]; 4],
+    cache_events: [Counter; 4],
+    cache_entries: Gauge,
+    upstream_latency: Histogram,
+    open_connections: Gauge,
+    audit_write_failures: Counter,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric; all labelled series start at 0 so dashboards
+    /// and `rate()` see them before the first event.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+
+        // Counter names are registered without `_total`: the encoder adds it.
+        let requests_family = Family::<Labels1, Counter>::default();
+        let requests =
+            Decision::ALL.map(|d| requests_family.get_or_create_owned(&[("decision", d.as_str())]));
+        registry.register(
+            "robots_proxy_requests",
+            "Client requests by what the proxy decided",
+            requests_family,
+        );
+
+        let fetch_family = Family::<Labels2, Counter>::default();
+        registry.register(
+            "robots_proxy_robots_fetches",
+            "robots.txt fetches by outcome and HTTP status class",
+            fetch_family.clone(),
+        );
+        let fetches: [[OnceLock<Counter>; 5]; 4] = Default::default();
+        for (outcome, status) in [
+            (FetchOutcome::Ok, Some(200)),
+            (FetchOutcome::Unavailable, Some(404)),
+            (FetchOutcome::Unreachable, Some(500)),
+            (FetchOutcome::Unreachable, None),
+            (FetchOutcome::RedirectLimit, Some(301)),
+        ] {
+            fetch_counter(&fetch_family, &fetches, outcome, status);
+        }
+
+        let cache_family = Family::<Labels1, Counter>::default();
+        let cache_events =
+            CacheEvent::ALL.map(|e| cache_family.get_or_create_owned(&[("event", e.as_str())]));
+        registry.register(
+            "robots_proxy_robots_cache_events",
+            "robots.txt cache lookups by result",
+            cache_family,
+        );
+
+        let cache_entries = Gauge::default();
+        registry.register(
+            "robots_proxy_robots_cache_entries",
+            "robots.txt entries held in the cache",
+            cache_entries.clone(),
+        );
+
+        let upstream_latency = Histogram::new(LATENCY_BUCKETS);
+        registry.register(
+            "robots_proxy_upstream_latency_seconds",
+            "Time from sending a request upstream to its response head",
+            upstream_latency.clone(),
+        );
+
+        let open_connections = Gauge::default();
+        registry.register(
+            "robots_proxy_open_connections",
+            "Client connections currently open",
+            open_connections.clone(),
+        );
+
+        let audit_write_failures = Counter::default();
+        registry.register(
+            "robots_proxy_audit_write_failures",
+            "Audit log records that could not be written",
+            audit_write_failures.clone(),
+        );
+
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                requests,
+                fetch_family,
+                fetches,
+                cache_events,
+                cache_entries,
+                upstream_latency,
+                open_connections,
+                audit_write_failures,
+            }),
+        }
+    }
+
+    /// Counts one client request.
+    pub fn request(&self, decision: Decision) {
+        self.inner.requests[decision as usize].inc();
+    }
+
+    /// Counts one robots.txt fetch; `status` is the final HTTP status, if any.
+    pub fn robots_fetch(&self, outcome: FetchOutcome, status: Option<u16>) {
+        fetch_counter(
+            &self.inner.fetch_family,
+            &self.inner.fetches,
+            outcome,
+            status,
+        )
+        .inc();
+    }
+
+    /// Counts one robots.txt cache event.
+    pub fn cache_event(&self, event: CacheEvent) {
+        self.inner.cache_events[event as usize].inc();
+    }
+
+    /// Sets the robots.txt cache size.
+    pub fn set_cache_entries(&self, n: usize) {
+        self.inner
+            .cache_entries
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Records one upstream round trip.
+    pub fn observe_upstream(&self, elapsed: Duration) {
+        self.inner.upstream_latency.observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts an open client connection until the returned guard is dropped.
+    #[must_use = "the connection is counted only while the guard lives"]
+    pub fn connection_opened(&self) -> ConnectionGuard {
+        self.inner.open_connections.inc();
+        ConnectionGuard {
+            gauge: self.inner.open_connections.clone(),
+        }
+    }
+
+    /// Counts one audit record that could not be written.
+    pub fn audit_write_failure(&self) {
+        self.inner.audit_write_failures.inc();
+    }
+
+    /// The whole registry in the OpenMetrics text format (ends with `# EOF`);
+    /// serve it with [`CONTENT_TYPE`].
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(8 * 1024);
+        // Writing into a String cannot fail; an Err could only come from a
+        // metric's own encoder, and a partial page is better than none.
+        let _ = encode(&mut out, &self.inner.registry);
+        out
+    }
+}
+
+fn fetch_counter<'a>(
+    family: &Family<Labels2, Counter>,
+    slots: &'a [[OnceLock<Counter>; 5]; 4],
+    outcome: FetchOutcome,
+    status: Option<u16>,
+) -> &'a Counter {
+    let class = status_class_index(status);
+    slots[outcome as usize][class].get_or_init(|| {
+        family.get_or_create_owned(&[
+            ("outcome", outcome.as_str()),
+            ("status_class", STATUS_CLASSES[class]),
+        ])
+    })
+}
+
+/// Decrements `robots_proxy_open_connections` when dropped.
+#[derive(Debug)]
+pub struct ConnectionGuard {
+    gauge: Gauge,
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the first sample line that starts with `series `.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+        })
+    }
+
+    #[test]
+    fn every_metric_name_is_exposed() {
+        let text = Metrics::new().encode();
+        for name in [
+            "robots_proxy_requests_total",
+            "robots_proxy_robots_fetches_total",
+            "robots_proxy_robots_cache_events_total",
+            "robots_proxy_robots_cache_entries",
+            "robots_proxy_upstream_latency_seconds_bucket",
+            "robots_proxy_upstream_latency_seconds_sum",
+            "robots_proxy_upstream_latency_seconds_count",
+            "robots_proxy_open_connections",
+            "robots_proxy_audit_write_failures_total",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+        assert!(!text.contains("_total_total"));
+    }
+
+    #[test]
+    fn all_label_values_start_at_zero() {
+        let text = Metrics::new().encode();
+        for d in Decision::ALL {
+            let s = format!("robots_proxy_requests_total{{decision=\"{}\"}}", d.as_str());
+            assert_eq!(sample(&text, &s), Some(0.0), "{s}");
+        }
+        for (o, c) in [
+            ("ok", "2xx"),
+            ("unavailable", "4xx"),
+            ("unreachable", "5xx"),
+            ("unreachable", "none"),
+            ("redirect_limit", "3xx"),
+        ] {
+            let s = format!(
+                "robots_proxy_robots_fetches_total{{outcome=\"{o}\",status_class=\"{c}\"}}"
+            );
+            assert_eq!(sample(&text, &s), Some(0.0), "{s}");
+        }
+        // Odd pairs appear only once used.
+        assert!(!text.contains("outcome=\"ok\",status_class=\"5xx\""));
+        for e in CacheEvent::ALL {
+            let s = format!(
+                "robots_proxy_robots_cache_events_total{{event=\"{}\"}}",
+                e.as_str()
+            );
+            assert_eq!(sample(&text, &s), Some(0.0), "{s}");
+        }
+    }
+
+    #[test]
+    fn counters_count() {
+        let m = Metrics::new();
+        m.request(Decision::Allowed);
+        m.request(Decision::Allowed);
+        m.request(Decision::RateLimited);
+        m.robots_fetch(FetchOutcome::Ok, Some(200));
+        m.robots_fetch(FetchOutcome::Unavailable, Some(404));
+        m.robots_fetch(FetchOutcome::Unreachable, None);
+        m.robots_fetch(FetchOutcome::Unreachable, Some(503));
+        m.robots_fetch(FetchOutcome::RedirectLimit, Some(301));
+        m.robots_fetch(FetchOutcome::Ok, Some(503));
+        m.cache_event(CacheEvent::Hit);
+        m.cache_event(CacheEvent::Hit);
+        m.cache_event(CacheEvent::Hit);
+        m.cache_event(CacheEvent::Stale);
+        m.audit_write_failure();
+        let t = m.encode();
+        let get = |s: &str| sample(&t, s);
+        assert_eq!(
+            get("robots_proxy_requests_total{decision=\"allowed\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            get("robots_proxy_requests_total{decision=\"rate_limited\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            get("robots_proxy_requests_total{decision=\"disallowed\"}"),
+            Some(0.0)
+        );
+        for (o, c) in [
+            ("ok", "2xx"),
+            ("unavailable", "4xx"),
+            ("unreachable", "none"),
+            ("unreachable", "5xx"),
+            ("redirect_limit", "3xx"),
+            ("ok", "5xx"),
+        ] {
+            let s = format!(
+                "robots_proxy_robots_fetches_total{{outcome=\"{o}\",status_class=\"{c}\"}}"
+            );
+            assert_eq!(get(&s), Some(1.0), "{s}");
+        }
+        assert_eq!(
+            get("robots_proxy_robots_cache_events_total{event=\"hit\"}"),
+            Some(3.0)
+        );
+        assert_eq!(
+            get("robots_proxy_robots_cache_events_total{event=\"stale\"}"),
+            Some(1.0)
+        );
+        assert_eq!(get("robots_proxy_audit_write_failures_total"), Some(1.0));
+    }
+
+    #[test]
+    fn status_classes() {
+        assert_eq!(STATUS_CLASSES[status_class_index(Some(204))], "2xx");
+        assert_eq!(STATUS_CLASSES[status_class_index(Some(308))], "3xx");
+        assert_eq!(STATUS_CLASSES[status_class_index(Some(451))], "4xx");
+        assert_eq!(STATUS_CLASSES[status_class_index(Some(599))], "5xx");
+        assert_eq!(STATUS_CLASSES[status_class_index(Some(101))], "none");
+        assert_eq!(STATUS_CLASSES[status_class_index(Some(600))], "none");
+        assert_eq!(STATUS_CLASSES[status_class_index(None)], "none");
+    }
+
+    #[test]
+    fn gauges_and_connection_guard() {
+        let m = Metrics::new();
+        m.set_cache_entries(42);
+        let g1 = m.connection_opened();
+        let g2 = m.clone().connection_opened();
+        let t = m.encode();
+        assert_eq!(sample(&t, "robots_proxy_robots_cache_entries"), Some(42.0));
+        assert_eq!(sample(&t, "robots_proxy_open_connections"), Some(2.0));
+        drop(g1);
+        assert_eq!(
+            sample(&m.encode(), "robots_proxy_open_connections"),
+            Some(1.0)
+        );
+        drop(g2);
+        assert_eq!(
+            sample(&m.encode(), "robots_proxy_open_connections"),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn latency_histogram_buckets() {
+        let m = Metrics::new();
+        m.observe_upstream(Duration::from_micros(500));
+        m.observe_upstream(Duration::from_millis(30));
+        m.observe_upstream(Duration::from_secs(60));
+        let t = m.encode();
+        let b = |le: &str| {
+            sample(
+                &t,
+                &format!("robots_proxy_upstream_latency_seconds_bucket{{le=\"{le}\"}}"),
+            )
+        };
+        assert_eq!(b("0.001"), Some(1.0));
+        assert_eq!(b("0.025"), Some(1.0));
+        assert_eq!(b("0.05"), Some(2.0));
+        assert_eq!(b("30.0"), Some(2.0));
+        assert_eq!(b("+Inf"), Some(3.0));
+        assert_eq!(
+            sample(&t, "robots_proxy_upstream_latency_seconds_count"),
+            Some(3.0)
+        );
+    }
+}

@@ -1,0 +1,398 @@
+//! Per (origin, agent) politeness: at most one request per interval, where
+//! the interval is the larger of robots.txt `Crawl-delay` and a configured
+//! default minimum interval.
+//!
+//! Each key keeps the instant of its last granted slot. A request is given
+//! the slot `max(now, last + interval)`; in [`Mode::Delay`] it sleeps until
+//! then, in [`Mode::Reject`] it must be free now. Slots are reserved when
+//! granted, so concurrent waiters for one key line up one interval apart in
+//! arrival order and each knows its exact wait up front, which is what makes
+//! `max_wait` enforceable. (governor's limiters only report "not before T"
+//! without reserving T, so N concurrent waiters would all see a wait under
+//! `max_wait`, wake together and retry; hence this small scheduler.)
+//!
+//! Memory is bounded: keys live in an LRU (sharded to keep lock contention
+//! low) of at most `max_tracked` entries. Entries idle for longer than both
+//! their interval and `idle_evict_after` carry no information (the next
+//! request would go at once anyway) and are dropped first; only when the LRU
+//! is full of still-active keys is an active one evicted, which is counted
+//! in [`Politeness::evicted_active`] since it may let that key's next request
+//! through early.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use lru::LruCache;
+use tokio::time::Instant;
+
+/// Default cap on an honoured `Crawl-delay`.
+pub const DEFAULT_MAX_CRAWL_DELAY: Duration = Duration::from_secs(60);
+
+/// What to do when a request comes before its key's next slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Hold the request until its slot; if that is more than `max_wait`
+    /// away, refuse at once with the wait as `retry_after`.
+    Delay {
+        /// Longest a request may be held.
+        max_wait: Duration,
+    },
+    /// Refuse at once with the time until the next free slot.
+    Reject,
+}
+
+/// Politeness settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolitenessConfig {
+    /// Delay or reject early requests.
+    pub mode: Mode,
+    /// Minimum interval between requests per key even without a
+    /// `Crawl-delay`; `None` (the default) means none.
+    pub default_interval: Option<Duration>,
+    /// Most keys tracked at once.
+    pub max_tracked: usize,
+    /// Keys unused this long (and past their interval) are dropped first.
+    pub idle_evict_after: Duration,
+    /// `Crawl-delay` values above this are clamped to it, so one robots.txt
+    /// cannot park clients for hours.
+    pub max_crawl_delay: Duration,
+}
+
+impl Default for PolitenessConfig {
+    fn default() -> Self {
+        PolitenessConfig {
+            mode: Mode::Delay {
+                max_wait: Duration::from_secs(30),
+            },
+            default_interval: None,
+            max_tracked: 100_000,
+            idle_evict_after: Duration::from_secs(600),
+            max_crawl_delay: DEFAULT_MAX_CRAWL_DELAY,
+        }
+    }
+}
+
+/// The request must not go now; retry after `retry_after`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("rate limited: retry after {retry_after:?}")]
+pub struct RateLimited {
+    /// Time until a slot is (or would be) free.
+    pub retry_after: Duration,
+}
+
+impl RateLimited {
+    /// Whole seconds for a `Retry-After` header, rounded up (at least 1).
+    pub fn retry_after_secs(&self) -> u64 {
+        let s = self.retry_after.as_secs();
+        if self.retry_after.subsec_nanos() > 0 || s == 0 {
+            s.saturating_add(1)
+        } else {
+            s
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    /// The most recently granted slot (may lie in the future in Delay mode).
+    last: Instant,
+    /// Interval in force when `last` was granted, for the idle test.
+    interval: Duration,
+}
+
+type Shard = Mutex<LruCache<Box<str>, Entry>>;
+
+/// Per-key politeness limiter; share one per process (it is `Sync`).
+#[derive(Debug)]
+pub struct Politeness {
+    mode: Mode,
+    default_interval: Option<Duration>,
+    idle_evict_after: Duration,
+    max_crawl_delay: Duration,
+    shards: Box<[Shard]>,
+    hasher: RandomState,
+    evicted_active: AtomicU64,
+}
+
+const MAX_SHARDS: usize = 16;
+
+impl Politeness {
+    /// Builds the limiter; `max_tracked` of 0 is taken as 1.
+    pub fn new(config: PolitenessConfig) -> Self {
+        let max_tracked = config.max_tracked.max(1);
+        // One shard per at least 64 keys, so tiny limits stay exact-ish LRU.
+        let n = (max_tracked / 64).clamp(1, MAX_SHARDS);
+        let per_shard = NonZeroUsize::new(max_tracked / n).unwrap_or(NonZeroUsize::MIN);
+        let shards = (0..n)
+            .map(|_| Mutex::new(LruCache::new(per_shard)))
+            .collect();
+        Politeness {
+            mode: config.mode,
+            default_interval: config.default_interval.filter(|d| !d.is_zero()),
+            idle_evict_after: config.idle_evict_after,
+            max_crawl_delay: config.max_crawl_delay,
+            shards,
+            hasher: RandomState::new(),
+            evicted_active: AtomicU64::new(0),
+        }
+    }
+
+    /// The interval that applies for a robots.txt `Crawl-delay` (seconds):
+    /// the larger of the clamped delay and the default. Non-finite, zero or
+    /// negative delays are ignored; +inf is clamped like any large value.
+    pub fn effective_interval(&self, crawl_delay: Option<f64>) -> Option<Duration> {
+        let crawl = crawl_delay.and_then(|s| {
+            if s.is_nan() || s <= 0.0 {
+                None
+            } else if s >= self.max_crawl_delay.as_secs_f64() {
+                Some(self.max_crawl_delay)
+            } else {
+                Some(Duration::from_secs_f64(s))
+            }
+        });
+        match (crawl, self.default_interval) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b).filter(|d| !d.is_zero()),
+        }
+    }
+
+    /// Waits for (Delay) or checks (Reject) the next slot of `key`, e.g.
+    /// `"https://example.com:443 googlebot"`. With neither a crawl delay nor
+    /// a default interval this returns at once without touching any state.
+    ///
+    /// If the future is dropped while waiting, its reserved slot is not
+    /// given back: the next request for the key waits as if it had been
+    /// used (the polite direction).
+    pub async fn acquire(&self, key: &str, crawl_delay: Option<f64>) -> Result<(), RateLimited> {
+        let Some(interval) = self.effective_interval(crawl_delay) else {
+            return Ok(());
+        };
+        let slot = self.reserve(key, interval, Instant::now())?;
+        if slot > Instant::now() {
+            tokio::time::sleep_until(slot).await;
+        }
+        Ok(())
+    }
+
+    /// Reserves the next slot for `key` at `now` and returns it, or refuses.
+    fn reserve(&self, key: &str, interval: Duration, now: Instant) -> Result<Instant, RateLimited> {
+        let mut shard = self.shard(key);
+        if let Some(e) = shard.get_mut(key) {
+            // A changed Crawl-delay takes effect at once, measured from the
+            // previous slot: no reset that would let a request through early.
+            let next = e.last + interval;
+            let wait = next.saturating_duration_since(now);
+            let allowed = match self.mode {
+                Mode::Reject => wait.is_zero(),
+                Mode::Delay { max_wait } => wait <= max_wait,
+            };
+            if !allowed {
+                return Err(RateLimited { retry_after: wait });
+            }
+            let slot = next.max(now);
+            e.last = slot;
+            e.interval = interval;
+            return Ok(slot);
+        }
+        self.evict_idle(&mut shard, now);
+        let entry = Entry {
+            last: now,
+            interval,
+        };
+        if let Some((_, old)) = shard.push(key.into(), entry)
+            && !self.is_idle(&old, now)
+        {
+            self.evicted_active.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(now)
+    }
+
+    fn is_idle(&self, e: &Entry, now: Instant) -> bool {
+        now.saturating_duration_since(e.last) >= self.idle_evict_after.max(e.interval)
+    }
+
+    /// Drops idle entries from the LRU end, so a full shard evicts those
+    /// before an active one. Amortised O(1): each entry is dropped once.
+    fn evict_idle(&self, shard: &mut LruCache<Box<str>, Entry>, now: Instant) {
+        while let Some((_, e)) = shard.peek_lru() {
+            if !self.is_idle(e, now) {
+                break;
+            }
+            shard.pop_lru();
+        }
+    }
+
+    fn shard(&self, key: &str) -> MutexGuard<'_, LruCache<Box<str>, Entry>> {
+        let i = (self.hasher.hash_one(key) as usize) % self.shards.len();
+        // A panic while holding the lock leaves a consistent map (every
+        // update is a single assignment), so poisoning is ignored.
+        self.shards[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keys currently tracked.
+    pub fn tracked(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .sum()
+    }
+
+    /// Most keys that can be tracked (`max_tracked` rounded down to a
+    /// multiple of the shard count).
+    pub fn capacity(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).cap().get())
+            .sum()
+    }
+
+    /// Keys evicted while still inside their interval (capacity pressure);
+    /// their next request may have gone early. Worth a metric or a warning.
+    pub fn evicted_active(&self) -> u64 {
+        self.evicted_active.load(Ordering::Relaxed)
+    }
+
+    /// Drops every idle entry (a full scan, one shard lock at a time); call
+    /// from a periodic task if memory matters between bursts. New keys
+    /// already evict idle ones from the LRU end as they arrive, but that
+    /// stops at the first active entry.
+    pub fn sweep(&self) {
+        let now = Instant::now();
+        for s in self.shards.iter() {
+            let mut shard = s.lock().unwrap_or_else(PoisonError::into_inner);
+            let idle: Vec<Box<str>> = shard
+                .iter()
+                .filter(|(_, e)| self.is_idle(e, now))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in idle {
+                shard.pop(&k);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(mode: Mode, default_interval: Option<Duration>) -> Politeness {
+        Politeness::new(PolitenessConfig {
+            mode,
+            default_interval,
+            max_tracked: 1000,
+            idle_evict_after: Duration::from_secs(600),
+            max_crawl_delay: Duration::from_secs(60),
+        })
+    }
+
+    #[test]
+    fn effective_interval_is_max_and_clamped() {
+        let none = p(Mode::Reject, None);
+        assert_eq!(none.effective_interval(None), None);
+        assert_eq!(none.effective_interval(Some(0.0)), None);
+        assert_eq!(none.effective_interval(Some(-3.0)), None);
+        assert_eq!(none.effective_interval(Some(f64::NAN)), None);
+        assert_eq!(
+            none.effective_interval(Some(0.5)),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(
+            none.effective_interval(Some(3600.0)),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            none.effective_interval(Some(f64::INFINITY)),
+            Some(Duration::from_secs(60))
+        );
+        let dflt = p(Mode::Reject, Some(Duration::from_secs(2)));
+        assert_eq!(dflt.effective_interval(None), Some(Duration::from_secs(2)));
+        assert_eq!(
+            dflt.effective_interval(Some(0.5)),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            dflt.effective_interval(Some(5.0)),
+            Some(Duration::from_secs(5))
+        );
+        let zero = p(Mode::Reject, Some(Duration::ZERO));
+        assert_eq!(zero.effective_interval(None), None);
+    }
+
+    #[test]
+    fn reserve_lines_up_slots_in_delay_mode() {
+        let pol = p(
+            Mode::Delay {
+                max_wait: Duration::from_secs(10),
+            },
+            None,
+        );
+        let t0 = Instant::now();
+        let i = Duration::from_secs(1);
+        assert_eq!(pol.reserve("k", i, t0), Ok(t0));
+        assert_eq!(pol.reserve("k", i, t0), Ok(t0 + i));
+        assert_eq!(pol.reserve("k", i, t0), Ok(t0 + 2 * i));
+        // Long after: the slot is "now", not in the past.
+        let later = t0 + Duration::from_secs(100);
+        assert_eq!(pol.reserve("k", i, later), Ok(later));
+    }
+
+    #[test]
+    fn changed_interval_applies_from_last_slot() {
+        let pol = p(Mode::Reject, None);
+        let t0 = Instant::now();
+        assert!(pol.reserve("k", Duration::from_secs(1), t0).is_ok());
+        let t1 = t0 + Duration::from_millis(1500);
+        // With the old 1 s delay this would pass; the new 2 s one refuses.
+        assert_eq!(
+            pol.reserve("k", Duration::from_secs(2), t1),
+            Err(RateLimited {
+                retry_after: Duration::from_millis(500)
+            })
+        );
+        // And a shorter one takes effect at once too.
+        assert!(pol.reserve("k", Duration::from_secs(1), t1).is_ok());
+    }
+
+    #[test]
+    fn retry_after_secs_rounds_up() {
+        let r = |ms| RateLimited {
+            retry_after: Duration::from_millis(ms),
+        };
+        assert_eq!(r(0).retry_after_secs(), 1);
+        assert_eq!(r(1).retry_after_secs(), 1);
+        assert_eq!(r(1000).retry_after_secs(), 1);
+        assert_eq!(r(1001).retry_after_secs(), 2);
+    }
+
+    #[test]
+    fn idle_entries_go_before_active_ones() {
+        let pol = Politeness::new(PolitenessConfig {
+            mode: Mode::Reject,
+            default_interval: None,
+            max_tracked: 2,
+            idle_evict_after: Duration::from_secs(5),
+            max_crawl_delay: Duration::from_secs(60),
+        });
+        let t0 = Instant::now();
+        let i = Duration::from_secs(1);
+        pol.reserve("a", i, t0).ok();
+        pol.reserve("b", i, t0).ok();
+        assert_eq!(pol.tracked(), 2);
+        // Both idle by t0+10s: inserting "c" drops them, nothing active lost.
+        pol.reserve("c", i, t0 + Duration::from_secs(10)).ok();
+        assert_eq!(pol.tracked(), 1);
+        assert_eq!(pol.evicted_active(), 0);
+        let t1 = t0 + Duration::from_secs(10);
+        pol.reserve("d", i, t1).ok();
+        pol.reserve("e", i, t1).ok();
+        assert_eq!(pol.tracked(), 2);
+        assert_eq!(pol.evicted_active(), 1);
+    }
+}

@@ -1,0 +1,214 @@
+//! Politeness limiter behaviour in real time (small intervals, tolerances).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use robots_proxy::politeness::{Mode, Politeness, PolitenessConfig, RateLimited};
+use tokio::time::Instant;
+
+const KEY: &str = "https://example.com:443 examplebot";
+/// Lateness allowed for a timer on a loaded 2-core machine.
+const SLACK: Duration = Duration::from_millis(150);
+/// Earliness allowed (timer granularity).
+const EARLY: Duration = Duration::from_millis(5);
+
+fn politeness(mode: Mode) -> Arc<Politeness> {
+    Arc::new(Politeness::new(PolitenessConfig {
+        mode,
+        default_interval: None,
+        max_tracked: 1000,
+        idle_evict_after: Duration::from_secs(60),
+        max_crawl_delay: Duration::from_secs(60),
+    }))
+}
+
+fn delay(max_wait_ms: u64) -> Mode {
+    Mode::Delay {
+        max_wait: Duration::from_millis(max_wait_ms),
+    }
+}
+
+fn assert_near(got: Duration, want: Duration) {
+    assert!(
+        got + EARLY >= want && got <= want + SLACK,
+        "elapsed {got:?}, expected about {want:?}"
+    );
+}
+
+#[tokio::test]
+async fn delay_mode_spaces_sequential_requests() {
+    let p = politeness(delay(5_000));
+    let t0 = Instant::now();
+    for i in 0..3u32 {
+        p.acquire(KEY, Some(0.2)).await.unwrap();
+        assert_near(t0.elapsed(), Duration::from_millis(200) * i);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delay_mode_spaces_concurrent_requests_in_order() {
+    let p = politeness(delay(5_000));
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let p = Arc::clone(&p);
+        tasks.push(tokio::spawn(async move {
+            p.acquire(KEY, Some(0.2)).await.unwrap();
+            t0.elapsed()
+        }));
+    }
+    let mut done = Vec::new();
+    for t in tasks {
+        done.push(t.await.unwrap());
+    }
+    done.sort();
+    for (i, d) in done.into_iter().enumerate() {
+        assert_near(d, Duration::from_millis(200) * i as u32);
+    }
+}
+
+#[tokio::test]
+async fn reject_mode_refuses_second_immediate_request() {
+    let p = politeness(Mode::Reject);
+    p.acquire(KEY, Some(0.5)).await.unwrap();
+    let err = p.acquire(KEY, Some(0.5)).await.unwrap_err();
+    assert!(
+        err.retry_after > Duration::from_millis(300)
+            && err.retry_after <= Duration::from_millis(500),
+        "{err:?}"
+    );
+    assert_eq!(err.retry_after_secs(), 1);
+    // Another agent on the same origin is a different key.
+    p.acquire("https://example.com:443 otherbot", Some(0.5))
+        .await
+        .unwrap();
+    // After the interval the slot is free again.
+    tokio::time::sleep(err.retry_after).await;
+    p.acquire(KEY, Some(0.5)).await.unwrap();
+}
+
+#[tokio::test]
+async fn delay_mode_refuses_at_once_past_max_wait() {
+    let p = politeness(delay(100));
+    p.acquire(KEY, Some(1.0)).await.unwrap();
+    let t0 = Instant::now();
+    let err: RateLimited = p.acquire(KEY, Some(1.0)).await.unwrap_err();
+    assert!(
+        t0.elapsed() < Duration::from_millis(50),
+        "refusal must not wait"
+    );
+    assert!(err.retry_after > Duration::from_millis(800), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_waiters_count_against_max_wait() {
+    // interval 200 ms, max_wait 300 ms: slots at 0, 200 ms; a third request
+    // would wait 400 ms, so it is refused although the key's "next free"
+    // time on its own is only 200 ms away.
+    let p = politeness(delay(300));
+    p.acquire(KEY, Some(0.2)).await.unwrap();
+    let p2 = Arc::clone(&p);
+    let second = tokio::spawn(async move { p2.acquire(KEY, Some(0.2)).await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let err = p.acquire(KEY, Some(0.2)).await.unwrap_err();
+    assert!(
+        err.retry_after > Duration::from_millis(300)
+            && err.retry_after <= Duration::from_millis(400),
+        "{err:?}"
+    );
+    second.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn no_delay_touches_no_state() {
+    let p = politeness(Mode::Reject);
+    for i in 0..100 {
+        p.acquire(&format!("https://h{i}.example:443 bot"), None)
+            .await
+            .unwrap();
+        p.acquire("https://same.example:443 bot", Some(0.0))
+            .await
+            .unwrap();
+    }
+    assert_eq!(p.tracked(), 0);
+}
+
+#[tokio::test]
+async fn default_interval_applies_without_crawl_delay() {
+    let p = Politeness::new(PolitenessConfig {
+        mode: Mode::Reject,
+        default_interval: Some(Duration::from_millis(300)),
+        ..PolitenessConfig::default()
+    });
+    p.acquire(KEY, None).await.unwrap();
+    let err = p.acquire(KEY, None).await.unwrap_err();
+    assert!(err.retry_after <= Duration::from_millis(300));
+    // A smaller Crawl-delay does not undercut the default.
+    assert!(p.acquire(KEY, Some(0.01)).await.is_err());
+}
+
+#[tokio::test]
+async fn huge_crawl_delay_is_clamped() {
+    let p = Politeness::new(PolitenessConfig {
+        mode: Mode::Reject,
+        max_crawl_delay: Duration::from_secs(2),
+        ..PolitenessConfig::default()
+    });
+    p.acquire(KEY, Some(86_400.0)).await.unwrap();
+    let err = p.acquire(KEY, Some(86_400.0)).await.unwrap_err();
+    assert!(err.retry_after <= Duration::from_secs(2), "{err:?}");
+}
+
+#[tokio::test]
+async fn tracked_keys_stay_bounded() {
+    let p = Politeness::new(PolitenessConfig {
+        mode: Mode::Reject,
+        default_interval: None,
+        max_tracked: 1_000,
+        idle_evict_after: Duration::from_secs(600),
+        max_crawl_delay: Duration::from_secs(60),
+    });
+    let cap = p.capacity();
+    assert!((900..=1_000).contains(&cap), "capacity {cap}");
+    for i in 0..20_000 {
+        p.acquire(&format!("https://h{i}.example:443 bot"), Some(10.0))
+            .await
+            .unwrap();
+        if i % 1_000 == 0 {
+            assert!(p.tracked() <= cap);
+        }
+    }
+    assert!(p.tracked() <= cap);
+    // All of them were inside their 10 s interval when pushed out.
+    assert!(p.evicted_active() >= 19_000 - 1_000);
+}
+
+#[tokio::test]
+async fn idle_keys_are_swept() {
+    let p = Politeness::new(PolitenessConfig {
+        mode: Mode::Reject,
+        default_interval: None,
+        max_tracked: 1_000,
+        idle_evict_after: Duration::from_millis(50),
+        max_crawl_delay: Duration::from_secs(60),
+    });
+    for i in 0..50 {
+        p.acquire(&format!("https://h{i}.example:443 bot"), Some(0.02))
+            .await
+            .unwrap();
+    }
+    // A key still inside a long Crawl-delay is kept whatever its idle time,
+    // even when it sits in the middle of the LRU order.
+    p.acquire(KEY, Some(30.0)).await.unwrap();
+    for i in 50..100 {
+        p.acquire(&format!("https://h{i}.example:443 bot"), Some(0.02))
+            .await
+            .unwrap();
+    }
+    assert_eq!(p.tracked(), 101);
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    p.sweep();
+    assert_eq!(p.tracked(), 1);
+    assert!(p.acquire(KEY, Some(30.0)).await.is_err());
+    assert_eq!(p.evicted_active(), 0);
+}
