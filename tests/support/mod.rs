@@ -209,9 +209,11 @@ pub struct Proxy {
 /// A config for tests: port 0, private destinations allowed (origins are
 /// on loopback), audit log in a temp dir, short timeouts.
 pub fn test_config(dir: &std::path::Path) -> Config {
-    let mut c = Config::default();
-    c.listen = "127.0.0.1:0".parse().expect("addr");
-    c.allow_private_destinations = true;
+    let mut c = Config {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        allow_private_destinations: true,
+        ..Config::default()
+    };
     c.audit.path = Some(dir.join("audit.jsonl"));
     c.state_dir = Some(dir.to_path_buf());
     c.robots.fetch_timeout = Duration::from_secs(2);
