@@ -117,7 +117,9 @@ fn fetch_metrics(m: &Metrics) -> impl Fn(&crate::fetch::Fetched) + Send + Sync +
                 metrics::FetchOutcome::RedirectLimit
             }
             Outcome::Unavailable(_) => metrics::FetchOutcome::Unavailable,
-            Outcome::Unreachable(_) | Outcome::Refused(_) => metrics::FetchOutcome::Unreachable,
+            Outcome::Unreachable(_) | Outcome::Refused(_) | Outcome::BadTls(_) => {
+                metrics::FetchOutcome::Unreachable
+            }
         };
         m.robots_fetch(outcome, f.status);
     }

@@ -320,6 +320,7 @@ fn metric_decision(d: &Decision) -> metrics::Decision {
         Decision::Unreachable { .. } => metrics::Decision::Unreachable,
         Decision::RateLimited { .. } => metrics::Decision::RateLimited,
         Decision::Refused { .. } => metrics::Decision::Refused,
+        Decision::BadGateway { .. } => metrics::Decision::Error,
     }
 }
 

@@ -93,6 +93,7 @@ pub fn blocked(j: &Judgement) -> Response<Body> {
             Some(*retry_after),
         ),
         Decision::Refused { reason } => return refused(reason),
+        Decision::BadGateway { .. } => (StatusCode::BAD_GATEWAY, "Upstream error", None),
         Decision::Allowed { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "Allowed", None),
     };
     let mut body = format!(
