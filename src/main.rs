@@ -229,7 +229,8 @@ fn spawn_reloader(args: RunArgs, proxy: Arc<Proxy>, mut current: Config) {
             robots_proxy::systemd::notify_reloading();
             match load_config(&args) {
                 Err(e) => {
-                    tracing::error!("reload rejected, keeping the running configuration: {e:#}")
+                    let e = one_line(&format!("{e:#}"));
+                    tracing::error!("reload rejected, keeping the running configuration: {e}")
                 }
                 Ok(new) => match robots_proxy::app::reload(&proxy, &current, &new) {
                     Ok(restart) => {
@@ -249,6 +250,19 @@ fn spawn_reloader(args: RunArgs, proxy: Arc<Proxy>, mut current: Config) {
     });
 }
 
+/// A multi-line error message as one log line. The TOML parser's message
+/// spans several lines (position, excerpt, caret marker, reason); in a log
+/// (journald takes one entry per line) only the first would carry the
+/// "reload rejected" context. The excerpt and reason are kept, the caret and
+/// gutter-only lines dropped: `..., column 8; 9 | mode = "x"; unknown variant ...`.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| l.chars().any(|c| !matches!(c, '|' | '^' | ' ' | '\t')))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Drops idle politeness state once a minute.
 fn spawn_sweeper(proxy: Arc<Proxy>) {
     tokio::spawn(async move {
@@ -261,14 +275,17 @@ fn spawn_sweeper(proxy: Arc<Proxy>) {
 }
 
 fn ca_init(dir: &Path) -> ExitCode {
-    let existing = dir.join(robots_proxy::tls::ca::CERT_FILE);
-    if existing.exists() {
+    let cert = dir.join(robots_proxy::tls::ca::CERT_FILE);
+    let key = dir.join(robots_proxy::tls::ca::KEY_FILE);
+    // Either file alone is enough to refuse: never overwrite a private key.
+    if let Some(existing) = [&cert, &key].into_iter().find(|p| p.exists()) {
         eprintln!(
             "robots-proxy ca init: {} already exists; remove ca.pem and ca.key first to replace the CA",
             existing.display()
         );
         return ExitCode::from(2);
     }
+    let existing = cert;
     match robots_proxy::tls::Ca::generate().and_then(|ca| ca.write(dir).map(|()| ca)) {
         Ok(ca) => {
             println!(
