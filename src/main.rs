@@ -201,10 +201,16 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!(listen = %app.local_addr(), agent = %app.config.agent,
             audit_log = %app.proxy.audit.path().display(),
             admin = ?app.admin_addr(), "robots-proxy listening");
-        spawn_reloader(args, app.proxy.clone(), app.config.clone());
+        // Handlers are registered before READY=1: a SIGHUP or SIGTERM sent
+        // right after (systemctl reload/stop) must not meet the default
+        // action, which kills the process.
+        use tokio::signal::unix::{SignalKind, signal};
+        let hup = signal(SignalKind::hangup());
+        let stop = [SignalKind::terminate(), SignalKind::interrupt()].map(signal);
+        spawn_reloader(args, app.proxy.clone(), app.config.clone(), hup);
         spawn_sweeper(app.proxy.clone());
         robots_proxy::systemd::notify_ready();
-        let cut = app.serve(shutdown_signal()).await;
+        let cut = app.serve(shutdown_signal(stop)).await;
         if cut > 0 {
             tracing::warn!(
                 connections = cut,
@@ -218,10 +224,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// SIGHUP: re-read the configuration (same file and flags) and apply it;
 /// an invalid one is rejected and the running one stays.
-fn spawn_reloader(args: RunArgs, proxy: Arc<Proxy>, mut current: Config) {
+fn spawn_reloader(
+    args: RunArgs,
+    proxy: Arc<Proxy>,
+    mut current: Config,
+    hup: io::Result<tokio::signal::unix::Signal>,
+) {
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        let Ok(mut hup) = hup else {
             tracing::warn!("cannot listen for SIGHUP: reload disabled");
             return;
         };
@@ -325,27 +335,14 @@ fn hash_password() -> ExitCode {
     }
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
+/// Completes on the first SIGTERM or SIGINT (handlers registered by the caller).
+async fn shutdown_signal(stop: [io::Result<tokio::signal::unix::Signal>; 2]) {
+    let mut signals: Vec<_> = stop.into_iter().filter_map(Result::ok).collect();
+    if signals.is_empty() {
+        tracing::warn!("cannot listen for SIGTERM or SIGINT: stop with SIGKILL");
+        std::future::pending::<()>().await;
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    robots_proxy::systemd::notify_stopping();
+    futures_util::future::select_all(signals.iter_mut().map(|s| Box::pin(s.recv()))).await;
     robots_proxy::systemd::notify_stopping();
     tracing::info!("shutting down: no new connections, finishing requests in flight");
 }

@@ -78,11 +78,20 @@ impl Setup {
     }
 
     async fn start(&self) -> Running {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        self.start_notifying(None).await
+    }
+
+    /// Starts the binary, with `NOTIFY_SOCKET` set to `notify` if given.
+    async fn start_notifying(&self, notify: Option<&Path>) -> Running {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_robots-proxy"));
+        match notify {
+            Some(socket) => command.env("NOTIFY_SOCKET", socket),
+            None => command.env_remove("NOTIFY_SOCKET"),
+        };
+        let mut child = command
             .args(["run", "--config"])
             .arg(self.config_path())
             .env("RUST_LOG", "info")
-            .env_remove("NOTIFY_SOCKET")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -391,6 +400,47 @@ async fn sigterm_cuts_a_request_still_running_when_the_grace_period_ends() {
         .expect("client hangs")
         .expect("task");
     assert!(result.is_err(), "{result:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sd_notify_reports_ready_reloading_and_stopping_once_each() {
+    use std::os::unix::net::UnixDatagram;
+    let setup = Setup::new();
+    setup.write_config("alphabot", "");
+    let socket_path = setup.dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind notify socket");
+    socket.set_read_timeout(Some(NO_HANG)).expect("timeout");
+    let recv = |socket: &UnixDatagram| {
+        let mut buf = [0u8; 4096];
+        let n = socket.recv(&mut buf).expect("notification");
+        String::from_utf8(buf[..n].to_vec()).expect("utf8")
+    };
+
+    let mut proxy = setup.start_notifying(Some(&socket_path)).await;
+    assert_eq!(recv(&socket), "READY=1\n");
+
+    proxy.reload("configuration reloaded").await;
+    let reloading = recv(&socket);
+    assert!(
+        reloading.starts_with("RELOADING=1\nMONOTONIC_USEC="),
+        "{reloading:?}"
+    );
+    assert_eq!(recv(&socket), "READY=1\n", "ready again after the reload");
+
+    proxy.signal("TERM");
+    let status = proxy.wait_exit().await;
+    assert!(
+        status.success(),
+        "{status:?}\n{}",
+        proxy.rest_of_stderr().await.join("\n")
+    );
+    assert_eq!(recv(&socket), "STOPPING=1\n");
+    socket.set_nonblocking(true).expect("nonblocking");
+    let mut buf = [0u8; 4096];
+    let extra = socket
+        .recv(&mut buf)
+        .map(|n| String::from_utf8_lossy(&buf[..n]).into_owned());
+    assert!(extra.is_err(), "unexpected notification {extra:?}");
 }
 
 // ---------------------------------------------------------------------------
