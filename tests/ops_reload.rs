@@ -307,17 +307,22 @@ async fn sighup_reopens_the_audit_log_after_rotation() {
     let rotated = setup.dir.path().join("audit.jsonl.1");
     std::fs::rename(&audit, &rotated).expect("rotate");
 
+    // The reload also turns on logging of allowed requests.
+    setup.write_config("alphabot", "log_all = true\n");
     proxy.reload("configuration reloaded").await;
     assert_eq!(conn.get(&origin.url("/a/after")).await.status, 403);
+    assert_eq!(conn.get(&origin.url("/b/after")).await.status, 200);
 
     let old = setup.audit_lines(&rotated);
     assert_eq!(old.len(), 1, "{old:?}");
     assert_eq!(old[0]["url"], origin.url("/a/before"));
     let new = setup.audit_lines(&audit);
-    assert_eq!(new.len(), 1, "no new audit.jsonl after SIGHUP: {new:?}");
+    assert_eq!(new.len(), 2, "no new audit.jsonl after SIGHUP: {new:?}");
     assert_eq!(new[0]["url"], origin.url("/a/after"));
     assert_eq!(new[0]["decision"], "disallowed");
     assert_eq!(new[0]["agent"], "alphabot");
+    assert_eq!(new[1]["url"], origin.url("/b/after"));
+    assert_eq!(new[1]["decision"], "allowed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
