@@ -295,12 +295,11 @@ fn ca_init(dir: &Path) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    let existing = cert;
     match robots_proxy::tls::Ca::generate().and_then(|ca| ca.write(dir).map(|()| ca)) {
         Ok(ca) => {
             println!(
                 "{}\nSHA-256 fingerprint {}",
-                existing.display(),
+                cert.display(),
                 ca.fingerprint_sha256()
             );
             ExitCode::SUCCESS
