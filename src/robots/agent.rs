@@ -51,10 +51,18 @@ impl AgentSpec {
     /// other than `*`).
     pub fn parse(value: &str) -> Option<AgentSpec> {
         let v = value.trim();
-        if v.starts_with('*') {
-            // `*`, `* # comment` and `*bot` all count as the global group,
-            // as Google reads it: only the leading `*` matters.
-            return Some(AgentSpec::Any);
+        if let Some(rest) = v.strip_prefix('*') {
+            // `*` alone, or followed by a space and anything (`* Disallow: /`
+            // written on one line), is the global group, as Google reads it.
+            // `*bot*` is not: a glob there names some crawler, and reading it
+            // as `*` would put the whole site under that crawler's ban
+            // (`User-agent: *WordPress*` + `Disallow: /` is a real example).
+            // It names no product token either, so it matches nobody.
+            return match rest.chars().next() {
+                None => Some(AgentSpec::Any),
+                Some(c) if c.is_whitespace() => Some(AgentSpec::Any),
+                Some(_) => None,
+            };
         }
         let token = leading_token(v);
         if token.is_empty() {
@@ -90,6 +98,9 @@ mod tests {
     #[test]
     fn agent_spec_reads_star_and_tokens() {
         assert_eq!(AgentSpec::parse("*"), Some(AgentSpec::Any));
+        assert_eq!(AgentSpec::parse("* all robots"), Some(AgentSpec::Any));
+        assert_eq!(AgentSpec::parse("*bot*"), None);
+        assert_eq!(AgentSpec::parse("*<br/>"), None);
         assert_eq!(
             AgentSpec::parse("googlebot*"),
             Some(AgentSpec::Token("googlebot".into()))

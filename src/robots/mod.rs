@@ -341,16 +341,15 @@ impl AgentRules {
     /// Judges a URL: absolute (`https://host/a?b`), a path (`/a?b`), or empty
     /// (`/`). The fragment is ignored.
     pub fn check_url(&self, url: &str) -> Verdict<'_> {
-        let pq = normalize::path_and_query(url);
-        if pq.starts_with('?') {
-            // `http://host?q`: the path is `/`.
-            return self.check(&format!("/{pq}"));
-        }
-        self.check(pq)
+        self.check(normalize::path_and_query(url))
     }
 
-    /// Judges a path with optional query (as in a request line).
+    /// Judges a path with optional query (as in a request line). A path that
+    /// does not start with `/` (`a/b`, `?q`, empty) is read from the root.
     pub fn check(&self, path_and_query: &str) -> Verdict<'_> {
+        if !path_and_query.starts_with('/') {
+            return self.check(&format!("/{path_and_query}"));
+        }
         let path = normalize::normalize(path_and_query.as_bytes(), Side::Url);
         // `/robots.txt` itself is always allowed (RFC 9309 §2.2.2).
         let bare = path.split('?').next().unwrap_or_default();
