@@ -338,6 +338,17 @@ impl AgentRules {
         &self.rules
     }
 
+    /// The position in [`AgentRules::rules`] of a rule that a [`Verdict`] of
+    /// these rules returned (so callers can keep per-rule data, such as the
+    /// rule pre-rendered as text, in a table). `None` for any other rule.
+    pub fn rule_index(&self, rule: &Rule) -> Option<usize> {
+        let size = std::mem::size_of::<Rule>();
+        let offset = (rule as *const Rule as usize).wrapping_sub(self.rules.as_ptr() as usize);
+        let i = offset / size;
+        (offset.is_multiple_of(size) && self.rules.get(i).is_some_and(|r| std::ptr::eq(r, rule)))
+            .then_some(i)
+    }
+
     /// Judges a URL: absolute (`https://host/a?b`), a path (`/a?b`), or empty
     /// (`/`). The fragment is ignored.
     pub fn check_url(&self, url: &str) -> Verdict<'_> {
@@ -352,8 +363,9 @@ impl AgentRules {
         }
         let path = normalize::normalize(path_and_query.as_bytes(), Side::Url);
         // `/robots.txt` itself is always allowed (RFC 9309 §2.2.2).
-        let bare = path.split('?').next().unwrap_or_default();
-        if bare == "/robots.txt" {
+        if let Some(rest) = path.strip_prefix("/robots.txt")
+            && (rest.is_empty() || rest.starts_with('?'))
+        {
             return Verdict {
                 allowed: true,
                 rule: None,
