@@ -78,7 +78,14 @@ fn every_corpus_file_parses_and_answers() {
         rules_total += robots.rule_count();
         truncated += usize::from(robots.truncated());
         let _ = robots.sitemaps().count();
-        for agent in AGENTS {
+        // Compiling a group of thousands of rules is slow in a debug build;
+        // the few such files are compiled for one agent only.
+        let agents = if robots.rule_count() > 2_000 {
+            &AGENTS[..1]
+        } else {
+            AGENTS
+        };
+        for agent in agents {
             let rules = robots.agent_rules(agent);
             let _ = (rules.crawl_delay(), rules.selection());
             assert!(rules.check("/robots.txt").allowed, "{name}");

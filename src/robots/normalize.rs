@@ -172,6 +172,21 @@ pub fn normalize(s: &[u8], side: Side) -> Cow<'_, str> {
     }
 }
 
+/// Like [`normalize`], for text already known to be UTF-8: when nothing
+/// changes (the common case) it costs one table-driven scan and no copy.
+pub fn normalize_str(s: &str, side: Side) -> Cow<'_, str> {
+    match first_change(s.as_bytes(), side) {
+        None => Cow::Borrowed(s),
+        Some((at, in_query)) => {
+            let mut out = String::with_capacity(s.len() + 16);
+            // Everything before `at` is normal, hence ASCII.
+            out.push_str(&s[..at]);
+            normalize_from(s.as_bytes(), side, at, in_query, &mut out);
+            Cow::Owned(out)
+        }
+    }
+}
+
 /// Like [`normalize`], appending into a caller-owned buffer (no allocation
 /// once the buffer is warm).
 pub fn normalize_into(s: &[u8], side: Side, out: &mut String) {
