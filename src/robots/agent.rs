@@ -24,7 +24,12 @@ pub fn leading_token(s: &str) -> String {
 /// token is taken from there. Otherwise it is the leading token.
 pub fn product_token(user_agent: &str) -> String {
     let ua = user_agent.trim();
-    if ua.len() >= 8 && ua[..8].eq_ignore_ascii_case("mozilla/") {
+    // Compared as bytes: the 8th byte need not be a char boundary.
+    if ua
+        .as_bytes()
+        .get(..8)
+        .is_some_and(|p| p.eq_ignore_ascii_case(b"mozilla/"))
+    {
         let lower = ua.to_ascii_lowercase();
         if let Some(i) = lower.find("compatible;") {
             let token = leading_token(&ua[i + "compatible;".len()..]);
@@ -82,6 +87,14 @@ mod tests {
         assert_eq!(product_token("Googlebot/2.1"), "googlebot");
         assert_eq!(product_token("foo bar"), "foo");
         assert_eq!(product_token("  ExampleBot  "), "examplebot");
+    }
+
+    #[test]
+    fn product_token_of_non_ascii_agent_does_not_panic() {
+        // Found by fuzzing: a multi-byte character across byte 8.
+        assert_eq!(product_token("\u{FFFD}\u{FFFD}\u{FFFD}sarawl-delay:"), "");
+        assert_eq!(product_token("Mozill\u{e9}/5.0"), "mozill");
+        assert_eq!(product_token("bot\u{e9}"), "bot");
     }
 
     #[test]
