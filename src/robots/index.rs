@@ -6,7 +6,11 @@
 //! contains the literal. One Aho-Corasick pass over the path reports every
 //! literal that occurs, and only those literals' rules are tried, each at
 //! most once, and only while they could still beat the best match so far.
-//! Rules without such a literal (`/*`, `*x`, `/$`) are tried directly.
+//! Rules without such a literal (`/*`, `/*a*a*a*b`, `/$`) are tried
+//! directly, after a cheap necessary condition: a path can only match if it
+//! holds at least as many of each octet as the pattern's literal segments
+//! do (they match at disjoint places). Counting the path's octets once
+//! rules out long chains such as `/*a*a*a*a*a*a*b` for almost every path.
 //!
 //! The automaton is stepped by hand (no iterator, no prefilter: paths are
 //! short and full of the `/` that starts most literals). It is a contiguous
@@ -28,7 +32,41 @@ pub(crate) struct Index {
     offsets: Box<[u32]>,
     ids: Box<[u32]>,
     /// Rules without a useful literal, ascending.
-    always: Box<[u32]>,
+    always: Box<[Always]>,
+}
+
+/// A rule without a useful literal, with the octets it needs.
+#[derive(Clone, Debug)]
+struct Always {
+    rule: u32,
+    /// Up to four (octet, minimum count) pairs, the largest counts first;
+    /// unused pairs have count 0.
+    need: [(u8, u8); 4],
+}
+
+impl Always {
+    fn new(rule: u32, pattern: &str) -> Always {
+        let body = pattern.strip_suffix('$').unwrap_or(pattern);
+        let mut counts = [0u8; 256];
+        for b in body.bytes().filter(|&b| b != b'*') {
+            counts[b as usize] = counts[b as usize].saturating_add(1);
+        }
+        let mut pairs: Vec<(u8, u8)> = (0..=255u8)
+            .filter(|&b| counts[b as usize] > 0)
+            .map(|b| (b, counts[b as usize]))
+            .collect();
+        pairs.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut need = [(0u8, 0u8); 4];
+        for (slot, pair) in need.iter_mut().zip(pairs) {
+            *slot = pair;
+        }
+        Always { rule, need }
+    }
+
+    #[inline]
+    fn possible(&self, counts: &[u8; 256]) -> bool {
+        self.need.iter().all(|&(b, n)| counts[b as usize] >= n)
+    }
 }
 
 impl Index {
@@ -42,7 +80,7 @@ impl Index {
         for (i, rule) in rules.iter().enumerate() {
             let lit = pattern::longest_literal(rule.pattern());
             if lit.len() < 2 {
-                always.push(i as u32);
+                always.push(Always::new(i as u32, rule.pattern()));
                 continue;
             }
             let id = *seen.entry(lit).or_insert_with(|| {
@@ -76,13 +114,6 @@ impl Index {
     /// matches `path`.
     pub(crate) fn first_match(&self, rules: &[Rule], path: &str) -> Option<usize> {
         let mut best = usize::MAX;
-        for &i in self.always.iter() {
-            let i = i as usize;
-            if pattern::matches(rules[i].pattern(), path) {
-                best = i;
-                break;
-            }
-        }
         let mut tried = Tried::new(rules.len());
         let mut on_literal = |literal: usize| {
             let (from, to) = (self.offsets[literal], self.offsets[literal + 1]);
@@ -98,12 +129,29 @@ impl Index {
             }
         };
         scan(&self.searcher, path.as_bytes(), &mut on_literal);
+        // Only the rules without a literal that could still beat `best`.
+        let open = self.always.partition_point(|a| (a.rule as usize) < best);
+        if open > 0 {
+            let mut counts = [0u8; 256];
+            for &b in path.as_bytes() {
+                counts[b as usize] = counts[b as usize].saturating_add(1);
+            }
+            for a in &self.always[..open] {
+                let i = a.rule as usize;
+                if a.possible(&counts) && pattern::matches(rules[i].pattern(), path) {
+                    best = i;
+                    break;
+                }
+            }
+        }
         (best != usize::MAX).then_some(best)
     }
 
     /// Heap bytes owned by the index.
     pub(crate) fn memory_usage(&self) -> usize {
-        self.searcher.memory_usage() + 4 * (self.offsets.len() + self.ids.len() + self.always.len())
+        self.searcher.memory_usage()
+            + 4 * (self.offsets.len() + self.ids.len())
+            + std::mem::size_of::<Always>() * self.always.len()
     }
 }
 
