@@ -1,21 +1,28 @@
 //! The prefilter of large groups: finds the highest-precedence matching rule
 //! without trying every rule.
 //!
-//! Every rule whose longest literal segment has at least two octets is
-//! reachable through that literal: a path can only match the rule if it
-//! contains the literal. One Aho-Corasick pass over the path reports every
-//! literal that occurs, and only those literals' rules are tried, each at
-//! most once, and only while they could still beat the best match so far.
-//! Rules without such a literal (`/*`, `/*a*a*a*b`, `/$`) are tried
-//! directly, after a cheap necessary condition: a path can only match if it
-//! holds at least as many of each octet as the pattern's literal segments
-//! do (they match at disjoint places). Counting the path's octets once
-//! rules out long chains such as `/*a*a*a*a*a*a*b` for almost every path.
+//! Each rule is reachable through one literal that every matching path must
+//! contain, and only the rules whose literal occurs are tried, each at most
+//! once, and only while they could still beat the best match so far:
 //!
-//! The automaton is stepped by hand (no iterator, no prefilter: paths are
-//! short and full of the `/` that starts most literals). It is a contiguous
-//! NFA: on real files it searches as fast as a DFA (paths are short and
-//! stay near the root states, which are dense), while it is several times
+//! * most rules (`/admin/`, `/p/*/reviews`) start with a literal prefix of
+//!   two octets or more; a matching path *starts* with it. These prefixes
+//!   are found by one anchored walk from the start of the path, which stops
+//!   as soon as no prefix can continue: a few octets, whatever the path's
+//!   length or the number of rules;
+//! * rules that start with a wildcard (`/*.pdf$`, `/*?sort=`) are found
+//!   through their longest literal segment, if it has two octets or more,
+//!   by one unanchored Aho-Corasick pass over the path;
+//! * the rest (`/*`, `/*a*a*a*b`, `*$`) are tried directly, after a cheap
+//!   necessary condition: a path can only match if it holds at least as
+//!   many of each octet as the pattern's literal segments do (they match at
+//!   disjoint places). Counting the path's octets once rules out long chains
+//!   such as `/*a*a*a*a*a*a*b` for almost every path.
+//!
+//! The automata are stepped by hand (no iterator, no prefilter: paths are
+//! short and full of the `/` that starts most literals). They are contiguous
+//! NFAs: on real files they search as fast as DFAs (paths are short and stay
+//! near the root states, which are dense), while they are several times
 //! smaller and cheaper to build, and a proxy keeps many of these.
 
 use aho_corasick::automaton::Automaton;
@@ -26,13 +33,105 @@ use super::{Rule, pattern};
 /// See the module documentation.
 #[derive(Clone, Debug)]
 pub(crate) struct Index {
-    searcher: contiguous::NFA,
-    /// Rules containing literal `p` are `ids[offsets[p]..offsets[p + 1]]`,
+    /// Literal prefixes, searched anchored at the start of the path.
+    prefixes: Option<LiteralSet>,
+    /// Inner literals of rules that start with a wildcard, searched anywhere.
+    inner: Option<LiteralSet>,
+    /// Rules without a useful literal, ascending.
+    always: Box<[Always]>,
+}
+
+/// Literals and, for each, the rules reached through it.
+#[derive(Clone, Debug)]
+struct LiteralSet {
+    nfa: contiguous::NFA,
+    anchored: Anchored,
+    /// Rules reached through literal `p` are `ids[offsets[p]..offsets[p + 1]]`,
     /// ascending (precedence order).
     offsets: Box<[u32]>,
     ids: Box<[u32]>,
-    /// Rules without a useful literal, ascending.
-    always: Box<[Always]>,
+    /// The lowest rule index in the set: if the best match so far is
+    /// already at or before it, the set need not be searched.
+    min_rule: u32,
+}
+
+impl LiteralSet {
+    /// `None` for an empty set, or if the automaton cannot be built (then
+    /// the caller gives up indexing and scans every rule).
+    fn build(pairs: Vec<(&str, u32)>, anchored: bool) -> Result<Option<LiteralSet>, ()> {
+        if pairs.is_empty() {
+            return Ok(None);
+        }
+        let mut literals: Vec<&str> = Vec::new();
+        let mut by_literal: Vec<Vec<u32>> = Vec::new();
+        let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for (lit, rule) in pairs {
+            let id = *seen.entry(lit).or_insert_with(|| {
+                literals.push(lit);
+                by_literal.push(Vec::new());
+                literals.len() - 1
+            });
+            by_literal[id].push(rule);
+        }
+        let nfa = contiguous::NFA::builder()
+            .match_kind(MatchKind::Standard)
+            .prefilter(false)
+            .build(&literals)
+            .map_err(|_| ())?;
+        let mut offsets = Vec::with_capacity(by_literal.len() + 1);
+        let mut ids = Vec::new();
+        offsets.push(0u32);
+        for list in &by_literal {
+            ids.extend_from_slice(list);
+            offsets.push(ids.len() as u32);
+        }
+        let min_rule = ids.iter().copied().min().unwrap_or(u32::MAX);
+        Ok(Some(LiteralSet {
+            min_rule,
+            nfa,
+            anchored: if anchored {
+                Anchored::Yes
+            } else {
+                Anchored::No
+            },
+            offsets: offsets.into_boxed_slice(),
+            ids: ids.into_boxed_slice(),
+        }))
+    }
+
+    /// Calls `found` with each rule reached through a literal that occurs in
+    /// `hay` (an anchored set: that `hay` starts with). A rule may be
+    /// reported more than once, and a few that cannot match may be too (an
+    /// anchored walk also reports literals that end where a longer one
+    /// does); callers verify each.
+    #[inline]
+    fn scan(&self, hay: &[u8], found: &mut impl FnMut(&[u32]) -> bool) {
+        let aut = &self.nfa;
+        let Ok(mut sid) = aut.start_state(self.anchored) else {
+            return;
+        };
+        for &b in hay {
+            sid = aut.next_state(self.anchored, sid, b);
+            if aut.is_special(sid) {
+                if aut.is_dead(sid) {
+                    return;
+                }
+                if aut.is_match(sid) {
+                    for k in 0..aut.match_len(sid) {
+                        let p = aut.match_pattern(sid, k).as_usize();
+                        let (from, to) = (self.offsets[p] as usize, self.offsets[p + 1] as usize);
+                        if !found(&self.ids[from..to]) {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn memory_usage(&self) -> usize {
+        self.nfa.memory_usage() + 4 * (self.offsets.len() + self.ids.len())
+    }
 }
 
 /// A rule without a useful literal, with the octets it needs.
@@ -70,42 +169,29 @@ impl Always {
 }
 
 impl Index {
-    /// Builds the index of `rules` (in precedence order). `None` if the
+    /// Builds the index of `rules` (in precedence order). `None` if an
     /// automaton cannot be built, in which case callers scan every rule.
     pub(crate) fn build(rules: &[Rule]) -> Option<Index> {
-        let mut literals: Vec<&str> = Vec::new();
-        let mut by_literal: Vec<Vec<u32>> = Vec::new();
+        let mut prefixes = Vec::new();
+        let mut inner = Vec::new();
         let mut always = Vec::new();
-        let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         for (i, rule) in rules.iter().enumerate() {
-            let lit = pattern::longest_literal(rule.pattern());
-            if lit.len() < 2 {
-                always.push(Always::new(i as u32, rule.pattern()));
+            let i = i as u32;
+            let prefix = pattern::literal_prefix(rule.pattern());
+            if prefix.len() >= 2 {
+                prefixes.push((prefix, i));
                 continue;
             }
-            let id = *seen.entry(lit).or_insert_with(|| {
-                literals.push(lit);
-                by_literal.push(Vec::new());
-                literals.len() - 1
-            });
-            by_literal[id].push(i as u32);
-        }
-        let searcher = contiguous::NFA::builder()
-            .match_kind(MatchKind::Standard)
-            .prefilter(false)
-            .build(&literals)
-            .ok()?;
-        let mut offsets = Vec::with_capacity(by_literal.len() + 1);
-        let mut ids = Vec::with_capacity(rules.len());
-        offsets.push(0u32);
-        for list in &by_literal {
-            ids.extend_from_slice(list);
-            offsets.push(ids.len() as u32);
+            let lit = pattern::longest_literal(rule.pattern());
+            if lit.len() >= 2 {
+                inner.push((lit, i));
+            } else {
+                always.push(Always::new(i, rule.pattern()));
+            }
         }
         Some(Index {
-            searcher,
-            offsets: offsets.into_boxed_slice(),
-            ids: ids.into_boxed_slice(),
+            prefixes: LiteralSet::build(prefixes, true).ok()?,
+            inner: LiteralSet::build(inner, false).ok()?,
             always: always.into_boxed_slice(),
         })
     }
@@ -113,22 +199,21 @@ impl Index {
     /// The lowest index (highest precedence) of a rule in `rules` that
     /// matches `path`.
     pub(crate) fn first_match(&self, rules: &[Rule], path: &str) -> Option<usize> {
-        let mut best = usize::MAX;
-        let mut tried = Tried::new(rules.len());
-        let mut on_literal = |literal: usize| {
-            let (from, to) = (self.offsets[literal], self.offsets[literal + 1]);
-            for &i in &self.ids[from as usize..to as usize] {
-                let i = i as usize;
-                if i >= best {
-                    break;
-                }
-                if tried.insert(i) && pattern::matches(rules[i].pattern(), path) {
-                    best = i;
-                    break;
-                }
-            }
+        let mut search = Search {
+            rules,
+            path,
+            best: usize::MAX,
+            tried: Tried::new(rules.len()),
         };
-        scan(&self.searcher, path.as_bytes(), &mut on_literal);
+        if let Some(set) = &self.prefixes {
+            set.scan(path.as_bytes(), &mut |ids| search.try_rules(ids));
+        }
+        if let Some(set) = &self.inner
+            && (set.min_rule as usize) < search.best
+        {
+            set.scan(path.as_bytes(), &mut |ids| search.try_rules(ids));
+        }
+        let mut best = search.best;
         // Only the rules without a literal that could still beat `best`.
         let open = self.always.partition_point(|a| (a.rule as usize) < best);
         if open > 0 {
@@ -149,31 +234,36 @@ impl Index {
 
     /// Heap bytes owned by the index.
     pub(crate) fn memory_usage(&self) -> usize {
-        self.searcher.memory_usage()
-            + 4 * (self.offsets.len() + self.ids.len())
+        self.prefixes.as_ref().map_or(0, LiteralSet::memory_usage)
+            + self.inner.as_ref().map_or(0, LiteralSet::memory_usage)
             + std::mem::size_of::<Always>() * self.always.len()
     }
 }
 
-/// Runs `aut` over `hay`, calling `found` with the pattern id of every
-/// literal occurrence (overlapping ones included).
-#[inline]
-fn scan<A: Automaton>(aut: &A, hay: &[u8], found: &mut impl FnMut(usize)) {
-    let Ok(mut sid) = aut.start_state(Anchored::No) else {
-        return;
-    };
-    for &b in hay {
-        sid = aut.next_state(Anchored::No, sid, b);
-        if aut.is_special(sid) {
-            if aut.is_dead(sid) {
-                return;
+/// The state of one [`Index::first_match`].
+struct Search<'a> {
+    rules: &'a [Rule],
+    path: &'a str,
+    best: usize,
+    tried: Tried,
+}
+
+impl Search<'_> {
+    /// Tries candidates (ascending) that could beat the best so far; false
+    /// once nothing can (the best is the first rule).
+    #[inline]
+    fn try_rules(&mut self, ids: &[u32]) -> bool {
+        for &i in ids {
+            let i = i as usize;
+            if i >= self.best {
+                break;
             }
-            if aut.is_match(sid) {
-                for k in 0..aut.match_len(sid) {
-                    found(aut.match_pattern(sid, k).as_usize());
-                }
+            if self.tried.insert(i) && pattern::matches(self.rules[i].pattern(), self.path) {
+                self.best = i;
+                break;
             }
         }
+        self.best != 0
     }
 }
 
