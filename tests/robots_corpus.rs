@@ -70,6 +70,9 @@ fn every_corpus_file_parses_and_answers() {
         .collect();
     entries.sort();
     let (mut files, mut rules_total, mut truncated) = (0usize, 0usize, 0usize);
+    // Memory of the parsed files, and of the rules compiled for the first
+    // agent, with how many rules that compiled form holds.
+    let (mut parsed_bytes, mut compiled_bytes, mut compiled_rules) = (0usize, 0usize, 0usize);
     for path in &entries {
         let bytes = std::fs::read(path).expect("corpus file is readable");
         let name = path.display().to_string();
@@ -77,6 +80,7 @@ fn every_corpus_file_parses_and_answers() {
         files += 1;
         rules_total += robots.rule_count();
         truncated += usize::from(robots.truncated());
+        parsed_bytes += robots.memory_usage();
         let _ = robots.sitemaps().count();
         // Compiling a group of thousands of rules is slow in a debug build;
         // the few such files are compiled for one agent only.
@@ -85,8 +89,12 @@ fn every_corpus_file_parses_and_answers() {
         } else {
             AGENTS
         };
-        for agent in agents {
+        for (k, agent) in agents.iter().enumerate() {
             let rules = robots.agent_rules(agent);
+            if k == 0 {
+                compiled_bytes += rules.memory_usage();
+                compiled_rules += rules.rules().len();
+            }
             let _ = (rules.crawl_delay(), rules.selection());
             assert!(rules.check("/robots.txt").allowed, "{name}");
             for url in URLS {
@@ -100,6 +108,12 @@ fn every_corpus_file_parses_and_answers() {
             }
         }
     }
-    eprintln!("robots_corpus: {files} files, {rules_total} rules, {truncated} over 500 KiB");
+    eprintln!(
+        "robots_corpus: {files} files, {rules_total} rules, {truncated} over 500 KiB; \
+         parsed {:.1} bytes/rule; compiled for {}: {compiled_rules} rules, {:.1} bytes/rule",
+        parsed_bytes as f64 / rules_total.max(1) as f64,
+        AGENTS[0],
+        compiled_bytes as f64 / compiled_rules.max(1) as f64,
+    );
     assert!(files > 0, "the corpus directory is empty");
 }

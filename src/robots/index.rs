@@ -19,16 +19,41 @@
 //!   disjoint places). Counting the path's octets once rules out long chains
 //!   such as `/*a*a*a*a*a*a*b` for almost every path.
 //!
-//! The automata are stepped by hand (no iterator, no prefilter: paths are
-//! short and full of the `/` that starts most literals). They are contiguous
-//! NFAs: on real files they search as fast as DFAs (paths are short and stay
-//! near the root states, which are dense), while they are several times
-//! smaller and cheaper to build, and a proxy keeps many of these.
+//! The automata are stepped by hand (no iterator, no prefilter object); in
+//! the unanchored pass, octets that start no literal are skipped with a
+//! table look-up while the automaton is in its start state. They are
+//! contiguous NFAs with literals cut to [`MAX_LITERAL`] octets: on real
+//! files they search about as fast as DFAs (paths are short and stay near
+//! the root), while they are many times smaller and cheaper to build, and a
+//! proxy keeps many of these.
 
 use aho_corasick::automaton::Automaton;
 use aho_corasick::{Anchored, MatchKind, nfa::contiguous};
 
 use super::{Rule, pattern};
+
+/// Literals are cut to this many octets. Any part of a literal is as
+/// necessary a condition as the whole, and the first few octets nearly
+/// always tell rules apart; cutting them keeps the automata small (some
+/// sites list thousands of 80-octet URLs).
+const MAX_LITERAL: usize = 8;
+
+/// States this close to the root get a dense transition table.
+const DENSE_DEPTH: usize = 1;
+
+/// Paths up to this long have their octets counted for the rules without a
+/// literal.
+const MAX_COUNTED_PATH: usize = 512;
+
+/// The first [`MAX_LITERAL`] octets of `lit` (normalised patterns are ASCII,
+/// so any cut is a character boundary; the loop is for safety only).
+fn cut(lit: &str) -> &str {
+    let mut end = lit.len().min(MAX_LITERAL);
+    while !lit.is_char_boundary(end) {
+        end -= 1;
+    }
+    &lit[..end]
+}
 
 /// See the module documentation.
 #[derive(Clone, Debug)]
@@ -46,6 +71,8 @@ pub(crate) struct Index {
 struct LiteralSet {
     nfa: contiguous::NFA,
     anchored: Anchored,
+    /// The octets that start a literal.
+    starts: Box<[bool; 256]>,
     /// Rules reached through literal `p` are `ids[offsets[p]..offsets[p + 1]]`,
     /// ascending (precedence order).
     offsets: Box<[u32]>,
@@ -76,6 +103,7 @@ impl LiteralSet {
         let nfa = contiguous::NFA::builder()
             .match_kind(MatchKind::Standard)
             .prefilter(false)
+            .dense_depth(DENSE_DEPTH)
             .build(&literals)
             .map_err(|_| ())?;
         let mut offsets = Vec::with_capacity(by_literal.len() + 1);
@@ -86,9 +114,16 @@ impl LiteralSet {
             offsets.push(ids.len() as u32);
         }
         let min_rule = ids.iter().copied().min().unwrap_or(u32::MAX);
+        let mut starts = Box::new([false; 256]);
+        for lit in &literals {
+            if let Some(&b) = lit.as_bytes().first() {
+                starts[b as usize] = true;
+            }
+        }
         Ok(Some(LiteralSet {
             min_rule,
             nfa,
+            starts,
             anchored: if anchored {
                 Anchored::Yes
             } else {
@@ -107,11 +142,23 @@ impl LiteralSet {
     #[inline]
     fn scan(&self, hay: &[u8], found: &mut impl FnMut(&[u32]) -> bool) {
         let aut = &self.nfa;
-        let Ok(mut sid) = aut.start_state(self.anchored) else {
+        let Ok(start) = aut.start_state(self.anchored) else {
             return;
         };
-        for &b in hay {
-            sid = aut.next_state(self.anchored, sid, b);
+        let mut sid = start;
+        let mut at = 0;
+        while at < hay.len() {
+            if sid == start && self.anchored == Anchored::No {
+                // In the start state, an octet that starts no literal leads
+                // back to it: skip those with a table look-up per octet,
+                // which (unlike automaton steps) do not wait on each other.
+                match hay[at..].iter().position(|&b| self.starts[b as usize]) {
+                    Some(k) => at += k,
+                    None => return,
+                }
+            }
+            sid = aut.next_state(self.anchored, sid, hay[at]);
+            at += 1;
             if aut.is_special(sid) {
                 if aut.is_dead(sid) {
                     return;
@@ -179,12 +226,12 @@ impl Index {
             let i = i as u32;
             let prefix = pattern::literal_prefix(rule.pattern());
             if prefix.len() >= 2 {
-                prefixes.push((prefix, i));
+                prefixes.push((cut(prefix), i));
                 continue;
             }
             let lit = pattern::longest_literal(rule.pattern());
             if lit.len() >= 2 {
-                inner.push((lit, i));
+                inner.push((cut(lit), i));
             } else {
                 always.push(Always::new(i, rule.pattern()));
             }
@@ -217,13 +264,19 @@ impl Index {
         // Only the rules without a literal that could still beat `best`.
         let open = self.always.partition_point(|a| (a.rule as usize) < best);
         if open > 0 {
+            // Counting costs a few cycles per octet: worth it for the paths
+            // of real URLs, not for very long ones, where each rule's own
+            // (linear, memchr-driven) match is as cheap.
+            let counted = path.len() <= MAX_COUNTED_PATH;
             let mut counts = [0u8; 256];
-            for &b in path.as_bytes() {
-                counts[b as usize] = counts[b as usize].saturating_add(1);
+            if counted {
+                for &b in path.as_bytes() {
+                    counts[b as usize] = counts[b as usize].saturating_add(1);
+                }
             }
             for a in &self.always[..open] {
                 let i = a.rule as usize;
-                if a.possible(&counts) && pattern::matches(rules[i].pattern(), path) {
+                if (!counted || a.possible(&counts)) && pattern::matches(rules[i].pattern(), path) {
                     best = i;
                     break;
                 }
