@@ -71,8 +71,8 @@ pub(crate) struct Index {
 struct LiteralSet {
     nfa: contiguous::NFA,
     anchored: Anchored,
-    /// The octets that start a literal.
-    starts: Box<[bool; 256]>,
+    /// The octets that start a literal, as a 256-bit set.
+    starts: [u64; 4],
     /// Rules reached through literal `p` are `ids[offsets[p]..offsets[p + 1]]`,
     /// ascending (precedence order).
     offsets: Box<[u32]>,
@@ -114,10 +114,10 @@ impl LiteralSet {
             offsets.push(ids.len() as u32);
         }
         let min_rule = ids.iter().copied().min().unwrap_or(u32::MAX);
-        let mut starts = Box::new([false; 256]);
+        let mut starts = [0u64; 4];
         for lit in &literals {
             if let Some(&b) = lit.as_bytes().first() {
-                starts[b as usize] = true;
+                starts[(b >> 6) as usize] |= 1 << (b & 63);
             }
         }
         Ok(Some(LiteralSet {
@@ -152,7 +152,11 @@ impl LiteralSet {
                 // In the start state, an octet that starts no literal leads
                 // back to it: skip those with a table look-up per octet,
                 // which (unlike automaton steps) do not wait on each other.
-                match hay[at..].iter().position(|&b| self.starts[b as usize]) {
+                let starts = &self.starts;
+                match hay[at..]
+                    .iter()
+                    .position(|&b| starts[(b >> 6) as usize] & (1 << (b & 63)) != 0)
+                {
                     Some(k) => at += k,
                     None => return,
                 }
