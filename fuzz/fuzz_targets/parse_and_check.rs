@@ -13,7 +13,8 @@ fuzz_target!(|data: &[u8]| {
     let _ = robots.memory_usage();
 
     let text = String::from_utf8_lossy(data);
-    // An agent named by the input: its first token, if any.
+    // An agent named by the input: its second word, which is the token of a
+    // leading `User-agent: x` line.
     let own_agent = text.split_whitespace().nth(1).unwrap_or("x").to_owned();
     // URLs from the input: each line, and its tail from every 7th octet.
     let mut urls: Vec<String> = text.lines().take(16).map(str::to_owned).collect();
@@ -21,14 +22,26 @@ fuzz_target!(|data: &[u8]| {
         urls.push(text[i..].chars().take(300).collect());
     }
     urls.extend(
-        ["/", "", "/robots.txt", "/robots.txt?x", "https://h/a*b$c?d=/e#f", "http://h?q"]
-            .map(str::to_owned),
+        [
+            "/",
+            "",
+            "/robots.txt",
+            "/robots.txt?x",
+            "https://h/a*b$c?d=/e#f",
+            "http://h?q",
+        ]
+        .map(str::to_owned),
     );
 
     for agent in ["Googlebot/2.1", "*", &own_agent] {
         let rules = robots.agent_rules(agent);
         let _ = (rules.crawl_delay(), rules.selection(), rules.memory_usage());
-        let values: Vec<String> = rules.rules().iter().take(16).map(|r| r.value().to_owned()).collect();
+        let values: Vec<String> = rules
+            .rules()
+            .iter()
+            .take(16)
+            .map(|r| r.value().to_owned())
+            .collect();
         for url in urls.iter().chain(values.iter()) {
             let v = rules.check_url(url);
             match v.rule {
