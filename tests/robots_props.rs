@@ -137,7 +137,7 @@ fn url_text() -> impl Strategy<Value = String> {
 /// so the reference matcher sees exactly what the engine matches.
 fn pattern() -> impl Strategy<Value = String> {
     (
-        proptest::string::string_regex(r"[ab/.*]{0,7}").expect("valid regex"),
+        proptest::string::string_regex(r"[ab/.*]{0,12}").expect("valid regex"),
         any::<bool>(),
     )
         .prop_map(|(body, anchored)| format!("/{body}{}", if anchored { "$" } else { "" }))

@@ -19,6 +19,12 @@
 //!   disjoint places). Counting the path's octets once rules out long chains
 //!   such as `/*a*a*a*a*a*a*b` for almost every path.
 //!
+//! Most rules need no matching at all once their literal is found: a rule
+//! that is just its literal (`/admin/`, `/ajax$`) is decided by the walk
+//! reaching it, and a rule `/*` + literal (`/*/about`, `/*.php$`) by where
+//! the occurrence starts (and ends, for `$`). Only the others are matched in
+//! full, once each.
+//!
 //! The automata are stepped by hand (no iterator, no prefilter object); in
 //! the unanchored pass, octets that start no literal are skipped with a
 //! table look-up while the automaton is in its start state. They are
@@ -55,6 +61,32 @@ fn cut(lit: &str) -> &str {
     &lit[..end]
 }
 
+/// How an occurrence of a rule's literal decides the rule, packed in a byte:
+/// the shape in the low bits, [`ANCHORED`] for a final `$`, and the length
+/// of the prefix before the star (0 or 1) in the high nibble.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// Match the whole pattern against the path.
+    Verify = 0,
+    /// The pattern is the literal (plus `$`): a walk from the start of the
+    /// path that reaches it decides.
+    Exact = 1,
+    /// The pattern is a prefix of at most one octet, `*`, the literal (plus
+    /// `$`): an occurrence that starts after the prefix decides.
+    StarLiteral = 2,
+}
+
+const SHAPE: u8 = 0b11;
+const EXACT: u8 = Shape::Exact as u8;
+const STAR_LITERAL: u8 = Shape::StarLiteral as u8;
+const ANCHORED: u8 = 0b100;
+
+impl Shape {
+    fn pack(self, anchored: bool, prefix_len: usize) -> u8 {
+        self as u8 | if anchored { ANCHORED } else { 0 } | ((prefix_len.min(15) as u8) << 4)
+    }
+}
+
 /// See the module documentation.
 #[derive(Clone, Debug)]
 pub(crate) struct Index {
@@ -77,6 +109,11 @@ struct LiteralSet {
     /// ascending (precedence order).
     offsets: Box<[u32]>,
     ids: Box<[u32]>,
+    /// For each entry of `ids`, how an occurrence of its literal decides
+    /// the rule ([`Shape`], packed in a byte).
+    shapes: Box<[u8]>,
+    /// The length of each literal.
+    lens: Box<[u8]>,
     /// The lowest rule index in the set: if the best match so far is
     /// already at or before it, the set need not be searched.
     min_rule: u32,
@@ -85,20 +122,20 @@ struct LiteralSet {
 impl LiteralSet {
     /// `None` for an empty set, or if the automaton cannot be built (then
     /// the caller gives up indexing and scans every rule).
-    fn build(pairs: Vec<(&str, u32)>, anchored: bool) -> Result<Option<LiteralSet>, ()> {
+    fn build(pairs: Vec<(&str, u32, u8)>, anchored: bool) -> Result<Option<LiteralSet>, ()> {
         if pairs.is_empty() {
             return Ok(None);
         }
         let mut literals: Vec<&str> = Vec::new();
-        let mut by_literal: Vec<Vec<u32>> = Vec::new();
+        let mut by_literal: Vec<Vec<(u32, u8)>> = Vec::new();
         let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-        for (lit, rule) in pairs {
+        for (lit, rule, shape) in pairs {
             let id = *seen.entry(lit).or_insert_with(|| {
                 literals.push(lit);
                 by_literal.push(Vec::new());
                 literals.len() - 1
             });
-            by_literal[id].push(rule);
+            by_literal[id].push((rule, shape));
         }
         let nfa = contiguous::NFA::builder()
             .match_kind(MatchKind::Standard)
@@ -108,11 +145,15 @@ impl LiteralSet {
             .map_err(|_| ())?;
         let mut offsets = Vec::with_capacity(by_literal.len() + 1);
         let mut ids = Vec::new();
+        let mut shapes = Vec::new();
         offsets.push(0u32);
         for list in &by_literal {
-            ids.extend_from_slice(list);
+            ids.extend(list.iter().map(|&(rule, _)| rule));
+            shapes.extend(list.iter().map(|&(_, shape)| shape));
             offsets.push(ids.len() as u32);
         }
+        // Literals are cut to MAX_LITERAL octets, so they fit a byte.
+        let lens = literals.iter().map(|l| l.len() as u8).collect();
         let min_rule = ids.iter().copied().min().unwrap_or(u32::MAX);
         let mut starts = [0u64; 4];
         for lit in &literals {
@@ -131,16 +172,18 @@ impl LiteralSet {
             },
             offsets: offsets.into_boxed_slice(),
             ids: ids.into_boxed_slice(),
+            shapes: shapes.into_boxed_slice(),
+            lens,
         }))
     }
 
-    /// Calls `found` with each rule reached through a literal that occurs in
-    /// `hay` (an anchored set: that `hay` starts with). A rule may be
-    /// reported more than once, and a few that cannot match may be too (an
-    /// anchored walk also reports literals that end where a longer one
-    /// does); callers verify each.
+    /// Calls `found` with each occurrence of a literal in `hay` (for an
+    /// anchored set, the walk from the start of `hay`): the literal's id and
+    /// where the occurrence ends. An anchored walk also reports literals
+    /// that merely end where a longer one does (they do not start at 0);
+    /// `found` returns false to stop the scan.
     #[inline]
-    fn scan(&self, hay: &[u8], found: &mut impl FnMut(&[u32]) -> bool) {
+    fn scan(&self, hay: &[u8], found: &mut impl FnMut(&LiteralSet, usize, usize) -> bool) {
         let aut = &self.nfa;
         let Ok(start) = aut.start_state(self.anchored) else {
             return;
@@ -170,8 +213,7 @@ impl LiteralSet {
                 if aut.is_match(sid) {
                     for k in 0..aut.match_len(sid) {
                         let p = aut.match_pattern(sid, k).as_usize();
-                        let (from, to) = (self.offsets[p] as usize, self.offsets[p + 1] as usize);
-                        if !found(&self.ids[from..to]) {
+                        if !found(self, p, at) {
                             return;
                         }
                     }
@@ -181,7 +223,10 @@ impl LiteralSet {
     }
 
     fn memory_usage(&self) -> usize {
-        self.nfa.memory_usage() + 4 * (self.offsets.len() + self.ids.len())
+        self.nfa.memory_usage()
+            + 4 * (self.offsets.len() + self.ids.len())
+            + self.shapes.len()
+            + self.lens.len()
     }
 }
 
@@ -228,16 +273,39 @@ impl Index {
         let mut always = Vec::new();
         for (i, rule) in rules.iter().enumerate() {
             let i = i as u32;
-            let prefix = pattern::literal_prefix(rule.pattern());
+            let pat = rule.pattern();
+            let (body, anchored) = match pat.strip_suffix('$') {
+                Some(body) => (body, true),
+                None => (pat, false),
+            };
+            let prefix = pattern::literal_prefix(pat);
             if prefix.len() >= 2 {
-                prefixes.push((cut(prefix), i));
+                let lit = cut(prefix);
+                // `/admin/` or `/admin/$`: reaching the whole literal from
+                // the start of the path decides.
+                let shape = if lit == body {
+                    Shape::Exact.pack(anchored, 0)
+                } else {
+                    Shape::Verify.pack(false, 0)
+                };
+                prefixes.push((lit, i, shape));
                 continue;
             }
-            let lit = pattern::longest_literal(rule.pattern());
+            let lit = pattern::longest_literal(pat);
             if lit.len() >= 2 {
-                inner.push((cut(lit), i));
+                let cut_lit = cut(lit);
+                // `/*/about` or `*.pdf$`: a prefix of at most one octet,
+                // one star, then the whole literal. Any occurrence that
+                // starts after the prefix decides (ending the path, if `$`).
+                let shape = match body.strip_suffix(lit).and_then(|p| p.strip_suffix('*')) {
+                    Some(p) if cut_lit == lit && !p.contains('*') => {
+                        Shape::StarLiteral.pack(anchored, p.len())
+                    }
+                    _ => Shape::Verify.pack(false, 0),
+                };
+                inner.push((cut_lit, i, shape));
             } else {
-                always.push(Always::new(i, rule.pattern()));
+                always.push(Always::new(i, pat));
             }
         }
         Some(Index {
@@ -257,12 +325,16 @@ impl Index {
             tried: Tried::new(rules.len()),
         };
         if let Some(set) = &self.prefixes {
-            set.scan(path.as_bytes(), &mut |ids| search.try_rules(ids));
+            set.scan(path.as_bytes(), &mut |set, p, end| {
+                search.on_literal(set, p, end)
+            });
         }
         if let Some(set) = &self.inner
             && (set.min_rule as usize) < search.best
         {
-            set.scan(path.as_bytes(), &mut |ids| search.try_rules(ids));
+            set.scan(path.as_bytes(), &mut |set, p, end| {
+                search.on_literal(set, p, end)
+            });
         }
         let mut best = search.best;
         // Only the rules without a literal that could still beat `best`.
@@ -306,16 +378,39 @@ struct Search<'a> {
 }
 
 impl Search<'_> {
-    /// Tries candidates (ascending) that could beat the best so far; false
-    /// once nothing can (the best is the first rule).
+    /// Tries the rules reached through an occurrence of literal `p` of
+    /// `set`, ending at `end`, in precedence order, while they could beat
+    /// the best so far; false once nothing can (the best is the first rule).
     #[inline]
-    fn try_rules(&mut self, ids: &[u32]) -> bool {
-        for &i in ids {
+    fn on_literal(&mut self, set: &LiteralSet, p: usize, end: usize) -> bool {
+        let start = end - set.lens[p] as usize;
+        let (from, to) = (set.offsets[p] as usize, set.offsets[p + 1] as usize);
+        let len = self.path.len();
+        for (&i, &shape) in set.ids[from..to].iter().zip(&set.shapes[from..to]) {
             let i = i as usize;
             if i >= self.best {
                 break;
             }
-            if self.tried.insert(i) && pattern::matches(self.rules[i].pattern(), self.path) {
+            let anchored_ok = shape & ANCHORED == 0 || end == len;
+            let hit = match shape & SHAPE {
+                // Reached by the walk from the start: the path starts with
+                // the whole pattern (a suffix reported at a longer
+                // literal's end does not start at 0).
+                EXACT => start == 0 && anchored_ok,
+                // After a prefix of `shape >> 4` octets (`/` or nothing);
+                // every path passed here starts with `/`.
+                STAR_LITERAL => {
+                    let plen = (shape >> 4) as usize;
+                    start >= plen
+                        && anchored_ok
+                        && self.path.as_bytes()[..plen]
+                            == self.rules[i].pattern().as_bytes()[..plen]
+                }
+                // Each rule is matched in full once; later occurrences of
+                // its literal cannot change that answer.
+                _ => self.tried.insert(i) && pattern::matches(self.rules[i].pattern(), self.path),
+            };
+            if hit {
                 self.best = i;
                 break;
             }
