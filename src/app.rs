@@ -155,6 +155,8 @@ impl App {
                 max_ttl: r.max_ttl,
                 unreachable_retry: r.unreachable_retry,
                 stale_max: r.stale_max,
+                max_bytes: r.cache_max_mib.saturating_mul(1024 * 1024),
+                precompile_agent: Some(config.agent_token()),
             },
         )
         .on_fetch(fetch_metrics(&metrics));
@@ -264,6 +266,9 @@ pub fn reload(proxy: &Proxy, old: &Config, new: &Config) -> Result<Vec<&'static 
     }
     if old.robots.cache_entries != new.robots.cache_entries {
         restart.push("robots.cache_entries");
+    }
+    if old.robots.cache_max_mib != new.robots.cache_max_mib {
+        restart.push("robots.cache_max_mib");
     }
     if old.audit_path() != new.audit_path() {
         restart.push("audit.path");

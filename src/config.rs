@@ -47,6 +47,9 @@ pub struct Config {
 pub struct RobotsConfig {
     /// Most origins kept in the cache (least recently used are dropped).
     pub cache_entries: usize,
+    /// Memory budget for cached rules in MiB; least recently used origins
+    /// are dropped beyond it (large files count for more than small ones).
+    pub cache_max_mib: usize,
     /// How long a fetched robots.txt is used without `Cache-Control: max-age`.
     #[serde(deserialize_with = "duration")]
     pub default_ttl: Duration,
@@ -195,6 +198,7 @@ impl Default for RobotsConfig {
     fn default() -> Self {
         RobotsConfig {
             cache_entries: 100_000,
+            cache_max_mib: 128,
             default_ttl: Duration::from_secs(24 * 3600),
             min_ttl: Duration::from_secs(60),
             max_ttl: Duration::from_secs(7 * 24 * 3600),
@@ -327,6 +331,9 @@ impl Config {
         }
         if self.robots.cache_entries == 0 {
             return Err("key `robots.cache_entries` must be at least 1".into());
+        }
+        if self.robots.cache_max_mib == 0 {
+            return Err("key `robots.cache_max_mib` must be at least 1".into());
         }
         if self.tls.leaf_cache == 0 {
             return Err("key `tls.leaf_cache` must be at least 1".into());

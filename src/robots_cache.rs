@@ -76,6 +76,21 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Approximate bytes held: the parsed file (unless shared with the
+    /// previous copy) and the compiled rules.
+    pub fn memory_usage(&self) -> usize {
+        let robots = match &self.rules {
+            Rules::Parsed(r) => r.memory_usage(),
+            _ => 0,
+        };
+        let compiled = self
+            .compiled
+            .read()
+            .map(|c| c.iter().map(|(t, r)| t.len() + r.memory_usage()).sum())
+            .unwrap_or(0);
+        std::mem::size_of::<Self>() + robots + compiled
+    }
+
     /// Seconds since the rules in use were fetched.
     pub fn age(&self) -> Duration {
         self.fetched_instant.elapsed()
@@ -120,6 +135,12 @@ pub struct CacheSettings {
     pub max_ttl: Duration,
     pub unreachable_retry: Duration,
     pub stale_max: Duration,
+    /// Memory budget for cached rules, in bytes: least recently used
+    /// entries are dropped beyond it, whatever their number.
+    pub max_bytes: usize,
+    /// Agent token whose rules are compiled when an entry is made (the
+    /// configured agent), so an entry's size is known when it is stored.
+    pub precompile_agent: Option<String>,
 }
 
 /// Callback run after every fetch.
@@ -130,11 +151,65 @@ type Flight = Shared<BoxFuture<'static, Arc<Entry>>>;
 struct Slot {
     entry: Option<Arc<Entry>>,
     flight: Option<Flight>,
+    /// Bytes accounted for `entry`.
+    weight: usize,
+}
+
+/// The LRU and the bytes its entries hold.
+struct Slots {
+    lru: LruCache<Origin, Slot>,
+    bytes: usize,
+}
+
+impl Slots {
+    /// Stores `entry` for `origin` (finishing its flight), then drops least
+    /// recently used entries while over `max_bytes` (never the last one).
+    fn store(&mut self, origin: Origin, entry: Arc<Entry>, max_bytes: usize) {
+        let weight = entry.memory_usage();
+        match self.lru.get_mut(&origin) {
+            Some(slot) => {
+                self.bytes = self.bytes - slot.weight + weight;
+                slot.entry = Some(entry);
+                slot.flight = None;
+                slot.weight = weight;
+            }
+            None => {
+                self.bytes += weight;
+                let evicted = self.lru.push(
+                    origin,
+                    Slot {
+                        entry: Some(entry),
+                        flight: None,
+                        weight,
+                    },
+                );
+                if let Some((_, old)) = evicted {
+                    self.bytes -= old.weight;
+                }
+            }
+        }
+        while self.bytes > max_bytes && self.lru.len() > 1 {
+            match self.lru.pop_lru() {
+                Some((_, old)) => self.bytes -= old.weight,
+                None => break,
+            }
+        }
+    }
+
+    fn remove(&mut self, origin: &Origin) -> bool {
+        match self.lru.pop(origin) {
+            Some(old) => {
+                self.bytes -= old.weight;
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// The cache. Cheap to share: use it behind an `Arc`.
 pub struct RobotsCache {
-    slots: Mutex<LruCache<Origin, Slot>>,
+    slots: Mutex<Slots>,
     client: HttpClient,
     fetch: FetchSettings,
     settings: CacheSettings,
@@ -146,7 +221,10 @@ impl RobotsCache {
     pub fn new(client: HttpClient, fetch: FetchSettings, settings: CacheSettings) -> RobotsCache {
         let cap = NonZeroUsize::new(settings.capacity.max(1)).unwrap_or(NonZeroUsize::MIN);
         RobotsCache {
-            slots: Mutex::new(LruCache::new(cap)),
+            slots: Mutex::new(Slots {
+                lru: LruCache::new(cap),
+                bytes: 0,
+            }),
             client,
             fetch,
             settings,
@@ -162,7 +240,12 @@ impl RobotsCache {
 
     /// Number of origins cached.
     pub fn len(&self) -> usize {
-        self.slots.lock().map(|s| s.len()).unwrap_or(0)
+        self.slots.lock().map(|s| s.lru.len()).unwrap_or(0)
+    }
+
+    /// Approximate bytes held by cached rules.
+    pub fn memory_usage(&self) -> usize {
+        self.slots.lock().map(|s| s.bytes).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -173,7 +256,7 @@ impl RobotsCache {
     pub fn purge(&self, origin: &Origin) -> bool {
         self.slots
             .lock()
-            .map(|mut s| s.pop(origin).is_some())
+            .map(|mut s| s.remove(origin))
             .unwrap_or(false)
     }
 
@@ -190,13 +273,7 @@ impl RobotsCache {
             },
         ));
         if let Ok(mut slots) = self.slots.lock() {
-            slots.put(
-                origin,
-                Slot {
-                    entry: Some(entry),
-                    flight: None,
-                },
-            );
+            slots.store(origin, entry, self.settings.max_bytes);
         }
     }
 
@@ -208,7 +285,7 @@ impl RobotsCache {
             let Ok(mut slots) = self.slots.lock() else {
                 return (Arc::new(self.poisoned()), Lookup::Miss);
             };
-            match slots.get_mut(origin) {
+            match slots.lru.get_mut(origin) {
                 Some(slot) => {
                     if let Some(entry) = &slot.entry
                         && entry.expires > Instant::now()
@@ -231,13 +308,17 @@ impl RobotsCache {
                 }
                 None => {
                     let f = self.start_flight(origin.clone(), None);
-                    slots.put(
+                    let evicted = slots.lru.push(
                         origin.clone(),
                         Slot {
                             entry: None,
                             flight: Some(f.clone()),
+                            weight: 0,
                         },
                     );
+                    if let Some((_, old)) = evicted {
+                        slots.bytes -= old.weight;
+                    }
                     (f, Lookup::Miss)
                 }
             }
@@ -255,21 +336,7 @@ impl RobotsCache {
             }
             let entry = Arc::new(this.entry_from(previous.as_deref(), fetched));
             if let Ok(mut slots) = this.slots.lock() {
-                match slots.get_mut(&origin) {
-                    Some(slot) => {
-                        slot.entry = Some(entry.clone());
-                        slot.flight = None;
-                    }
-                    None => {
-                        slots.put(
-                            origin,
-                            Slot {
-                                entry: Some(entry.clone()),
-                                flight: None,
-                            },
-                        );
-                    }
-                }
+                slots.store(origin, entry.clone(), this.settings.max_bytes);
             }
             entry
         });
@@ -281,7 +348,7 @@ impl RobotsCache {
                 // requests, and let the next request start a new fetch.
                 Err(_) => {
                     if let Ok(mut slots) = this.slots.lock()
-                        && let Some(slot) = slots.get_mut(&flight_origin)
+                        && let Some(slot) = slots.lru.get_mut(&flight_origin)
                     {
                         slot.flight = None;
                     }
@@ -377,7 +444,7 @@ impl RobotsCache {
                     ),
                 },
             };
-        Entry {
+        let entry = Entry {
             rules,
             kind,
             status: fetched.status,
@@ -387,6 +454,98 @@ impl RobotsCache {
             expires,
             last_good,
             compiled: RwLock::new(Vec::new()),
+        };
+        if let Some(agent) = &s.precompile_agent {
+            entry.agent_rules(agent);
         }
+        entry
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::origin::Scheme;
+    use crate::proxy::client::{ClientSettings, build_client};
+
+    fn cache(max_bytes: usize, capacity: usize) -> RobotsCache {
+        let tls = crate::tls::client_config_with(&[], false)
+            .map(|(c, _)| c)
+            .expect("tls config");
+        let client = build_client(
+            &ClientSettings {
+                allow_private: false,
+                connect_timeout: Duration::from_secs(1),
+                pool_idle_per_host: 1,
+                pool_idle_timeout: Duration::from_secs(1),
+            },
+            Arc::new(tls),
+        );
+        RobotsCache::new(
+            client,
+            FetchSettings {
+                user_agent: "t".into(),
+                timeout: Duration::from_secs(1),
+                max_redirects: 5,
+            },
+            CacheSettings {
+                capacity,
+                default_ttl: Duration::from_secs(60),
+                min_ttl: Duration::from_secs(1),
+                max_ttl: Duration::from_secs(60),
+                unreachable_retry: Duration::from_secs(1),
+                stale_max: Duration::from_secs(60),
+                max_bytes,
+                precompile_agent: Some("bot".into()),
+            },
+        )
+    }
+
+    fn origin(i: usize) -> Origin {
+        Origin::new(Scheme::Http, &format!("host{i}.example"), None).expect("origin")
+    }
+
+    fn robots(rules: usize) -> Robots {
+        let mut text = String::from("User-agent: *\n");
+        for i in 0..rules {
+            text.push_str(&format!("Disallow: /some/fairly/long/path/number/{i}\n"));
+        }
+        Robots::parse(text.as_bytes())
+    }
+
+    #[test]
+    fn memory_budget_bounds_the_cache_whatever_the_entry_count() {
+        let budget = 256 * 1024;
+        let c = cache(budget, 100_000);
+        for i in 0..200 {
+            c.insert_parsed(origin(i), robots(100));
+        }
+        assert!(
+            c.memory_usage() <= budget,
+            "{} > {budget}",
+            c.memory_usage()
+        );
+        assert!(c.len() < 200 && c.len() > 1, "{}", c.len());
+        // The most recent entry is kept, the oldest are gone.
+        let slots = c.slots.lock().expect("lock");
+        assert!(slots.lru.contains(&origin(199)));
+        assert!(!slots.lru.contains(&origin(0)));
+    }
+
+    #[test]
+    fn entry_count_bound_still_applies_and_bytes_stay_consistent() {
+        let c = cache(usize::MAX, 10);
+        for i in 0..50 {
+            c.insert_parsed(origin(i), robots(3));
+        }
+        assert_eq!(c.len(), 10);
+        let expected: usize = {
+            let slots = c.slots.lock().expect("lock");
+            slots.lru.iter().map(|(_, s)| s.weight).sum()
+        };
+        assert_eq!(c.memory_usage(), expected);
+        assert!(c.purge(&origin(49)));
+        assert!(!c.purge(&origin(49)));
+        assert_eq!(c.len(), 9);
     }
 }
