@@ -1,20 +1,25 @@
 //! Building a running proxy from a [`Config`]: the wiring `main` and the
-//! integration tests share.
+//! integration tests share, and configuration reload.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::net::TcpListener;
 
+use crate::access::{ClientAcl, ProxyAuth};
 use crate::audit::AuditLog;
-use crate::config::Config;
-use crate::fetch::FetchSettings;
+use crate::config::{Config, PolitenessMode};
+use crate::fetch::{FetchSettings, Outcome};
 use crate::gate::Gate;
-use crate::proxy::client::{ClientSettings, build_client, default_tls_config};
+use crate::metrics::{self, Metrics};
+use crate::politeness::{Mode, Politeness, PolitenessConfig};
+use crate::proxy::client::{ClientSettings, build_client};
 use crate::proxy::{Proxy, Settings, server};
 use crate::robots_cache::{CacheSettings, RobotsCache};
+use crate::tls::{Ca, Minter};
 
-/// Why the proxy could not start.
+/// Why the proxy could not start (or a reload was rejected).
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("cannot listen on {addr}: {source}")]
@@ -27,20 +32,57 @@ pub enum StartError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
-    #[error("upstream TLS: {0}")]
-    Tls(String),
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+    #[error("key `access.allow_clients`: {0}")]
+    Acl(#[from] crate::access::AclError),
+    #[error("key `access.users`: {0}")]
+    Auth(#[from] crate::access::AuthError),
 }
 
 /// A bound, ready-to-serve proxy.
 pub struct App {
     pub proxy: Arc<Proxy>,
     pub listener: TcpListener,
+    pub admin: Option<TcpListener>,
     pub config: Config,
+    /// Path of the CA certificate clients must trust, and whether it was just created.
+    pub ca: Option<(std::path::PathBuf, bool)>,
 }
 
-/// The reloadable part of a configuration.
-pub fn settings_from(config: &Config) -> Settings {
-    Settings {
+fn politeness_config(config: &Config) -> PolitenessConfig {
+    let p = &config.politeness;
+    PolitenessConfig {
+        mode: match p.mode {
+            PolitenessMode::Delay => Mode::Delay {
+                max_wait: p.max_wait,
+            },
+            PolitenessMode::Reject => Mode::Reject,
+        },
+        default_interval: (!p.default_interval.is_zero()).then_some(p.default_interval),
+        max_tracked: p.max_tracked.max(1),
+        max_crawl_delay: p.max_crawl_delay,
+        ..PolitenessConfig::default()
+    }
+}
+
+/// The reloadable part of a configuration. `previous` keeps the politeness
+/// state when its settings did not change.
+pub fn settings_from(config: &Config, previous: Option<&Settings>) -> Result<Settings, StartError> {
+    let acl = ClientAcl::new(config.access.allow_clients.iter().map(|n| n.to_string()))?;
+    let auth = if config.access.users.is_empty() {
+        None
+    } else {
+        Some(Arc::new(ProxyAuth::new(
+            config.access.users.iter().cloned(),
+        )?))
+    };
+    let pconf = politeness_config(config);
+    let politeness = match previous {
+        Some(prev) if prev.politeness_config == pconf => prev.politeness.clone(),
+        _ => Arc::new(Politeness::new(pconf.clone())),
+    };
+    Ok(Settings {
         agent: config.agent_token(),
         agent_map: config
             .agents
@@ -53,13 +95,42 @@ pub fn settings_from(config: &Config) -> Settings {
             })
             .collect(),
         response_timeout: config.upstream.response_timeout,
+        no_intercept: config
+            .tls
+            .no_intercept
+            .iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect(),
+        acl,
+        auth,
+        politeness,
+        politeness_config: pconf,
+    })
+}
+
+fn fetch_metrics(m: &Metrics) -> impl Fn(&crate::fetch::Fetched) + Send + Sync + 'static {
+    let m = m.clone();
+    move |f| {
+        let outcome = match &f.outcome {
+            Outcome::Parsed(_) => metrics::FetchOutcome::Ok,
+            Outcome::Unavailable(_) if f.status.is_some_and(|s| (300..400).contains(&s)) => {
+                metrics::FetchOutcome::RedirectLimit
+            }
+            Outcome::Unavailable(_) => metrics::FetchOutcome::Unavailable,
+            Outcome::Unreachable(_) | Outcome::Refused(_) | Outcome::BadTls(_) => {
+                metrics::FetchOutcome::Unreachable
+            }
+        };
+        m.robots_fetch(outcome, f.status);
     }
 }
 
 impl App {
-    /// Opens the audit log, builds the client, cache and gate, and binds the listener.
+    /// Loads the CA, opens the audit log, builds the client, cache and
+    /// gate, and binds the listeners.
     pub async fn bind(config: Config) -> Result<App, StartError> {
-        let tls = default_tls_config(&config.upstream.ca_files).map_err(StartError::Tls)?;
+        let metrics = Metrics::new();
+        let tls = crate::tls::client_config(&config.upstream.ca_files)?;
         let client = build_client(
             &ClientSettings {
                 allow_private: config.allow_private_destinations,
@@ -85,7 +156,8 @@ impl App {
                 unreachable_retry: r.unreachable_retry,
                 stale_max: r.stale_max,
             },
-        );
+        )
+        .on_fetch(fetch_metrics(&metrics));
         let gate = Gate::new(Arc::new(cache), config.allow_private_destinations);
         let audit_path = config.audit_path();
         let audit = AuditLog::open(&audit_path, config.audit.log_all).map_err(|source| {
@@ -94,6 +166,10 @@ impl App {
                 source,
             }
         })?;
+        let ca_dir = config.ca_dir();
+        let (ca, created) = Ca::load_or_create(&ca_dir)?;
+        let minter = Arc::new(Minter::new(ca, config.tls.leaf_cache)?);
+        let settings = settings_from(&config, None)?;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -101,11 +177,28 @@ impl App {
                     addr: config.listen,
                     source,
                 })?;
-        let proxy = Arc::new(Proxy::new(gate, client, audit, settings_from(&config)));
+        let admin = match config.admin.listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Listen { addr, source })?,
+            ),
+            None => None,
+        };
+        let proxy = Arc::new(Proxy::new(
+            gate,
+            client,
+            audit,
+            metrics,
+            Some(minter),
+            settings,
+        ));
         Ok(App {
             proxy,
             listener,
+            admin,
             config,
+            ca: Some((ca_dir.join(crate::tls::ca::CERT_FILE), created)),
         })
     }
 
@@ -114,9 +207,75 @@ impl App {
         self.listener.local_addr().unwrap_or(self.config.listen)
     }
 
-    /// Serves until `shutdown` completes; returns connections cut off after the grace period.
+    /// The admin listener's address, if enabled.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    /// Serves until `shutdown` completes; returns connections cut off
+    /// after the grace period. The admin listener (if any) serves alongside
+    /// and reports not-ready once shutdown begins.
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) -> usize {
         let grace = self.config.shutdown_grace;
-        server::serve(self.listener, self.proxy, shutdown, grace).await
+        let ready = Arc::new(AtomicBool::new(true));
+        let admin_task = self.admin.map(|listener| {
+            tokio::spawn(crate::admin::serve(
+                listener,
+                self.proxy.clone(),
+                ready.clone(),
+            ))
+        });
+        let ready_flag = ready.clone();
+        let cut = server::serve(
+            self.listener,
+            self.proxy.clone(),
+            async move {
+                shutdown.await;
+                ready_flag.store(false, Ordering::Relaxed);
+            },
+            grace,
+        )
+        .await;
+        if let Some(task) = admin_task {
+            task.abort();
+        }
+        cut
     }
+}
+
+/// Applies a new configuration to a running proxy: agents, mappings,
+/// access control, politeness, timeouts, no-intercept list, audit options
+/// (and reopens the audit file). Settings that need a restart (listen
+/// addresses, cache size, CA, upstream trust) are reported and left as they
+/// are. On error nothing changes.
+pub fn reload(proxy: &Proxy, old: &Config, new: &Config) -> Result<Vec<&'static str>, StartError> {
+    let settings = settings_from(new, Some(&proxy.settings()))?;
+    proxy.set_settings(settings);
+    proxy.audit.set_log_all(new.audit.log_all);
+    if let Err(e) = proxy.audit.reopen() {
+        tracing::error!(path = %proxy.audit.path().display(), error = %e, "cannot reopen the audit log");
+    }
+    let mut restart = Vec::new();
+    if old.listen != new.listen {
+        restart.push("listen");
+    }
+    if old.admin.listen != new.admin.listen {
+        restart.push("admin.listen");
+    }
+    if old.robots.cache_entries != new.robots.cache_entries {
+        restart.push("robots.cache_entries");
+    }
+    if old.audit_path() != new.audit_path() {
+        restart.push("audit.path");
+    }
+    if old.ca_dir() != new.ca_dir() {
+        restart.push("tls.ca_dir");
+    }
+    if old.upstream.ca_files != new.upstream.ca_files {
+        restart.push("upstream.ca_files");
+    }
+    if old.allow_private_destinations != new.allow_private_destinations {
+        restart.push("allow_private_destinations");
+    }
+    Ok(restart)
 }

@@ -149,18 +149,7 @@ pub struct AccessConfig {
     /// Client networks allowed to connect.
     pub allow_clients: Vec<IpNet>,
     /// Basic proxy authentication; off when empty.
-    pub users: Vec<UserConfig>,
-}
-
-/// One proxy user.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UserConfig {
-    pub name: String,
-    /// Output of `robots-proxy hash-password`.
-    pub password_hash: String,
-    /// Robots product token this user's requests obey.
-    pub agent: Option<String>,
+    pub users: Vec<crate::access::UserConfig>,
 }
 
 /// Log output.

@@ -31,6 +31,8 @@ pub enum Outcome {
     Unreachable(String),
     /// The destination policy forbids connecting to the origin.
     Refused(String),
+    /// TLS with the origin failed (untrusted or mismatched certificate...).
+    BadTls(String),
 }
 
 /// A finished fetch.
@@ -114,6 +116,15 @@ async fn fetch_chain(
             Err(e) => {
                 if let Some(p) = crate::net::find_private_destination(&e) {
                     return (Outcome::Refused(p.to_string()), None, None);
+                }
+                if crate::tls::is_tls_failure(&e) {
+                    let host = url.host().unwrap_or_default();
+                    let reason = crate::tls::upstream_error_reason(&e, host);
+                    return (
+                        Outcome::BadTls(format!("fetching {url}: {reason}")),
+                        None,
+                        None,
+                    );
                 }
                 return (
                     Outcome::Unreachable(format!("fetching {url}: {}", error_chain(&e))),

@@ -25,6 +25,8 @@ pub enum Decision {
     RateLimited { retry_after: Duration },
     /// Refused by policy before robots.txt (private destination, loop, ...).
     Refused { reason: String },
+    /// The origin failed TLS verification: 502 with the reason.
+    BadGateway { reason: String },
 }
 
 impl Decision {
@@ -36,6 +38,7 @@ impl Decision {
             Decision::Unreachable { .. } => "unreachable",
             Decision::RateLimited { .. } => "rate_limited",
             Decision::Refused { .. } => "refused",
+            Decision::BadGateway { .. } => "bad_gateway",
         }
     }
 
@@ -66,6 +69,7 @@ impl Decision {
                 retry_after.as_secs_f64()
             ),
             Decision::Refused { reason } => reason.clone(),
+            Decision::BadGateway { reason } => format!("upstream TLS failed: {reason}"),
         }
     }
 }
@@ -163,6 +167,12 @@ impl Gate {
 fn decide(entry: &Entry, path_and_query: &str, agent: &str) -> (Decision, Option<f64>) {
     match &entry.rules {
         Rules::AllowAll => (Decision::Allowed { rule: None }, None),
+        Rules::BadTls => (
+            Decision::BadGateway {
+                reason: entry.reason.clone().unwrap_or_default(),
+            },
+            None,
+        ),
         Rules::Refused => (
             Decision::Refused {
                 reason: entry.reason.clone().unwrap_or_default(),

@@ -3,6 +3,7 @@
 //! The binary is a thin shell over this library; tests and benches use it
 //! directly.
 pub mod access;
+pub mod admin;
 pub mod app;
 pub mod audit;
 pub mod check;

@@ -2,12 +2,15 @@ use std::io::{self, BufWriter, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use robots_proxy::app::App;
 use robots_proxy::check;
 use robots_proxy::config::{Config, LogFormat};
+use robots_proxy::proxy::Proxy;
 use robots_proxy::robots::Robots;
 
 /// A caching forward HTTP(S) proxy that enforces robots.txt.
@@ -39,6 +42,21 @@ enum Command {
     /// Configuration tools.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Certificate authority for HTTPS interception.
+    #[command(subcommand)]
+    Ca(CaCommand),
+    /// Print an Argon2id hash of a password (read from stdin) for `access.users`.
+    HashPassword,
+}
+
+#[derive(Subcommand)]
+enum CaCommand {
+    /// Create a new CA: DIR/ca.pem (trust this) and DIR/ca.key (mode 0600).
+    Init {
+        /// Directory for the CA files.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -73,6 +91,12 @@ struct RunArgs {
     /// Log as JSON lines instead of human-readable text.
     #[arg(long)]
     log_json: bool,
+    /// CA directory for HTTPS interception (created on first start).
+    #[arg(long, value_name = "DIR")]
+    ca_dir: Option<PathBuf>,
+    /// Extra trusted CA certificates (PEM) for upstream TLS; repeatable.
+    #[arg(long, value_name = "FILE")]
+    upstream_ca: Vec<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -93,6 +117,8 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Ca(CaCommand::Init { dir }) => ca_init(&dir),
+        Command::HashPassword => hash_password(),
         Command::Run(args) => match run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -130,6 +156,13 @@ fn load_config(args: &RunArgs) -> anyhow::Result<Config> {
     if args.log_json {
         config.log.format = LogFormat::Json;
     }
+    if let Some(dir) = &args.ca_dir {
+        config.tls.ca_dir = Some(dir.clone());
+    }
+    config
+        .upstream
+        .ca_files
+        .extend(args.upstream_ca.iter().cloned());
     Ok(config)
 }
 
@@ -157,8 +190,20 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         let app = App::bind(config).await?;
+        if let Some((ca_pem, created)) = &app.ca {
+            if *created {
+                tracing::info!(ca = %ca_pem.display(),
+                    "created a new CA for HTTPS interception: clients must trust this file");
+            } else {
+                tracing::info!(ca = %ca_pem.display(), "HTTPS interception CA");
+            }
+        }
         tracing::info!(listen = %app.local_addr(), agent = %app.config.agent,
-            audit_log = %app.proxy.audit.path().display(), "robots-proxy listening");
+            audit_log = %app.proxy.audit.path().display(),
+            admin = ?app.admin_addr(), "robots-proxy listening");
+        spawn_reloader(args, app.proxy.clone(), app.config.clone());
+        spawn_sweeper(app.proxy.clone());
+        robots_proxy::systemd::notify_ready();
         let cut = app.serve(shutdown_signal()).await;
         if cut > 0 {
             tracing::warn!(
@@ -169,6 +214,98 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!("stopped");
         Ok(())
     })
+}
+
+/// SIGHUP: re-read the configuration (same file and flags) and apply it;
+/// an invalid one is rejected and the running one stays.
+fn spawn_reloader(args: RunArgs, proxy: Arc<Proxy>, mut current: Config) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP: reload disabled");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            robots_proxy::systemd::notify_reloading();
+            match load_config(&args) {
+                Err(e) => {
+                    tracing::error!("reload rejected, keeping the running configuration: {e:#}")
+                }
+                Ok(new) => match robots_proxy::app::reload(&proxy, &current, &new) {
+                    Ok(restart) => {
+                        if !restart.is_empty() {
+                            tracing::warn!(keys = ?restart, "these changes need a restart to apply");
+                        }
+                        tracing::info!("configuration reloaded; audit log reopened");
+                        current = new;
+                    }
+                    Err(e) => {
+                        tracing::error!("reload rejected, keeping the running configuration: {e}")
+                    }
+                },
+            }
+            robots_proxy::systemd::notify_ready();
+        }
+    });
+}
+
+/// Drops idle politeness state once a minute.
+fn spawn_sweeper(proxy: Arc<Proxy>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tick.tick().await;
+            proxy.settings().politeness.sweep();
+        }
+    });
+}
+
+fn ca_init(dir: &Path) -> ExitCode {
+    let existing = dir.join(robots_proxy::tls::ca::CERT_FILE);
+    if existing.exists() {
+        eprintln!(
+            "robots-proxy ca init: {} already exists; remove ca.pem and ca.key first to replace the CA",
+            existing.display()
+        );
+        return ExitCode::from(2);
+    }
+    match robots_proxy::tls::Ca::generate().and_then(|ca| ca.write(dir).map(|()| ca)) {
+        Ok(ca) => {
+            println!(
+                "{}\nSHA-256 fingerprint {}",
+                existing.display(),
+                ca.fingerprint_sha256()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("robots-proxy ca init: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn hash_password() -> ExitCode {
+    let mut line = String::new();
+    if let Err(e) = io::stdin().read_line(&mut line) {
+        eprintln!("robots-proxy hash-password: {e}");
+        return ExitCode::from(2);
+    }
+    let password = line.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        eprintln!("robots-proxy hash-password: empty password (write it on stdin)");
+        return ExitCode::from(2);
+    }
+    match robots_proxy::access::hash_password(password) {
+        Ok(hash) => {
+            println!("{hash}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("robots-proxy hash-password: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 async fn shutdown_signal() {
@@ -191,6 +328,8 @@ async fn shutdown_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+    robots_proxy::systemd::notify_stopping();
+    robots_proxy::systemd::notify_stopping();
     tracing::info!("shutting down: no new connections, finishing requests in flight");
 }
 

@@ -27,6 +27,8 @@ pub enum FetchKind {
     Stale,
     /// Not fetched: the destination policy forbids the origin.
     Refused,
+    /// TLS with the origin failed and no copy is usable.
+    BadTls,
 }
 
 impl FetchKind {
@@ -37,6 +39,7 @@ impl FetchKind {
             FetchKind::Unreachable => "unreachable",
             FetchKind::Stale => "stale",
             FetchKind::Refused => "refused",
+            FetchKind::BadTls => "bad_tls",
         }
     }
 }
@@ -49,6 +52,8 @@ pub enum Rules {
     DisallowAll,
     /// The destination policy forbids the origin; the reason says why.
     Refused,
+    /// TLS with the origin failed; requests get 502 with the reason.
+    BadTls,
 }
 
 /// One origin's robots.txt state.
@@ -327,6 +332,15 @@ impl RobotsCache {
                 Outcome::Refused(reason) => (
                     Rules::Refused,
                     FetchKind::Refused,
+                    Some(reason),
+                    now + s.unreachable_retry,
+                    None,
+                    wall,
+                    now,
+                ),
+                Outcome::BadTls(reason) => (
+                    Rules::BadTls,
+                    FetchKind::BadTls,
                     Some(reason),
                     now + s.unreachable_retry,
                     None,

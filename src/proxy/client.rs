@@ -50,8 +50,11 @@ pub fn build_client(settings: &ClientSettings, tls: Arc<rustls::ClientConfig>) -
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(settings.connect_timeout));
+    // hyper-rustls sets ALPN (h2, http/1.1) itself and refuses a preset one.
+    let mut tls = (*tls).clone();
+    tls.alpn_protocols.clear();
     let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config((*tls).clone())
+        .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .enable_http2()
@@ -62,38 +65,4 @@ pub fn build_client(settings: &ClientSettings, tls: Arc<rustls::ClientConfig>) -
         .pool_max_idle_per_host(settings.pool_idle_per_host)
         .pool_idle_timeout(settings.pool_idle_timeout)
         .build(https)
-}
-
-/// A rustls client configuration trusting the compiled-in Mozilla roots
-/// (webpki-roots) and every certificate in `extra_pem_files`.
-pub fn default_tls_config(
-    extra_pem_files: &[std::path::PathBuf],
-) -> Result<rustls::ClientConfig, String> {
-    use rustls_pki_types::CertificateDer;
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    for path in extra_pem_files {
-        let mut n = 0;
-        for cert in CertificateDer::pem_file_iter(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
-        {
-            let cert = cert.map_err(|e| format!("bad PEM in {}: {e}", path.display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("bad certificate in {}: {e}", path.display()))?;
-            n += 1;
-        }
-        if n == 0 {
-            return Err(format!("{} holds no certificate", path.display()));
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    // ALPN is set by hyper-rustls (h2, http/1.1); it must not be preset here.
-    Ok(config)
 }

@@ -1,23 +1,37 @@
-//! CONNECT: blind tunnels (host-level decision only) and, with a CA, TLS
-//! interception so every inner request is judged by path.
+//! CONNECT: TLS interception under the proxy's CA so every inner request is
+//! judged by path; blind tunnels (host-level decision only) for hosts on
+//! the no-intercept list; plain HTTP inside a tunnel is judged as http.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use http::{Request, Response, StatusCode};
+use bytes::Bytes;
+use http::header::USER_AGENT;
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::Proxy;
 use super::client::{Body, empty_body};
+use super::io::Prefixed;
 use super::respond;
 use crate::audit::Record;
 use crate::net;
 use crate::origin::{Origin, Scheme};
 
-/// Parses a CONNECT target (`host:port`, `[v6]:port`).
-fn connect_origin(req: &Request<Incoming>) -> Result<Origin, String> {
+/// How long a client may take to start talking inside a tunnel.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The TLS record type of a handshake: the first byte of a ClientHello.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// Parses a CONNECT target (`host:port`, `[v6]:port`) into the HTTPS origin.
+fn connect_target(req: &Request<Incoming>) -> Result<(String, u16), String> {
     let authority = req
         .uri()
         .authority()
@@ -25,49 +39,181 @@ fn connect_origin(req: &Request<Incoming>) -> Result<Origin, String> {
     let port = authority
         .port_u16()
         .ok_or_else(|| "CONNECT needs an explicit port".to_string())?;
-    let scheme = if port == 80 {
-        Scheme::Http
-    } else {
-        Scheme::Https
-    };
-    Origin::new(scheme, authority.host(), Some(port)).map_err(|e| e.to_string())
+    Ok((authority.host().to_string(), port))
+}
+
+/// True if `host` is on the no-intercept list (`example.com` or `*.example.com`).
+pub fn no_intercept(list: &[String], host: &str) -> bool {
+    list.iter().any(|entry| match entry.strip_prefix("*.") {
+        Some(suffix) => {
+            host.len() > suffix.len()
+                && host.ends_with(suffix)
+                && host.as_bytes()[host.len() - suffix.len() - 1] == b'.'
+        }
+        None => entry.eq_ignore_ascii_case(host),
+    })
 }
 
 /// Handles a CONNECT request.
 pub async fn handle(
     proxy: Arc<Proxy>,
     client: SocketAddr,
+    user: Option<Arc<str>>,
+    user_agent: Option<String>,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let origin = match connect_origin(&req) {
+    let (host, port) = match connect_target(&req) {
+        Ok(t) => t,
+        Err(e) => return respond::text(StatusCode::BAD_REQUEST, format!("Bad CONNECT: {e}\n")),
+    };
+    let https = match Origin::new(Scheme::Https, &host, Some(port)) {
         Ok(o) => o,
         Err(e) => return respond::text(StatusCode::BAD_REQUEST, format!("Bad CONNECT: {e}\n")),
     };
-    tunnel(proxy, client, origin, req).await
+    if let Some(reason) = proxy.gate.destination_refusal(&https) {
+        let judgement = proxy.gate.judge(&https, "/", &proxy.settings().agent).await;
+        return proxy
+            .audit_and_block(&judgement, client, user.as_deref(), "CONNECT")
+            .unwrap_or_else(|| respond::refused(&reason));
+    }
+    let settings = proxy.settings();
+    let agent = settings.agent_for(user_agent.as_deref(), req.headers().get(USER_AGENT));
+    let minter = proxy.minter.clone();
+    if minter.is_none() || no_intercept(&settings.no_intercept, https.host()) {
+        return tunnel(proxy, client, user, https, &agent, req).await;
+    }
+    tokio::spawn(async move {
+        let upgraded = match hyper::upgrade::on(req).await {
+            Ok(u) => TokioIo::new(u),
+            Err(e) => {
+                tracing::debug!(error = %e, "CONNECT upgrade failed");
+                return;
+            }
+        };
+        intercept(proxy, client, (user, user_agent), https, upgraded, minter).await;
+    });
+    Response::new(empty_body())
+}
+
+/// Reads the first byte and serves the tunnel as TLS (intercepted) or as
+/// plain HTTP.
+async fn intercept<IO>(
+    proxy: Arc<Proxy>,
+    client: SocketAddr,
+    user: (Option<Arc<str>>, Option<String>),
+    https: Origin,
+    mut io: IO,
+    minter: Option<Arc<crate::tls::Minter>>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut first = [0u8; 1];
+    let n = match tokio::time::timeout(HANDSHAKE_TIMEOUT, io.read(&mut first)).await {
+        Ok(Ok(n)) if n > 0 => n,
+        _ => return,
+    };
+    let io = Prefixed::new(Bytes::copy_from_slice(&first[..n]), io);
+    if first[0] != TLS_HANDSHAKE {
+        // Plain HTTP inside the tunnel (e.g. CONNECT host:80): judged as http.
+        let Ok(http) = Origin::new(Scheme::Http, https.host(), Some(https.port())) else {
+            return;
+        };
+        serve_inner(proxy, client, user, http, io).await;
+        return;
+    }
+    let Some(minter) = minter else { return };
+    let host = https.host().to_string();
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, minter.accept(io, &host)).await {
+        Ok(Ok((tls, _served))) => serve_inner(proxy, client, user, https, tls).await,
+        Ok(Err(e)) if e.client_distrusts_ca() => tracing::warn!(%client, host = %host,
+            "client does not trust the proxy CA (install ca.pem, see README): {e}"),
+        Ok(Err(e)) => tracing::debug!(%client, host = %host, "TLS interception failed: {e}"),
+        Err(_) => tracing::debug!(%client, host = %host, "TLS handshake timed out"),
+    }
+}
+
+/// Serves HTTP/1.1 or HTTP/2 requests inside a tunnel; every request is
+/// judged against `origin`, the host the CONNECT named (where the proxy
+/// actually connects), whatever Host or SNI the client sends.
+async fn serve_inner<IO>(
+    proxy: Arc<Proxy>,
+    client: SocketAddr,
+    user: (Option<Arc<str>>, Option<String>),
+    origin: Origin,
+    io: IO,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let origin = Arc::new(origin);
+    let service = service_fn(move |req: Request<Incoming>| {
+        let (proxy, origin, user) = (proxy.clone(), origin.clone(), user.clone());
+        async move {
+            Ok::<_, std::convert::Infallible>(
+                inner_request(&proxy, client, user, &origin, req).await,
+            )
+        }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    if let Err(e) = builder.serve_connection(TokioIo::new(io), service).await {
+        tracing::debug!(%client, error = %e, "tunnel connection ended with an error");
+    }
+}
+
+async fn inner_request(
+    proxy: &Proxy,
+    client: SocketAddr,
+    (user, user_agent): (Option<Arc<str>>, Option<String>),
+    origin: &Origin,
+    mut req: Request<Incoming>,
+) -> Response<Body> {
+    let path = req
+        .uri()
+        .path_and_query()
+        .map(|pq| pq.as_str())
+        .unwrap_or("/")
+        .to_string();
+    let uri: Uri = match origin.url(&path).parse() {
+        Ok(u) => u,
+        Err(e) => return respond::text(StatusCode::BAD_REQUEST, format!("Bad request: {e}\n")),
+    };
+    *req.uri_mut() = uri;
+    let agent = proxy
+        .settings()
+        .agent_for(user_agent.as_deref(), req.headers().get(USER_AGENT));
+    proxy
+        .judge_and_forward(
+            client,
+            user.as_deref(),
+            origin.clone(),
+            &path,
+            &agent,
+            req.map(|b| b.boxed()),
+        )
+        .await
 }
 
 /// A blind tunnel: only a host-level decision (is `/` allowed?) is possible.
 async fn tunnel(
     proxy: Arc<Proxy>,
     client: SocketAddr,
+    user: Option<Arc<str>>,
     origin: Origin,
+    agent: &str,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let agent = proxy
-        .settings()
-        .agent_for(req.headers().get(http::header::USER_AGENT));
-    let judgement = proxy.gate.judge(&origin, "/", &agent).await;
-    if let Some(resp) = proxy.audit_and_block(&judgement, client, "CONNECT") {
+    let judgement = proxy.gate.judge(&origin, "/", agent).await;
+    if let Some(resp) = proxy.audit_and_block(&judgement, client, user.as_deref(), "CONNECT") {
         return resp;
     }
     // Allowed at host level: record that paths go unchecked.
-    let record = Record::with_decision(&judgement, client, None, "CONNECT", "tunnelled");
+    let record = Record::with_decision(&judgement, client, user.as_deref(), "CONNECT", "tunnelled");
     if proxy.audit.write(&record).is_err() {
         return respond::text(
             StatusCode::SERVICE_UNAVAILABLE,
             "robots-proxy cannot write its audit log\n",
         );
     }
+    proxy.metrics.request(crate::metrics::Decision::Tunnelled);
     let upstream = match connect_upstream(&origin, proxy.gate.allows_private()).await {
         Ok(s) => s,
         Err(ConnectFailure::Refused(reason)) => return respond::refused(&reason),
@@ -137,4 +283,19 @@ pub async fn connect_upstream(
     Err(ConnectFailure::Io(
         last.unwrap_or_else(|| std::io::Error::other("no address")),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::no_intercept;
+
+    #[test]
+    fn no_intercept_matches_exact_and_suffix_entries() {
+        let list = vec!["bank.example".to_string(), "*.pinned.example".to_string()];
+        assert!(no_intercept(&list, "bank.example"));
+        assert!(!no_intercept(&list, "www.bank.example"));
+        assert!(no_intercept(&list, "api.pinned.example"));
+        assert!(!no_intercept(&list, "pinned.example"));
+        assert!(!no_intercept(&list, "evilpinned.example"));
+    }
 }

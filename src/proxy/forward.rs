@@ -57,6 +57,7 @@ pub async fn forward(
     // The proxy speaks its own HTTP version on each side.
     *req.version_mut() = http::Version::HTTP_11;
     let target = req.uri().to_string();
+    let host = req.uri().host().unwrap_or_default().to_string();
     match tokio::time::timeout(timeout, client.request(req)).await {
         Err(_) => respond::text(
             StatusCode::GATEWAY_TIMEOUT,
@@ -70,9 +71,10 @@ pub async fn forward(
                 return respond::refused(&p.to_string());
             }
             tracing::debug!(%target, error = %error_chain(&e), "upstream request failed");
+            let reason = crate::tls::upstream_error_reason(&e, &host);
             respond::text(
                 StatusCode::BAD_GATEWAY,
-                format!("Upstream error for {target}: {}\n", upstream_reason(&e)),
+                format!("Upstream error for {target}: {reason}\n"),
             )
         }
         Ok(Ok(resp)) => {
@@ -83,23 +85,6 @@ pub async fn forward(
             Response::from_parts(parts, body.boxed())
         }
     }
-}
-
-/// A short reason for a failed upstream request: TLS problems named
-/// precisely, otherwise the error chain.
-fn upstream_reason(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        let inner = e
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-            .and_then(|i| i.downcast_ref::<rustls::Error>());
-        if let Some(tls) = e.downcast_ref::<rustls::Error>().or(inner) {
-            return format!("TLS: {tls}");
-        }
-        cur = e.source();
-    }
-    error_chain(err)
 }
 
 #[cfg(test)]

@@ -4,41 +4,60 @@
 pub mod client;
 pub mod connect;
 pub mod forward;
+pub mod io;
 pub mod respond;
 pub mod server;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use http::header::{HeaderValue, USER_AGENT, VIA};
+use http::header::{HeaderValue, PROXY_AUTHORIZATION, USER_AGENT, VIA};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
+use crate::access::{AuthOutcome, ClientAcl, ProxyAuth};
 use crate::audit::{AuditLog, Record};
 use crate::gate::{Decision, Gate, Judgement};
-use crate::origin::{Origin, Scheme};
+use crate::metrics::{self, Metrics};
+use crate::origin::Origin;
+use crate::politeness::Politeness;
 use crate::robots::product_token;
+use crate::tls::Minter;
 use client::{Body, HttpClient};
 
 /// Settings that a reload may change.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Settings {
     /// Default robots product token (lower-cased).
     pub agent: String,
     /// Client User-Agent product token → robots token.
     pub agent_map: HashMap<String, String>,
     pub response_timeout: Duration,
+    /// Hosts tunnelled without interception.
+    pub no_intercept: Vec<String>,
+    /// Clients allowed to connect.
+    pub acl: ClientAcl,
+    /// Proxy authentication, if users are configured.
+    pub auth: Option<Arc<ProxyAuth>>,
+    /// Crawl-delay enforcement.
+    pub politeness: Arc<Politeness>,
+    /// What `politeness` was built from (kept across reloads when unchanged).
+    pub politeness_config: crate::politeness::PolitenessConfig,
 }
 
 impl Settings {
-    /// The robots token for a request: a mapping of the client's own
-    /// User-Agent product token if there is one, else the default agent.
-    pub fn agent_for(&self, client_user_agent: Option<&HeaderValue>) -> String {
+    /// The robots token for a request. Precedence: the authenticated
+    /// user's configured token, then a mapping of the client's own
+    /// User-Agent product token, then the default agent.
+    pub fn agent_for(&self, user_agent: Option<&str>, client_ua: Option<&HeaderValue>) -> String {
+        if let Some(token) = user_agent {
+            return token.to_string();
+        }
         if !self.agent_map.is_empty()
-            && let Some(ua) = client_user_agent.and_then(|v| v.to_str().ok())
+            && let Some(ua) = client_ua.and_then(|v| v.to_str().ok())
             && let Some(mapped) = self.agent_map.get(&product_token(ua))
         {
             return mapped.clone();
@@ -52,20 +71,39 @@ pub struct Proxy {
     pub gate: Gate,
     pub client: HttpClient,
     pub audit: AuditLog,
+    pub metrics: Metrics,
+    /// Mints leaf certificates for intercepted CONNECTs; `None` disables interception.
+    pub minter: Option<Arc<Minter>>,
     settings: RwLock<Arc<Settings>>,
     /// `Via` value, with an instance id used for loop detection.
     via: HeaderValue,
     instance: String,
 }
 
+/// Who is asking: the authenticated user and the robots token they obey.
+struct Caller {
+    user: Option<Arc<str>>,
+    /// Token configured for the user, overriding the others.
+    user_agent: Option<String>,
+}
+
 impl Proxy {
-    pub fn new(gate: Gate, client: HttpClient, audit: AuditLog, settings: Settings) -> Proxy {
+    pub fn new(
+        gate: Gate,
+        client: HttpClient,
+        audit: AuditLog,
+        metrics: Metrics,
+        minter: Option<Arc<Minter>>,
+        settings: Settings,
+    ) -> Proxy {
         let instance = format!("{:08x}", rand_id());
-        let via = header_value_static(&format!("1.1 robots-proxy ({instance})"));
+        let via = respond::header_value(&format!("1.1 robots-proxy ({instance})"));
         Proxy {
             gate,
             client,
             audit,
+            metrics,
+            minter,
             settings: RwLock::new(Arc::new(settings)),
             via,
             instance,
@@ -99,14 +137,61 @@ impl Proxy {
             .any(|v| v.contains(&self.instance))
     }
 
+    /// Client ACL and proxy authentication. `Err` is the response to send.
+    async fn admit(
+        &self,
+        client: SocketAddr,
+        req: &Request<Incoming>,
+    ) -> Result<Caller, Response<Body>> {
+        let settings = self.settings();
+        if !settings.acl.allows(client.ip()) {
+            self.metrics.request(metrics::Decision::Refused);
+            tracing::warn!(%client, "client address not in access.allow_clients");
+            return Err(respond::refused(&format!(
+                "client address {} is not allowed to use this proxy",
+                client.ip()
+            )));
+        }
+        let Some(auth) = &settings.auth else {
+            return Ok(Caller {
+                user: None,
+                user_agent: None,
+            });
+        };
+        match auth
+            .check_async(req.headers().get(PROXY_AUTHORIZATION))
+            .await
+        {
+            AuthOutcome::Ok { user, agent } => Ok(Caller {
+                user: Some(user.into()),
+                user_agent: agent.map(|a| product_token(&a)),
+            }),
+            outcome => {
+                if let AuthOutcome::Invalid { user } = &outcome {
+                    // One line per failure, with the address: fail2ban-friendly.
+                    tracing::warn!(client_ip = %client.ip(), user = user.as_deref().unwrap_or("-"),
+                        "proxy authentication failed");
+                }
+                self.metrics.request(metrics::Decision::Refused);
+                Err(crate::access::challenge_response(respond::full(
+                    "Proxy authentication required\n",
+                )))
+            }
+        }
+    }
+
     /// Handles one request from a client connection.
     pub async fn handle(
         self: Arc<Self>,
         client: SocketAddr,
         req: Request<Incoming>,
     ) -> Response<Body> {
+        let caller = match self.admit(client, &req).await {
+            Ok(c) => c,
+            Err(resp) => return resp,
+        };
         if req.method() == Method::CONNECT {
-            return connect::handle(self, client, req).await;
+            return connect::handle(self, client, caller.user, caller.user_agent, req).await;
         }
         if self.is_loop(&req) {
             return respond::text(
@@ -133,9 +218,18 @@ impl Proxy {
             .map(|pq| pq.as_str())
             .unwrap_or("/")
             .to_string();
-        let agent = self.settings().agent_for(req.headers().get(USER_AGENT));
-        self.judge_and_forward(client, origin, &path, &agent, req.map(|b| b.boxed()))
-            .await
+        let agent = self
+            .settings()
+            .agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT));
+        self.judge_and_forward(
+            client,
+            caller.user.as_deref(),
+            origin,
+            &path,
+            &agent,
+            req.map(|b| b.boxed()),
+        )
+        .await
     }
 
     /// Judges a request with an absolute URI and forwards it if allowed.
@@ -143,48 +237,90 @@ impl Proxy {
     pub async fn judge_and_forward(
         &self,
         client: SocketAddr,
+        user: Option<&str>,
         origin: Origin,
         path: &str,
         agent: &str,
         req: Request<Body>,
     ) -> Response<Body> {
-        let judgement = self.gate.judge(&origin, path, agent).await;
-        if let Some(resp) = self.audit_and_block(&judgement, client, req.method().as_str()) {
+        let mut judgement = self.gate.judge(&origin, path, agent).await;
+        self.count_lookup(&judgement);
+        if judgement.decision.is_allowed() {
+            let politeness = self.settings().politeness.clone();
+            let key = format!("{} {}", judgement.origin, judgement.agent);
+            if let Err(limited) = politeness.acquire(&key, judgement.crawl_delay).await {
+                judgement.decision = Decision::RateLimited {
+                    retry_after: limited.retry_after,
+                };
+            }
+        }
+        if let Some(resp) = self.audit_and_block(&judgement, client, user, req.method().as_str()) {
             return resp;
         }
         let timeout = self.settings().response_timeout;
-        forward::forward(&self.client, req, &self.via, timeout).await
+        let start = Instant::now();
+        let resp = forward::forward(&self.client, req, &self.via, timeout).await;
+        self.metrics.observe_upstream(start.elapsed());
+        resp
     }
 
-    /// Writes the audit line a judgement needs and returns the response if
-    /// the request must not be forwarded (blocked, or the audit log failed).
+    fn count_lookup(&self, judgement: &Judgement) {
+        use crate::robots_cache::{FetchKind, Lookup};
+        let event = match (judgement.lookup, judgement.fetch_kind()) {
+            (Some(Lookup::Hit), Some(FetchKind::Stale)) => metrics::CacheEvent::Stale,
+            (Some(Lookup::Hit), _) => metrics::CacheEvent::Hit,
+            (Some(Lookup::Miss), _) => metrics::CacheEvent::Miss,
+            (Some(Lookup::Expired), _) => metrics::CacheEvent::Expired,
+            (None, _) => return,
+        };
+        self.metrics.cache_event(event);
+    }
+
+    /// Writes the audit line a judgement needs, counts it, and returns the
+    /// response if the request must not be forwarded (blocked, or the audit
+    /// log failed: fail closed).
     pub fn audit_and_block(
         &self,
         judgement: &Judgement,
         client: SocketAddr,
+        user: Option<&str>,
         method: &str,
     ) -> Option<Response<Body>> {
         let blocked = !judgement.decision.is_allowed();
         if !self.audit.is_writable() {
+            self.metrics.request(metrics::Decision::Error);
             return Some(audit_unavailable());
         }
         if blocked || self.audit.log_all() {
-            let record = Record::new(judgement, client, None, method);
-            if self.audit.write(&record).is_err() && !blocked {
-                return Some(audit_unavailable());
+            let record = Record::new(judgement, client, user, method);
+            if self.audit.write(&record).is_err() {
+                self.metrics.audit_write_failure();
+                if !blocked {
+                    self.metrics.request(metrics::Decision::Error);
+                    return Some(audit_unavailable());
+                }
             }
         }
+        self.metrics.request(metric_decision(&judgement.decision));
         match &judgement.decision {
-            Decision::Allowed { .. } => {
-                tracing::debug!(url = %judgement.url, agent = %judgement.agent, "allowed");
-                None
-            }
+            Decision::Allowed { .. } => None,
             d => {
                 tracing::info!(url = %judgement.url, agent = %judgement.agent,
                     decision = d.name(), reason = %d.reason(), "blocked");
                 Some(respond::blocked(judgement))
             }
         }
+    }
+}
+
+fn metric_decision(d: &Decision) -> metrics::Decision {
+    match d {
+        Decision::Allowed { .. } => metrics::Decision::Allowed,
+        Decision::Disallowed { .. } => metrics::Decision::Disallowed,
+        Decision::Unreachable { .. } => metrics::Decision::Unreachable,
+        Decision::RateLimited { .. } => metrics::Decision::RateLimited,
+        Decision::Refused { .. } => metrics::Decision::Refused,
+        Decision::BadGateway { .. } => metrics::Decision::Error,
     }
 }
 
@@ -195,17 +331,8 @@ fn audit_unavailable() -> Response<Body> {
     )
 }
 
-/// The scheme of an origin-form request inside an intercepted tunnel.
-pub fn scheme_for_tunnel(tls: bool) -> Scheme {
-    if tls { Scheme::Https } else { Scheme::Http }
-}
-
-fn header_value_static(s: &str) -> HeaderValue {
-    respond::header_value(s)
-}
-
-/// A random-enough instance id without another dependency: the hash of the
-/// process id, the time and an address, via the std's randomly keyed hasher.
+/// A random-enough instance id without another dependency: the std's
+/// randomly keyed hasher over the process id and the time.
 fn rand_id() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

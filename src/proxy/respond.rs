@@ -9,6 +9,11 @@ use crate::gate::{Decision, Judgement};
 /// Header carrying a decision's reason in one line.
 pub const DECISION_HEADER: &str = "x-robots-proxy-decision";
 
+/// A body from text.
+pub fn full(text: &str) -> Body {
+    full_body(text.to_string())
+}
+
 /// A plain-text response.
 pub fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
     let mut resp = Response::new(full_body(body.into()));
@@ -88,6 +93,7 @@ pub fn blocked(j: &Judgement) -> Response<Body> {
             Some(*retry_after),
         ),
         Decision::Refused { reason } => return refused(reason),
+        Decision::BadGateway { .. } => (StatusCode::BAD_GATEWAY, "Upstream error", None),
         Decision::Allowed { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "Allowed", None),
     };
     let mut body = format!(

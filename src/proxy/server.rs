@@ -57,6 +57,7 @@ async fn serve_connection(
     proxy: Arc<Proxy>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let _open = proxy.metrics.connection_opened();
     let service = service_fn(move |req| {
         let proxy = proxy.clone();
         async move { Ok::<_, std::convert::Infallible>(proxy.handle(peer, req).await) }

@@ -23,7 +23,7 @@ pub use ca::Ca;
 pub use mint::{DEFAULT_CAPACITY, Minter, MinterStats};
 pub use upstream::{
     HttpsConnector, RootStats, client_config, client_config_with, https_connector,
-    https_connector_with, upstream_error_reason,
+    https_connector_with, is_tls_failure, upstream_error_reason,
 };
 
 /// The crypto provider every config in this module is built with.

@@ -169,6 +169,13 @@ pub fn https_connector_with(mut config: ClientConfig, mut http: HttpConnector) -
         .wrap_connector(http)
 }
 
+/// True if `err` (or a cause) is a TLS failure, e.g. an untrusted or
+/// mismatched certificate: the origin is not who it should be, which is a
+/// bad gateway rather than an unreachable origin.
+pub fn is_tls_failure(err: &(dyn StdError + 'static)) -> bool {
+    chain(err).any(|e| e.downcast_ref::<rustls::Error>().is_some())
+}
+
 /// A short human reason why a connection to `host` failed, for a 502 body:
 /// "certificate not trusted: UnknownIssuer for host X", "certificate name
 /// mismatch ...", "... expired ...", "connection refused by X" ...

@@ -66,25 +66,41 @@ pub struct Origin {
     routes: Arc<Mutex<HashMap<String, Reply>>>,
     hits: Arc<Mutex<HashMap<String, usize>>>,
     pub seen_headers: Arc<Mutex<Vec<http::HeaderMap>>>,
+    /// HTTP version of every request seen.
+    pub versions: Arc<Mutex<Vec<http::Version>>>,
 }
 
 impl Origin {
     pub async fn start() -> Origin {
+        Origin::start_inner(None).await
+    }
+
+    /// An HTTPS origin (HTTP/1.1 and HTTP/2 by ALPN) with `config`.
+    pub async fn start_tls(config: Arc<rustls::ServerConfig>) -> Origin {
+        Origin::start_inner(Some(tokio_rustls::TlsAcceptor::from(config))).await
+    }
+
+    async fn start_inner(tls: Option<tokio_rustls::TlsAcceptor>) -> Origin {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
         let addr = listener.local_addr().expect("addr");
         let routes: Arc<Mutex<HashMap<String, Reply>>> = Arc::default();
         let hits: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
         let seen: Arc<Mutex<Vec<http::HeaderMap>>> = Arc::default();
+        let versions: Arc<Mutex<Vec<http::Version>>> = Arc::default();
         let (r, h, s) = (routes.clone(), hits.clone(), seen.clone());
+        let v = versions.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
                 let (r, h, s) = (r.clone(), h.clone(), s.clone());
+                let v = v.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
                         let (r, h, s) = (r.clone(), h.clone(), s.clone());
+                        v.lock().expect("versions").push(req.version());
                         async move {
                             let key = req
                                 .uri()
@@ -117,9 +133,19 @@ impl Origin {
                             Ok::<_, Infallible>(resp)
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    let builder = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    );
+                    match tls {
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                            }
+                        }
+                        None => {
+                            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                    }
                 });
             }
         });
@@ -128,6 +154,7 @@ impl Origin {
             routes,
             hits,
             seen_headers: seen,
+            versions,
         }
     }
 
@@ -153,6 +180,10 @@ impl Origin {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn https_url(&self, path: &str) -> String {
+        format!("https://{}{}", self.addr, path)
     }
 }
 
@@ -201,6 +232,8 @@ pub async fn misbehaving(behaviour: Misbehave) -> SocketAddr {
 pub struct Proxy {
     pub addr: SocketAddr,
     pub audit_path: PathBuf,
+    /// State directory (the CA is in `ca/`).
+    pub state_dir: PathBuf,
     stop: Option<oneshot::Sender<()>>,
     pub done: tokio::task::JoinHandle<usize>,
     _dir: tempfile::TempDir,
@@ -209,9 +242,11 @@ pub struct Proxy {
 /// A config for tests: port 0, private destinations allowed (origins are
 /// on loopback), audit log in a temp dir, short timeouts.
 pub fn test_config(dir: &std::path::Path) -> Config {
-    let mut c = Config::default();
-    c.listen = "127.0.0.1:0".parse().expect("addr");
-    c.allow_private_destinations = true;
+    let mut c = Config {
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        allow_private_destinations: true,
+        ..Config::default()
+    };
     c.audit.path = Some(dir.join("audit.jsonl"));
     c.state_dir = Some(dir.to_path_buf());
     c.robots.fetch_timeout = Duration::from_secs(2);
@@ -230,6 +265,7 @@ impl Proxy {
         let mut config = test_config(dir.path());
         adjust(&mut config);
         let audit_path = config.audit_path();
+        let state_dir = config.state_dir();
         let app = App::bind(config).await.expect("proxy starts");
         let addr = app.local_addr();
         let (tx, rx) = oneshot::channel::<()>();
@@ -239,6 +275,7 @@ impl Proxy {
         Proxy {
             addr,
             audit_path,
+            state_dir,
             stop: Some(tx),
             done,
             _dir: dir,

@@ -1,0 +1,158 @@
+//! The admin listener: health, readiness, Prometheus metrics, decision
+//! explanations and cache purge. Meant for loopback or an operator network;
+//! it is off unless `admin.listen` is set.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use http::header::{CONTENT_TYPE, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use crate::origin::Origin;
+use crate::proxy::Proxy;
+use crate::proxy::client::{Body, full_body};
+use crate::proxy::respond;
+use crate::robots::product_token;
+
+/// Serves admin requests until the task is aborted.
+pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, ready: Arc<AtomicBool>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (proxy, ready) = (proxy.clone(), ready.clone());
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let (proxy, ready) = (proxy.clone(), ready.clone());
+                async move { Ok::<_, std::convert::Infallible>(handle(&proxy, &ready, req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn query(uri: &Uri) -> HashMap<String, String> {
+    form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .into_owned()
+        .collect()
+}
+
+fn json_response(status: StatusCode, value: serde_json::Value) -> Response<Body> {
+    let mut resp = Response::new(full_body(format!("{value:#}\n")));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+fn error(status: StatusCode, message: &str) -> Response<Body> {
+    json_response(status, json!({ "error": message }))
+}
+
+/// Handles one admin request.
+pub async fn handle(proxy: &Proxy, ready: &AtomicBool, req: Request<Incoming>) -> Response<Body> {
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz") => respond::text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/readyz") => {
+            if ready.load(Ordering::Relaxed) && proxy.audit.is_writable() {
+                respond::text(StatusCode::OK, "ready\n")
+            } else {
+                respond::text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+            }
+        }
+        (&Method::GET, "/metrics") => {
+            proxy.metrics.set_cache_entries(proxy.gate.cache().len());
+            let mut resp = Response::new(full_body(proxy.metrics.encode()));
+            resp.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+            );
+            resp
+        }
+        (&Method::GET, "/explain") => explain(proxy, req.uri()).await,
+        (&Method::POST, "/purge") => purge(proxy, req.uri()),
+        (_, "/healthz" | "/readyz" | "/metrics" | "/explain" | "/purge") => {
+            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+        }
+        _ => error(
+            StatusCode::NOT_FOUND,
+            "unknown endpoint: /healthz, /readyz, /metrics, /explain?url=&agent=, POST /purge?origin=",
+        ),
+    }
+}
+
+fn parse_url(s: &str) -> Result<(Origin, String), String> {
+    let uri: Uri = s.parse().map_err(|e| format!("bad url {s:?}: {e}"))?;
+    let origin = Origin::from_uri(&uri).map_err(|e| format!("bad url {s:?}: {e}"))?;
+    let path = uri
+        .path_and_query()
+        .map(|pq| pq.as_str().to_string())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "/".into());
+    Ok((origin, path))
+}
+
+/// `GET /explain?url=URL&agent=TOKEN`: the decision and why, fetching
+/// robots.txt if needed.
+async fn explain(proxy: &Proxy, uri: &Uri) -> Response<Body> {
+    let q = query(uri);
+    let Some(url) = q.get("url") else {
+        return error(StatusCode::BAD_REQUEST, "missing url parameter");
+    };
+    let (origin, path) = match parse_url(url) {
+        Ok(x) => x,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+    };
+    let agent = match q.get("agent") {
+        Some(a) => product_token(a),
+        None => proxy.settings().agent.clone(),
+    };
+    if agent.is_empty() {
+        return error(StatusCode::BAD_REQUEST, "agent has no product token");
+    }
+    let j = proxy.gate.judge(&origin, &path, &agent).await;
+    let rule = j.decision.rule();
+    json_response(
+        StatusCode::OK,
+        json!({
+            "url": j.url,
+            "agent": j.agent,
+            "decision": j.decision.name(),
+            "reason": j.decision.reason(),
+            "rule_line": rule.map(|r| r.line()),
+            "rule": rule.map(|r| r.text()),
+            "robots_url": j.robots_url,
+            "fetch_status": j.entry.as_ref().and_then(|e| e.status),
+            "fetch_outcome": j.fetch_kind().map(|k| k.as_str()),
+            "fetch_reason": j.entry.as_ref().and_then(|e| e.reason.clone()),
+            "cache_age_secs": j.entry.as_ref().map(|e| e.age().as_secs()),
+            "crawl_delay": j.crawl_delay,
+        }),
+    )
+}
+
+/// `POST /purge?origin=URL`: drops the origin's cached robots.txt.
+fn purge(proxy: &Proxy, uri: &Uri) -> Response<Body> {
+    let q = query(uri);
+    let Some(url) = q.get("origin").or_else(|| q.get("url")) else {
+        return error(StatusCode::BAD_REQUEST, "missing origin parameter");
+    };
+    match parse_url(url) {
+        Ok((origin, _)) => {
+            let purged = proxy.gate.cache().purge(&origin);
+            json_response(
+                StatusCode::OK,
+                json!({ "origin": origin.to_string(), "purged": purged }),
+            )
+        }
+        Err(e) => error(StatusCode::BAD_REQUEST, &e),
+    }
+}
