@@ -62,3 +62,64 @@ median() {
         if (NR == 0) { print "nan"; exit }
         if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
+
+# start_origin DIR PORT: an nginx origin on 127.0.0.1:PORT (one worker,
+# access log off) serving DIR/www: small.html (1400 B), large.bin
+# (100 KiB) and a robots.txt that disallows only /private/. Sets ORIGIN_PID;
+# poll it with wait_for_status.
+start_origin() {
+    local dir=$1 port=$2
+    mkdir -p "$dir/www" "$dir/nginx-temp"
+    head -c 1400 /dev/zero | tr '\0' 'a' >"$dir/www/small.html"
+    head -c 102400 /dev/urandom >"$dir/www/large.bin"
+    printf 'User-agent: *\nDisallow: /private/\nAllow: /\n' >"$dir/www/robots.txt"
+    chmod -R a+rX "$dir/www"
+    cat >"$dir/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/nginx-error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    client_body_temp_path $dir/nginx-temp/body;
+    proxy_temp_path $dir/nginx-temp/proxy;
+    fastcgi_temp_path $dir/nginx-temp/fastcgi;
+    uwsgi_temp_path $dir/nginx-temp/uwsgi;
+    scgi_temp_path $dir/nginx-temp/scgi;
+    default_type application/octet-stream;
+    sendfile on;
+    keepalive_requests 10000000;
+    keepalive_timeout 300s;
+    server {
+        listen 127.0.0.1:$port;
+        root $dir/www;
+        location / { }
+    }
+}
+EOF
+    nginx -e "$dir/nginx-error.log" -p "$dir" -c "$dir/nginx.conf" &
+    ORIGIN_PID=$!
+}
+
+# start_robots_proxy DIR PORT BINARY [EXTRA_TOML]: robots-proxy on
+# 127.0.0.1:PORT, private destinations allowed, audit log in
+# DIR/robots-proxy-audit.jsonl, logs at warn in DIR/robots-proxy.log;
+# EXTRA_TOML is appended to its config. Sets RP_PID; poll it with
+# wait_for_status.
+start_robots_proxy() {
+    local dir=$1 port=$2 bin=$3 extra=${4:-}
+    mkdir -p "$dir/robots-proxy-state"
+    cat >"$dir/robots-proxy.toml" <<EOF
+listen = "127.0.0.1:$port"
+allow_private_destinations = true
+state_dir = "$dir/robots-proxy-state"
+[audit]
+path = "$dir/robots-proxy-audit.jsonl"
+[log]
+level = "warn"
+$extra
+EOF
+    RUST_LOG=warn "$bin" run --config "$dir/robots-proxy.toml" 2>"$dir/robots-proxy.log" &
+    RP_PID=$!
+}
