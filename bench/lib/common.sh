@@ -1,12 +1,20 @@
 # Helpers shared by the bench/ scripts. Source it; it defines functions only.
 
-# Prints a TCP port on 127.0.0.1 that nothing listens on (best effort: the
-# port could be taken between this check and its use).
+# Prints a TCP port on 127.0.0.1 that no socket uses, below the ephemeral
+# range (busy proxies hold thousands of ephemeral ports), best effort: the
+# port could be taken between this check and its use.
 free_port() {
-    local port tries=0
+    local port tries=0 low
+    low=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    ((low > 12000)) || low=32768
     while ((tries < 200)); do
-        port=$((20000 + RANDOM % 30000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        port=$((10000 + RANDOM % (low - 10000)))
+        if command -v ss >/dev/null; then
+            if [[ -z $(ss -Htan "( sport = :$port )" 2>/dev/null) ]]; then
+                echo "$port"
+                return 0
+            fi
+        elif ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
             echo "$port"
             return 0
         fi
@@ -95,11 +103,17 @@ http {
         listen 127.0.0.1:$port;
         root $dir/www;
         location / { }
+        location = /nginx_status { stub_status; }
     }
 }
 EOF
     nginx -e "$dir/nginx-error.log" -p "$dir" -c "$dir/nginx.conf" &
     ORIGIN_PID=$!
+}
+
+# Connections the nginx origin on 127.0.0.1:PORT has accepted so far.
+origin_accepts() {
+    curl -s -m 5 "http://127.0.0.1:$1/nginx_status" | awk 'NR == 3 { print $1 }'
 }
 
 # start_robots_proxy DIR PORT BINARY [EXTRA_TOML]: robots-proxy on
