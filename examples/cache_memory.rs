@@ -7,8 +7,16 @@
 //! for one agent, the proxy's steady state. Reports RSS and live heap bytes
 //! before and after each step, and bytes per origin.
 //!
+//! Then, per corpus file: rule count for the agent, heap bytes of a parsed
+//! copy and of its compiled rules, compile time, what the rule index costs
+//! as built today (Aho-Corasick DFA) and as a contiguous NFA, and a compact
+//! estimate of the same rules; and the fixed cost per cached origin.
+//!
 //!   cargo run --release --example cache_memory
 //!   ORIGINS=200000 ROBOTS_CORPUS=/path/to/dir cargo run --release --example cache_memory
+//!
+//! Compiling stops early (and figures are per judged origin) once RSS passes
+//! MAX_RSS_MIB (default 4096), so a shared machine is not run out of memory.
 //!
 //! The corpus directory defaults to ../shared/bench-data/corpus beside the
 //! repository (then /work/shared/bench-data/corpus).

@@ -79,11 +79,18 @@ wait "$perf_pid" || true
 
 echo
 echo "== self time, top $TOP =="
+perf report -i "$OUT" --no-children --stdio --sort dso -g none 2>/dev/null |
+    grep -v '^#' | grep -v '^$' | sed 's/ *$//' | head -n 6
 perf report -i "$OUT" --no-children --stdio --sort symbol -g none --percent-limit 0.4 2>/dev/null |
-    grep -v '^#' | grep -v '^$' | head -n "$TOP"
+    grep -v '^#' | grep -v '^$' | sed 's/[ -]*$//' | cut -c1-160 | head -n "$TOP"
 echo
 echo "== inclusive time, top $TOP =="
+# Only named functions of the proxy and the syscalls, not the many inlined
+# poll wrappers.
 perf report -i "$OUT" --children --stdio --sort symbol -g none --percent-limit 1 2>/dev/null |
-    grep -v '^#' | grep -v '^$' | head -n "$TOP"
+    grep -v '^#' | grep -v '^$' | sed 's/[ -]*$//' |
+    grep -E 'robots_proxy::|hyper_util::client::legacy::client::Client|__GI___writev|__libc_recv|epoll_wait|futex|malloc|free|fmt::write' |
+    grep -vE 'poll<|poll_inner|call_once|catch_unwind|do_call|with_mut|poll_future|\{closure#' |
+    cut -c1-160 | head -n "$TOP"
 echo
 echo "perf data: $OUT (perf report -i $OUT)"
