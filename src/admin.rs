@@ -24,6 +24,8 @@ use crate::robots::product_token;
 pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, ready: Arc<AtomicBool>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
+            // EMFILE and friends: back off instead of spinning.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
         let (proxy, ready) = (proxy.clone(), ready.clone());

@@ -201,10 +201,16 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!(listen = %app.local_addr(), agent = %app.config.agent,
             audit_log = %app.proxy.audit.path().display(),
             admin = ?app.admin_addr(), "robots-proxy listening");
-        spawn_reloader(args, app.proxy.clone(), app.config.clone());
+        // Handlers are registered before READY=1: a SIGHUP or SIGTERM sent
+        // right after (systemctl reload/stop) must not meet the default
+        // action, which kills the process.
+        use tokio::signal::unix::{SignalKind, signal};
+        let hup = signal(SignalKind::hangup());
+        let stop = [SignalKind::terminate(), SignalKind::interrupt()].map(signal);
+        spawn_reloader(args, app.proxy.clone(), app.config.clone(), hup);
         spawn_sweeper(app.proxy.clone());
         robots_proxy::systemd::notify_ready();
-        let cut = app.serve(shutdown_signal()).await;
+        let cut = app.serve(shutdown_signal(stop)).await;
         if cut > 0 {
             tracing::warn!(
                 connections = cut,
@@ -218,10 +224,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// SIGHUP: re-read the configuration (same file and flags) and apply it;
 /// an invalid one is rejected and the running one stays.
-fn spawn_reloader(args: RunArgs, proxy: Arc<Proxy>, mut current: Config) {
+fn spawn_reloader(
+    args: RunArgs,
+    proxy: Arc<Proxy>,
+    mut current: Config,
+    hup: io::Result<tokio::signal::unix::Signal>,
+) {
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        let Ok(mut hup) = hup else {
             tracing::warn!("cannot listen for SIGHUP: reload disabled");
             return;
         };
@@ -229,7 +239,8 @@ fn spawn_reloader(args: RunArgs, proxy: Arc<Proxy>, mut current: Config) {
             robots_proxy::systemd::notify_reloading();
             match load_config(&args) {
                 Err(e) => {
-                    tracing::error!("reload rejected, keeping the running configuration: {e:#}")
+                    let e = one_line(&format!("{e:#}"));
+                    tracing::error!("reload rejected, keeping the running configuration: {e}")
                 }
                 Ok(new) => match robots_proxy::app::reload(&proxy, &current, &new) {
                     Ok(restart) => {
@@ -249,6 +260,19 @@ fn spawn_reloader(args: RunArgs, proxy: Arc<Proxy>, mut current: Config) {
     });
 }
 
+/// A multi-line error message as one log line. The TOML parser's message
+/// spans several lines (position, excerpt, caret marker, reason); in a log
+/// (journald takes one entry per line) only the first would carry the
+/// "reload rejected" context. The excerpt and reason are kept, the caret and
+/// gutter-only lines dropped: `..., column 8; 9 | mode = "x"; unknown variant ...`.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| l.chars().any(|c| !matches!(c, '|' | '^' | ' ' | '\t')))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Drops idle politeness state once a minute.
 fn spawn_sweeper(proxy: Arc<Proxy>) {
     tokio::spawn(async move {
@@ -261,8 +285,10 @@ fn spawn_sweeper(proxy: Arc<Proxy>) {
 }
 
 fn ca_init(dir: &Path) -> ExitCode {
-    let existing = dir.join(robots_proxy::tls::ca::CERT_FILE);
-    if existing.exists() {
+    let cert = dir.join(robots_proxy::tls::ca::CERT_FILE);
+    let key = dir.join(robots_proxy::tls::ca::KEY_FILE);
+    // Either file alone is enough to refuse: never overwrite a private key.
+    if let Some(existing) = [&cert, &key].into_iter().find(|p| p.exists()) {
         eprintln!(
             "robots-proxy ca init: {} already exists; remove ca.pem and ca.key first to replace the CA",
             existing.display()
@@ -273,7 +299,7 @@ fn ca_init(dir: &Path) -> ExitCode {
         Ok(ca) => {
             println!(
                 "{}\nSHA-256 fingerprint {}",
-                existing.display(),
+                cert.display(),
                 ca.fingerprint_sha256()
             );
             ExitCode::SUCCESS
@@ -308,27 +334,14 @@ fn hash_password() -> ExitCode {
     }
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
+/// Completes on the first SIGTERM or SIGINT (handlers registered by the caller).
+async fn shutdown_signal(stop: [io::Result<tokio::signal::unix::Signal>; 2]) {
+    let mut signals: Vec<_> = stop.into_iter().filter_map(Result::ok).collect();
+    if signals.is_empty() {
+        tracing::warn!("cannot listen for SIGTERM or SIGINT: stop with SIGKILL");
+        std::future::pending::<()>().await;
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    robots_proxy::systemd::notify_stopping();
+    futures_util::future::select_all(signals.iter_mut().map(|s| Box::pin(s.recv()))).await;
     robots_proxy::systemd::notify_stopping();
     tracing::info!("shutting down: no new connections, finishing requests in flight");
 }

@@ -246,6 +246,7 @@ impl RobotsCache {
     }
 
     fn start_flight(self: &Arc<Self>, origin: Origin, previous: Option<Arc<Entry>>) -> Flight {
+        let flight_origin = origin.clone();
         let this = self.clone();
         let handle = tokio::spawn(async move {
             let fetched = fetch::fetch(&this.client, &origin, &this.fetch).await;
@@ -276,8 +277,16 @@ impl RobotsCache {
         async move {
             match handle.await {
                 Ok(entry) => entry,
-                // The fetch task panicked: fail closed for this request.
-                Err(_) => Arc::new(this.poisoned()),
+                // The fetch task panicked: fail closed for the waiting
+                // requests, and let the next request start a new fetch.
+                Err(_) => {
+                    if let Ok(mut slots) = this.slots.lock()
+                        && let Some(slot) = slots.get_mut(&flight_origin)
+                    {
+                        slot.flight = None;
+                    }
+                    Arc::new(this.poisoned())
+                }
             }
         }
         .boxed()

@@ -22,6 +22,7 @@ async fn allowed_request_is_forwarded_with_hop_by_hop_headers_removed_and_via_ad
     let proxy = Proxy::start().await;
     let req = Request::get(origin.url("/hello"))
         .header("x-client", "c")
+        .header("host", "somewhere-else.example")
         .header("proxy-authorization", "Basic Zm9vOmJhcg==")
         .header("connection", "x-drop-me")
         .header("x-drop-me", "1")
@@ -47,6 +48,11 @@ async fn allowed_request_is_forwarded_with_hop_by_hop_headers_removed_and_via_ad
     assert!(seen.get("proxy-authorization").is_none());
     assert!(seen.get("x-drop-me").is_none());
     assert!(seen.get("via").is_some());
+    // The absolute URI is authoritative for Host.
+    assert_eq!(
+        seen.get("host").and_then(|v| v.to_str().ok()),
+        Some(origin.addr.to_string().as_str())
+    );
 }
 
 #[tokio::test]

@@ -56,6 +56,9 @@ pub async fn forward(
     add_via(req.headers_mut(), via);
     // The proxy speaks its own HTTP version on each side.
     *req.version_mut() = http::Version::HTTP_11;
+    // The target URI is authoritative (RFC 9112 §3.2.2): the client sets
+    // Host (HTTP/1.1) or :authority (HTTP/2) from it.
+    req.headers_mut().remove(header::HOST);
     let target = req.uri().to_string();
     let host = req.uri().host().unwrap_or_default().to_string();
     match tokio::time::timeout(timeout, client.request(req)).await {

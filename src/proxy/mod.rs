@@ -243,12 +243,22 @@ impl Proxy {
         agent: &str,
         req: Request<Body>,
     ) -> Response<Body> {
+        let settings = self.settings();
         let mut judgement = self.gate.judge(&origin, path, agent).await;
         self.count_lookup(&judgement);
-        if judgement.decision.is_allowed() {
-            let politeness = self.settings().politeness.clone();
+        // Most origins have no Crawl-delay: skip building the key then.
+        if judgement.decision.is_allowed()
+            && settings
+                .politeness
+                .effective_interval(judgement.crawl_delay)
+                .is_some()
+        {
             let key = format!("{} {}", judgement.origin, judgement.agent);
-            if let Err(limited) = politeness.acquire(&key, judgement.crawl_delay).await {
+            if let Err(limited) = settings
+                .politeness
+                .acquire(&key, judgement.crawl_delay)
+                .await
+            {
                 judgement.decision = Decision::RateLimited {
                     retry_after: limited.retry_after,
                 };
@@ -257,7 +267,7 @@ impl Proxy {
         if let Some(resp) = self.audit_and_block(&judgement, client, user, req.method().as_str()) {
             return resp;
         }
-        let timeout = self.settings().response_timeout;
+        let timeout = settings.response_timeout;
         let start = Instant::now();
         let resp = forward::forward(&self.client, req, &self.via, timeout).await;
         self.metrics.observe_upstream(start.elapsed());

@@ -24,7 +24,12 @@ pub fn leading_token(s: &str) -> String {
 /// token is taken from there. Otherwise it is the leading token.
 pub fn product_token(user_agent: &str) -> String {
     let ua = user_agent.trim();
-    if ua.len() >= 8 && ua[..8].eq_ignore_ascii_case("mozilla/") {
+    // Compared as bytes: the 8th byte need not be a char boundary.
+    if ua
+        .as_bytes()
+        .get(..8)
+        .is_some_and(|p| p.eq_ignore_ascii_case(b"mozilla/"))
+    {
         let lower = ua.to_ascii_lowercase();
         if let Some(i) = lower.find("compatible;") {
             let token = leading_token(&ua[i + "compatible;".len()..]);
@@ -51,10 +56,18 @@ impl AgentSpec {
     /// other than `*`).
     pub fn parse(value: &str) -> Option<AgentSpec> {
         let v = value.trim();
-        if v.starts_with('*') {
-            // `*`, `* # comment` and `*bot` all count as the global group,
-            // as Google reads it: only the leading `*` matters.
-            return Some(AgentSpec::Any);
+        if let Some(rest) = v.strip_prefix('*') {
+            // `*` alone, or followed by a space and anything (`* Disallow: /`
+            // written on one line), is the global group, as Google reads it.
+            // `*bot*` is not: a glob there names some crawler, and reading it
+            // as `*` would put the whole site under that crawler's ban
+            // (`User-agent: *WordPress*` + `Disallow: /` is a real example).
+            // It names no product token either, so it matches nobody.
+            return match rest.chars().next() {
+                None => Some(AgentSpec::Any),
+                Some(c) if c.is_whitespace() => Some(AgentSpec::Any),
+                Some(_) => None,
+            };
         }
         let token = leading_token(v);
         if token.is_empty() {
@@ -77,6 +90,14 @@ mod tests {
     }
 
     #[test]
+    fn product_token_of_non_ascii_agent_does_not_panic() {
+        // Found by fuzzing: a multi-byte character across byte 8.
+        assert_eq!(product_token("\u{FFFD}\u{FFFD}\u{FFFD}sarawl-delay:"), "");
+        assert_eq!(product_token("Mozill\u{e9}/5.0"), "mozill");
+        assert_eq!(product_token("bot\u{e9}"), "bot");
+    }
+
+    #[test]
     fn product_token_of_browser_style_header() {
         assert_eq!(
             product_token(
@@ -90,6 +111,9 @@ mod tests {
     #[test]
     fn agent_spec_reads_star_and_tokens() {
         assert_eq!(AgentSpec::parse("*"), Some(AgentSpec::Any));
+        assert_eq!(AgentSpec::parse("* all robots"), Some(AgentSpec::Any));
+        assert_eq!(AgentSpec::parse("*bot*"), None);
+        assert_eq!(AgentSpec::parse("*<br/>"), None);
         assert_eq!(
             AgentSpec::parse("googlebot*"),
             Some(AgentSpec::Token("googlebot".into()))

@@ -16,27 +16,29 @@
 //! the path, without allocating in the common case.
 
 pub mod agent;
+mod index;
 pub mod normalize;
 pub mod parse;
 pub mod pattern;
 
 use std::fmt;
 
-use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
-
 pub use agent::{AgentSpec, product_token};
 use normalize::Side;
 use parse::Key;
 
 /// One allow or disallow rule, as read from the file.
+///
+/// Kept compact (32 bytes and one allocation): a proxy caches the rules of
+/// many origins.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
-    allow: bool,
+    /// The normalised pattern (the form that is matched), followed by the
+    /// value as written when that differs from it.
+    text: Box<str>,
+    pattern_len: u32,
     line: u32,
-    /// Normalised pattern, the form that is matched.
-    pattern: Box<str>,
-    /// The value as written, kept only when it differs from `pattern`.
-    written: Option<Box<str>>,
+    allow: bool,
 }
 
 impl Rule {
@@ -50,11 +52,15 @@ impl Rule {
     }
     /// The normalised pattern that is matched.
     pub fn pattern(&self) -> &str {
-        &self.pattern
+        &self.text[..self.pattern_len as usize]
     }
     /// The rule's value as it was written in the file.
     pub fn value(&self) -> &str {
-        self.written.as_deref().unwrap_or(&self.pattern)
+        if self.text.len() > self.pattern_len as usize {
+            &self.text[self.pattern_len as usize..]
+        } else {
+            &self.text
+        }
     }
     /// The rule as text: `Disallow: /private`.
     pub fn text(&self) -> String {
@@ -64,9 +70,13 @@ impl Rule {
             self.value()
         )
     }
+    /// Bytes held by this rule: the struct and its text.
+    pub fn memory_usage(&self) -> usize {
+        std::mem::size_of::<Self>() + self.text.len()
+    }
     /// Precedence length: octets of the normalised pattern.
     fn specificity(&self) -> usize {
-        self.pattern.len()
+        self.pattern_len as usize
     }
 }
 
@@ -199,6 +209,25 @@ impl Robots {
         self.groups.len()
     }
 
+    /// Approximate bytes of memory held by the parsed file.
+    pub fn memory_usage(&self) -> usize {
+        let agents = |g: &Group| {
+            g.agents.capacity() * std::mem::size_of::<AgentSpec>()
+                + g.agents
+                    .iter()
+                    .map(|a| match a {
+                        AgentSpec::Token(t) => t.len(),
+                        AgentSpec::Any => 0,
+                    })
+                    .sum::<usize>()
+        };
+        std::mem::size_of::<Self>()
+            + self.groups.capacity() * std::mem::size_of::<Group>()
+            + self.groups.iter().map(agents).sum::<usize>()
+            + self.rules.iter().map(Rule::memory_usage).sum::<usize>()
+            + self.sitemaps.iter().map(|s| 16 + s.len()).sum::<usize>()
+    }
+
     fn selected_groups(&self, token: &str) -> (Selection, Vec<&Group>) {
         let specific: Vec<&Group> = self
             .groups
@@ -256,17 +285,21 @@ fn make_rule(allow: bool, line: u32, value: &str) -> Rule {
     // Postel: a path written without its leading slash (`Disallow: private/`)
     // is read as rooted; `*` may start a pattern as it is.
     let normalized = if value.starts_with('/') || value.starts_with('*') {
-        normalize::normalize(value.as_bytes(), Side::Pattern).into_owned()
+        normalize::normalize_str(value, Side::Pattern).into_owned()
     } else {
         let rooted = format!("/{value}");
-        normalize::normalize(rooted.as_bytes(), Side::Pattern).into_owned()
+        normalize::normalize_str(&rooted, Side::Pattern).into_owned()
     };
-    let written = (normalized != value).then(|| value.into());
+    let pattern_len = normalized.len() as u32;
+    let mut text = normalized;
+    if text != value {
+        text.push_str(value);
+    }
     Rule {
-        allow,
+        text: text.into_boxed_str(),
+        pattern_len,
         line,
-        pattern: normalized.into_boxed_str(),
-        written,
+        allow,
     }
 }
 
@@ -277,25 +310,14 @@ fn parse_delay(value: &str) -> Option<f64> {
 
 /// Groups with more rules than this get an Aho-Corasick prefilter; smaller
 /// ones are scanned in precedence order, which is faster for them.
-const INDEX_THRESHOLD: usize = 12;
-
-/// Prefilter: every rule whose longest literal segment has at least two bytes
-/// is found through that literal; the others are always tried.
-#[derive(Clone, Debug)]
-struct Index {
-    ac: AhoCorasick,
-    /// For each literal (pattern id), the rules that contain it, ascending.
-    by_literal: Vec<Box<[u32]>>,
-    /// Rules without a useful literal, ascending.
-    always: Box<[u32]>,
-}
+pub const INDEX_THRESHOLD: usize = 12;
 
 /// The merged, compiled rules of one crawler: answers [`AgentRules::check`].
 #[derive(Clone, Debug)]
 pub struct AgentRules {
     /// In precedence order: the first rule that matches decides.
     rules: Box<[Rule]>,
-    index: Option<Index>,
+    index: Option<index::Index>,
     selection: Selection,
     crawl_delay: Option<f64>,
 }
@@ -311,7 +333,7 @@ pub struct Verdict<'a> {
 impl AgentRules {
     fn new(rules: Box<[Rule]>, selection: Selection, crawl_delay: Option<f64>) -> AgentRules {
         let index = if rules.len() > INDEX_THRESHOLD {
-            build_index(&rules)
+            index::Index::build(&rules)
         } else {
             None
         };
@@ -338,23 +360,48 @@ impl AgentRules {
         &self.rules
     }
 
+    /// True if a prefilter index serves [`AgentRules::check`] (groups of more
+    /// than [`INDEX_THRESHOLD`] rules); smaller groups are scanned in order.
+    pub fn is_indexed(&self) -> bool {
+        self.index.is_some()
+    }
+
+    /// Approximate bytes of memory held: the struct, its rules and their
+    /// text, and the index.
+    pub fn memory_usage(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.rules.iter().map(Rule::memory_usage).sum::<usize>()
+            + self.index.as_ref().map_or(0, index::Index::memory_usage)
+    }
+
+    /// The position in [`AgentRules::rules`] of a rule that a [`Verdict`] of
+    /// these rules returned (so callers can keep per-rule data, such as the
+    /// rule pre-rendered as text, in a table). `None` for any other rule.
+    pub fn rule_index(&self, rule: &Rule) -> Option<usize> {
+        let size = std::mem::size_of::<Rule>();
+        let offset = (rule as *const Rule as usize).wrapping_sub(self.rules.as_ptr() as usize);
+        let i = offset / size;
+        (offset.is_multiple_of(size) && self.rules.get(i).is_some_and(|r| std::ptr::eq(r, rule)))
+            .then_some(i)
+    }
+
     /// Judges a URL: absolute (`https://host/a?b`), a path (`/a?b`), or empty
     /// (`/`). The fragment is ignored.
     pub fn check_url(&self, url: &str) -> Verdict<'_> {
-        let pq = normalize::path_and_query(url);
-        if pq.starts_with('?') {
-            // `http://host?q`: the path is `/`.
-            return self.check(&format!("/{pq}"));
-        }
-        self.check(pq)
+        self.check(normalize::path_and_query(url))
     }
 
-    /// Judges a path with optional query (as in a request line).
+    /// Judges a path with optional query (as in a request line). A path that
+    /// does not start with `/` (`a/b`, `?q`, empty) is read from the root.
     pub fn check(&self, path_and_query: &str) -> Verdict<'_> {
-        let path = normalize::normalize(path_and_query.as_bytes(), Side::Url);
+        if !path_and_query.starts_with('/') {
+            return self.check(&format!("/{path_and_query}"));
+        }
+        let path = normalize::normalize_str(path_and_query, Side::Url);
         // `/robots.txt` itself is always allowed (RFC 9309 §2.2.2).
-        let bare = path.split('?').next().unwrap_or_default();
-        if bare == "/robots.txt" {
+        if let Some(rest) = path.strip_prefix("/robots.txt")
+            && (rest.is_empty() || rest.starts_with('?'))
+        {
             return Verdict {
                 allowed: true,
                 rule: None,
@@ -364,8 +411,8 @@ impl AgentRules {
             None => self
                 .rules
                 .iter()
-                .position(|r| pattern::matches(&r.pattern, &path)),
-            Some(index) => self.first_match_indexed(index, &path),
+                .position(|r| pattern::matches(r.pattern(), &path)),
+            Some(index) => index.first_match(&self.rules, &path),
         };
         match found {
             Some(i) => {
@@ -380,96 +427,6 @@ impl AgentRules {
                 rule: None,
             },
         }
-    }
-
-    /// The lowest-indexed (highest-precedence) matching rule, trying only the
-    /// rules whose literal occurs in `path`, each at most once.
-    fn first_match_indexed(&self, index: &Index, path: &str) -> Option<usize> {
-        let mut best = usize::MAX;
-        for &i in index.always.iter() {
-            let i = i as usize;
-            if pattern::matches(&self.rules[i].pattern, path) {
-                best = i;
-                break;
-            }
-        }
-        let mut tried = Tried::new(self.rules.len());
-        for m in index.ac.find_overlapping_iter(path) {
-            for &i in index.by_literal[m.pattern().as_usize()].iter() {
-                let i = i as usize;
-                if i >= best {
-                    break;
-                }
-                if tried.insert(i) && pattern::matches(&self.rules[i].pattern, path) {
-                    best = i;
-                    break;
-                }
-            }
-        }
-        (best != usize::MAX).then_some(best)
-    }
-}
-
-fn build_index(rules: &[Rule]) -> Option<Index> {
-    let mut literals: Vec<&str> = Vec::new();
-    let mut by_literal: Vec<Vec<u32>> = Vec::new();
-    let mut always = Vec::new();
-    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for (i, rule) in rules.iter().enumerate() {
-        let lit = pattern::longest_literal(&rule.pattern);
-        if lit.len() < 2 {
-            always.push(i as u32);
-            continue;
-        }
-        let id = *seen.entry(lit).or_insert_with(|| {
-            literals.push(lit);
-            by_literal.push(Vec::new());
-            literals.len() - 1
-        });
-        by_literal[id].push(i as u32);
-    }
-    let ac = AhoCorasick::builder()
-        .match_kind(MatchKind::Standard)
-        .kind(Some(AhoCorasickKind::DFA))
-        .build(&literals)
-        .or_else(|_| {
-            AhoCorasick::builder()
-                .match_kind(MatchKind::Standard)
-                .build(&literals)
-        })
-        .ok()?;
-    Some(Index {
-        ac,
-        by_literal: by_literal.into_iter().map(Vec::into_boxed_slice).collect(),
-        always: always.into_boxed_slice(),
-    })
-}
-
-/// A set of rule indices already tried for one path; on the stack for
-/// groups of up to 1024 rules.
-enum Tried {
-    Small([u64; 16]),
-    Large(Vec<u64>),
-}
-
-impl Tried {
-    fn new(n: usize) -> Tried {
-        if n <= 1024 {
-            Tried::Small([0; 16])
-        } else {
-            Tried::Large(vec![0; n.div_ceil(64)])
-        }
-    }
-    /// Marks `i`; true if it was not marked before.
-    fn insert(&mut self, i: usize) -> bool {
-        let words: &mut [u64] = match self {
-            Tried::Small(a) => a,
-            Tried::Large(v) => v,
-        };
-        let (w, bit) = (i / 64, 1u64 << (i % 64));
-        let fresh = words[w] & bit == 0;
-        words[w] |= bit;
-        fresh
     }
 }
 

@@ -45,80 +45,163 @@ fn hex_val(b: u8) -> Option<u8> {
 
 /// What to do with one literal (non-`%`) octet.
 #[inline]
-fn must_encode(b: u8, side: Side, in_query: bool, is_last: bool) -> bool {
+const fn must_encode(b: u8, side: Side, in_query: bool, is_last: bool) -> bool {
     match b {
         0..=0x20 | 0x7f..=0xff => true,
         b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}' => true,
-        b'*' => side == Side::Url,
-        b'$' => side == Side::Url || !is_last,
+        b'*' => matches!(side, Side::Url),
+        b'$' => matches!(side, Side::Url) || !is_last,
         b':' | b'/' | b'?' | b'[' | b']' | b'@' | b'#' => in_query,
         _ => false,
     }
 }
 
-/// True if `s` is already in normal form, so callers can skip the copy.
-fn is_normal(s: &[u8], side: Side) -> bool {
-    let mut in_query = false;
+/// Octets that are copied as they are, with no further thought: not `%`,
+/// not to be encoded, not the `?` that starts the query, and (in patterns)
+/// not `$`, which is kept only as the last octet.
+const fn plain_table(side: Side, in_query: bool) -> [bool; 256] {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c != b'%' && c != b'?' && c != b'$' && !must_encode(c, side, in_query, false);
+        b += 1;
+    }
+    t
+}
+
+static URL_PATH: [bool; 256] = plain_table(Side::Url, false);
+static URL_QUERY: [bool; 256] = plain_table(Side::Url, true);
+static PATTERN_PATH: [bool; 256] = plain_table(Side::Pattern, false);
+static PATTERN_QUERY: [bool; 256] = plain_table(Side::Pattern, true);
+
+fn tables(side: Side) -> (&'static [bool; 256], &'static [bool; 256]) {
+    match side {
+        Side::Url => (&URL_PATH, &URL_QUERY),
+        Side::Pattern => (&PATTERN_PATH, &PATTERN_QUERY),
+    }
+}
+
+/// Where `s` stops being in normal form: the offset of the first octet that
+/// the copying pass must change, and whether that offset is in the query.
+/// `None` if `s` is already normal, so callers can skip the copy.
+#[inline]
+fn first_change(s: &[u8], side: Side) -> Option<(usize, bool)> {
+    let (path_t, query_t) = tables(side);
     let n = s.len();
     let mut i = 0;
+    // The path: most URLs are plain ASCII up to the `?` or the end.
     while i < n {
         let b = s[i];
-        if b == b'%' {
-            match (s.get(i + 1).copied(), s.get(i + 2).copied()) {
-                (Some(h), Some(l)) => match (hex_val(h), hex_val(l)) {
-                    (Some(hv), Some(lv)) => {
-                        if is_unreserved(hv * 16 + lv)
-                            || h.is_ascii_lowercase()
-                            || l.is_ascii_lowercase()
-                        {
-                            return false;
-                        }
-                        i += 3;
-                        continue;
-                    }
-                    _ => return false,
-                },
-                _ => return false,
+        if path_t[b as usize] {
+            i += 1;
+            continue;
+        }
+        match b {
+            b'?' => {
+                return break_into_query(s, side, i + 1, query_t);
             }
+            b'%' if normal_escape(s, i) => i += 3,
+            b'$' if side == Side::Pattern && i + 1 == n => i += 1,
+            _ => return Some((i, false)),
         }
-        if must_encode(b, side, in_query, i + 1 == n) {
-            return false;
-        }
-        if b == b'?' {
-            in_query = true;
-        }
-        i += 1;
     }
-    true
+    None
+}
+
+/// Like [`first_change`], for the query part that starts at `i`.
+#[inline]
+fn break_into_query(
+    s: &[u8],
+    side: Side,
+    mut i: usize,
+    query_t: &[bool; 256],
+) -> Option<(usize, bool)> {
+    let n = s.len();
+    while i < n {
+        let b = s[i];
+        if query_t[b as usize] {
+            i += 1;
+            continue;
+        }
+        match b {
+            b'%' if normal_escape(s, i) => i += 3,
+            b'$' if side == Side::Pattern && i + 1 == n => i += 1,
+            _ => return Some((i, true)),
+        }
+    }
+    None
+}
+
+/// True if `s[i..]` starts with a `%xx` escape that normalisation keeps as
+/// it is: upper-case hex digits of an octet that is not unreserved.
+#[inline]
+fn normal_escape(s: &[u8], i: usize) -> bool {
+    match (s.get(i + 1).copied(), s.get(i + 2).copied()) {
+        (Some(h), Some(l)) => match (hex_val(h), hex_val(l)) {
+            (Some(hv), Some(lv)) => {
+                !is_unreserved(hv * 16 + lv) && !h.is_ascii_lowercase() && !l.is_ascii_lowercase()
+            }
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// Normalises `s` (a path with optional query, or a pattern) as described in
 /// the module documentation. Borrows when nothing changes, which is the
 /// common case.
 pub fn normalize(s: &[u8], side: Side) -> Cow<'_, str> {
-    if is_normal(s, side) {
-        // Normal form is pure ASCII, so this cannot fail; fall through to the
-        // copying path if it ever did.
-        if let Ok(text) = std::str::from_utf8(s) {
-            return Cow::Borrowed(text);
+    match first_change(s, side) {
+        None => match std::str::from_utf8(s) {
+            // Normal form is pure ASCII, so this cannot fail.
+            Ok(text) => Cow::Borrowed(text),
+            Err(_) => {
+                let mut out = String::with_capacity(s.len() + 8);
+                normalize_from(s, side, 0, false, &mut out);
+                Cow::Owned(out)
+            }
+        },
+        Some((at, in_query)) => {
+            let mut out = String::with_capacity(s.len() + 16);
+            // Everything before `at` is normal, hence ASCII.
+            out.extend(s[..at].iter().map(|&b| b as char));
+            normalize_from(s, side, at, in_query, &mut out);
+            Cow::Owned(out)
         }
     }
-    let mut out = String::with_capacity(s.len() + 8);
-    normalize_into(s, side, &mut out);
-    Cow::Owned(out)
+}
+
+/// Like [`normalize`], for text already known to be UTF-8: when nothing
+/// changes (the common case) it costs one table-driven scan and no copy.
+pub fn normalize_str(s: &str, side: Side) -> Cow<'_, str> {
+    match first_change(s.as_bytes(), side) {
+        None => Cow::Borrowed(s),
+        Some((at, in_query)) => {
+            let mut out = String::with_capacity(s.len() + 16);
+            // Everything before `at` is normal, hence ASCII.
+            out.push_str(&s[..at]);
+            normalize_from(s.as_bytes(), side, at, in_query, &mut out);
+            Cow::Owned(out)
+        }
+    }
 }
 
 /// Like [`normalize`], appending into a caller-owned buffer (no allocation
 /// once the buffer is warm).
 pub fn normalize_into(s: &[u8], side: Side, out: &mut String) {
+    normalize_from(s, side, 0, false, out);
+}
+
+/// The copying pass, from offset `i` (`in_query` says whether `i` is past
+/// the first `?`).
+fn normalize_from(s: &[u8], side: Side, mut i: usize, mut in_query: bool, out: &mut String) {
     fn push_enc(out: &mut String, b: u8) {
         out.push('%');
         out.push(HEX[(b >> 4) as usize] as char);
         out.push(HEX[(b & 15) as usize] as char);
     }
-    let mut in_query = false;
     let n = s.len();
-    let mut i = 0;
     while i < n {
         let b = s[i];
         if b == b'%' {
@@ -154,23 +237,32 @@ pub fn normalize_into(s: &[u8], side: Side, out: &mut String) {
 /// `` (empty means `/`). The fragment is dropped. A string that is neither an
 /// absolute URL nor a path is read as a path relative to the root.
 pub fn path_and_query(url: &str) -> &str {
-    let url = url.trim();
-    let url = match url.find('#') {
+    // `str::trim` is Unicode-aware and comparatively slow; most URLs need
+    // no trimming, which one look at either end tells.
+    let needs_trim = |b: &u8| *b <= b' ' || *b >= 0x80;
+    let bytes = url.as_bytes();
+    let url = if bytes.first().is_some_and(needs_trim) || bytes.last().is_some_and(needs_trim) {
+        url.trim()
+    } else {
+        url
+    };
+    let bytes = url.as_bytes();
+    let url = match memchr::memchr(b'#', bytes) {
         Some(i) => &url[..i],
         None => url,
     };
-    let rest = match url.find("://") {
-        Some(i)
-            if url[..i]
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)) =>
-        {
-            &url[i + 3..]
-        }
-        _ => return if url.is_empty() { "/" } else { url },
-    };
-    match rest.find(['/', '?']) {
-        Some(i) if rest.as_bytes()[i] == b'/' => &rest[i..],
+    let bytes = url.as_bytes();
+    // An absolute URL starts with a scheme (letters, digits, `+ - .`) and
+    // `://`. The scheme is at most a few octets: scan it by hand.
+    let scheme = bytes
+        .iter()
+        .position(|&b| !(b.is_ascii_alphanumeric() || b"+-.".contains(&b)))
+        .unwrap_or(bytes.len());
+    if !bytes[scheme..].starts_with(b"://") {
+        return if url.is_empty() { "/" } else { url };
+    }
+    let rest = &url[scheme + 3..];
+    match memchr::memchr2(b'/', b'?', rest.as_bytes()) {
         // `http://host?q` has an empty path: the request path is `/`, the
         // query stays. Returned as `?q`; callers treat a leading `?` as `/?`.
         Some(i) => &rest[i..],

@@ -33,7 +33,7 @@ pub fn matches(pattern: &str, path: &str) -> bool {
     // `current` follows a star; find every segment but the last leftmost.
     for next in segments {
         if !current.is_empty() {
-            match memmem::find(&path[pos..], current) {
+            match find(&path[pos..], current) {
                 Some(i) => pos += i + current.len(),
                 None => return false,
             }
@@ -43,7 +43,33 @@ pub fn matches(pattern: &str, path: &str) -> bool {
     if anchored {
         path.len() - pos >= current.len() && path.ends_with(current)
     } else {
-        current.is_empty() || memmem::find(&path[pos..], current).is_some()
+        current.is_empty() || find(&path[pos..], current).is_some()
+    }
+}
+
+/// The leftmost occurrence of `needle` in `hay`. Paths are short: for them
+/// a `memchr` on the first octet and a compare beats setting up a `memmem`
+/// searcher (and is bounded: at most 64 × 64 octet compares); long
+/// haystacks get `memmem`'s linear-time search.
+#[inline]
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    let n = needle.len();
+    match needle.first() {
+        None => Some(0),
+        Some(&b) if n == 1 => memchr::memchr(b, hay),
+        Some(&b) if hay.len() <= 64 => {
+            let last = hay.len().checked_sub(n)?;
+            let mut i = 0;
+            while i <= last {
+                let k = i + memchr::memchr(b, &hay[i..=last])?;
+                if &hay[k..k + n] == needle {
+                    return Some(k);
+                }
+                i = k + 1;
+            }
+            None
+        }
+        Some(_) => memmem::find(hay, needle),
     }
 }
 

@@ -231,6 +231,8 @@ pub async fn misbehaving(behaviour: Misbehave) -> SocketAddr {
 /// A running proxy.
 pub struct Proxy {
     pub addr: SocketAddr,
+    /// The admin listener, when `config.admin.listen` was set.
+    pub admin_addr: Option<SocketAddr>,
     pub audit_path: PathBuf,
     /// State directory (the CA is in `ca/`).
     pub state_dir: PathBuf,
@@ -268,12 +270,14 @@ impl Proxy {
         let state_dir = config.state_dir();
         let app = App::bind(config).await.expect("proxy starts");
         let addr = app.local_addr();
+        let admin_addr = app.admin_addr();
         let (tx, rx) = oneshot::channel::<()>();
         let done = tokio::spawn(app.serve(async move {
             let _ = rx.await;
         }));
         Proxy {
             addr,
+            admin_addr,
             audit_path,
             state_dir,
             stop: Some(tx),
@@ -320,6 +324,86 @@ impl Proxy {
             body: String::from_utf8_lossy(&body).into_owned(),
         }
     }
+
+    /// Sends `method path` (origin-form, e.g. `/metrics`) to the admin
+    /// listener on a new connection.
+    pub async fn admin(&self, method: http::Method, path: &str) -> Resp {
+        let addr = self.admin_addr.expect("admin listener enabled");
+        let mut conn = Conn::open(addr).await;
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, addr.to_string())
+            .body(Bytes::new())
+            .expect("admin request");
+        conn.send(req).await
+    }
+
+    /// `GET path` on the admin listener.
+    pub async fn admin_get(&self, path: &str) -> Resp {
+        self.admin(http::Method::GET, path).await
+    }
+
+    /// `POST path` on the admin listener.
+    pub async fn admin_post(&self, path: &str) -> Resp {
+        self.admin(http::Method::POST, path).await
+    }
+}
+
+/// One client connection (HTTP/1.1 keep-alive) for several requests in turn.
+pub struct Conn {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    /// The connection task; it ends when the connection closes.
+    pub task: tokio::task::JoinHandle<Result<(), hyper::Error>>,
+}
+
+impl Conn {
+    pub async fn open(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        Conn {
+            sender,
+            task: tokio::spawn(conn),
+        }
+    }
+
+    /// Sends one request on this connection and collects the response.
+    pub async fn send(&mut self, req: Request<Bytes>) -> Resp {
+        self.try_send(req).await.expect("response")
+    }
+
+    /// Like [`Conn::send`], but a closed connection is an `Err`.
+    pub async fn try_send(&mut self, req: Request<Bytes>) -> Result<Resp, hyper::Error> {
+        self.sender.ready().await?;
+        let (parts, body) = req.into_parts();
+        let resp = self
+            .sender
+            .send_request(Request::from_parts(parts, Full::new(body)))
+            .await?;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await?.to_bytes();
+        Ok(Resp {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    }
+
+    /// An absolute-form GET on this connection.
+    pub async fn get(&mut self, url: &str) -> Resp {
+        self.send(Request::get(url).body(Bytes::new()).expect("req"))
+            .await
+    }
+}
+
+/// The value of one Prometheus sample line (`name{labels} value`), if present.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok()).flatten()
+    })
 }
 
 impl Drop for Proxy {
@@ -339,5 +423,72 @@ pub struct Resp {
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// An origin that answers `/robots.txt` at once (allowing everything but
+/// `/private`) and holds every other request until [`HeldOrigin::release`]:
+/// a request "in flight" for as long as a test needs, without timing.
+pub struct HeldOrigin {
+    pub addr: SocketAddr,
+    arrived: Arc<tokio::sync::Notify>,
+    release: tokio::sync::watch::Sender<bool>,
+}
+
+impl HeldOrigin {
+    pub async fn start() -> HeldOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
+        let addr = listener.local_addr().expect("addr");
+        let arrived = Arc::new(tokio::sync::Notify::new());
+        let (release, _) = tokio::sync::watch::channel(false);
+        let (a, rel) = (arrived.clone(), release.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (a, rel) = (a.clone(), rel.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let (a, mut released) = (a.clone(), rel.subscribe());
+                        async move {
+                            let path = req.uri().path().to_string();
+                            let body = if path == "/robots.txt" {
+                                "User-agent: *\nDisallow: /private\n".to_string()
+                            } else {
+                                a.notify_one();
+                                let _ = released.wait_for(|r| *r).await;
+                                format!("released {path}")
+                            };
+                            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        HeldOrigin {
+            addr,
+            arrived,
+            release,
+        }
+    }
+
+    /// Waits (bounded) until a held request has reached the origin.
+    pub async fn arrival(&self) {
+        tokio::time::timeout(Duration::from_secs(10), self.arrived.notified())
+            .await
+            .expect("no request reached the held origin");
+    }
+
+    /// Lets every held request (and all later ones) through.
+    pub fn release(&self) {
+        self.release.send_replace(true);
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
     }
 }

@@ -1,0 +1,59 @@
+//! Parses arbitrary bytes as robots.txt, compiles the rules for a few
+//! agents (including one named in the input) and checks URLs derived from
+//! the input: its own rule values, slices of the input, and fixed ones.
+//! Besides "no panic", it asserts the engine's invariants.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use robots_proxy::robots::{Robots, product_token};
+
+fuzz_target!(|data: &[u8]| {
+    let robots = Robots::parse(data);
+    let _ = robots.sitemaps().count();
+    let _ = robots.memory_usage();
+
+    let text = String::from_utf8_lossy(data);
+    // An agent named by the input: its second word, which is the token of a
+    // leading `User-agent: x` line.
+    let own_agent = text.split_whitespace().nth(1).unwrap_or("x").to_owned();
+    // URLs from the input: each line, and its tail from every 7th octet.
+    let mut urls: Vec<String> = text.lines().take(16).map(str::to_owned).collect();
+    for (i, _) in text.char_indices().step_by(7).take(16) {
+        urls.push(text[i..].chars().take(300).collect());
+    }
+    urls.extend(
+        [
+            "/",
+            "",
+            "/robots.txt",
+            "/robots.txt?x",
+            "https://h/a*b$c?d=/e#f",
+            "http://h?q",
+        ]
+        .map(str::to_owned),
+    );
+
+    for agent in ["Googlebot/2.1", "*", &own_agent] {
+        let rules = robots.agent_rules(agent);
+        let _ = (rules.crawl_delay(), rules.selection(), rules.memory_usage());
+        let values: Vec<String> = rules
+            .rules()
+            .iter()
+            .take(16)
+            .map(|r| r.value().to_owned())
+            .collect();
+        for url in urls.iter().chain(values.iter()) {
+            let v = rules.check_url(url);
+            match v.rule {
+                Some(rule) => {
+                    assert_eq!(rule.is_allow(), v.allowed);
+                    assert!(rules.rule_index(rule).is_some());
+                    let _ = rule.to_string();
+                }
+                None => assert!(v.allowed),
+            }
+        }
+        assert!(rules.check("/robots.txt").allowed);
+    }
+    let _ = product_token(&own_agent);
+});

@@ -1,0 +1,119 @@
+//! Robustness over ~2,500 real robots.txt files (CRLF, BOMs, HTML error
+//! pages, files over 500 KiB): each one parses, compiles for a few agents and
+//! answers a handful of URLs without panicking, and every answer is
+//! consistent with the rule that decided it.
+//!
+//! The corpus lives outside the repository (`../shared/bench-data/corpus`,
+//! or `$ROBOTS_CORPUS`); without it the test says so and passes.
+
+use std::path::PathBuf;
+
+use robots_proxy::robots::{AgentRules, Robots};
+
+fn corpus_dir() -> Option<PathBuf> {
+    let dir = match std::env::var_os("ROBOTS_CORPUS") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/bench-data/corpus"
+        )),
+    };
+    dir.is_dir().then_some(dir)
+}
+
+const AGENTS: &[&str] = &[
+    "Googlebot/2.1",
+    "bingbot",
+    "Mozilla/5.0 (compatible; ExampleBot/1.0; +https://example.com/bot)",
+];
+
+const URLS: &[&str] = &[
+    "/",
+    "",
+    "/robots.txt",
+    "https://example.com/search?q=rust+robots&page=2",
+    "/wp-admin/admin-ajax.php",
+    "/a/b/c/d.html?x=1#frag",
+    "/caf\u{e9}/%E3%83%84/%7euser/%zz",
+    "/*$%24%2A",
+    "http://example.com?only=query",
+];
+
+fn check_consistent(rules: &AgentRules, url: &str, file: &str) {
+    let v = rules.check_url(url);
+    if let Some(rule) = v.rule {
+        assert_eq!(rule.is_allow(), v.allowed, "{file}: {url}");
+        assert!(
+            rules.rules().iter().any(|r| std::ptr::eq(r, rule)),
+            "{file}: deciding rule belongs to the agent's rules"
+        );
+        let shown = rule.to_string();
+        assert!(shown.starts_with("line "), "{file}: {shown}");
+    } else {
+        assert!(v.allowed, "{file}: no rule means allowed ({url})");
+    }
+}
+
+#[test]
+fn every_corpus_file_parses_and_answers() {
+    let Some(dir) = corpus_dir() else {
+        eprintln!(
+            "SKIPPED robots_corpus: no corpus at ../shared/bench-data/corpus; \
+             set ROBOTS_CORPUS to a directory of robots.txt files to run it"
+        );
+        return;
+    };
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("corpus directory is readable")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    entries.sort();
+    let (mut files, mut rules_total, mut truncated) = (0usize, 0usize, 0usize);
+    // Memory of the parsed files, and of the rules compiled for the first
+    // agent, with how many rules that compiled form holds.
+    let (mut parsed_bytes, mut compiled_bytes, mut compiled_rules) = (0usize, 0usize, 0usize);
+    for path in &entries {
+        let bytes = std::fs::read(path).expect("corpus file is readable");
+        let name = path.display().to_string();
+        let robots = Robots::parse(&bytes);
+        files += 1;
+        rules_total += robots.rule_count();
+        truncated += usize::from(robots.truncated());
+        parsed_bytes += robots.memory_usage();
+        let _ = robots.sitemaps().count();
+        // Compiling a group of thousands of rules is slow in a debug build;
+        // the few such files are compiled for one agent only.
+        let agents = if robots.rule_count() > 2_000 {
+            &AGENTS[..1]
+        } else {
+            AGENTS
+        };
+        for (k, agent) in agents.iter().enumerate() {
+            let rules = robots.agent_rules(agent);
+            if k == 0 {
+                compiled_bytes += rules.memory_usage();
+                compiled_rules += rules.rules().len();
+            }
+            let _ = (rules.crawl_delay(), rules.selection());
+            assert!(rules.check("/robots.txt").allowed, "{name}");
+            for url in URLS {
+                check_consistent(&rules, url, &name);
+            }
+            // Each rule's own value, read as a URL, exercises the wildcards
+            // and anchors actually written; a few per file keep this fast.
+            for rule in rules.rules().iter().take(8) {
+                check_consistent(&rules, rule.value(), &name);
+                check_consistent(&rules, &format!("{}/x?y", rule.value()), &name);
+            }
+        }
+    }
+    eprintln!(
+        "robots_corpus: {files} files, {rules_total} rules, {truncated} over 500 KiB; \
+         parsed {:.1} bytes/rule; compiled for {}: {compiled_rules} rules, {:.1} bytes/rule",
+        parsed_bytes as f64 / rules_total.max(1) as f64,
+        AGENTS[0],
+        compiled_bytes as f64 / compiled_rules.max(1) as f64,
+    );
+    assert!(files > 0, "the corpus directory is empty");
+}
