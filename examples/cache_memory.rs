@@ -8,9 +8,9 @@
 //! before and after each step, and bytes per origin.
 //!
 //! Then, per corpus file: rule count for the agent, heap bytes of a parsed
-//! copy and of its compiled rules, compile time, what the rule index costs
-//! as built today (Aho-Corasick DFA) and as a contiguous NFA, and a compact
-//! estimate of the same rules; and the fixed cost per cached origin.
+//! copy and of its compiled rules, compile time, the rule index's share (the
+//! engine's own `memory_usage`), and a compact estimate of the same rules;
+//! and the fixed cost per cached origin.
 //!
 //!   cargo run --release --example cache_memory
 //!   ORIGINS=200000 ROBOTS_CORPUS=/path/to/dir cargo run --release --example cache_memory
@@ -125,10 +125,6 @@ fn report(what: &str, from: &Snapshot, to: &Snapshot, origins: usize) {
     );
 }
 
-/// Groups with more rules than this get an Aho-Corasick index (as
-/// `INDEX_THRESHOLD` in src/robots/mod.rs).
-const INDEX_THRESHOLD: usize = 12;
-
 fn percentile(sorted: &[usize], p: f64) -> usize {
     if sorted.is_empty() {
         return 0;
@@ -137,17 +133,14 @@ fn percentile(sorted: &[usize], p: f64) -> usize {
 }
 
 /// Per file: heap bytes of a parsed copy and of its compiled rules, compile
-/// time, and what the rule index would cost as a DFA (as built today) and
-/// as a contiguous NFA.
+/// time, and the rule index's bytes.
 fn analyse(templates: &[Robots], names: &[String], agent: &str) -> Vec<usize> {
-    use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
     let mut parsed = Vec::new();
     let mut compiled = Vec::new();
     let mut times = Vec::new();
     let mut rule_counts = Vec::new();
     let mut compact = Vec::new();
-    let (mut indexed, mut dfa_total, mut nfa_total) = (0usize, 0usize, 0usize);
-    let (mut dfa_time, mut nfa_time) = (Duration::ZERO, Duration::ZERO);
+    let (mut indexed, mut index_total) = (0usize, 0usize);
     let mut biggest: Vec<(usize, usize, &str)> = Vec::new();
     for (robots, name) in templates.iter().zip(names) {
         let l0 = live();
@@ -177,31 +170,12 @@ fn analyse(templates: &[Robots], names: &[String], agent: &str) -> Vec<usize> {
             })
             .sum();
         compact.push(32 + 12 * rules.rules().len() + text);
-        if rules.rules().len() > INDEX_THRESHOLD {
-            let mut lits: Vec<&str> = rules
-                .rules()
-                .iter()
-                .map(|r| robots_proxy::robots::pattern::longest_literal(r.pattern()))
-                .filter(|l| l.len() >= 2)
-                .collect();
-            lits.sort_unstable();
-            lits.dedup();
-            let build = |kind| {
-                let t = Instant::now();
-                let bytes = AhoCorasick::builder()
-                    .match_kind(MatchKind::Standard)
-                    .kind(Some(kind))
-                    .build(&lits)
-                    .map_or(0, |ac| ac.memory_usage());
-                (bytes, t.elapsed())
-            };
+        if rules.is_indexed() {
             indexed += 1;
-            let (bytes, time) = build(AhoCorasickKind::DFA);
-            dfa_total += bytes;
-            dfa_time += time;
-            let (bytes, time) = build(AhoCorasickKind::ContiguousNFA);
-            nfa_total += bytes;
-            nfa_time += time;
+            let own: usize = rules.rules().iter().map(|r| r.memory_usage()).sum();
+            index_total += rules
+                .memory_usage()
+                .saturating_sub(own + std::mem::size_of_val(&rules));
         }
         drop(rules);
         drop(copy);
@@ -255,13 +229,11 @@ fn analyse(templates: &[Robots], names: &[String], agent: &str) -> Vec<usize> {
         percentile(&times, 1.0) as f64 / 1e3
     );
     println!(
-        "  rule index (> {INDEX_THRESHOLD} rules) in {indexed} of {} files; mean per file: \
-         DFA (as built today) {} B in {:.1} us, contiguous NFA {} B in {:.1} us",
+        "  rule index (> {} rules) in {indexed} of {} files: {} B per file on average \
+         (engine's estimate)",
+        robots_proxy::robots::INDEX_THRESHOLD,
         templates.len(),
-        dfa_total / n,
-        dfa_time.as_secs_f64() * 1e6 / n as f64,
-        nfa_total / n,
-        nfa_time.as_secs_f64() * 1e6 / n as f64,
+        index_total / n,
     );
     if templates.len() > 1 {
         biggest.sort_unstable_by(|a, b| b.cmp(a));
