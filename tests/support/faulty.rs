@@ -1,0 +1,174 @@
+//! An origin that misbehaves on purpose, request by request: a raw
+//! HTTP/1.1 server (keep-alive, GET without bodies) that answers most
+//! requests and resets, hangs on, or answers garbage to the ones its plan
+//! picks. It counts every request it sees per path.
+//!
+//! Use it with `#[path = "support/faulty.rs"] mod faulty;`.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What the origin does with one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// 200 with this body.
+    Ok(String),
+    /// Reset the connection (RST via SO_LINGER 0) after reading the request.
+    Reset,
+    /// Never answer; the connection is held until the peer closes it (or
+    /// `HANG_LIMIT` passes).
+    Hang,
+    /// Answer bytes that are not HTTP, then close.
+    Garbage,
+}
+
+/// A hung connection is released after this long even if the peer stays.
+pub const HANG_LIMIT: Duration = Duration::from_secs(60);
+
+/// Chooses the fault for a request path (path and query as received).
+pub type Plan = Arc<dyn Fn(&str) -> Fault + Send + Sync>;
+
+pub struct FaultyOrigin {
+    pub addr: SocketAddr,
+    hits: Arc<Mutex<HashMap<String, usize>>>,
+    connections: Arc<AtomicUsize>,
+}
+
+impl FaultyOrigin {
+    pub async fn start(plan: Plan) -> FaultyOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
+        let addr = listener.local_addr().expect("addr");
+        let hits: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (h, c) = (hits.clone(), connections.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                c.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(serve(stream, plan.clone(), h.clone()));
+            }
+        });
+        FaultyOrigin {
+            addr,
+            hits,
+            connections,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn hits(&self, path: &str) -> usize {
+        self.hits
+            .lock()
+            .expect("hits")
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Every path seen, with its count.
+    pub fn all_hits(&self) -> HashMap<String, usize> {
+        self.hits.lock().expect("hits").clone()
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+}
+
+/// Serves one connection: requests one after another until the peer
+/// closes, something fails, or a fault ends it.
+async fn serve(mut stream: TcpStream, plan: Plan, hits: Arc<Mutex<HashMap<String, usize>>>) {
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    loop {
+        // Read one request head.
+        let end = loop {
+            if let Some(i) = find_head_end(&buf) {
+                break i;
+            }
+            if buf.len() > 64 * 1024 {
+                return;
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+        buf.drain(..end + 4);
+        let path = head
+            .lines()
+            .next()
+            .and_then(|line| line.split(' ').nth(1))
+            .unwrap_or("")
+            .to_string();
+        // The proxy forwards GETs without a body; anything else is a bug here.
+        let lower = head.to_ascii_lowercase();
+        if lower.contains("\r\ntransfer-encoding:")
+            || lower
+                .lines()
+                .any(|l| l.starts_with("content-length:") && l.trim_end() != "content-length: 0")
+        {
+            let _ = stream
+                .write_all(
+                    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                )
+                .await;
+            return;
+        }
+        *hits.lock().expect("hits").entry(path.clone()).or_default() += 1;
+        match plan(&path) {
+            Fault::Ok(body) => {
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{}",
+                    body.len(),
+                    body
+                );
+                if stream.write_all(resp.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+            Fault::Reset => {
+                #[allow(deprecated)]
+                let _ = stream.set_linger(Some(Duration::ZERO));
+                return;
+            }
+            Fault::Hang => {
+                // Wait for the peer to give up (EOF or error), bounded.
+                let _ = tokio::time::timeout(HANG_LIMIT, async {
+                    loop {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) => {}
+                        }
+                    }
+                })
+                .await;
+                return;
+            }
+            Fault::Garbage => {
+                let _ = stream
+                    .write_all(b"\x00\x01garbage garbage garbage\r\n\r\n")
+                    .await;
+                return;
+            }
+        }
+    }
+}
+
+fn find_head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n")
+}
