@@ -301,6 +301,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let budget_mib: Option<usize> = std::env::var("CACHE_MAX_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let parsed_live_per_origin = runtime.block_on(async {
         let tls = robots_proxy::tls::client_config(&[])?;
         let client = build_client(
@@ -326,6 +329,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 max_ttl: Duration::from_secs(7 * 24 * 3600),
                 unreachable_retry: Duration::from_secs(300),
                 stale_max: Duration::from_secs(30 * 24 * 3600),
+                // Unbounded by bytes to measure the cost per origin;
+                // `CACHE_MAX_MIB` applies a budget (as `robots.cache_max_mib` does).
+                max_bytes: budget_mib.map_or(usize::MAX, |m| m.saturating_mul(1024 * 1024)),
+                precompile_agent: None,
             },
         ));
         let gate = Gate::new(cache.clone(), false);
@@ -345,6 +352,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let filled = Snapshot::now();
         let fill_time = t.elapsed();
+        if let Some(mib_budget) = budget_mib {
+            println!(
+                "budget {mib_budget} MiB: {} of {origins} origins kept, {:.1} MiB accounted, RSS {:.1} MiB (+{:.1} MiB over baseline) after {:.2} s",
+                cache.len(),
+                mib(cache.memory_usage()),
+                mib(filled.rss),
+                mib(filled.rss.saturating_sub(base.rss)),
+                fill_time.as_secs_f64()
+            );
+            return Ok::<_, Box<dyn std::error::Error>>(0);
+        }
         assert_eq!(cache.len(), origins, "every origin is cached");
 
         // The steady state: one judged request per origin compiles and keeps
