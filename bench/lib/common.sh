@@ -116,13 +116,14 @@ origin_accepts() {
     curl -s -m 5 "http://127.0.0.1:$1/nginx_status" | awk 'NR == 3 { print $1 }'
 }
 
-# start_robots_proxy DIR PORT BINARY [EXTRA_TOML]: robots-proxy on
+# start_robots_proxy DIR PORT BINARY [EXTRA_TOML [ENV...]]: robots-proxy on
 # 127.0.0.1:PORT, private destinations allowed, audit log in
 # DIR/robots-proxy-audit.jsonl, logs at warn in DIR/robots-proxy.log;
-# EXTRA_TOML is appended to its config. Sets RP_PID; poll it with
-# wait_for_status.
+# EXTRA_TOML is appended to its config; ENV (NAME=VALUE words) is added to
+# its environment. Sets RP_PID; poll it with wait_for_status.
 start_robots_proxy() {
     local dir=$1 port=$2 bin=$3 extra=${4:-}
+    shift $(($# < 4 ? $# : 4))
     mkdir -p "$dir/robots-proxy-state"
     cat >"$dir/robots-proxy.toml" <<EOF
 listen = "127.0.0.1:$port"
@@ -134,6 +135,6 @@ path = "$dir/robots-proxy-audit.jsonl"
 level = "warn"
 $extra
 EOF
-    RUST_LOG=warn "$bin" run --config "$dir/robots-proxy.toml" 2>"$dir/robots-proxy.log" &
+    env RUST_LOG=warn "$@" "$bin" run --config "$dir/robots-proxy.toml" 2>"$dir/robots-proxy.log" &
     RP_PID=$!
 }
