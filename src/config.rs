@@ -215,7 +215,7 @@ impl Default for UpstreamConfig {
         UpstreamConfig {
             connect_timeout: Duration::from_secs(10),
             response_timeout: Duration::from_secs(60),
-            pool_idle_per_host: 32,
+            pool_idle_per_host: 256,
             pool_idle_timeout: Duration::from_secs(90),
             ca_files: Vec::new(),
         }

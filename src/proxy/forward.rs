@@ -59,8 +59,8 @@ pub async fn forward(
     // The target URI is authoritative (RFC 9112 §3.2.2): the client sets
     // Host (HTTP/1.1) or :authority (HTTP/2) from it.
     req.headers_mut().remove(header::HOST);
-    let target = req.uri().to_string();
-    let host = req.uri().host().unwrap_or_default().to_string();
+    // Kept for error messages; cloning a Uri shares its bytes.
+    let target = req.uri().clone();
     match tokio::time::timeout(timeout, client.request(req)).await {
         Err(_) => respond::text(
             StatusCode::GATEWAY_TIMEOUT,
@@ -74,7 +74,7 @@ pub async fn forward(
                 return respond::refused(&p.to_string());
             }
             tracing::debug!(%target, error = %error_chain(&e), "upstream request failed");
-            let reason = crate::tls::upstream_error_reason(&e, &host);
+            let reason = crate::tls::upstream_error_reason(&e, target.host().unwrap_or_default());
             respond::text(
                 StatusCode::BAD_GATEWAY,
                 format!("Upstream error for {target}: {reason}\n"),
