@@ -94,12 +94,7 @@ pub async fn handle(proxy: &Proxy, ready: &AtomicBool, req: Request<Incoming>) -
 fn parse_url(s: &str) -> Result<(Origin, String), String> {
     let uri: Uri = s.parse().map_err(|e| format!("bad url {s:?}: {e}"))?;
     let origin = Origin::from_uri(&uri).map_err(|e| format!("bad url {s:?}: {e}"))?;
-    let path = uri
-        .path_and_query()
-        .map(|pq| pq.as_str().to_string())
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "/".into());
-    Ok((origin, path))
+    Ok((origin, crate::proxy::path_of(&uri)))
 }
 
 /// `GET /explain?url=URL&agent=TOKEN`: the decision and why, fetching

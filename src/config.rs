@@ -278,6 +278,15 @@ pub enum ConfigError {
     Invalid { path: PathBuf, message: String },
 }
 
+/// A directory systemd passes in `var` (`StateDirectory=` and friends).
+/// It may pass several, colon-separated; the first is ours.
+fn systemd_directory(var: &str) -> Option<PathBuf> {
+    let value = std::env::var_os(var)?;
+    let value = value.to_string_lossy();
+    let first = value.split(':').next().filter(|s| !s.is_empty())?;
+    Some(PathBuf::from(first))
+}
+
 /// Reads `humantime` durations: `30s`, `5m`, `24h`, `1h 30m`, `0s`.
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
@@ -370,15 +379,8 @@ impl Config {
         if let Some(dir) = &self.state_dir {
             return dir.clone();
         }
-        if let Some(dir) = std::env::var_os("STATE_DIRECTORY") {
-            // systemd may pass several, colon-separated; the first is ours.
-            let first = dir
-                .to_string_lossy()
-                .split(':')
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            return PathBuf::from(first);
+        if let Some(dir) = systemd_directory("STATE_DIRECTORY") {
+            return dir;
         }
         if let Some(dir) = std::env::var_os("XDG_STATE_HOME") {
             return PathBuf::from(dir).join("robots-proxy");
@@ -394,14 +396,8 @@ impl Config {
         if let Some(p) = &self.audit.path {
             return p.clone();
         }
-        if let Some(dir) = std::env::var_os("LOGS_DIRECTORY") {
-            let first = dir
-                .to_string_lossy()
-                .split(':')
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            return PathBuf::from(first).join("audit.jsonl");
+        if let Some(dir) = systemd_directory("LOGS_DIRECTORY") {
+            return dir.join("audit.jsonl");
         }
         self.state_dir().join("audit.jsonl")
     }

@@ -166,12 +166,7 @@ async fn inner_request(
     origin: &Origin,
     mut req: Request<Incoming>,
 ) -> Response<Body> {
-    let path = req
-        .uri()
-        .path_and_query()
-        .map(|pq| pq.as_str())
-        .unwrap_or("/")
-        .to_string();
+    let path = super::path_of(req.uri());
     let uri: Uri = match origin.url(&path).parse() {
         Ok(u) => u,
         Err(e) => return respond::text(StatusCode::BAD_REQUEST, format!("Bad request: {e}\n")),

@@ -212,12 +212,7 @@ impl Proxy {
                 return respond::text(StatusCode::BAD_REQUEST, format!("Bad request URL: {e}\n"));
             }
         };
-        let path = req
-            .uri()
-            .path_and_query()
-            .map(|pq| pq.as_str())
-            .unwrap_or("/")
-            .to_string();
+        let path = path_of(req.uri());
         let agent = self
             .settings()
             .agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT));
@@ -320,6 +315,15 @@ impl Proxy {
                 Some(respond::blocked(judgement))
             }
         }
+    }
+}
+
+/// The path and query of a request target, `/` when it has none.
+pub fn path_of(uri: &http::Uri) -> String {
+    match uri.path_and_query().map(|pq| pq.as_str()) {
+        Some(pq) if pq.starts_with('/') => pq.to_string(),
+        Some(pq) if !pq.is_empty() => format!("/{pq}"),
+        _ => "/".to_string(),
     }
 }
 
