@@ -120,13 +120,13 @@ async fn explain(proxy: &Proxy, uri: &Uri) -> Response<Body> {
     json_response(
         StatusCode::OK,
         json!({
-            "url": j.url,
+            "url": j.url(),
             "agent": j.agent,
             "decision": j.decision.name(),
             "reason": j.decision.reason(),
             "rule_line": rule.map(|r| r.line()),
             "rule": rule.map(|r| r.text()),
-            "robots_url": j.robots_url,
+            "robots_url": j.robots_url(),
             "fetch_status": j.entry.as_ref().and_then(|e| e.status),
             "fetch_outcome": j.fetch_kind().map(|k| k.as_str()),
             "fetch_reason": j.entry.as_ref().and_then(|e| e.reason.clone()),

@@ -256,14 +256,12 @@ fn max_age(headers: &http::HeaderMap) -> Option<Duration> {
 /// An error and its causes on one line: `a: b: c`.
 pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
+    for e in crate::net::causes(err).skip(1) {
         let s = e.to_string();
         if !out.contains(&s) {
             out.push_str(": ");
             out.push_str(&s);
         }
-        cur = e.source();
     }
     out
 }

@@ -79,11 +79,10 @@ impl Decision {
 pub struct Judgement {
     pub decision: Decision,
     pub origin: Origin,
-    /// The full URL judged.
-    pub url: String,
+    /// The path and query judged (starting with `/`).
+    pub path: String,
     /// The robots product token used.
     pub agent: String,
-    pub robots_url: String,
     /// The robots.txt entry consulted (none for policy refusals).
     pub entry: Option<Arc<Entry>>,
     pub lookup: Option<Lookup>,
@@ -92,6 +91,17 @@ pub struct Judgement {
 }
 
 impl Judgement {
+    /// The full URL judged. Built on demand: only blocked, audited or
+    /// explained requests need it, not the forwarding hot path.
+    pub fn url(&self) -> String {
+        self.origin.url(&self.path)
+    }
+
+    /// The robots.txt URL consulted.
+    pub fn robots_url(&self) -> String {
+        self.origin.robots_url()
+    }
+
     pub fn fetch_kind(&self) -> Option<FetchKind> {
         self.entry.as_ref().map(|e| e.kind)
     }
@@ -134,15 +144,12 @@ impl Gate {
     /// Judges `path_and_query` (starting with `/`) on `origin` for the
     /// robots product token `agent`.
     pub async fn judge(&self, origin: &Origin, path_and_query: &str, agent: &str) -> Judgement {
-        let url = origin.url(path_and_query);
-        let robots_url = origin.robots_url();
         if let Some(reason) = self.destination_refusal(origin) {
             return Judgement {
                 decision: Decision::Refused { reason },
                 origin: origin.clone(),
-                url,
+                path: path_and_query.to_string(),
                 agent: agent.to_string(),
-                robots_url,
                 entry: None,
                 lookup: None,
                 crawl_delay: None,
@@ -153,9 +160,8 @@ impl Gate {
         Judgement {
             decision,
             origin: origin.clone(),
-            url,
+            path: path_and_query.to_string(),
             agent: agent.to_string(),
-            robots_url,
             entry: Some(entry),
             lookup: Some(lookup),
             crawl_delay,

@@ -55,30 +55,59 @@ pub struct PrivateDestination {
     pub ip: IpAddr,
 }
 
-/// Finds a [`PrivateDestination`] in an error's source chain.
+/// An error and its causes, outermost first. Unlike `source()` alone it
+/// also steps into the payload of an `io::Error` (whose `source()` skips
+/// the wrapped error), which is where hyper-util and rustls put theirs.
+pub fn causes<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    let mut next = Some(err);
+    std::iter::from_fn(move || {
+        let current = next?;
+        next = match current
+            .downcast_ref::<io::Error>()
+            .and_then(|e| e.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => current.source(),
+        };
+        Some(current)
+    })
+}
+
+/// Finds a [`PrivateDestination`] among an error's causes.
 pub fn find_private_destination<'a>(
     err: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a PrivateDestination> {
-    let mut cur = Some(err);
-    while let Some(e) = cur {
-        if let Some(p) = e.downcast_ref::<PrivateDestination>() {
-            return Some(p);
-        }
-        // `io::Error::source` skips the wrapped error itself.
-        if let Some(p) = e
-            .downcast_ref::<io::Error>()
-            .and_then(|io| io.get_ref())
-            .and_then(|inner| inner.downcast_ref::<PrivateDestination>())
-        {
-            return Some(p);
-        }
-        cur = e.source();
-    }
-    None
+    causes(err).find_map(|e| e.downcast_ref::<PrivateDestination>())
 }
 
-/// A resolver for hyper-util's `HttpConnector` that drops private addresses
-/// unless they are allowed.
+/// Resolves `host` (port `port`) and applies the destination policy: with
+/// `allow_private` false, private addresses are dropped, and if none is
+/// left the error carries a [`PrivateDestination`].
+pub async fn resolve(host: &str, port: u16, allow_private: bool) -> io::Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
+    if allow_private {
+        return Ok(addrs);
+    }
+    let public: Vec<SocketAddr> = addrs
+        .iter()
+        .copied()
+        .filter(|a| !is_private(a.ip()))
+        .collect();
+    match (public.is_empty(), addrs.first()) {
+        (true, Some(first)) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            PrivateDestination {
+                host: host.to_string(),
+                ip: first.ip(),
+            },
+        )),
+        _ => Ok(public),
+    }
+}
+
+/// A resolver for hyper-util's `HttpConnector` that applies [`resolve`].
 #[derive(Clone, Debug)]
 pub struct GuardedResolver {
     pub allow_private: bool,
@@ -96,27 +125,8 @@ impl tower_service::Service<Name> for GuardedResolver {
     fn call(&mut self, name: Name) -> Self::Future {
         let allow_private = self.allow_private;
         Box::pin(async move {
-            let host = name.as_str().to_string();
-            let addrs: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            if allow_private {
-                return Ok(addrs.into_iter());
-            }
-            let public: Vec<SocketAddr> = addrs
-                .iter()
-                .copied()
-                .filter(|a| !is_private(a.ip()))
-                .collect();
-            match (public.is_empty(), addrs.first()) {
-                (true, Some(first)) => Err(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    PrivateDestination {
-                        host,
-                        ip: first.ip(),
-                    },
-                )),
-                _ => Ok(public.into_iter()),
-            }
+            // The connector sets the port itself.
+            Ok(resolve(name.as_str(), 0, allow_private).await?.into_iter())
         })
     }
 }

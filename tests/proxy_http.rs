@@ -164,22 +164,26 @@ async fn robots_429_and_5xx_mean_disallow_all_with_503_and_retry_after() {
     }
 }
 
-#[tokio::test]
-async fn five_redirects_are_followed_and_rules_apply_to_the_first_origin() {
-    let origin = Origin::start().await;
-    for i in 0..5 {
-        let next = if i == 4 {
+/// `/robots.txt` → `/r1` → … → `/real-robots.txt`: `hops` redirects.
+fn redirect_chain(origin: &Origin, hops: usize) {
+    for i in 0..hops {
+        let from = match i {
+            0 => "/robots.txt".to_string(),
+            _ => format!("/r{i}"),
+        };
+        let next = if i + 1 == hops {
             "/real-robots.txt".to_string()
         } else {
             format!("/r{}", i + 1)
         };
-        let from = if i == 0 {
-            "/robots.txt".to_string()
-        } else {
-            format!("/r{i}")
-        };
         origin.route(&from, Reply::redirect(&next));
     }
+}
+
+#[tokio::test]
+async fn five_redirects_are_followed_and_rules_apply_to_the_first_origin() {
+    let origin = Origin::start().await;
+    redirect_chain(&origin, 5);
     origin.route(
         "/real-robots.txt",
         Reply::ok("User-agent: *\nDisallow: /blocked\n"),
@@ -192,19 +196,7 @@ async fn five_redirects_are_followed_and_rules_apply_to_the_first_origin() {
 #[tokio::test]
 async fn six_redirects_are_too_many_and_mean_allow_all() {
     let origin = Origin::start().await;
-    for i in 0..6 {
-        let next = if i == 5 {
-            "/real-robots.txt".to_string()
-        } else {
-            format!("/r{}", i + 1)
-        };
-        let from = if i == 0 {
-            "/robots.txt".to_string()
-        } else {
-            format!("/r{i}")
-        };
-        origin.route(&from, Reply::redirect(&next));
-    }
+    redirect_chain(&origin, 6);
     origin.route(
         "/real-robots.txt",
         Reply::ok("User-agent: *\nDisallow: /\n"),

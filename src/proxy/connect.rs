@@ -70,14 +70,15 @@ pub async fn handle(
         Ok(o) => o,
         Err(e) => return respond::text(StatusCode::BAD_REQUEST, format!("Bad CONNECT: {e}\n")),
     };
+    let settings = proxy.settings();
+    let agent = settings.agent_for(user_agent.as_deref(), req.headers().get(USER_AGENT));
     if let Some(reason) = proxy.gate.destination_refusal(&https) {
-        let judgement = proxy.gate.judge(&https, "/", &proxy.settings().agent).await;
+        // Judging gives the refusal its audit line before the tunnel opens.
+        let judgement = proxy.gate.judge(&https, "/", &agent).await;
         return proxy
             .audit_and_block(&judgement, client, user.as_deref(), "CONNECT")
             .unwrap_or_else(|| respond::refused(&reason));
     }
-    let settings = proxy.settings();
-    let agent = settings.agent_for(user_agent.as_deref(), req.headers().get(USER_AGENT));
     let minter = proxy.minter.clone();
     if minter.is_none() || no_intercept(&settings.no_intercept, https.host()) {
         return tunnel(proxy, client, user, https, &agent, req).await;
@@ -172,16 +173,13 @@ async fn inner_request(
         Err(e) => return respond::text(StatusCode::BAD_REQUEST, format!("Bad request: {e}\n")),
     };
     *req.uri_mut() = uri;
-    let agent = proxy
-        .settings()
-        .agent_for(user_agent.as_deref(), req.headers().get(USER_AGENT));
     proxy
         .judge_and_forward(
+            &proxy.settings(),
             client,
-            user.as_deref(),
+            (user.as_deref(), user_agent.as_deref()),
             origin.clone(),
             &path,
-            &agent,
             req.map(|b| b.boxed()),
         )
         .await
@@ -244,27 +242,12 @@ pub async fn connect_upstream(
     origin: &Origin,
     allow_private: bool,
 ) -> Result<TcpStream, ConnectFailure> {
-    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((origin.host(), origin.port()))
+    let usable = net::resolve(origin.host(), origin.port(), allow_private)
         .await
-        .map_err(ConnectFailure::Io)?
-        .collect();
-    let usable: Vec<SocketAddr> = addrs
-        .iter()
-        .copied()
-        .filter(|a| allow_private || !net::is_private(a.ip()))
-        .collect();
-    if usable.is_empty() {
-        return Err(match addrs.first() {
-            Some(a) => ConnectFailure::Refused(
-                net::PrivateDestination {
-                    host: origin.host().to_string(),
-                    ip: a.ip(),
-                }
-                .to_string(),
-            ),
-            None => ConnectFailure::Io(std::io::Error::other("no address")),
-        });
-    }
+        .map_err(|e| match net::find_private_destination(&e) {
+            Some(p) => ConnectFailure::Refused(p.to_string()),
+            None => ConnectFailure::Io(e),
+        })?;
     let mut last = None;
     for addr in usable {
         match TcpStream::connect(addr).await {

@@ -140,10 +140,10 @@ impl Proxy {
     /// Client ACL and proxy authentication. `Err` is the response to send.
     async fn admit(
         &self,
+        settings: &Settings,
         client: SocketAddr,
         req: &Request<Incoming>,
     ) -> Result<Caller, Response<Body>> {
-        let settings = self.settings();
         if !settings.acl.allows(client.ip()) {
             self.metrics.request(metrics::Decision::Refused);
             tracing::warn!(%client, "client address not in access.allow_clients");
@@ -186,7 +186,9 @@ impl Proxy {
         client: SocketAddr,
         req: Request<Incoming>,
     ) -> Response<Body> {
-        let caller = match self.admit(client, &req).await {
+        // One read of the reloadable settings per request.
+        let settings = self.settings();
+        let caller = match self.admit(&settings, client, &req).await {
             Ok(c) => c,
             Err(resp) => return resp,
         };
@@ -213,33 +215,31 @@ impl Proxy {
             }
         };
         let path = path_of(req.uri());
-        let agent = self
-            .settings()
-            .agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT));
         self.judge_and_forward(
+            &settings,
             client,
-            caller.user.as_deref(),
+            (caller.user.as_deref(), caller.user_agent.as_deref()),
             origin,
             &path,
-            &agent,
             req.map(|b| b.boxed()),
         )
         .await
     }
 
     /// Judges a request with an absolute URI and forwards it if allowed.
-    /// Shared by plain HTTP and intercepted HTTPS.
+    /// Shared by plain HTTP and intercepted HTTPS. `(user, user_agent)`:
+    /// the authenticated user and the robots token configured for them.
     pub async fn judge_and_forward(
         &self,
+        settings: &Settings,
         client: SocketAddr,
-        user: Option<&str>,
+        (user, user_agent): (Option<&str>, Option<&str>),
         origin: Origin,
         path: &str,
-        agent: &str,
         req: Request<Body>,
     ) -> Response<Body> {
-        let settings = self.settings();
-        let mut judgement = self.gate.judge(&origin, path, agent).await;
+        let agent = settings.agent_for(user_agent, req.headers().get(USER_AGENT));
+        let mut judgement = self.gate.judge(&origin, path, &agent).await;
         self.count_lookup(&judgement);
         // Most origins have no Crawl-delay: skip building the key then.
         if judgement.decision.is_allowed()
@@ -310,7 +310,7 @@ impl Proxy {
         match &judgement.decision {
             Decision::Allowed { .. } => None,
             d => {
-                tracing::info!(url = %judgement.url, agent = %judgement.agent,
+                tracing::info!(url = %judgement.url(), agent = %judgement.agent,
                     decision = d.name(), reason = %d.reason(), "blocked");
                 Some(respond::blocked(judgement))
             }

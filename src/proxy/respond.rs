@@ -59,7 +59,7 @@ pub fn decision_line(j: &Judgement) -> String {
         "{}; agent={}; robots={}",
         j.decision.name(),
         j.agent,
-        j.robots_url
+        j.robots_url()
     );
     if let Some(rule) = j.decision.rule() {
         line.push_str(&format!("; rule=\"{rule}\""));
@@ -98,7 +98,9 @@ pub fn blocked(j: &Judgement) -> Response<Body> {
     };
     let mut body = format!(
         "{title}\n\nURL:        {}\nAgent:      {}\nrobots.txt: {} ({fetch})\n",
-        j.url, j.agent, j.robots_url
+        j.url(),
+        j.agent,
+        j.robots_url()
     );
     match j.decision.rule() {
         Some(rule) => body.push_str(&format!("Rule:       {rule}\n")),

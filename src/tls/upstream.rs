@@ -173,7 +173,7 @@ pub fn https_connector_with(mut config: ClientConfig, mut http: HttpConnector) -
 /// mismatched certificate: the origin is not who it should be, which is a
 /// bad gateway rather than an unreachable origin.
 pub fn is_tls_failure(err: &(dyn StdError + 'static)) -> bool {
-    chain(err).any(|e| e.downcast_ref::<rustls::Error>().is_some())
+    crate::net::causes(err).any(|e| e.downcast_ref::<rustls::Error>().is_some())
 }
 
 /// A short human reason why a connection to `host` failed, for a 502 body:
@@ -183,13 +183,15 @@ pub fn is_tls_failure(err: &(dyn StdError + 'static)) -> bool {
 /// Walks the `source()` chain (and the payload of `io::Error`s, which
 /// `source()` skips) looking for the rustls error first.
 pub fn upstream_error_reason(err: &(dyn StdError + 'static), host: &str) -> String {
-    if let Some(tls) = chain(err).find_map(|e| e.downcast_ref::<rustls::Error>()) {
+    if let Some(tls) = crate::net::causes(err).find_map(|e| e.downcast_ref::<rustls::Error>()) {
         return describe_tls(tls, host);
     }
-    if chain(err).any(|e| e.to_string() == "dns error") {
+    if crate::net::causes(err).any(|e| e.to_string() == "dns error") {
         return format!("DNS lookup for {host} failed");
     }
-    if let Some(kind) = chain(err).find_map(|e| e.downcast_ref::<io::Error>().map(|e| e.kind())) {
+    if let Some(kind) =
+        crate::net::causes(err).find_map(|e| e.downcast_ref::<io::Error>().map(|e| e.kind()))
+    {
         let what = match kind {
             io::ErrorKind::ConnectionRefused => Some(format!("connection refused by {host}")),
             io::ErrorKind::ConnectionReset => Some(format!("connection reset by {host}")),
@@ -204,7 +206,7 @@ pub fn upstream_error_reason(err: &(dyn StdError + 'static), host: &str) -> Stri
         }
     }
     let mut text: Vec<String> = Vec::new();
-    for e in chain(err) {
+    for e in crate::net::causes(err) {
         let s = e.to_string();
         // Wrappers often repeat their source's message.
         if !text.last().is_some_and(|last| last.contains(&s)) {
@@ -212,23 +214,6 @@ pub fn upstream_error_reason(err: &(dyn StdError + 'static), host: &str) -> Stri
         }
     }
     format!("connection to {host} failed: {}", text.join(": "))
-}
-
-fn chain<'a>(
-    err: &'a (dyn StdError + 'static),
-) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
-    let mut next = Some(err);
-    std::iter::from_fn(move || {
-        let current = next?;
-        next = match current
-            .downcast_ref::<io::Error>()
-            .and_then(|e| e.get_ref())
-        {
-            Some(inner) => Some(inner as &(dyn StdError + 'static)),
-            None => current.source(),
-        };
-        Some(current)
-    })
 }
 
 fn describe_tls(err: &rustls::Error, host: &str) -> String {
