@@ -1,16 +1,16 @@
 //! Memory of the robots.txt cache at scale.
 //!
 //! Fills a `RobotsCache` with ORIGINS (default 100,000) distinct origins,
-//! each holding its own parsed copy of a real-world robots.txt (cycling
-//! through the corpus), then judges one URL per origin through the `Gate`
-//! (a cache hit: no network), which compiles and keeps each entry's rules
-//! for one agent, the proxy's steady state. Reports RSS and live heap bytes
-//! before and after each step, and bytes per origin.
+//! each given its own parsed copy of a real-world robots.txt (cycling
+//! through the corpus), which the cache compiles for the configured agent
+//! and keeps as a fetch would, dropping the parsed file: the proxy's steady
+//! state. No two origins share memory. Then judges one URL per origin
+//! through the `Gate` (a cache hit: no network). Reports RSS and live heap
+//! bytes before and after each step, and bytes per origin.
 //!
 //! Then, per corpus file: rule count for the agent, heap bytes of a parsed
 //! copy and of its compiled rules, compile time, the rule index's share (the
-//! engine's own `memory_usage`), and a compact estimate of the same rules;
-//! and the fixed cost per cached origin.
+//! engine's own `memory_usage`); and the fixed cost per cached origin.
 //!
 //!   cargo run --release --example cache_memory
 //!   ORIGINS=200000 ROBOTS_CORPUS=/path/to/dir cargo run --release --example cache_memory
@@ -139,7 +139,6 @@ fn analyse(templates: &[Robots], names: &[String], agent: &str) -> Vec<usize> {
     let mut compiled = Vec::new();
     let mut times = Vec::new();
     let mut rule_counts = Vec::new();
-    let mut compact = Vec::new();
     let (mut indexed, mut index_total) = (0usize, 0usize);
     let mut biggest: Vec<(usize, usize, &str)> = Vec::new();
     for (robots, name) in templates.iter().zip(names) {
@@ -154,28 +153,9 @@ fn analyse(templates: &[Robots], names: &[String], agent: &str) -> Vec<usize> {
         compiled.push(l2.saturating_sub(l1));
         biggest.push((l2.saturating_sub(l1), rules.rules().len(), name));
         rule_counts.push(rules.rules().len());
-        // A compact form of the same rules: patterns (and values written
-        // differently) in one string, 12 bytes per rule for offsets, line
-        // and flags, plus the boxed slice and string headers.
-        let text: usize = rules
-            .rules()
-            .iter()
-            .map(|r| {
-                r.pattern().len()
-                    + if r.value() != r.pattern() {
-                        r.value().len()
-                    } else {
-                        0
-                    }
-            })
-            .sum();
-        compact.push(32 + 12 * rules.rules().len() + text);
         if rules.is_indexed() {
             indexed += 1;
-            let own: usize = rules.rules().iter().map(|r| r.memory_usage()).sum();
-            index_total += rules
-                .memory_usage()
-                .saturating_sub(own + std::mem::size_of_val(&rules));
+            index_total += rules.index_memory_usage();
         }
         drop(rules);
         drop(copy);
@@ -183,9 +163,7 @@ fn analyse(templates: &[Robots], names: &[String], agent: &str) -> Vec<usize> {
     let n = templates.len().max(1);
     let mean = |v: &[usize]| v.iter().sum::<usize>() / n;
     let (mp, mc, mt) = (mean(&parsed), mean(&compiled), mean(&times));
-    let mk = mean(&compact);
-    compact.sort_unstable();
-    let parsed_in_order = parsed.clone();
+    let compiled_in_order = compiled.clone();
     parsed.sort_unstable();
     rule_counts.sort_unstable();
     compiled.sort_unstable();
@@ -216,12 +194,6 @@ fn analyse(templates: &[Robots], names: &[String], agent: &str) -> Vec<usize> {
         percentile(&compiled, 1.0)
     );
     println!(
-        "  compact estimate    mean {mk:>8}  p50 {:>8}  p99 {:>8}  max {:>8}   (agent's rules, one string, 12 B/rule, no index)",
-        percentile(&compact, 0.5),
-        percentile(&compact, 0.99),
-        percentile(&compact, 1.0)
-    );
-    println!(
         "  compile time (us)   mean {:>8.1}  p50 {:>8.1}  p99 {:>8.1}  max {:>8.1}",
         mt as f64 / 1e3,
         percentile(&times, 0.5) as f64 / 1e3,
@@ -244,7 +216,7 @@ fn analyse(templates: &[Robots], names: &[String], agent: &str) -> Vec<usize> {
             .collect();
         println!("  largest compiled: {}", top.join(", "));
     }
-    parsed_in_order
+    compiled_in_order
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -304,7 +276,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let budget_mib: Option<usize> = std::env::var("CACHE_MAX_MIB")
         .ok()
         .and_then(|v| v.parse().ok());
-    let parsed_live_per_origin = runtime.block_on(async {
+    let live_per_origin = runtime.block_on(async {
         let tls = robots_proxy::tls::client_config(&[])?;
         let client = build_client(
             &ClientSettings {
@@ -332,7 +304,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 // Unbounded by bytes to measure the cost per origin;
                 // `CACHE_MAX_MIB` applies a budget (as `robots.cache_max_mib` does).
                 max_bytes: budget_mib.map_or(usize::MAX, |m| m.saturating_mul(1024 * 1024)),
-                precompile_agent: None,
+                agents: vec![agent.to_string()],
             },
         ));
         let gate = Gate::new(cache.clone(), false);
@@ -348,6 +320,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         for i in 0..origins {
             let origin = Origin::new(Scheme::Https, &host(i), None)?;
+            // A copy per origin: what a fetch hands the cache.
             cache.insert_parsed(origin, templates[i % templates.len()].clone());
         }
         let filled = Snapshot::now();
@@ -365,8 +338,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         assert_eq!(cache.len(), origins, "every origin is cached");
 
-        // The steady state: one judged request per origin compiles and keeps
-        // its rules for the agent (a cache hit, so no fetch).
+        // One judged request per origin: a cache hit, so no fetch, and no
+        // growth (the rules were compiled when the entry was stored).
         let t = Instant::now();
         let mut disallowed = 0usize;
         let mut judged = origins;
@@ -393,20 +366,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let compile_time = t.elapsed();
 
         println!(
-            "{origins} origins: filled in {:.2} s; {judged} judged (compiling rules for {agent:?}) \
+            "{origins} origins: filled (compiled for {agent:?}) in {:.2} s; {judged} judged \
              in {:.2} s; {disallowed} of them disallow /search?q=robots",
             fill_time.as_secs_f64(),
             compile_time.as_secs_f64()
         );
-        report("parsed robots.txt only", &base, &filled, origins);
-        report("compiled rules for one agent (on top)", &filled, &compiled, judged);
+        report("cached, compiled for one agent", &base, &filled, origins);
+        report("judged once each (on top)", &filled, &compiled, judged);
         let per_origin = filled.rss.saturating_sub(base.rss) / origins.max(1)
             + compiled.rss.saturating_sub(filled.rss) / judged.max(1);
         let per_origin_live = filled.live.saturating_sub(base.live) / origins.max(1)
             + compiled.live.saturating_sub(filled.live) / judged.max(1);
         println!(
             "{:<44} RSS {:>8.1} MiB ({per_origin:>6} B/origin)   live heap {:>8.1} MiB ({per_origin_live:>6} B/origin)",
-            "steady state (parsed + compiled), per 100,000",
+            "steady state, per 100,000",
             mib(per_origin * 100_000),
             mib(per_origin_live * 100_000),
         );
@@ -428,14 +401,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })?;
 
     println!();
-    let parsed = analyse(&templates, &names, agent);
+    let compiled = analyse(&templates, &names, agent);
     // The same files in the same proportions as the fill.
     let n = templates.len();
-    let weighted = (0..origins).map(|i| parsed[i % n]).sum::<usize>() / origins.max(1);
+    let weighted = (0..origins).map(|i| compiled[i % n]).sum::<usize>() / origins.max(1);
     println!(
         "  fixed cost per cached origin (key, entry, LRU slot): about {} B \
-         (parsed-only live heap per origin minus the mean parsed copy)",
-        parsed_live_per_origin.saturating_sub(weighted)
+         (live heap per cached origin minus the mean compiled rules)",
+        live_per_origin.saturating_sub(weighted)
     );
     for extra in ["robots-large-wikipedia.txt", "robots-large-quora.txt"] {
         let path = dir.join("..").join(extra);

@@ -156,7 +156,7 @@ impl App {
                 unreachable_retry: r.unreachable_retry,
                 stale_max: r.stale_max,
                 max_bytes: r.cache_max_mib.saturating_mul(1024 * 1024),
-                precompile_agent: Some(config.agent_token()),
+                agents: judged_agents(&config),
             },
         )
         .on_fetch(fetch_metrics(&metrics));
@@ -245,6 +245,16 @@ impl App {
     }
 }
 
+/// The robots product tokens requests can be judged as: the default agent,
+/// the mapped agents and the users' agents. Cached robots.txt files are
+/// compiled for these.
+fn judged_agents(config: &Config) -> Vec<String> {
+    let mut agents = vec![config.agent_token()];
+    agents.extend(config.agents.values().cloned());
+    agents.extend(config.access.users.iter().filter_map(|u| u.agent.clone()));
+    agents
+}
+
 /// Applies a new configuration to a running proxy: agents, mappings,
 /// access control, politeness, timeouts, no-intercept list, audit options
 /// (and reopens the audit file). Settings that need a restart (listen
@@ -253,6 +263,7 @@ impl App {
 pub fn reload(proxy: &Proxy, old: &Config, new: &Config) -> Result<Vec<&'static str>, StartError> {
     let settings = settings_from(new, Some(&proxy.settings()))?;
     proxy.set_settings(settings);
+    proxy.gate.cache().set_agents(&judged_agents(new));
     proxy.audit.set_log_all(new.audit.log_all);
     if let Err(e) = proxy.audit.reopen() {
         tracing::error!(path = %proxy.audit.path().display(), error = %e, "cannot reopen the audit log");

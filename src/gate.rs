@@ -6,16 +6,16 @@ use std::time::Duration;
 
 use crate::net;
 use crate::origin::Origin;
-use crate::robots::Rule;
+use crate::robots::{Rule, RuleRef};
 use crate::robots_cache::{Entry, FetchKind, Lookup, RobotsCache, Rules};
 
 /// What happens to a request.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
     /// Forward it; `rule` is the allow rule that matched, if any.
-    Allowed { rule: Option<Rule> },
+    Allowed { rule: Option<RuleRef> },
     /// robots.txt disallows it.
-    Disallowed { rule: Rule },
+    Disallowed { rule: RuleRef },
     /// robots.txt could not be fetched and no copy is usable: all disallowed.
     Unreachable {
         reason: String,
@@ -47,10 +47,10 @@ impl Decision {
     }
 
     /// The deciding rule, if a rule decided.
-    pub fn rule(&self) -> Option<&Rule> {
+    pub fn rule(&self) -> Option<Rule<'_>> {
         match self {
-            Decision::Allowed { rule } => rule.as_ref(),
-            Decision::Disallowed { rule } => Some(rule),
+            Decision::Allowed { rule } => rule.as_ref().map(RuleRef::get),
+            Decision::Disallowed { rule } => Some(rule.get()),
             _ => None,
         }
     }
@@ -155,7 +155,12 @@ impl Gate {
                 crawl_delay: None,
             };
         }
-        let (entry, lookup) = self.cache.get(origin).await;
+        let (mut entry, mut lookup) = self.cache.get(origin, agent).await;
+        if !entry.covers(agent) && entry.kind != FetchKind::Stale {
+            // An agent the cache does not compile for (an `/explain`
+            // question): an entry of its own.
+            (entry, lookup) = self.cache.get_other_agent(origin, agent).await;
+        }
         let (decision, crawl_delay) = decide(&entry, path_and_query, agent);
         Judgement {
             decision,
@@ -202,16 +207,29 @@ fn decide(entry: &Entry, path_and_query: &str, agent: &str) -> (Decision, Option
                 None,
             )
         }
-        Rules::Parsed(_) => {
-            let Some(rules) = entry.agent_rules(agent) else {
-                return (Decision::Allowed { rule: None }, None);
+        Rules::Parsed(compiled) => {
+            let Some(rules) = compiled.get(agent) else {
+                // Only a stale copy compiled before the agent was configured
+                // gets here; the origin is unreachable now.
+                return (
+                    Decision::Unreachable {
+                        reason: format!(
+                            "{}; the stale copy has no rules compiled for agent {agent:?}",
+                            entry.reason.as_deref().unwrap_or("robots.txt unreachable")
+                        ),
+                        retry_after: entry
+                            .expires
+                            .saturating_duration_since(std::time::Instant::now())
+                            .max(Duration::from_secs(1)),
+                    },
+                    None,
+                );
             };
             let verdict = rules.check(path_and_query);
-            let decision = match (verdict.allowed, verdict.rule) {
-                (true, rule) => Decision::Allowed {
-                    rule: rule.cloned(),
-                },
-                (false, Some(rule)) => Decision::Disallowed { rule: rule.clone() },
+            let rule = verdict.rule.and_then(|r| RuleRef::new(rules, r));
+            let decision = match (verdict.allowed, rule) {
+                (true, rule) => Decision::Allowed { rule },
+                (false, Some(rule)) => Decision::Disallowed { rule },
                 // A disallow always has a rule; be safe anyway.
                 (false, None) => Decision::Allowed { rule: None },
             };

@@ -1,5 +1,13 @@
-//! The robots.txt cache: origin → compiled rules, bounded (LRU by entries),
-//! with expiry, stale-on-error and one fetch per origin at a time.
+//! The robots.txt cache: origin → compiled rules, bounded (LRU by entries
+//! and by bytes), with expiry, stale-on-error and one fetch per origin at a
+//! time.
+//!
+//! An entry keeps only what requests need: the rules of the agents the
+//! proxy judges as (the configured agent, mapped agents, users' agents),
+//! compiled when the file arrives. The parsed file is dropped, which keeps
+//! an origin to a couple of kilobytes. Any other agent (an `/explain`
+//! question) gets an entry of its own in a small side cache; an entry that
+//! lacks a configured agent (the configuration changed) is fetched again.
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, RwLock};
@@ -47,13 +55,48 @@ impl FetchKind {
 /// What applies to an origin.
 #[derive(Clone, Debug)]
 pub enum Rules {
-    Parsed(Arc<Robots>),
+    Parsed(Compiled),
     AllowAll,
     DisallowAll,
     /// The destination policy forbids the origin; the reason says why.
     Refused,
     /// TLS with the origin failed; requests get 502 with the reason.
     BadTls,
+}
+
+/// The compiled rules of one robots.txt file for each agent token the
+/// proxy uses. Agents that select the same groups share one
+/// [`AgentRules`].
+#[derive(Clone, Debug)]
+pub struct Compiled(Arc<[(Arc<str>, Arc<AgentRules>)]>);
+
+impl Compiled {
+    /// Compiles `robots` for `agents` (product tokens).
+    pub fn new(robots: &Robots, agents: &[Arc<str>]) -> Compiled {
+        let tokens: Vec<&str> = agents.iter().map(|a| &**a).collect();
+        let rules = robots.agent_rules_shared(&tokens);
+        Compiled(agents.iter().cloned().zip(rules).collect())
+    }
+
+    /// The rules for `token`, if it was compiled.
+    pub fn get(&self, token: &str) -> Option<&Arc<AgentRules>> {
+        self.0.iter().find(|(t, _)| **t == *token).map(|(_, r)| r)
+    }
+
+    fn same(&self, other: &Compiled) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Bytes held, counting shared rules once.
+    fn memory_usage(&self) -> usize {
+        let mut total = std::mem::size_of_val(&*self.0) + 16;
+        for (i, (_, rules)) in self.0.iter().enumerate() {
+            if !self.0[..i].iter().any(|(_, r)| Arc::ptr_eq(r, rules)) {
+                total += rules.memory_usage();
+            }
+        }
+        total
+    }
 }
 
 /// One origin's robots.txt state.
@@ -70,25 +113,26 @@ pub struct Entry {
     fetched_instant: Instant,
     pub expires: Instant,
     /// The last 2xx copy and when it was fetched, for stale-on-error.
-    last_good: Option<(Arc<Robots>, Instant, SystemTime)>,
-    /// Compiled rules per agent token, built on first use.
-    compiled: RwLock<Vec<(Box<str>, Arc<AgentRules>)>>,
+    last_good: Option<(Compiled, Instant, SystemTime)>,
 }
 
 impl Entry {
-    /// Approximate bytes held: the parsed file (unless shared with the
-    /// previous copy) and the compiled rules.
+    /// Approximate bytes held: the compiled rules (and the last good copy,
+    /// unless it is the same).
     pub fn memory_usage(&self) -> usize {
-        let robots = match &self.rules {
-            Rules::Parsed(r) => r.memory_usage(),
+        let rules = match &self.rules {
+            Rules::Parsed(c) => c.memory_usage(),
             _ => 0,
         };
-        let compiled = self
-            .compiled
-            .read()
-            .map(|c| c.iter().map(|(t, r)| t.len() + r.memory_usage()).sum())
-            .unwrap_or(0);
-        std::mem::size_of::<Self>() + robots + compiled
+        let last_good = match (&self.rules, &self.last_good) {
+            (Rules::Parsed(c), Some((good, _, _))) if c.same(good) => 0,
+            (_, Some((good, _, _))) => good.memory_usage(),
+            (_, None) => 0,
+        };
+        std::mem::size_of::<Self>()
+            + self.reason.as_ref().map_or(0, String::capacity)
+            + rules
+            + last_good
     }
 
     /// Seconds since the rules in use were fetched.
@@ -97,24 +141,20 @@ impl Entry {
     }
 
     /// Compiled rules for `token` (a lower-cased product token), if a
-    /// robots.txt file applies.
+    /// robots.txt file applies and was compiled for it.
     pub fn agent_rules(&self, token: &str) -> Option<Arc<AgentRules>> {
-        let Rules::Parsed(robots) = &self.rules else {
-            return None;
-        };
-        if let Ok(compiled) = self.compiled.read()
-            && let Some((_, rules)) = compiled.iter().find(|(t, _)| **t == *token)
-        {
-            return Some(rules.clone());
+        match &self.rules {
+            Rules::Parsed(compiled) => compiled.get(token).cloned(),
+            _ => None,
         }
-        let rules = Arc::new(robots.agent_rules(token));
-        if let Ok(mut compiled) = self.compiled.write()
-            && compiled.len() < 16
-            && !compiled.iter().any(|(t, _)| **t == *token)
-        {
-            compiled.push((token.into(), rules.clone()));
+    }
+
+    /// False if a robots.txt file applies but was not compiled for `token`.
+    pub fn covers(&self, token: &str) -> bool {
+        match &self.rules {
+            Rules::Parsed(compiled) => compiled.get(token).is_some(),
+            _ => true,
         }
-        Some(rules)
     }
 }
 
@@ -138,9 +178,10 @@ pub struct CacheSettings {
     /// Memory budget for cached rules, in bytes: least recently used
     /// entries are dropped beyond it, whatever their number.
     pub max_bytes: usize,
-    /// Agent token whose rules are compiled when an entry is made (the
-    /// configured agent), so an entry's size is known when it is stored.
-    pub precompile_agent: Option<String>,
+    /// Product tokens whose rules are compiled when an entry is made (the
+    /// agents requests are judged as); other agents' questions are answered
+    /// by a fetch of their own.
+    pub agents: Vec<String>,
 }
 
 /// Callback run after every fetch.
@@ -215,7 +256,18 @@ pub struct RobotsCache {
     settings: CacheSettings,
     /// Called after every fetch (metrics).
     on_fetch: Option<FetchHook>,
+    /// The agents entries are compiled for (changed by a reload).
+    agents: RwLock<Arc<[Arc<str>]>>,
+    /// Entries for other agents (`/explain` questions), few and small.
+    others: Mutex<LruCache<OtherKey, Arc<Entry>>>,
 }
+
+/// An origin and an agent token the cache's entries are not compiled for.
+type OtherKey = (Origin, Box<str>);
+
+/// How many (origin, agent) entries for agents the proxy does not judge as
+/// are kept.
+const OTHER_AGENT_ENTRIES: usize = 64;
 
 impl RobotsCache {
     pub fn new(client: HttpClient, fetch: FetchSettings, settings: CacheSettings) -> RobotsCache {
@@ -227,9 +279,64 @@ impl RobotsCache {
             }),
             client,
             fetch,
+            agents: RwLock::new(tokens(&settings.agents)),
+            others: Mutex::new(LruCache::new(
+                NonZeroUsize::new(OTHER_AGENT_ENTRIES).unwrap_or(NonZeroUsize::MIN),
+            )),
             settings,
             on_fetch: None,
         }
+    }
+
+    /// Sets the agents entries are compiled for. Cached entries that lack
+    /// one of them are fetched again when a request needs it.
+    pub fn set_agents(&self, agents: &[String]) {
+        if let Ok(mut a) = self.agents.write() {
+            *a = tokens(agents);
+        }
+    }
+
+    fn agents(&self) -> Arc<[Arc<str>]> {
+        self.agents
+            .read()
+            .map(|a| a.clone())
+            .unwrap_or_else(|_| Arc::from(Vec::new()))
+    }
+
+    fn is_configured(&self, token: &str) -> bool {
+        self.agents
+            .read()
+            .is_ok_and(|a| a.iter().any(|t| **t == *token))
+    }
+
+    /// The entry of `origin` compiled for `token`, an agent the cache's
+    /// entries are not compiled for (an `/explain` question): kept in a
+    /// small cache of its own, fetched when missing or expired.
+    pub async fn get_other_agent(&self, origin: &Origin, token: &str) -> (Arc<Entry>, Lookup) {
+        let key = (origin.clone(), Box::from(token));
+        let previous = match self.others.lock() {
+            Ok(mut others) => others.get(&key).cloned(),
+            Err(_) => None,
+        };
+        if let Some(entry) = &previous
+            && entry.expires > Instant::now()
+        {
+            return (entry.clone(), Lookup::Hit);
+        }
+        let fetched = fetch::fetch(&self.client, origin, &self.fetch).await;
+        if let Some(cb) = &self.on_fetch {
+            cb(&fetched);
+        }
+        let entry = Arc::new(self.entry_from(previous.as_deref(), fetched, &[Arc::from(token)]));
+        if let Ok(mut others) = self.others.lock() {
+            others.put(key, entry.clone());
+        }
+        let lookup = if previous.is_some() {
+            Lookup::Expired
+        } else {
+            Lookup::Miss
+        };
+        (entry, lookup)
     }
 
     /// Registers a callback run after every fetch.
@@ -254,6 +361,16 @@ impl RobotsCache {
 
     /// Drops an origin's entry; true if there was one.
     pub fn purge(&self, origin: &Origin) -> bool {
+        if let Ok(mut others) = self.others.lock() {
+            let keys: Vec<_> = others
+                .iter()
+                .filter(|((o, _), _)| o == origin)
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in keys {
+                others.pop(&k);
+            }
+        }
         self.slots
             .lock()
             .map(|mut s| s.remove(origin))
@@ -271,6 +388,7 @@ impl RobotsCache {
                 max_age: None,
                 elapsed: Duration::ZERO,
             },
+            &self.agents(),
         ));
         if let Ok(mut slots) = self.slots.lock() {
             slots.store(origin, entry, self.settings.max_bytes);
@@ -278,17 +396,23 @@ impl RobotsCache {
     }
 
     /// The entry for `origin`, fetching robots.txt if it is missing or
-    /// expired. Concurrent callers for one origin share one fetch, which runs
+    /// expired, or lacks the rules of `token` while that is a configured
+    /// agent. Concurrent callers for one origin share one fetch, which runs
     /// in its own task so a caller that gives up does not cancel it.
-    pub async fn get(self: &Arc<Self>, origin: &Origin) -> (Arc<Entry>, Lookup) {
+    pub async fn get(self: &Arc<Self>, origin: &Origin, token: &str) -> (Arc<Entry>, Lookup) {
         let (flight, lookup) = {
             let Ok(mut slots) = self.slots.lock() else {
                 return (Arc::new(self.poisoned()), Lookup::Miss);
             };
             match slots.lru.get_mut(origin) {
                 Some(slot) => {
+                    // A stale copy lacking the agent cannot be refreshed by
+                    // fetching again now: the origin is unreachable.
                     if let Some(entry) = &slot.entry
                         && entry.expires > Instant::now()
+                        && (entry.covers(token)
+                            || entry.kind == FetchKind::Stale
+                            || !self.is_configured(token))
                     {
                         return (entry.clone(), Lookup::Hit);
                     }
@@ -334,7 +458,7 @@ impl RobotsCache {
             if let Some(cb) = &this.on_fetch {
                 cb(&fetched);
             }
-            let entry = Arc::new(this.entry_from(previous.as_deref(), fetched));
+            let entry = Arc::new(this.entry_from(previous.as_deref(), fetched, &this.agents()));
             if let Ok(mut slots) = this.slots.lock() {
                 slots.store(origin, entry.clone(), this.settings.max_bytes);
             }
@@ -369,11 +493,13 @@ impl RobotsCache {
                 max_age: None,
                 elapsed: Duration::ZERO,
             },
+            &[],
         )
     }
 
-    /// Applies the status policy and lifetimes to a finished fetch.
-    fn entry_from(&self, previous: Option<&Entry>, fetched: Fetched) -> Entry {
+    /// Applies the status policy and lifetimes to a finished fetch, and
+    /// compiles a parsed file for `agents`.
+    fn entry_from(&self, previous: Option<&Entry>, fetched: Fetched, agents: &[Arc<str>]) -> Entry {
         let now = Instant::now();
         let wall = SystemTime::now();
         let s = &self.settings;
@@ -385,13 +511,14 @@ impl RobotsCache {
         let (rules, kind, reason, expires, last_good, fetched_at, fetched_instant) =
             match fetched.outcome {
                 Outcome::Parsed(robots) => {
-                    let robots = Arc::new(robots);
+                    let compiled = Compiled::new(&robots, agents);
+                    drop(robots);
                     (
-                        Rules::Parsed(robots.clone()),
+                        Rules::Parsed(compiled.clone()),
                         FetchKind::Ok,
                         None,
                         now + ttl(fetched.max_age),
-                        Some((robots, now, wall)),
+                        Some((compiled, now, wall)),
                         wall,
                         now,
                     )
@@ -444,7 +571,7 @@ impl RobotsCache {
                     ),
                 },
             };
-        let entry = Entry {
+        Entry {
             rules,
             kind,
             status: fetched.status,
@@ -453,13 +580,20 @@ impl RobotsCache {
             fetched_instant,
             expires,
             last_good,
-            compiled: RwLock::new(Vec::new()),
-        };
-        if let Some(agent) = &s.precompile_agent {
-            entry.agent_rules(agent);
         }
-        entry
     }
+}
+
+/// The product tokens of `agents`, without repeats.
+fn tokens(agents: &[String]) -> Arc<[Arc<str>]> {
+    let mut out: Vec<Arc<str>> = Vec::new();
+    for a in agents {
+        let t = crate::robots::product_token(a);
+        if !t.is_empty() && !out.iter().any(|o| **o == *t) {
+            out.push(Arc::from(&*t));
+        }
+    }
+    out.into()
 }
 
 #[cfg(test)]
@@ -496,7 +630,7 @@ mod tests {
                 unreachable_retry: Duration::from_secs(1),
                 stale_max: Duration::from_secs(60),
                 max_bytes,
-                precompile_agent: Some("bot".into()),
+                agents: vec!["bot".into()],
             },
         )
     }
@@ -530,6 +664,26 @@ mod tests {
         let slots = c.slots.lock().expect("lock");
         assert!(slots.lru.contains(&origin(199)));
         assert!(!slots.lru.contains(&origin(0)));
+    }
+
+    #[test]
+    fn entries_hold_the_rules_of_the_configured_agents_only() {
+        let c = cache(usize::MAX, 10);
+        c.set_agents(&["Bot/1.0".into(), "other".into()]);
+        c.insert_parsed(origin(1), robots(3));
+        let slots = c.slots.lock().expect("lock");
+        let entry = slots
+            .lru
+            .peek(&origin(1))
+            .and_then(|s| s.entry.clone())
+            .expect("entry");
+        assert!(entry.covers("bot") && entry.covers("other"));
+        assert!(!entry.covers("third"));
+        let (Some(a), Some(b)) = (entry.agent_rules("bot"), entry.agent_rules("other")) else {
+            panic!("both agents compiled");
+        };
+        assert!(Arc::ptr_eq(&a, &b), "both select the * group: shared");
+        assert_eq!(a.len(), 3);
     }
 
     #[test]

@@ -213,10 +213,25 @@ async fn admin_explain_fetches_robots_once_names_the_rule_and_selects_the_agent_
     assert_eq!(j["rule_line"], 6, "{j:#}");
     assert_eq!(j["rule"], "Allow: /private", "{j:#}");
     assert!(j["crawl_delay"].is_null(), "{j:#}");
+    // The cache keeps only the rules of the agents the proxy judges as;
+    // another agent's question fetches once, then has its own entry.
     assert_eq!(
         origin.hits("/robots.txt"),
-        1,
-        "second explain uses the cache"
+        2,
+        "another agent fetches its own copy"
+    );
+    let again = proxy
+        .admin_get(&format!("/explain?url={}&agent=friendlybot", percent(&url)))
+        .await;
+    assert_eq!(json(&again.body)["decision"], "allowed");
+    let r = proxy
+        .admin_get(&format!("/explain?url={}", percent(&url)))
+        .await;
+    assert_eq!(json(&r.body)["decision"], "disallowed");
+    assert_eq!(
+        origin.hits("/robots.txt"),
+        2,
+        "repeated explains use the cache"
     );
     assert_eq!(origin.hits("/private/page?q=1"), 0);
 }

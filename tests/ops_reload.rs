@@ -244,9 +244,19 @@ async fn sighup_applies_new_agent_and_mapping_on_an_open_keep_alive_connection()
         !conn.task.is_finished(),
         "the keep-alive connection was dropped"
     );
+    // Cached entries hold the rules of the agents the proxy judges as: a
+    // reload that brings a new one (betabot, then alphabot again through the
+    // mapping) refetches an origin once, when a request needs it.
     assert_eq!(
         origin.hits("/robots.txt"),
-        1,
+        3,
+        "one fetch per new set of agents"
+    );
+    assert_eq!(conn.get(&origin.url("/b/5")).await.status, 403);
+    assert_eq!(conn.send(get_as(&origin.url("/b/6"), ua)).await.status, 200);
+    assert_eq!(
+        origin.hits("/robots.txt"),
+        3,
         "the robots cache survives reloads"
     );
     assert_eq!(

@@ -212,8 +212,8 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
-    /// Groups larger than INDEX_THRESHOLD go through the Aho-Corasick
-    /// prefilter; it must decide exactly as trying every rule would.
+    /// Groups larger than INDEX_THRESHOLD go through the index (sorted
+    /// prefixes, Aho-Corasick); it must decide exactly as trying every rule would.
     #[test]
     fn indexed_matcher_agrees_with_reference(
         rules in rule_list(INDEX_THRESHOLD + 1, 60),
@@ -330,7 +330,7 @@ fn judge_a_few(robots: &Robots) {
             let v = rules.check_url(url);
             assert!(v.rule.is_none_or(|r| r.is_allow() == v.allowed));
         }
-        for rule in rules.rules().iter().take(8) {
+        for rule in rules.rules().take(8) {
             let _ = rules.check(rule.value());
         }
     }

@@ -82,7 +82,7 @@ fn rfc_simple_barbot_and_bazbot_share_one_group() {
 fn rfc_simple_quxbot_empty_group_at_eof_allows_everything() {
     let r = rules(RFC_SIMPLE, "quxbot");
     assert_eq!(r.selection(), Selection::Specific);
-    assert!(r.rules().is_empty(), "the `/eof` line is not a rule");
+    assert!(r.is_empty(), "the `/eof` line is not a rule");
     assert!(r.check("/example/page.html").allowed);
     assert!(r.check("/example/disallowed.gif").allowed);
     assert!(r.check("/eof").allowed);
@@ -582,7 +582,7 @@ fn google_grouping_e_and_f_share_a_group() {
 fn google_grouping_h_has_an_empty_group() {
     let r = rules(GOOGLE_GROUPING, "h");
     assert_eq!(r.selection(), Selection::Specific);
-    assert!(r.rules().is_empty());
+    assert!(r.is_empty());
     assert!(r.check("/c").allowed && r.check("/g").allowed);
 }
 
@@ -821,7 +821,7 @@ fn google_format_rule_cut_by_the_limit_is_dropped_not_shortened() {
     txt.truncate(MAX_BYTES - 8);
     txt.push_str("\ndisallow: /abcdefghij\n");
     let r = rules(&txt, "x");
-    assert!(r.rules().is_empty());
+    assert!(r.is_empty());
     assert!(r.check("/a").allowed);
 }
 
@@ -873,7 +873,7 @@ fn google_syntax_values_are_case_sensitive() {
 fn google_syntax_rule_without_path_is_ignored() {
     let txt = "user-agent: *\ndisallow:\nallow:\n";
     let r = rules(txt, "x");
-    assert!(r.rules().is_empty());
+    assert!(r.is_empty());
     assert!(r.check("/anything").allowed);
     // …and yet it ends the agent list: a following user-agent starts a group.
     let txt = "user-agent: a\ndisallow:\nuser-agent: b\ndisallow: /\n";

@@ -38,7 +38,6 @@ fuzz_target!(|data: &[u8]| {
         let _ = (rules.crawl_delay(), rules.selection(), rules.memory_usage());
         let values: Vec<String> = rules
             .rules()
-            .iter()
             .take(16)
             .map(|r| r.value().to_owned())
             .collect();

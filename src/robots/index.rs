@@ -6,10 +6,11 @@
 //! once, and only while they could still beat the best match so far:
 //!
 //! * most rules (`/admin/`, `/p/*/reviews`) start with a literal prefix of
-//!   two octets or more; a matching path *starts* with it. These prefixes
-//!   are found by one anchored walk from the start of the path, which stops
-//!   as soon as no prefix can continue: a few octets, whatever the path's
-//!   length or the number of rules;
+//!   two octets or more; a matching path *starts* with it. These rules are
+//!   kept sorted by their prefix, so the rules whose prefix is a prefix of
+//!   the path are found by a few binary searches (one per prefix found,
+//!   plus one per shortening of the part of the path looked up). The array
+//!   holds 4 bytes per rule and reads the prefixes from the rules' own text;
 //! * rules that start with a wildcard (`/*.pdf$`, `/*?sort=`) are found
 //!   through their longest literal segment, if it has two octets or more,
 //!   by one unanchored Aho-Corasick pass over the path;
@@ -25,18 +26,17 @@
 //! the occurrence starts (and ends, for `$`). Only the others are matched in
 //! full, once each.
 //!
-//! The automata are stepped by hand (no iterator, no prefilter object); in
+//! The automaton is stepped by hand (no iterator, no prefilter object); in
 //! the unanchored pass, octets that start no literal are skipped with a
-//! table look-up while the automaton is in its start state. They are
-//! contiguous NFAs with literals cut to [`MAX_LITERAL`] octets: on real
-//! files they search about as fast as DFAs (paths are short and stay near
-//! the root), while they are many times smaller and cheaper to build, and a
-//! proxy keeps many of these.
+//! table look-up while the automaton is in its start state. It is a
+//! contiguous NFA with literals cut to [`MAX_LITERAL`] octets: on real
+//! files it searches about as fast as a DFA (paths are short), while it is
+//! many times smaller and cheaper to build, and a proxy keeps many of these.
 
 use aho_corasick::automaton::Automaton;
 use aho_corasick::{Anchored, MatchKind, nfa::contiguous};
 
-use super::{Rule, pattern};
+use super::{Table, pattern};
 
 /// Literals are cut to this many octets. Any part of a literal is as
 /// necessary a condition as the whole, and the first few octets nearly
@@ -61,23 +61,19 @@ fn cut(lit: &str) -> &str {
     &lit[..end]
 }
 
-/// How an occurrence of a rule's literal decides the rule, packed in a byte:
+/// How an occurrence of an inner literal decides its rule, packed in a byte:
 /// the shape in the low bits, [`ANCHORED`] for a final `$`, and the length
 /// of the prefix before the star (0 or 1) in the high nibble.
 #[derive(Clone, Copy)]
 enum Shape {
     /// Match the whole pattern against the path.
     Verify = 0,
-    /// The pattern is the literal (plus `$`): a walk from the start of the
-    /// path that reaches it decides.
-    Exact = 1,
     /// The pattern is a prefix of at most one octet, `*`, the literal (plus
     /// `$`): an occurrence that starts after the prefix decides.
     StarLiteral = 2,
 }
 
 const SHAPE: u8 = 0b11;
-const EXACT: u8 = Shape::Exact as u8;
 const STAR_LITERAL: u8 = Shape::StarLiteral as u8;
 const ANCHORED: u8 = 0b100;
 
@@ -90,19 +86,175 @@ impl Shape {
 /// See the module documentation.
 #[derive(Clone, Debug)]
 pub(crate) struct Index {
-    /// Literal prefixes, searched anchored at the start of the path.
-    prefixes: Option<LiteralSet>,
-    /// Inner literals of rules that start with a wildcard, searched anywhere.
-    inner: Option<LiteralSet>,
+    /// Rules with a literal prefix, sorted by it.
+    prefixes: Prefixes,
+    /// Inner literals of rules that start with a wildcard, searched
+    /// anywhere (boxed: the automaton's type is large).
+    inner: Option<Box<LiteralSet>>,
     /// Rules without a useful literal, ascending.
     always: Box<[Always]>,
+}
+
+/// The rules with a literal prefix of two octets or more, sorted by that
+/// prefix (then by precedence): 4 bytes per rule, packing where its
+/// pattern starts in the table's text, two flags and the prefix's length.
+/// Reading a prefix's octet is one load from the text; the rule's index is
+/// looked up only for a prefix that matches.
+#[derive(Clone, Debug, Default)]
+struct Prefixes {
+    entries: Box<[u32]>,
+}
+
+/// Bits of an entry that hold the text offset: the file is capped at
+/// 500 KiB and normalising at most triples it.
+const OFFSET_BITS: u32 = 21;
+const OFFSET_MASK: u32 = (1 << OFFSET_BITS) - 1;
+/// The pattern is its prefix (`/admin/`, `/admin/$`): reaching it decides.
+const WHOLE: u32 = 1 << OFFSET_BITS;
+/// The pattern ends in `$`.
+const DOLLAR: u32 = 1 << (OFFSET_BITS + 1);
+const LEN_SHIFT: u32 = OFFSET_BITS + 2;
+/// The prefix length field's largest value, which stands for "this long or
+/// longer" (then the length is measured when needed).
+const LONG_PREFIX: u32 = (1 << (32 - LEN_SHIFT)) - 1;
+
+/// Ranges this small are finished by comparing each prefix with the path
+/// instead of narrowing them further.
+const SMALL_RANGE: usize = 8;
+
+impl Prefixes {
+    /// `None` if an offset does not fit an entry (then the caller gives up
+    /// indexing and scans every rule).
+    fn build(table: &Table, mut rules: Vec<u32>) -> Option<Prefixes> {
+        if table.text().len() > OFFSET_MASK as usize {
+            return None;
+        }
+        rules.sort_by_cached_key(|&i| (pattern::literal_prefix(table.pattern(i as usize)), i));
+        let entries = rules
+            .into_iter()
+            .map(|i| {
+                let pat = table.pattern(i as usize);
+                let (body, dollar) = match pat.strip_suffix('$') {
+                    Some(body) => (body, DOLLAR),
+                    None => (pat, 0),
+                };
+                let prefix = pattern::literal_prefix(pat);
+                let whole = if prefix.len() == body.len() { WHOLE } else { 0 };
+                let len = (prefix.len() as u32).min(LONG_PREFIX);
+                table.start(i as usize) as u32 | whole | dollar | (len << LEN_SHIFT)
+            })
+            .collect();
+        Some(Prefixes { entries })
+    }
+
+    /// The literal prefix of an entry's rule (`text` is the table's).
+    #[inline]
+    fn key<'t>(table: &'t Table, text: &'t [u8], entry: u32) -> &'t [u8] {
+        let start = (entry & OFFSET_MASK) as usize;
+        match entry >> LEN_SHIFT {
+            LONG_PREFIX => Self::long_key(table, start),
+            len => &text[start..start + len as usize],
+        }
+    }
+
+    #[cold]
+    fn long_key(table: &Table, start: usize) -> &[u8] {
+        pattern::literal_prefix(table.pattern(table.rule_at(start))).as_bytes()
+    }
+
+    /// Calls `found(offset, whole, dollar, end)` for each rule whose literal
+    /// prefix is a prefix of `path` (ending at `end`), with the offset of its
+    /// pattern in the table's text (which grows with the rule's index);
+    /// `found` returns false to stop.
+    ///
+    /// Entries in `lo..hi` all have prefixes that start with `path[..k]`;
+    /// those whose prefix is exactly that sort first; the rest are narrowed
+    /// to the ones whose next octet is `path[k]` (two binary searches; an
+    /// octet all of them share is skipped without searching), until few are
+    /// left, which are compared with the path one by one.
+    #[inline]
+    fn scan(
+        &self,
+        table: &Table,
+        path: &[u8],
+        found: &mut impl FnMut(usize, bool, bool, usize) -> bool,
+    ) {
+        let entries = &self.entries;
+        let text = table.text();
+        let mut report = |e: u32, end: usize| {
+            found(
+                (e & OFFSET_MASK) as usize,
+                e & WHOLE != 0,
+                e & DOLLAR != 0,
+                end,
+            )
+        };
+        // Every prefix starts with `/`, as every path does: start at octet 1.
+        if path.first() != Some(&b'/') {
+            return;
+        }
+        let (mut lo, mut hi, mut k) = (0, entries.len(), 1);
+        loop {
+            if hi - lo <= SMALL_RANGE {
+                for &e in &entries[lo..hi] {
+                    let key = Self::key(table, text, e);
+                    if key.len() <= path.len()
+                        && key[k..] == path[k..key.len()]
+                        && !report(e, key.len())
+                    {
+                        return;
+                    }
+                }
+                return;
+            }
+            while lo < hi && Self::key(table, text, entries[lo]).len() == k {
+                if !report(entries[lo], k) {
+                    return;
+                }
+                lo += 1;
+            }
+            if lo >= hi || k >= path.len() {
+                return;
+            }
+            // Sorted: all of `lo..hi` share the first and last prefixes'
+            // common part. Skip it at once if the path has it (else no
+            // prefix left is a prefix of the path).
+            let (first, last) = (
+                Self::key(table, text, entries[lo]),
+                Self::key(table, text, entries[hi - 1]),
+            );
+            let shared = k + first[k..]
+                .iter()
+                .zip(&last[k..])
+                .take_while(|(a, b)| a == b)
+                .count();
+            if shared > k {
+                if path.len() < shared || path[k..shared] != first[k..shared] {
+                    return;
+                }
+                k = shared;
+                continue;
+            }
+            // Every prefix left is longer than k, so octet k exists.
+            let b = path[k];
+            let octet = |e: u32| text[(e & OFFSET_MASK) as usize + k];
+            let first = lo + entries[lo..hi].partition_point(|&e| octet(e) < b);
+            let last = first + entries[first..hi].partition_point(|&e| octet(e) == b);
+            lo = first;
+            hi = last;
+            k += 1;
+        }
+    }
+
+    fn memory_usage(&self) -> usize {
+        std::mem::size_of_val(&*self.entries)
+    }
 }
 
 /// Literals and, for each, the rules reached through it.
 #[derive(Clone, Debug)]
 struct LiteralSet {
     nfa: contiguous::NFA,
-    anchored: Anchored,
     /// The octets that start a literal, as a 256-bit set.
     starts: [u64; 4],
     /// Rules reached through literal `p` are `ids[offsets[p]..offsets[p + 1]]`,
@@ -122,7 +274,7 @@ struct LiteralSet {
 impl LiteralSet {
     /// `None` for an empty set, or if the automaton cannot be built (then
     /// the caller gives up indexing and scans every rule).
-    fn build(pairs: Vec<(&str, u32, u8)>, anchored: bool) -> Result<Option<LiteralSet>, ()> {
+    fn build(pairs: Vec<(&str, u32, u8)>) -> Result<Option<LiteralSet>, ()> {
         if pairs.is_empty() {
             return Ok(None);
         }
@@ -165,11 +317,6 @@ impl LiteralSet {
             min_rule,
             nfa,
             starts,
-            anchored: if anchored {
-                Anchored::Yes
-            } else {
-                Anchored::No
-            },
             offsets: offsets.into_boxed_slice(),
             ids: ids.into_boxed_slice(),
             shapes: shapes.into_boxed_slice(),
@@ -177,21 +324,19 @@ impl LiteralSet {
         }))
     }
 
-    /// Calls `found` with each occurrence of a literal in `hay` (for an
-    /// anchored set, the walk from the start of `hay`): the literal's id and
-    /// where the occurrence ends. An anchored walk also reports literals
-    /// that merely end where a longer one does (they do not start at 0);
-    /// `found` returns false to stop the scan.
+    /// Calls `found` with each occurrence of a literal in `hay`: the
+    /// literal's id and where the occurrence ends; `found` returns false to
+    /// stop the scan.
     #[inline]
     fn scan(&self, hay: &[u8], found: &mut impl FnMut(&LiteralSet, usize, usize) -> bool) {
         let aut = &self.nfa;
-        let Ok(start) = aut.start_state(self.anchored) else {
+        let Ok(start) = aut.start_state(Anchored::No) else {
             return;
         };
         let mut sid = start;
         let mut at = 0;
         while at < hay.len() {
-            if sid == start && self.anchored == Anchored::No {
+            if sid == start {
                 // In the start state, an octet that starts no literal leads
                 // back to it: skip those with a table look-up per octet,
                 // which (unlike automaton steps) do not wait on each other.
@@ -204,7 +349,7 @@ impl LiteralSet {
                     None => return,
                 }
             }
-            sid = aut.next_state(self.anchored, sid, hay[at]);
+            sid = aut.next_state(Anchored::No, sid, hay[at]);
             at += 1;
             if aut.is_special(sid) {
                 if aut.is_dead(sid) {
@@ -223,7 +368,8 @@ impl LiteralSet {
     }
 
     fn memory_usage(&self) -> usize {
-        self.nfa.memory_usage()
+        std::mem::size_of::<Self>()
+            + self.nfa.memory_usage()
             + 4 * (self.offsets.len() + self.ids.len())
             + self.shapes.len()
             + self.lens.len()
@@ -265,30 +411,21 @@ impl Always {
 }
 
 impl Index {
-    /// Builds the index of `rules` (in precedence order). `None` if an
-    /// automaton cannot be built, in which case callers scan every rule.
-    pub(crate) fn build(rules: &[Rule]) -> Option<Index> {
+    /// Builds the index of `table`'s rules (in precedence order). `None` if
+    /// an automaton cannot be built, in which case callers scan every rule.
+    pub(crate) fn build(table: &Table) -> Option<Index> {
         let mut prefixes = Vec::new();
         let mut inner = Vec::new();
         let mut always = Vec::new();
-        for (i, rule) in rules.iter().enumerate() {
+        for i in 0..table.len() {
+            let pat = table.pattern(i);
             let i = i as u32;
-            let pat = rule.pattern();
             let (body, anchored) = match pat.strip_suffix('$') {
                 Some(body) => (body, true),
                 None => (pat, false),
             };
-            let prefix = pattern::literal_prefix(pat);
-            if prefix.len() >= 2 {
-                let lit = cut(prefix);
-                // `/admin/` or `/admin/$`: reaching the whole literal from
-                // the start of the path decides.
-                let shape = if lit == body {
-                    Shape::Exact.pack(anchored, 0)
-                } else {
-                    Shape::Verify.pack(false, 0)
-                };
-                prefixes.push((lit, i, shape));
+            if pattern::literal_prefix(pat).len() >= 2 {
+                prefixes.push(i);
                 continue;
             }
             let lit = pattern::longest_literal(pat);
@@ -309,34 +446,54 @@ impl Index {
             }
         }
         Some(Index {
-            prefixes: LiteralSet::build(prefixes, true).ok()?,
-            inner: LiteralSet::build(inner, false).ok()?,
+            prefixes: Prefixes::build(table, prefixes)?,
+            inner: LiteralSet::build(inner).ok()?.map(Box::new),
             always: always.into_boxed_slice(),
         })
     }
 
-    /// The lowest index (highest precedence) of a rule in `rules` that
+    /// The lowest index (highest precedence) of a rule in `table` that
     /// matches `path`.
-    pub(crate) fn first_match(&self, rules: &[Rule], path: &str) -> Option<usize> {
-        let mut search = Search {
-            rules,
-            path,
-            best: usize::MAX,
-            tried: Tried::new(rules.len()),
-        };
-        if let Some(set) = &self.prefixes {
-            set.scan(path.as_bytes(), &mut |set, p, end| {
-                search.on_literal(set, p, end)
+    pub(crate) fn first_match(&self, table: &Table, path: &str) -> Option<usize> {
+        let len = path.len();
+        let mut best = usize::MAX;
+        // Rules are compared by where their pattern starts, which orders
+        // them as their indices do; the index is looked up only for a rule
+        // that must be matched in full, and for the winner.
+        let mut best_offset = usize::MAX;
+        self.prefixes
+            .scan(table, path.as_bytes(), &mut |offset, whole, dollar, end| {
+                if offset < best_offset {
+                    // `/admin/` or `/admin/$`: a path that starts with the whole
+                    // literal (and ends there, for `$`) matches.
+                    let hit = if whole {
+                        !dollar || end == len
+                    } else {
+                        pattern::matches(table.pattern(table.rule_at(offset)), path)
+                    };
+                    if hit {
+                        best_offset = offset;
+                    }
+                }
+                best_offset != 0
             });
+        if best_offset != usize::MAX {
+            best = table.rule_at(best_offset);
         }
         if let Some(set) = &self.inner
-            && (set.min_rule as usize) < search.best
+            && (set.min_rule as usize) < best
         {
+            let mut search = Search {
+                table,
+                path,
+                best,
+                tried: Tried::new(table.len()),
+            };
             set.scan(path.as_bytes(), &mut |set, p, end| {
                 search.on_literal(set, p, end)
             });
+            best = search.best;
         }
-        let mut best = search.best;
         // Only the rules without a literal that could still beat `best`.
         let open = self.always.partition_point(|a| (a.rule as usize) < best);
         if open > 0 {
@@ -352,7 +509,7 @@ impl Index {
             }
             for a in &self.always[..open] {
                 let i = a.rule as usize;
-                if (!counted || a.possible(&counts)) && pattern::matches(rules[i].pattern(), path) {
+                if (!counted || a.possible(&counts)) && pattern::matches(table.pattern(i), path) {
                     best = i;
                     break;
                 }
@@ -363,15 +520,16 @@ impl Index {
 
     /// Heap bytes owned by the index.
     pub(crate) fn memory_usage(&self) -> usize {
-        self.prefixes.as_ref().map_or(0, LiteralSet::memory_usage)
-            + self.inner.as_ref().map_or(0, LiteralSet::memory_usage)
+        std::mem::size_of::<Self>()
+            + self.prefixes.memory_usage()
+            + self.inner.as_ref().map_or(0, |s| s.memory_usage())
             + std::mem::size_of::<Always>() * self.always.len()
     }
 }
 
 /// The state of one [`Index::first_match`].
 struct Search<'a> {
-    rules: &'a [Rule],
+    table: &'a Table,
     path: &'a str,
     best: usize,
     tried: Tried,
@@ -393,22 +551,17 @@ impl Search<'_> {
             }
             let anchored_ok = shape & ANCHORED == 0 || end == len;
             let hit = match shape & SHAPE {
-                // Reached by the walk from the start: the path starts with
-                // the whole pattern (a suffix reported at a longer
-                // literal's end does not start at 0).
-                EXACT => start == 0 && anchored_ok,
                 // After a prefix of `shape >> 4` octets (`/` or nothing);
                 // every path passed here starts with `/`.
                 STAR_LITERAL => {
                     let plen = (shape >> 4) as usize;
                     start >= plen
                         && anchored_ok
-                        && self.path.as_bytes()[..plen]
-                            == self.rules[i].pattern().as_bytes()[..plen]
+                        && self.path.as_bytes()[..plen] == self.table.pattern(i).as_bytes()[..plen]
                 }
                 // Each rule is matched in full once; later occurrences of
                 // its literal cannot change that answer.
-                _ => self.tried.insert(i) && pattern::matches(self.rules[i].pattern(), self.path),
+                _ => self.tried.insert(i) && pattern::matches(self.table.pattern(i), self.path),
             };
             if hit {
                 self.best = i;

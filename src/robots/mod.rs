@@ -22,17 +22,16 @@ pub mod parse;
 pub mod pattern;
 
 use std::fmt;
+use std::sync::Arc;
 
 pub use agent::{AgentSpec, product_token};
 use normalize::Side;
 use parse::Key;
 
-/// One allow or disallow rule, as read from the file.
-///
-/// Kept compact (32 bytes and one allocation): a proxy caches the rules of
-/// many origins.
+/// One allow or disallow rule as read from the file (kept only while a
+/// parsed file is compiled; compiled rules live in an [`AgentRules`] table).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rule {
+struct RawRule {
     /// The normalised pattern (the form that is matched), followed by the
     /// value as written when that differs from it.
     text: Box<str>,
@@ -41,55 +40,192 @@ pub struct Rule {
     allow: bool,
 }
 
-impl Rule {
+impl RawRule {
+    /// Precedence length: octets of the normalised pattern.
+    fn specificity(&self) -> usize {
+        self.pattern_len as usize
+    }
+    fn memory_usage(&self) -> usize {
+        std::mem::size_of::<Self>() + self.text.len()
+    }
+}
+
+/// A rule of an [`AgentRules`]: a view into its table (copying it copies
+/// two words).
+#[derive(Clone, Copy)]
+pub struct Rule<'a> {
+    table: &'a Table,
+    index: u32,
+}
+
+impl<'a> Rule<'a> {
+    fn meta(&self) -> Meta {
+        self.table.metas[self.index as usize]
+    }
     /// True for `Allow`, false for `Disallow`.
     pub fn is_allow(&self) -> bool {
-        self.allow
+        self.meta().allow()
     }
     /// 1-based line number in the robots.txt file.
     pub fn line(&self) -> u32 {
-        self.line
+        self.meta().line()
     }
     /// The normalised pattern that is matched.
-    pub fn pattern(&self) -> &str {
-        &self.text[..self.pattern_len as usize]
+    pub fn pattern(&self) -> &'a str {
+        self.table.pattern(self.index as usize)
     }
     /// The rule's value as it was written in the file.
-    pub fn value(&self) -> &str {
-        if self.text.len() > self.pattern_len as usize {
-            &self.text[self.pattern_len as usize..]
-        } else {
-            &self.text
-        }
+    pub fn value(&self) -> &'a str {
+        self.table.value(self.index as usize)
+    }
+    /// Position in precedence order ([`AgentRules::rule`] gives it back).
+    pub fn index(&self) -> usize {
+        self.index as usize
     }
     /// The rule as text: `Disallow: /private`.
     pub fn text(&self) -> String {
         format!(
             "{}: {}",
-            if self.allow { "Allow" } else { "Disallow" },
+            if self.is_allow() { "Allow" } else { "Disallow" },
             self.value()
         )
     }
-    /// Bytes held by this rule: the struct and its text.
-    pub fn memory_usage(&self) -> usize {
-        std::mem::size_of::<Self>() + self.text.len()
-    }
-    /// Precedence length: octets of the normalised pattern.
-    fn specificity(&self) -> usize {
-        self.pattern_len as usize
+}
+
+impl PartialEq for Rule<'_> {
+    /// Same line, kind, pattern and value (whichever table holds them).
+    fn eq(&self, other: &Self) -> bool {
+        self.line() == other.line()
+            && self.is_allow() == other.is_allow()
+            && self.pattern() == other.pattern()
+            && self.value() == other.value()
     }
 }
 
-impl fmt::Display for Rule {
+impl Eq for Rule<'_> {}
+
+impl fmt::Debug for Rule<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Rule({self})")
+    }
+}
+
+impl fmt::Display for Rule<'_> {
     /// `line 3: Disallow: /private`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "line {}: {}: {}",
-            self.line,
-            if self.allow { "Allow" } else { "Disallow" },
+            self.line(),
+            if self.is_allow() { "Allow" } else { "Disallow" },
             self.value()
         )
+    }
+}
+
+/// Where a compiled rule's pattern starts in its table, its line and its
+/// kind: 8 bytes per rule. The pattern ends where the next one starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Meta {
+    start: u32,
+    /// Line number shifted left by one, and 1 for `Allow`.
+    line_allow: u32,
+}
+
+impl Meta {
+    fn allow(self) -> bool {
+        self.line_allow & 1 == 1
+    }
+    fn line(self) -> u32 {
+        self.line_allow >> 1
+    }
+}
+
+/// Compiled rules in precedence order: their patterns in one string and 8
+/// bytes of [`Meta`] per rule, plus the values as written for the few rules
+/// where that differs from the pattern (`/%7efoo` for `/~foo`). A proxy
+/// keeps one of these per cached origin, so it is kept small.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Table {
+    text: Box<str>,
+    metas: Box<[Meta]>,
+    /// (rule index, value as written), ascending by rule index.
+    written: Box<[(u32, Box<str>)]>,
+}
+
+impl Table {
+    fn build(rules: &[&RawRule]) -> Table {
+        let mut text = String::with_capacity(rules.iter().map(|r| r.specificity()).sum());
+        let mut metas = Vec::with_capacity(rules.len());
+        let mut written = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            // Offsets fit: the file is capped at 500 KiB and normalising
+            // at most triples it.
+            metas.push(Meta {
+                start: text.len() as u32,
+                line_allow: (r.line.min(u32::MAX >> 1) << 1) | u32::from(r.allow),
+            });
+            let (pattern, value) = r.text.split_at(r.pattern_len as usize);
+            text.push_str(pattern);
+            if !value.is_empty() {
+                written.push((i as u32, Box::from(value)));
+            }
+        }
+        Table {
+            text: text.into_boxed_str(),
+            metas: metas.into_boxed_slice(),
+            written: written.into_boxed_slice(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.metas.len()
+    }
+
+    /// The normalised pattern of rule `i`.
+    #[inline]
+    pub(crate) fn pattern(&self, i: usize) -> &str {
+        let start = self.metas[i].start as usize;
+        let end = self
+            .metas
+            .get(i + 1)
+            .map_or(self.text.len(), |m| m.start as usize);
+        &self.text[start..end]
+    }
+
+    /// All patterns, one after the other.
+    #[inline]
+    pub(crate) fn text(&self) -> &[u8] {
+        self.text.as_bytes()
+    }
+
+    /// Where rule `i`'s pattern starts in [`Table::text`].
+    pub(crate) fn start(&self, i: usize) -> usize {
+        self.metas[i].start as usize
+    }
+
+    /// The rule whose pattern starts at `offset` of [`Table::text`].
+    pub(crate) fn rule_at(&self, offset: usize) -> usize {
+        self.metas
+            .partition_point(|m| (m.start as usize) <= offset)
+            .saturating_sub(1)
+    }
+
+    fn value(&self, i: usize) -> &str {
+        match self.written.binary_search_by_key(&(i as u32), |(r, _)| *r) {
+            Ok(k) => &self.written[k].1,
+            Err(_) => self.pattern(i),
+        }
+    }
+
+    fn memory_usage(&self) -> usize {
+        self.text.len()
+            + std::mem::size_of_val(&*self.metas)
+            + self
+                .written
+                .iter()
+                .map(|(_, v)| 24 + v.len())
+                .sum::<usize>()
     }
 }
 
@@ -108,7 +244,7 @@ struct Group {
 #[derive(Clone, Debug, Default)]
 pub struct Robots {
     groups: Vec<Group>,
-    rules: Vec<Rule>,
+    rules: Vec<RawRule>,
     sitemaps: Vec<Box<str>>,
     truncated: bool,
 }
@@ -224,7 +360,7 @@ impl Robots {
         std::mem::size_of::<Self>()
             + self.groups.capacity() * std::mem::size_of::<Group>()
             + self.groups.iter().map(agents).sum::<usize>()
-            + self.rules.iter().map(Rule::memory_usage).sum::<usize>()
+            + self.rules.iter().map(RawRule::memory_usage).sum::<usize>()
             + self.sitemaps.iter().map(|s| 16 + s.len()).sum::<usize>()
     }
 
@@ -258,9 +394,32 @@ impl Robots {
     pub fn agent_rules(&self, agent: &str) -> AgentRules {
         let token = product_token(agent);
         let (selection, groups) = self.selected_groups(&token);
-        let mut rules: Vec<Rule> = groups
+        self.compile(selection, &groups)
+    }
+
+    /// Compiles the rules of several agents at once; agents that select the
+    /// same groups share one [`AgentRules`]. In the order of `agents`.
+    pub fn agent_rules_shared(&self, agents: &[&str]) -> Vec<Arc<AgentRules>> {
+        let mut done: Vec<(Vec<*const Group>, Arc<AgentRules>)> = Vec::new();
+        agents
             .iter()
-            .flat_map(|g| self.rules[g.start as usize..g.end as usize].iter().cloned())
+            .map(|agent| {
+                let (selection, groups) = self.selected_groups(&product_token(agent));
+                let key: Vec<*const Group> = groups.iter().map(|g| *g as *const Group).collect();
+                if let Some((_, rules)) = done.iter().find(|(k, _)| *k == key) {
+                    return rules.clone();
+                }
+                let rules = Arc::new(self.compile(selection, &groups));
+                done.push((key, rules.clone()));
+                rules
+            })
+            .collect()
+    }
+
+    fn compile(&self, selection: Selection, groups: &[&Group]) -> AgentRules {
+        let mut rules: Vec<&RawRule> = groups
+            .iter()
+            .flat_map(|g| self.rules[g.start as usize..g.end as usize].iter())
             .collect();
         // Precedence order: longest pattern first; on a tie allow first
         // (RFC 9309 §2.2.2: "the allow SHOULD be used"); then file order.
@@ -277,11 +436,11 @@ impl Robots {
             .fold(None, |acc: Option<f64>, d| {
                 Some(acc.map_or(d, |a| a.max(d)))
             });
-        AgentRules::new(rules.into_boxed_slice(), selection, crawl_delay)
+        AgentRules::new(Table::build(&rules), selection, crawl_delay)
     }
 }
 
-fn make_rule(allow: bool, line: u32, value: &str) -> Rule {
+fn make_rule(allow: bool, line: u32, value: &str) -> RawRule {
     // Postel: a path written without its leading slash (`Disallow: private/`)
     // is read as rooted; `*` may start a pattern as it is.
     let normalized = if value.starts_with('/') || value.starts_with('*') {
@@ -295,7 +454,7 @@ fn make_rule(allow: bool, line: u32, value: &str) -> Rule {
     if text != value {
         text.push_str(value);
     }
-    Rule {
+    RawRule {
         text: text.into_boxed_str(),
         pattern_len,
         line,
@@ -316,8 +475,9 @@ pub const INDEX_THRESHOLD: usize = 12;
 #[derive(Clone, Debug)]
 pub struct AgentRules {
     /// In precedence order: the first rule that matches decides.
-    rules: Box<[Rule]>,
-    index: Option<index::Index>,
+    table: Table,
+    /// Boxed: most groups have none, and the automaton's type is large.
+    index: Option<Box<index::Index>>,
     selection: Selection,
     crawl_delay: Option<f64>,
 }
@@ -327,18 +487,18 @@ pub struct AgentRules {
 pub struct Verdict<'a> {
     pub allowed: bool,
     /// The rule that decided, if any rule matched.
-    pub rule: Option<&'a Rule>,
+    pub rule: Option<Rule<'a>>,
 }
 
 impl AgentRules {
-    fn new(rules: Box<[Rule]>, selection: Selection, crawl_delay: Option<f64>) -> AgentRules {
-        let index = if rules.len() > INDEX_THRESHOLD {
-            index::Index::build(&rules)
+    fn new(table: Table, selection: Selection, crawl_delay: Option<f64>) -> AgentRules {
+        let index = if table.len() > INDEX_THRESHOLD {
+            index::Index::build(&table).map(Box::new)
         } else {
             None
         };
         AgentRules {
-            rules,
+            table,
             index,
             selection,
             crawl_delay,
@@ -356,8 +516,29 @@ impl AgentRules {
     }
 
     /// The rules in precedence order.
-    pub fn rules(&self) -> &[Rule] {
-        &self.rules
+    pub fn rules(&self) -> impl ExactSizeIterator<Item = Rule<'_>> + '_ {
+        (0..self.table.len() as u32).map(|index| Rule {
+            table: &self.table,
+            index,
+        })
+    }
+
+    /// The rule at `index` in precedence order (see [`Rule::index`]).
+    pub fn rule(&self, index: usize) -> Option<Rule<'_>> {
+        (index < self.table.len()).then_some(Rule {
+            table: &self.table,
+            index: index as u32,
+        })
+    }
+
+    /// Number of rules.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// True if no rule applies (everything is allowed).
+    pub fn is_empty(&self) -> bool {
+        self.table.len() == 0
     }
 
     /// True if a prefilter index serves [`AgentRules::check`] (groups of more
@@ -366,23 +547,25 @@ impl AgentRules {
         self.index.is_some()
     }
 
-    /// Approximate bytes of memory held: the struct, its rules and their
-    /// text, and the index.
+    /// Approximate bytes of memory held: the struct, the rules' table and
+    /// the index.
     pub fn memory_usage(&self) -> usize {
         std::mem::size_of::<Self>()
-            + self.rules.iter().map(Rule::memory_usage).sum::<usize>()
-            + self.index.as_ref().map_or(0, index::Index::memory_usage)
+            + self.table.memory_usage()
+            + self.index.as_ref().map_or(0, |i| i.memory_usage())
+    }
+
+    /// Bytes of the prefilter index alone (0 for a group scanned in order).
+    pub fn index_memory_usage(&self) -> usize {
+        self.index.as_ref().map_or(0, |i| i.memory_usage())
     }
 
     /// The position in [`AgentRules::rules`] of a rule that a [`Verdict`] of
     /// these rules returned (so callers can keep per-rule data, such as the
-    /// rule pre-rendered as text, in a table). `None` for any other rule.
-    pub fn rule_index(&self, rule: &Rule) -> Option<usize> {
-        let size = std::mem::size_of::<Rule>();
-        let offset = (rule as *const Rule as usize).wrapping_sub(self.rules.as_ptr() as usize);
-        let i = offset / size;
-        (offset.is_multiple_of(size) && self.rules.get(i).is_some_and(|r| std::ptr::eq(r, rule)))
-            .then_some(i)
+    /// rule pre-rendered as text, in a table). `None` for a rule of other
+    /// rules.
+    pub fn rule_index(&self, rule: Rule<'_>) -> Option<usize> {
+        std::ptr::eq(rule.table, &self.table).then_some(rule.index())
     }
 
     /// Judges a URL: absolute (`https://host/a?b`), a path (`/a?b`), or empty
@@ -407,26 +590,67 @@ impl AgentRules {
                 rule: None,
             };
         }
+        let table = &self.table;
         let found = match &self.index {
-            None => self
-                .rules
-                .iter()
-                .position(|r| pattern::matches(r.pattern(), &path)),
-            Some(index) => index.first_match(&self.rules, &path),
+            None => (0..table.len()).find(|&i| pattern::matches(table.pattern(i), &path)),
+            Some(index) => index.first_match(table, &path),
         };
-        match found {
-            Some(i) => {
-                let rule = &self.rules[i];
-                Verdict {
-                    allowed: rule.allow,
-                    rule: Some(rule),
-                }
-            }
+        match found.and_then(|i| self.rule(i)) {
+            Some(rule) => Verdict {
+                allowed: rule.is_allow(),
+                rule: Some(rule),
+            },
             None => Verdict {
                 allowed: true,
                 rule: None,
             },
         }
+    }
+}
+
+/// An owned handle on one rule of shared compiled rules, for answers that
+/// outlive the borrow of a [`Verdict`] (a decision, an audit line).
+#[derive(Clone)]
+pub struct RuleRef {
+    rules: Arc<AgentRules>,
+    index: u32,
+}
+
+impl RuleRef {
+    /// The handle of `rule`, which `rules` returned; `None` for a rule of
+    /// other rules.
+    pub fn new(rules: &Arc<AgentRules>, rule: Rule<'_>) -> Option<RuleRef> {
+        let index = rules.rule_index(rule)?;
+        Some(RuleRef {
+            rules: rules.clone(),
+            index: index as u32,
+        })
+    }
+
+    /// The rule.
+    pub fn get(&self) -> Rule<'_> {
+        Rule {
+            table: &self.rules.table,
+            index: self.index,
+        }
+    }
+}
+
+impl PartialEq for RuleRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl fmt::Debug for RuleRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.get(), f)
+    }
+}
+
+impl fmt::Display for RuleRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.get(), f)
     }
 }
 
@@ -439,7 +663,13 @@ mod tests {
         let mut txt = String::from("user-agent: *\n");
         for i in 0..40 {
             txt.push_str(&format!("disallow: /*/w{i}\nallow: /*/w{i}/ok\n"));
+            txt.push_str(&format!(
+                "disallow: /p{i}/\nallow: /p{i}/*.css$\nallow: /p{i}/x$\n"
+            ));
         }
+        // Prefixes longer than an index entry's length field holds.
+        let long = "L".repeat(600);
+        txt.push_str(&format!("allow: /{long}\ndisallow: /{long}*x$\n"));
         txt.push_str("disallow: /*.pdf$\nallow: /$\ndisallow: /\n");
         let robots = Robots::parse(txt.as_bytes());
         let indexed = robots.agent_rules("x");
@@ -457,8 +687,53 @@ mod tests {
             "/x.pdf",
             "/x.pdf?",
             "/robots.txt",
+            "/p1",
+            "/p1/",
+            "/p1/x",
+            "/p1/xy",
+            "/p12/a.css",
+            "/p12/a.css?",
+            "/p3/w3/ok",
         ] {
             assert_eq!(indexed.check(path), linear.check(path), "{path}");
         }
+        for path in [
+            format!("/{long}"),
+            format!("/{long}ax"),
+            format!("/{long}a"),
+        ] {
+            assert_eq!(indexed.check(&path), linear.check(&path), "{path}");
+        }
+        assert!(!indexed.check(&format!("/{long}ax")).allowed);
+        assert!(indexed.check(&format!("/{long}a")).allowed);
+    }
+
+    #[test]
+    fn agents_that_select_the_same_groups_share_their_compiled_rules() {
+        let robots = Robots::parse(
+            b"user-agent: a\nuser-agent: b\ndisallow: /ab\n\nuser-agent: *\ndisallow: /all\n",
+        );
+        let shared = robots.agent_rules_shared(&["a", "x", "B", "y"]);
+        assert!(Arc::ptr_eq(&shared[0], &shared[2]), "a and b: one group");
+        assert!(Arc::ptr_eq(&shared[1], &shared[3]), "x and y: the * group");
+        assert!(!Arc::ptr_eq(&shared[0], &shared[1]));
+        assert!(!shared[0].check("/ab").allowed);
+        assert!(!shared[1].check("/all").allowed);
+    }
+
+    #[test]
+    fn values_written_differently_from_their_pattern_are_kept_for_display() {
+        let robots =
+            Robots::parse("user-agent: *\ndisallow: /caf\u{e9}\nallow: /plain\n".as_bytes());
+        let rules = robots.agent_rules("x");
+        let v = rules.check("/caf%C3%A9/menu");
+        let rule = v.rule.expect("a rule");
+        assert_eq!(rule.pattern(), "/caf%C3%A9");
+        assert_eq!(rule.value(), "/caf\u{e9}");
+        assert_eq!(rule.to_string(), "line 2: Disallow: /caf\u{e9}");
+        assert_eq!(
+            rules.check("/plain").rule.map(|r| r.value()),
+            Some("/plain")
+        );
     }
 }
