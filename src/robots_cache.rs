@@ -83,10 +83,6 @@ impl Compiled {
         self.0.iter().find(|(t, _)| **t == *token).map(|(_, r)| r)
     }
 
-    fn same(&self, other: &Compiled) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-
     /// Bytes held, counting shared rules once.
     fn memory_usage(&self) -> usize {
         let mut total = std::mem::size_of_val(&*self.0) + 16;
@@ -112,27 +108,26 @@ pub struct Entry {
     pub fetched_at: SystemTime,
     fetched_instant: Instant,
     pub expires: Instant,
-    /// The last 2xx copy and when it was fetched, for stale-on-error.
-    last_good: Option<(Compiled, Instant, SystemTime)>,
 }
 
 impl Entry {
-    /// Approximate bytes held: the compiled rules (and the last good copy,
-    /// unless it is the same).
+    /// Approximate bytes held: the entry and its compiled rules.
     pub fn memory_usage(&self) -> usize {
         let rules = match &self.rules {
             Rules::Parsed(c) => c.memory_usage(),
             _ => 0,
         };
-        let last_good = match (&self.rules, &self.last_good) {
-            (Rules::Parsed(c), Some((good, _, _))) if c.same(good) => 0,
-            (_, Some((good, _, _))) => good.memory_usage(),
-            (_, None) => 0,
-        };
-        std::mem::size_of::<Self>()
-            + self.reason.as_ref().map_or(0, String::capacity)
-            + rules
-            + last_good
+        std::mem::size_of::<Self>() + self.reason.as_ref().map_or(0, String::capacity) + rules
+    }
+
+    /// The last 2xx copy and when it was fetched, for stale-on-error: the
+    /// rules in use whenever a file applies (fresh or stale), as a 4xx
+    /// answer ends a file's life and a failure keeps it.
+    fn last_good(&self) -> Option<(Compiled, Instant, SystemTime)> {
+        match &self.rules {
+            Rules::Parsed(c) => Some((c.clone(), self.fetched_instant, self.fetched_at)),
+            _ => None,
+        }
     }
 
     /// Seconds since the rules in use were fetched.
@@ -507,70 +502,50 @@ impl RobotsCache {
             Some(age) => age.clamp(s.min_ttl, s.max_ttl),
             None => s.default_ttl,
         };
-        let previous_good = previous.and_then(|p| p.last_good.clone());
-        let (rules, kind, reason, expires, last_good, fetched_at, fetched_instant) =
-            match fetched.outcome {
-                Outcome::Parsed(robots) => {
-                    let compiled = Compiled::new(&robots, agents);
-                    drop(robots);
-                    (
-                        Rules::Parsed(compiled.clone()),
-                        FetchKind::Ok,
-                        None,
-                        now + ttl(fetched.max_age),
-                        Some((compiled, now, wall)),
-                        wall,
-                        now,
-                    )
-                }
-                Outcome::Unavailable(reason) => (
-                    Rules::AllowAll,
-                    FetchKind::Unavailable,
-                    Some(reason),
-                    now + ttl(fetched.max_age),
-                    None,
-                    wall,
-                    now,
-                ),
-                Outcome::Refused(reason) => (
-                    Rules::Refused,
-                    FetchKind::Refused,
-                    Some(reason),
-                    now + s.unreachable_retry,
-                    None,
-                    wall,
-                    now,
-                ),
-                Outcome::BadTls(reason) => (
-                    Rules::BadTls,
-                    FetchKind::BadTls,
+        let previous_good = previous.and_then(Entry::last_good);
+        let fresh = |rules, kind, reason, expires| (rules, kind, reason, expires, wall, now);
+        let (rules, kind, reason, expires, fetched_at, fetched_instant) = match fetched.outcome {
+            Outcome::Parsed(robots) => fresh(
+                Rules::Parsed(Compiled::new(&robots, agents)),
+                FetchKind::Ok,
+                None,
+                now + ttl(fetched.max_age),
+            ),
+            Outcome::Unavailable(reason) => fresh(
+                Rules::AllowAll,
+                FetchKind::Unavailable,
+                Some(reason),
+                now + ttl(fetched.max_age),
+            ),
+            Outcome::Refused(reason) => fresh(
+                Rules::Refused,
+                FetchKind::Refused,
+                Some(reason),
+                now + s.unreachable_retry,
+            ),
+            Outcome::BadTls(reason) => fresh(
+                Rules::BadTls,
+                FetchKind::BadTls,
+                Some(reason),
+                now + s.unreachable_retry,
+            ),
+            Outcome::Unreachable(reason) => match previous_good {
+                Some((compiled, at, at_wall)) if at.elapsed() <= s.stale_max => (
+                    Rules::Parsed(compiled),
+                    FetchKind::Stale,
                     Some(reason),
                     now + s.unreachable_retry,
-                    None,
-                    wall,
-                    now,
+                    at_wall,
+                    at,
                 ),
-                Outcome::Unreachable(reason) => match previous_good {
-                    Some((robots, at, at_wall)) if at.elapsed() <= s.stale_max => (
-                        Rules::Parsed(robots.clone()),
-                        FetchKind::Stale,
-                        Some(reason),
-                        now + s.unreachable_retry,
-                        Some((robots, at, at_wall)),
-                        at_wall,
-                        at,
-                    ),
-                    _ => (
-                        Rules::DisallowAll,
-                        FetchKind::Unreachable,
-                        Some(reason),
-                        now + s.unreachable_retry,
-                        None,
-                        wall,
-                        now,
-                    ),
-                },
-            };
+                _ => fresh(
+                    Rules::DisallowAll,
+                    FetchKind::Unreachable,
+                    Some(reason),
+                    now + s.unreachable_retry,
+                ),
+            },
+        };
         Entry {
             rules,
             kind,
@@ -579,7 +554,6 @@ impl RobotsCache {
             fetched_at,
             fetched_instant,
             expires,
-            last_good,
         }
     }
 }
