@@ -198,7 +198,7 @@ impl Default for RobotsConfig {
     fn default() -> Self {
         RobotsConfig {
             cache_entries: 100_000,
-            cache_max_mib: 128,
+            cache_max_mib: 224,
             default_ttl: Duration::from_secs(24 * 3600),
             min_ttl: Duration::from_secs(60),
             max_ttl: Duration::from_secs(7 * 24 * 3600),
