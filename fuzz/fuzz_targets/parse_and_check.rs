@@ -1,11 +1,13 @@
 //! Parses arbitrary bytes as robots.txt, compiles the rules for a few
 //! agents (including one named in the input) and checks URLs derived from
 //! the input: its own rule values, slices of the input, and fixed ones.
-//! Besides "no panic", it asserts the engine's invariants.
+//! Besides "no panic", it asserts the engine's invariants, and that the
+//! rule index decides as a scan of every rule would.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use robots_proxy::robots::{Robots, product_token};
+use robots_proxy::robots::normalize::{self, Side};
+use robots_proxy::robots::{Robots, pattern, product_token};
 
 fuzz_target!(|data: &[u8]| {
     let robots = Robots::parse(data);
@@ -43,6 +45,24 @@ fuzz_target!(|data: &[u8]| {
             .collect();
         for url in urls.iter().chain(values.iter()) {
             let v = rules.check_url(url);
+            // The index must decide as trying every rule in precedence
+            // order would.
+            let path = normalize::path_and_query(url);
+            let rooted = if path.starts_with('/') {
+                path.to_owned()
+            } else {
+                format!("/{path}")
+            };
+            let norm = normalize::normalize_str(&rooted, Side::Url);
+            let own_file = norm
+                .strip_prefix("/robots.txt")
+                .is_some_and(|r| r.is_empty() || r.starts_with('?'));
+            let expected = if own_file {
+                None
+            } else {
+                rules.rules().find(|r| pattern::matches(r.pattern(), &norm))
+            };
+            assert_eq!(v.rule, expected, "{url}");
             match v.rule {
                 Some(rule) => {
                     assert_eq!(rule.is_allow(), v.allowed);
