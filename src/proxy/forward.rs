@@ -13,7 +13,7 @@ use crate::fetch::error_chain;
 use crate::net;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [HeaderName; 8] = [
+static HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("proxy-connection"),
     header::PROXY_AUTHORIZATION,
@@ -25,22 +25,77 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 ];
 
 /// Removes hop-by-hop headers, including those `Connection` lists.
+///
+/// One pass over the message's names finds which are present, so a message
+/// without any (most requests) costs no lookups, and one with only
+/// `Connection: keep-alive` (most responses) only the removals it needs.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in listed.iter().chain(HOP_BY_HOP.iter()) {
-        headers.remove(name);
+    let mut present = 0u8;
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            present |= 1 << i;
+        }
+    }
+    if present == 0 {
+        return;
+    }
+    // HOP_BY_HOP[0] is Connection: remove the headers it lists (names are
+    // looked up case-insensitively; invalid ones match nothing).
+    if present & 1 != 0 {
+        let listed: Vec<HeaderValue> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .cloned()
+            .collect();
+        for value in &listed {
+            let Ok(value) = value.to_str() else { continue };
+            for name in value.split(',') {
+                headers.remove(name.trim());
+            }
+        }
+    }
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(name);
+        }
     }
 }
 
 /// Appends our `Via` entry.
 pub fn add_via(headers: &mut HeaderMap, via: &HeaderValue) {
     headers.append(header::VIA, via.clone());
+}
+
+/// True if `headers` hold one Host and it is byte for byte the one the
+/// upstream client derives from an `http` URI for HTTP/1.1: the host as
+/// written, then `:port` unless the port is absent or 80. (`https` may go
+/// out over HTTP/2, which carries no Host; it always takes the client's.)
+fn host_is_derived(headers: &HeaderMap, uri: &http::Uri) -> bool {
+    if uri.scheme_str() != Some("http") {
+        return false;
+    }
+    let Some(host) = uri.host() else {
+        return false;
+    };
+    let mut values = headers.get_all(header::HOST).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return false;
+    };
+    let Some(rest) = value.as_bytes().strip_prefix(host.as_bytes()) else {
+        return false;
+    };
+    match uri.port_u16() {
+        None | Some(80) => rest.is_empty(),
+        Some(port) => rest.strip_prefix(b":").is_some_and(|digits| {
+            // The client writes the port as a number: no sign, no leading zero.
+            digits.first().is_some_and(|d| (b'1'..=b'9').contains(d))
+                && digits.iter().all(u8::is_ascii_digit)
+                && std::str::from_utf8(digits)
+                    .ok()
+                    .and_then(|d| d.parse::<u16>().ok())
+                    == Some(port)
+        }),
+    }
 }
 
 /// Sends `req` (absolute URI) upstream and returns the response to relay.
@@ -57,8 +112,11 @@ pub async fn forward(
     // The proxy speaks its own HTTP version on each side.
     *req.version_mut() = http::Version::HTTP_11;
     // The target URI is authoritative (RFC 9112 §3.2.2): the client sets
-    // Host (HTTP/1.1) or :authority (HTTP/2) from it.
-    req.headers_mut().remove(header::HOST);
+    // Host (HTTP/1.1) or :authority (HTTP/2) from it. A Host that is already
+    // exactly what it would set stays, sparing it the formatting.
+    if !host_is_derived(req.headers(), req.uri()) {
+        req.headers_mut().remove(header::HOST);
+    }
     // Kept for error messages; cloning a Uri shares its bytes.
     let target = req.uri().clone();
     match tokio::time::timeout(timeout, client.request(req)).await {
@@ -109,5 +167,53 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key(header::ACCEPT));
+    }
+
+    #[test]
+    fn hop_by_hop_names_are_matched_case_insensitively_and_bad_ones_ignored() {
+        let mut h = HeaderMap::new();
+        h.append(header::CONNECTION, HeaderValue::from_static("X-A ,, b c"));
+        h.append(header::CONNECTION, HeaderValue::from_static("close, x-b"));
+        h.insert("x-a", HeaderValue::from_static("1"));
+        h.insert("x-b", HeaderValue::from_static("2"));
+        h.insert("close", HeaderValue::from_static("3"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key(header::ACCEPT));
+        // Nothing hop-by-hop: left as it is.
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        h.insert("x-c", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 2);
+    }
+
+    #[test]
+    fn host_is_kept_only_when_it_is_what_the_client_derives() {
+        let derived = |uri: &str, hosts: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in hosts {
+                h.append(header::HOST, HeaderValue::from_str(v).expect("value"));
+            }
+            host_is_derived(&h, &uri.parse().expect("uri"))
+        };
+        assert!(derived("http://a.example/x", &["a.example"]));
+        assert!(derived("http://a.example:80/x", &["a.example"]));
+        assert!(derived("http://a.example:8080/x", &["a.example:8080"]));
+        assert!(derived("http://127.0.0.1:8080/", &["127.0.0.1:8080"]));
+        assert!(derived("http://[::1]:8080/", &["[::1]:8080"]));
+        assert!(!derived("http://a.example:80/x", &["a.example:80"]));
+        assert!(!derived("http://a.example/x", &["A.example"]));
+        assert!(!derived("http://a.example/x", &["a.example:80"]));
+        assert!(!derived("http://a.example:8080/x", &["a.example:08080"]));
+        assert!(!derived("http://a.example:8080/x", &["a.example:+8080"]));
+        assert!(!derived("http://a.example:8080/x", &["a.example:8081"]));
+        assert!(!derived("http://a.example:8080/x", &["a.example"]));
+        assert!(!derived("http://a.example/x", &["b.example"]));
+        assert!(!derived("http://a.example/x", &[]));
+        assert!(!derived("http://a.example/x", &["a.example", "a.example"]));
+        assert!(!derived("https://a.example/x", &["a.example"]));
     }
 }
