@@ -193,7 +193,16 @@ impl Proxy {
             Err(resp) => return resp,
         };
         if req.method() == Method::CONNECT {
-            return connect::handle(self, client, caller.user, caller.user_agent, req).await;
+            // Boxed: the tunnel's future is large, and kept inline it would
+            // make every plain request's future (moved on each call) as large.
+            return Box::pin(connect::handle(
+                self,
+                client,
+                caller.user,
+                caller.user_agent,
+                req,
+            ))
+            .await;
         }
         if self.is_loop(&req) {
             return respond::text(
