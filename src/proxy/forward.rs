@@ -83,35 +83,36 @@ pub fn add_via(headers: &mut HeaderMap, via: &HeaderValue) {
 }
 
 /// True if `headers` hold one Host and it is byte for byte the one the
-/// upstream client derives from an `http` URI for HTTP/1.1: the host as
-/// written, then `:port` unless the port is absent or 80. (`https` may go
-/// out over HTTP/2, which carries no Host; it always takes the client's.)
+/// upstream client derives from an `http` URI for HTTP/1.1 (the host, then
+/// `:port` unless the port is absent or 80): here, when it equals the URI's
+/// authority and that has no user info and no port the client would drop
+/// (80) or rewrite (leading zeros). `https` may go out over HTTP/2, which
+/// carries no Host, so it always takes the client's.
 fn host_is_derived(headers: &HeaderMap, uri: &http::Uri) -> bool {
-    if uri.scheme_str() != Some("http") {
-        return false;
-    }
-    let Some(host) = uri.host() else {
+    let Some(authority) = uri.authority().map(|a| a.as_str()) else {
         return false;
     };
     let mut values = headers.get_all(header::HOST).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
         return false;
     };
-    let Some(rest) = value.as_bytes().strip_prefix(host.as_bytes()) else {
+    if value.as_bytes() != authority.as_bytes()
+        || uri.scheme_str() != Some("http")
+        || authority.contains('@')
+    {
         return false;
-    };
-    match uri.port_u16() {
-        None | Some(80) => rest.is_empty(),
-        Some(port) => rest.strip_prefix(b":").is_some_and(|digits| {
-            // The client writes the port as a number: no sign, no leading zero.
-            digits.first().is_some_and(|d| (b'1'..=b'9').contains(d))
-                && digits.iter().all(u8::is_ascii_digit)
-                && std::str::from_utf8(digits)
-                    .ok()
-                    .and_then(|d| d.parse::<u16>().ok())
-                    == Some(port)
-        }),
     }
+    // The port: after the last ':' unless that is inside an IPv6 literal.
+    let port = match authority.rfind(':') {
+        Some(i) if !authority[i..].contains(']') => &authority[i + 1..],
+        _ => return true,
+    };
+    // Written back as a number: no sign, no leading zero, not the default.
+    port.as_bytes()
+        .first()
+        .is_some_and(|d| (b'1'..=b'9').contains(d))
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && port.parse::<u16>().is_ok_and(|p| p != 80)
 }
 
 /// Sends `req` (absolute URI) upstream and returns the response to relay.
@@ -225,10 +226,13 @@ mod tests {
             host_is_derived(&h, &uri.parse().expect("uri"))
         };
         assert!(derived("http://a.example/x", &["a.example"]));
-        assert!(derived("http://a.example:80/x", &["a.example"]));
+        assert!(!derived("http://a.example:80/x", &["a.example"]));
         assert!(derived("http://a.example:8080/x", &["a.example:8080"]));
         assert!(derived("http://127.0.0.1:8080/", &["127.0.0.1:8080"]));
         assert!(derived("http://[::1]:8080/", &["[::1]:8080"]));
+        assert!(derived("http://[::1]/", &["[::1]"]));
+        assert!(!derived("http://a.example:/x", &["a.example:"]));
+        assert!(!derived("http://u@a.example/x", &["u@a.example"]));
         assert!(!derived("http://a.example:80/x", &["a.example:80"]));
         assert!(!derived("http://a.example/x", &["A.example"]));
         assert!(!derived("http://a.example/x", &["a.example:80"]));
@@ -240,5 +244,42 @@ mod tests {
         assert!(!derived("http://a.example/x", &[]));
         assert!(!derived("http://a.example/x", &["a.example", "a.example"]));
         assert!(!derived("https://a.example/x", &["a.example"]));
+    }
+
+    /// Kept only when equal to what hyper-util's client writes: its rule
+    /// (host, then the port unless absent or the scheme's default).
+    #[test]
+    fn a_kept_host_equals_the_one_the_client_would_write() {
+        for uri in [
+            "http://a.example/",
+            "http://a.example:80/",
+            "http://a.example:8080/",
+            "http://a.example:080/",
+            "http://a.example:00/",
+            "http://a.example:65535/",
+            "http://A.Example:1/",
+            "http://127.0.0.1:3128/",
+            "http://[::1]/",
+            "http://[::1]:80/",
+            "http://[::1]:81/",
+            "http://a.example:/",
+            "http://u:p@a.example:81/",
+        ] {
+            let uri: http::Uri = uri.parse().expect("uri");
+            let authority = uri.authority().expect("authority").as_str();
+            let host = uri.host().expect("host");
+            let client = match uri.port().filter(|p| p.as_u16() != 80) {
+                Some(port) => format!("{host}:{port}"),
+                None => host.to_string(),
+            };
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::HOST,
+                HeaderValue::from_str(authority).expect("value"),
+            );
+            if host_is_derived(&h, &uri) {
+                assert_eq!(authority, client, "{uri}");
+            }
+        }
     }
 }
