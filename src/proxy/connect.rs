@@ -74,14 +74,14 @@ pub async fn handle(
     let agent = settings.agent_for(user_agent.as_deref(), req.headers().get(USER_AGENT));
     if let Some(reason) = proxy.gate.destination_refusal(&https) {
         // Judging gives the refusal its audit line before the tunnel opens.
-        let judgement = proxy.gate.judge(&https, "/", &agent).await;
+        let judgement = proxy.gate.judge(&https, "/", agent).await;
         return proxy
             .audit_and_block(&judgement, client, user.as_deref(), "CONNECT")
             .unwrap_or_else(|| respond::refused(&reason));
     }
     let minter = proxy.minter.clone();
     if minter.is_none() || no_intercept(&settings.no_intercept, https.host()) {
-        return tunnel(proxy, client, user, https, &agent, req).await;
+        return tunnel(proxy, client, user, https, agent, req).await;
     }
     tokio::spawn(async move {
         let upgraded = match hyper::upgrade::on(req).await {

@@ -13,7 +13,7 @@ use crate::fetch::error_chain;
 use crate::net;
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [HeaderName; 8] = [
+static HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("proxy-connection"),
     header::PROXY_AUTHORIZATION,
@@ -24,23 +24,95 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::UPGRADE,
 ];
 
+/// The index of `name` in [`HOP_BY_HOP`], if it is there: a match on the
+/// lower-case name, cheaper than comparing with each `HeaderName`.
+fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
+    Some(match name.as_str() {
+        "connection" => 0,
+        "proxy-connection" => 1,
+        "proxy-authorization" => 2,
+        "keep-alive" => 3,
+        "te" => 4,
+        "trailer" => 5,
+        "transfer-encoding" => 6,
+        "upgrade" => 7,
+        _ => return None,
+    })
+}
+
 /// Removes hop-by-hop headers, including those `Connection` lists.
+///
+/// One pass over the message's names finds which are present, so a message
+/// without any (most requests) costs no lookups, and one with only
+/// `Connection: keep-alive` (most responses) only the removals it needs.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in listed.iter().chain(HOP_BY_HOP.iter()) {
-        headers.remove(name);
+    let mut present = 0u8;
+    for name in headers.keys() {
+        if let Some(i) = hop_by_hop_index(name) {
+            present |= 1 << i;
+        }
+    }
+    if present == 0 {
+        return;
+    }
+    // HOP_BY_HOP[0] is Connection: remove the headers it lists (names are
+    // looked up case-insensitively; invalid ones match nothing).
+    if present & 1 != 0 {
+        let listed: Vec<HeaderValue> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .cloned()
+            .collect();
+        for value in &listed {
+            let Ok(value) = value.to_str() else { continue };
+            for name in value.split(',') {
+                headers.remove(name.trim());
+            }
+        }
+    }
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(name);
+        }
     }
 }
 
 /// Appends our `Via` entry.
 pub fn add_via(headers: &mut HeaderMap, via: &HeaderValue) {
     headers.append(header::VIA, via.clone());
+}
+
+/// True if `headers` hold one Host and it is byte for byte the one the
+/// upstream client derives from an `http` URI for HTTP/1.1 (the host, then
+/// `:port` unless the port is absent or 80): here, when it equals the URI's
+/// authority and that has no user info and no port the client would drop
+/// (80) or rewrite (leading zeros). `https` may go out over HTTP/2, which
+/// carries no Host, so it always takes the client's.
+fn host_is_derived(headers: &HeaderMap, uri: &http::Uri) -> bool {
+    let Some(authority) = uri.authority().map(|a| a.as_str()) else {
+        return false;
+    };
+    let mut values = headers.get_all(header::HOST).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return false;
+    };
+    if value.as_bytes() != authority.as_bytes()
+        || uri.scheme_str() != Some("http")
+        || authority.contains('@')
+    {
+        return false;
+    }
+    // The port: after the last ':' unless that is inside an IPv6 literal.
+    let port = match authority.rfind(':') {
+        Some(i) if !authority[i..].contains(']') => &authority[i + 1..],
+        _ => return true,
+    };
+    // Written back as a number: no sign, no leading zero, not the default.
+    port.as_bytes()
+        .first()
+        .is_some_and(|d| (b'1'..=b'9').contains(d))
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && port.parse::<u16>().is_ok_and(|p| p != 80)
 }
 
 /// Sends `req` (absolute URI) upstream and returns the response to relay.
@@ -57,8 +129,11 @@ pub async fn forward(
     // The proxy speaks its own HTTP version on each side.
     *req.version_mut() = http::Version::HTTP_11;
     // The target URI is authoritative (RFC 9112 §3.2.2): the client sets
-    // Host (HTTP/1.1) or :authority (HTTP/2) from it.
-    req.headers_mut().remove(header::HOST);
+    // Host (HTTP/1.1) or :authority (HTTP/2) from it. A Host that is already
+    // exactly what it would set stays, sparing it the formatting.
+    if !host_is_derived(req.headers(), req.uri()) {
+        req.headers_mut().remove(header::HOST);
+    }
     // Kept for error messages; cloning a Uri shares its bytes.
     let target = req.uri().clone();
     match tokio::time::timeout(timeout, client.request(req)).await {
@@ -109,5 +184,102 @@ mod tests {
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key(header::ACCEPT));
+    }
+
+    #[test]
+    fn hop_by_hop_names_are_matched_case_insensitively_and_bad_ones_ignored() {
+        let mut h = HeaderMap::new();
+        h.append(header::CONNECTION, HeaderValue::from_static("X-A ,, b c"));
+        h.append(header::CONNECTION, HeaderValue::from_static("close, x-b"));
+        h.insert("x-a", HeaderValue::from_static("1"));
+        h.insert("x-b", HeaderValue::from_static("2"));
+        h.insert("close", HeaderValue::from_static("3"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key(header::ACCEPT));
+        // Nothing hop-by-hop: left as it is.
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        h.insert("x-c", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 2);
+    }
+
+    #[test]
+    fn hop_by_hop_index_matches_the_list() {
+        for (i, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop_index(name), Some(i), "{name}");
+        }
+        assert_eq!(hop_by_hop_index(&header::ACCEPT), None);
+        assert_eq!(hop_by_hop_index(&HeaderName::from_static("x-te")), None);
+    }
+
+    #[test]
+    fn host_is_kept_only_when_it_is_what_the_client_derives() {
+        let derived = |uri: &str, hosts: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in hosts {
+                h.append(header::HOST, HeaderValue::from_str(v).expect("value"));
+            }
+            host_is_derived(&h, &uri.parse().expect("uri"))
+        };
+        assert!(derived("http://a.example/x", &["a.example"]));
+        assert!(!derived("http://a.example:80/x", &["a.example"]));
+        assert!(derived("http://a.example:8080/x", &["a.example:8080"]));
+        assert!(derived("http://127.0.0.1:8080/", &["127.0.0.1:8080"]));
+        assert!(derived("http://[::1]:8080/", &["[::1]:8080"]));
+        assert!(derived("http://[::1]/", &["[::1]"]));
+        assert!(!derived("http://a.example:/x", &["a.example:"]));
+        assert!(!derived("http://u@a.example/x", &["u@a.example"]));
+        assert!(!derived("http://a.example:80/x", &["a.example:80"]));
+        assert!(!derived("http://a.example/x", &["A.example"]));
+        assert!(!derived("http://a.example/x", &["a.example:80"]));
+        assert!(!derived("http://a.example:8080/x", &["a.example:08080"]));
+        assert!(!derived("http://a.example:8080/x", &["a.example:+8080"]));
+        assert!(!derived("http://a.example:8080/x", &["a.example:8081"]));
+        assert!(!derived("http://a.example:8080/x", &["a.example"]));
+        assert!(!derived("http://a.example/x", &["b.example"]));
+        assert!(!derived("http://a.example/x", &[]));
+        assert!(!derived("http://a.example/x", &["a.example", "a.example"]));
+        assert!(!derived("https://a.example/x", &["a.example"]));
+    }
+
+    /// Kept only when equal to what hyper-util's client writes: its rule
+    /// (host, then the port unless absent or the scheme's default).
+    #[test]
+    fn a_kept_host_equals_the_one_the_client_would_write() {
+        for uri in [
+            "http://a.example/",
+            "http://a.example:80/",
+            "http://a.example:8080/",
+            "http://a.example:080/",
+            "http://a.example:00/",
+            "http://a.example:65535/",
+            "http://A.Example:1/",
+            "http://127.0.0.1:3128/",
+            "http://[::1]/",
+            "http://[::1]:80/",
+            "http://[::1]:81/",
+            "http://a.example:/",
+            "http://u:p@a.example:81/",
+        ] {
+            let uri: http::Uri = uri.parse().expect("uri");
+            let authority = uri.authority().expect("authority").as_str();
+            let host = uri.host().expect("host");
+            let client = match uri.port().filter(|p| p.as_u16() != 80) {
+                Some(port) => format!("{host}:{port}"),
+                None => host.to_string(),
+            };
+            let mut h = HeaderMap::new();
+            h.insert(
+                header::HOST,
+                HeaderValue::from_str(authority).expect("value"),
+            );
+            if host_is_derived(&h, &uri) {
+                assert_eq!(authority, client, "{uri}");
+            }
+        }
     }
 }

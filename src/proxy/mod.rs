@@ -52,17 +52,22 @@ impl Settings {
     /// The robots token for a request. Precedence: the authenticated
     /// user's configured token, then a mapping of the client's own
     /// User-Agent product token, then the default agent.
-    pub fn agent_for(&self, user_agent: Option<&str>, client_ua: Option<&HeaderValue>) -> String {
+    /// Borrowed, not copied: it is looked up on every request.
+    pub fn agent_for<'a>(
+        &'a self,
+        user_agent: Option<&'a str>,
+        client_ua: Option<&HeaderValue>,
+    ) -> &'a str {
         if let Some(token) = user_agent {
-            return token.to_string();
+            return token;
         }
         if !self.agent_map.is_empty()
             && let Some(ua) = client_ua.and_then(|v| v.to_str().ok())
             && let Some(mapped) = self.agent_map.get(&product_token(ua))
         {
-            return mapped.clone();
+            return mapped;
         }
-        self.agent.clone()
+        &self.agent
     }
 }
 
@@ -193,7 +198,16 @@ impl Proxy {
             Err(resp) => return resp,
         };
         if req.method() == Method::CONNECT {
-            return connect::handle(self, client, caller.user, caller.user_agent, req).await;
+            // Boxed: the tunnel's future is large, and kept inline it would
+            // make every plain request's future (moved on each call) as large.
+            return Box::pin(connect::handle(
+                self,
+                client,
+                caller.user,
+                caller.user_agent,
+                req,
+            ))
+            .await;
         }
         if self.is_loop(&req) {
             return respond::text(
@@ -239,7 +253,7 @@ impl Proxy {
         req: Request<Body>,
     ) -> Response<Body> {
         let agent = settings.agent_for(user_agent, req.headers().get(USER_AGENT));
-        let mut judgement = self.gate.judge(&origin, path, &agent).await;
+        let mut judgement = self.gate.judge(&origin, path, agent).await;
         self.count_lookup(&judgement);
         // Most origins have no Crawl-delay: skip building the key then.
         if judgement.decision.is_allowed()
