@@ -48,6 +48,22 @@ pub enum OriginError {
     Host(String),
 }
 
+/// The host as IDNA would give it, for the common case where that is just
+/// lower-casing: ASCII letters, digits, `-`, `_` and `.`, no empty label and
+/// no label in punycode already (`xn--`, which IDNA validates). `None`
+/// otherwise.
+fn plain_ascii_host(host: &str) -> Option<Box<str>> {
+    let plain = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && !(label.len() >= 4 && label.as_bytes()[..4].eq_ignore_ascii_case(b"xn--"))
+        });
+    plain.then(|| host.to_ascii_lowercase().into())
+}
+
 impl Origin {
     /// Builds an origin, normalising the host (IDNA to punycode, lower case).
     pub fn new(scheme: Scheme, host: &str, port: Option<u16>) -> Result<Origin, OriginError> {
@@ -57,7 +73,13 @@ impl Origin {
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host);
         let host: Box<str> = if let Ok(ip) = bare.parse::<IpAddr>() {
-            ip.to_string().into()
+            match ip {
+                // The parser takes only the canonical dotted quad.
+                IpAddr::V4(_) => bare.into(),
+                IpAddr::V6(_) => ip.to_string().into(),
+            }
+        } else if let Some(plain) = plain_ascii_host(bare) {
+            plain
         } else {
             if bare.is_empty() {
                 return Err(OriginError::NoHost);
@@ -164,6 +186,43 @@ mod tests {
         let idn = Origin::new(Scheme::Https, "www.exämple.com", None).expect("idn");
         assert_eq!(idn.host(), "www.xn--exmple-cua.com");
         assert_eq!(idn, o("https://www.xn--exmple-cua.com/"));
+    }
+
+    #[test]
+    fn the_plain_ascii_fast_path_agrees_with_idna() {
+        for host in [
+            "example.com",
+            "WWW.Example.COM",
+            "a-b_c.d9.example",
+            "-lead.example",
+            "trail-.example",
+            "xn--exmple-cua.com",
+            "XN--EXMPLE-CUA.com",
+            "a..b",
+            ".a",
+            "x",
+            "127.0.0.1.example",
+        ] {
+            let fast = plain_ascii_host(host);
+            if let Some(fast) = &fast {
+                assert_eq!(
+                    Ok(fast.to_string()),
+                    idna::domain_to_ascii(host).map_err(|_| ()),
+                    "{host}"
+                );
+            }
+            assert_eq!(
+                fast.is_some(),
+                !host.contains("..")
+                    && !host.starts_with('.')
+                    && !host.to_ascii_lowercase().contains("xn--"),
+                "{host}"
+            );
+        }
+        assert_eq!(o("http://127.0.0.1:8080/").host(), "127.0.0.1");
+        // Not a canonical dotted quad: a name, checked when it is resolved.
+        let odd = Origin::new(Scheme::Http, "127.000.0.1", None).expect("a name");
+        assert!(odd.ip().is_none());
     }
 
     #[test]
