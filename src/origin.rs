@@ -58,8 +58,11 @@ fn plain_ascii_host(host: &str) -> Option<Box<str>> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
         && host.split('.').all(|label| {
-            !label.is_empty()
-                && !(label.len() >= 4 && label.as_bytes()[..4].eq_ignore_ascii_case(b"xn--"))
+            let punycode = label
+                .as_bytes()
+                .get(..4)
+                .is_some_and(|p| p.eq_ignore_ascii_case(b"xn--"));
+            !label.is_empty() && !punycode
         });
     plain.then(|| host.to_ascii_lowercase().into())
 }
