@@ -155,12 +155,13 @@ impl Gate {
                 crawl_delay: None,
             };
         }
-        let (mut entry, mut lookup) = self.cache.get(origin, agent).await;
-        if !entry.covers(agent) && entry.kind != FetchKind::Stale {
+        let (entry, lookup) = if self.cache.is_configured(agent) {
+            self.cache.get(origin, agent).await
+        } else {
             // An agent the cache does not compile for (an `/explain`
             // question): an entry of its own.
-            (entry, lookup) = self.cache.get_other_agent(origin, agent).await;
-        }
+            self.cache.get_other_agent(origin, agent).await
+        };
         let (decision, crawl_delay) = decide(&entry, path_and_query, agent);
         Judgement {
             decision,

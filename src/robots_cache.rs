@@ -260,6 +260,9 @@ pub struct RobotsCache {
 /// An origin and an agent token the cache's entries are not compiled for.
 type OtherKey = (Origin, Box<str>);
 
+/// Memory budget of the entries for other agents.
+const OTHER_AGENT_BYTES: usize = 16 << 20;
+
 /// How many (origin, agent) entries for agents the proxy does not judge as
 /// are kept.
 const OTHER_AGENT_ENTRIES: usize = 64;
@@ -298,7 +301,9 @@ impl RobotsCache {
             .unwrap_or_else(|_| Arc::from(Vec::new()))
     }
 
-    fn is_configured(&self, token: &str) -> bool {
+    /// True if entries are compiled for `token` (a product token): the
+    /// agents requests are judged as. Others go to [`Self::get_other_agent`].
+    pub fn is_configured(&self, token: &str) -> bool {
         self.agents
             .read()
             .is_ok_and(|a| a.iter().any(|t| **t == *token))
@@ -325,6 +330,15 @@ impl RobotsCache {
         let entry = Arc::new(self.entry_from(previous.as_deref(), fetched, &[Arc::from(token)]));
         if let Ok(mut others) = self.others.lock() {
             others.put(key, entry.clone());
+            // Bounded by bytes too: a few huge files must not hold memory
+            // outside the cache's budget.
+            let mut bytes: usize = others.iter().map(|(_, e)| e.memory_usage()).sum();
+            while bytes > OTHER_AGENT_BYTES && others.len() > 1 {
+                match others.pop_lru() {
+                    Some((_, old)) => bytes = bytes.saturating_sub(old.memory_usage()),
+                    None => break,
+                }
+            }
         }
         let lookup = if previous.is_some() {
             Lookup::Expired

@@ -36,6 +36,7 @@
 use aho_corasick::automaton::Automaton;
 use aho_corasick::{Anchored, MatchKind, nfa::contiguous};
 
+use super::parse::MAX_BYTES;
 use super::{Table, pattern};
 
 /// Literals are cut to this many octets. Any part of a literal is as
@@ -98,24 +99,30 @@ pub(crate) struct Index {
 /// The rules with a literal prefix of two octets or more, sorted by that
 /// prefix (then by precedence): 4 bytes per rule, packing where its
 /// pattern starts in the table's text, two flags and the prefix's length.
-/// Reading a prefix's octet is one load from the text; the rule's index is
-/// looked up only for a prefix that matches.
+/// The prefix itself is read from the rule's pattern. Reading a prefix's
+/// octet is one load from the text; the rule's index is looked up only for
+/// a prefix that matches.
 #[derive(Clone, Debug, Default)]
 struct Prefixes {
     entries: Box<[u32]>,
+    /// (entry position, prefix length) of the prefixes too long for an
+    /// entry's length field, ascending by position (few files have any).
+    long: Box<[(u32, u32)]>,
 }
 
-/// Bits of an entry that hold the text offset: the file is capped at
-/// 500 KiB and normalising at most triples it.
-const OFFSET_BITS: u32 = 21;
+/// Bits of an entry that hold the text offset. The file is capped at
+/// [`MAX_BYTES`]; normalising grows it at most 9×: an invalid octet is read
+/// as U+FFFD (3 octets), which is encoded as `%EF%BF%BD` (9).
+const OFFSET_BITS: u32 = 23;
 const OFFSET_MASK: u32 = (1 << OFFSET_BITS) - 1;
+const _: () = assert!(9 * MAX_BYTES <= OFFSET_MASK as usize);
 /// The pattern is its prefix (`/admin/`, `/admin/$`): reaching it decides.
 const WHOLE: u32 = 1 << OFFSET_BITS;
 /// The pattern ends in `$`.
 const DOLLAR: u32 = 1 << (OFFSET_BITS + 1);
 const LEN_SHIFT: u32 = OFFSET_BITS + 2;
-/// The prefix length field's largest value, which stands for "this long or
-/// longer" (then the length is measured when needed).
+/// The prefix length field's largest value, which stands for "look the
+/// length up in [`Prefixes::long`]".
 const LONG_PREFIX: u32 = (1 << (32 - LEN_SHIFT)) - 1;
 
 /// Ranges this small are finished by comparing each prefix with the path
@@ -123,16 +130,20 @@ const LONG_PREFIX: u32 = (1 << (32 - LEN_SHIFT)) - 1;
 const SMALL_RANGE: usize = 8;
 
 impl Prefixes {
-    /// `None` if an offset does not fit an entry (then the caller gives up
-    /// indexing and scans every rule).
-    fn build(table: &Table, mut rules: Vec<u32>) -> Option<Prefixes> {
-        if table.text().len() > OFFSET_MASK as usize {
-            return None;
-        }
-        rules.sort_by_cached_key(|&i| (pattern::literal_prefix(table.pattern(i as usize)), i));
-        let entries = rules
+    /// Sorts `rules` by their literal prefixes. Returns the rules that do
+    /// not fit an entry (none for files within [`MAX_BYTES`]) for the caller
+    /// to try another way.
+    fn build(table: &Table, mut rules: Vec<u32>) -> (Prefixes, Vec<u32>) {
+        let (fit, rest): (Vec<u32>, Vec<u32>) = rules
+            .drain(..)
+            .partition(|&i| table.start(i as usize) <= OFFSET_MASK as usize);
+        let mut fit = fit;
+        fit.sort_by_cached_key(|&i| (pattern::literal_prefix(table.pattern(i as usize)), i));
+        let mut long = Vec::new();
+        let entries = fit
             .into_iter()
-            .map(|i| {
+            .enumerate()
+            .map(|(pos, i)| {
                 let pat = table.pattern(i as usize);
                 let (body, dollar) = match pat.strip_suffix('$') {
                     Some(body) => (body, DOLLAR),
@@ -140,26 +151,41 @@ impl Prefixes {
                 };
                 let prefix = pattern::literal_prefix(pat);
                 let whole = if prefix.len() == body.len() { WHOLE } else { 0 };
-                let len = (prefix.len() as u32).min(LONG_PREFIX);
+                let len = if prefix.len() >= LONG_PREFIX as usize {
+                    long.push((pos as u32, prefix.len() as u32));
+                    LONG_PREFIX
+                } else {
+                    prefix.len() as u32
+                };
                 table.start(i as usize) as u32 | whole | dollar | (len << LEN_SHIFT)
             })
             .collect();
-        Some(Prefixes { entries })
+        (
+            Prefixes {
+                entries,
+                long: long.into_boxed_slice(),
+            },
+            rest,
+        )
     }
 
-    /// The literal prefix of an entry's rule (`text` is the table's).
+    /// The literal prefix of the entry at `pos` (`text` is the table's).
     #[inline]
-    fn key<'t>(table: &'t Table, text: &'t [u8], entry: u32) -> &'t [u8] {
+    fn key<'t>(&self, text: &'t [u8], pos: usize) -> &'t [u8] {
+        let entry = self.entries[pos];
         let start = (entry & OFFSET_MASK) as usize;
-        match entry >> LEN_SHIFT {
-            LONG_PREFIX => Self::long_key(table, start),
-            len => &text[start..start + len as usize],
-        }
+        let len = match entry >> LEN_SHIFT {
+            LONG_PREFIX => self.long_len(pos),
+            len => len as usize,
+        };
+        &text[start..start + len]
     }
 
     #[cold]
-    fn long_key(table: &Table, start: usize) -> &[u8] {
-        pattern::literal_prefix(table.pattern(table.rule_at(start))).as_bytes()
+    fn long_len(&self, pos: usize) -> usize {
+        self.long
+            .binary_search_by_key(&(pos as u32), |&(p, _)| p)
+            .map_or(0, |k| self.long[k].1 as usize)
     }
 
     /// Calls `found(offset, whole, dollar, end)` for each rule whose literal
@@ -169,9 +195,11 @@ impl Prefixes {
     ///
     /// Entries in `lo..hi` all have prefixes that start with `path[..k]`;
     /// those whose prefix is exactly that sort first; the rest are narrowed
-    /// to the ones whose next octet is `path[k]` (two binary searches; an
-    /// octet all of them share is skipped without searching), until few are
-    /// left, which are compared with the path one by one.
+    /// to the ones whose next octet is `path[k]` (two binary searches; the
+    /// octets that the range's first and last prefixes and the path share
+    /// are skipped without searching), until few are left, which are
+    /// compared with the path one by one. Every step reads at most as far
+    /// as the path.
     #[inline]
     fn scan(
         &self,
@@ -196,18 +224,18 @@ impl Prefixes {
         let (mut lo, mut hi, mut k) = (0, entries.len(), 1);
         loop {
             if hi - lo <= SMALL_RANGE {
-                for &e in &entries[lo..hi] {
-                    let key = Self::key(table, text, e);
+                for pos in lo..hi {
+                    let key = self.key(text, pos);
                     if key.len() <= path.len()
                         && key[k..] == path[k..key.len()]
-                        && !report(e, key.len())
+                        && !report(entries[pos], key.len())
                     {
                         return;
                     }
                 }
                 return;
             }
-            while lo < hi && Self::key(table, text, entries[lo]).len() == k {
+            while lo < hi && self.key(text, lo).len() == k {
                 if !report(entries[lo], k) {
                     return;
                 }
@@ -216,23 +244,17 @@ impl Prefixes {
             if lo >= hi || k >= path.len() {
                 return;
             }
-            // Sorted: all of `lo..hi` share the first and last prefixes'
-            // common part. Skip it at once if the path has it (else no
-            // prefix left is a prefix of the path).
-            let (first, last) = (
-                Self::key(table, text, entries[lo]),
-                Self::key(table, text, entries[hi - 1]),
-            );
-            let shared = k + first[k..]
+            // Sorted: all of `lo..hi` share what the first and last prefixes
+            // share; skip the part the path has too.
+            let (first, last) = (self.key(text, lo), self.key(text, hi - 1));
+            let shared = first[k..]
                 .iter()
                 .zip(&last[k..])
-                .take_while(|(a, b)| a == b)
+                .zip(&path[k..])
+                .take_while(|((a, b), c)| a == b && a == c)
                 .count();
-            if shared > k {
-                if path.len() < shared || path[k..shared] != first[k..shared] {
-                    return;
-                }
-                k = shared;
+            if shared > 0 {
+                k += shared;
                 continue;
             }
             // Every prefix left is longer than k, so octet k exists.
@@ -247,7 +269,7 @@ impl Prefixes {
     }
 
     fn memory_usage(&self) -> usize {
-        std::mem::size_of_val(&*self.entries)
+        std::mem::size_of_val(&*self.entries) + std::mem::size_of_val(&*self.long)
     }
 }
 
@@ -445,8 +467,18 @@ impl Index {
                 always.push(Always::new(i, pat));
             }
         }
+        let (prefixes, rest) = Prefixes::build(table, prefixes);
+        if !rest.is_empty() {
+            // Beyond an entry's offset range (not for files within the
+            // size cap): tried directly, like the rules without a literal.
+            always.extend(
+                rest.into_iter()
+                    .map(|i| Always::new(i, table.pattern(i as usize))),
+            );
+            always.sort_by_key(|a| a.rule);
+        }
         Some(Index {
-            prefixes: Prefixes::build(table, prefixes)?,
+            prefixes,
             inner: LiteralSet::build(inner).ok()?.map(Box::new),
             always: always.into_boxed_slice(),
         })

@@ -160,7 +160,7 @@ impl Table {
         let mut written = Vec::new();
         for (i, r) in rules.iter().enumerate() {
             // Offsets fit: the file is capped at 500 KiB and normalising
-            // at most triples it.
+            // grows it at most 9× (an invalid octet becomes `%EF%BF%BD`).
             metas.push(Meta {
                 start: text.len() as u32,
                 line_allow: (r.line.min(u32::MAX >> 1) << 1) | u32::from(r.allow),
@@ -400,12 +400,18 @@ impl Robots {
     /// Compiles the rules of several agents at once; agents that select the
     /// same groups share one [`AgentRules`]. In the order of `agents`.
     pub fn agent_rules_shared(&self, agents: &[&str]) -> Vec<Arc<AgentRules>> {
-        let mut done: Vec<(Vec<*const Group>, Arc<AgentRules>)> = Vec::new();
+        // The same groups selected the same way (a group naming both an
+        // agent and `*` is Specific for one and Global for the other).
+        type Key = (Selection, Vec<*const Group>);
+        let mut done: Vec<(Key, Arc<AgentRules>)> = Vec::new();
         agents
             .iter()
             .map(|agent| {
                 let (selection, groups) = self.selected_groups(&product_token(agent));
-                let key: Vec<*const Group> = groups.iter().map(|g| *g as *const Group).collect();
+                let key: Key = (
+                    selection,
+                    groups.iter().map(|g| *g as *const Group).collect(),
+                );
                 if let Some((_, rules)) = done.iter().find(|(k, _)| *k == key) {
                     return rules.clone();
                 }
@@ -709,6 +715,46 @@ mod tests {
     }
 
     #[test]
+    fn a_file_that_grows_ninefold_when_normalised_stays_indexed() {
+        // Each invalid octet becomes U+FFFD, encoded as `%EF%BF%BD`.
+        let mut txt = b"user-agent: *\n".to_vec();
+        for i in 0..44 {
+            txt.extend_from_slice(format!("disallow: /zz{i}").as_bytes());
+            txt.extend(std::iter::repeat_n(0xff_u8, 5450));
+            txt.push(b'\n');
+        }
+        let mut i = 0;
+        while txt.len() < parse::MAX_BYTES - 64 {
+            txt.extend_from_slice(format!("disallow: /p{i}/*.x\n").as_bytes());
+            i += 1;
+        }
+        let robots = Robots::parse(&txt);
+        let indexed = robots.agent_rules("x");
+        assert!(
+            indexed.table.text.len() > 2 << 20,
+            "{}",
+            indexed.table.text.len()
+        );
+        assert!(indexed.is_indexed());
+        let linear = AgentRules {
+            index: None,
+            ..indexed.clone()
+        };
+        let zz = format!("/zz3{}", "%EF%BF%BD".repeat(5450));
+        for path in [
+            "/index/page.html",
+            "/p7/a.x",
+            "/p7/a.y",
+            "/zz3",
+            zz.as_str(),
+        ] {
+            assert_eq!(indexed.check(path), linear.check(path), "{path}");
+        }
+        assert!(!indexed.check(&zz).allowed);
+        assert!(!indexed.check("/p7/a.x").allowed);
+    }
+
+    #[test]
     fn agents_that_select_the_same_groups_share_their_compiled_rules() {
         let robots = Robots::parse(
             b"user-agent: a\nuser-agent: b\ndisallow: /ab\n\nuser-agent: *\ndisallow: /all\n",
@@ -719,6 +765,11 @@ mod tests {
         assert!(!Arc::ptr_eq(&shared[0], &shared[1]));
         assert!(!shared[0].check("/ab").allowed);
         assert!(!shared[1].check("/all").allowed);
+        // One group naming an agent and `*`: same rules, other selection.
+        let both = Robots::parse(b"user-agent: a\nuser-agent: *\ndisallow: /x\n");
+        let shared = both.agent_rules_shared(&["a", "b"]);
+        assert_eq!(shared[0].selection(), Selection::Specific);
+        assert_eq!(shared[1].selection(), Selection::Global);
     }
 
     #[test]
