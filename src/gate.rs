@@ -155,13 +155,7 @@ impl Gate {
                 crawl_delay: None,
             };
         }
-        let (entry, lookup) = if self.cache.is_configured(agent) {
-            self.cache.get(origin, agent).await
-        } else {
-            // An agent the cache does not compile for (an `/explain`
-            // question): an entry of its own.
-            self.cache.get_other_agent(origin, agent).await
-        };
+        let (entry, lookup) = self.cache.get(origin, agent).await;
         let (decision, crawl_delay) = decide(&entry, path_and_query, agent);
         Judgement {
             decision,

@@ -184,6 +184,16 @@ pub type FetchHook = Box<dyn Fn(&Fetched) + Send + Sync>;
 
 type Flight = Shared<BoxFuture<'static, Arc<Entry>>>;
 
+/// The next step of a lookup.
+enum Next {
+    /// A usable entry.
+    Ready(Arc<Entry>),
+    /// Wait for this fetch.
+    Wait(Flight, Lookup),
+    /// The agent's rules are not compiled in entries: the side cache.
+    OtherAgent,
+}
+
 struct Slot {
     entry: Option<Arc<Entry>>,
     flight: Option<Flight>,
@@ -404,59 +414,78 @@ impl RobotsCache {
         }
     }
 
-    /// The entry for `origin`, fetching robots.txt if it is missing or
-    /// expired, or lacks the rules of `token` while that is a configured
-    /// agent. Concurrent callers for one origin share one fetch, which runs
-    /// in its own task so a caller that gives up does not cancel it.
+    /// The entry for `origin` compiled for `token`, fetching robots.txt if
+    /// it is missing or expired, or lacks the rules of `token` (a configured
+    /// agent; any other goes to [`Self::get_other_agent`]). Concurrent
+    /// callers for one origin share one fetch, which runs in its own task so
+    /// a caller that gives up does not cancel it.
     pub async fn get(self: &Arc<Self>, origin: &Origin, token: &str) -> (Arc<Entry>, Lookup) {
-        let (flight, lookup) = {
-            let Ok(mut slots) = self.slots.lock() else {
-                return (Arc::new(self.poisoned()), Lookup::Miss);
-            };
-            match slots.lru.get_mut(origin) {
-                Some(slot) => {
-                    // A stale copy lacking the agent cannot be refreshed by
-                    // fetching again now: the origin is unreachable.
-                    if let Some(entry) = &slot.entry
-                        && entry.expires > Instant::now()
-                        && (entry.covers(token)
-                            || entry.kind == FetchKind::Stale
-                            || !self.is_configured(token))
-                    {
-                        return (entry.clone(), Lookup::Hit);
-                    }
-                    let lookup = if slot.entry.is_some() {
-                        Lookup::Expired
-                    } else {
-                        Lookup::Miss
-                    };
-                    match &slot.flight {
-                        Some(f) => (f.clone(), lookup),
-                        None => {
-                            let f = self.start_flight(origin.clone(), slot.entry.clone());
-                            slot.flight = Some(f.clone());
-                            (f, lookup)
-                        }
-                    }
+        let next = match self.slots.lock() {
+            Ok(mut slots) => self.next_step(&mut slots, origin, token),
+            Err(_) => return (Arc::new(self.poisoned()), Lookup::Miss),
+        };
+        match next {
+            Next::Ready(entry) => (entry, Lookup::Hit),
+            Next::Wait(flight, lookup) => (flight.await, lookup),
+            Next::OtherAgent => self.get_other_agent(origin, token).await,
+        }
+    }
+
+    /// What [`Self::get`] does next, decided under the lock; starts a fetch
+    /// if one is needed and none is under way.
+    fn next_step(self: &Arc<Self>, slots: &mut Slots, origin: &Origin, token: &str) -> Next {
+        let fresh = |e: &Arc<Entry>| e.expires > Instant::now();
+        // The common case, a fresh entry compiled for the agent, needs no
+        // look at the agent list.
+        if let Some(entry) = slots.lru.get(origin).and_then(|s| s.entry.as_ref())
+            && fresh(entry)
+            && entry.covers(token)
+        {
+            return Next::Ready(entry.clone());
+        }
+        if !self.is_configured(token) {
+            return Next::OtherAgent;
+        }
+        match slots.lru.get_mut(origin) {
+            Some(slot) => {
+                // A stale copy lacking the agent cannot be refreshed by
+                // fetching again now: the origin is unreachable.
+                if let Some(entry) = &slot.entry
+                    && fresh(entry)
+                    && entry.kind == FetchKind::Stale
+                {
+                    return Next::Ready(entry.clone());
                 }
-                None => {
-                    let f = self.start_flight(origin.clone(), None);
-                    let evicted = slots.lru.push(
-                        origin.clone(),
-                        Slot {
-                            entry: None,
-                            flight: Some(f.clone()),
-                            weight: 0,
-                        },
-                    );
-                    if let Some((_, old)) = evicted {
-                        slots.bytes -= old.weight;
+                let lookup = if slot.entry.is_some() {
+                    Lookup::Expired
+                } else {
+                    Lookup::Miss
+                };
+                match &slot.flight {
+                    Some(f) => Next::Wait(f.clone(), lookup),
+                    None => {
+                        let f = self.start_flight(origin.clone(), slot.entry.clone());
+                        slot.flight = Some(f.clone());
+                        Next::Wait(f, lookup)
                     }
-                    (f, Lookup::Miss)
                 }
             }
-        };
-        (flight.await, lookup)
+            None => {
+                let f = self.start_flight(origin.clone(), None);
+                let evicted = slots.lru.push(
+                    origin.clone(),
+                    Slot {
+                        entry: None,
+                        flight: Some(f.clone()),
+                        weight: 0,
+                    },
+                );
+                if let Some((_, old)) = evicted {
+                    slots.bytes -= old.weight;
+                }
+                Next::Wait(f, Lookup::Miss)
+            }
+        }
     }
 
     fn start_flight(self: &Arc<Self>, origin: Origin, previous: Option<Arc<Entry>>) -> Flight {
