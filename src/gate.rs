@@ -169,6 +169,18 @@ impl Gate {
     }
 }
 
+/// All disallowed because robots.txt cannot be fetched: retry when the
+/// entry is due to be fetched again.
+fn unreachable(entry: &Entry, reason: String) -> Decision {
+    Decision::Unreachable {
+        reason,
+        retry_after: entry
+            .expires
+            .saturating_duration_since(std::time::Instant::now())
+            .max(Duration::from_secs(1)),
+    }
+}
+
 /// The pure part: an entry's rules applied to a path.
 fn decide(entry: &Entry, path_and_query: &str, agent: &str) -> (Decision, Option<f64>) {
     match &entry.rules {
@@ -192,13 +204,7 @@ fn decide(entry: &Entry, path_and_query: &str, agent: &str) -> (Decision, Option
                 return (Decision::Allowed { rule: None }, None);
             }
             (
-                Decision::Unreachable {
-                    reason: entry.reason.clone().unwrap_or_default(),
-                    retry_after: entry
-                        .expires
-                        .saturating_duration_since(std::time::Instant::now())
-                        .max(Duration::from_secs(1)),
-                },
+                unreachable(entry, entry.reason.clone().unwrap_or_default()),
                 None,
             )
         }
@@ -206,19 +212,11 @@ fn decide(entry: &Entry, path_and_query: &str, agent: &str) -> (Decision, Option
             let Some(rules) = compiled.get(agent) else {
                 // Only a stale copy compiled before the agent was configured
                 // gets here; the origin is unreachable now.
-                return (
-                    Decision::Unreachable {
-                        reason: format!(
-                            "{}; the stale copy has no rules compiled for agent {agent:?}",
-                            entry.reason.as_deref().unwrap_or("robots.txt unreachable")
-                        ),
-                        retry_after: entry
-                            .expires
-                            .saturating_duration_since(std::time::Instant::now())
-                            .max(Duration::from_secs(1)),
-                    },
-                    None,
+                let reason = format!(
+                    "{}; the stale copy has no rules compiled for agent {agent:?}",
+                    entry.reason.as_deref().unwrap_or("robots.txt unreachable")
                 );
+                return (unreachable(entry, reason), None);
             };
             let verdict = rules.check(path_and_query);
             let rule = verdict.rule.and_then(|r| RuleRef::new(rules, r));

@@ -135,15 +135,6 @@ impl Entry {
         self.fetched_instant.elapsed()
     }
 
-    /// Compiled rules for `token` (a lower-cased product token), if a
-    /// robots.txt file applies and was compiled for it.
-    pub fn agent_rules(&self, token: &str) -> Option<Arc<AgentRules>> {
-        match &self.rules {
-            Rules::Parsed(compiled) => compiled.get(token).cloned(),
-            _ => None,
-        }
-    }
-
     /// False if a robots.txt file applies but was not compiled for `token`.
     pub fn covers(&self, token: &str) -> bool {
         match &self.rules {
@@ -313,7 +304,7 @@ impl RobotsCache {
 
     /// True if entries are compiled for `token` (a product token): the
     /// agents requests are judged as. Others go to [`Self::get_other_agent`].
-    pub fn is_configured(&self, token: &str) -> bool {
+    fn is_configured(&self, token: &str) -> bool {
         self.agents
             .read()
             .is_ok_and(|a| a.iter().any(|t| **t == *token))
@@ -322,7 +313,7 @@ impl RobotsCache {
     /// The entry of `origin` compiled for `token`, an agent the cache's
     /// entries are not compiled for (an `/explain` question): kept in a
     /// small cache of its own, fetched when missing or expired.
-    pub async fn get_other_agent(&self, origin: &Origin, token: &str) -> (Arc<Entry>, Lookup) {
+    async fn get_other_agent(&self, origin: &Origin, token: &str) -> (Arc<Entry>, Lookup) {
         let key = (origin.clone(), Box::from(token));
         let previous = match self.others.lock() {
             Ok(mut others) => others.get(&key).cloned(),
@@ -696,10 +687,13 @@ mod tests {
             .expect("entry");
         assert!(entry.covers("bot") && entry.covers("other"));
         assert!(!entry.covers("third"));
-        let (Some(a), Some(b)) = (entry.agent_rules("bot"), entry.agent_rules("other")) else {
+        let Rules::Parsed(compiled) = &entry.rules else {
+            panic!("a parsed entry");
+        };
+        let (Some(a), Some(b)) = (compiled.get("bot"), compiled.get("other")) else {
             panic!("both agents compiled");
         };
-        assert!(Arc::ptr_eq(&a, &b), "both select the * group: shared");
+        assert!(Arc::ptr_eq(a, b), "both select the * group: shared");
         assert_eq!(a.len(), 3);
     }
 

@@ -133,11 +133,10 @@ impl Prefixes {
     /// Sorts `rules` by their literal prefixes. Returns the rules that do
     /// not fit an entry (none for files within [`MAX_BYTES`]) for the caller
     /// to try another way.
-    fn build(table: &Table, mut rules: Vec<u32>) -> (Prefixes, Vec<u32>) {
-        let (fit, rest): (Vec<u32>, Vec<u32>) = rules
-            .drain(..)
+    fn build(table: &Table, rules: Vec<u32>) -> (Prefixes, Vec<u32>) {
+        let (mut fit, rest): (Vec<u32>, Vec<u32>) = rules
+            .into_iter()
             .partition(|&i| table.start(i as usize) <= OFFSET_MASK as usize);
-        let mut fit = fit;
         fit.sort_by_cached_key(|&i| (pattern::literal_prefix(table.pattern(i as usize)), i));
         let mut long = Vec::new();
         let entries = fit
