@@ -15,6 +15,7 @@ use crate::gate::Gate;
 use crate::metrics::{self, Metrics};
 use crate::politeness::{Mode, Politeness, PolitenessConfig};
 use crate::proxy::client::{ClientSettings, build_client};
+use crate::proxy::upstream::PoolSettings;
 use crate::proxy::{Proxy, Settings, server};
 use crate::robots_cache::{CacheSettings, RobotsCache};
 use crate::tls::{Ca, Minter};
@@ -187,9 +188,16 @@ impl App {
             ),
             None => None,
         };
+        let upstream = crate::proxy::upstream::Pool::new(PoolSettings {
+            allow_private: config.allow_private_destinations,
+            connect_timeout: config.upstream.connect_timeout,
+            idle_per_origin: config.upstream.pool_idle_per_host,
+            idle_timeout: config.upstream.pool_idle_timeout,
+        });
         let proxy = Arc::new(Proxy::new(
             gate,
             client,
+            upstream,
             audit,
             metrics,
             Some(minter),

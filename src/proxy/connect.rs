@@ -180,6 +180,7 @@ async fn inner_request(
             (user.as_deref(), user_agent.as_deref()),
             origin.clone(),
             &path,
+            None,
             req.map(|b| b.boxed()),
         )
         .await
@@ -231,6 +232,7 @@ async fn tunnel(
 }
 
 /// Why an upstream TCP connection was not made.
+#[derive(Debug)]
 pub enum ConnectFailure {
     Refused(String),
     Io(std::io::Error),

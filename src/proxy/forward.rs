@@ -1,16 +1,20 @@
 //! Forwarding an allowed request: hop-by-hop headers removed, `Via` added,
 //! bodies streamed both ways.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Request, Response, StatusCode};
+use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 
 use super::client::{Body, HttpClient};
+use super::connect::ConnectFailure;
 use super::respond;
+use super::upstream::{SendError, Sticky};
 use crate::fetch::error_chain;
 use crate::net;
+use crate::origin::{Origin, Scheme};
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
 static HOP_BY_HOP: [HeaderName; 8] = [
@@ -115,11 +119,28 @@ fn host_is_derived(headers: &HeaderMap, uri: &http::Uri) -> bool {
         && port.parse::<u16>().is_ok_and(|p| p != 80)
 }
 
+/// The `Host` an HTTP/1.1 request to `origin` carries: the host (IPv6
+/// bracketed), then `:port` unless it is the scheme's default.
+fn host_header(origin: &Origin) -> HeaderValue {
+    let host = origin.host();
+    let text = match (host.contains(':'), origin.port() == origin.scheme().default_port()) {
+        (false, true) => host.to_string(),
+        (false, false) => format!("{host}:{}", origin.port()),
+        (true, true) => format!("[{host}]"),
+        (true, false) => format!("[{host}]:{}", origin.port()),
+    };
+    respond::header_value(&text)
+}
+
 /// Sends `req` (absolute URI) upstream and returns the response to relay.
-/// Upstream failures become 502 (or 403 for a refused private destination),
-/// a response that does not start within `timeout` a 504.
+/// A plain `http` request from a client connection goes over that
+/// connection's own upstream connection (`sticky`), anything else over the
+/// pooled `client`. Upstream failures become 502 (or 403 for a refused
+/// private destination), a response that does not start within `timeout`
+/// a 504.
 pub async fn forward(
     client: &HttpClient,
+    sticky: Option<(&Arc<Sticky>, &Origin)>,
     mut req: Request<Body>,
     via: &HeaderValue,
     timeout: Duration,
@@ -128,15 +149,45 @@ pub async fn forward(
     add_via(req.headers_mut(), via);
     // The proxy speaks its own HTTP version on each side.
     *req.version_mut() = http::Version::HTTP_11;
-    // The target URI is authoritative (RFC 9112 §3.2.2): the client sets
-    // Host (HTTP/1.1) or :authority (HTTP/2) from it. A Host that is already
-    // exactly what it would set stays, sparing it the formatting.
-    if !host_is_derived(req.headers(), req.uri()) {
-        req.headers_mut().remove(header::HOST);
-    }
     // Kept for error messages; cloning a Uri shares its bytes.
     let target = req.uri().clone();
-    match tokio::time::timeout(timeout, client.request(req)).await {
+    // The target URI is authoritative (RFC 9112 §3.2.2): Host is set from
+    // it. A Host that already is exactly that stays, sparing the formatting.
+    let host_is_derived = host_is_derived(req.headers(), req.uri());
+    let sent = match sticky {
+        Some((sticky, origin)) if origin.scheme() == Scheme::Http => {
+            if !host_is_derived {
+                req.headers_mut().remove(header::HOST);
+                req.headers_mut()
+                    .insert(header::HOST, host_header(origin));
+            }
+            *req.uri_mut() = match req.uri().path_and_query() {
+                Some(pq) => Uri::from(pq.clone()),
+                None => Uri::from_static("/"),
+            };
+            match tokio::time::timeout(timeout, sticky.send(origin, req)).await {
+                Ok(Ok(resp)) => Ok(Ok(resp.map(BodyExt::boxed))),
+                Ok(Err(SendError::Connect(ConnectFailure::Refused(reason)))) => {
+                    return respond::refused(&reason);
+                }
+                Ok(Err(SendError::Connect(ConnectFailure::Io(e)))) => Ok(Err(upstream_error(&e, &target))),
+                Ok(Err(SendError::Http(e))) => Ok(Err(upstream_error(&e, &target))),
+                Err(elapsed) => Err(elapsed),
+            }
+        }
+        _ => {
+            // The client sets Host (HTTP/1.1) or :authority (HTTP/2).
+            if !host_is_derived {
+                req.headers_mut().remove(header::HOST);
+            }
+            match tokio::time::timeout(timeout, client.request(req)).await {
+                Ok(Ok(resp)) => Ok(Ok(resp.map(BodyExt::boxed))),
+                Ok(Err(e)) => Ok(Err(upstream_error(&e, &target))),
+                Err(elapsed) => Err(elapsed),
+            }
+        }
+    };
+    match sent {
         Err(_) => respond::text(
             StatusCode::GATEWAY_TIMEOUT,
             format!(
@@ -144,25 +195,29 @@ pub async fn forward(
                 humantime::format_duration(timeout)
             ),
         ),
-        Ok(Err(e)) => {
-            if let Some(p) = net::find_private_destination(&e) {
-                return respond::refused(&p.to_string());
-            }
-            tracing::debug!(%target, error = %error_chain(&e), "upstream request failed");
-            let reason = crate::tls::upstream_error_reason(&e, target.host().unwrap_or_default());
-            respond::text(
-                StatusCode::BAD_GATEWAY,
-                format!("Upstream error for {target}: {reason}\n"),
-            )
-        }
+        Ok(Err(resp)) => resp,
         Ok(Ok(resp)) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
             add_via(&mut parts.headers, via);
             parts.version = http::Version::HTTP_11;
-            Response::from_parts(parts, body.boxed())
+            Response::from_parts(parts, body)
         }
     }
+}
+
+/// The answer to a request that got no response from `target`: 403 for a
+/// refused private destination, else 502 with the reason.
+fn upstream_error(e: &(dyn std::error::Error + 'static), target: &Uri) -> Response<Body> {
+    if let Some(p) = net::find_private_destination(e) {
+        return respond::refused(&p.to_string());
+    }
+    tracing::debug!(%target, error = %error_chain(e), "upstream request failed");
+    let reason = crate::tls::upstream_error_reason(e, target.host().unwrap_or_default());
+    respond::text(
+        StatusCode::BAD_GATEWAY,
+        format!("Upstream error for {target}: {reason}\n"),
+    )
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod forward;
 pub mod io;
 pub mod respond;
 pub mod server;
+pub mod upstream;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -27,6 +28,7 @@ use crate::politeness::Politeness;
 use crate::robots::product_token;
 use crate::tls::Minter;
 use client::{Body, HttpClient};
+use upstream::Sticky;
 
 /// Settings that a reload may change.
 #[derive(Clone)]
@@ -75,6 +77,8 @@ impl Settings {
 pub struct Proxy {
     pub gate: Gate,
     pub client: HttpClient,
+    /// Idle plain-http upstream connections left by client connections.
+    pub upstream: Arc<upstream::Pool>,
     pub audit: AuditLog,
     pub metrics: Metrics,
     /// Mints leaf certificates for intercepted CONNECTs; `None` disables interception.
@@ -96,6 +100,7 @@ impl Proxy {
     pub fn new(
         gate: Gate,
         client: HttpClient,
+        upstream: Arc<upstream::Pool>,
         audit: AuditLog,
         metrics: Metrics,
         minter: Option<Arc<Minter>>,
@@ -106,6 +111,7 @@ impl Proxy {
         Proxy {
             gate,
             client,
+            upstream,
             audit,
             metrics,
             minter,
@@ -185,10 +191,12 @@ impl Proxy {
         }
     }
 
-    /// Handles one request from a client connection.
+    /// Handles one request from a client connection; `sticky` holds that
+    /// connection's upstream connection between its requests.
     pub async fn handle(
         self: Arc<Self>,
         client: SocketAddr,
+        sticky: &Arc<Sticky>,
         req: Request<Incoming>,
     ) -> Response<Body> {
         // One read of the reloadable settings per request.
@@ -235,6 +243,7 @@ impl Proxy {
             (caller.user.as_deref(), caller.user_agent.as_deref()),
             origin,
             &path,
+            Some(sticky),
             req.map(|b| b.boxed()),
         )
         .await
@@ -242,7 +251,9 @@ impl Proxy {
 
     /// Judges a request with an absolute URI and forwards it if allowed.
     /// Shared by plain HTTP and intercepted HTTPS. `(user, user_agent)`:
-    /// the authenticated user and the robots token configured for them.
+    /// the authenticated user and the robots token configured for them;
+    /// `sticky`: the client connection's upstream, for plain http.
+    #[allow(clippy::too_many_arguments)]
     pub async fn judge_and_forward(
         &self,
         settings: &Settings,
@@ -250,6 +261,7 @@ impl Proxy {
         (user, user_agent): (Option<&str>, Option<&str>),
         origin: Origin,
         path: &str,
+        sticky: Option<&Arc<Sticky>>,
         req: Request<Body>,
     ) -> Response<Body> {
         let agent = settings.agent_for(user_agent, req.headers().get(USER_AGENT));
@@ -278,7 +290,14 @@ impl Proxy {
         }
         let timeout = settings.response_timeout;
         let start = Instant::now();
-        let resp = forward::forward(&self.client, req, &self.via, timeout).await;
+        let resp = forward::forward(
+            &self.client,
+            sticky.map(|s| (s, &origin)),
+            req,
+            &self.via,
+            timeout,
+        )
+        .await;
         self.metrics.observe_upstream(start.elapsed());
         resp
     }

@@ -1,0 +1,373 @@
+//! Plain-http upstream connections driven in the client connection's task.
+//!
+//! hyper-util's pooled client runs every upstream connection in a task of
+//! its own: the response is read there, handed over a channel and read
+//! again by the task that serves the client, so each request waits in the
+//! run queue twice and often crosses threads. Here a client connection
+//! holds the upstream connection it uses (HTTP/1.1 to an `http` origin,
+//! what a scraper mostly sends through a proxy): the request is written and
+//! the response read and relayed in the client's own task, the way an event
+//! loop proxy does it. When the client connection ends, the upstream one
+//! goes to a shared idle pool for the next client of that origin.
+//!
+//! `https` origins (TLS, HTTP/2 by ALPN) still go through the pooled client.
+
+use std::collections::HashMap;
+use std::future::poll_fn;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use hyper::body::{Body as _, Frame, Incoming, SizeHint};
+use hyper::client::conn::http1::{self, Connection, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use super::client::Body;
+use super::connect::{ConnectFailure, connect_upstream};
+use crate::origin::Origin;
+
+/// Limits of the shared idle pool, and how connections are made.
+#[derive(Clone, Debug)]
+pub struct PoolSettings {
+    pub allow_private: bool,
+    pub connect_timeout: Duration,
+    /// Idle connections kept per origin; 0 keeps none.
+    pub idle_per_origin: usize,
+    /// An idle connection older than this is closed, not reused.
+    pub idle_timeout: Duration,
+}
+
+/// Why a request got no response.
+#[derive(Debug)]
+pub enum SendError {
+    /// No connection: refused by the destination policy, or the connect
+    /// failed or timed out.
+    Connect(ConnectFailure),
+    /// The connection failed while the request was sent or the response
+    /// head read.
+    Http(hyper::Error),
+}
+
+/// One upstream HTTP/1.1 connection: the handle requests are sent on, and
+/// the state machine that must be polled for anything to move.
+struct Conn {
+    origin: Origin,
+    sender: SendRequest<Body>,
+    driver: Connection<TokioIo<TcpStream>, Body>,
+    /// The driver finished (the connection closed): it must not be polled
+    /// again, and the connection is not reused.
+    closed: bool,
+}
+
+impl Conn {
+    /// Polls the connection's state machine; true once it has finished.
+    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.closed
+            && let Poll::Ready(result) = Pin::new(&mut self.driver).poll(cx)
+        {
+            if let Err(e) = result {
+                tracing::debug!(origin = %self.origin, error = %e, "upstream connection ended");
+            }
+            self.closed = true;
+        }
+        self.closed
+    }
+
+    /// Waits until the connection can take a request, driving it meanwhile.
+    /// False if it closed instead (the origin hung up while it was idle).
+    async fn ready(&mut self) -> bool {
+        poll_fn(|cx| {
+            if self.drive(cx) {
+                return Poll::Ready(false);
+            }
+            self.sender.poll_ready(cx).map(|r| r.is_ok())
+        })
+        .await
+    }
+
+    fn reusable(&self) -> bool {
+        !self.closed && !self.sender.is_closed()
+    }
+}
+
+struct Idle {
+    conn: Conn,
+    since: Instant,
+}
+
+/// Idle connections shared by all client connections, per origin, newest
+/// last. Connections here are not polled: one the origin closed meanwhile
+/// is found out when it is next used (and the request goes on a new one).
+pub struct Pool {
+    settings: PoolSettings,
+    idle: Mutex<IdleSet>,
+}
+
+#[derive(Default)]
+struct IdleSet {
+    by_origin: HashMap<Origin, Vec<Idle>>,
+    last_sweep: Option<Instant>,
+}
+
+impl Pool {
+    pub fn new(settings: PoolSettings) -> Arc<Pool> {
+        Arc::new(Pool {
+            settings,
+            idle: Mutex::new(IdleSet::default()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, IdleSet> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The newest idle connection to `origin` that has not expired.
+    fn take(&self, origin: &Origin) -> Option<Conn> {
+        let now = Instant::now();
+        let mut idle = self.lock();
+        let list = idle.by_origin.get_mut(origin)?;
+        let found = loop {
+            match list.pop() {
+                Some(i) if now.duration_since(i.since) < self.settings.idle_timeout => {
+                    break Some(i.conn);
+                }
+                // The rest are older still.
+                Some(_) => {
+                    list.clear();
+                    break None;
+                }
+                None => break None,
+            }
+        };
+        if list.is_empty() {
+            idle.by_origin.remove(origin);
+        }
+        found
+    }
+
+    /// Keeps `conn` for reuse, within the per-origin limit (the oldest goes
+    /// first), and now and then closes every expired connection.
+    fn put(&self, conn: Conn) {
+        if !conn.reusable() || self.settings.idle_per_origin == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let timeout = self.settings.idle_timeout;
+        // Dropped after the lock is released: closing sockets is a syscall.
+        let mut closed: Vec<Idle> = Vec::new();
+        {
+            let mut idle = self.lock();
+            if idle
+                .last_sweep
+                .is_none_or(|t| now.duration_since(t) >= timeout / 2)
+            {
+                idle.last_sweep = Some(now);
+                idle.by_origin.retain(|_, list| {
+                    let fresh = list.partition_point(|i| now.duration_since(i.since) >= timeout);
+                    closed.extend(list.drain(..fresh));
+                    !list.is_empty()
+                });
+            }
+            let list = idle.by_origin.entry(conn.origin.clone()).or_default();
+            if list.len() >= self.settings.idle_per_origin {
+                closed.push(list.remove(0));
+            }
+            list.push(Idle { conn, since: now });
+        }
+        drop(closed);
+    }
+
+    /// Idle connections held, over all origins.
+    pub fn idle_count(&self) -> usize {
+        self.lock().by_origin.values().map(Vec::len).sum()
+    }
+}
+
+/// The upstream side of one client connection: the connection it used
+/// last, kept between its requests (a client mostly sends its next request
+/// to the same origin). Given to the shared pool when the client leaves.
+pub struct Sticky {
+    pool: Arc<Pool>,
+    kept: Mutex<Option<Conn>>,
+}
+
+impl Sticky {
+    pub fn new(pool: Arc<Pool>) -> Arc<Sticky> {
+        Arc::new(Sticky {
+            pool,
+            kept: Mutex::new(None),
+        })
+    }
+
+    fn kept(&self) -> MutexGuard<'_, Option<Conn>> {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A connection to `origin`: the kept one, else one from the pool.
+    fn take(&self, origin: &Origin) -> Option<Conn> {
+        let other = {
+            let mut kept = self.kept();
+            match kept.take() {
+                Some(c) if c.origin == *origin => return Some(c),
+                other => other,
+            }
+        };
+        if let Some(c) = other {
+            self.pool.put(c);
+        }
+        self.pool.take(origin)
+    }
+
+    /// Keeps `conn` for this client's next request.
+    fn keep(&self, conn: Conn) {
+        if !conn.reusable() {
+            return;
+        }
+        let previous = self.kept().replace(conn);
+        if let Some(c) = previous {
+            self.pool.put(c);
+        }
+    }
+
+    /// Sends `req` (origin-form target, Host set) to `origin`, over the
+    /// kept connection, an idle one, or a new one. A request that a reused
+    /// connection could not take (it had closed) is sent again on another.
+    /// The response's body drives the connection until it ends, then hands
+    /// the connection back.
+    pub async fn send(
+        self: &Arc<Self>,
+        origin: &Origin,
+        mut req: Request<Body>,
+    ) -> Result<Response<DrivenBody>, SendError> {
+        loop {
+            let (mut conn, reused) = match self.take(origin) {
+                Some(c) => (c, true),
+                None => (self.connect(origin).await?, false),
+            };
+            if !conn.ready().await {
+                if reused {
+                    continue;
+                }
+                // A new connection that closed before taking a request:
+                // sending shows hyper's error for it.
+            }
+            let mut response = std::pin::pin!(conn.sender.try_send_request(req));
+            let result = poll_fn(|cx| {
+                conn.drive(cx);
+                response.as_mut().poll(cx)
+            })
+            .await;
+            match result {
+                Ok(resp) => {
+                    return Ok(resp.map(|body| DrivenBody {
+                        body,
+                        conn: Some(conn),
+                        ended: false,
+                        sticky: self.clone(),
+                    }));
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(r) if reused => req = r,
+                    _ => return Err(SendError::Http(e.into_error())),
+                },
+            }
+        }
+    }
+
+    async fn connect(&self, origin: &Origin) -> Result<Conn, SendError> {
+        let settings = &self.pool.settings;
+        let stream = match tokio::time::timeout(
+            settings.connect_timeout,
+            connect_upstream(origin, settings.allow_private),
+        )
+        .await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(SendError::Connect(e)),
+            Err(_) => {
+                return Err(SendError::Connect(ConnectFailure::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out",
+                ))));
+            }
+        };
+        let (sender, driver) = http1::Builder::new()
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(SendError::Http)?;
+        Ok(Conn {
+            origin: origin.clone(),
+            sender,
+            driver,
+            closed: false,
+        })
+    }
+}
+
+impl Drop for Sticky {
+    fn drop(&mut self) {
+        if let Some(c) = self.kept().take() {
+            self.pool.put(c);
+        }
+    }
+}
+
+/// A response body that drives its connection while it is read, and gives
+/// the connection back for reuse once it has been read to the end.
+pub struct DrivenBody {
+    body: Incoming,
+    conn: Option<Conn>,
+    ended: bool,
+    sticky: Arc<Sticky>,
+}
+
+impl hyper::body::Body for DrivenBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        if let Some(conn) = &mut this.conn {
+            conn.drive(cx);
+        }
+        let frame = Pin::new(&mut this.body).poll_frame(cx);
+        if let Poll::Ready(None) = frame {
+            this.ended = true;
+            this.release();
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl DrivenBody {
+    /// Hands the connection back if the body was read to its end (one
+    /// dropped half-way leaves the connection unusable).
+    fn release(&mut self) {
+        if (self.ended || self.body.is_end_stream())
+            && let Some(conn) = self.conn.take()
+        {
+            self.sticky.keep(conn);
+        }
+    }
+}
+
+impl Drop for DrivenBody {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
