@@ -488,6 +488,17 @@ async fn keep_alive_serves_several_requests_on_one_connection() {
         assert_eq!(resp.status().as_u16(), status);
         let _ = resp.into_body().collect().await;
     }
+    // One connection fetched robots.txt; the two forwarded requests shared
+    // one more, which the client connection kept between them.
+    let connections = || origin.connections.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(connections(), 2);
+    // When the client leaves, the next client gets its upstream connection.
+    drop(sender);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for path in ["/c", "/d"] {
+        assert_eq!(proxy.get(&origin.url(path)).await.status, 200);
+    }
+    assert_eq!(connections(), 2);
 }
 
 #[tokio::test]

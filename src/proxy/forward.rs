@@ -123,7 +123,10 @@ fn host_is_derived(headers: &HeaderMap, uri: &http::Uri) -> bool {
 /// bracketed), then `:port` unless it is the scheme's default.
 fn host_header(origin: &Origin) -> HeaderValue {
     let host = origin.host();
-    let text = match (host.contains(':'), origin.port() == origin.scheme().default_port()) {
+    let text = match (
+        host.contains(':'),
+        origin.port() == origin.scheme().default_port(),
+    ) {
         (false, true) => host.to_string(),
         (false, false) => format!("{host}:{}", origin.port()),
         (true, true) => format!("[{host}]"),
@@ -158,8 +161,7 @@ pub async fn forward(
         Some((sticky, origin)) if origin.scheme() == Scheme::Http => {
             if !host_is_derived {
                 req.headers_mut().remove(header::HOST);
-                req.headers_mut()
-                    .insert(header::HOST, host_header(origin));
+                req.headers_mut().insert(header::HOST, host_header(origin));
             }
             *req.uri_mut() = match req.uri().path_and_query() {
                 Some(pq) => Uri::from(pq.clone()),
@@ -170,7 +172,9 @@ pub async fn forward(
                 Ok(Err(SendError::Connect(ConnectFailure::Refused(reason)))) => {
                     return respond::refused(&reason);
                 }
-                Ok(Err(SendError::Connect(ConnectFailure::Io(e)))) => Ok(Err(upstream_error(&e, &target))),
+                Ok(Err(SendError::Connect(ConnectFailure::Io(e)))) => {
+                    Ok(Err(upstream_error(&e, &target)))
+                }
                 Ok(Err(SendError::Http(e))) => Ok(Err(upstream_error(&e, &target))),
                 Err(elapsed) => Err(elapsed),
             }

@@ -130,18 +130,14 @@ impl Pool {
         let now = Instant::now();
         let mut idle = self.lock();
         let list = idle.by_origin.get_mut(origin)?;
-        let found = loop {
-            match list.pop() {
-                Some(i) if now.duration_since(i.since) < self.settings.idle_timeout => {
-                    break Some(i.conn);
-                }
-                // The rest are older still.
-                Some(_) => {
-                    list.clear();
-                    break None;
-                }
-                None => break None,
+        // Newest last; an expired one means the rest are older still.
+        let found = match list.pop() {
+            Some(i) if now.duration_since(i.since) < self.settings.idle_timeout => Some(i.conn),
+            Some(_) => {
+                list.clear();
+                None
             }
+            None => None,
         };
         if list.is_empty() {
             idle.by_origin.remove(origin);
@@ -248,12 +244,11 @@ impl Sticky {
                 Some(c) => (c, true),
                 None => (self.connect(origin).await?, false),
             };
-            if !conn.ready().await {
-                if reused {
-                    continue;
-                }
-                // A new connection that closed before taking a request:
-                // sending shows hyper's error for it.
+            // A reused connection that closed while idle is dropped for the
+            // next one. A new one that closed before taking the request
+            // goes on: sending reports hyper's error for it.
+            if !conn.ready().await && reused {
+                continue;
             }
             let mut response = std::pin::pin!(conn.sender.try_send_request(req));
             let result = poll_fn(|cx| {
@@ -369,5 +364,287 @@ impl DrivenBody {
 impl Drop for DrivenBody {
     fn drop(&mut self) {
         self.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use http_body_util::BodyExt;
+    use hyper::service::service_fn;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::origin::Scheme;
+    use crate::proxy::client::{empty_body, full_body};
+
+    /// A loopback origin that counts the connections it accepts. `/close`
+    /// answers with `Connection: close`, `/empty` with 204, `/big` with
+    /// 1 MiB; anything else with its request target and Host.
+    async fn origin() -> (Origin, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let svc = service_fn(|req: Request<Incoming>| async move {
+                        let host = req
+                            .headers()
+                            .get(http::header::HOST)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("-")
+                            .to_string();
+                        let target = req.uri().to_string();
+                        let body = req.into_body().collect().await?.to_bytes();
+                        let resp = match target.as_str() {
+                            "/close" => Response::builder()
+                                .header(http::header::CONNECTION, "close")
+                                .body(full_body("bye")),
+                            "/empty" => Response::builder().status(204).body(empty_body()),
+                            "/big" => Response::builder().body(full_body(vec![b'x'; 1 << 20])),
+                            _ => Response::builder()
+                                .body(full_body(format!("{target} {host} {}", body.len()))),
+                        };
+                        Ok::<_, hyper::Error>(resp.expect("response"))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        let origin = Origin::new(Scheme::Http, "127.0.0.1", Some(port)).expect("origin");
+        (origin, accepted)
+    }
+
+    fn pool(idle_per_origin: usize, idle_timeout: Duration) -> Arc<Pool> {
+        Pool::new(PoolSettings {
+            allow_private: true,
+            connect_timeout: Duration::from_secs(5),
+            idle_per_origin,
+            idle_timeout,
+        })
+    }
+
+    fn get(path: &str, host: &str) -> Request<Body> {
+        Request::get(path)
+            .header(http::header::HOST, host)
+            .body(empty_body())
+            .expect("request")
+    }
+
+    /// Sends a GET for `path` and reads the whole answer.
+    async fn fetch(sticky: &Arc<Sticky>, origin: &Origin, path: &str) -> (u16, String) {
+        let resp = sticky
+            .send(origin, get(path, &origin.authority()))
+            .await
+            .expect("response");
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_client_connection_reuses_its_upstream_connection() {
+        let (origin, accepted) = origin().await;
+        let sticky = Sticky::new(pool(4, Duration::from_secs(60)));
+        for i in 0..5 {
+            let path = format!("/page/{i}");
+            let (status, body) = fetch(&sticky, &origin, &path).await;
+            assert_eq!(status, 200);
+            assert_eq!(body, format!("{path} {} 0", origin.authority()));
+        }
+        // A body-less answer hands the connection back too.
+        assert_eq!(fetch(&sticky, &origin, "/empty").await.0, 204);
+        assert_eq!(fetch(&sticky, &origin, "/after-empty").await.0, 200);
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_request_body_is_sent() {
+        let (origin, _) = origin().await;
+        let sticky = Sticky::new(pool(4, Duration::from_secs(60)));
+        let req = Request::post("/upload")
+            .header(http::header::HOST, origin.authority())
+            .body(full_body(vec![b'y'; 100_000]))
+            .expect("request");
+        let resp = sticky.send(&origin, req).await.expect("response");
+        let body = resp.into_body().collect().await.expect("body").to_bytes();
+        assert!(body.ends_with(b" 100000"), "{body:?}");
+    }
+
+    #[tokio::test]
+    async fn a_leaving_client_hands_its_connection_to_the_next() {
+        let (origin, accepted) = origin().await;
+        let pool = pool(4, Duration::from_secs(60));
+        for _ in 0..3 {
+            let sticky = Sticky::new(pool.clone());
+            assert_eq!(fetch(&sticky, &origin, "/x").await.0, 200);
+            drop(sticky);
+            assert_eq!(pool.idle_count(), 1);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn switching_origins_parks_the_previous_connection_in_the_pool() {
+        let (a, accepted_a) = origin().await;
+        let (b, accepted_b) = origin().await;
+        let sticky = Sticky::new(pool(4, Duration::from_secs(60)));
+        for _ in 0..3 {
+            assert_eq!(fetch(&sticky, &a, "/a").await.0, 200);
+            assert_eq!(fetch(&sticky, &b, "/b").await.0, 200);
+        }
+        assert_eq!(accepted_a.load(Ordering::SeqCst), 1);
+        assert_eq!(accepted_b.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn connection_close_means_a_new_connection_next_time() {
+        let (origin, accepted) = origin().await;
+        let sticky = Sticky::new(pool(4, Duration::from_secs(60)));
+        assert_eq!(fetch(&sticky, &origin, "/close").await, (200, "bye".into()));
+        assert_eq!(fetch(&sticky, &origin, "/next").await.0, 200);
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_half_way_leaves_its_connection_unused() {
+        let (origin, accepted) = origin().await;
+        let sticky = Sticky::new(pool(4, Duration::from_secs(60)));
+        let resp = sticky
+            .send(&origin, get("/big", &origin.authority()))
+            .await
+            .expect("response");
+        let mut body = resp.into_body();
+        let first = body.frame().await.expect("frame").expect("data");
+        assert!(first.is_data());
+        drop(body);
+        assert_eq!(fetch(&sticky, &origin, "/next").await.0, 200);
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    /// An origin that answers each connection's first request as keep-alive
+    /// and then closes it: the idle connection is dead when next used.
+    #[tokio::test]
+    async fn a_connection_the_origin_closed_while_idle_is_replaced() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                });
+            }
+        });
+        let origin = Origin::new(Scheme::Http, "127.0.0.1", Some(port)).expect("origin");
+        let pool = pool(4, Duration::from_secs(60));
+        let sticky = Sticky::new(pool.clone());
+        for _ in 0..3 {
+            assert_eq!(fetch(&sticky, &origin, "/x").await, (200, "ok".into()));
+            // Let the origin's close arrive.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // The same through the shared pool.
+        drop(sticky);
+        let sticky = Sticky::new(pool);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(fetch(&sticky, &origin, "/x").await, (200, "ok".into()));
+        assert_eq!(accepted.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn the_pool_keeps_at_most_its_limit_per_origin() {
+        let (origin, accepted) = origin().await;
+        let pool = pool(2, Duration::from_secs(60));
+        // Three clients at once: three connections.
+        let clients: Vec<Arc<Sticky>> = (0..3).map(|_| Sticky::new(pool.clone())).collect();
+        let mut pending = Vec::new();
+        for c in &clients {
+            pending.push(
+                c.send(&origin, get("/x", &origin.authority()))
+                    .await
+                    .expect("response"),
+            );
+        }
+        for resp in pending {
+            resp.into_body().collect().await.expect("body");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+        drop(clients);
+        assert_eq!(pool.idle_count(), 2);
+    }
+
+    #[tokio::test]
+    async fn idle_connections_expire() {
+        let (origin, accepted) = origin().await;
+        let pool = pool(4, Duration::from_millis(100));
+        let sticky = Sticky::new(pool.clone());
+        assert_eq!(fetch(&sticky, &origin, "/x").await.0, 200);
+        drop(sticky);
+        assert_eq!(pool.idle_count(), 1);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let sticky = Sticky::new(pool.clone());
+        assert_eq!(fetch(&sticky, &origin, "/x").await.0, 200);
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        drop(sticky);
+        // Handing a connection back sweeps the expired ones of every origin.
+        let (other, _) = super::tests::origin().await;
+        let sticky = Sticky::new(pool.clone());
+        assert_eq!(fetch(&sticky, &other, "/x").await.0, 200);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        drop(sticky);
+        assert_eq!(pool.idle_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn refused_and_failed_connects_are_errors() {
+        let pool = Pool::new(PoolSettings {
+            allow_private: false,
+            connect_timeout: Duration::from_secs(5),
+            idle_per_origin: 4,
+            idle_timeout: Duration::from_secs(60),
+        });
+        let sticky = Sticky::new(pool);
+        let origin = Origin::new(Scheme::Http, "localhost", Some(9)).expect("origin");
+        match sticky.send(&origin, get("/", "localhost:9")).await {
+            Err(SendError::Connect(ConnectFailure::Refused(reason))) => {
+                assert!(reason.contains("private"), "{reason}");
+            }
+            Err(other) => panic!("expected a refusal, got {other:?}"),
+            Ok(_) => panic!("expected a refusal, got a response"),
+        }
+        // A port nobody listens on.
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        drop(listener);
+        let sticky = Sticky::new(pool_allowing_private());
+        let origin = Origin::new(Scheme::Http, "127.0.0.1", Some(port)).expect("origin");
+        assert!(matches!(
+            sticky.send(&origin, get("/", "x")).await,
+            Err(SendError::Connect(ConnectFailure::Io(_)))
+        ));
+    }
+
+    fn pool_allowing_private() -> Arc<Pool> {
+        pool(4, Duration::from_secs(60))
     }
 }

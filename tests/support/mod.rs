@@ -68,6 +68,8 @@ pub struct Origin {
     pub seen_headers: Arc<Mutex<Vec<http::HeaderMap>>>,
     /// HTTP version of every request seen.
     pub versions: Arc<Mutex<Vec<http::Version>>>,
+    /// Connections accepted.
+    pub connections: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Origin {
@@ -89,11 +91,14 @@ impl Origin {
         let versions: Arc<Mutex<Vec<http::Version>>> = Arc::default();
         let (r, h, s) = (routes.clone(), hits.clone(), seen.clone());
         let v = versions.clone();
+        let connections: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let accepted = connections.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let (r, h, s) = (r.clone(), h.clone(), s.clone());
                 let v = v.clone();
                 let tls = tls.clone();
@@ -155,6 +160,7 @@ impl Origin {
             hits,
             seen_headers: seen,
             versions,
+            connections,
         }
     }
 
