@@ -280,6 +280,9 @@ pub fn reload(proxy: &Proxy, old: &Config, new: &Config) -> Result<Vec<&'static 
     if old.listen != new.listen {
         restart.push("listen");
     }
+    if old.workers != new.workers {
+        restart.push("workers");
+    }
     if old.admin.listen != new.admin.listen {
         restart.push("admin.listen");
     }

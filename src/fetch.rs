@@ -172,7 +172,7 @@ async fn fetch_chain(
         let max_age = max_age(response.headers());
         if status.is_success() {
             return match read_capped(response.into_body(), MAX_BYTES + 1).await {
-                Ok(body) => (Outcome::Parsed(Robots::parse(&body)), code, max_age),
+                Ok(body) => (parse_off_the_workers(body).await, code, max_age),
                 Err(e) => (
                     Outcome::Unreachable(format!("reading {url}: {e}")),
                     code,
@@ -186,6 +186,16 @@ async fn fetch_chain(
             Outcome::Unreachable(format!("{status} from {url}"))
         };
         return (outcome, code, max_age);
+    }
+}
+
+/// Parses a fetched file on the blocking pool: a large one takes
+/// milliseconds, which on an async worker would stall every connection it
+/// serves.
+async fn parse_off_the_workers(body: Bytes) -> Outcome {
+    match tokio::task::spawn_blocking(move || Robots::parse(&body)).await {
+        Ok(robots) => Outcome::Parsed(robots),
+        Err(e) => Outcome::Unreachable(format!("internal error parsing robots.txt: {e}")),
     }
 }
 

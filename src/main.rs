@@ -185,6 +185,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = load_config(&args)?;
     init_logging(&config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads())
         .enable_all()
         .build()
         .context("starting the async runtime")?;
@@ -199,6 +200,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
         tracing::info!(listen = %app.local_addr(), agent = %app.config.agent,
+            workers = app.config.worker_threads(),
             audit_log = %app.proxy.audit.path().display(),
             admin = ?app.admin_addr(), "robots-proxy listening");
         // Handlers are registered before READY=1: a SIGHUP or SIGTERM sent

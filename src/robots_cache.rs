@@ -487,7 +487,15 @@ impl RobotsCache {
             if let Some(cb) = &this.on_fetch {
                 cb(&fetched);
             }
-            let entry = Arc::new(this.entry_from(previous.as_deref(), fetched, &this.agents()));
+            // Compiling a large file's rules takes milliseconds: not on an
+            // async worker, where it would stall every connection it serves.
+            let compile = this.clone();
+            let entry = tokio::task::spawn_blocking(move || {
+                compile.entry_from(previous.as_deref(), fetched, &compile.agents())
+            })
+            .await
+            .unwrap_or_else(|_| this.poisoned());
+            let entry = Arc::new(entry);
             if let Ok(mut slots) = this.slots.lock() {
                 slots.store(origin, entry.clone(), this.settings.max_bytes);
             }

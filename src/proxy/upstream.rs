@@ -104,24 +104,22 @@ struct Idle {
 /// is found out when it is next used (and the request goes on a new one).
 pub struct Pool {
     settings: PoolSettings,
-    idle: Mutex<IdleSet>,
-}
-
-#[derive(Default)]
-struct IdleSet {
-    by_origin: HashMap<Origin, Vec<Idle>>,
-    last_sweep: Option<Instant>,
+    idle: Mutex<HashMap<Origin, Vec<Idle>>>,
 }
 
 impl Pool {
+    /// A pool, and (inside a Tokio runtime) the task that closes its
+    /// expired connections.
     pub fn new(settings: PoolSettings) -> Arc<Pool> {
-        Arc::new(Pool {
+        let pool = Arc::new(Pool {
             settings,
-            idle: Mutex::new(IdleSet::default()),
-        })
+            idle: Mutex::new(HashMap::new()),
+        });
+        Pool::spawn_sweeper(&pool);
+        pool
     }
 
-    fn lock(&self) -> MutexGuard<'_, IdleSet> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Origin, Vec<Idle>>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -129,7 +127,7 @@ impl Pool {
     fn take(&self, origin: &Origin) -> Option<Conn> {
         let now = Instant::now();
         let mut idle = self.lock();
-        let list = idle.by_origin.get_mut(origin)?;
+        let list = idle.get_mut(origin)?;
         // Newest last; an expired one means the rest are older still.
         let found = match list.pop() {
             Some(i) if now.duration_since(i.since) < self.settings.idle_timeout => Some(i.conn),
@@ -140,46 +138,71 @@ impl Pool {
             None => None,
         };
         if list.is_empty() {
-            idle.by_origin.remove(origin);
+            idle.remove(origin);
         }
         found
     }
 
     /// Keeps `conn` for reuse, within the per-origin limit (the oldest goes
-    /// first), and now and then closes every expired connection.
+    /// first).
     fn put(&self, conn: Conn) {
         if !conn.reusable() || self.settings.idle_per_origin == 0 {
             return;
         }
+        let oldest = {
+            let mut idle = self.lock();
+            let list = idle.entry(conn.origin.clone()).or_default();
+            let oldest = (list.len() >= self.settings.idle_per_origin).then(|| list.remove(0));
+            list.push(Idle {
+                conn,
+                since: Instant::now(),
+            });
+            oldest
+        };
+        // Closed after the lock is released: closing a socket is a syscall.
+        drop(oldest);
+    }
+
+    /// Closes the connections idle for longer than the timeout.
+    fn sweep(&self) {
         let now = Instant::now();
         let timeout = self.settings.idle_timeout;
-        // Dropped after the lock is released: closing sockets is a syscall.
-        let mut closed: Vec<Idle> = Vec::new();
-        {
-            let mut idle = self.lock();
-            if idle
-                .last_sweep
-                .is_none_or(|t| now.duration_since(t) >= timeout / 2)
-            {
-                idle.last_sweep = Some(now);
-                idle.by_origin.retain(|_, list| {
-                    let fresh = list.partition_point(|i| now.duration_since(i.since) >= timeout);
-                    closed.extend(list.drain(..fresh));
-                    !list.is_empty()
-                });
+        let mut expired: Vec<Idle> = Vec::new();
+        self.lock().retain(|_, list| {
+            // Oldest first: the expired ones are a prefix.
+            let n = list.partition_point(|i| now.duration_since(i.since) >= timeout);
+            expired.extend(list.drain(..n));
+            !list.is_empty()
+        });
+        drop(expired);
+    }
+
+    /// Sweeps `pool` every half idle timeout (idle connections are not
+    /// polled, so an origin's close is not noticed otherwise), for as long
+    /// as the pool exists. Needs a Tokio runtime.
+    fn spawn_sweeper(pool: &Arc<Pool>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let period = (pool.settings.idle_timeout / 2)
+            .clamp(Duration::from_millis(10), Duration::from_secs(30));
+        let pool = Arc::downgrade(pool);
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                match pool.upgrade() {
+                    Some(pool) => pool.sweep(),
+                    None => return,
+                }
             }
-            let list = idle.by_origin.entry(conn.origin.clone()).or_default();
-            if list.len() >= self.settings.idle_per_origin {
-                closed.push(list.remove(0));
-            }
-            list.push(Idle { conn, since: now });
-        }
-        drop(closed);
+        });
     }
 
     /// Idle connections held, over all origins.
     pub fn idle_count(&self) -> usize {
-        self.lock().by_origin.values().map(Vec::len).sum()
+        self.lock().values().map(Vec::len).sum()
     }
 }
 
@@ -606,13 +629,10 @@ mod tests {
         assert_eq!(fetch(&sticky, &origin, "/x").await.0, 200);
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
         drop(sticky);
-        // Handing a connection back sweeps the expired ones of every origin.
-        let (other, _) = super::tests::origin().await;
-        let sticky = Sticky::new(pool.clone());
-        assert_eq!(fetch(&sticky, &other, "/x").await.0, 200);
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        drop(sticky);
+        // The sweeper closes expired connections nobody asks for.
         assert_eq!(pool.idle_count(), 1);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(pool.idle_count(), 0);
     }
 
     #[tokio::test]
