@@ -129,10 +129,8 @@ start_robots_proxy() {
 listen = "127.0.0.1:$port"
 allow_private_destinations = true
 state_dir = "$dir/robots-proxy-state"
-[audit]
-path = "$dir/robots-proxy-audit.jsonl"
-[log]
-level = "warn"
+audit.path = "$dir/robots-proxy-audit.jsonl"
+log.level = "warn"
 $extra
 EOF
     env RUST_LOG=warn "$@" "$bin" run --config "$dir/robots-proxy.toml" 2>"$dir/robots-proxy.log" &

@@ -180,7 +180,6 @@ async fn inner_request(
             (user.as_deref(), user_agent.as_deref()),
             origin.clone(),
             &path,
-            None,
             req.map(|b| b.boxed()),
         )
         .await

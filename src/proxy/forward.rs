@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use super::client::{Body, HttpClient};
 use super::connect::ConnectFailure;
 use super::respond;
-use super::upstream::{SendError, Sticky};
+use super::upstream::{Pool, SendError};
 use crate::fetch::error_chain;
 use crate::net;
 use crate::origin::{Origin, Scheme};
@@ -136,14 +136,14 @@ fn host_header(origin: &Origin) -> HeaderValue {
 }
 
 /// Sends `req` (absolute URI) upstream and returns the response to relay.
-/// A plain `http` request from a client connection goes over that
-/// connection's own upstream connection (`sticky`), anything else over the
-/// pooled `client`. Upstream failures become 502 (or 403 for a refused
+/// A plain `http` request goes over `upstream`, driven in this task; an
+/// `https` one over the pooled `client`. Upstream failures become 502 (or 403 for a refused
 /// private destination), a response that does not start within `timeout`
 /// a 504.
 pub async fn forward(
     client: &HttpClient,
-    sticky: Option<(&Arc<Sticky>, &Origin)>,
+    upstream: &Arc<Pool>,
+    origin: &Origin,
     mut req: Request<Body>,
     via: &HeaderValue,
     timeout: Duration,
@@ -157,8 +157,8 @@ pub async fn forward(
     // The target URI is authoritative (RFC 9112 §3.2.2): Host is set from
     // it. A Host that already is exactly that stays, sparing the formatting.
     let host_is_derived = host_is_derived(req.headers(), req.uri());
-    let sent = match sticky {
-        Some((sticky, origin)) if origin.scheme() == Scheme::Http => {
+    let sent = match origin.scheme() {
+        Scheme::Http => {
             if !host_is_derived {
                 req.headers_mut().remove(header::HOST);
                 req.headers_mut().insert(header::HOST, host_header(origin));
@@ -167,7 +167,7 @@ pub async fn forward(
                 Some(pq) => Uri::from(pq.clone()),
                 None => Uri::from_static("/"),
             };
-            match tokio::time::timeout(timeout, sticky.send(origin, req)).await {
+            match tokio::time::timeout(timeout, upstream.send(origin, req)).await {
                 Ok(Ok(resp)) => Ok(Ok(resp.map(BodyExt::boxed))),
                 Ok(Err(SendError::Connect(ConnectFailure::Refused(reason)))) => {
                     return respond::refused(&reason);
@@ -179,7 +179,7 @@ pub async fn forward(
                 Err(elapsed) => Err(elapsed),
             }
         }
-        _ => {
+        Scheme::Https => {
             // The client sets Host (HTTP/1.1) or :authority (HTTP/2).
             if !host_is_derived {
                 req.headers_mut().remove(header::HOST);

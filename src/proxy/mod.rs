@@ -28,7 +28,6 @@ use crate::politeness::Politeness;
 use crate::robots::product_token;
 use crate::tls::Minter;
 use client::{Body, HttpClient};
-use upstream::Sticky;
 
 /// Settings that a reload may change.
 #[derive(Clone)]
@@ -77,7 +76,7 @@ impl Settings {
 pub struct Proxy {
     pub gate: Gate,
     pub client: HttpClient,
-    /// Idle plain-http upstream connections left by client connections.
+    /// Plain-http upstream connections, driven by the requests that use them.
     pub upstream: Arc<upstream::Pool>,
     pub audit: AuditLog,
     pub metrics: Metrics,
@@ -191,12 +190,10 @@ impl Proxy {
         }
     }
 
-    /// Handles one request from a client connection; `sticky` holds that
-    /// connection's upstream connection between its requests.
+    /// Handles one request from a client connection.
     pub async fn handle(
         self: Arc<Self>,
         client: SocketAddr,
-        sticky: &Arc<Sticky>,
         req: Request<Incoming>,
     ) -> Response<Body> {
         // One read of the reloadable settings per request.
@@ -243,7 +240,6 @@ impl Proxy {
             (caller.user.as_deref(), caller.user_agent.as_deref()),
             origin,
             &path,
-            Some(sticky),
             req.map(|b| b.boxed()),
         )
         .await
@@ -251,9 +247,7 @@ impl Proxy {
 
     /// Judges a request with an absolute URI and forwards it if allowed.
     /// Shared by plain HTTP and intercepted HTTPS. `(user, user_agent)`:
-    /// the authenticated user and the robots token configured for them;
-    /// `sticky`: the client connection's upstream, for plain http.
-    #[allow(clippy::too_many_arguments)]
+    /// the authenticated user and the robots token configured for them.
     pub async fn judge_and_forward(
         &self,
         settings: &Settings,
@@ -261,7 +255,6 @@ impl Proxy {
         (user, user_agent): (Option<&str>, Option<&str>),
         origin: Origin,
         path: &str,
-        sticky: Option<&Arc<Sticky>>,
         req: Request<Body>,
     ) -> Response<Body> {
         let agent = settings.agent_for(user_agent, req.headers().get(USER_AGENT));
@@ -292,7 +285,8 @@ impl Proxy {
         let start = Instant::now();
         let resp = forward::forward(
             &self.client,
-            sticky.map(|s| (s, &origin)),
+            &self.upstream,
+            &origin,
             req,
             &self.via,
             timeout,

@@ -12,7 +12,6 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::Proxy;
-use super::upstream::Sticky;
 
 /// Serves `listener` until `shutdown` completes, then stops accepting and
 /// waits up to `grace` for open connections to finish their requests.
@@ -59,12 +58,9 @@ async fn serve_connection(
     mut stop: watch::Receiver<bool>,
 ) {
     let _open = proxy.metrics.connection_opened();
-    // This connection's upstream connection, kept between its requests.
-    let sticky = Sticky::new(proxy.upstream.clone());
     let service = service_fn(move |req| {
         let proxy = proxy.clone();
-        let sticky = sticky.clone();
-        async move { Ok::<_, std::convert::Infallible>(proxy.handle(peer, &sticky, req).await) }
+        async move { Ok::<_, std::convert::Infallible>(proxy.handle(peer, req).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())

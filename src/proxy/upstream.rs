@@ -1,14 +1,16 @@
-//! Plain-http upstream connections driven in the client connection's task.
+//! Plain-http upstream connections driven in the task that serves the
+//! client.
 //!
 //! hyper-util's pooled client runs every upstream connection in a task of
 //! its own: the response is read there, handed over a channel and read
 //! again by the task that serves the client, so each request waits in the
-//! run queue twice and often crosses threads. Here a client connection
-//! holds the upstream connection it uses (HTTP/1.1 to an `http` origin,
-//! what a scraper mostly sends through a proxy): the request is written and
-//! the response read and relayed in the client's own task, the way an event
-//! loop proxy does it. When the client connection ends, the upstream one
-//! goes to a shared idle pool for the next client of that origin.
+//! run queue twice and often crosses threads. Here the request is written,
+//! and the response read and relayed, in the client's own task (HTTP/1.1
+//! to an `http` origin, what a scraper mostly sends through a proxy), the
+//! way an event-loop proxy does it: the response body polls the connection
+//! while it is read. Once read to the end the connection goes back to a
+//! shared idle pool, so an origin sees as many connections as requests in
+//! flight to it, not one per client connection.
 //!
 //! `https` origins (TLS, HTTP/2 by ALPN) still go through the pooled client.
 
@@ -200,60 +202,8 @@ impl Pool {
         });
     }
 
-    /// Idle connections held, over all origins.
-    pub fn idle_count(&self) -> usize {
-        self.lock().values().map(Vec::len).sum()
-    }
-}
-
-/// The upstream side of one client connection: the connection it used
-/// last, kept between its requests (a client mostly sends its next request
-/// to the same origin). Given to the shared pool when the client leaves.
-pub struct Sticky {
-    pool: Arc<Pool>,
-    kept: Mutex<Option<Conn>>,
-}
-
-impl Sticky {
-    pub fn new(pool: Arc<Pool>) -> Arc<Sticky> {
-        Arc::new(Sticky {
-            pool,
-            kept: Mutex::new(None),
-        })
-    }
-
-    fn kept(&self) -> MutexGuard<'_, Option<Conn>> {
-        self.kept.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A connection to `origin`: the kept one, else one from the pool.
-    fn take(&self, origin: &Origin) -> Option<Conn> {
-        let other = {
-            let mut kept = self.kept();
-            match kept.take() {
-                Some(c) if c.origin == *origin => return Some(c),
-                other => other,
-            }
-        };
-        if let Some(c) = other {
-            self.pool.put(c);
-        }
-        self.pool.take(origin)
-    }
-
-    /// Keeps `conn` for this client's next request.
-    fn keep(&self, conn: Conn) {
-        if !conn.reusable() {
-            return;
-        }
-        let previous = self.kept().replace(conn);
-        if let Some(c) = previous {
-            self.pool.put(c);
-        }
-    }
-
     /// Sends `req` (origin-form target, Host set) to `origin`, over the
-    /// kept connection, an idle one, or a new one. A request that a reused
+    /// newest idle connection or a new one. A request that a reused
     /// connection could not take (it had closed) is sent again on another.
     /// The response's body drives the connection until it ends, then hands
     /// the connection back.
@@ -285,7 +235,7 @@ impl Sticky {
                         body,
                         conn: Some(conn),
                         ended: false,
-                        sticky: self.clone(),
+                        pool: self.clone(),
                     }));
                 }
                 Err(mut e) => match e.take_message() {
@@ -297,7 +247,7 @@ impl Sticky {
     }
 
     async fn connect(&self, origin: &Origin) -> Result<Conn, SendError> {
-        let settings = &self.pool.settings;
+        let settings = &self.settings;
         let stream = match tokio::time::timeout(
             settings.connect_timeout,
             connect_upstream(origin, settings.allow_private),
@@ -324,13 +274,10 @@ impl Sticky {
             closed: false,
         })
     }
-}
 
-impl Drop for Sticky {
-    fn drop(&mut self) {
-        if let Some(c) = self.kept().take() {
-            self.pool.put(c);
-        }
+    /// Idle connections held, over all origins.
+    pub fn idle_count(&self) -> usize {
+        self.lock().values().map(Vec::len).sum()
     }
 }
 
@@ -340,7 +287,7 @@ pub struct DrivenBody {
     body: Incoming,
     conn: Option<Conn>,
     ended: bool,
-    sticky: Arc<Sticky>,
+    pool: Arc<Pool>,
 }
 
 impl hyper::body::Body for DrivenBody {
@@ -379,7 +326,7 @@ impl DrivenBody {
         if (self.ended || self.body.is_end_stream())
             && let Some(conn) = self.conn.take()
         {
-            self.sticky.keep(conn);
+            self.pool.put(conn);
         }
     }
 }
@@ -462,8 +409,8 @@ mod tests {
     }
 
     /// Sends a GET for `path` and reads the whole answer.
-    async fn fetch(sticky: &Arc<Sticky>, origin: &Origin, path: &str) -> (u16, String) {
-        let resp = sticky
+    async fn fetch(pool: &Arc<Pool>, origin: &Origin, path: &str) -> (u16, String) {
+        let resp = pool
             .send(origin, get(path, &origin.authority()))
             .await
             .expect("response");
@@ -472,75 +419,70 @@ mod tests {
         (status, String::from_utf8_lossy(&body).into_owned())
     }
 
+    fn accepted(counter: &AtomicUsize) -> usize {
+        counter.load(Ordering::SeqCst)
+    }
+
     #[tokio::test]
-    async fn a_client_connection_reuses_its_upstream_connection() {
-        let (origin, accepted) = origin().await;
-        let sticky = Sticky::new(pool(4, Duration::from_secs(60)));
+    async fn a_connection_is_reused_once_its_response_is_read() {
+        let (origin, connections) = origin().await;
+        let pool = pool(4, Duration::from_secs(60));
         for i in 0..5 {
             let path = format!("/page/{i}");
-            let (status, body) = fetch(&sticky, &origin, &path).await;
+            let (status, body) = fetch(&pool, &origin, &path).await;
             assert_eq!(status, 200);
+            // Origin-form target, the Host given.
             assert_eq!(body, format!("{path} {} 0", origin.authority()));
         }
         // A body-less answer hands the connection back too.
-        assert_eq!(fetch(&sticky, &origin, "/empty").await.0, 204);
-        assert_eq!(fetch(&sticky, &origin, "/after-empty").await.0, 200);
-        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(fetch(&pool, &origin, "/empty").await.0, 204);
+        assert_eq!(fetch(&pool, &origin, "/after-empty").await.0, 200);
+        assert_eq!(accepted(&connections), 1);
+        assert_eq!(pool.idle_count(), 1);
     }
 
     #[tokio::test]
     async fn a_request_body_is_sent() {
         let (origin, _) = origin().await;
-        let sticky = Sticky::new(pool(4, Duration::from_secs(60)));
+        let pool = pool(4, Duration::from_secs(60));
         let req = Request::post("/upload")
             .header(http::header::HOST, origin.authority())
             .body(full_body(vec![b'y'; 100_000]))
             .expect("request");
-        let resp = sticky.send(&origin, req).await.expect("response");
+        let resp = pool.send(&origin, req).await.expect("response");
         let body = resp.into_body().collect().await.expect("body").to_bytes();
         assert!(body.ends_with(b" 100000"), "{body:?}");
     }
 
     #[tokio::test]
-    async fn a_leaving_client_hands_its_connection_to_the_next() {
-        let (origin, accepted) = origin().await;
+    async fn each_origin_has_its_own_connections() {
+        let (a, connections_a) = origin().await;
+        let (b, connections_b) = origin().await;
         let pool = pool(4, Duration::from_secs(60));
         for _ in 0..3 {
-            let sticky = Sticky::new(pool.clone());
-            assert_eq!(fetch(&sticky, &origin, "/x").await.0, 200);
-            drop(sticky);
-            assert_eq!(pool.idle_count(), 1);
+            assert_eq!(fetch(&pool, &a, "/a").await.0, 200);
+            assert_eq!(fetch(&pool, &b, "/b").await.0, 200);
         }
-        assert_eq!(accepted.load(Ordering::SeqCst), 1);
-    }
-
-    #[tokio::test]
-    async fn switching_origins_parks_the_previous_connection_in_the_pool() {
-        let (a, accepted_a) = origin().await;
-        let (b, accepted_b) = origin().await;
-        let sticky = Sticky::new(pool(4, Duration::from_secs(60)));
-        for _ in 0..3 {
-            assert_eq!(fetch(&sticky, &a, "/a").await.0, 200);
-            assert_eq!(fetch(&sticky, &b, "/b").await.0, 200);
-        }
-        assert_eq!(accepted_a.load(Ordering::SeqCst), 1);
-        assert_eq!(accepted_b.load(Ordering::SeqCst), 1);
+        assert_eq!(accepted(&connections_a), 1);
+        assert_eq!(accepted(&connections_b), 1);
+        assert_eq!(pool.idle_count(), 2);
     }
 
     #[tokio::test]
     async fn connection_close_means_a_new_connection_next_time() {
-        let (origin, accepted) = origin().await;
-        let sticky = Sticky::new(pool(4, Duration::from_secs(60)));
-        assert_eq!(fetch(&sticky, &origin, "/close").await, (200, "bye".into()));
-        assert_eq!(fetch(&sticky, &origin, "/next").await.0, 200);
-        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        let (origin, connections) = origin().await;
+        let pool = pool(4, Duration::from_secs(60));
+        assert_eq!(fetch(&pool, &origin, "/close").await, (200, "bye".into()));
+        assert_eq!(pool.idle_count(), 0);
+        assert_eq!(fetch(&pool, &origin, "/next").await.0, 200);
+        assert_eq!(accepted(&connections), 2);
     }
 
     #[tokio::test]
     async fn a_body_dropped_half_way_leaves_its_connection_unused() {
-        let (origin, accepted) = origin().await;
-        let sticky = Sticky::new(pool(4, Duration::from_secs(60)));
-        let resp = sticky
+        let (origin, connections) = origin().await;
+        let pool = pool(4, Duration::from_secs(60));
+        let resp = pool
             .send(&origin, get("/big", &origin.authority()))
             .await
             .expect("response");
@@ -548,18 +490,19 @@ mod tests {
         let first = body.frame().await.expect("frame").expect("data");
         assert!(first.is_data());
         drop(body);
-        assert_eq!(fetch(&sticky, &origin, "/next").await.0, 200);
-        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(pool.idle_count(), 0);
+        assert_eq!(fetch(&pool, &origin, "/next").await.0, 200);
+        assert_eq!(accepted(&connections), 2);
     }
 
     /// An origin that answers each connection's first request as keep-alive
-    /// and then closes it: the idle connection is dead when next used.
+    /// and closes it soon after: the idle connection is dead when next used.
     #[tokio::test]
     async fn a_connection_the_origin_closed_while_idle_is_replaced() {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let counter = accepted.clone();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counter = connections.clone();
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
                 counter.fetch_add(1, Ordering::SeqCst);
@@ -575,77 +518,70 @@ mod tests {
                     let _ = stream
                         .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                         .await;
+                    // Closed once the proxy has put the connection aside.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 });
             }
         });
         let origin = Origin::new(Scheme::Http, "127.0.0.1", Some(port)).expect("origin");
         let pool = pool(4, Duration::from_secs(60));
-        let sticky = Sticky::new(pool.clone());
         for _ in 0..3 {
-            assert_eq!(fetch(&sticky, &origin, "/x").await, (200, "ok".into()));
+            assert_eq!(fetch(&pool, &origin, "/x").await, (200, "ok".into()));
+            assert_eq!(pool.idle_count(), 1);
             // Let the origin's close arrive.
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        // The same through the shared pool.
-        drop(sticky);
-        let sticky = Sticky::new(pool);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(fetch(&sticky, &origin, "/x").await, (200, "ok".into()));
-        assert_eq!(accepted.load(Ordering::SeqCst), 4);
+        assert_eq!(accepted(&connections), 3);
     }
 
     #[tokio::test]
-    async fn the_pool_keeps_at_most_its_limit_per_origin() {
-        let (origin, accepted) = origin().await;
+    async fn concurrent_requests_get_their_own_connections_and_the_pool_keeps_its_limit() {
+        let (origin, connections) = origin().await;
         let pool = pool(2, Duration::from_secs(60));
-        // Three clients at once: three connections.
-        let clients: Vec<Arc<Sticky>> = (0..3).map(|_| Sticky::new(pool.clone())).collect();
-        let mut pending = Vec::new();
-        for c in &clients {
-            pending.push(
-                c.send(&origin, get("/x", &origin.authority()))
+        // Three responses open at once: three connections.
+        let mut open = Vec::new();
+        for _ in 0..3 {
+            open.push(
+                pool.send(&origin, get("/x", &origin.authority()))
                     .await
                     .expect("response"),
             );
         }
-        for resp in pending {
+        for resp in open {
             resp.into_body().collect().await.expect("body");
         }
-        assert_eq!(accepted.load(Ordering::SeqCst), 3);
-        drop(clients);
+        assert_eq!(accepted(&connections), 3);
         assert_eq!(pool.idle_count(), 2);
+        // Later requests, one at a time, need no more.
+        for _ in 0..3 {
+            assert_eq!(fetch(&pool, &origin, "/y").await.0, 200);
+        }
+        assert_eq!(accepted(&connections), 3);
     }
 
     #[tokio::test]
     async fn idle_connections_expire() {
-        let (origin, accepted) = origin().await;
+        let (origin, connections) = origin().await;
         let pool = pool(4, Duration::from_millis(100));
-        let sticky = Sticky::new(pool.clone());
-        assert_eq!(fetch(&sticky, &origin, "/x").await.0, 200);
-        drop(sticky);
+        assert_eq!(fetch(&pool, &origin, "/x").await.0, 200);
         assert_eq!(pool.idle_count(), 1);
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        let sticky = Sticky::new(pool.clone());
-        assert_eq!(fetch(&sticky, &origin, "/x").await.0, 200);
-        assert_eq!(accepted.load(Ordering::SeqCst), 2);
-        drop(sticky);
         // The sweeper closes expired connections nobody asks for.
-        assert_eq!(pool.idle_count(), 1);
         tokio::time::sleep(Duration::from_millis(250)).await;
         assert_eq!(pool.idle_count(), 0);
+        assert_eq!(fetch(&pool, &origin, "/x").await.0, 200);
+        assert_eq!(accepted(&connections), 2);
     }
 
     #[tokio::test]
     async fn refused_and_failed_connects_are_errors() {
-        let pool = Pool::new(PoolSettings {
+        let refusing = Pool::new(PoolSettings {
             allow_private: false,
             connect_timeout: Duration::from_secs(5),
             idle_per_origin: 4,
             idle_timeout: Duration::from_secs(60),
         });
-        let sticky = Sticky::new(pool);
         let origin = Origin::new(Scheme::Http, "localhost", Some(9)).expect("origin");
-        match sticky.send(&origin, get("/", "localhost:9")).await {
+        match refusing.send(&origin, get("/", "localhost:9")).await {
             Err(SendError::Connect(ConnectFailure::Refused(reason))) => {
                 assert!(reason.contains("private"), "{reason}");
             }
@@ -656,15 +592,12 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
         drop(listener);
-        let sticky = Sticky::new(pool_allowing_private());
         let origin = Origin::new(Scheme::Http, "127.0.0.1", Some(port)).expect("origin");
         assert!(matches!(
-            sticky.send(&origin, get("/", "x")).await,
+            pool(4, Duration::from_secs(60))
+                .send(&origin, get("/", "x"))
+                .await,
             Err(SendError::Connect(ConnectFailure::Io(_)))
         ));
-    }
-
-    fn pool_allowing_private() -> Arc<Pool> {
-        pool(4, Duration::from_secs(60))
     }
 }
