@@ -101,12 +101,16 @@ struct Idle {
     since: Instant,
 }
 
+/// Idle connections per origin, oldest first. Looked up twice per request:
+/// hashed with the robots cache's hasher, not the slower SipHash.
+type IdleMap = HashMap<Origin, Vec<Idle>, lru::DefaultHasher>;
+
 /// Idle connections shared by all client connections, per origin, newest
 /// last. Connections here are not polled: one the origin closed meanwhile
 /// is found out when it is next used (and the request goes on a new one).
 pub struct Pool {
     settings: PoolSettings,
-    idle: Mutex<HashMap<Origin, Vec<Idle>>>,
+    idle: Mutex<IdleMap>,
 }
 
 impl Pool {
@@ -115,13 +119,13 @@ impl Pool {
     pub fn new(settings: PoolSettings) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             settings,
-            idle: Mutex::new(HashMap::new()),
+            idle: Mutex::new(IdleMap::default()),
         });
         Pool::spawn_sweeper(&pool);
         pool
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Origin, Vec<Idle>>> {
+    fn lock(&self) -> MutexGuard<'_, IdleMap> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -139,9 +143,8 @@ impl Pool {
             }
             None => None,
         };
-        if list.is_empty() {
-            idle.remove(origin);
-        }
+        // An empty list stays for the next hand-back (no key to clone
+        // then); the sweeper removes it if none comes.
         found
     }
 
@@ -153,13 +156,19 @@ impl Pool {
         }
         let oldest = {
             let mut idle = self.lock();
-            let list = idle.entry(conn.origin.clone()).or_default();
-            let oldest = (list.len() >= self.settings.idle_per_origin).then(|| list.remove(0));
-            list.push(Idle {
-                conn,
-                since: Instant::now(),
-            });
-            oldest
+            let since = Instant::now();
+            match idle.get_mut(&conn.origin) {
+                Some(list) => {
+                    let oldest =
+                        (list.len() >= self.settings.idle_per_origin).then(|| list.remove(0));
+                    list.push(Idle { conn, since });
+                    oldest
+                }
+                None => {
+                    idle.insert(conn.origin.clone(), vec![Idle { conn, since }]);
+                    None
+                }
+            }
         };
         // Closed after the lock is released: closing a socket is a syscall.
         drop(oldest);
