@@ -11,6 +11,10 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
+/// Upper bound of `workers`: far above any useful value, below what would
+/// exhaust a machine's threads.
+pub const MAX_WORKERS: usize = 1024;
+
 /// Everything robots-proxy can be told.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -29,8 +33,8 @@ pub struct Config {
     /// How long in-flight requests may finish after SIGTERM.
     #[serde(deserialize_with = "duration")]
     pub shutdown_grace: Duration,
-    /// Threads serving connections; 0: half the CPUs, at least one (see
-    /// [`Config::worker_threads`]).
+    /// Threads serving connections; 0: `TOKIO_WORKER_THREADS`, else half
+    /// the CPUs, at least one (see [`Config::worker_threads`]).
     pub workers: usize,
     /// Client User-Agent product token → robots token it must obey.
     pub agents: BTreeMap<String, String>,
@@ -302,20 +306,27 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
 }
 
 impl Config {
-    /// Threads serving connections: `workers`, or when it is 0 half the
-    /// CPUs, at least one. A proxied request costs about twice as much CPU
-    /// in the kernel (four socket calls) as in the proxy, and a proxy
-    /// mostly shares its machine with its clients or origins: threads for
-    /// every CPU fight them for it and lengthen the latency tail
-    /// (README, Performance).
+    /// Threads serving connections: `workers`; when it is 0, Tokio's own
+    /// `TOKIO_WORKER_THREADS` if set, else half the CPUs, at least one. A
+    /// proxied request costs about twice as much CPU in the kernel (four
+    /// socket calls) as in the proxy, and a proxy mostly shares its machine
+    /// with its clients or origins: threads for every CPU fight them for it
+    /// and lengthen the latency tail (README, Performance).
     pub fn worker_threads(&self) -> usize {
-        match self.workers {
-            0 => std::thread::available_parallelism()
-                .map(|n| n.get() / 2)
-                .unwrap_or(1)
-                .max(1),
-            n => n,
+        if self.workers != 0 {
+            return self.workers;
         }
+        if let Some(n) = std::env::var("TOKIO_WORKER_THREADS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&n| n > 0)
+        {
+            return n;
+        }
+        std::thread::available_parallelism()
+            .map(|n| n.get() / 2)
+            .unwrap_or(1)
+            .max(1)
     }
 
     /// Parses TOML text; `origin` names the source in errors.
@@ -354,6 +365,12 @@ impl Config {
                     "key `agents.{client}`: {token:?} is not a product token"
                 ));
             }
+        }
+        if self.workers > MAX_WORKERS {
+            return Err(format!(
+                "key `workers`: {} threads is more than the {MAX_WORKERS} allowed",
+                self.workers
+            ));
         }
         if self.robots.min_ttl > self.robots.max_ttl {
             return Err("key `robots.min_ttl` is larger than `robots.max_ttl`".into());
@@ -449,6 +466,13 @@ mod tests {
     }
 
     #[test]
+    fn workers_as_configured_else_at_least_one() {
+        assert_eq!(parse("workers = 3\n").expect("valid").worker_threads(), 3);
+        // The automatic count (half the CPUs, or $TOKIO_WORKER_THREADS).
+        assert!(parse("").expect("valid").worker_threads() >= 1);
+    }
+
+    #[test]
     fn unknown_key_names_key_and_line() {
         let err = parse("agent = \"x\"\n\n[robots]\ncache_entrys = 5\n")
             .expect_err("unknown key")
@@ -480,5 +504,9 @@ mod tests {
             .expect_err("bad agent")
             .to_string();
         assert!(err.contains("`agent`"), "{err}");
+        let err = parse("workers = 5000\n")
+            .expect_err("too many workers")
+            .to_string();
+        assert!(err.contains("`workers`"), "{err}");
     }
 }
