@@ -207,7 +207,8 @@ async fn tunnel(
         );
     }
     proxy.metrics.request(crate::metrics::Decision::Tunnelled);
-    let upstream = match connect_upstream(&origin, proxy.gate.allows_private()).await {
+    let timeout = proxy.upstream.settings().connect_timeout;
+    let upstream = match connect_upstream(&origin, proxy.gate.allows_private(), timeout).await {
         Ok(s) => s,
         Err(ConnectFailure::Refused(reason)) => return respond::refused(&reason),
         Err(ConnectFailure::Io(e)) => {
@@ -238,10 +239,13 @@ pub enum ConnectFailure {
 }
 
 /// Connects to an origin's address, applying the destination policy to
-/// every resolved address.
+/// every resolved address. The addresses are tried in turn, each with an
+/// even share of `timeout` (as hyper-util's connector does), so one that
+/// does not answer leaves time for the next.
 pub async fn connect_upstream(
     origin: &Origin,
     allow_private: bool,
+    timeout: Duration,
 ) -> Result<TcpStream, ConnectFailure> {
     let usable = net::resolve(origin.host(), origin.port(), allow_private)
         .await
@@ -249,14 +253,21 @@ pub async fn connect_upstream(
             Some(p) => ConnectFailure::Refused(p.to_string()),
             None => ConnectFailure::Io(e),
         })?;
+    let share = timeout / u32::try_from(usable.len()).unwrap_or(u32::MAX).max(1);
     let mut last = None;
     for addr in usable {
-        match TcpStream::connect(addr).await {
-            Ok(s) => {
+        match tokio::time::timeout(share, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
                 return Ok(s);
             }
-            Err(e) => last = Some(e),
+            Ok(Err(e)) => last = Some(e),
+            Err(_) => {
+                last = Some(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("connecting to {addr} timed out"),
+                ));
+            }
         }
     }
     Err(ConnectFailure::Io(

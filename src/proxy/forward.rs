@@ -7,6 +7,7 @@ use std::time::Duration;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
+use hyper::body::Body as _;
 
 use super::client::{Body, HttpClient};
 use super::connect::ConnectFailure;
@@ -119,25 +120,21 @@ fn host_is_derived(headers: &HeaderMap, uri: &http::Uri) -> bool {
         && port.parse::<u16>().is_ok_and(|p| p != 80)
 }
 
-/// The `Host` an HTTP/1.1 request to `origin` carries: the host (IPv6
-/// bracketed), then `:port` unless it is the scheme's default.
-fn host_header(origin: &Origin) -> HeaderValue {
-    let host = origin.host();
-    let text = match (
-        host.contains(':'),
-        origin.port() == origin.scheme().default_port(),
-    ) {
-        (false, true) => host.to_string(),
-        (false, false) => format!("{host}:{}", origin.port()),
-        (true, true) => format!("[{host}]"),
-        (true, false) => format!("[{host}]:{}", origin.port()),
+/// The `Host` an HTTP/1.1 request for `uri` carries, as hyper-util's
+/// client writes it: the host as written (IPv6 bracketed), then `:port`
+/// unless it is absent or 80 (`http` only comes here).
+fn host_header(uri: &Uri) -> HeaderValue {
+    let host = uri.host().unwrap_or_default();
+    let text = match uri.port_u16().filter(|&p| p != 80) {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_string(),
     };
     respond::header_value(&text)
 }
 
 /// Sends `req` (absolute URI) upstream and returns the response to relay.
-/// A plain `http` request goes over `upstream`, driven in this task; an
-/// `https` one over the pooled `client`. Upstream failures become 502 (or 403 for a refused
+/// A plain `http` request without a body goes over `upstream`, driven in
+/// this task; others over the pooled `client`. Upstream failures become 502 (or 403 for a refused
 /// private destination), a response that does not start within `timeout`
 /// a 504.
 pub async fn forward(
@@ -157,11 +154,15 @@ pub async fn forward(
     // The target URI is authoritative (RFC 9112 §3.2.2): Host is set from
     // it. A Host that already is exactly that stays, sparing the formatting.
     let host_is_derived = host_is_derived(req.headers(), req.uri());
+    // A request with a body goes over the pooled client, whose connection
+    // task keeps sending the body whatever the client reads: driven here, a
+    // client that reads nothing until its upload is done and an origin that
+    // answers at length before reading it would wait on each other.
     let sent = match origin.scheme() {
-        Scheme::Http => {
+        Scheme::Http if req.body().is_end_stream() => {
             if !host_is_derived {
-                req.headers_mut().remove(header::HOST);
-                req.headers_mut().insert(header::HOST, host_header(origin));
+                let host = host_header(req.uri());
+                req.headers_mut().insert(header::HOST, host);
             }
             *req.uri_mut() = match req.uri().path_and_query() {
                 Some(pq) => Uri::from(pq.clone()),
@@ -179,7 +180,7 @@ pub async fn forward(
                 Err(elapsed) => Err(elapsed),
             }
         }
-        Scheme::Https => {
+        Scheme::Http | Scheme::Https => {
             // The client sets Host (HTTP/1.1) or :authority (HTTP/2).
             if !host_is_derived {
                 req.headers_mut().remove(header::HOST);
@@ -323,6 +324,7 @@ mod tests {
             "http://[::1]:81/",
             "http://a.example:/",
             "http://u:p@a.example:81/",
+            "http://a.example./",
         ] {
             let uri: http::Uri = uri.parse().expect("uri");
             let authority = uri.authority().expect("authority").as_str();
@@ -339,6 +341,8 @@ mod tests {
             if host_is_derived(&h, &uri) {
                 assert_eq!(authority, client, "{uri}");
             }
+            // What the proxy writes when it does not keep the client's.
+            assert_eq!(host_header(&uri), client.as_str(), "{uri}");
         }
     }
 }

@@ -59,24 +59,25 @@ pub enum SendError {
 struct Conn {
     origin: Origin,
     sender: SendRequest<Body>,
-    driver: Connection<TokioIo<TcpStream>, Body>,
-    /// The driver finished (the connection closed): it must not be polled
-    /// again, and the connection is not reused.
-    closed: bool,
+    /// `None` once the connection has closed: the finished driver is
+    /// dropped at once, which also cancels a request queued on it (hyper
+    /// hands such a request back, and it is sent on another connection).
+    driver: Option<Connection<TokioIo<TcpStream>, Body>>,
 }
 
 impl Conn {
     /// Polls the connection's state machine; true once it has finished.
     fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        if !self.closed
-            && let Poll::Ready(result) = Pin::new(&mut self.driver).poll(cx)
-        {
+        let Some(driver) = &mut self.driver else {
+            return true;
+        };
+        if let Poll::Ready(result) = Pin::new(driver).poll(cx) {
             if let Err(e) = result {
                 tracing::debug!(origin = %self.origin, error = %e, "upstream connection ended");
             }
-            self.closed = true;
+            self.driver = None;
         }
-        self.closed
+        self.driver.is_none()
     }
 
     /// Waits until the connection can take a request, driving it meanwhile.
@@ -91,8 +92,12 @@ impl Conn {
         .await
     }
 
-    fn reusable(&self) -> bool {
-        !self.closed && !self.sender.is_closed()
+    /// Lets the connection act on what has arrived (an origin's close, the
+    /// end of an exchange) without waiting; then true if it is open and
+    /// idle, ready for another request.
+    fn settle(&mut self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        !self.drive(&mut cx) && self.sender.is_ready()
     }
 }
 
@@ -106,8 +111,9 @@ struct Idle {
 type IdleMap = HashMap<Origin, Vec<Idle>, lru::DefaultHasher>;
 
 /// Idle connections shared by all client connections, per origin, newest
-/// last. Connections here are not polled: one the origin closed meanwhile
-/// is found out when it is next used (and the request goes on a new one).
+/// last. Connections here are polled only by the sweeper: one the origin
+/// closed in between is found out when it is next used, and the request
+/// goes on another.
 pub struct Pool {
     settings: PoolSettings,
     idle: Mutex<IdleMap>,
@@ -123,6 +129,10 @@ impl Pool {
         });
         Pool::spawn_sweeper(&pool);
         pool
+    }
+
+    pub fn settings(&self) -> &PoolSettings {
+        &self.settings
     }
 
     fn lock(&self) -> MutexGuard<'_, IdleMap> {
@@ -150,8 +160,8 @@ impl Pool {
 
     /// Keeps `conn` for reuse, within the per-origin limit (the oldest goes
     /// first).
-    fn put(&self, conn: Conn) {
-        if !conn.reusable() || self.settings.idle_per_origin == 0 {
+    fn put(&self, mut conn: Conn) {
+        if !conn.settle() || self.settings.idle_per_origin == 0 {
             return;
         }
         let oldest = {
@@ -174,29 +184,38 @@ impl Pool {
         drop(oldest);
     }
 
-    /// Closes the connections idle for longer than the timeout.
+    /// Closes the connections idle for longer than the timeout and those
+    /// the origin has closed (idle connections are not polled otherwise, and
+    /// a closed one would hold its socket until it expired).
     fn sweep(&self) {
         let now = Instant::now();
         let timeout = self.settings.idle_timeout;
-        let mut expired: Vec<Idle> = Vec::new();
+        let mut closed: Vec<Idle> = Vec::new();
         self.lock().retain(|_, list| {
             // Oldest first: the expired ones are a prefix.
             let n = list.partition_point(|i| now.duration_since(i.since) >= timeout);
-            expired.extend(list.drain(..n));
+            closed.extend(list.drain(..n));
+            let mut i = 0;
+            while i < list.len() {
+                if list[i].conn.settle() {
+                    i += 1;
+                } else {
+                    closed.push(list.remove(i));
+                }
+            }
             !list.is_empty()
         });
-        drop(expired);
+        drop(closed);
     }
 
-    /// Sweeps `pool` every half idle timeout (idle connections are not
-    /// polled, so an origin's close is not noticed otherwise), for as long
-    /// as the pool exists. Needs a Tokio runtime.
+    /// Sweeps `pool` every half idle timeout, at most every 5 s, for as
+    /// long as the pool exists. Needs a Tokio runtime.
     fn spawn_sweeper(pool: &Arc<Pool>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let period = (pool.settings.idle_timeout / 2)
-            .clamp(Duration::from_millis(10), Duration::from_secs(30));
+            .clamp(Duration::from_millis(10), Duration::from_secs(5));
         let pool = Arc::downgrade(pool);
         runtime.spawn(async move {
             let mut tick = tokio::time::interval(period);
@@ -259,7 +278,7 @@ impl Pool {
         let settings = &self.settings;
         let stream = match tokio::time::timeout(
             settings.connect_timeout,
-            connect_upstream(origin, settings.allow_private),
+            connect_upstream(origin, settings.allow_private, settings.connect_timeout),
         )
         .await
         {
@@ -279,8 +298,7 @@ impl Pool {
         Ok(Conn {
             origin: origin.clone(),
             sender,
-            driver,
-            closed: false,
+            driver: Some(driver),
         })
     }
 
@@ -330,7 +348,8 @@ impl hyper::body::Body for DrivenBody {
 
 impl DrivenBody {
     /// Hands the connection back if the body was read to its end (one
-    /// dropped half-way leaves the connection unusable).
+    /// dropped half-way leaves the connection unusable); the pool keeps it
+    /// only if the exchange is over on both sides.
     fn release(&mut self) {
         if (self.ended || self.body.is_end_stream())
             && let Some(conn) = self.conn.take()
@@ -350,6 +369,7 @@ impl Drop for DrivenBody {
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    use futures_util::StreamExt;
     use http_body_util::BodyExt;
     use hyper::service::service_fn;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -504,10 +524,13 @@ mod tests {
         assert_eq!(accepted(&connections), 2);
     }
 
-    /// An origin that answers each connection's first request as keep-alive
-    /// and closes it soon after: the idle connection is dead when next used.
-    #[tokio::test]
-    async fn a_connection_the_origin_closed_while_idle_is_replaced() {
+    /// A raw loopback origin: reads each connection's request head, writes
+    /// `answer`, then keeps the connection open (reading nothing more) for
+    /// `close_after` before closing it. Counts connections.
+    async fn raw_origin(
+        answer: &'static [u8],
+        close_after: Duration,
+    ) -> (Origin, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let connections = Arc::new(AtomicUsize::new(0));
@@ -524,15 +547,24 @@ mod tests {
                             Ok(n) => buf.extend_from_slice(&chunk[..n]),
                         }
                     }
-                    let _ = stream
-                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                        .await;
-                    // Closed once the proxy has put the connection aside.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let _ = stream.write_all(answer).await;
+                    tokio::time::sleep(close_after).await;
                 });
             }
         });
         let origin = Origin::new(Scheme::Http, "127.0.0.1", Some(port)).expect("origin");
+        (origin, connections)
+    }
+
+    /// The origin answers each connection's first request as keep-alive and
+    /// closes it soon after: the idle connection is dead when next used.
+    #[tokio::test]
+    async fn a_connection_the_origin_closed_while_idle_is_replaced() {
+        let (origin, connections) = raw_origin(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            Duration::from_millis(100),
+        )
+        .await;
         let pool = pool(4, Duration::from_secs(60));
         for _ in 0..3 {
             assert_eq!(fetch(&pool, &origin, "/x").await, (200, "ok".into()));
@@ -541,6 +573,56 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         assert_eq!(accepted(&connections), 3);
+    }
+
+    /// Idle connections are not polled by requests; the sweeper notices
+    /// the origin's close long before the idle timeout.
+    #[tokio::test]
+    async fn the_sweeper_closes_connections_the_origin_closed() {
+        let (origin, _) = raw_origin(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            Duration::from_millis(50),
+        )
+        .await;
+        // Swept every second; expiry only after two.
+        let pool = pool(4, Duration::from_secs(2));
+        assert_eq!(fetch(&pool, &origin, "/x").await.0, 200);
+        assert_eq!(pool.idle_count(), 1);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(pool.idle_count(), 0);
+    }
+
+    /// An origin that answers before reading the request body: the response
+    /// ends while the body is still being sent, so the connection is not
+    /// idle and must not be reused.
+    #[tokio::test]
+    async fn a_connection_still_sending_its_request_body_is_not_pooled() {
+        let (origin, connections) = raw_origin(
+            b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 0\r\n\r\n",
+            Duration::from_secs(5),
+        )
+        .await;
+        let pool = pool(4, Duration::from_secs(60));
+        // A body that sends one chunk and then never ends.
+        let chunks = futures_util::stream::once(async {
+            Ok::<_, hyper::Error>(Frame::data(Bytes::from_static(b"part")))
+        })
+        .chain(futures_util::stream::pending());
+        let body = BodyExt::boxed(http_body_util::StreamBody::new(chunks));
+        let req = Request::post("/upload")
+            .header(http::header::HOST, origin.authority())
+            .header(http::header::CONTENT_LENGTH, "1000000")
+            .body(body)
+            .expect("request");
+        let resp = pool.send(&origin, req).await.expect("response");
+        assert_eq!(resp.status().as_u16(), 413);
+        resp.into_body().collect().await.expect("body");
+        assert_eq!(pool.idle_count(), 0);
+        let answer = tokio::time::timeout(Duration::from_secs(5), fetch(&pool, &origin, "/next"))
+            .await
+            .expect("the next request is not stuck behind the upload");
+        assert_eq!(answer.0, 413);
+        assert_eq!(accepted(&connections), 2);
     }
 
     #[tokio::test]
