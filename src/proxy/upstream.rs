@@ -17,12 +17,14 @@
 use std::collections::HashMap;
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, Response};
+use http_body_util::BodyExt;
 use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper_util::rt::TokioIo;
@@ -92,12 +94,11 @@ impl Conn {
         .await
     }
 
-    /// Lets the connection act on what has arrived (an origin's close, the
-    /// end of an exchange) without waiting; then true if it is open and
-    /// idle, ready for another request.
-    fn settle(&mut self) -> bool {
+    /// Lets an idle connection act on what has arrived (an origin's close)
+    /// without waiting; then true if it is still open.
+    fn still_open(&mut self) -> bool {
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        !self.drive(&mut cx) && self.sender.is_ready()
+        !self.drive(&mut cx) && !self.sender.is_closed()
     }
 }
 
@@ -160,8 +161,8 @@ impl Pool {
 
     /// Keeps `conn` for reuse, within the per-origin limit (the oldest goes
     /// first).
-    fn put(&self, mut conn: Conn) {
-        if !conn.settle() || self.settings.idle_per_origin == 0 {
+    fn put(&self, conn: Conn) {
+        if conn.driver.is_none() || conn.sender.is_closed() || self.settings.idle_per_origin == 0 {
             return;
         }
         let oldest = {
@@ -197,7 +198,7 @@ impl Pool {
             closed.extend(list.drain(..n));
             let mut i = 0;
             while i < list.len() {
-                if list[i].conn.settle() {
+                if list[i].conn.still_open() {
                     i += 1;
                 } else {
                     closed.push(list.remove(i));
@@ -240,6 +241,22 @@ impl Pool {
         origin: &Origin,
         mut req: Request<Body>,
     ) -> Result<Response<DrivenBody>, SendError> {
+        // Until its request body has been sent whole, a connection is not
+        // idle even once the response has ended (an origin may answer
+        // before reading the body), and must not be reused.
+        let body_sent = match req.body().is_end_stream() {
+            true => None,
+            false => {
+                let sent = Arc::new(AtomicBool::new(false));
+                req = req.map(|body| {
+                    BodyExt::boxed(Tracked {
+                        body,
+                        ended: sent.clone(),
+                    })
+                });
+                Some(sent)
+            }
+        };
         loop {
             let (mut conn, reused) = match self.take(origin) {
                 Some(c) => (c, true),
@@ -263,6 +280,7 @@ impl Pool {
                         body,
                         conn: Some(conn),
                         ended: false,
+                        body_sent,
                         pool: self.clone(),
                     }));
                 }
@@ -314,6 +332,8 @@ pub struct DrivenBody {
     body: Incoming,
     conn: Option<Conn>,
     ended: bool,
+    /// Set once the request body has been sent whole; `None`: it had none.
+    body_sent: Option<Arc<AtomicBool>>,
     pool: Arc<Pool>,
 }
 
@@ -347,11 +367,16 @@ impl hyper::body::Body for DrivenBody {
 }
 
 impl DrivenBody {
-    /// Hands the connection back if the body was read to its end (one
-    /// dropped half-way leaves the connection unusable); the pool keeps it
-    /// only if the exchange is over on both sides.
+    /// Hands the connection back if the exchange is over on both sides: the
+    /// response body read to its end (one dropped half-way leaves the
+    /// connection unusable) and the request body sent whole.
     fn release(&mut self) {
+        let request_done = self
+            .body_sent
+            .as_ref()
+            .is_none_or(|sent| sent.load(Ordering::Acquire));
         if (self.ended || self.body.is_end_stream())
+            && request_done
             && let Some(conn) = self.conn.take()
         {
             self.pool.put(conn);
@@ -362,6 +387,40 @@ impl DrivenBody {
 impl Drop for DrivenBody {
     fn drop(&mut self) {
         self.release();
+    }
+}
+
+/// A request body that records when it has been read to its end.
+struct Tracked {
+    body: Body,
+    ended: Arc<AtomicBool>,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(None) = frame {
+            self.ended.store(true, Ordering::Release);
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        let end = self.body.is_end_stream();
+        if end {
+            self.ended.store(true, Ordering::Release);
+        }
+        end
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
