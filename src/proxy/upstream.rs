@@ -277,7 +277,7 @@ impl Pool {
             match result {
                 Ok(resp) => {
                     return Ok(resp.map(|body| DrivenBody {
-                        body,
+                        body: Some(body),
                         conn: Some(conn),
                         ended: false,
                         body_sent,
@@ -329,13 +329,21 @@ impl Pool {
 /// A response body that drives its connection while it is read, and gives
 /// the connection back for reuse once it has been read to the end.
 pub struct DrivenBody {
-    body: Incoming,
+    /// `None` only once dropped (taken for draining).
+    body: Option<Incoming>,
     conn: Option<Conn>,
     ended: bool,
     /// Set once the request body has been sent whole; `None`: it had none.
     body_sent: Option<Arc<AtomicBool>>,
     pool: Arc<Pool>,
 }
+
+/// A response the client left before its end is read on in the background
+/// when at most this much of it remains, so that its connection can serve
+/// again (hyper-util's connection task finished such exchanges too).
+const DRAIN_MAX_BYTES: u64 = 64 * 1024;
+/// How long that reading may take.
+const DRAIN_TIME: Duration = Duration::from_secs(1);
 
 impl hyper::body::Body for DrivenBody {
     type Data = Bytes;
@@ -349,7 +357,10 @@ impl hyper::body::Body for DrivenBody {
         if let Some(conn) = &mut this.conn {
             conn.drive(cx);
         }
-        let frame = Pin::new(&mut this.body).poll_frame(cx);
+        let Some(body) = &mut this.body else {
+            return Poll::Ready(None);
+        };
+        let frame = Pin::new(body).poll_frame(cx);
         if let Poll::Ready(None) = frame {
             this.ended = true;
             this.release();
@@ -358,35 +369,77 @@ impl hyper::body::Body for DrivenBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ended || self.body.is_end_stream()
+        self.ended || self.body.as_ref().is_none_or(|b| b.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        self.body
+            .as_ref()
+            .map(|b| b.size_hint())
+            .unwrap_or_default()
     }
 }
 
 impl DrivenBody {
-    /// Hands the connection back if the exchange is over on both sides: the
-    /// response body read to its end (one dropped half-way leaves the
-    /// connection unusable) and the request body sent whole.
-    fn release(&mut self) {
-        let request_done = self
-            .body_sent
+    fn request_done(&self) -> bool {
+        self.body_sent
             .as_ref()
-            .is_none_or(|sent| sent.load(Ordering::Acquire));
-        if (self.ended || self.body.is_end_stream())
-            && request_done
+            .is_none_or(|sent| sent.load(Ordering::Acquire))
+    }
+
+    /// Hands the connection back if the exchange is over on both sides: the
+    /// response body read to its end and the request body sent whole.
+    fn release(&mut self) {
+        if self.is_end_stream()
+            && self.request_done()
             && let Some(conn) = self.conn.take()
         {
             self.pool.put(conn);
         }
+    }
+
+    /// Reads the rest of a response the client left, if it is short (by its
+    /// Content-Length), and then hands the connection back; a longer or
+    /// unbounded rest closes the connection instead.
+    fn drain_in_background(&mut self) {
+        let remaining = self.size_hint().upper();
+        if remaining.is_none_or(|n| n > DRAIN_MAX_BYTES) || !self.request_done() {
+            return;
+        }
+        let (Some(mut conn), Some(mut body)) = (self.conn.take(), self.body.take()) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let pool = self.pool.clone();
+        runtime.spawn(async move {
+            let read = poll_fn(|cx| {
+                loop {
+                    // Once the connection has closed, the body yields what
+                    // it already holds, then ends or fails.
+                    conn.drive(cx);
+                    match Pin::new(&mut body).poll_frame(cx) {
+                        Poll::Ready(Some(Ok(_))) => continue,
+                        Poll::Ready(Some(Err(_))) => return Poll::Ready(false),
+                        Poll::Ready(None) => return Poll::Ready(true),
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+            });
+            if let Ok(true) = tokio::time::timeout(DRAIN_TIME, read).await {
+                pool.put(conn);
+            }
+        });
     }
 }
 
 impl Drop for DrivenBody {
     fn drop(&mut self) {
         self.release();
+        if self.conn.is_some() {
+            self.drain_in_background();
+        }
     }
 }
 
@@ -440,7 +493,8 @@ mod tests {
 
     /// A loopback origin that counts the connections it accepts. `/close`
     /// answers with `Connection: close`, `/empty` with 204, `/big` with
-    /// 1 MiB; anything else with its request target and Host.
+    /// 1 MiB, `/medium` with 48 KiB; anything else with its request target
+    /// and Host.
     async fn origin() -> (Origin, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
@@ -465,6 +519,7 @@ mod tests {
                                 .body(full_body("bye")),
                             "/empty" => Response::builder().status(204).body(empty_body()),
                             "/big" => Response::builder().body(full_body(vec![b'x'; 1 << 20])),
+                            "/medium" => Response::builder().body(full_body(vec![b'x'; 48 << 10])),
                             _ => Response::builder()
                                 .body(full_body(format!("{target} {host} {}", body.len()))),
                         };
@@ -567,7 +622,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_body_dropped_half_way_leaves_its_connection_unused() {
+    async fn a_long_rest_dropped_half_way_closes_its_connection() {
         let (origin, connections) = origin().await;
         let pool = pool(4, Duration::from_secs(60));
         let resp = pool
@@ -581,6 +636,31 @@ mod tests {
         assert_eq!(pool.idle_count(), 0);
         assert_eq!(fetch(&pool, &origin, "/next").await.0, 200);
         assert_eq!(accepted(&connections), 2);
+    }
+
+    /// The client leaves with a little of the response unread: it is read
+    /// in the background and the connection serves again.
+    #[tokio::test]
+    async fn a_short_rest_left_by_the_client_is_drained_and_the_connection_reused() {
+        let (origin, connections) = origin().await;
+        let pool = pool(4, Duration::from_secs(60));
+        let resp = pool
+            .send(&origin, get("/medium", &origin.authority()))
+            .await
+            .expect("response");
+        let mut body = resp.into_body();
+        let first = body.frame().await.expect("frame").expect("data");
+        assert!(first.is_data());
+        drop(body);
+        for _ in 0..50 {
+            if pool.idle_count() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(pool.idle_count(), 1);
+        assert_eq!(fetch(&pool, &origin, "/next").await.0, 200);
+        assert_eq!(accepted(&connections), 1);
     }
 
     /// A raw loopback origin: reads each connection's request head, writes
