@@ -134,9 +134,9 @@ fn host_header(uri: &Uri) -> HeaderValue {
 
 /// Sends `req` (absolute URI) upstream and returns the response to relay.
 /// A plain `http` request without a body goes over `upstream`, driven in
-/// this task; others over the pooled `client`. Upstream failures become 502 (or 403 for a refused
-/// private destination), a response that does not start within `timeout`
-/// a 504.
+/// this task; others over the pooled `client`. Upstream failures become 502
+/// (or 403 for a refused private destination), a response that does not
+/// start within `timeout` a 504.
 pub async fn forward(
     client: &HttpClient,
     upstream: &Arc<Pool>,
@@ -158,7 +158,8 @@ pub async fn forward(
     // task keeps sending the body whatever the client reads: driven here, a
     // client that reads nothing until its upload is done and an origin that
     // answers at length before reading it would wait on each other.
-    let sent = match origin.scheme() {
+    // `Err` is the answer for a request that got no response.
+    let sent: Result<Response<Body>, Response<Body>> = match origin.scheme() {
         Scheme::Http if req.body().is_end_stream() => {
             if !host_is_derived {
                 let host = host_header(req.uri());
@@ -169,15 +170,15 @@ pub async fn forward(
                 None => Uri::from_static("/"),
             };
             match tokio::time::timeout(timeout, upstream.send(origin, req)).await {
-                Ok(Ok(resp)) => Ok(Ok(resp.map(BodyExt::boxed))),
+                Ok(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
                 Ok(Err(SendError::Connect(ConnectFailure::Refused(reason)))) => {
-                    return respond::refused(&reason);
+                    Err(respond::refused(&reason))
                 }
                 Ok(Err(SendError::Connect(ConnectFailure::Io(e)))) => {
-                    Ok(Err(upstream_error(&e, &target)))
+                    Err(upstream_error(&e, &target))
                 }
-                Ok(Err(SendError::Http(e))) => Ok(Err(upstream_error(&e, &target))),
-                Err(elapsed) => Err(elapsed),
+                Ok(Err(SendError::Http(e))) => Err(upstream_error(&e, &target)),
+                Err(_) => Err(upstream_timeout(&target, timeout)),
             }
         }
         Scheme::Http | Scheme::Https => {
@@ -186,29 +187,31 @@ pub async fn forward(
                 req.headers_mut().remove(header::HOST);
             }
             match tokio::time::timeout(timeout, client.request(req)).await {
-                Ok(Ok(resp)) => Ok(Ok(resp.map(BodyExt::boxed))),
-                Ok(Err(e)) => Ok(Err(upstream_error(&e, &target))),
-                Err(elapsed) => Err(elapsed),
+                Ok(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
+                Ok(Err(e)) => Err(upstream_error(&e, &target)),
+                Err(_) => Err(upstream_timeout(&target, timeout)),
             }
         }
     };
-    match sent {
-        Err(_) => respond::text(
-            StatusCode::GATEWAY_TIMEOUT,
-            format!(
-                "Upstream timeout: no response from {target} within {}\n",
-                humantime::format_duration(timeout)
-            ),
+    let (mut parts, body) = match sent {
+        Ok(resp) => resp.into_parts(),
+        Err(answer) => return answer,
+    };
+    strip_hop_by_hop(&mut parts.headers);
+    add_via(&mut parts.headers, via);
+    parts.version = http::Version::HTTP_11;
+    Response::from_parts(parts, body)
+}
+
+/// The answer to a request whose response did not start within `timeout`.
+fn upstream_timeout(target: &Uri, timeout: Duration) -> Response<Body> {
+    respond::text(
+        StatusCode::GATEWAY_TIMEOUT,
+        format!(
+            "Upstream timeout: no response from {target} within {}\n",
+            humantime::format_duration(timeout)
         ),
-        Ok(Err(resp)) => resp,
-        Ok(Ok(resp)) => {
-            let (mut parts, body) = resp.into_parts();
-            strip_hop_by_hop(&mut parts.headers);
-            add_via(&mut parts.headers, via);
-            parts.version = http::Version::HTTP_11;
-            Response::from_parts(parts, body)
-        }
-    }
+    )
 }
 
 /// The answer to a request that got no response from `target`: 403 for a

@@ -196,14 +196,7 @@ impl Pool {
             // Oldest first: the expired ones are a prefix.
             let n = list.partition_point(|i| now.duration_since(i.since) >= timeout);
             closed.extend(list.drain(..n));
-            let mut i = 0;
-            while i < list.len() {
-                if list[i].conn.still_open() {
-                    i += 1;
-                } else {
-                    closed.push(list.remove(i));
-                }
-            }
+            closed.extend(list.extract_if(.., |i| !i.conn.still_open()));
             !list.is_empty()
         });
         drop(closed);
@@ -244,18 +237,13 @@ impl Pool {
         // Until its request body has been sent whole, a connection is not
         // idle even once the response has ended (an origin may answer
         // before reading the body), and must not be reused.
-        let body_sent = match req.body().is_end_stream() {
-            true => None,
-            false => {
-                let sent = Arc::new(AtomicBool::new(false));
-                req = req.map(|body| {
-                    BodyExt::boxed(Tracked {
-                        body,
-                        ended: sent.clone(),
-                    })
-                });
-                Some(sent)
-            }
+        let body_sent = if req.body().is_end_stream() {
+            None
+        } else {
+            let sent = Arc::new(AtomicBool::new(false));
+            let ended = sent.clone();
+            req = req.map(|body| BodyExt::boxed(Tracked { body, ended }));
+            Some(sent)
         };
         loop {
             let (mut conn, reused) = match self.take(origin) {
@@ -294,6 +282,8 @@ impl Pool {
 
     async fn connect(&self, origin: &Origin) -> Result<Conn, SendError> {
         let settings = &self.settings;
+        // connect_upstream shares the timeout among the addresses; this
+        // bounds the name lookup as well.
         let stream = match tokio::time::timeout(
             settings.connect_timeout,
             connect_upstream(origin, settings.allow_private, settings.connect_timeout),
