@@ -15,7 +15,6 @@ use crate::gate::Gate;
 use crate::metrics::{self, Metrics};
 use crate::politeness::{Mode, Politeness, PolitenessConfig};
 use crate::proxy::client::{ClientSettings, build_client};
-use crate::proxy::upstream::PoolSettings;
 use crate::proxy::{Proxy, Settings, server};
 use crate::robots_cache::{CacheSettings, RobotsCache};
 use crate::tls::{Ca, Minter};
@@ -132,15 +131,15 @@ impl App {
     pub async fn bind(config: Config) -> Result<App, StartError> {
         let metrics = Metrics::new();
         let tls = crate::tls::client_config(&config.upstream.ca_files)?;
-        let client = build_client(
-            &ClientSettings {
-                allow_private: config.allow_private_destinations,
-                connect_timeout: config.upstream.connect_timeout,
-                pool_idle_per_host: config.upstream.pool_idle_per_host,
-                pool_idle_timeout: config.upstream.pool_idle_timeout,
-            },
-            Arc::new(tls),
-        );
+        // One set of upstream settings for both the pooled client and the
+        // plain-http connection pool.
+        let client_settings = ClientSettings {
+            allow_private: config.allow_private_destinations,
+            connect_timeout: config.upstream.connect_timeout,
+            pool_idle_per_host: config.upstream.pool_idle_per_host,
+            pool_idle_timeout: config.upstream.pool_idle_timeout,
+        };
+        let client = build_client(&client_settings, Arc::new(tls));
         let r = &config.robots;
         let cache = RobotsCache::new(
             client.clone(),
@@ -188,12 +187,7 @@ impl App {
             ),
             None => None,
         };
-        let upstream = crate::proxy::upstream::Pool::new(PoolSettings {
-            allow_private: config.allow_private_destinations,
-            connect_timeout: config.upstream.connect_timeout,
-            idle_per_origin: config.upstream.pool_idle_per_host,
-            idle_timeout: config.upstream.pool_idle_timeout,
-        });
+        let upstream = crate::proxy::upstream::Pool::new(client_settings);
         let proxy = Arc::new(Proxy::new(
             gate,
             client,

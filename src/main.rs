@@ -184,8 +184,9 @@ fn init_logging(config: &Config) {
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = load_config(&args)?;
     init_logging(&config);
+    let workers = config.worker_threads();
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.worker_threads())
+        .worker_threads(workers)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
@@ -200,7 +201,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
         tracing::info!(listen = %app.local_addr(), agent = %app.config.agent,
-            workers = app.config.worker_threads(),
+            workers,
             audit_log = %app.proxy.audit.path().display(),
             admin = ?app.admin_addr(), "robots-proxy listening");
         // Handlers are registered before READY=1: a SIGHUP or SIGTERM sent

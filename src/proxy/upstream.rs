@@ -30,20 +30,9 @@ use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::client::Body;
+use super::client::{Body, ClientSettings};
 use super::connect::{ConnectFailure, connect_upstream};
 use crate::origin::Origin;
-
-/// Limits of the shared idle pool, and how connections are made.
-#[derive(Clone, Debug)]
-pub struct PoolSettings {
-    pub allow_private: bool,
-    pub connect_timeout: Duration,
-    /// Idle connections kept per origin; 0 keeps none.
-    pub idle_per_origin: usize,
-    /// An idle connection older than this is closed, not reused.
-    pub idle_timeout: Duration,
-}
 
 /// Why a request got no response.
 #[derive(Debug)]
@@ -116,14 +105,16 @@ type IdleMap = HashMap<Origin, Vec<Idle>, lru::DefaultHasher>;
 /// closed in between is found out when it is next used, and the request
 /// goes on another.
 pub struct Pool {
-    settings: PoolSettings,
+    /// The same settings as the pooled client's: connect timeout,
+    /// destination policy, idle limits.
+    settings: ClientSettings,
     idle: Mutex<IdleMap>,
 }
 
 impl Pool {
     /// A pool, and (inside a Tokio runtime) the task that closes its
     /// expired connections.
-    pub fn new(settings: PoolSettings) -> Arc<Pool> {
+    pub fn new(settings: ClientSettings) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             settings,
             idle: Mutex::new(IdleMap::default()),
@@ -132,7 +123,7 @@ impl Pool {
         pool
     }
 
-    pub fn settings(&self) -> &PoolSettings {
+    pub fn settings(&self) -> &ClientSettings {
         &self.settings
     }
 
@@ -147,7 +138,9 @@ impl Pool {
         let list = idle.get_mut(origin)?;
         // Newest last; an expired one means the rest are older still.
         let found = match list.pop() {
-            Some(i) if now.duration_since(i.since) < self.settings.idle_timeout => Some(i.conn),
+            Some(i) if now.duration_since(i.since) < self.settings.pool_idle_timeout => {
+                Some(i.conn)
+            }
             Some(_) => {
                 list.clear();
                 None
@@ -162,7 +155,8 @@ impl Pool {
     /// Keeps `conn` for reuse, within the per-origin limit (the oldest goes
     /// first).
     fn put(&self, conn: Conn) {
-        if conn.driver.is_none() || conn.sender.is_closed() || self.settings.idle_per_origin == 0 {
+        if conn.driver.is_none() || conn.sender.is_closed() || self.settings.pool_idle_per_host == 0
+        {
             return;
         }
         let oldest = {
@@ -171,7 +165,7 @@ impl Pool {
             match idle.get_mut(&conn.origin) {
                 Some(list) => {
                     let oldest =
-                        (list.len() >= self.settings.idle_per_origin).then(|| list.remove(0));
+                        (list.len() >= self.settings.pool_idle_per_host).then(|| list.remove(0));
                     list.push(Idle { conn, since });
                     oldest
                 }
@@ -190,7 +184,7 @@ impl Pool {
     /// a closed one would hold its socket until it expired).
     fn sweep(&self) {
         let now = Instant::now();
-        let timeout = self.settings.idle_timeout;
+        let timeout = self.settings.pool_idle_timeout;
         let mut closed: Vec<Idle> = Vec::new();
         self.lock().retain(|_, list| {
             // Oldest first: the expired ones are a prefix.
@@ -208,7 +202,7 @@ impl Pool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let period = (pool.settings.idle_timeout / 2)
+        let period = (pool.settings.pool_idle_timeout / 2)
             .clamp(Duration::from_millis(10), Duration::from_secs(5));
         let pool = Arc::downgrade(pool);
         runtime.spawn(async move {
@@ -526,11 +520,11 @@ mod tests {
     }
 
     fn pool(idle_per_origin: usize, idle_timeout: Duration) -> Arc<Pool> {
-        Pool::new(PoolSettings {
+        Pool::new(ClientSettings {
             allow_private: true,
             connect_timeout: Duration::from_secs(5),
-            idle_per_origin,
-            idle_timeout,
+            pool_idle_per_host: idle_per_origin,
+            pool_idle_timeout: idle_timeout,
         })
     }
 
@@ -550,6 +544,18 @@ mod tests {
         let status = resp.status().as_u16();
         let body = resp.into_body().collect().await.expect("body").to_bytes();
         (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// Sends a GET for `path`, reads the first frame of the answer and
+    /// drops the rest, as a client that goes away.
+    async fn read_one_frame_and_leave(pool: &Arc<Pool>, origin: &Origin, path: &str) {
+        let resp = pool
+            .send(origin, get(path, &origin.authority()))
+            .await
+            .expect("response");
+        let mut body = resp.into_body();
+        let first = body.frame().await.expect("frame").expect("data");
+        assert!(first.is_data());
     }
 
     fn accepted(counter: &AtomicUsize) -> usize {
@@ -615,14 +621,7 @@ mod tests {
     async fn a_long_rest_dropped_half_way_closes_its_connection() {
         let (origin, connections) = origin().await;
         let pool = pool(4, Duration::from_secs(60));
-        let resp = pool
-            .send(&origin, get("/big", &origin.authority()))
-            .await
-            .expect("response");
-        let mut body = resp.into_body();
-        let first = body.frame().await.expect("frame").expect("data");
-        assert!(first.is_data());
-        drop(body);
+        read_one_frame_and_leave(&pool, &origin, "/big").await;
         assert_eq!(pool.idle_count(), 0);
         assert_eq!(fetch(&pool, &origin, "/next").await.0, 200);
         assert_eq!(accepted(&connections), 2);
@@ -634,14 +633,7 @@ mod tests {
     async fn a_short_rest_left_by_the_client_is_drained_and_the_connection_reused() {
         let (origin, connections) = origin().await;
         let pool = pool(4, Duration::from_secs(60));
-        let resp = pool
-            .send(&origin, get("/medium", &origin.authority()))
-            .await
-            .expect("response");
-        let mut body = resp.into_body();
-        let first = body.frame().await.expect("frame").expect("data");
-        assert!(first.is_data());
-        drop(body);
+        read_one_frame_and_leave(&pool, &origin, "/medium").await;
         for _ in 0..50 {
             if pool.idle_count() == 1 {
                 break;
@@ -794,11 +786,11 @@ mod tests {
 
     #[tokio::test]
     async fn refused_and_failed_connects_are_errors() {
-        let refusing = Pool::new(PoolSettings {
+        let refusing = Pool::new(ClientSettings {
             allow_private: false,
             connect_timeout: Duration::from_secs(5),
-            idle_per_origin: 4,
-            idle_timeout: Duration::from_secs(60),
+            pool_idle_per_host: 4,
+            pool_idle_timeout: Duration::from_secs(60),
         });
         let origin = Origin::new(Scheme::Http, "localhost", Some(9)).expect("origin");
         match refusing.send(&origin, get("/", "localhost:9")).await {
