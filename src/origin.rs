@@ -48,15 +48,19 @@ pub enum OriginError {
     Host(String),
 }
 
+/// An octet an origin's host may hold once in ASCII form: letters, digits,
+/// `-`, `_` (seen in real host names) and `.`.
+fn host_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.'
+}
+
 /// The host as IDNA would give it, for the common case where that is just
 /// lower-casing: ASCII letters, digits, `-`, `_` and `.`, no empty label and
 /// no label in punycode already (`xn--`, which IDNA validates). `None`
 /// otherwise.
 fn plain_ascii_host(host: &str) -> Option<Box<str>> {
     let plain = !host.is_empty()
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && host.bytes().all(host_byte)
         && host.split('.').all(|label| {
             let punycode = label
                 .as_bytes()
@@ -88,11 +92,7 @@ impl Origin {
                 return Err(OriginError::NoHost);
             }
             let ascii = idna::domain_to_ascii(bare).map_err(|_| OriginError::Host(bare.into()))?;
-            if ascii.is_empty()
-                || !ascii
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
-            {
+            if ascii.is_empty() || !ascii.bytes().all(host_byte) {
                 return Err(OriginError::Host(bare.into()));
             }
             ascii.into()

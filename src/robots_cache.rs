@@ -269,7 +269,13 @@ const OTHER_AGENT_BYTES: usize = 16 << 20;
 const OTHER_AGENT_ENTRIES: usize = 64;
 
 impl RobotsCache {
-    pub fn new(client: HttpClient, fetch: FetchSettings, settings: CacheSettings) -> RobotsCache {
+    pub fn new(
+        client: HttpClient,
+        fetch: FetchSettings,
+        mut settings: CacheSettings,
+    ) -> RobotsCache {
+        // Kept in `agents` only, where a reload changes them.
+        let agents = std::mem::take(&mut settings.agents);
         let cap = NonZeroUsize::new(settings.capacity.max(1)).unwrap_or(NonZeroUsize::MIN);
         RobotsCache {
             slots: Mutex::new(Slots {
@@ -278,7 +284,7 @@ impl RobotsCache {
             }),
             client,
             fetch,
-            agents: RwLock::new(tokens(&settings.agents)),
+            agents: RwLock::new(tokens(&agents)),
             others: Mutex::new(LruCache::new(
                 NonZeroUsize::new(OTHER_AGENT_ENTRIES).unwrap_or(NonZeroUsize::MIN),
             )),
@@ -313,7 +319,11 @@ impl RobotsCache {
     /// The entry of `origin` compiled for `token`, an agent the cache's
     /// entries are not compiled for (an `/explain` question): kept in a
     /// small cache of its own, fetched when missing or expired.
-    async fn get_other_agent(&self, origin: &Origin, token: &str) -> (Arc<Entry>, Lookup) {
+    async fn get_other_agent(
+        self: &Arc<Self>,
+        origin: &Origin,
+        token: &str,
+    ) -> (Arc<Entry>, Lookup) {
         let key = (origin.clone(), Box::from(token));
         let previous = match self.others.lock() {
             Ok(mut others) => others.get(&key).cloned(),
@@ -324,11 +334,8 @@ impl RobotsCache {
         {
             return (entry.clone(), Lookup::Hit);
         }
-        let fetched = fetch::fetch(&self.client, origin, &self.fetch).await;
-        if let Some(cb) = &self.on_fetch {
-            cb(&fetched);
-        }
-        let entry = Arc::new(self.entry_from(previous.as_deref(), fetched, &[Arc::from(token)]));
+        let agents: Arc<[Arc<str>]> = Arc::from([Arc::from(token)]);
+        let entry = Arc::new(self.fetch_entry(origin, previous.clone(), agents).await);
         if let Ok(mut others) = self.others.lock() {
             others.put(key, entry.clone());
             // Bounded by bytes too: a few huge files must not hold memory
@@ -483,19 +490,7 @@ impl RobotsCache {
         let flight_origin = origin.clone();
         let this = self.clone();
         let handle = tokio::spawn(async move {
-            let fetched = fetch::fetch(&this.client, &origin, &this.fetch).await;
-            if let Some(cb) = &this.on_fetch {
-                cb(&fetched);
-            }
-            // Compiling a large file's rules takes milliseconds: not on an
-            // async worker, where it would stall every connection it serves.
-            let compile = this.clone();
-            let entry = tokio::task::spawn_blocking(move || {
-                compile.entry_from(previous.as_deref(), fetched, &compile.agents())
-            })
-            .await
-            .unwrap_or_else(|_| this.poisoned());
-            let entry = Arc::new(entry);
+            let entry = Arc::new(this.fetch_entry(&origin, previous, this.agents()).await);
             if let Ok(mut slots) = this.slots.lock() {
                 slots.store(origin, entry.clone(), this.settings.max_bytes);
             }
@@ -519,6 +514,27 @@ impl RobotsCache {
         }
         .boxed()
         .shared()
+    }
+
+    /// Fetches `origin`'s robots.txt, reports it to the fetch hook, and
+    /// builds its entry compiled for `agents`. Compiling a large file's
+    /// rules takes milliseconds: it runs on the blocking pool, not on an
+    /// async worker where it would stall every connection that worker
+    /// serves.
+    async fn fetch_entry(
+        self: &Arc<Self>,
+        origin: &Origin,
+        previous: Option<Arc<Entry>>,
+        agents: Arc<[Arc<str>]>,
+    ) -> Entry {
+        let fetched = fetch::fetch(&self.client, origin, &self.fetch).await;
+        if let Some(cb) = &self.on_fetch {
+            cb(&fetched);
+        }
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.entry_from(previous.as_deref(), fetched, &agents))
+            .await
+            .unwrap_or_else(|_| self.poisoned())
     }
 
     fn poisoned(&self) -> Entry {
