@@ -46,7 +46,9 @@ pub enum SendError {
 }
 
 /// One upstream HTTP/1.1 connection: the handle requests are sent on, and
-/// the state machine that must be polled for anything to move.
+/// the state machine that must be polled for anything to move. Kept boxed:
+/// it is several hundred bytes, and it moves from the pool to a response
+/// body and back on every request.
 struct Conn {
     origin: Origin,
     sender: SendRequest<Body>,
@@ -92,7 +94,7 @@ impl Conn {
 }
 
 struct Idle {
-    conn: Conn,
+    conn: Box<Conn>,
     since: Instant,
 }
 
@@ -132,7 +134,7 @@ impl Pool {
     }
 
     /// The newest idle connection to `origin` that has not expired.
-    fn take(&self, origin: &Origin) -> Option<Conn> {
+    fn take(&self, origin: &Origin) -> Option<Box<Conn>> {
         let now = Instant::now();
         let mut idle = self.lock();
         let list = idle.get_mut(origin)?;
@@ -154,7 +156,7 @@ impl Pool {
 
     /// Keeps `conn` for reuse, within the per-origin limit (the oldest goes
     /// first).
-    fn put(&self, conn: Conn) {
+    fn put(&self, conn: Box<Conn>) {
         if conn.driver.is_none() || conn.sender.is_closed() || self.settings.pool_idle_per_host == 0
         {
             return;
@@ -274,7 +276,7 @@ impl Pool {
         }
     }
 
-    async fn connect(&self, origin: &Origin) -> Result<Conn, SendError> {
+    async fn connect(&self, origin: &Origin) -> Result<Box<Conn>, SendError> {
         let settings = &self.settings;
         // connect_upstream shares the timeout among the addresses; this
         // bounds the name lookup as well.
@@ -297,11 +299,11 @@ impl Pool {
             .handshake(TokioIo::new(stream))
             .await
             .map_err(SendError::Http)?;
-        Ok(Conn {
+        Ok(Box::new(Conn {
             origin: origin.clone(),
             sender,
             driver: Some(driver),
-        })
+        }))
     }
 
     /// Idle connections held, over all origins.
@@ -315,7 +317,7 @@ impl Pool {
 pub struct DrivenBody {
     /// `None` only once dropped (taken for draining).
     body: Option<Incoming>,
-    conn: Option<Conn>,
+    conn: Option<Box<Conn>>,
     ended: bool,
     /// Set once the request body has been sent whole; `None`: it had none.
     body_sent: Option<Arc<AtomicBool>>,
