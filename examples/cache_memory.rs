@@ -283,6 +283,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 allow_private: false,
                 connect_timeout: Duration::from_secs(10),
                 pool_idle_per_host: 32,
+                pool_idle_max: 1024,
                 pool_idle_timeout: Duration::from_secs(90),
             },
             Arc::new(tls),

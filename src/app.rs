@@ -137,6 +137,7 @@ impl App {
             allow_private: config.allow_private_destinations,
             connect_timeout: config.upstream.connect_timeout,
             pool_idle_per_host: config.upstream.pool_idle_per_host,
+            pool_idle_max: config.upstream.pool_idle_max,
             pool_idle_timeout: config.upstream.pool_idle_timeout,
         };
         let client = build_client(&client_settings, Arc::new(tls));
@@ -221,6 +222,7 @@ impl App {
     /// and reports not-ready once shutdown begins.
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) -> usize {
         let grace = self.config.shutdown_grace;
+        let max_connections = self.config.max_connections(crate::limits::open_files());
         let ready = Arc::new(AtomicBool::new(true));
         let admin_task = self.admin.map(|listener| {
             tokio::spawn(crate::admin::serve(
@@ -238,6 +240,7 @@ impl App {
                 ready_flag.store(false, Ordering::Relaxed);
             },
             grace,
+            max_connections,
         )
         .await;
         if let Some(task) = admin_task {
@@ -276,6 +279,9 @@ pub fn reload(proxy: &Proxy, old: &Config, new: &Config) -> Result<Vec<&'static 
     }
     if old.workers != new.workers {
         restart.push("workers");
+    }
+    if old.max_connections != new.max_connections {
+        restart.push("max_connections");
     }
     if old.admin.listen != new.admin.listen {
         restart.push("admin.listen");

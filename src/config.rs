@@ -15,6 +15,9 @@ use serde::{Deserialize, Deserializer};
 /// exhaust a machine's threads.
 pub const MAX_WORKERS: usize = 1024;
 
+/// Upper bound of the automatic `max_connections`.
+const MAX_AUTO_CONNECTIONS: u64 = 1 << 18;
+
 /// Everything robots-proxy can be told.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -36,6 +39,9 @@ pub struct Config {
     /// Threads serving connections; 0: `TOKIO_WORKER_THREADS`, else half
     /// the CPUs, at least one (see [`Config::worker_threads`]).
     pub workers: usize,
+    /// Client connections served at once; more wait in the listen queue.
+    /// 0: a quarter of the open-file limit (see [`Config::max_connections`]).
+    pub max_connections: usize,
     /// Client User-Agent product token → robots token it must obey.
     pub agents: BTreeMap<String, String>,
     pub robots: RobotsConfig,
@@ -90,6 +96,8 @@ pub struct UpstreamConfig {
     pub response_timeout: Duration,
     /// Idle pooled connections kept per origin.
     pub pool_idle_per_host: usize,
+    /// Idle pooled plain-http connections kept over all origins.
+    pub pool_idle_max: usize,
     #[serde(deserialize_with = "duration")]
     pub pool_idle_timeout: Duration,
     /// Extra PEM files of trust anchors for upstream TLS.
@@ -189,6 +197,7 @@ impl Default for Config {
             state_dir: None,
             shutdown_grace: Duration::from_secs(30),
             workers: 0,
+            max_connections: 0,
             agents: BTreeMap::new(),
             robots: RobotsConfig::default(),
             upstream: UpstreamConfig::default(),
@@ -224,6 +233,7 @@ impl Default for UpstreamConfig {
             connect_timeout: Duration::from_secs(10),
             response_timeout: Duration::from_secs(60),
             pool_idle_per_host: 256,
+            pool_idle_max: 1024,
             pool_idle_timeout: Duration::from_secs(90),
             ca_files: Vec::new(),
         }
@@ -327,6 +337,23 @@ impl Config {
             .map(|n| n.get() / 2)
             .unwrap_or(1)
             .max(1)
+    }
+
+    /// Client connections served at once: `max_connections`; when it is
+    /// 0, a quarter of `open_files` (the process's open-file limit, `None`
+    /// if unlimited), at least 16. Each client connection may hold an
+    /// upstream socket as well; the other half of the descriptors is left
+    /// to idle pooled connections, robots.txt fetches and the process's
+    /// own files, so that a flood of clients makes new ones wait instead
+    /// of failing connects to origins.
+    pub fn max_connections(&self, open_files: Option<u64>) -> usize {
+        if self.max_connections != 0 {
+            return self.max_connections;
+        }
+        let quarter = open_files.map_or(MAX_AUTO_CONNECTIONS, |n| n / 4);
+        usize::try_from(quarter)
+            .unwrap_or(usize::MAX)
+            .clamp(16, MAX_AUTO_CONNECTIONS as usize)
     }
 
     /// Parses TOML text; `origin` names the source in errors.
@@ -470,6 +497,25 @@ mod tests {
         assert_eq!(parse("workers = 3\n").expect("valid").worker_threads(), 3);
         // The automatic count (half the CPUs, or $TOKIO_WORKER_THREADS).
         assert!(parse("").expect("valid").worker_threads() >= 1);
+    }
+
+    #[test]
+    fn max_connections_as_configured_else_a_quarter_of_the_open_files() {
+        let set = parse("max_connections = 7\n").expect("valid");
+        assert_eq!(set.max_connections(Some(1024)), 7);
+        let auto = parse("").expect("valid");
+        assert_eq!(auto.max_connections(Some(65536)), 16384);
+        assert_eq!(auto.max_connections(Some(1024)), 256);
+        assert_eq!(auto.max_connections(Some(20)), 16);
+        assert_eq!(auto.max_connections(None), 1 << 18);
+        assert_eq!(auto.max_connections(Some(u64::MAX)), 1 << 18);
+        let err = parse("max_connections = -1\n")
+            .expect_err("negative")
+            .to_string();
+        assert!(
+            err.contains("max_connections") && err.contains("line 1"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod check;
 pub mod config;
 pub mod fetch;
 pub mod gate;
+pub mod limits;
 pub mod metrics;
 pub mod net;
 pub mod origin;

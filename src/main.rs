@@ -184,6 +184,15 @@ fn init_logging(config: &Config) {
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = load_config(&args)?;
     init_logging(&config);
+    let (before, open_files) = robots_proxy::limits::raise_open_files();
+    if before != open_files {
+        tracing::debug!(from = ?before, to = ?open_files, "raised the open-file limit");
+    }
+    let max_connections = config.max_connections(open_files);
+    if open_files.is_some_and(|n| (n as usize) < 2 * max_connections + 64) {
+        tracing::warn!(open_files = ?open_files, max_connections,
+            "the open-file limit is low for max_connections: raise LimitNOFILE / ulimit -n");
+    }
     let workers = config.worker_threads();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
@@ -201,7 +210,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
         tracing::info!(listen = %app.local_addr(), agent = %app.config.agent,
-            workers,
+            workers, max_connections,
             audit_log = %app.proxy.audit.path().display(),
             admin = ?app.admin_addr(), "robots-proxy listening");
         // Handlers are registered before READY=1: a SIGHUP or SIGTERM sent

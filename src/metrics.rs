@@ -169,6 +169,7 @@ struct Inner {
     cache_entries: Gauge,
     upstream_latency: Histogram,
     open_connections: Gauge,
+    connection_limit_reached: Counter,
     audit_write_failures: Counter,
 }
 
@@ -247,6 +248,13 @@ impl Metrics {
             open_connections.clone(),
         );
 
+        let connection_limit_reached = Counter::default();
+        registry.register(
+            "robots_proxy_connection_limit_reached",
+            "Times accepting paused because max_connections client connections were open",
+            connection_limit_reached.clone(),
+        );
+
         let audit_write_failures = Counter::default();
         registry.register(
             "robots_proxy_audit_write_failures",
@@ -264,6 +272,7 @@ impl Metrics {
                 cache_entries,
                 upstream_latency,
                 open_connections,
+                connection_limit_reached,
                 audit_write_failures,
             }),
         }
@@ -309,6 +318,11 @@ impl Metrics {
         ConnectionGuard {
             gauge: self.inner.open_connections.clone(),
         }
+    }
+
+    /// Counts one pause of accepting at the connection limit.
+    pub fn connection_limit_reached(&self) {
+        self.inner.connection_limit_reached.inc();
     }
 
     /// Counts one audit record that could not be written.

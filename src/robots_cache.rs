@@ -643,6 +643,7 @@ mod tests {
                 allow_private: false,
                 connect_timeout: Duration::from_secs(1),
                 pool_idle_per_host: 1,
+                pool_idle_max: 1,
                 pool_idle_timeout: Duration::from_secs(1),
             },
             Arc::new(tls),

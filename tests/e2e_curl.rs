@@ -8,16 +8,22 @@ use std::time::Duration;
 
 use support::Origin;
 
-/// The binary running `run`, and the address it logged.
+/// The binary running `run`, the address it logged and its whole
+/// "listening" log line.
 struct Running {
     child: Child,
     addr: String,
+    listening: String,
 }
 
 fn start(args: &[&str]) -> Running {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
-        .arg("run")
-        .args(args)
+    let mut command = Command::new(env!("CARGO_BIN_EXE_robots-proxy"));
+    command.arg("run").args(args);
+    start_command(command)
+}
+
+fn start_command(mut command: Command) -> Running {
+    let mut child = command
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
@@ -25,7 +31,7 @@ fn start(args: &[&str]) -> Running {
         .expect("start robots-proxy");
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
+    let (addr, listening) = loop {
         let line = lines
             .next()
             .expect("proxy exited before listening")
@@ -38,12 +44,29 @@ fn start(args: &[&str]) -> Running {
                 .chars()
                 .filter(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
                 .collect();
-            break addr.trim_start_matches(':').to_string();
+            break (addr.trim_start_matches(':').to_string(), line);
         }
     };
     // Keep draining stderr so the proxy never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    Running { child, addr }
+    Running {
+        child,
+        addr,
+        listening,
+    }
+}
+
+/// "Max open files" of a process: (soft, hard), `None` for unlimited.
+fn open_file_limits(pid: &str) -> (Option<u64>, Option<u64>) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("Max open files line");
+    let mut values = line["Max open files".len()..]
+        .split_whitespace()
+        .map(|v| v.parse::<u64>().ok());
+    (values.next().flatten(), values.next().flatten())
 }
 
 fn curl(proxy: &str, url: &str) -> (String, String) {
@@ -147,4 +170,36 @@ fn config_check_accepts_the_shipped_example_and_rejects_unknown_keys() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("line 3") && err.contains("port"), "{err}");
+}
+
+/// Started with the usual soft open-file limit of a shell (here 256), the
+/// proxy raises it to the hard limit and allows a quarter of it as client
+/// connections.
+#[test]
+fn the_binary_raises_its_open_file_limit_and_derives_max_connections() {
+    let (_, hard) = open_file_limits("self");
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", "ulimit -S -n 256 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["run", "--listen", "127.0.0.1:0"]);
+    let mut running = start_command(command);
+    let (soft, _) = open_file_limits(&running.child.id().to_string());
+    let _ = running.child.kill();
+    let _ = running.child.wait();
+    match hard {
+        Some(hard) => {
+            assert_eq!(soft, Some(hard));
+            let expected = (hard / 4).clamp(16, 1 << 18);
+            assert!(
+                running
+                    .listening
+                    .contains(&format!("max_connections={expected}")),
+                "{}",
+                running.listening
+            );
+        }
+        // Unlimited hard limit: raised as far as the kernel allows.
+        None => assert!(soft.is_none_or(|n| n > 256), "{soft:?}"),
+    }
 }

@@ -568,3 +568,38 @@ async fn graceful_shutdown_finishes_the_request_in_flight_and_refuses_new_connec
     // Returned on its own, long before the 30 s grace period ran out.
     assert!(shutdown_started.elapsed() < Duration::from_secs(20));
 }
+
+/// With `max_connections` client connections open, a new client is not
+/// served (it waits in the listen queue) until one of them closes.
+#[tokio::test]
+async fn at_max_connections_a_new_client_waits_until_one_closes() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start_with(|c| {
+        c.max_connections = 1;
+        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    })
+    .await;
+    let mut first = Conn::open(proxy.addr).await;
+    assert_eq!(first.get(&origin.url("/first")).await.status, 200);
+
+    let (addr, url) = (proxy.addr, origin.url("/second"));
+    let second = tokio::spawn(async move { Conn::open(addr).await.get(&url).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!second.is_finished(), "served beyond max_connections");
+    assert_eq!(origin.hits("/second"), 0);
+    let metrics = proxy.admin_get("/metrics").await.body;
+    assert_eq!(
+        metric(&metrics, "robots_proxy_connection_limit_reached_total"),
+        Some(1.0),
+        "{metrics}"
+    );
+
+    // The first client leaves: the second is served.
+    drop(first);
+    let resp = tokio::time::timeout(NO_HANG, second)
+        .await
+        .expect("the waiting client is never served")
+        .expect("client task");
+    assert_eq!(resp.status, 200, "{resp:?}");
+    assert_eq!(origin.hits("/second"), 1);
+}

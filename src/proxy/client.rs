@@ -39,6 +39,9 @@ pub struct ClientSettings {
     pub allow_private: bool,
     pub connect_timeout: Duration,
     pub pool_idle_per_host: usize,
+    /// Idle plain-http connections kept over all origins (the pooled
+    /// client for https has only the per-origin limit).
+    pub pool_idle_max: usize,
     pub pool_idle_timeout: Duration,
 }
 

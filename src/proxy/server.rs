@@ -4,27 +4,57 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+
+/// How often reaching the connection limit is logged, at most.
+const LIMIT_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 use super::Proxy;
 
 /// Serves `listener` until `shutdown` completes, then stops accepting and
 /// waits up to `grace` for open connections to finish their requests.
-/// Returns the number of connections still open when the grace ran out.
+/// With `max_connections` open, accepting pauses until one closes (new
+/// clients wait in the kernel's listen queue). Returns the number of
+/// connections still open when the grace ran out.
 pub async fn serve(
     listener: TcpListener,
     proxy: Arc<Proxy>,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
+    max_connections: usize,
 ) -> usize {
     let (stop_tx, stop_rx) = watch::channel(false);
+    let slots = Arc::new(Semaphore::new(
+        max_connections.clamp(1, Semaphore::MAX_PERMITS),
+    ));
+    let mut warned: Option<Instant> = None;
     tokio::pin!(shutdown);
     loop {
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                proxy.metrics.connection_limit_reached();
+                if warned.is_none_or(|t| t.elapsed() >= LIMIT_WARNING_EVERY) {
+                    warned = Some(Instant::now());
+                    tracing::warn!(
+                        max_connections,
+                        "connection limit reached: new clients wait until a connection closes"
+                    );
+                }
+                tokio::select! {
+                    _ = &mut shutdown => break,
+                    slot = slots.clone().acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
         tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => {
@@ -38,7 +68,7 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve_connection(stream, peer, proxy.clone(), stop_rx.clone()));
+                tokio::spawn(serve_connection(stream, peer, proxy.clone(), stop_rx.clone(), slot));
             }
         }
     }
@@ -56,6 +86,7 @@ async fn serve_connection(
     peer: SocketAddr,
     proxy: Arc<Proxy>,
     mut stop: watch::Receiver<bool>,
+    _slot: OwnedSemaphorePermit,
 ) {
     let _open = proxy.metrics.connection_opened();
     let service = service_fn(move |req| {

@@ -14,7 +14,6 @@
 //!
 //! `https` origins (TLS, HTTP/2 by ALPN) still go through the pooled client.
 
-use std::collections::HashMap;
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +27,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper_util::rt::TokioIo;
+use lru::LruCache;
 use tokio::net::TcpStream;
 
 use super::client::{Body, ClientSettings};
@@ -98,12 +98,45 @@ struct Idle {
     since: Instant,
 }
 
-/// Idle connections per origin, oldest first. Looked up twice per request:
-/// hashed with the robots cache's hasher, not the slower SipHash.
-type IdleMap = HashMap<Origin, Vec<Idle>, lru::DefaultHasher>;
+/// Idle connections per origin, oldest first, origins in the order they
+/// were last used; and how many there are in all. Looked up twice per
+/// request: hashed with the robots cache's hasher, not the slower SipHash.
+struct IdleMap {
+    by_origin: LruCache<Origin, Vec<Idle>, lru::DefaultHasher>,
+    total: usize,
+}
+
+impl IdleMap {
+    fn new() -> IdleMap {
+        IdleMap {
+            by_origin: LruCache::unbounded_with_hasher(lru::DefaultHasher::default()),
+            total: 0,
+        }
+    }
+
+    /// Takes the oldest connection of the origin used longest ago (empty
+    /// lists on the way, left by `take`, go with it).
+    fn evict_one(&mut self) -> Option<Idle> {
+        loop {
+            let (origin, mut list) = self.by_origin.pop_lru()?;
+            if list.is_empty() {
+                continue;
+            }
+            let oldest = list.remove(0);
+            if !list.is_empty() {
+                self.by_origin.push(origin.clone(), list);
+                self.by_origin.demote(&origin);
+            }
+            self.total -= 1;
+            return Some(oldest);
+        }
+    }
+}
 
 /// Idle connections shared by all client connections, per origin, newest
-/// last. Connections here are polled only by the sweeper: one the origin
+/// last, at most `pool_idle_per_host` per origin and `pool_idle_max` in
+/// all (beyond it the oldest of the origin used longest ago is closed, so
+/// a crawl over many origins does not pile up sockets). Connections here are polled only by the sweeper: one the origin
 /// closed in between is found out when it is next used, and the request
 /// goes on another.
 pub struct Pool {
@@ -119,7 +152,7 @@ impl Pool {
     pub fn new(settings: ClientSettings) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             settings,
-            idle: Mutex::new(IdleMap::default()),
+            idle: Mutex::new(IdleMap::new()),
         });
         Pool::spawn_sweeper(&pool);
         pool
@@ -136,49 +169,70 @@ impl Pool {
     /// The newest idle connection to `origin` that has not expired.
     fn take(&self, origin: &Origin) -> Option<Box<Conn>> {
         let now = Instant::now();
-        let mut idle = self.lock();
-        let list = idle.get_mut(origin)?;
-        // Newest last; an expired one means the rest are older still.
-        let found = match list.pop() {
-            Some(i) if now.duration_since(i.since) < self.settings.pool_idle_timeout => {
-                Some(i.conn)
-            }
-            Some(_) => {
-                list.clear();
-                None
-            }
-            None => None,
+        let mut expired = Vec::new();
+        let found = {
+            let mut idle = self.lock();
+            let list = idle.by_origin.get_mut(origin)?;
+            // Newest last; an expired one means the rest are older still.
+            let found = match list.pop() {
+                Some(i) if now.duration_since(i.since) < self.settings.pool_idle_timeout => {
+                    Some(i.conn)
+                }
+                Some(i) => {
+                    expired = std::mem::take(list);
+                    expired.push(i);
+                    None
+                }
+                None => None,
+            };
+            idle.total -= found.is_some() as usize + expired.len();
+            found
         };
         // An empty list stays for the next hand-back (no key to clone
-        // then); the sweeper removes it if none comes.
+        // then); the sweeper removes it if none comes. Sockets are closed
+        // after the lock is released: closing is a syscall.
+        drop(expired);
         found
     }
 
-    /// Keeps `conn` for reuse, within the per-origin limit (the oldest goes
-    /// first).
+    /// Keeps `conn` for reuse, within the per-origin limit (the origin's
+    /// oldest goes first) and the total one (the oldest of the origin used
+    /// longest ago goes first).
     fn put(&self, conn: Box<Conn>) {
-        if conn.driver.is_none() || conn.sender.is_closed() || self.settings.pool_idle_per_host == 0
+        let settings = &self.settings;
+        if conn.driver.is_none()
+            || conn.sender.is_closed()
+            || settings.pool_idle_per_host == 0
+            || settings.pool_idle_max == 0
         {
             return;
         }
-        let oldest = {
+        let (oldest, evicted) = {
             let mut idle = self.lock();
             let since = Instant::now();
-            match idle.get_mut(&conn.origin) {
+            let oldest = match idle.by_origin.get_mut(&conn.origin) {
                 Some(list) => {
                     let oldest =
-                        (list.len() >= self.settings.pool_idle_per_host).then(|| list.remove(0));
+                        (list.len() >= settings.pool_idle_per_host).then(|| list.remove(0));
                     list.push(Idle { conn, since });
                     oldest
                 }
                 None => {
-                    idle.insert(conn.origin.clone(), vec![Idle { conn, since }]);
+                    idle.by_origin
+                        .push(conn.origin.clone(), vec![Idle { conn, since }]);
                     None
                 }
-            }
+            };
+            idle.total += usize::from(oldest.is_none());
+            let evicted = if idle.total > settings.pool_idle_max {
+                idle.evict_one()
+            } else {
+                None
+            };
+            (oldest, evicted)
         };
         // Closed after the lock is released: closing a socket is a syscall.
-        drop(oldest);
+        drop((oldest, evicted));
     }
 
     /// Closes the connections idle for longer than the timeout and those
@@ -188,13 +242,17 @@ impl Pool {
         let now = Instant::now();
         let timeout = self.settings.pool_idle_timeout;
         let mut closed: Vec<Idle> = Vec::new();
-        self.lock().retain(|_, list| {
-            // Oldest first: the expired ones are a prefix.
-            let n = list.partition_point(|i| now.duration_since(i.since) >= timeout);
-            closed.extend(list.drain(..n));
-            closed.extend(list.extract_if(.., |i| !i.conn.still_open()));
-            !list.is_empty()
-        });
+        {
+            let mut idle = self.lock();
+            idle.by_origin.retain(|_, list| {
+                // Oldest first: the expired ones are a prefix.
+                let n = list.partition_point(|i| now.duration_since(i.since) >= timeout);
+                closed.extend(list.drain(..n));
+                closed.extend(list.extract_if(.., |i| !i.conn.still_open()));
+                !list.is_empty()
+            });
+            idle.total -= closed.len();
+        }
         drop(closed);
     }
 
@@ -308,7 +366,7 @@ impl Pool {
 
     /// Idle connections held, over all origins.
     pub fn idle_count(&self) -> usize {
-        self.lock().values().map(Vec::len).sum()
+        self.lock().total
     }
 }
 
@@ -522,10 +580,15 @@ mod tests {
     }
 
     fn pool(idle_per_origin: usize, idle_timeout: Duration) -> Arc<Pool> {
+        pool_with_max(idle_per_origin, 1024, idle_timeout)
+    }
+
+    fn pool_with_max(idle_per_origin: usize, max: usize, idle_timeout: Duration) -> Arc<Pool> {
         Pool::new(ClientSettings {
             allow_private: true,
             connect_timeout: Duration::from_secs(5),
             pool_idle_per_host: idle_per_origin,
+            pool_idle_max: max,
             pool_idle_timeout: idle_timeout,
         })
     }
@@ -607,6 +670,36 @@ mod tests {
         assert_eq!(accepted(&connections_a), 1);
         assert_eq!(accepted(&connections_b), 1);
         assert_eq!(pool.idle_count(), 2);
+    }
+
+    /// Beyond `pool_idle_max` in all, the connection of the origin used
+    /// longest ago is closed first; the others stay for reuse.
+    #[tokio::test]
+    async fn the_total_idle_limit_closes_the_least_recently_used_origins_first() {
+        let (a, connections_a) = origin().await;
+        let (b, connections_b) = origin().await;
+        let (c, connections_c) = origin().await;
+        let pool = pool_with_max(4, 2, Duration::from_secs(60));
+        for (origin, path) in [(&a, "/a"), (&b, "/b"), (&c, "/c")] {
+            assert_eq!(fetch(&pool, origin, path).await.0, 200);
+        }
+        assert_eq!(pool.idle_count(), 2);
+        // b and c were kept; a's was closed and a needs a new connection.
+        assert_eq!(fetch(&pool, &b, "/b").await.0, 200);
+        assert_eq!(fetch(&pool, &c, "/c").await.0, 200);
+        assert_eq!((accepted(&connections_b), accepted(&connections_c)), (1, 1));
+        assert_eq!(fetch(&pool, &a, "/a").await.0, 200);
+        assert_eq!(accepted(&connections_a), 2);
+        // a is now the newest; b (used longest ago) gave way to it.
+        assert_eq!(pool.idle_count(), 2);
+        assert_eq!(fetch(&pool, &c, "/c").await.0, 200);
+        assert_eq!(fetch(&pool, &b, "/b").await.0, 200);
+        assert_eq!(accepted(&connections_c), 1);
+        assert_eq!(accepted(&connections_b), 2);
+        // Zero keeps nothing.
+        let none = pool_with_max(4, 0, Duration::from_secs(60));
+        assert_eq!(fetch(&none, &a, "/a").await.0, 200);
+        assert_eq!(none.idle_count(), 0);
     }
 
     #[tokio::test]
@@ -792,6 +885,7 @@ mod tests {
             allow_private: false,
             connect_timeout: Duration::from_secs(5),
             pool_idle_per_host: 4,
+            pool_idle_max: 1024,
             pool_idle_timeout: Duration::from_secs(60),
         });
         let origin = Origin::new(Scheme::Http, "localhost", Some(9)).expect("origin");
