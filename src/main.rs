@@ -189,7 +189,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::debug!(from = ?before, to = ?open_files, "raised the open-file limit");
     }
     let max_connections = config.max_connections(open_files);
-    if open_files.is_some_and(|n| (n as usize) < 2 * max_connections + 64) {
+    let needed = max_connections.saturating_mul(2).saturating_add(64);
+    if open_files.is_some_and(|n| usize::try_from(n).is_ok_and(|n| n < needed)) {
         tracing::warn!(open_files = ?open_files, max_connections,
             "the open-file limit is low for max_connections: raise LimitNOFILE / ulimit -n");
     }

@@ -11,10 +11,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
+use super::Proxy;
+
 /// How often reaching the connection limit is logged, at most.
 const LIMIT_WARNING_EVERY: Duration = Duration::from_secs(60);
-
-use super::Proxy;
 
 /// Serves `listener` until `shutdown` completes, then stops accepting and
 /// waits up to `grace` for open connections to finish their requests.

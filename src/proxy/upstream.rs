@@ -136,9 +136,9 @@ impl IdleMap {
 /// Idle connections shared by all client connections, per origin, newest
 /// last, at most `pool_idle_per_host` per origin and `pool_idle_max` in
 /// all (beyond it the oldest of the origin used longest ago is closed, so
-/// a crawl over many origins does not pile up sockets). Connections here are polled only by the sweeper: one the origin
-/// closed in between is found out when it is next used, and the request
-/// goes on another.
+/// a crawl over many origins does not pile up sockets). Connections here
+/// are polled only by the sweeper: one the origin closed in between is
+/// found out when it is next used, and the request goes on another.
 pub struct Pool {
     /// The same settings as the pooled client's: connect timeout,
     /// destination policy, idle limits.
@@ -185,7 +185,7 @@ impl Pool {
                 }
                 None => None,
             };
-            idle.total -= found.is_some() as usize + expired.len();
+            idle.total -= usize::from(found.is_some()) + expired.len();
             found
         };
         // An empty list stays for the next hand-back (no key to clone
