@@ -212,6 +212,12 @@ impl App {
         self.listener.local_addr().unwrap_or(self.config.listen)
     }
 
+    /// Client connections served at once: as configured, else derived
+    /// from the open-file limit in force (see [`Config::max_connections`]).
+    pub fn max_connections(&self) -> usize {
+        self.config.max_connections(crate::limits::open_files())
+    }
+
     /// The admin listener's address, if enabled.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.as_ref().and_then(|l| l.local_addr().ok())
@@ -222,7 +228,7 @@ impl App {
     /// and reports not-ready once shutdown begins.
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) -> usize {
         let grace = self.config.shutdown_grace;
-        let max_connections = self.config.max_connections(crate::limits::open_files());
+        let max_connections = self.max_connections();
         let ready = Arc::new(AtomicBool::new(true));
         let admin_task = self.admin.map(|listener| {
             tokio::spawn(crate::admin::serve(

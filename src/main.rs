@@ -188,12 +188,6 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     if before != open_files {
         tracing::debug!(from = ?before, to = ?open_files, "raised the open-file limit");
     }
-    let max_connections = config.max_connections(open_files);
-    let needed = max_connections.saturating_mul(2).saturating_add(64);
-    if open_files.is_some_and(|n| usize::try_from(n).is_ok_and(|n| n < needed)) {
-        tracing::warn!(open_files = ?open_files, max_connections,
-            "the open-file limit is low for max_connections: raise LimitNOFILE / ulimit -n");
-    }
     let workers = config.worker_threads();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
@@ -209,6 +203,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             } else {
                 tracing::info!(ca = %ca_pem.display(), "HTTPS interception CA");
             }
+        }
+        let max_connections = app.max_connections();
+        let needed = max_connections.saturating_mul(2).saturating_add(64);
+        if open_files.is_some_and(|n| usize::try_from(n).is_ok_and(|n| n < needed)) {
+            tracing::warn!(open_files = ?open_files, max_connections,
+                "the open-file limit is low for max_connections: raise LimitNOFILE / ulimit -n");
         }
         tracing::info!(listen = %app.local_addr(), agent = %app.config.agent,
             workers, max_connections,
