@@ -268,9 +268,9 @@ fn judged_agents(config: &Config) -> Vec<String> {
 
 /// Applies a new configuration to a running proxy: agents, mappings,
 /// access control, politeness, timeouts, no-intercept list, audit options
-/// (and reopens the audit file). Settings that need a restart (listen
-/// addresses, cache size, CA, upstream trust) are reported and left as they
-/// are. On error nothing changes.
+/// (and reopens the audit file). Settings that need a restart
+/// ([`needs_restart`]) are reported and left as they are. On error nothing
+/// changes.
 pub fn reload(proxy: &Proxy, old: &Config, new: &Config) -> Result<Vec<&'static str>, StartError> {
     let settings = settings_from(new, Some(&proxy.settings()))?;
     proxy.set_settings(settings);
@@ -279,36 +279,78 @@ pub fn reload(proxy: &Proxy, old: &Config, new: &Config) -> Result<Vec<&'static 
     if let Err(e) = proxy.audit.reopen() {
         tracing::error!(path = %proxy.audit.path().display(), error = %e, "cannot reopen the audit log");
     }
-    let mut restart = Vec::new();
-    if old.listen != new.listen {
-        restart.push("listen");
+    Ok(needs_restart(old, new))
+}
+
+/// The keys changed from `old` to `new` that apply only at the next start
+/// (listeners, threads, cache size, audit file, CA, and the upstream
+/// connection pools, which are built once).
+pub fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
+    let (o, n) = (&old.upstream, &new.upstream);
+    [
+        (old.listen != new.listen, "listen"),
+        (old.workers != new.workers, "workers"),
+        (
+            old.max_connections != new.max_connections,
+            "max_connections",
+        ),
+        (old.admin.listen != new.admin.listen, "admin.listen"),
+        (
+            old.robots.cache_entries != new.robots.cache_entries,
+            "robots.cache_entries",
+        ),
+        (
+            old.robots.cache_max_mib != new.robots.cache_max_mib,
+            "robots.cache_max_mib",
+        ),
+        (old.audit_path() != new.audit_path(), "audit.path"),
+        (old.ca_dir() != new.ca_dir(), "tls.ca_dir"),
+        (o.ca_files != n.ca_files, "upstream.ca_files"),
+        (
+            o.connect_timeout != n.connect_timeout,
+            "upstream.connect_timeout",
+        ),
+        (
+            o.pool_idle_per_host != n.pool_idle_per_host,
+            "upstream.pool_idle_per_host",
+        ),
+        (o.pool_idle_max != n.pool_idle_max, "upstream.pool_idle_max"),
+        (
+            o.pool_idle_timeout != n.pool_idle_timeout,
+            "upstream.pool_idle_timeout",
+        ),
+        (
+            old.allow_private_destinations != new.allow_private_destinations,
+            "allow_private_destinations",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(changed, key)| changed.then_some(key))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        Config::from_toml(text, Path::new("test.toml")).expect("valid config")
     }
-    if old.workers != new.workers {
-        restart.push("workers");
+
+    #[test]
+    fn restart_keys_are_those_changed_that_apply_at_start_only() {
+        let old = config("");
+        assert!(needs_restart(&old, &old).is_empty());
+        let new = config(
+            "max_connections = 10\nagent = \"other\"\n\
+             [upstream]\npool_idle_max = 3\nresponse_timeout = \"5s\"\n",
+        );
+        // agent and response_timeout apply on reload.
+        assert_eq!(
+            needs_restart(&old, &new),
+            ["max_connections", "upstream.pool_idle_max"]
+        );
     }
-    if old.max_connections != new.max_connections {
-        restart.push("max_connections");
-    }
-    if old.admin.listen != new.admin.listen {
-        restart.push("admin.listen");
-    }
-    if old.robots.cache_entries != new.robots.cache_entries {
-        restart.push("robots.cache_entries");
-    }
-    if old.robots.cache_max_mib != new.robots.cache_max_mib {
-        restart.push("robots.cache_max_mib");
-    }
-    if old.audit_path() != new.audit_path() {
-        restart.push("audit.path");
-    }
-    if old.ca_dir() != new.ca_dir() {
-        restart.push("tls.ca_dir");
-    }
-    if old.upstream.ca_files != new.upstream.ca_files {
-        restart.push("upstream.ca_files");
-    }
-    if old.allow_private_destinations != new.allow_private_destinations {
-        restart.push("allow_private_destinations");
-    }
-    Ok(restart)
 }

@@ -7,30 +7,62 @@
 //! Go's runtime, robots-proxy raises the soft limit to the hard one at
 //! start; `max_connections` is derived from the result.
 
-use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+use rustix::process::{Resource, Rlimit, setrlimit};
 
-/// The soft open-file limit; `None` if unlimited.
+/// The open-file limit: soft and hard, `None` meaning unlimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Limit {
+    soft: Option<u64>,
+    hard: Option<u64>,
+}
+
+/// Reads the limit from `/proc/self/limits`. (`getrlimit` cannot fail in
+/// rustix's API, but the call can: older systemd filters `prlimit64` with
+/// `@resources`, and the unit filters that set.) `None` if unreadable.
+fn current() -> Option<Limit> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    parse_limits(&text)
+}
+
+/// The "Max open files" line of a `/proc/PID/limits` text.
+fn parse_limits(text: &str) -> Option<Limit> {
+    let rest = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))?;
+    let mut values = rest.split_whitespace().map(|v| match v {
+        "unlimited" => Some(None),
+        n => n.parse::<u64>().ok().map(Some),
+    });
+    Some(Limit {
+        soft: values.next()??,
+        hard: values.next()??,
+    })
+}
+
+/// The soft open-file limit; `None` if unlimited or unreadable.
 pub fn open_files() -> Option<u64> {
-    getrlimit(Resource::Nofile).current
+    current().and_then(|l| l.soft)
 }
 
 /// Raises the soft open-file limit to the hard one. Returns the limit
-/// before and after (`None`: unlimited); unchanged if it is already at the
-/// hard limit or the kernel refuses.
+/// before and after (`None`: unlimited or unreadable); unchanged if it is
+/// already at the hard limit, cannot be read, or the kernel refuses.
 pub fn raise_open_files() -> (Option<u64>, Option<u64>) {
-    let limit = getrlimit(Resource::Nofile);
-    let before = limit.current;
-    if before == limit.maximum {
+    let Some(limit) = current() else {
+        return (None, None);
+    };
+    let before = limit.soft;
+    if before == limit.hard {
         return (before, before);
     }
     // The kernel caps the limit at fs.nr_open even when the hard limit
     // says "unlimited"; ask for that rather than fail.
-    let target = limit.maximum.or_else(nr_open);
+    let target = limit.hard.or_else(nr_open);
     let raised = setrlimit(
         Resource::Nofile,
         Rlimit {
             current: target,
-            maximum: limit.maximum,
+            maximum: limit.hard,
         },
     );
     match raised {
@@ -52,16 +84,41 @@ mod tests {
     use super::*;
 
     /// Raising is harmless to the other tests in this process; lowering
-    /// first is tested on the binary (tests/ops_proxy.rs).
+    /// first is tested on the binary (tests/e2e_curl.rs).
     #[test]
     fn raising_reaches_the_hard_limit() {
-        let limit = getrlimit(Resource::Nofile);
+        let limit = current().expect("/proc/self/limits");
         let (_, after) = raise_open_files();
         assert_eq!(after, open_files());
-        match limit.maximum {
-            // Reached the hard limit (or fs.nr_open below an unlimited one).
+        match limit.hard {
             Some(hard) => assert_eq!(after, Some(hard)),
-            None => assert!(after.is_none() || after >= limit.current),
+            // Unlimited: as far as fs.nr_open allows.
+            None => assert!(after.is_none() || after >= limit.soft),
         }
+    }
+
+    #[test]
+    fn limits_text_is_read_leniently() {
+        let text = "Limit                     Soft Limit           Hard Limit           Units\n\
+                    Max processes             95712                95712                processes\n\
+                    Max open files            1024                 524288               files\n";
+        assert_eq!(
+            parse_limits(text),
+            Some(Limit {
+                soft: Some(1024),
+                hard: Some(524288)
+            })
+        );
+        let unlimited =
+            "Max open files            unlimited            unlimited            files\n";
+        assert_eq!(
+            parse_limits(unlimited),
+            Some(Limit {
+                soft: None,
+                hard: None
+            })
+        );
+        assert_eq!(parse_limits("Max open files  lots  more  files\n"), None);
+        assert_eq!(parse_limits(""), None);
     }
 }

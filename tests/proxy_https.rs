@@ -379,3 +379,39 @@ async fn curl_end_to_end_with_the_proxy_ca() {
         results.2
     );
 }
+
+/// A tunnel, blind or intercepted, keeps its client connection's place
+/// under `max_connections` until it closes (hyper is done with the
+/// connection once it has handed the socket over).
+#[tokio::test]
+async fn an_open_tunnel_counts_against_max_connections() {
+    let o = tls_origin("localhost").await;
+    let plain = Origin::start().await;
+    let proxy = {
+        let ca_file = o.ca_file.clone();
+        Proxy::start_with(move |c| {
+            c.max_connections = 1;
+            c.upstream.ca_files = vec![ca_file];
+            c.tls.no_intercept = vec!["localhost".into()];
+        })
+        .await
+    };
+    let port = o.origin.addr.port();
+    // localhost is tunnelled blindly, 127.0.0.1 intercepted.
+    for target in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let tunnel = connect(&proxy, &target).await.expect("tunnel");
+        let (addr, url) = (proxy.addr, plain.url("/after"));
+        let waiting = tokio::spawn(async move { support::Conn::open(addr).await.get(&url).await });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(
+            !waiting.is_finished(),
+            "{target}: a client was served beside an open tunnel"
+        );
+        drop(tunnel);
+        let resp = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+            .await
+            .expect("the waiting client is never served")
+            .expect("client task");
+        assert_eq!(resp.status, 200, "{target}: {resp:?}");
+    }
+}

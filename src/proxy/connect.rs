@@ -20,6 +20,7 @@ use super::Proxy;
 use super::client::{Body, empty_body};
 use super::io::Prefixed;
 use super::respond;
+use super::server::ConnectionHold;
 use crate::audit::Record;
 use crate::net;
 use crate::origin::{Origin, Scheme};
@@ -54,6 +55,11 @@ pub fn no_intercept(list: &[String], host: &str) -> bool {
     })
 }
 
+/// The client connection's hold, for the tunnel to keep until it closes.
+fn connection_hold(req: &Request<Incoming>) -> Option<Arc<ConnectionHold>> {
+    req.extensions().get::<Arc<ConnectionHold>>().cloned()
+}
+
 /// Handles a CONNECT request.
 pub async fn handle(
     proxy: Arc<Proxy>,
@@ -83,7 +89,9 @@ pub async fn handle(
     if minter.is_none() || no_intercept(&settings.no_intercept, https.host()) {
         return tunnel(proxy, client, user, https, agent, req).await;
     }
+    let hold = connection_hold(&req);
     tokio::spawn(async move {
+        let _hold = hold;
         let upgraded = match hyper::upgrade::on(req).await {
             Ok(u) => TokioIo::new(u),
             Err(e) => {
@@ -218,7 +226,9 @@ async fn tunnel(
             );
         }
     };
+    let hold = connection_hold(&req);
     tokio::spawn(async move {
+        let _hold = hold;
         match hyper::upgrade::on(req).await {
             Ok(upgraded) => {
                 let mut client_io = TokioIo::new(upgraded);

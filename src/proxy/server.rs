@@ -6,12 +6,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use http::{Method, Request};
+use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::Proxy;
+use crate::metrics::ConnectionGuard;
 
 /// How often reaching the connection limit is logged, at most.
 const LIMIT_WARNING_EVERY: Duration = Duration::from_secs(60);
@@ -81,15 +84,30 @@ pub async fn serve(
     }
 }
 
+/// What a client connection holds while it is open: its place under
+/// `max_connections` and its count in `robots_proxy_open_connections`.
+/// A CONNECT request carries a clone in its extensions, so a tunnel keeps
+/// both until it closes, long after hyper has handed the socket over.
+pub struct ConnectionHold {
+    _slot: OwnedSemaphorePermit,
+    _open: ConnectionGuard,
+}
+
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     proxy: Arc<Proxy>,
     mut stop: watch::Receiver<bool>,
-    _slot: OwnedSemaphorePermit,
+    slot: OwnedSemaphorePermit,
 ) {
-    let _open = proxy.metrics.connection_opened();
-    let service = service_fn(move |req| {
+    let hold = Arc::new(ConnectionHold {
+        _slot: slot,
+        _open: proxy.metrics.connection_opened(),
+    });
+    let service = service_fn(move |mut req: Request<Incoming>| {
+        if req.method() == Method::CONNECT {
+            req.extensions_mut().insert(hold.clone());
+        }
         let proxy = proxy.clone();
         async move { Ok::<_, std::convert::Infallible>(proxy.handle(peer, req).await) }
     });
