@@ -283,10 +283,11 @@ pub fn reload(proxy: &Proxy, old: &Config, new: &Config) -> Result<Vec<&'static 
 }
 
 /// The keys changed from `old` to `new` that apply only at the next start
-/// (listeners, threads, cache size, audit file, CA, and the upstream
-/// connection pools, which are built once).
+/// (listeners, threads, the robots cache and its fetches, audit file, CA,
+/// and the upstream connection pools: all built once).
 pub fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
     let (o, n) = (&old.upstream, &new.upstream);
+    let (or, nr) = (&old.robots, &new.robots);
     [
         (old.listen != new.listen, "listen"),
         (old.workers != new.workers, "workers"),
@@ -296,13 +297,22 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
         ),
         (old.admin.listen != new.admin.listen, "admin.listen"),
         (
-            old.robots.cache_entries != new.robots.cache_entries,
-            "robots.cache_entries",
+            old.fetch_user_agent() != new.fetch_user_agent(),
+            "user_agent (of robots.txt fetches)",
         ),
+        (or.cache_entries != nr.cache_entries, "robots.cache_entries"),
+        (or.cache_max_mib != nr.cache_max_mib, "robots.cache_max_mib"),
+        (or.default_ttl != nr.default_ttl, "robots.default_ttl"),
+        (or.min_ttl != nr.min_ttl, "robots.min_ttl"),
+        (or.max_ttl != nr.max_ttl, "robots.max_ttl"),
         (
-            old.robots.cache_max_mib != new.robots.cache_max_mib,
-            "robots.cache_max_mib",
+            or.unreachable_retry != nr.unreachable_retry,
+            "robots.unreachable_retry",
         ),
+        (or.stale_max != nr.stale_max, "robots.stale_max"),
+        (or.fetch_timeout != nr.fetch_timeout, "robots.fetch_timeout"),
+        (or.max_redirects != nr.max_redirects, "robots.max_redirects"),
+        (old.tls.leaf_cache != new.tls.leaf_cache, "tls.leaf_cache"),
         (old.audit_path() != new.audit_path(), "audit.path"),
         (old.ca_dir() != new.ca_dir(), "tls.ca_dir"),
         (o.ca_files != n.ca_files, "upstream.ca_files"),
@@ -344,13 +354,19 @@ mod tests {
         let old = config("");
         assert!(needs_restart(&old, &old).is_empty());
         let new = config(
-            "max_connections = 10\nagent = \"other\"\n\
+            "max_connections = 10\nuser_agent = \"x/1\"\nagents = { a = \"b\" }\n\
+             [robots]\nfetch_timeout = \"3s\"\n\
              [upstream]\npool_idle_max = 3\nresponse_timeout = \"5s\"\n",
         );
-        // agent and response_timeout apply on reload.
+        // [agents] and response_timeout apply on reload.
         assert_eq!(
             needs_restart(&old, &new),
-            ["max_connections", "upstream.pool_idle_max"]
+            [
+                "max_connections",
+                "user_agent (of robots.txt fetches)",
+                "robots.fetch_timeout",
+                "upstream.pool_idle_max"
+            ]
         );
     }
 }
