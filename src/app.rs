@@ -48,6 +48,10 @@ pub struct App {
     pub config: Config,
     /// Path of the CA certificate clients must trust, and whether it was just created.
     pub ca: Option<(std::path::PathBuf, bool)>,
+    /// Client connections served at once: as configured, else derived
+    /// from the open-file limit in force at bind (see
+    /// [`Config::max_connections`]).
+    pub max_connections: usize,
 }
 
 fn politeness_config(config: &Config) -> PolitenessConfig {
@@ -202,6 +206,7 @@ impl App {
             proxy,
             listener,
             admin,
+            max_connections: config.max_connections(crate::limits::open_files()),
             config,
             ca: Some((ca_dir.join(crate::tls::ca::CERT_FILE), created)),
         })
@@ -210,12 +215,6 @@ impl App {
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().unwrap_or(self.config.listen)
-    }
-
-    /// Client connections served at once: as configured, else derived
-    /// from the open-file limit in force (see [`Config::max_connections`]).
-    pub fn max_connections(&self) -> usize {
-        self.config.max_connections(crate::limits::open_files())
     }
 
     /// The admin listener's address, if enabled.
@@ -228,7 +227,7 @@ impl App {
     /// and reports not-ready once shutdown begins.
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) -> usize {
         let grace = self.config.shutdown_grace;
-        let max_connections = self.max_connections();
+        let max_connections = self.max_connections;
         let ready = Arc::new(AtomicBool::new(true));
         let admin_task = self.admin.map(|listener| {
             tokio::spawn(crate::admin::serve(

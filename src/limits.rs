@@ -11,17 +11,25 @@ use rustix::process::{Resource, Rlimit, setrlimit};
 
 /// The open-file limit: soft and hard, `None` meaning unlimited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Limit {
-    soft: Option<u64>,
-    hard: Option<u64>,
+pub struct Limit {
+    pub soft: Option<u64>,
+    pub hard: Option<u64>,
 }
 
-/// Reads the limit from `/proc/self/limits`. (`getrlimit` cannot fail in
-/// rustix's API, but the call can: older systemd filters `prlimit64` with
-/// `@resources`, and the unit filters that set.) `None` if unreadable.
+/// Reads the limit of process `pid` (`None`: this process) from
+/// `/proc/PID/limits`. (`getrlimit` cannot fail in rustix's API, but the
+/// call can: older systemd filters `prlimit64` with `@resources`, and the
+/// unit filters that set.) `None` if unreadable.
+pub fn of_process(pid: Option<u32>) -> Option<Limit> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/limits"),
+        None => "/proc/self/limits".to_owned(),
+    };
+    parse_limits(&std::fs::read_to_string(path).ok()?)
+}
+
 fn current() -> Option<Limit> {
-    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
-    parse_limits(&text)
+    of_process(None)
 }
 
 /// The "Max open files" line of a `/proc/PID/limits` text.

@@ -204,7 +204,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 tracing::info!(ca = %ca_pem.display(), "HTTPS interception CA");
             }
         }
-        let max_connections = app.max_connections();
+        let max_connections = app.max_connections;
         let needed = max_connections.saturating_mul(2).saturating_add(64);
         if open_files.is_some_and(|n| usize::try_from(n).is_ok_and(|n| n < needed)) {
             tracing::warn!(open_files = ?open_files, max_connections,

@@ -6,6 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use robots_proxy::limits;
 use support::Origin;
 
 /// The binary running `run`, the address it logged and its whole
@@ -54,19 +55,6 @@ fn start_command(mut command: Command) -> Running {
         addr,
         listening,
     }
-}
-
-/// "Max open files" of a process: (soft, hard), `None` for unlimited.
-fn open_file_limits(pid: &str) -> (Option<u64>, Option<u64>) {
-    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
-    let line = limits
-        .lines()
-        .find(|l| l.starts_with("Max open files"))
-        .expect("Max open files line");
-    let mut values = line["Max open files".len()..]
-        .split_whitespace()
-        .map(|v| v.parse::<u64>().ok());
-    (values.next().flatten(), values.next().flatten())
 }
 
 fn curl(proxy: &str, url: &str) -> (String, String) {
@@ -177,14 +165,16 @@ fn config_check_accepts_the_shipped_example_and_rejects_unknown_keys() {
 /// connections.
 #[test]
 fn the_binary_raises_its_open_file_limit_and_derives_max_connections() {
-    let (_, hard) = open_file_limits("self");
+    let hard = limits::of_process(None).expect("own limits").hard;
     let mut command = Command::new("sh");
     command
         .args(["-c", "ulimit -S -n 256 && exec \"$0\" \"$@\""])
         .arg(env!("CARGO_BIN_EXE_robots-proxy"))
         .args(["run", "--listen", "127.0.0.1:0"]);
     let mut running = start_command(command);
-    let (soft, _) = open_file_limits(&running.child.id().to_string());
+    let soft = limits::of_process(Some(running.child.id()))
+        .expect("the proxy's limits")
+        .soft;
     let _ = running.child.kill();
     let _ = running.child.wait();
     match hard {
