@@ -126,6 +126,7 @@ async fn explain(proxy: &Proxy, uri: &Uri) -> Response<Body> {
             "reason": j.decision.reason(),
             "rule_line": rule.map(|r| r.line()),
             "rule": rule.map(|r| r.text()),
+            "judged_as": j.decision.judged_as(),
             "robots_url": j.robots_url(),
             "fetch_status": j.entry.as_ref().and_then(|e| e.status),
             "fetch_outcome": j.fetch_kind().map(|k| k.as_str()),

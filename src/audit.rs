@@ -32,6 +32,10 @@ pub struct Record<'a> {
     pub reason: String,
     pub rule_line: Option<u32>,
     pub rule: Option<String>,
+    /// The reading of the path that was disallowed, when it is not the
+    /// path as sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub judged_as: Option<&'a str>,
     pub robots_url: String,
     pub fetch_status: Option<u16>,
     pub fetch_outcome: Option<&'a str>,
@@ -70,6 +74,7 @@ impl<'a> Record<'a> {
             reason: judgement.decision.reason(),
             rule_line: rule.map(|r| r.line()),
             rule: rule.map(|r| r.text()),
+            judged_as: judgement.decision.judged_as(),
             robots_url: judgement.robots_url(),
             fetch_status: judgement.entry.as_ref().and_then(|e| e.status),
             fetch_outcome: judgement.fetch_kind().map(|k| k.as_str()),

@@ -14,8 +14,13 @@ use crate::robots_cache::{Entry, FetchKind, Lookup, RobotsCache, Rules};
 pub enum Decision {
     /// Forward it; `rule` is the allow rule that matched, if any.
     Allowed { rule: Option<RuleRef> },
-    /// robots.txt disallows it.
-    Disallowed { rule: RuleRef },
+    /// robots.txt disallows it; `judged_as` is the path that was
+    /// disallowed when it is another reading of the request path (one the
+    /// origin may resolve it to, see [`crate::robots::canon`]).
+    Disallowed {
+        rule: RuleRef,
+        judged_as: Option<Box<str>>,
+    },
     /// robots.txt could not be fetched and no copy is usable: all disallowed.
     Unreachable {
         reason: String,
@@ -50,7 +55,16 @@ impl Decision {
     pub fn rule(&self) -> Option<Rule<'_>> {
         match self {
             Decision::Allowed { rule } => rule.as_ref().map(RuleRef::get),
-            Decision::Disallowed { rule } => Some(rule.get()),
+            Decision::Disallowed { rule, .. } => Some(rule.get()),
+            _ => None,
+        }
+    }
+
+    /// The path that was disallowed, when it is another reading of the
+    /// request path.
+    pub fn judged_as(&self) -> Option<&str> {
+        match self {
+            Decision::Disallowed { judged_as, .. } => judged_as.as_deref(),
             _ => None,
         }
     }
@@ -60,7 +74,14 @@ impl Decision {
         match self {
             Decision::Allowed { rule: Some(r) } => format!("allowed by {r}"),
             Decision::Allowed { rule: None } => "no rule matches".into(),
-            Decision::Disallowed { rule } => format!("disallowed by {rule}"),
+            Decision::Disallowed {
+                rule,
+                judged_as: None,
+            } => format!("disallowed by {rule}"),
+            Decision::Disallowed {
+                rule,
+                judged_as: Some(path),
+            } => format!("disallowed by {rule} (the path resolves to {path})"),
             Decision::Unreachable { reason, .. } => {
                 format!("robots.txt unreachable, all disallowed: {reason}")
             }
@@ -218,11 +239,15 @@ fn decide(entry: &Entry, path_and_query: &str, agent: &str) -> (Decision, Option
                 );
                 return (unreachable(entry, reason), None);
             };
-            let verdict = rules.check(path_and_query);
+            let resolved = rules.check_resolved(path_and_query);
+            let verdict = resolved.verdict;
             let rule = verdict.rule.and_then(|r| RuleRef::new(rules, r));
             let decision = match (verdict.allowed, rule) {
                 (true, rule) => Decision::Allowed { rule },
-                (false, Some(rule)) => Decision::Disallowed { rule },
+                (false, Some(rule)) => Decision::Disallowed {
+                    rule,
+                    judged_as: resolved.judged_as.map(String::into_boxed_str),
+                },
                 // A disallow always has a rule; be safe anyway.
                 (false, None) => Decision::Allowed { rule: None },
             };

@@ -2,10 +2,13 @@
 //! agents (including one named in the input) and checks URLs derived from
 //! the input: its own rule values, slices of the input, and fixed ones.
 //! Besides "no panic", it asserts the engine's invariants, and that the
-//! rule index decides as a scan of every rule would.
+//! rule index decides as a scan of every rule would, and that judging every
+//! reading of a path (`robots::canon`) is never more permissive than the
+//! path as sent and never resolves above `/`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use robots_proxy::robots::canon;
 use robots_proxy::robots::normalize::{self, Side};
 use robots_proxy::robots::{Robots, pattern, product_token};
 
@@ -63,6 +66,27 @@ fuzz_target!(|data: &[u8]| {
                 rules.rules().find(|r| pattern::matches(r.pattern(), &norm))
             };
             assert_eq!(v.rule, expected, "{url}");
+            // Every reading of the path is judged: strict is never more
+            // permissive than the path as sent, and names a reading that is
+            // itself disallowed.
+            let strict = rules.check_resolved(&rooted);
+            if !v.allowed {
+                assert!(!strict.verdict.allowed, "{url}");
+            }
+            if let Some(form) = &strict.judged_as {
+                assert!(!rules.check(form).allowed, "{url} as {form}");
+            }
+            let path_only = norm.split('?').next().unwrap_or_default();
+            let resolved = canon::canonical(path_only);
+            assert_eq!(canon::canonical(&resolved), resolved, "{url}");
+            assert!(resolved.starts_with('/'), "{url}");
+            assert!(
+                resolved.split('/').all(|s| s != "." && s != ".."),
+                "{url}: {resolved}"
+            );
+            for form in canon::resolved_forms(&norm) {
+                assert!(form.starts_with('/'), "{url}: {form}");
+            }
             match v.rule {
                 Some(rule) => {
                     assert_eq!(rule.is_allow(), v.allowed);

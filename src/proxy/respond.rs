@@ -61,6 +61,9 @@ pub fn decision_line(j: &Judgement) -> String {
         j.agent,
         j.robots_url()
     );
+    if let Some(path) = j.decision.judged_as() {
+        line.push_str(&format!("; judged_as=\"{path}\""));
+    }
     if let Some(rule) = j.decision.rule() {
         line.push_str(&format!("; rule=\"{rule}\""));
     } else {
@@ -102,6 +105,11 @@ pub fn blocked(j: &Judgement) -> Response<Body> {
         j.agent,
         j.robots_url()
     );
+    if let Some(path) = j.decision.judged_as() {
+        body.push_str(&format!(
+            "Judged as:  {path} (the path the origin may resolve it to)\n"
+        ));
+    }
     match j.decision.rule() {
         Some(rule) => body.push_str(&format!("Rule:       {rule}\n")),
         None => body.push_str(&format!("Reason:     {}\n", j.decision.reason())),

@@ -16,6 +16,7 @@
 //! the path, without allocating in the common case.
 
 pub mod agent;
+pub mod canon;
 mod index;
 pub mod normalize;
 pub mod parse;
@@ -586,7 +587,39 @@ impl AgentRules {
         if !path_and_query.starts_with('/') {
             return self.check(&format!("/{path_and_query}"));
         }
+        self.check_normalized(&normalize::normalize_str(path_and_query, Side::Url))
+    }
+
+    /// Judges a request path as strictly as any origin could read it: the
+    /// path as sent and every other path it may resolve to (see
+    /// [`canon`]). Disallowed if any of them is; [`Resolved::judged_as`]
+    /// then names the reading that was disallowed when it is not the path
+    /// as sent.
+    pub fn check_resolved(&self, path_and_query: &str) -> Resolved<'_> {
+        if !path_and_query.starts_with('/') {
+            return self.check_resolved(&format!("/{path_and_query}"));
+        }
         let path = normalize::normalize_str(path_and_query, Side::Url);
+        let verdict = self.check_normalized(&path);
+        if verdict.allowed {
+            for form in canon::resolved_forms(&path) {
+                let other = self.check_normalized(&form);
+                if !other.allowed {
+                    return Resolved {
+                        verdict: other,
+                        judged_as: Some(form),
+                    };
+                }
+            }
+        }
+        Resolved {
+            verdict,
+            judged_as: None,
+        }
+    }
+
+    /// [`AgentRules::check`] for a path already normalised and rooted.
+    fn check_normalized(&self, path: &str) -> Verdict<'_> {
         // `/robots.txt` itself is always allowed (RFC 9309 §2.2.2).
         if let Some(rest) = path.strip_prefix("/robots.txt")
             && (rest.is_empty() || rest.starts_with('?'))
@@ -598,8 +631,8 @@ impl AgentRules {
         }
         let table = &self.table;
         let found = match &self.index {
-            None => (0..table.len()).find(|&i| pattern::matches(table.pattern(i), &path)),
-            Some(index) => index.first_match(table, &path),
+            None => (0..table.len()).find(|&i| pattern::matches(table.pattern(i), path)),
+            Some(index) => index.first_match(table, path),
         };
         match found.and_then(|i| self.rule(i)) {
             Some(rule) => Verdict {
@@ -612,6 +645,16 @@ impl AgentRules {
             },
         }
     }
+}
+
+/// The answer for a request path judged in all its readings
+/// ([`AgentRules::check_resolved`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved<'a> {
+    pub verdict: Verdict<'a>,
+    /// The normalised reading that was disallowed, when it is not the path
+    /// as sent (`/private/x` for `/public/../private/x`).
+    pub judged_as: Option<String>,
 }
 
 /// An owned handle on one rule of shared compiled rules, for answers that

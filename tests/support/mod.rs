@@ -2,6 +2,8 @@
 //! TCP servers, a proxy started on port 0, and a proxy-aware client.
 #![allow(dead_code)]
 
+pub mod tls;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -1,0 +1,145 @@
+//! HTTPS test helpers: an origin with a certificate from a test CA, a
+//! proxy trusting that CA, and requests through intercepted tunnels.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use robots_proxy::tls::{Ca, Minter};
+use rustls_pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{Origin, Proxy, Resp};
+
+/// A test CA, its PEM file, and an HTTPS origin whose certificate it signed.
+pub struct TlsOrigin {
+    pub origin: Origin,
+    pub ca_file: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+pub async fn tls_origin(host: &str) -> TlsOrigin {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = Ca::generate().expect("test CA");
+    let ca_file = dir.path().join("origin-ca.pem");
+    std::fs::write(&ca_file, ca.cert_pem()).expect("write CA");
+    let minter = Minter::new(ca, 4).expect("minter");
+    let config = minter.server_config(host).expect("origin config");
+    TlsOrigin {
+        origin: Origin::start_tls(config).await,
+        ca_file,
+        _dir: dir,
+    }
+}
+
+/// The proxy's CA certificate (created on first start in its state dir).
+pub fn proxy_ca(proxy: &Proxy) -> CertificateDer<'static> {
+    let pem = std::fs::read(proxy.state_dir.join("ca/ca.pem")).expect("proxy ca.pem");
+    let mut certs = rustls_pki_types::pem::PemObject::pem_slice_iter(&pem);
+    certs.next().expect("one cert").expect("valid PEM")
+}
+
+/// Opens a CONNECT tunnel through the proxy; returns the stream after a 2xx,
+/// or the status line of a refusal.
+pub async fn connect(proxy: &Proxy, target: &str) -> Result<TcpStream, String> {
+    let mut s = TcpStream::connect(proxy.addr).await.expect("connect proxy");
+    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await
+        .expect("write CONNECT");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte).await.expect("read") == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    if text.starts_with("HTTP/1.1 200") {
+        Ok(s)
+    } else {
+        Err(text)
+    }
+}
+
+/// GET `path` on `host:port` through an intercepted tunnel, trusting only
+/// the proxy's CA; `h2` negotiates HTTP/2 inside the tunnel.
+pub async fn https_get(proxy: &Proxy, host: &str, port: u16, path: &str, h2: bool) -> Resp {
+    try_https_get(proxy, host, port, path, h2)
+        .await
+        .expect("response")
+}
+
+/// Like [`https_get`]; a request the proxy answers with a stream or
+/// connection error (not a response) is an `Err`.
+pub async fn try_https_get(
+    proxy: &Proxy,
+    host: &str,
+    port: u16,
+    path: &str,
+    h2: bool,
+) -> Result<Resp, hyper::Error> {
+    let tunnel = connect(proxy, &format!("{host}:{port}"))
+        .await
+        .expect("tunnel");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(proxy_ca(proxy)).expect("add root");
+    let mut config = rustls::ClientConfig::builder_with_provider(robots_proxy::tls::provider())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = if h2 {
+        vec![b"h2".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
+    let name = ServerName::try_from(host.to_string()).expect("server name");
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tunnel)
+        .await
+        .expect("TLS with the proxy's minted certificate");
+    let uri = format!("https://{host}:{port}{path}");
+    let resp = if h2 {
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            TokioIo::new(tls),
+        )
+        .await
+        .expect("h2 handshake");
+        tokio::spawn(conn);
+        let req = Request::get(uri)
+            .body(Full::new(Bytes::new()))
+            .expect("req");
+        sender.send_request(req).await?
+    } else {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .expect("handshake");
+        tokio::spawn(conn);
+        let req = Request::get(path)
+            .header("host", format!("{host}:{port}"))
+            .body(Full::new(Bytes::new()))
+            .expect("req");
+        sender.send_request(req).await?
+    };
+    let version = resp.version();
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await?.to_bytes();
+    if h2 {
+        assert_eq!(version, http::Version::HTTP_2);
+    }
+    Ok(Resp {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+pub async fn proxy_trusting(origin: &TlsOrigin) -> Proxy {
+    let ca_file = origin.ca_file.clone();
+    Proxy::start_with(move |c| c.upstream.ca_files = vec![ca_file]).await
+}
