@@ -275,8 +275,10 @@ pub fn reload(proxy: &Proxy, old: &Config, new: &Config) -> Result<Vec<&'static 
     proxy.set_settings(settings);
     proxy.gate.cache().set_agents(&judged_agents(new));
     proxy.audit.set_log_all(new.audit.log_all);
-    if let Err(e) = proxy.audit.reopen() {
-        tracing::error!(path = %proxy.audit.path().display(), error = %e, "cannot reopen the audit log");
+    match proxy.audit.reopen() {
+        Ok(()) => tracing::info!(path = %proxy.audit.path().display(), "audit log reopened"),
+        Err(e) => tracing::error!(path = %proxy.audit.path().display(), error = %e,
+            "cannot reopen the audit log: refusing to forward until it is writable"),
     }
     Ok(needs_restart(old, new))
 }

@@ -86,19 +86,73 @@ impl<'a> Record<'a> {
 /// The audit log file.
 pub struct AuditLog {
     path: PathBuf,
-    file: Mutex<Option<File>>,
+    state: Mutex<State>,
     healthy: AtomicBool,
-    last_retry: Mutex<Option<Instant>>,
     log_all: AtomicBool,
 }
 
+/// The open file and when it was last checked or retried.
+struct State {
+    file: Option<File>,
+    /// Last reopen attempt after a failure.
+    last_retry: Option<Instant>,
+    /// Last check that the path still names the open file.
+    last_identity_check: Instant,
+}
+
+/// How often a write checks that the file was not deleted or replaced.
+const IDENTITY_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Opens the log for appending, creating it (and its directory) if needed:
+/// mode 0640, since it holds every client's URLs. Readable too, so a torn
+/// line can be found and cut off.
 fn open(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
     if let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()
     {
         std::fs::create_dir_all(dir)?;
     }
-    OpenOptions::new().create(true).append(true).open(path)
+    OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o640)
+        .open(path)
+}
+
+/// True if `path` still names `file` (same device and inode).
+fn still_named(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(path), file.metadata()) {
+        (Ok(p), Ok(f)) => p.dev() == f.dev() && p.ino() == f.ino(),
+        _ => false,
+    }
+}
+
+/// After a failed append of `line_len` bytes, cuts the file back to its
+/// last complete line: a short write (full disk) must not leave a torn
+/// line that the next record would be glued to. Only the tail a partial
+/// write can have produced is read.
+fn cut_torn_line(file: &File, line_len: usize) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let window = len.min(line_len as u64);
+    let mut tail = vec![0u8; window as usize];
+    file.read_exact_at(&mut tail, len - window)?;
+    if tail.last() == Some(&b'\n') {
+        return Ok(()); // nothing torn
+    }
+    let keep = match memchr::memrchr(b'\n', &tail) {
+        Some(i) => len - window + i as u64 + 1,
+        // The whole file is the torn bytes.
+        None if window == len => 0,
+        None => return Err(io::Error::other("no line end found before the torn line")),
+    };
+    file.set_len(keep)
 }
 
 impl AuditLog {
@@ -107,9 +161,12 @@ impl AuditLog {
         let file = open(path)?;
         Ok(AuditLog {
             path: path.to_path_buf(),
-            file: Mutex::new(Some(file)),
+            state: Mutex::new(State {
+                file: Some(file),
+                last_retry: None,
+                last_identity_check: Instant::now(),
+            }),
             healthy: AtomicBool::new(true),
-            last_retry: Mutex::new(None),
             log_all: AtomicBool::new(log_all),
         })
     }
@@ -127,62 +184,92 @@ impl AuditLog {
         self.log_all.store(on, Ordering::Relaxed);
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock leaves the state usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Reopens the file (after log rotation).
     pub fn reopen(&self) -> io::Result<()> {
-        let file = open(&self.path);
-        let mut guard = self
-            .file
-            .lock()
-            .map_err(|_| io::Error::other("audit log lock poisoned"))?;
-        match file {
+        let mut state = self.lock();
+        self.reopen_locked(&mut state)
+    }
+
+    fn reopen_locked(&self, state: &mut State) -> io::Result<()> {
+        state.last_identity_check = Instant::now();
+        match open(&self.path) {
             Ok(f) => {
-                *guard = Some(f);
+                state.file = Some(f);
                 self.healthy.store(true, Ordering::Relaxed);
                 Ok(())
             }
             Err(e) => {
-                *guard = None;
+                state.file = None;
                 self.healthy.store(false, Ordering::Relaxed);
                 Err(e)
             }
         }
     }
 
-    /// True if lines can be written. After a failure, retries opening the
-    /// file at most once a second.
+    /// True unless the last write failed. After a failure, retries opening
+    /// the file at most once a second; the next write then proves it.
     pub fn is_writable(&self) -> bool {
         if self.healthy.load(Ordering::Relaxed) {
             return true;
         }
-        let due = match self.last_retry.lock() {
-            Ok(mut last) => {
-                let due = last.is_none_or(|t| t.elapsed().as_secs() >= 1);
-                if due {
-                    *last = Some(Instant::now());
-                }
-                due
-            }
-            Err(_) => false,
-        };
-        due && self.reopen().is_ok()
+        let mut state = self.lock();
+        let due = state.last_retry.is_none_or(|t| t.elapsed().as_secs() >= 1);
+        if !due {
+            return false;
+        }
+        state.last_retry = Some(Instant::now());
+        self.reopen_locked(&mut state).is_ok()
     }
 
-    /// Writes one record as one line.
+    /// Writes one record as one line, whole or not at all: `Ok` only when
+    /// the line is in the file. A deleted or replaced file (checked at most
+    /// once a second) is reopened at its path first.
     pub fn write(&self, record: &Record<'_>) -> io::Result<()> {
         let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;
         line.push(b'\n');
-        let result = match self.file.lock() {
-            Ok(mut guard) => match guard.as_mut() {
-                Some(file) => file.write_all(&line).and_then(|()| file.flush()),
-                None => Err(io::Error::other("audit log is not open")),
-            },
-            Err(_) => Err(io::Error::other("audit log lock poisoned")),
-        };
+        let mut state = self.lock();
+        let result = self.write_locked(&mut state, &line);
         if let Err(e) = &result {
             self.healthy.store(false, Ordering::Relaxed);
             tracing::error!(path = %self.path.display(), error = %e,
                 "cannot write the audit log: refusing to forward until it is writable");
         }
         result
+    }
+
+    fn write_locked(&self, state: &mut State, line: &[u8]) -> io::Result<()> {
+        if state.last_identity_check.elapsed() >= IDENTITY_CHECK_EVERY {
+            state.last_identity_check = Instant::now();
+            let gone = state
+                .file
+                .as_ref()
+                .is_some_and(|f| !still_named(&self.path, f));
+            if gone {
+                tracing::warn!(path = %self.path.display(),
+                    "the audit log file was deleted or replaced: reopening it at its path");
+                self.reopen_locked(state)?;
+            }
+        }
+        let Some(file) = state.file.as_mut() else {
+            return Err(io::Error::other("audit log is not open"));
+        };
+        match file.write_all(line) {
+            Ok(()) => {
+                self.healthy.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                if let Err(cut) = cut_torn_line(file, line.len()) {
+                    tracing::error!(path = %self.path.display(), error = %cut,
+                        "cannot cut a partly written audit line");
+                }
+                Err(e)
+            }
+        }
     }
 }

@@ -260,7 +260,7 @@ fn spawn_reloader(
                         if !restart.is_empty() {
                             tracing::warn!(keys = ?restart, "these changes need a restart to apply");
                         }
-                        tracing::info!("configuration reloaded; audit log reopened");
+                        tracing::info!("configuration reloaded");
                         current = new;
                     }
                     Err(e) => {

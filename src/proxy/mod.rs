@@ -326,11 +326,11 @@ impl Proxy {
         if blocked || self.audit.log_all() {
             let record = Record::new(judgement, client, user, method);
             if self.audit.write(&record).is_err() {
+                // No answer that needs an audit line goes out without it:
+                // not the forwarded response, and not the 403 either.
                 self.metrics.audit_write_failure();
-                if !blocked {
-                    self.metrics.request(metrics::Decision::Error);
-                    return Some(audit_unavailable());
-                }
+                self.metrics.request(metrics::Decision::Error);
+                return Some(audit_unavailable());
             }
         }
         self.metrics.request(metric_decision(&judgement.decision));

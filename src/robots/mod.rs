@@ -112,15 +112,28 @@ impl fmt::Debug for Rule<'_> {
 }
 
 impl fmt::Display for Rule<'_> {
-    /// `line 3: Disallow: /private`
+    /// `line 3: Disallow: /private`. Control characters in the value (a
+    /// robots.txt is anyone's text) are escaped (`\u{1b}`), so terminals,
+    /// logs and 403 bodies show them instead of obeying them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "line {}: {}: {}",
+            "line {}: {}: ",
             self.line(),
             if self.is_allow() { "Allow" } else { "Disallow" },
-            self.value()
-        )
+        )?;
+        let value = self.value();
+        if !value.chars().any(char::is_control) {
+            return f.write_str(value);
+        }
+        for c in value.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                fmt::Write::write_char(f, c)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -813,6 +826,15 @@ mod tests {
         let shared = both.agent_rules_shared(&["a", "b"]);
         assert_eq!(shared[0].selection(), Selection::Specific);
         assert_eq!(shared[1].selection(), Selection::Global);
+    }
+
+    #[test]
+    fn control_characters_in_a_rule_are_shown_escaped() {
+        let robots = Robots::parse(b"user-agent: *\ndisallow: /a\x1b[2J\x08b\n");
+        let rules = robots.agent_rules("x");
+        let rule = rules.rule(0).expect("a rule");
+        assert_eq!(rule.to_string(), "line 2: Disallow: /a\\u{1b}[2J\\u{8}b");
+        assert_eq!(rule.value(), "/a\x1b[2J\x08b");
     }
 
     #[test]
