@@ -12,14 +12,18 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
+use std::num::NonZeroU32;
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 /// Argon2 cost parameters for [`hash_password_with`].
 pub use argon2::Params;
-use argon2::password_hash::phc::{PasswordHash, Salt};
-use argon2::password_hash::{CustomizedPasswordHasher, PasswordHasher, PasswordVerifier};
-use argon2::{Algorithm, Argon2, Version};
+use argon2::password_hash::phc::{Output, PasswordHash, Salt};
+use argon2::password_hash::{CustomizedPasswordHasher, PasswordHasher};
+use argon2::{Algorithm, Argon2, Block, Version};
 use base64::Engine as _;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use http::header::{HeaderName, HeaderValue, PROXY_AUTHENTICATE};
 use http::{Response, StatusCode};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
@@ -133,7 +137,7 @@ pub const REALM: &str = "robots-proxy";
 pub const PROXY_AUTHENTICATE_VALUE: &str = "Basic realm=\"robots-proxy\"";
 
 /// One configured proxy user (deserialisable straight from the config).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 pub struct UserConfig {
     /// User name (no `:`).
     pub name: String,
@@ -144,6 +148,10 @@ pub struct UserConfig {
     /// product token.
     #[serde(default)]
     pub agent: Option<String>,
+    /// Requests per second this user may make (a burst of one second's
+    /// worth); unlimited when unset.
+    #[serde(default)]
+    pub max_rps: Option<f64>,
 }
 
 /// Bad proxy-auth configuration, or a failure to hash.
@@ -174,6 +182,14 @@ pub enum AuthError {
         /// The agent as configured.
         agent: String,
     },
+    /// A user's `max_rps` is not a positive number.
+    #[error("max_rps of proxy user {user:?} must be a positive number, not {value}")]
+    BadRate {
+        /// The user.
+        user: String,
+        /// The value as configured.
+        value: f64,
+    },
     /// The system random generator failed.
     #[error("system random generator failed")]
     Random,
@@ -200,11 +216,118 @@ pub enum AuthOutcome {
         /// audit log; it may not exist).
         user: Option<String>,
     },
+    /// The client address used up its password verifications for now:
+    /// answer 429 with `Retry-After`, without verifying.
+    Throttled {
+        /// When the next verification is allowed.
+        retry_after: Duration,
+        /// True for the first refusal of this address in a window (log it
+        /// once, for fail2ban).
+        first: bool,
+    },
+}
+
+/// Bounds on the work unauthenticated clients can cause: Argon2 needs
+/// tens of MiB and milliseconds per verification, so a flood of wrong
+/// passwords must neither run many at once nor many per address.
+pub struct AuthLimits {
+    /// Verifications running at once (one per CPU).
+    running: Arc<tokio::sync::Semaphore>,
+    /// Verifications per client address (first use of a credential, wrong
+    /// passwords, unknown users; cached credentials cost none).
+    per_client: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    /// One log line per address and window.
+    logged: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    per_minute: u32,
+    clock: DefaultClock,
+    /// Argon2 working memory, reused: at most one buffer per running
+    /// verification. (Allocated per verification, glibc kept every 19 MiB
+    /// buffer: its dynamic mmap threshold moves such blocks to the heap,
+    /// where the aligned allocation is not reused.)
+    memory: std::sync::Mutex<Vec<Vec<Block>>>,
+}
+
+impl AuthLimits {
+    /// `per_minute` verifications per client address (a burst of as many);
+    /// 0 turns the per-address limit off.
+    pub fn new(per_minute: u32) -> AuthLimits {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        let (per_client, logged) = match NonZeroU32::new(per_minute) {
+            Some(n) => (
+                Some(RateLimiter::keyed(Quota::per_minute(n))),
+                Some(RateLimiter::keyed(Quota::per_minute(NonZeroU32::MIN))),
+            ),
+            None => (None, None),
+        };
+        AuthLimits {
+            running: Arc::new(tokio::sync::Semaphore::new(cpus)),
+            per_client,
+            logged,
+            per_minute,
+            clock: DefaultClock::default(),
+            memory: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A working-memory buffer for one verification (empty when new).
+    fn take_memory(&self) -> Vec<Block> {
+        self.memory
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default()
+    }
+
+    fn give_memory(&self, buffer: Vec<Block>) {
+        self.memory
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(buffer);
+    }
+
+    /// The per-address limit this was built with.
+    pub fn per_minute(&self) -> u32 {
+        self.per_minute
+    }
+
+    /// Takes one verification from `client`'s allowance, or says how long
+    /// to wait. Keeps the per-address state bounded by forgetting
+    /// addresses whose allowance is whole again.
+    fn take(&self, client: IpAddr) -> Result<(), AuthOutcome> {
+        let Some(limiter) = &self.per_client else {
+            return Ok(());
+        };
+        if limiter.len() > 4096 {
+            limiter.retain_recent();
+            if let Some(l) = &self.logged {
+                l.retain_recent();
+            }
+        }
+        limiter.check_key(&client).map_err(|not_until| {
+            let first = self
+                .logged
+                .as_ref()
+                .is_some_and(|l| l.check_key(&client).is_ok());
+            AuthOutcome::Throttled {
+                retry_after: not_until.wait_time_from(self.clock.now()),
+                first,
+            }
+        })
+    }
+}
+
+impl Default for AuthLimits {
+    fn default() -> Self {
+        AuthLimits::new(30)
+    }
 }
 
 struct User {
     hash: PasswordHash,
+    settings: (Algorithm, Version, Params),
     agent: Option<String>,
+    /// `max_rps`, if set.
+    quota: Option<DefaultDirectRateLimiter>,
     /// HMAC of the last credentials that verified, if any.
     verified: RwLock<Option<[u8; 32]>>,
 }
@@ -216,6 +339,10 @@ pub struct ProxyAuth {
     /// Verified against for unknown users, so "no such user" costs as much
     /// time as "wrong password" and does not reveal which names exist.
     dummy: PasswordHash,
+    dummy_settings: (Algorithm, Version, Params),
+    /// Shared across reloads while its setting is unchanged.
+    limits: Arc<AuthLimits>,
+    clock: DefaultClock,
 }
 
 impl fmt::Debug for ProxyAuth {
@@ -248,8 +375,9 @@ impl ProxyAuth {
                 return Err(AuthError::BadUserName(u.name));
             }
             let hash = parse_hash(&u.name, &u.password_hash)?;
+            let settings = hash_settings(&u.name, &hash)?;
             if dummy_params.is_none() {
-                dummy_params = Some(hash_settings(&u.name, &hash)?);
+                dummy_params = Some(settings.clone());
             }
             let agent = match u.agent {
                 None => None,
@@ -264,9 +392,15 @@ impl ProxyAuth {
                     Some(token)
                 }
             };
+            let quota = match u.max_rps {
+                None => None,
+                Some(rps) => Some(RateLimiter::direct(user_quota(&u.name, rps)?)),
+            };
             let user = User {
                 hash,
+                settings,
                 agent,
+                quota,
                 verified: RwLock::new(None),
             };
             if map.insert(u.name.clone(), user).is_some() {
@@ -281,14 +415,38 @@ impl ProxyAuth {
             hmac::Key::generate(hmac::HMAC_SHA256, &rng).map_err(|_| AuthError::Random)?;
         // Same cost settings as a real user, so both paths take equal time.
         let salt = argon2::password_hash::try_generate_salt().map_err(|_| AuthError::Random)?;
-        let dummy = Argon2::new(algorithm, version, params)
+        let dummy = Argon2::new(algorithm, version, params.clone())
             .hash_password_with_salt(b"robots-proxy dummy password", &salt)
             .map_err(|e| AuthError::Hash(e.to_string()))?;
         Ok(ProxyAuth {
             users: map,
             cache_key,
             dummy,
+            dummy_settings: (algorithm, version, params),
+            limits: Arc::new(AuthLimits::default()),
+            clock: DefaultClock::default(),
         })
+    }
+
+    /// Uses `limits` for verification work (kept across reloads).
+    pub fn with_limits(mut self, limits: Arc<AuthLimits>) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The limits in use.
+    pub fn limits(&self) -> &Arc<AuthLimits> {
+        &self.limits
+    }
+
+    /// `None` if `user` may make a request now, else how long until it may
+    /// (its `max_rps`).
+    pub fn quota_wait(&self, user: &str) -> Option<Duration> {
+        let quota = self.users.get(user)?.quota.as_ref()?;
+        quota
+            .check()
+            .err()
+            .map(|not_until| not_until.wait_time_from(self.clock.now()))
     }
 
     /// Checks a `Proxy-Authorization` header. A cache hit costs one HMAC; a
@@ -302,19 +460,36 @@ impl ProxyAuth {
         }
     }
 
-    /// [`ProxyAuth::check`] with the Argon2 work on `spawn_blocking`.
-    pub async fn check_async(self: &Arc<Self>, header: Option<&HeaderValue>) -> AuthOutcome {
+    /// [`ProxyAuth::check`] for a request from `client`, with the Argon2
+    /// work on `spawn_blocking`: at most one verification per CPU at once
+    /// (others wait their turn), and at most the configured number per
+    /// client address and minute ([`AuthOutcome::Throttled`] beyond).
+    pub async fn check_async(
+        self: &Arc<Self>,
+        client: IpAddr,
+        header: Option<&HeaderValue>,
+    ) -> AuthOutcome {
         match self.fast_path(header) {
             Step::Done(outcome) => outcome,
             Step::Verify { user, password } => {
-                let this = Arc::clone(self);
+                if let Err(throttled) = self.limits.take(client) {
+                    return throttled;
+                }
                 let claimed = user.clone();
-                tokio::task::spawn_blocking(move || this.verify_slow(user, &password))
-                    .await
-                    // The task cannot be cancelled; a panic in it fails closed.
-                    .unwrap_or(AuthOutcome::Invalid {
-                        user: Some(claimed),
-                    })
+                // The semaphore is never closed.
+                let Ok(permit) = self.limits.running.clone().acquire_owned().await else {
+                    return AuthOutcome::Invalid { user: Some(user) };
+                };
+                let this = Arc::clone(self);
+                tokio::task::spawn_blocking(move || {
+                    let _permit = permit;
+                    this.verify_slow(user, &password)
+                })
+                .await
+                // The task cannot be cancelled; a panic in it fails closed.
+                .unwrap_or(AuthOutcome::Invalid {
+                    user: Some(claimed),
+                })
             }
         }
     }
@@ -343,18 +518,19 @@ impl ProxyAuth {
     }
 
     fn verify_slow(&self, user: String, password: &str) -> AuthOutcome {
-        let argon2 = Argon2::default();
+        let mut memory = self.limits.take_memory();
+        let outcome = self.verify_with(user, password, &mut memory);
+        self.limits.give_memory(memory);
+        outcome
+    }
+
+    fn verify_with(&self, user: String, password: &str, memory: &mut Vec<Block>) -> AuthOutcome {
         let Some(u) = self.users.get(&user) else {
             // Burn the same time as a real verification; the result is moot.
-            let _ = argon2.verify_password(password.as_bytes(), &self.dummy);
+            let _ = verify(&self.dummy, &self.dummy_settings, password, memory);
             return AuthOutcome::Invalid { user: Some(user) };
         };
-        // verify_password takes algorithm and cost from the PHC string and
-        // compares outputs in constant time.
-        if argon2
-            .verify_password(password.as_bytes(), &u.hash)
-            .is_err()
-        {
+        if !verify(&u.hash, &u.settings, password, memory) {
             return AuthOutcome::Invalid { user: Some(user) };
         }
         let tag = hmac::sign(&self.cache_key, &cache_input(&user, password));
@@ -371,6 +547,56 @@ impl ProxyAuth {
     pub fn user_count(&self) -> usize {
         self.users.len()
     }
+}
+
+/// Argon2 verification of `password` against `hash` (whose algorithm,
+/// version and cost are `settings`), in `memory` (grown as needed, kept by
+/// the caller for the next one). The outputs are compared in constant time
+/// (`Output`'s equality).
+fn verify(
+    hash: &PasswordHash,
+    settings: &(Algorithm, Version, Params),
+    password: &str,
+    memory: &mut Vec<Block>,
+) -> bool {
+    let (Some(salt), Some(expected)) = (&hash.salt, &hash.hash) else {
+        return false;
+    };
+    let (algorithm, version, params) = settings.clone();
+    let blocks = params.block_count();
+    if memory.len() < blocks {
+        memory.resize(blocks, Block::new());
+    }
+    let mut buffer = [0u8; Output::MAX_LENGTH];
+    let Some(out) = buffer.get_mut(..expected.len()) else {
+        return false;
+    };
+    let argon2 = Argon2::new(algorithm, version, params);
+    if argon2
+        .hash_password_into_with_memory(password.as_bytes(), salt, out, &mut memory[..blocks])
+        .is_err()
+    {
+        return false;
+    }
+    Output::new(out).is_ok_and(|out| out == *expected)
+}
+
+/// The governor quota for `max_rps`: one request every `1/rps` seconds,
+/// with a burst of one second's worth.
+fn user_quota(user: &str, rps: f64) -> Result<Quota, AuthError> {
+    let bad = || AuthError::BadRate {
+        user: user.to_string(),
+        value: rps,
+    };
+    if !(rps.is_finite() && rps > 0.0) {
+        return Err(bad());
+    }
+    let period = Duration::try_from_secs_f64(1.0 / rps).map_err(|_| bad())?;
+    let burst =
+        NonZeroU32::new(rps.ceil().min(f64::from(u32::MAX)) as u32).unwrap_or(NonZeroU32::MIN);
+    Ok(Quota::with_period(period)
+        .ok_or_else(bad)?
+        .allow_burst(burst))
 }
 
 /// `user NUL password`: NUL cannot occur in a user name that came through a

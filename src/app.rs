@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::net::TcpListener;
 
-use crate::access::{ClientAcl, ProxyAuth};
+use crate::access::{AuthLimits, ClientAcl, ProxyAuth};
 use crate::audit::AuditLog;
 use crate::config::{Config, PolitenessMode};
 use crate::fetch::{FetchSettings, Outcome};
@@ -77,9 +77,16 @@ pub fn settings_from(config: &Config, previous: Option<&Settings>) -> Result<Set
     let auth = if config.access.users.is_empty() {
         None
     } else {
-        Some(Arc::new(ProxyAuth::new(
-            config.access.users.iter().cloned(),
-        )?))
+        // The per-address allowances survive a reload that keeps the limit.
+        let per_minute = config.access.auth_failures_per_minute;
+        let limits = previous
+            .and_then(|p| p.auth.as_ref())
+            .map(|a| a.limits().clone())
+            .filter(|l| l.per_minute() == per_minute)
+            .unwrap_or_else(|| Arc::new(AuthLimits::new(per_minute)));
+        Some(Arc::new(
+            ProxyAuth::new(config.access.users.iter().cloned())?.with_limits(limits),
+        ))
     };
     let pconf = politeness_config(config);
     let politeness = match previous {

@@ -168,6 +168,9 @@ pub struct AccessConfig {
     pub allow_clients: Vec<IpNet>,
     /// Basic proxy authentication; off when empty.
     pub users: Vec<crate::access::UserConfig>,
+    /// Password verifications (wrong passwords, unknown users, first use
+    /// of a credential) per client address and minute; 0 = no limit.
+    pub auth_failures_per_minute: u32,
 }
 
 /// Log output.
@@ -270,6 +273,7 @@ impl Default for AccessConfig {
                 .filter_map(|n| n.parse().ok())
                 .collect(),
             users: Vec::new(),
+            auth_failures_per_minute: 30,
         }
     }
 }

@@ -26,8 +26,8 @@ pub enum Decision {
         reason: String,
         retry_after: Duration,
     },
-    /// Crawl-delay: not yet.
-    RateLimited { retry_after: Duration },
+    /// Not yet: the origin's Crawl-delay, or the user's `max_rps` quota.
+    RateLimited { retry_after: Duration, limit: Limit },
     /// Refused by policy before robots.txt (private destination, loop, ...).
     Refused { reason: String },
     /// The origin failed TLS verification: 502 with the reason.
@@ -85,14 +85,33 @@ impl Decision {
             Decision::Unreachable { reason, .. } => {
                 format!("robots.txt unreachable, all disallowed: {reason}")
             }
-            Decision::RateLimited { retry_after } => format!(
+            Decision::RateLimited {
+                retry_after,
+                limit: Limit::CrawlDelay,
+            } => format!(
                 "Crawl-delay: next request allowed in {:.3} s",
+                retry_after.as_secs_f64()
+            ),
+            Decision::RateLimited {
+                retry_after,
+                limit: Limit::UserQuota,
+            } => format!(
+                "user request quota (max_rps): next request allowed in {:.3} s",
                 retry_after.as_secs_f64()
             ),
             Decision::Refused { reason } => reason.clone(),
             Decision::BadGateway { reason } => format!("upstream TLS failed: {reason}"),
         }
     }
+}
+
+/// What a [`Decision::RateLimited`] request waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// The origin's Crawl-delay (or `politeness.default_interval`).
+    CrawlDelay,
+    /// The proxy user's `max_rps`.
+    UserQuota,
 }
 
 /// A decision with everything needed to explain it.

@@ -10,6 +10,8 @@ use robots_proxy::access::{
     hash_password_with,
 };
 
+const LOCAL: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
 /// Argon2 at the minimum cost, so debug-build tests stay fast.
 fn cheap(password: &str) -> String {
     hash_password_with(password, Params::new(8, 1, 1, None).unwrap()).unwrap()
@@ -20,6 +22,7 @@ fn user(name: &str, password: &str, agent: Option<&str>) -> UserConfig {
         name: name.into(),
         password_hash: cheap(password),
         agent: agent.map(Into::into),
+        max_rps: None,
     }
 }
 
@@ -121,11 +124,11 @@ fn malformed_headers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_async_matches_check() {
     let a = Arc::new(auth());
-    assert_eq!(a.check_async(None).await, AuthOutcome::Missing);
+    assert_eq!(a.check_async(LOCAL, None).await, AuthOutcome::Missing);
     let good = basic("bob:hunter2");
     for _ in 0..2 {
         assert_eq!(
-            a.check_async(Some(&good)).await,
+            a.check_async(LOCAL, Some(&good)).await,
             AuthOutcome::Ok {
                 user: "bob".into(),
                 agent: None
@@ -133,11 +136,11 @@ async fn check_async_matches_check() {
         );
     }
     assert_eq!(
-        a.check_async(Some(&basic("bob:nope"))).await,
+        a.check_async(LOCAL, Some(&basic("bob:nope"))).await,
         invalid(Some("bob"))
     );
     assert_eq!(
-        a.check_async(Some(&basic("nobody:x"))).await,
+        a.check_async(LOCAL, Some(&basic("nobody:x"))).await,
         invalid(Some("nobody"))
     );
 }
@@ -151,6 +154,7 @@ fn default_hash_format_and_cache_saves_the_slow_path() {
         name: "carol".into(),
         password_hash: phc,
         agent: None,
+        max_rps: None,
     }])
     .unwrap();
     let h = basic("carol:correct horse");
@@ -198,6 +202,7 @@ fn config_errors() {
             name: "z".into(),
             password_hash: bad.into(),
             agent: None,
+            max_rps: None,
         }]);
         assert!(
             matches!(&e, AuthError::BadHash { user, .. } if user == "z"),
@@ -247,7 +252,7 @@ fn futures_and_types_fit_a_hyper_service() {
     let a = Arc::new(auth());
     send_sync(&a);
     let h = basic("bob:hunter2");
-    send(a.check_async(Some(&h)));
+    send(a.check_async(LOCAL, Some(&h)));
     send_sync(&robots_proxy::access::ClientAcl::default());
     let m = robots_proxy::metrics::Metrics::new();
     send_sync(&m);

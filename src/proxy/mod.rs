@@ -21,7 +21,7 @@ use hyper::body::Incoming;
 
 use crate::access::{AuthOutcome, ClientAcl, ProxyAuth};
 use crate::audit::{AuditLog, Record};
-use crate::gate::{Decision, Gate, Judgement};
+use crate::gate::{Decision, Gate, Judgement, Limit};
 use crate::metrics::{self, Metrics};
 use crate::origin::Origin;
 use crate::politeness::Politeness;
@@ -169,13 +169,25 @@ impl Proxy {
             });
         };
         match auth
-            .check_async(req.headers().get(PROXY_AUTHORIZATION))
+            .check_async(client.ip(), req.headers().get(PROXY_AUTHORIZATION))
             .await
         {
             AuthOutcome::Ok { user, agent } => Ok(Caller {
                 user: Some(user.into()),
                 user_agent: agent.map(|a| product_token(&a)),
             }),
+            AuthOutcome::Throttled { retry_after, first } => {
+                if first {
+                    // Once per address and window: fail2ban-friendly.
+                    tracing::warn!(client_ip = %client.ip(),
+                        "too many proxy authentication attempts: refusing them for now");
+                }
+                self.metrics.request(metrics::Decision::Refused);
+                Err(respond::too_many(
+                    retry_after,
+                    "Too many proxy authentication attempts from this address; retry later\n",
+                ))
+            }
             outcome => {
                 if let AuthOutcome::Invalid { user } = &outcome {
                     // One line per failure, with the address: fail2ban-friendly.
@@ -260,6 +272,17 @@ impl Proxy {
         let agent = settings.agent_for(user_agent, req.headers().get(USER_AGENT));
         let mut judgement = self.gate.judge(&origin, path, agent).await;
         self.count_lookup(&judgement);
+        // The user's own quota, after robots.txt (a disallowed request is
+        // refused whatever the quota) and before Crawl-delay books a slot.
+        if judgement.decision.is_allowed()
+            && let (Some(auth), Some(user)) = (&settings.auth, user)
+            && let Some(retry_after) = auth.quota_wait(user)
+        {
+            judgement.decision = Decision::RateLimited {
+                retry_after,
+                limit: Limit::UserQuota,
+            };
+        }
         // Most origins have no Crawl-delay: skip building the key then.
         if judgement.decision.is_allowed()
             && settings
@@ -275,6 +298,7 @@ impl Proxy {
             {
                 judgement.decision = Decision::RateLimited {
                     retry_after: limited.retry_after,
+                    limit: Limit::CrawlDelay,
                 };
             }
         }

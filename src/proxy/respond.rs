@@ -4,7 +4,7 @@ use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use super::client::{Body, full_body};
-use crate::gate::{Decision, Judgement};
+use crate::gate::{Decision, Judgement, Limit};
 
 /// Header carrying a decision's reason in one line.
 pub const DECISION_HEADER: &str = "x-robots-proxy-decision";
@@ -38,6 +38,19 @@ pub fn header_value(s: &str) -> HeaderValue {
         })
         .collect();
     HeaderValue::from_str(&clean).unwrap_or_else(|_| HeaderValue::from_static("?"))
+}
+
+/// 429 with `Retry-After` (whole seconds, at least 1).
+pub fn too_many(retry_after: std::time::Duration, body: &str) -> Response<Body> {
+    let mut resp = text(StatusCode::TOO_MANY_REQUESTS, body);
+    resp.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(retry_secs(retry_after)));
+    resp
+}
+
+/// Seconds for a `Retry-After` header: rounded up, at least 1.
+fn retry_secs(retry: std::time::Duration) -> u64 {
+    retry.as_secs_f64().ceil().max(1.0) as u64
 }
 
 /// 403 for a destination refused by policy.
@@ -90,9 +103,12 @@ pub fn blocked(j: &Judgement) -> Response<Body> {
             "robots.txt unreachable: all paths disallowed until it can be fetched",
             Some(*retry_after),
         ),
-        Decision::RateLimited { retry_after } => (
+        Decision::RateLimited { retry_after, limit } => (
             StatusCode::TOO_MANY_REQUESTS,
-            "Held back by Crawl-delay",
+            match limit {
+                Limit::CrawlDelay => "Held back by Crawl-delay",
+                Limit::UserQuota => "Over this user's request quota (max_rps)",
+            },
             Some(*retry_after),
         ),
         Decision::Refused { reason } => return refused(reason),
@@ -118,9 +134,8 @@ pub fn blocked(j: &Judgement) -> Response<Body> {
     resp.headers_mut()
         .insert(DECISION_HEADER, header_value(&decision_line(j)));
     if let Some(retry) = retry {
-        let secs = retry.as_secs_f64().ceil().max(1.0) as u64;
         resp.headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from(secs));
+            .insert(RETRY_AFTER, HeaderValue::from(retry_secs(retry)));
     }
     resp
 }

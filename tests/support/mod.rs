@@ -2,6 +2,7 @@
 //! TCP servers, a proxy started on port 0, and a proxy-aware client.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod tls;
 
 use std::collections::HashMap;

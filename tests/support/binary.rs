@@ -1,0 +1,191 @@
+//! The real binary, started on a config file in a temp dir: its address
+//! from the start-up log line, its stderr, signals.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+/// Generous upper bound for anything that must merely not hang.
+pub const NO_HANG: Duration = Duration::from_secs(15);
+
+/// The binary running `run --config`, its address, and its stderr lines.
+pub struct Running {
+    pub child: Child,
+    pub addr: SocketAddr,
+    stderr: mpsc::UnboundedReceiver<String>,
+    /// Every stderr line seen so far, for failure messages.
+    seen: Vec<String>,
+}
+
+/// A temp dir holding a config file, the audit log and the CA.
+pub struct Setup {
+    pub dir: tempfile::TempDir,
+}
+
+impl Setup {
+    pub fn new() -> Setup {
+        Setup {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("robots-proxy.toml")
+    }
+
+    pub fn audit_path(&self) -> PathBuf {
+        self.dir.path().join("audit.jsonl")
+    }
+
+    /// Writes the config file: the common keys, then `extra` (top-level
+    /// keys first, tables after).
+    pub fn write_config(&self, agent: &str, extra: &str) {
+        let text = format!(
+            "listen = \"127.0.0.1:0\"\n\
+             agent = \"{agent}\"\n\
+             allow_private_destinations = true\n\
+             state_dir = {state:?}\n\
+             shutdown_grace = \"30s\"\n\
+             [audit]\n\
+             path = {audit:?}\n\
+             {extra}",
+            state = self.dir.path().display().to_string(),
+            audit = self.audit_path().display().to_string(),
+        );
+        // Written in place (not renamed) like an editor saving the file.
+        std::fs::write(self.config_path(), text).expect("write config");
+    }
+
+    pub fn audit_lines(&self, path: &Path) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
+            .collect()
+    }
+
+    pub async fn start(&self) -> Running {
+        self.start_notifying(None).await
+    }
+
+    /// Starts the binary, with `NOTIFY_SOCKET` set to `notify` if given.
+    pub async fn start_notifying(&self, notify: Option<&Path>) -> Running {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_robots-proxy"));
+        match notify {
+            Some(socket) => command.env("NOTIFY_SOCKET", socket),
+            None => command.env_remove("NOTIFY_SOCKET"),
+        };
+        let mut child = command
+            .args(["run", "--config"])
+            .arg(self.config_path())
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start robots-proxy");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::unbounded_channel();
+        // Drains stderr for the whole run so the proxy never blocks on it.
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut running = Running {
+            child,
+            addr: "0.0.0.0:0".parse().expect("addr"),
+            stderr: rx,
+            seen: Vec::new(),
+        };
+        let line = running.wait_for("listen=").await;
+        let rest = &line[line.find("listen=").expect("listen=") + "listen=".len()..];
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        running.addr = rest[..end]
+            .parse()
+            .unwrap_or_else(|e| panic!("{e}: {line}"));
+        running
+    }
+}
+
+impl Running {
+    /// The next stderr line containing `needle` (bounded wait).
+    pub async fn wait_for(&mut self, needle: &str) -> String {
+        let deadline = tokio::time::Instant::now() + NO_HANG;
+        loop {
+            match tokio::time::timeout_at(deadline, self.stderr.recv()).await {
+                Ok(Some(line)) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Ok(None) => panic!(
+                    "robots-proxy exited before logging {needle:?}:\n{}",
+                    self.seen.join("\n")
+                ),
+                Err(_) => panic!(
+                    "no {needle:?} on stderr within {NO_HANG:?}:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Every stderr line up to and including the process's exit.
+    pub async fn rest_of_stderr(&mut self) -> Vec<String> {
+        while let Ok(Some(line)) = tokio::time::timeout(NO_HANG, self.stderr.recv()).await {
+            self.seen.push(line);
+        }
+        self.seen.clone()
+    }
+
+    /// Sends a signal with kill(1) to the process this test started.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill(1)");
+        assert!(status.success(), "kill -{name} failed");
+    }
+
+    /// SIGHUP, then waits for the outcome's log line (`configuration
+    /// reloaded` or `reload rejected`) and returns it.
+    pub async fn reload(&mut self, expect: &str) -> String {
+        self.signal("HUP");
+        self.wait_for(expect).await
+    }
+
+    pub async fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + NO_HANG;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "robots-proxy did not exit");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("wait").is_none()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Only this test's own child, by its handle.
+        if self.is_running() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
