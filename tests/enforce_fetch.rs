@@ -173,6 +173,13 @@ async fn a_robots_redirect_to_a_refused_address_is_never_connected_to() {
         }
     }
     assert!(!targets.is_empty(), "no loopback address to listen on");
+    // A name is refused on its resolved addresses.
+    if let Some((addr, accepts)) = counting_listener("127.0.0.1").await {
+        targets.push((
+            format!("http://localhost:{}/robots.txt", addr.port()),
+            accepts,
+        ));
+    }
     for (target, accepts) in targets {
         let origin = Origin::start().await;
         origin.route(
