@@ -290,3 +290,34 @@ async fn the_proxys_own_listeners_are_refused_even_when_private_destinations_are
     assert_eq!(proxy.get(&origin.url("/b")).await.status, 200);
     assert_eq!(origin.hits("/robots.txt"), 1);
 }
+
+/// Each hop is checked, not only the first redirect: A → B (both allowed)
+/// → a refused address.
+#[tokio::test]
+async fn every_redirect_hop_passes_the_policy() {
+    let (refused, accepts) = counting_listener("127.0.0.1").await.expect("bind");
+    let b = Origin::start().await;
+    b.route(
+        "/moved.txt",
+        Reply::redirect(&format!("http://{refused}/robots.txt")),
+    );
+    let a = Origin::start().await;
+    a.route("/robots.txt", Reply::redirect(&b.url("/moved.txt")));
+    let public = vec![a.addr, b.addr];
+    let proxy = Proxy::start_with(|c| {
+        c.allow_private_destinations = false;
+        c.treat_as_public = public;
+    })
+    .await;
+    let resp = proxy.get(&a.url("/page")).await;
+    assert_eq!(resp.status, 403, "{}", resp.body);
+    assert!(
+        resp.body.contains("refused by destination policy")
+            && resp.body.contains(&refused.to_string()),
+        "{}",
+        resp.body
+    );
+    assert_eq!(b.hits("/moved.txt"), 1);
+    assert_eq!(accepts.load(Ordering::SeqCst), 0);
+    assert_eq!(a.hits("/page"), 0);
+}
