@@ -193,19 +193,18 @@ impl Policy {
     }
 
     /// A listener on the unspecified address is reached through loopback
-    /// and the unspecified address on its port; the host's other interface
-    /// addresses are not enumerated (with the policy on they are private
-    /// anyway, unless public; the `Via` loop check then still catches the
-    /// proxy listener, not the admin one).
+    /// on its port, and any listener through the unspecified address ("this
+    /// host"). The host's other interface addresses are not enumerated
+    /// (with the policy on they are refused as private unless public; the
+    /// `Via` loop check still catches the proxy listener, not the admin).
     fn is_own_listener(&self, addr: SocketAddr) -> bool {
         let target = addr.ip().to_canonical();
         self.own_listeners.iter().any(|l| {
             let listener = l.ip().to_canonical();
             l.port() == addr.port()
                 && (listener == target
-                    || (listener.is_unspecified()
-                        && (target.is_loopback() || target.is_unspecified()))
-                    || (target.is_unspecified() && listener.is_loopback()))
+                    || target.is_unspecified()
+                    || (listener.is_unspecified() && target.is_loopback()))
         })
     }
 
@@ -432,8 +431,11 @@ mod tests {
 
     #[test]
     fn own_listeners_are_refused_whatever_the_private_setting() {
-        let policy =
-            Policy::new(true).with_own_listeners([sa("127.0.0.1:3128"), sa("0.0.0.0:9090")]);
+        let policy = Policy::new(true).with_own_listeners([
+            sa("127.0.0.1:3128"),
+            sa("0.0.0.0:9090"),
+            sa("10.0.0.5:8080"),
+        ]);
         for refused in [
             "127.0.0.1:3128",
             "0.0.0.0:3128",
@@ -442,12 +444,19 @@ mod tests {
             "127.0.0.2:9090",
             "[::1]:9090",
             "[::]:9090",
+            "10.0.0.5:8080",
+            "0.0.0.0:8080",
         ] {
             let err = policy.check("h", sa(refused)).expect_err(refused);
             assert_eq!(err.why, Refusal::OwnListener, "{refused}");
             assert!(err.to_string().contains("own listener"), "{err}");
         }
-        for allowed in ["127.0.0.1:3129", "127.0.0.2:3128", "10.0.0.1:80"] {
+        for allowed in [
+            "127.0.0.1:3129",
+            "127.0.0.2:3128",
+            "10.0.0.1:80",
+            "127.0.0.1:8080",
+        ] {
             assert!(policy.check("h", sa(allowed)).is_ok(), "{allowed}");
         }
     }
