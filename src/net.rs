@@ -109,7 +109,7 @@ impl std::fmt::Display for PrivateDestination {
         match (self.why, literal) {
             (Refusal::OwnListener, _) => write!(
                 f,
-                "refused by destination policy: {} port {} is this proxy's own listener",
+                "refused by destination policy: {} port {} is this proxy's own listener, never a destination",
                 self.host,
                 self.addr.port()
             ),
