@@ -280,7 +280,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let tls = robots_proxy::tls::client_config(&[])?;
         let client = build_client(
             &ClientSettings {
-                allow_private: false,
+                policy: robots_proxy::net::Policy::new(false),
                 connect_timeout: Duration::from_secs(10),
                 pool_idle_per_host: 32,
                 pool_idle_max: 1024,
@@ -308,7 +308,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 agents: vec![agent.to_string()],
             },
         ));
-        let gate = Gate::new(cache.clone(), false);
+        let gate = Gate::new(cache.clone(), robots_proxy::net::Policy::new(false));
         let host = |i: usize| format!("www.site{i:06}.example.com");
 
         let base = Snapshot::now();

@@ -13,6 +13,7 @@ use crate::config::{Config, PolitenessMode};
 use crate::fetch::{FetchSettings, Outcome};
 use crate::gate::Gate;
 use crate::metrics::{self, Metrics};
+use crate::net::Policy;
 use crate::politeness::{Mode, Politeness, PolitenessConfig};
 use crate::proxy::client::{ClientSettings, build_client};
 use crate::proxy::{Proxy, Settings, server};
@@ -142,10 +143,33 @@ impl App {
     pub async fn bind(config: Config) -> Result<App, StartError> {
         let metrics = Metrics::new();
         let tls = crate::tls::client_config(&config.upstream.ca_files)?;
+        // Bound first: the destination policy refuses these addresses.
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| StartError::Listen {
+                    addr: config.listen,
+                    source,
+                })?;
+        let admin = match config.admin.listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Listen { addr, source })?,
+            ),
+            None => None,
+        };
+        let own = [Some(&listener), admin.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l.local_addr().ok());
+        let policy = Policy::new(config.allow_private_destinations)
+            .with_own_listeners(own)
+            .treating_as_public(config.treat_as_public.iter().copied());
         // One set of upstream settings for both the pooled client and the
         // plain-http connection pool.
         let client_settings = ClientSettings {
-            allow_private: config.allow_private_destinations,
+            policy: policy.clone(),
             connect_timeout: config.upstream.connect_timeout,
             pool_idle_per_host: config.upstream.pool_idle_per_host,
             pool_idle_max: config.upstream.pool_idle_max,
@@ -172,7 +196,7 @@ impl App {
             },
         )
         .on_fetch(fetch_metrics(&metrics));
-        let gate = Gate::new(Arc::new(cache), config.allow_private_destinations);
+        let gate = Gate::new(Arc::new(cache), policy);
         let audit_path = config.audit_path();
         let audit = AuditLog::open(&audit_path, config.audit.log_all).map_err(|source| {
             StartError::Audit {
@@ -184,21 +208,6 @@ impl App {
         let (ca, created) = Ca::load_or_create(&ca_dir)?;
         let minter = Arc::new(Minter::new(ca, config.tls.leaf_cache)?);
         let settings = settings_from(&config, None)?;
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| StartError::Listen {
-                    addr: config.listen,
-                    source,
-                })?;
-        let admin = match config.admin.listen {
-            Some(addr) => Some(
-                TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| StartError::Listen { addr, source })?,
-            ),
-            None => None,
-        };
         let upstream = crate::proxy::upstream::Pool::new(client_settings);
         let proxy = Arc::new(Proxy::new(
             gate,

@@ -52,6 +52,12 @@ pub struct Config {
     pub politeness: PolitenessConfig,
     pub access: AccessConfig,
     pub log: LogConfig,
+    /// For tests only, not read from files: addresses the destination
+    /// policy counts as public, so a loopback origin can stand for a
+    /// public one while `allow_private_destinations` is off.
+    #[doc(hidden)]
+    #[serde(skip)]
+    pub treat_as_public: Vec<SocketAddr>,
 }
 
 /// robots.txt retrieval and caching.
@@ -210,6 +216,7 @@ impl Default for Config {
             politeness: PolitenessConfig::default(),
             access: AccessConfig::default(),
             log: LogConfig::default(),
+            treat_as_public: Vec::new(),
         }
     }
 }

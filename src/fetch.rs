@@ -7,11 +7,21 @@
 //! | more redirects than that                 | unavailable (allow all)    |
 //! | 4xx except 429                           | unavailable (allow all)    |
 //! | 429, 5xx, other codes, network errors, timeouts | unreachable (disallow all) |
+//! | a `Content-Encoding` that cannot be decoded | unreachable (disallow all) |
+//! | a hop the destination policy refuses     | refused (403, nothing sent) |
+//!
+//! A compressed file (`gzip`, `deflate`, `br`) is decoded on the blocking
+//! pool with a bounded decoder: at most [`MAX_BYTES`] + 1 decoded bytes
+//! are produced whatever the file expands to, and at most
+//! [`MAX_COMPRESSED_BYTES`] are read from the network.
 
+use std::io::{BufRead, BufReader, Read};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{ACCEPT, CACHE_CONTROL, LOCATION, USER_AGENT};
+use http::header::{
+    ACCEPT, ACCEPT_ENCODING, CACHE_CONTROL, CONTENT_ENCODING, LOCATION, USER_AGENT,
+};
 use http::{Request, StatusCode, Uri};
 use http_body_util::BodyExt;
 
@@ -100,6 +110,7 @@ async fn fetch_chain(
         let request = Request::get(url.clone())
             .header(USER_AGENT, settings.user_agent.as_str())
             .header(ACCEPT, "text/plain, */*;q=0.5")
+            .header(ACCEPT_ENCODING, "gzip, br, deflate")
             .body(empty_body());
         let request = match request {
             Ok(r) => r,
@@ -115,19 +126,27 @@ async fn fetch_chain(
             Ok(r) => r,
             Err(e) => {
                 if let Some(p) = crate::net::find_private_destination(&e) {
-                    return (Outcome::Refused(p.to_string()), None, None);
+                    // Nothing was sent: no connect error to tell.
+                    let reason = if hops == 0 {
+                        p.to_string()
+                    } else {
+                        format!("robots.txt redirected to {url}: {p}")
+                    };
+                    return (Outcome::Refused(reason), None, None);
                 }
+                let host = url.host().unwrap_or_default();
+                let reason = crate::tls::upstream_error_reason(&e, host);
                 if crate::tls::is_tls_failure(&e) {
-                    let host = url.host().unwrap_or_default();
-                    let reason = crate::tls::upstream_error_reason(&e, host);
                     return (
                         Outcome::BadTls(format!("fetching {url}: {reason}")),
                         None,
                         None,
                     );
                 }
+                // The short reason for clients, the whole chain for the log.
+                tracing::debug!(%url, error = %error_chain(&e), "robots.txt fetch failed");
                 return (
-                    Outcome::Unreachable(format!("fetching {url}: {}", error_chain(&e))),
+                    Outcome::Unreachable(format!("fetching {url}: {reason}")),
                     None,
                     None,
                 );
@@ -171,8 +190,33 @@ async fn fetch_chain(
         }
         let max_age = max_age(response.headers());
         if status.is_success() {
-            return match read_capped(response.into_body(), MAX_BYTES + 1).await {
-                Ok(body) => (parse_off_the_workers(body).await, code, max_age),
+            let codings = match content_codings(response.headers()) {
+                Ok(c) => c,
+                Err(e) => {
+                    return (
+                        Outcome::Unreachable(format!("cannot decode {url}: {e}")),
+                        code,
+                        None,
+                    );
+                }
+            };
+            let limit = if codings.is_empty() {
+                MAX_BYTES + 1
+            } else {
+                MAX_COMPRESSED_BYTES
+            };
+            return match read_capped(response.into_body(), limit).await {
+                Ok(body) => {
+                    let cut = body.len() >= limit;
+                    match parse_off_the_workers(body, codings, cut).await {
+                        Ok(outcome) => (outcome, code, max_age),
+                        Err(e) => (
+                            Outcome::Unreachable(format!("cannot decode {url}: {e}")),
+                            code,
+                            None,
+                        ),
+                    }
+                }
                 Err(e) => (
                     Outcome::Unreachable(format!("reading {url}: {e}")),
                     code,
@@ -189,13 +233,149 @@ async fn fetch_chain(
     }
 }
 
-/// Parses a fetched file on the blocking pool: a large one takes
-/// milliseconds, which on an async worker would stall every connection it
-/// serves.
-async fn parse_off_the_workers(body: Bytes) -> Outcome {
-    match tokio::task::spawn_blocking(move || Robots::parse(&body)).await {
-        Ok(robots) => Outcome::Parsed(robots),
-        Err(e) => Outcome::Unreachable(format!("internal error parsing robots.txt: {e}")),
+/// Decodes and parses a fetched file on the blocking pool: a large one
+/// takes milliseconds, which on an async worker would stall every
+/// connection it serves. `cut`: the body was cut at the read limit.
+/// `Err`: it could not be decoded.
+async fn parse_off_the_workers(
+    body: Bytes,
+    codings: Vec<Coding>,
+    cut: bool,
+) -> Result<Outcome, String> {
+    let work = move || {
+        if codings.is_empty() {
+            return Ok(Robots::parse(&body));
+        }
+        let text = decode_capped(&body, &codings, MAX_BYTES + 1, cut)?;
+        Ok(Robots::parse(&text))
+    };
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map(Outcome::Parsed),
+        Err(e) => Ok(Outcome::Unreachable(format!(
+            "internal error parsing robots.txt: {e}"
+        ))),
+    }
+}
+
+/// Compressed bytes read at most: far more than any real robots.txt
+/// compresses to, little enough that a slow endless body cannot hold much.
+pub const MAX_COMPRESSED_BYTES: usize = 4 * 1024 * 1024;
+
+/// Content codings applied in turn: at most this many.
+const MAX_CODINGS: usize = 3;
+
+/// A content coding robots.txt fetches accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Coding {
+    Gzip,
+    Deflate,
+    Brotli,
+}
+
+/// The codings of a response in the order the server applied them
+/// (`identity` dropped); an unknown one is an error.
+fn content_codings(headers: &http::HeaderMap) -> Result<Vec<Coding>, String> {
+    let mut codings = Vec::new();
+    for value in headers.get_all(CONTENT_ENCODING) {
+        let value = value
+            .to_str()
+            .map_err(|_| "unreadable Content-Encoding".to_string())?;
+        for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            codings.push(match name.to_ascii_lowercase().as_str() {
+                "identity" => continue,
+                "gzip" | "x-gzip" => Coding::Gzip,
+                "deflate" => Coding::Deflate,
+                "br" => Coding::Brotli,
+                _ => return Err(format!("unsupported Content-Encoding {name:?}")),
+            });
+        }
+    }
+    if codings.len() > MAX_CODINGS {
+        return Err(format!(
+            "{} content codings (at most {MAX_CODINGS} are decoded)",
+            codings.len()
+        ));
+    }
+    Ok(codings)
+}
+
+/// Undoes `codings` (as applied, so in reverse order) on `body`, stopping
+/// after `limit` decoded bytes: a bomb costs at most that much. A stream
+/// ended early is an error unless `cut` says the read limit ended it.
+fn decode_capped(
+    body: &[u8],
+    codings: &[Coding],
+    limit: usize,
+    cut: bool,
+) -> Result<Vec<u8>, String> {
+    if body.is_empty() {
+        return Ok(Vec::new());
+    }
+    let consumed = std::cell::Cell::new(0usize);
+    let mut reader: Box<dyn Read + '_> = Box::new(Counted {
+        inner: body,
+        count: &consumed,
+    });
+    for coding in codings.iter().rev() {
+        reader = match coding {
+            Coding::Gzip => Box::new(flate2::read::GzDecoder::new(reader)),
+            Coding::Deflate => {
+                // zlib-wrapped as the RFC says, or raw as some servers
+                // send it: browsers accept both.
+                let mut buffered = BufReader::new(reader);
+                let head = buffered.fill_buf().map_err(|e| e.to_string())?;
+                if is_zlib_header(head) {
+                    Box::new(flate2::read::ZlibDecoder::new(buffered))
+                } else {
+                    Box::new(flate2::read::DeflateDecoder::new(buffered))
+                }
+            }
+            Coding::Brotli => Box::new(brotli_decompressor::Decompressor::new(reader, 4096)),
+        };
+    }
+    let mut out = Vec::new();
+    match reader.take(limit as u64).read_to_end(&mut out) {
+        Ok(_) => Ok(out),
+        // The stream ended where the read limit cut it (not corrupt
+        // earlier): what came before is a prefix of the file.
+        Err(_) if cut && consumed.get() == body.len() => Ok(out),
+        Err(e) => {
+            let names: Vec<&str> = codings.iter().map(|c| c.name()).collect();
+            Err(format!("Content-Encoding {}: {e}", names.join(", ")))
+        }
+    }
+}
+
+impl Coding {
+    fn name(self) -> &'static str {
+        match self {
+            Coding::Gzip => "gzip",
+            Coding::Deflate => "deflate",
+            Coding::Brotli => "br",
+        }
+    }
+}
+
+/// A reader that counts the bytes read through it.
+struct Counted<'a, R> {
+    inner: R,
+    count: &'a std::cell::Cell<usize>,
+}
+
+impl<R: Read> Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.set(self.count.get() + n);
+        Ok(n)
+    }
+}
+
+/// A zlib header (RFC 1950): deflate method, a check that makes the first
+/// two bytes a multiple of 31.
+fn is_zlib_header(head: &[u8]) -> bool {
+    match head {
+        [cmf, flg, ..] => cmf & 0x0f == 8 && (u16::from(*cmf) << 8 | u16::from(*flg)) % 31 == 0,
+        _ => false,
     }
 }
 
@@ -298,6 +478,111 @@ mod tests {
             Some("https://c.example/x")
         );
         assert_eq!(r("ftp://c.example/x"), None);
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(data).expect("compress");
+        e.finish().expect("compress")
+    }
+
+    fn brotli(data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let params = ::brotli::enc::BrotliEncoderParams {
+            quality: 5,
+            ..Default::default()
+        };
+        ::brotli::BrotliCompress(&mut &data[..], &mut out, &params).expect("compress");
+        out
+    }
+
+    fn codings(value: &str) -> Result<Vec<Coding>, String> {
+        let mut h = http::HeaderMap::new();
+        h.insert(CONTENT_ENCODING, value.parse().expect("hv"));
+        content_codings(&h)
+    }
+
+    const TEXT: &[u8] = b"User-agent: *\nDisallow: /private\n";
+
+    #[test]
+    fn content_codings_are_read_in_order_and_unknown_ones_refused() {
+        use Coding::*;
+        assert_eq!(codings("gzip"), Ok(vec![Gzip]));
+        assert_eq!(codings("X-Gzip"), Ok(vec![Gzip]));
+        assert_eq!(codings("identity"), Ok(vec![]));
+        assert_eq!(codings("gzip, identity, br"), Ok(vec![Gzip, Brotli]));
+        assert_eq!(codings("deflate"), Ok(vec![Deflate]));
+        assert!(codings("compress").is_err_and(|e| e.contains("compress")));
+        assert!(codings("zstd").is_err());
+        assert!(codings("gzip, gzip, gzip, gzip").is_err());
+    }
+
+    #[test]
+    fn each_coding_and_a_chain_of_them_decode() {
+        use std::io::Write;
+        let limit = MAX_BYTES + 1;
+        let decode = |body: &[u8], c: &[Coding]| decode_capped(body, c, limit, false);
+        assert_eq!(decode(&gzip(TEXT), &[Coding::Gzip]).as_deref(), Ok(TEXT));
+        assert_eq!(
+            decode(&brotli(TEXT), &[Coding::Brotli]).as_deref(),
+            Ok(TEXT)
+        );
+        let mut zlib = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        zlib.write_all(TEXT).expect("compress");
+        let zlib = zlib.finish().expect("compress");
+        assert!(is_zlib_header(&zlib));
+        assert_eq!(decode(&zlib, &[Coding::Deflate]).as_deref(), Ok(TEXT));
+        let mut raw =
+            flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+        raw.write_all(TEXT).expect("compress");
+        let raw = raw.finish().expect("compress");
+        assert!(!is_zlib_header(&raw));
+        assert_eq!(decode(&raw, &[Coding::Deflate]).as_deref(), Ok(TEXT));
+        // `Content-Encoding: gzip, br`: gzip applied first, so undone last.
+        let both = brotli(&gzip(TEXT));
+        assert_eq!(
+            decode(&both, &[Coding::Gzip, Coding::Brotli]).as_deref(),
+            Ok(TEXT)
+        );
+        assert!(decode(&both, &[Coding::Brotli, Coding::Gzip]).is_err());
+        assert_eq!(decode(b"", &[Coding::Gzip]).as_deref(), Ok(&b""[..]));
+    }
+
+    #[test]
+    fn corrupt_streams_are_errors_unless_cut_by_the_read_limit() {
+        let limit = MAX_BYTES + 1;
+        let garbage = vec![0xff; 100_000];
+        for c in [Coding::Gzip, Coding::Deflate, Coding::Brotli] {
+            assert!(
+                decode_capped(&garbage, &[c], limit, false).is_err(),
+                "{c:?}"
+            );
+            // Cut by the limit but corrupt from the start: still an error.
+            assert!(decode_capped(&garbage, &[c], limit, true).is_err(), "{c:?}");
+        }
+        let whole = gzip(TEXT);
+        let half = &whole[..whole.len() / 2];
+        assert!(decode_capped(half, &[Coding::Gzip], limit, false).is_err());
+        let prefix = decode_capped(half, &[Coding::Gzip], limit, true).expect("a prefix");
+        assert!(TEXT.starts_with(&prefix));
+    }
+
+    /// A bomb is decoded to the limit and no further.
+    #[test]
+    fn a_bomb_costs_at_most_the_limit() {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(TEXT).expect("compress");
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..64 {
+            e.write_all(&zeros).expect("compress");
+        }
+        let bomb = e.finish().expect("compress");
+        let limit = MAX_BYTES + 1;
+        let out = decode_capped(&bomb, &[Coding::Gzip], limit, false).expect("decodes");
+        assert_eq!(out.len(), limit);
+        assert!(out.starts_with(TEXT));
     }
 
     #[test]

@@ -150,35 +150,33 @@ impl Judgement {
 /// Judges requests against robots.txt and the destination policy.
 pub struct Gate {
     cache: Arc<RobotsCache>,
-    allow_private: bool,
+    policy: net::Policy,
 }
 
 impl Gate {
-    pub fn new(cache: Arc<RobotsCache>, allow_private: bool) -> Gate {
-        Gate {
-            cache,
-            allow_private,
-        }
+    pub fn new(cache: Arc<RobotsCache>, policy: net::Policy) -> Gate {
+        Gate { cache, policy }
     }
 
-    /// Whether private destinations are allowed.
-    pub fn allows_private(&self) -> bool {
-        self.allow_private
+    /// The destination policy, the same the upstream connections apply.
+    pub fn policy(&self) -> &net::Policy {
+        &self.policy
     }
 
     pub fn cache(&self) -> &Arc<RobotsCache> {
         &self.cache
     }
 
-    /// Refuses IP-literal destinations the policy forbids. Names are
-    /// checked when they are resolved (see [`net::GuardedResolver`]).
+    /// Refuses IP-literal destinations the policy forbids before
+    /// robots.txt is fetched. Names are checked where they are resolved,
+    /// at connect time (see [`net::GuardedConnector`]).
     pub fn destination_refusal(&self, origin: &Origin) -> Option<String> {
-        match origin.ip() {
-            Some(ip) if !self.allow_private && net::is_private(ip) => Some(format!(
-                "destination {ip} is a private or local address; set allow_private_destinations to permit it"
-            )),
-            _ => None,
-        }
+        let ip = origin.ip()?;
+        let addr = std::net::SocketAddr::new(ip, origin.port());
+        self.policy
+            .check(origin.host(), addr)
+            .err()
+            .map(|e| e.to_string())
     }
 
     /// Judges `path_and_query` (starting with `/`) on `origin` for the

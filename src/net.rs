@@ -1,34 +1,32 @@
 //! Destination policy: which addresses the proxy may connect to, enforced
-//! where the connection is made (in the DNS resolver of the upstream
-//! client), so a name that resolves to a private address is refused too and
-//! DNS rebinding cannot slip past a check made earlier.
+//! where the connection is made (the upstream client's connector and the
+//! plain-http and tunnel connects), so a name that resolves to a private
+//! address, an IP literal in a redirect and the proxy's own listeners are
+//! refused alike, and DNS rebinding cannot slip past a check made earlier.
 
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
+use http::Uri;
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::dns::Name;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
-/// True for loopback, private (RFC 1918, unique-local), link-local,
-/// shared (CGNAT), unspecified, broadcast and multicast addresses: places a
-/// proxy on the open internet must not reach on a client's behalf.
+/// True for addresses a proxy on the open internet must not reach on a
+/// client's behalf: loopback, private (RFC 1918, unique-local), link-local,
+/// shared (CGNAT), unspecified, broadcast, multicast, reserved,
+/// documentation and benchmarking ranges, and IPv6 forms that embed such an
+/// IPv4 address (mapped, translated, NAT64, 6to4, Teredo).
 pub fn is_private(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_private_v4(v4),
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_private_v4(v4);
-            }
-            let seg0 = v6.segments()[0];
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (seg0 & 0xfe00) == 0xfc00 // unique local fc00::/7
-                || (seg0 & 0xffc0) == 0xfe80 // link-local fe80::/10
-                || v6 == Ipv6Addr::from([0, 0, 0, 0, 0, 0, 0, 1])
-        }
+        IpAddr::V6(v6) => is_private_v6(v6),
     }
 }
 
@@ -42,17 +40,194 @@ fn is_private_v4(v4: Ipv4Addr) -> bool {
         || v4.is_multicast()
         || o[0] == 0
         || (o[0] == 100 && (o[1] & 0xc0) == 64) // 100.64.0.0/10 shared address space
+        || (o[0] == 192 && o[1] == 0 && o[2] == 0) // 192.0.0.0/24 protocol assignments
+        || (o[0] == 192 && o[1] == 0 && o[2] == 2) // 192.0.2.0/24 documentation
+        || (o[0] == 198 && o[1] == 51 && o[2] == 100) // 198.51.100.0/24 documentation
+        || (o[0] == 203 && o[1] == 0 && o[2] == 113) // 203.0.113.0/24 documentation
+        || (o[0] == 198 && (o[1] & 0xfe) == 18) // 198.18.0.0/15 benchmarking
+        || (o[0] == 192 && o[1] == 88 && o[2] == 99) // 192.88.99.0/24 6to4 relays
+        || o[0] >= 240 // 240.0.0.0/4 reserved
 }
 
-/// The error a refused destination produces; found again in the client's
-/// error chain to answer 403 instead of 502.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "destination {host} is a private or local address ({ip}); set allow_private_destinations to permit it"
-)]
+fn is_private_v6(v6: Ipv6Addr) -> bool {
+    let s = v6.segments();
+    let embedded = |hi: u16, lo: u16| Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo));
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return is_private_v4(v4); // ::ffff:a.b.c.d
+    }
+    match s {
+        // ::, ::1 and the deprecated IPv4-compatible ::a.b.c.d (never
+        // routed as such; whatever they reach is not the internet).
+        [0, 0, 0, 0, 0, 0, _, _] => return true,
+        // IPv4-translated ::ffff:0:a.b.c.d (SIIT).
+        [0, 0, 0, 0, 0xffff, 0, hi, lo] => return is_private_v4(embedded(hi, lo)),
+        // NAT64 well-known prefix 64:ff9b::/96.
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => return is_private_v4(embedded(hi, lo)),
+        _ => {}
+    }
+    let teredo_client = embedded(!s[6], !s[7]);
+    v6.is_multicast()
+        || (s[0] & 0xfe00) == 0xfc00 // unique local fc00::/7
+        || (s[0] & 0xffc0) == 0xfe80 // link-local fe80::/10
+        || (s[0] & 0xffc0) == 0xfec0 // site-local fec0::/10 (deprecated)
+        || (s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1) // local-use NAT64 64:ff9b:1::/48
+        || (s[0] == 0x100 && s[1] == 0 && s[2] == 0 && s[3] == 0) // discard-only 100::/64
+        || (s[0] == 0x2001 && s[1] == 0xdb8) // documentation 2001:db8::/32
+        || (s[0] == 0x3fff && (s[1] & 0xf000) == 0) // documentation 3fff::/20
+        || (s[0] == 0x2002 && is_private_v4(embedded(s[1], s[2]))) // 6to4 2002::/16
+        // Teredo 2001::/32: the server's address, and the client's, stored inverted.
+        || (s[0] == 0x2001
+            && s[1] == 0
+            && (is_private_v4(embedded(s[2], s[3])) || is_private_v4(teredo_client)))
+}
+
+/// Why the policy refused a destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A private or local address, and `allow_private_destinations` is off.
+    Private,
+    /// One of the proxy's own listeners (refused whatever the setting, so
+    /// a client cannot reach the admin listener through the proxy).
+    OwnListener,
+}
+
+/// The error a refused destination produces; found again in an error's
+/// causes to answer 403 instead of 502. Its text names the host and never
+/// what a connect would have said, so it tells nothing about reachability.
+#[derive(Clone, Debug)]
 pub struct PrivateDestination {
     pub host: String,
-    pub ip: IpAddr,
+    /// The address refused: kept for the server log; not shown for names,
+    /// so internal DNS records are not told to clients.
+    pub addr: SocketAddr,
+    pub why: Refusal,
+}
+
+impl std::fmt::Display for PrivateDestination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let literal = strip_brackets(&self.host).parse::<IpAddr>().is_ok();
+        match (self.why, literal) {
+            (Refusal::OwnListener, _) => write!(
+                f,
+                "refused by destination policy: {} port {} is this proxy's own listener, never a destination",
+                self.host,
+                self.addr.port()
+            ),
+            (Refusal::Private, true) => write!(
+                f,
+                "refused by destination policy: {} is a private or local address; \
+                 set allow_private_destinations to permit it",
+                self.host
+            ),
+            (Refusal::Private, false) => write!(
+                f,
+                "refused by destination policy: {} resolves to a private or local address; \
+                 set allow_private_destinations to permit it",
+                self.host
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PrivateDestination {}
+
+/// `[v6]` → `v6`, as hyper-util does before it decides a host is a literal.
+fn strip_brackets(host: &str) -> &str {
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
+/// The destination policy: private addresses (unless allowed) and the
+/// proxy's own listeners are refused. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Policy {
+    allow_private: bool,
+    own_listeners: Arc<[SocketAddr]>,
+    /// Addresses counted as public: a test seam, so that a loopback origin
+    /// can stand for a public one while the policy is on.
+    treat_as_public: Arc<[SocketAddr]>,
+}
+
+impl Policy {
+    pub fn new(allow_private: bool) -> Policy {
+        Policy {
+            allow_private,
+            ..Policy::default()
+        }
+    }
+
+    /// The addresses the proxy listens on, refused as destinations.
+    pub fn with_own_listeners(mut self, addrs: impl IntoIterator<Item = SocketAddr>) -> Policy {
+        self.own_listeners = addrs.into_iter().collect();
+        self
+    }
+
+    /// For tests only: `addrs` count as public addresses.
+    #[doc(hidden)]
+    pub fn treating_as_public(mut self, addrs: impl IntoIterator<Item = SocketAddr>) -> Policy {
+        self.treat_as_public = addrs.into_iter().collect();
+        self
+    }
+
+    pub fn allows_private(&self) -> bool {
+        self.allow_private
+    }
+
+    /// Whether `addr` (reached as `host`) may be connected to.
+    pub fn check(&self, host: &str, addr: SocketAddr) -> Result<(), PrivateDestination> {
+        let refuse = |why| {
+            Err(PrivateDestination {
+                host: host.to_string(),
+                addr,
+                why,
+            })
+        };
+        if self.is_own_listener(addr) {
+            return refuse(Refusal::OwnListener);
+        }
+        if self.allow_private || self.treat_as_public.contains(&addr) || !is_private(addr.ip()) {
+            return Ok(());
+        }
+        refuse(Refusal::Private)
+    }
+
+    /// A listener on the unspecified address is reached through loopback
+    /// on its port, and any listener through the unspecified address ("this
+    /// host"). The host's other interface addresses are not enumerated
+    /// (with the policy on they are refused as private unless public; the
+    /// `Via` loop check still catches the proxy listener, not the admin).
+    fn is_own_listener(&self, addr: SocketAddr) -> bool {
+        let target = addr.ip().to_canonical();
+        self.own_listeners.iter().any(|l| {
+            let listener = l.ip().to_canonical();
+            l.port() == addr.port()
+                && (listener == target
+                    || target.is_unspecified()
+                    || (listener.is_unspecified() && target.is_loopback()))
+        })
+    }
+
+    /// The addresses of `addrs` the policy allows; if it allows none, the
+    /// error carries the first refusal.
+    pub fn filter(&self, host: &str, addrs: Vec<SocketAddr>) -> io::Result<Vec<SocketAddr>> {
+        let mut refusal = None;
+        let usable: Vec<SocketAddr> = addrs
+            .into_iter()
+            .filter(|a| match self.check(host, *a) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::debug!(host, addr = %a, "destination refused: {e}");
+                    refusal.get_or_insert(e);
+                    false
+                }
+            })
+            .collect();
+        match (usable.is_empty(), refusal) {
+            (true, Some(r)) => Err(io::Error::new(io::ErrorKind::PermissionDenied, r)),
+            _ => Ok(usable),
+        }
+    }
 }
 
 /// An error and its causes, outermost first. Unlike `source()` alone it
@@ -82,35 +257,21 @@ pub fn find_private_destination<'a>(
     causes(err).find_map(|e| e.downcast_ref::<PrivateDestination>())
 }
 
-/// Resolves `host` (port `port`) and applies the destination policy: with
-/// `allow_private` false, private addresses are dropped, and if none is
-/// left the error carries a [`PrivateDestination`].
-pub async fn resolve(host: &str, port: u16, allow_private: bool) -> io::Result<Vec<SocketAddr>> {
+/// Resolves `host` (port `port`) and applies `policy` to every address:
+/// refused ones are dropped, and if none is left the error carries a
+/// [`PrivateDestination`].
+pub async fn resolve(host: &str, port: u16, policy: &Policy) -> io::Result<Vec<SocketAddr>> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
-    if allow_private {
-        return Ok(addrs);
-    }
-    let public: Vec<SocketAddr> = addrs
-        .iter()
-        .copied()
-        .filter(|a| !is_private(a.ip()))
-        .collect();
-    match (public.is_empty(), addrs.first()) {
-        (true, Some(first)) => Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            PrivateDestination {
-                host: host.to_string(),
-                ip: first.ip(),
-            },
-        )),
-        _ => Ok(public),
-    }
+    policy.filter(host, addrs)
 }
 
-/// A resolver for hyper-util's `HttpConnector` that applies [`resolve`].
+/// A resolver for hyper-util's `HttpConnector` that applies [`resolve`];
+/// made per connection, as the policy needs the port and a resolver is
+/// given only the name.
 #[derive(Clone, Debug)]
 pub struct GuardedResolver {
-    pub allow_private: bool,
+    policy: Policy,
+    port: u16,
 }
 
 impl tower_service::Service<Name> for GuardedResolver {
@@ -123,10 +284,59 @@ impl tower_service::Service<Name> for GuardedResolver {
     }
 
     fn call(&mut self, name: Name) -> Self::Future {
-        let allow_private = self.allow_private;
+        let (policy, port) = (self.policy.clone(), self.port);
+        Box::pin(async move { Ok(resolve(name.as_str(), port, &policy).await?.into_iter()) })
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The one place the pooled upstream client turns a URI into a socket:
+/// hyper-util's `HttpConnector` connects to an IP literal without asking
+/// its resolver, so literals are checked here and names by
+/// [`GuardedResolver`]. hyper-rustls wraps it for https.
+#[derive(Clone, Debug)]
+pub struct GuardedConnector {
+    policy: Policy,
+    connect_timeout: Duration,
+}
+
+impl GuardedConnector {
+    pub fn new(policy: Policy, connect_timeout: Duration) -> GuardedConnector {
+        GuardedConnector {
+            policy,
+            connect_timeout,
+        }
+    }
+}
+
+impl tower_service::Service<Uri> for GuardedConnector {
+    type Response = TokioIo<TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        let (policy, timeout) = (self.policy.clone(), self.connect_timeout);
         Box::pin(async move {
-            // The connector sets the port itself.
-            Ok(resolve(name.as_str(), 0, allow_private).await?.into_iter())
+            let Some(host) = dst.host() else {
+                return Err("URI without a host".into());
+            };
+            let https = dst.scheme() == Some(&http::uri::Scheme::HTTPS);
+            let port = dst.port_u16().unwrap_or(if https { 443 } else { 80 });
+            // The test hyper-util makes to skip the resolver.
+            let bare = strip_brackets(host);
+            if let Ok(ip) = bare.parse::<IpAddr>() {
+                policy.check(bare, SocketAddr::new(ip, port))?;
+            }
+            let mut http = HttpConnector::new_with_resolver(GuardedResolver { policy, port });
+            http.enforce_http(false);
+            http.set_nodelay(true);
+            http.set_connect_timeout(Some(timeout));
+            Ok(tower_service::Service::call(&mut http, dst).await?)
         })
     }
 }
@@ -134,6 +344,11 @@ impl tower_service::Service<Name> for GuardedResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn private(ip: &str) -> bool {
+        is_private(ip.parse().expect("ip"))
+    }
 
     #[test]
     fn private_ranges() {
@@ -150,10 +365,195 @@ mod tests {
             "fd00::1",
             "::ffff:127.0.0.1",
         ] {
-            assert!(is_private(ip.parse().expect("ip")), "{ip}");
+            assert!(private(ip), "{ip}");
         }
         for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
-            assert!(!is_private(ip.parse().expect("ip")), "{ip}");
+            assert!(!private(ip), "{ip}");
         }
+    }
+
+    #[test]
+    fn reserved_documentation_and_benchmark_ranges_are_private() {
+        for ip in [
+            "192.0.0.8",
+            "192.0.2.1",
+            "198.51.100.7",
+            "203.0.113.9",
+            "198.18.0.1",
+            "198.19.255.255",
+            "192.88.99.1",
+            "240.0.0.1",
+            "255.255.255.255",
+            "fec0::1",
+            "2001:db8::1",
+            "3fff::1",
+            "100::1",
+            "::",
+        ] {
+            assert!(private(ip), "{ip}");
+        }
+        for ip in ["198.20.0.1", "192.0.3.1", "223.255.255.1", "2001:db9::1"] {
+            assert!(!private(ip), "{ip}");
+        }
+    }
+
+    #[test]
+    fn ipv6_forms_embedding_a_private_ipv4_are_private() {
+        for ip in [
+            "::ffff:10.0.0.1",                      // mapped
+            "::ffff:0:127.0.0.1",                   // translated (SIIT)
+            "::127.0.0.1",                          // IPv4-compatible: all of ::/96
+            "::8.8.8.8",                            // idem, deprecated whatever it embeds
+            "64:ff9b::a9fe:a9fe",                   // NAT64 of 169.254.169.254
+            "64:ff9b::7f00:1",                      // NAT64 of 127.0.0.1
+            "64:ff9b:1::808:808",                   // local-use NAT64: a local network
+            "2002:c0a8:101::1",                     // 6to4 of 192.168.1.1
+            "2002:7f00:1::",                        // 6to4 of 127.0.0.1
+            "2001:0:4136:e378:8000:63bf:f5ff:fffe", // Teredo, client 10.0.0.1
+            "2001:0:a00:1::1",                      // Teredo, server 10.0.0.1
+        ] {
+            assert!(private(ip), "{ip}");
+        }
+        for ip in [
+            "::ffff:8.8.8.8",
+            "::ffff:0:8.8.8.8",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+            "2001:0:4136:e378:8000:63bf:f7f7:f7f7", // Teredo, client 8.8.8.8
+        ] {
+            assert!(!private(ip), "{ip}");
+        }
+    }
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().expect("socket address")
+    }
+
+    #[test]
+    fn own_listeners_are_refused_whatever_the_private_setting() {
+        let policy = Policy::new(true).with_own_listeners([
+            sa("127.0.0.1:3128"),
+            sa("0.0.0.0:9090"),
+            sa("10.0.0.5:8080"),
+        ]);
+        for refused in [
+            "127.0.0.1:3128",
+            "0.0.0.0:3128",
+            "[::ffff:127.0.0.1]:3128",
+            "127.0.0.1:9090",
+            "127.0.0.2:9090",
+            "[::1]:9090",
+            "[::]:9090",
+            "10.0.0.5:8080",
+            "0.0.0.0:8080",
+        ] {
+            let err = policy.check("h", sa(refused)).expect_err(refused);
+            assert_eq!(err.why, Refusal::OwnListener, "{refused}");
+            assert!(err.to_string().contains("own listener"), "{err}");
+        }
+        for allowed in [
+            "127.0.0.1:3129",
+            "127.0.0.2:3128",
+            "10.0.0.1:80",
+            "127.0.0.1:8080",
+        ] {
+            assert!(policy.check("h", sa(allowed)).is_ok(), "{allowed}");
+        }
+    }
+
+    #[test]
+    fn addresses_treated_as_public_are_exact() {
+        let policy = Policy::new(false).treating_as_public([sa("127.0.0.1:8080")]);
+        assert!(policy.check("127.0.0.1", sa("127.0.0.1:8080")).is_ok());
+        let err = policy
+            .check("127.0.0.1", sa("127.0.0.1:8081"))
+            .expect_err("another port");
+        assert_eq!(err.why, Refusal::Private);
+        assert_eq!(
+            err.to_string(),
+            "refused by destination policy: 127.0.0.1 is a private or local address; \
+             set allow_private_destinations to permit it"
+        );
+        // A name's addresses are not told.
+        let err = policy
+            .check("intranet.example", sa("10.1.2.3:80"))
+            .expect_err("private");
+        assert!(!err.to_string().contains("10.1.2.3"), "{err}");
+    }
+
+    /// The resolver reads numeric forms the way inet_aton does: they end
+    /// up as the address they stand for, and are refused as such.
+    #[tokio::test]
+    async fn odd_ipv4_spellings_are_refused_once_resolved() {
+        let policy = Policy::new(false);
+        for host in ["2130706433", "127.1", "0x7f.0.0.1", "localhost"] {
+            let err = resolve(host, 80, &policy).await.expect_err(host);
+            assert!(find_private_destination(&err).is_some(), "{host}: {err}");
+        }
+    }
+
+    /// A listener counting its accepts, and its port.
+    async fn counting_listener(ip: &str) -> Option<(u16, Arc<AtomicUsize>)> {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.ok()?;
+        let port = listener.local_addr().ok()?.port();
+        let accepts = Arc::new(AtomicUsize::new(0));
+        let counter = accepts.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                drop(stream);
+            }
+        });
+        Some((port, accepts))
+    }
+
+    #[tokio::test]
+    async fn the_connector_refuses_ip_literals_without_connecting() {
+        let (port, accepts) = counting_listener("127.0.0.1").await.expect("bind");
+        let mut refusing = GuardedConnector::new(Policy::new(false), Duration::from_secs(5));
+        for uri in [
+            format!("http://127.0.0.1:{port}/"),
+            format!("https://127.0.0.1:{port}/"),
+            format!("http://[::ffff:127.0.0.1]:{port}/"),
+            format!("http://[::ffff:7f00:1]:{port}/"),
+        ] {
+            let dst: Uri = uri.parse().expect("uri");
+            let err = tower_service::Service::call(&mut refusing, dst)
+                .await
+                .expect_err(&uri);
+            assert!(find_private_destination(&*err).is_some(), "{uri}: {err}");
+        }
+        // Names go through the guarded resolver, with the port.
+        let dst: Uri = format!("http://localhost:{port}/").parse().expect("uri");
+        let err = tower_service::Service::call(&mut refusing, dst)
+            .await
+            .expect_err("localhost");
+        assert!(find_private_destination(&*err).is_some(), "{err}");
+        assert_eq!(accepts.load(Ordering::SeqCst), 0);
+        // The same address as the proxy's own listener: refused even when
+        // private destinations are allowed.
+        let own = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut guarded = GuardedConnector::new(
+            Policy::new(true).with_own_listeners([own]),
+            Duration::from_secs(5),
+        );
+        for uri in [
+            format!("http://127.0.0.1:{port}/"),
+            format!("http://localhost:{port}/"),
+        ] {
+            let dst: Uri = uri.parse().expect("uri");
+            let err = tower_service::Service::call(&mut guarded, dst)
+                .await
+                .expect_err(&uri);
+            let refusal = find_private_destination(&*err).expect("a refusal");
+            assert_eq!(refusal.why, Refusal::OwnListener, "{uri}");
+        }
+        assert_eq!(accepts.load(Ordering::SeqCst), 0);
+        // Allowed: it connects.
+        let mut allowing = GuardedConnector::new(Policy::new(true), Duration::from_secs(5));
+        let dst: Uri = format!("http://127.0.0.1:{port}/").parse().expect("uri");
+        tower_service::Service::call(&mut allowing, dst)
+            .await
+            .expect("connects");
     }
 }

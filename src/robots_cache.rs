@@ -640,7 +640,7 @@ mod tests {
             .expect("tls config");
         let client = build_client(
             &ClientSettings {
-                allow_private: false,
+                policy: crate::net::Policy::new(false),
                 connect_timeout: Duration::from_secs(1),
                 pool_idle_per_host: 1,
                 pool_idle_max: 1,

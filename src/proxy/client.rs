@@ -8,16 +8,15 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::net::GuardedResolver;
+use crate::net::{GuardedConnector, Policy};
 
 /// Body type used on both sides of the proxy: streams, never buffered whole.
 pub type Body = BoxBody<Bytes, hyper::Error>;
 
 /// The upstream client: HTTP/1.1 and HTTP/2 (by ALPN), http and https.
-pub type HttpClient = Client<HttpsConnector<HttpConnector<GuardedResolver>>, Body>;
+pub type HttpClient = Client<HttpsConnector<GuardedConnector>, Body>;
 
 /// An empty body.
 pub fn empty_body() -> Body {
@@ -36,7 +35,8 @@ pub fn full_body(bytes: impl Into<Bytes>) -> Body {
 /// Settings for [`build_client`].
 #[derive(Clone, Debug)]
 pub struct ClientSettings {
-    pub allow_private: bool,
+    /// Where connections may go; applied to every connection made.
+    pub policy: Policy,
     pub connect_timeout: Duration,
     pub pool_idle_per_host: usize,
     /// Idle plain-http connections kept over all origins (the pooled
@@ -47,12 +47,7 @@ pub struct ClientSettings {
 
 /// Builds the upstream client with `tls` as its rustls configuration.
 pub fn build_client(settings: &ClientSettings, tls: Arc<rustls::ClientConfig>) -> HttpClient {
-    let mut http = HttpConnector::new_with_resolver(GuardedResolver {
-        allow_private: settings.allow_private,
-    });
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    http.set_connect_timeout(Some(settings.connect_timeout));
+    let http = GuardedConnector::new(settings.policy.clone(), settings.connect_timeout);
     // hyper-rustls sets ALPN (h2, http/1.1) itself and refuses a preset one.
     let mut tls = (*tls).clone();
     tls.alpn_protocols.clear();

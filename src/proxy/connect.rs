@@ -216,7 +216,7 @@ async fn tunnel(
     }
     proxy.metrics.request(crate::metrics::Decision::Tunnelled);
     let timeout = proxy.upstream.settings().connect_timeout;
-    let upstream = match connect_upstream(&origin, proxy.gate.allows_private(), timeout).await {
+    let upstream = match connect_upstream(&origin, proxy.gate.policy(), timeout).await {
         Ok(s) => s,
         Err(ConnectFailure::Refused(reason)) => return respond::refused(&reason),
         Err(ConnectFailure::Io(e)) => {
@@ -254,10 +254,10 @@ pub enum ConnectFailure {
 /// does not answer leaves time for the next.
 pub async fn connect_upstream(
     origin: &Origin,
-    allow_private: bool,
+    policy: &net::Policy,
     timeout: Duration,
 ) -> Result<TcpStream, ConnectFailure> {
-    let usable = net::resolve(origin.host(), origin.port(), allow_private)
+    let usable = net::resolve(origin.host(), origin.port(), policy)
         .await
         .map_err(|e| match net::find_private_destination(&e) {
             Some(p) => ConnectFailure::Refused(p.to_string()),

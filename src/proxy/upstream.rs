@@ -342,7 +342,7 @@ impl Pool {
         // bounds the name lookup as well.
         let stream = match tokio::time::timeout(
             settings.connect_timeout,
-            connect_upstream(origin, settings.allow_private, settings.connect_timeout),
+            connect_upstream(origin, &settings.policy, settings.connect_timeout),
         )
         .await
         {
@@ -590,7 +590,7 @@ mod tests {
 
     fn pool_with_max(idle_per_origin: usize, max: usize, idle_timeout: Duration) -> Arc<Pool> {
         Pool::new(ClientSettings {
-            allow_private: true,
+            policy: crate::net::Policy::new(true),
             connect_timeout: Duration::from_secs(5),
             pool_idle_per_host: idle_per_origin,
             pool_idle_max: max,
@@ -887,7 +887,7 @@ mod tests {
     #[tokio::test]
     async fn refused_and_failed_connects_are_errors() {
         let refusing = Pool::new(ClientSettings {
-            allow_private: false,
+            policy: crate::net::Policy::new(false),
             connect_timeout: Duration::from_secs(5),
             pool_idle_per_host: 4,
             pool_idle_max: 1024,

@@ -501,3 +501,21 @@ impl HeldOrigin {
         format!("http://{}{}", self.addr, path)
     }
 }
+
+/// A listener on `ip` (port 0) that counts the connections it accepts and
+/// closes them; `None` if `ip` cannot be bound here.
+pub async fn counting_listener(
+    ip: &str,
+) -> Option<(SocketAddr, Arc<std::sync::atomic::AtomicUsize>)> {
+    let listener = TcpListener::bind((ip, 0)).await.ok()?;
+    let addr = listener.local_addr().ok()?;
+    let accepts: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+    let counter = accepts.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    Some((addr, accepts))
+}
