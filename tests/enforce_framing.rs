@@ -524,3 +524,196 @@ async fn head_options_and_unknown_methods_are_judged_and_forwarded_as_sent() {
         ]
     );
 }
+
+// --- Response framing ----------------------------------------------------
+
+/// Both framings: Transfer-Encoding wins (RFC 9112 §6.3), the body is 26
+/// bytes, not 5.
+const CL_AND_CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n1a\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\n\r\n";
+const ALPHABET: &str = "abcdefghijklmnopqrstuvwxyz";
+
+/// The plain-http path without a request body: the proxy's own pool.
+#[tokio::test]
+async fn a_response_with_content_length_and_chunked_reaches_the_client_whole() {
+    let origin = RawOrigin::start(CL_AND_CHUNKED).await;
+    let proxy = Proxy::start().await;
+    let resp = proxy.get(&origin.url("/x")).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.body, ALPHABET);
+    assert!(resp.header("content-length").is_none(), "{resp:?}");
+}
+
+/// With a request body the pooled client carries the request.
+#[tokio::test]
+async fn a_response_with_content_length_and_chunked_to_a_request_with_a_body_reaches_the_client_whole()
+ {
+    let origin = RawOrigin::start(CL_AND_CHUNKED).await;
+    let proxy = Proxy::start().await;
+    let req = http::Request::post(origin.url("/x"))
+        .body(bytes::Bytes::from_static(b"form=1"))
+        .expect("req");
+    let resp = proxy.request(req).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.body, ALPHABET);
+    assert!(resp.header("content-length").is_none(), "{resp:?}");
+    assert!(origin.requests()[0].ends_with("form=1"));
+}
+
+/// Two different lengths: no way to know where the body ends.
+#[tokio::test]
+async fn a_response_with_two_different_content_lengths_is_a_502() {
+    let origin = RawOrigin::start(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 26\r\n\r\nabcdefghijklmnopqrstuvwxyz",
+    )
+    .await;
+    let proxy = Proxy::start().await;
+    assert_eq!(proxy.get(&origin.url("/x")).await.status, 502);
+}
+
+// --- Request framing -----------------------------------------------------
+
+/// The body of a recorded request: what follows its head.
+fn body_of(request: &str) -> &str {
+    request.split_once("\r\n\r\n").map_or("", |(_, b)| b)
+}
+
+fn has_header(request: &str, line: &str) -> bool {
+    let head = request.split("\r\n\r\n").next().unwrap_or_default();
+    head.lines().any(|l| l.eq_ignore_ascii_case(line))
+}
+
+/// hyper's client sends a GET (or HEAD) body of unknown length as no body
+/// at all unless told its framing.
+#[tokio::test]
+async fn a_request_body_is_forwarded_whatever_the_method_and_framing() {
+    let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let proxy = Proxy::start().await;
+    for method in ["GET", "HEAD", "OPTIONS", "DELETE"] {
+        let head = format!(
+            "{method} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+            origin.url("/x"),
+            origin.addr
+        );
+        let chunked = raw(
+            &proxy,
+            &format!("{head}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(chunked.status(), 200, "{method}: {chunked:?}");
+        let seen = origin.requests().pop().unwrap_or_default();
+        assert!(
+            seen.starts_with(&format!("{method} /x HTTP/1.1\r\n")),
+            "{seen}"
+        );
+        assert!(has_header(&seen, "transfer-encoding: chunked"), "{seen}");
+        assert!(
+            !seen.to_ascii_lowercase().contains("content-length"),
+            "{seen}"
+        );
+        assert_eq!(body_of(&seen), "5\r\nhello\r\n0\r\n\r\n", "{method}");
+
+        let length = raw(&proxy, &format!("{head}Content-Length: 5\r\n\r\nhello")).await;
+        assert_eq!(length.status(), 200, "{method}: {length:?}");
+        let seen = origin.requests().pop().unwrap_or_default();
+        assert!(has_header(&seen, "content-length: 5"), "{seen}");
+        assert!(
+            !seen.to_ascii_lowercase().contains("transfer-encoding"),
+            "{seen}"
+        );
+        assert_eq!(body_of(&seen), "hello", "{method}");
+    }
+}
+
+/// Content-Length and Transfer-Encoding from the client, in either order:
+/// hyper's server reads the body as chunked and drops the length; the
+/// origin sees that one framing, and the client connection ends after the
+/// response (nothing after the body is read as another request).
+#[tokio::test]
+async fn a_request_with_content_length_and_chunked_reaches_the_origin_with_one_framing() {
+    let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let proxy = Proxy::start().await;
+    for (method, framing) in [
+        ("POST", "Content-Length: 5\r\nTransfer-Encoding: chunked"),
+        ("POST", "Transfer-Encoding: chunked\r\nContent-Length: 5"),
+        ("GET", "Content-Length: 5\r\nTransfer-Encoding: chunked"),
+    ] {
+        let smuggled = format!(
+            "GET {} HTTP/1.1\r\nHost: {}\r\n\r\n",
+            origin.url("/private/y"),
+            origin.addr
+        );
+        let resp = raw(
+            &proxy,
+            &format!(
+                "{method} {} HTTP/1.1\r\nHost: {}\r\n{framing}\r\n\r\n3\r\nabc\r\n0\r\n\r\n{smuggled}",
+                origin.url("/x"),
+                origin.addr
+            ),
+        )
+        .await;
+        assert_eq!(resp.status(), 200, "{framing}: {resp:?}");
+        assert_eq!(resp.text.matches("HTTP/1.1 ").count(), 1, "{resp:?}");
+        let seen = origin.requests().pop().unwrap_or_default();
+        assert!(has_header(&seen, "transfer-encoding: chunked"), "{seen}");
+        assert!(
+            !seen.to_ascii_lowercase().contains("content-length"),
+            "{seen}"
+        );
+        assert_eq!(body_of(&seen), "3\r\nabc\r\n0\r\n\r\n", "{framing}");
+    }
+    assert!(origin.requests().iter().all(|r| !r.contains("/private")));
+}
+
+/// Framings that cannot be read one way only are refused before anything
+/// is judged or forwarded.
+#[tokio::test]
+async fn ambiguous_request_framing_is_400() {
+    let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let proxy = Proxy::start_with(|c| c.audit.log_all = true).await;
+    for framing in [
+        "Content-Length: 5\r\nContent-Length: 6",
+        "Content-Length: 5, 6",
+        "Content-Length: +5",
+        "Transfer-Encoding: gzip",
+        "Transfer-Encoding: chunked, gzip",
+    ] {
+        let resp = raw(
+            &proxy,
+            &format!(
+                "POST {} HTTP/1.1\r\nHost: {}\r\n{framing}\r\nConnection: close\r\n\r\nhello6",
+                origin.url("/x"),
+                origin.addr
+            ),
+        )
+        .await;
+        assert_eq!(resp.status(), 400, "{framing}: {resp:?}");
+    }
+    assert!(origin.requests().is_empty());
+    assert!(proxy.audit().is_empty());
+}
+
+/// curl through the proxy: the chunked response reaches it whole, and a
+/// GET it sends with a chunked body reaches the origin with that body.
+#[tokio::test]
+async fn curl_gets_the_whole_chunked_response_and_its_get_body_arrives() {
+    let origin = RawOrigin::start(CL_AND_CHUNKED).await;
+    let proxy = Proxy::start().await;
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-x"])
+        .arg(format!("http://{}", proxy.addr))
+        .args(["-X", "GET", "-H", "Transfer-Encoding: chunked"])
+        .args(["--data-binary", "hello"])
+        .arg(origin.url("/x"))
+        .output()
+        .await
+        .expect("curl runs (install curl)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), ALPHABET);
+    let seen = origin.requests().pop().unwrap_or_default();
+    assert!(seen.starts_with("GET /x HTTP/1.1\r\n"), "{seen}");
+    assert_eq!(body_of(&seen), "5\r\nhello\r\n0\r\n\r\n");
+}

@@ -132,6 +132,36 @@ fn host_header(uri: &Uri) -> HeaderValue {
     respond::header_value(&text)
 }
 
+/// Makes a request body of unknown length (the client's own was chunked:
+/// its Transfer-Encoding, hop-by-hop, is gone by now) go out chunked.
+/// hyper's client would otherwise send it chunked for most methods but as
+/// no body at all for GET and HEAD, and the origin would get the request
+/// without the body the client sent. (Over HTTP/2 the header is dropped and
+/// the body sent in frames.)
+fn frame_request_body(req: &mut Request<Body>) {
+    let body = req.body();
+    if body.is_end_stream()
+        || body.size_hint().exact().is_some()
+        || req.headers().contains_key(header::CONTENT_LENGTH)
+    {
+        return;
+    }
+    req.headers_mut().insert(
+        header::TRANSFER_ENCODING,
+        HeaderValue::from_static("chunked"),
+    );
+}
+
+/// Removes a response's Content-Length when it also has Transfer-Encoding:
+/// the encoding overrides the length (RFC 9112 §6.3), and hyper read the
+/// body that way. Kept once Transfer-Encoding (hop-by-hop) is removed, the
+/// length would frame the body to the client and cut it short.
+fn drop_overridden_length(headers: &mut HeaderMap) {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
+}
+
 /// Sends `req` (absolute URI) upstream and returns the response to relay.
 /// A plain `http` request without a body goes over `upstream`, driven in
 /// this task; others over the pooled `client`. Upstream failures become 502
@@ -146,6 +176,7 @@ pub async fn forward(
     timeout: Duration,
 ) -> Response<Body> {
     strip_hop_by_hop(req.headers_mut());
+    frame_request_body(&mut req);
     add_via(req.headers_mut(), via);
     // The proxy speaks its own HTTP version on each side.
     *req.version_mut() = http::Version::HTTP_11;
@@ -197,6 +228,7 @@ pub async fn forward(
         Ok(resp) => resp.into_parts(),
         Err(answer) => return answer,
     };
+    drop_overridden_length(&mut parts.headers);
     strip_hop_by_hop(&mut parts.headers);
     add_via(&mut parts.headers, via);
     parts.version = http::Version::HTTP_11;
