@@ -717,3 +717,43 @@ async fn curl_gets_the_whole_chunked_response_and_its_get_body_arrives() {
     assert!(seen.starts_with("GET /x HTTP/1.1\r\n"), "{seen}");
     assert_eq!(body_of(&seen), "5\r\nhello\r\n0\r\n\r\n");
 }
+
+/// A transfer coding other than chunked: hyper undoes only chunked, and
+/// Transfer-Encoding is not passed on, so the body would arrive still coded
+/// with nothing saying so. Refused both ways.
+#[tokio::test]
+async fn a_request_with_a_transfer_coding_other_than_chunked_is_501() {
+    let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let proxy = Proxy::start().await;
+    for coding in [
+        "gzip, chunked",
+        "chunked, chunked",
+        "chunked\r\nTransfer-Encoding: chunked",
+    ] {
+        let resp = raw(
+            &proxy,
+            &format!(
+                "POST {} HTTP/1.1\r\nHost: {}\r\nTransfer-Encoding: {coding}\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+                origin.url("/x"),
+                origin.addr
+            ),
+        )
+        .await;
+        assert_eq!(resp.status(), 501, "{coding}: {resp:?}");
+    }
+    assert!(origin.requests().is_empty());
+}
+
+#[tokio::test]
+async fn a_response_with_a_transfer_coding_other_than_chunked_is_502() {
+    for reply in [
+        &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"[..],
+        &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nhello"[..],
+    ] {
+        let origin = RawOrigin::start(reply).await;
+        let proxy = Proxy::start().await;
+        let resp = proxy.get(&origin.url("/x")).await;
+        assert_eq!(resp.status, 502, "{resp:?}");
+        assert!(resp.body.contains("gzip"), "{resp:?}");
+    }
+}

@@ -152,6 +152,31 @@ fn frame_request_body(req: &mut Request<Body>) {
     );
 }
 
+/// The Transfer-Encoding of a message, if it is anything but `chunked`
+/// alone. hyper undoes only chunked; Transfer-Encoding is hop-by-hop and
+/// removed, so a body under another coding (`gzip, chunked`) would reach
+/// the other side still coded, with nothing saying so.
+pub fn other_transfer_coding(headers: &HeaderMap) -> Option<String> {
+    let mut codings = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(|c| c.trim_ascii())
+        .filter(|c| !c.is_empty());
+    match (codings.next(), codings.next()) {
+        (None, _) => None,
+        (Some(c), None) if c.eq_ignore_ascii_case(b"chunked") => None,
+        _ => {
+            let all: Vec<&[u8]> = headers
+                .get_all(header::TRANSFER_ENCODING)
+                .iter()
+                .map(HeaderValue::as_bytes)
+                .collect();
+            Some(String::from_utf8_lossy(&all.join(&b", "[..])).into_owned())
+        }
+    }
+}
+
 /// Removes a response's Content-Length when it also has Transfer-Encoding:
 /// the encoding overrides the length (RFC 9112 §6.3), and hyper read the
 /// body that way. Kept once Transfer-Encoding (hop-by-hop) is removed, the
@@ -228,6 +253,15 @@ pub async fn forward(
         Ok(resp) => resp.into_parts(),
         Err(answer) => return answer,
     };
+    if let Some(coding) = other_transfer_coding(&parts.headers) {
+        return respond::text(
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "Upstream error for {target}: the response has Transfer-Encoding {coding:?}, \
+                 which robots-proxy cannot relay as it was sent (only chunked is supported)\n"
+            ),
+        );
+    }
     drop_overridden_length(&mut parts.headers);
     strip_hop_by_hop(&mut parts.headers);
     add_via(&mut parts.headers, via);

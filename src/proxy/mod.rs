@@ -260,6 +260,15 @@ impl Proxy {
         path: &str,
         req: Request<Body>,
     ) -> Response<Body> {
+        if let Some(coding) = forward::other_transfer_coding(req.headers()) {
+            return respond::text(
+                StatusCode::NOT_IMPLEMENTED,
+                format!(
+                    "robots-proxy cannot forward a body sent with Transfer-Encoding {coding:?}: \
+                     only chunked is supported\n"
+                ),
+            );
+        }
         let agent = settings.agent_for(user_agent, req.headers().get(USER_AGENT));
         let mut judgement = self.gate.judge(&origin, path, agent).await;
         self.count_lookup(&judgement);
