@@ -757,3 +757,28 @@ async fn a_response_with_a_transfer_coding_other_than_chunked_is_502() {
         assert!(resp.body.contains("gzip"), "{resp:?}");
     }
 }
+
+/// `OPTIONS *` and an authority-form GET sent to the proxy itself name no
+/// resource to judge: 400, as for any origin-form request.
+#[tokio::test]
+async fn options_star_and_authority_form_to_the_proxy_are_400() {
+    let origin = Origin::start().await;
+    let proxy = Proxy::start().await;
+    for target in ["*".to_string(), origin.addr.to_string()] {
+        for method in ["OPTIONS", "GET"] {
+            let resp = raw(
+                &proxy,
+                &format!(
+                    "{method} {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                    origin.addr
+                ),
+            )
+            .await;
+            assert_eq!(resp.status(), 400, "{method} {target}: {resp:?}");
+        }
+    }
+    assert_eq!(
+        origin.connections.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
