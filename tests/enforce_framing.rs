@@ -322,6 +322,17 @@ async fn a_bad_port_inside_a_tunnel_is_400() {
         assert_eq!(resp.status(), 400, "{request}: {resp:?}");
     }
     assert_eq!(origin.hits("/x"), 0);
+    // An empty Host (or none) leaves the tunnel's host and port.
+    let mut tunnel = connect(&proxy, &origin.addr.to_string())
+        .await
+        .expect("tunnel");
+    let resp = exchange(
+        &mut tunnel,
+        b"GET /x HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(resp.status(), 200, "{resp:?}");
+    assert_eq!(origin.hits("/x"), 1);
 }
 
 /// An absolute-form target inside a tunnel naming another host is judged

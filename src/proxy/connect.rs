@@ -240,7 +240,7 @@ fn refuse_inner(req: &Request<Incoming>) -> Option<Response<Body>> {
     if let (Some(_), Some(_)) = (hosts.next(), hosts.next()) {
         return bad("Bad request: more than one Host header\n".to_string());
     }
-    if let Some(host) = req.headers().get(HOST) {
+    if let Some(host) = req.headers().get(HOST).filter(|h| !h.is_empty()) {
         let port = http::uri::Authority::try_from(host.as_bytes())
             .map_err(|e| e.to_string())
             .and_then(|a| crate::origin::authority_port(a.as_str()).map_err(|e| e.to_string()));
