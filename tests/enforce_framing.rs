@@ -793,3 +793,44 @@ async fn options_star_and_authority_form_to_the_proxy_are_400() {
         0
     );
 }
+
+/// HTTP/2 inside a tunnel (prior knowledge, plain): a GET whose body comes
+/// in DATA frames with no length reaches the HTTP/1.1 origin with it.
+#[tokio::test]
+async fn an_http2_get_body_inside_a_tunnel_reaches_the_origin() {
+    use http_body_util::BodyExt;
+    let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let proxy = Proxy::start().await;
+    let tunnel = connect(&proxy, &origin.addr.to_string())
+        .await
+        .expect("tunnel");
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tunnel),
+    )
+    .await
+    .expect("h2 handshake");
+    tokio::spawn(conn);
+    let frames = futures_util::stream::iter([
+        Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(bytes::Bytes::from_static(
+            b"hel",
+        ))),
+        Ok(hyper::body::Frame::data(bytes::Bytes::from_static(b"lo"))),
+    ]);
+    let req = http::Request::get(origin.url("/x"))
+        .body(http_body_util::StreamBody::new(frames))
+        .expect("req");
+    let resp = sender.send_request(req).await.expect("response");
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert_eq!(&body[..], b"ok");
+    let seen = origin.requests().pop().unwrap_or_default();
+    assert!(seen.starts_with("GET /x HTTP/1.1\r\n"), "{seen}");
+    assert!(
+        has_header(&seen, &format!("host: {}", origin.addr)),
+        "{seen}"
+    );
+    assert!(has_header(&seen, "transfer-encoding: chunked"), "{seen}");
+    let decoded: String = body_of(&seen).split("\r\n").skip(1).step_by(2).collect();
+    assert_eq!(decoded, "hello", "{seen}");
+}
