@@ -46,6 +46,30 @@ pub enum OriginError {
     NoHost,
     #[error("invalid host name {0:?}")]
     Host(String),
+    #[error("invalid port {0:?} (a port is a number from 1 to 65535)")]
+    Port(String),
+}
+
+/// The port an authority (`[userinfo@]host[:port]`) names: `None` when it
+/// has none or an empty one (RFC 3986 §3.2.3: the scheme's default), else
+/// decimal digits for a number from 1 to 65535. `http::Uri` accepts any
+/// port text and then reports none for one out of range, which would send
+/// `host:65616` to the default port: the text is checked here instead.
+pub fn authority_port(authority: &str) -> Result<Option<u16>, OriginError> {
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    // After the last ':' unless that is inside an IPv6 literal.
+    let port = match host_port.rfind(':') {
+        Some(i) if !host_port[i..].contains(']') => &host_port[i + 1..],
+        _ => return Ok(None),
+    };
+    if port.is_empty() {
+        return Ok(None);
+    }
+    match port.parse::<u16>() {
+        // `parse` also takes a leading '+'.
+        Ok(p) if p != 0 && port.bytes().all(|b| b.is_ascii_digit()) => Ok(Some(p)),
+        _ => Err(OriginError::Port(port.into())),
+    }
 }
 
 /// An octet an origin's host may hold once in ASCII form: letters, digits,
@@ -112,8 +136,9 @@ impl Origin {
             Some(s) => return Err(OriginError::Scheme(s.into())),
             None => return Err(OriginError::Scheme(String::new())),
         };
-        let host = uri.host().ok_or(OriginError::NoHost)?;
-        Origin::new(scheme, host, uri.port_u16())
+        let authority = uri.authority().ok_or(OriginError::NoHost)?;
+        let port = authority_port(authority.as_str())?;
+        Origin::new(scheme, authority.host(), port)
     }
 
     pub fn scheme(&self) -> Scheme {
@@ -249,5 +274,42 @@ mod tests {
             Err(OriginError::Scheme(_))
         ));
         assert!(Origin::from_uri(&"/relative".parse().expect("uri")).is_err());
+    }
+
+    #[test]
+    fn ports_are_numbers_from_1_to_65535_and_empty_is_the_default() {
+        for (authority, port) in [
+            ("a", None),
+            ("a:", None),
+            ("a:80", Some(80)),
+            ("a:080", Some(80)),
+            ("a:65535", Some(65535)),
+            ("u:p@a:81", Some(81)),
+            ("u:p@a", None),
+            ("[::1]", None),
+            ("[::1]:", None),
+            ("[::1]:8080", Some(8080)),
+        ] {
+            assert_eq!(authority_port(authority), Ok(port), "{authority}");
+        }
+        for authority in [
+            "a:65536",
+            "a:65616",
+            "a:0",
+            "a:+80",
+            "a:-1",
+            "a:8o",
+            "a: 80",
+            "[::1]:99999",
+        ] {
+            assert!(
+                matches!(authority_port(authority), Err(OriginError::Port(_))),
+                "{authority}"
+            );
+        }
+        let uri = |s: &str| Origin::from_uri(&s.parse().expect("uri"));
+        assert!(matches!(uri("http://a:65616/x"), Err(OriginError::Port(_))));
+        assert_eq!(uri("http://a:/x"), Ok(o("http://a/")));
+        assert_eq!(uri("https://a:/x"), Ok(o("https://a:443/")));
     }
 }

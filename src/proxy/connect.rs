@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::USER_AGENT;
-use http::{Request, Response, StatusCode, Uri};
+use http::header::{CONNECTION, HOST, HeaderValue, USER_AGENT};
+use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -37,8 +37,8 @@ fn connect_target(req: &Request<Incoming>) -> Result<(String, u16), String> {
         .uri()
         .authority()
         .ok_or_else(|| "CONNECT needs host:port".to_string())?;
-    let port = authority
-        .port_u16()
+    let port = crate::origin::authority_port(authority.as_str())
+        .map_err(|e| e.to_string())?
         .ok_or_else(|| "CONNECT needs an explicit port".to_string())?;
     Ok((authority.host().to_string(), port))
 }
@@ -175,6 +175,9 @@ async fn inner_request(
     origin: &Origin,
     mut req: Request<Incoming>,
 ) -> Response<Body> {
+    if let Some(refusal) = refuse_inner(&req) {
+        return refusal;
+    }
     let path = super::path_of(req.uri());
     let uri: Uri = match origin.url(&path).parse() {
         Ok(u) => u,
@@ -191,6 +194,61 @@ async fn inner_request(
             req.map(|b| b.boxed()),
         )
         .await
+}
+
+/// The answer to a request inside a tunnel that must not be judged and
+/// forwarded: one that is not for a resource on the tunnel's origin (a
+/// CONNECT, an `*` or authority-form target), TRACE, or one naming a port
+/// that is no port. Every such request still gets an answer.
+fn refuse_inner(req: &Request<Incoming>) -> Option<Response<Body>> {
+    if req.method() == Method::CONNECT {
+        // The bytes after it may be meant for a tunnel: the connection ends.
+        let mut resp = respond::method_not_allowed(
+            "CONNECT is not allowed inside a tunnel: send requests for paths on the tunnel's host",
+        );
+        resp.headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+        return Some(resp);
+    }
+    if let Some(resp) = super::refuse_method(req.method()) {
+        return Some(resp);
+    }
+    let uri = req.uri();
+    let bad = |text: String| Some(respond::text(StatusCode::BAD_REQUEST, text));
+    match uri.path_and_query().map(|pq| pq.as_str()) {
+        Some("*") => {
+            // Asks about the server as a whole: there is no path to judge,
+            // and an answer made up here would not be the origin's.
+            return bad(format!(
+                "{} * asks about the server as a whole; robots-proxy judges and forwards \
+                 requests for paths only\n",
+                req.method()
+            ));
+        }
+        // Authority form (`host:port`), meant for CONNECT only.
+        None if uri.scheme().is_none() => {
+            return bad("Bad request target: send a path\n".to_string());
+        }
+        _ => {}
+    }
+    if let Some(authority) = uri.authority()
+        && let Err(e) = crate::origin::authority_port(authority.as_str())
+    {
+        return bad(format!("Bad request URL: {e}\n"));
+    }
+    let mut hosts = req.headers().get_all(HOST).iter();
+    if let (Some(_), Some(_)) = (hosts.next(), hosts.next()) {
+        return bad("Bad request: more than one Host header\n".to_string());
+    }
+    if let Some(host) = req.headers().get(HOST).filter(|h| !h.is_empty()) {
+        let port = http::uri::Authority::try_from(host.as_bytes())
+            .map_err(|e| e.to_string())
+            .and_then(|a| crate::origin::authority_port(a.as_str()).map_err(|e| e.to_string()));
+        if let Err(e) = port {
+            return bad(format!("Bad Host header: {e}\n"));
+        }
+    }
+    None
 }
 
 /// A blind tunnel: only a host-level decision (is `/` allowed?) is possible.

@@ -132,6 +132,61 @@ fn host_header(uri: &Uri) -> HeaderValue {
     respond::header_value(&text)
 }
 
+/// Makes a request body of unknown length (the client's own was chunked:
+/// its Transfer-Encoding, hop-by-hop, is gone by now) go out chunked.
+/// hyper's client would otherwise send it chunked for most methods but as
+/// no body at all for GET and HEAD, and the origin would get the request
+/// without the body the client sent. (Over HTTP/2 the header is dropped and
+/// the body sent in frames.)
+fn frame_request_body(req: &mut Request<Body>) {
+    let body = req.body();
+    if body.is_end_stream()
+        || body.size_hint().exact().is_some()
+        || req.headers().contains_key(header::CONTENT_LENGTH)
+    {
+        return;
+    }
+    req.headers_mut().insert(
+        header::TRANSFER_ENCODING,
+        HeaderValue::from_static("chunked"),
+    );
+}
+
+/// The Transfer-Encoding of a message, if it is anything but `chunked`
+/// alone. hyper undoes only chunked; Transfer-Encoding is hop-by-hop and
+/// removed, so a body under another coding (`gzip, chunked`) would reach
+/// the other side still coded, with nothing saying so.
+pub fn other_transfer_coding(headers: &HeaderMap) -> Option<String> {
+    let mut codings = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(|c| c.trim_ascii())
+        .filter(|c| !c.is_empty());
+    match (codings.next(), codings.next()) {
+        (None, _) => None,
+        (Some(c), None) if c.eq_ignore_ascii_case(b"chunked") => None,
+        _ => {
+            let all: Vec<&[u8]> = headers
+                .get_all(header::TRANSFER_ENCODING)
+                .iter()
+                .map(HeaderValue::as_bytes)
+                .collect();
+            Some(String::from_utf8_lossy(&all.join(&b", "[..])).into_owned())
+        }
+    }
+}
+
+/// Removes a response's Content-Length when it also has Transfer-Encoding:
+/// the encoding overrides the length (RFC 9112 §6.3), and hyper read the
+/// body that way. Kept once Transfer-Encoding (hop-by-hop) is removed, the
+/// length would frame the body to the client and cut it short.
+fn drop_overridden_length(headers: &mut HeaderMap) {
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
+}
+
 /// Sends `req` (absolute URI) upstream and returns the response to relay.
 /// A plain `http` request without a body goes over `upstream`, driven in
 /// this task; others over the pooled `client`. Upstream failures become 502
@@ -146,6 +201,7 @@ pub async fn forward(
     timeout: Duration,
 ) -> Response<Body> {
     strip_hop_by_hop(req.headers_mut());
+    frame_request_body(&mut req);
     add_via(req.headers_mut(), via);
     // The proxy speaks its own HTTP version on each side.
     *req.version_mut() = http::Version::HTTP_11;
@@ -197,6 +253,16 @@ pub async fn forward(
         Ok(resp) => resp.into_parts(),
         Err(answer) => return answer,
     };
+    if let Some(coding) = other_transfer_coding(&parts.headers) {
+        return respond::text(
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "Upstream error for {target}: the response has Transfer-Encoding {coding:?}, \
+                 which robots-proxy cannot relay as it was sent (only chunked is supported)\n"
+            ),
+        );
+    }
+    drop_overridden_length(&mut parts.headers);
     strip_hop_by_hop(&mut parts.headers);
     add_via(&mut parts.headers, via);
     parts.version = http::Version::HTTP_11;

@@ -226,6 +226,9 @@ impl Proxy {
             ))
             .await;
         }
+        if let Some(resp) = refuse_method(req.method()) {
+            return resp;
+        }
         if self.is_loop(&req) {
             return respond::text(
                 StatusCode::LOOP_DETECTED,
@@ -269,6 +272,15 @@ impl Proxy {
         path: &str,
         req: Request<Body>,
     ) -> Response<Body> {
+        if let Some(coding) = forward::other_transfer_coding(req.headers()) {
+            return respond::text(
+                StatusCode::NOT_IMPLEMENTED,
+                format!(
+                    "robots-proxy cannot forward a body sent with Transfer-Encoding {coding:?}: \
+                     only chunked is supported\n"
+                ),
+            );
+        }
         let agent = settings.agent_for(user_agent, req.headers().get(USER_AGENT));
         let mut judgement = self.gate.judge(&origin, path, agent).await;
         self.count_lookup(&judgement);
@@ -367,6 +379,19 @@ impl Proxy {
             }
         }
     }
+}
+
+/// The answer to a method the proxy never forwards: TRACE makes the final
+/// recipient echo the request it received, the client's credentials and
+/// cookies and what the proxy added included, into a response body; a
+/// crawler has no use for it.
+pub fn refuse_method(method: &Method) -> Option<Response<Body>> {
+    (method == Method::TRACE).then(|| {
+        respond::method_not_allowed(
+            "robots-proxy does not forward TRACE: it would echo the request, \
+             headers included, back in a response",
+        )
+    })
 }
 
 /// The path and query of a request target, `/` when it has none.

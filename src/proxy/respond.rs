@@ -1,6 +1,6 @@
 //! The proxy's own responses: plain text, one decision header.
 
-use http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::header::{ALLOW, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use super::client::{Body, full_body};
@@ -51,6 +51,18 @@ pub fn too_many(retry_after: std::time::Duration, body: &str) -> Response<Body> 
 /// Seconds for a `Retry-After` header: rounded up, at least 1.
 fn retry_secs(retry: std::time::Duration) -> u64 {
     retry.as_secs_f64().ceil().max(1.0) as u64
+}
+
+/// The methods a 405 names in `Allow`: the common ones the proxy forwards
+/// (it forwards any method but CONNECT inside a tunnel and TRACE).
+pub const ALLOWED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH";
+
+/// 405 for a method the proxy does not forward, saying why.
+pub fn method_not_allowed(why: &str) -> Response<Body> {
+    let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, format!("{why}\n"));
+    resp.headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
+    resp
 }
 
 /// 403 for a destination refused by policy.
