@@ -14,12 +14,10 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::Request;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use support::tls::{proxy_trusting, tls_origin, try_https_get};
-use support::{Proxy, Resp};
+use support::{Conn, Proxy, Resp};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\nDisallow: /admin/\n";
 
@@ -187,24 +185,12 @@ impl Drop for Nginx {
 }
 
 async fn direct_get(addr: SocketAddr, path: &str) -> Resp {
-    let stream = TcpStream::connect(addr).await.expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(conn);
     let req = Request::get(path)
         .header("host", addr.to_string())
         .header("user-agent", DIRECT)
-        .body(Full::new(Bytes::new()))
+        .body(Bytes::new())
         .expect("request");
-    let resp = sender.send_request(req).await.expect("response");
-    let (parts, body) = resp.into_parts();
-    let body = body.collect().await.expect("body").to_bytes();
-    Resp {
-        status: parts.status.as_u16(),
-        headers: parts.headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }
+    Conn::open(addr).await.send(req).await
 }
 
 /// The User-Agent of requests sent to nginx directly, which tells them
