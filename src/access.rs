@@ -690,6 +690,10 @@ pub fn challenge_response<B>(body: B) -> Response<B> {
     *resp.status_mut() = StatusCode::PROXY_AUTHENTICATION_REQUIRED;
     let (name, value) = challenge_header();
     resp.headers_mut().insert(name, value);
+    resp.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
     resp
 }
 

@@ -122,13 +122,14 @@ async fn an_address_over_its_allowance_gets_429_without_verifying() {
     );
     let mut c = support::Conn::open(proxy).await;
     for _ in 0..2 {
-        assert_eq!(
-            c.send(get(&origin.url("/x"), "alice:wrong")).await.status,
-            407
-        );
+        let wrong = c.send(get(&origin.url("/x"), "alice:wrong")).await;
+        assert_eq!(wrong.status, 407);
+        // The proxy's own answers are not for a scraper's HTTP cache.
+        assert_eq!(wrong.header("cache-control"), Some("no-store"));
     }
     let throttled = c.send(get(&origin.url("/x"), "alice:wrong")).await;
     assert_eq!(throttled.status, 429, "{}", throttled.body);
+    assert_eq!(throttled.header("cache-control"), Some("no-store"));
     let retry: u64 = throttled
         .header("retry-after")
         .and_then(|v| v.parse().ok())

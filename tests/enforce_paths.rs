@@ -308,6 +308,8 @@ async fn the_403_the_audit_line_and_explain_name_the_resolved_path_and_rule() {
         resp.body
     );
     assert!(resp.body.contains("Rule:       line 2: Disallow: /private"));
+    // Not to be kept by a scraper's HTTP cache.
+    assert_eq!(resp.header("cache-control"), Some("no-store"));
     let header = resp
         .header("x-robots-proxy-decision")
         .expect("decision header");
