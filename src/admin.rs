@@ -117,6 +117,17 @@ async fn explain(proxy: &Proxy, uri: &Uri) -> Response<Body> {
     }
     let j = proxy.gate.judge(&origin, &path, &agent).await;
     let rule = j.decision.rule();
+    // This origin's politeness state for the agent, if it has any.
+    let politeness = proxy
+        .settings()
+        .politeness
+        .next_slot(&crate::proxy::politeness_key(&j))
+        .map(|(interval, next)| {
+            json!({
+                "interval_secs": interval.as_secs_f64(),
+                "next_slot_in_secs": next.as_secs_f64(),
+            })
+        });
     json_response(
         StatusCode::OK,
         json!({
@@ -133,6 +144,7 @@ async fn explain(proxy: &Proxy, uri: &Uri) -> Response<Body> {
             "fetch_reason": j.entry.as_ref().and_then(|e| e.reason.clone()),
             "cache_age_secs": j.entry.as_ref().map(|e| e.age().as_secs()),
             "crawl_delay": j.crawl_delay,
+            "politeness": politeness,
         }),
     )
 }

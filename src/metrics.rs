@@ -105,6 +105,11 @@ impl FetchOutcome {
     }
 }
 
+/// Upper bounds (seconds) of the politeness hold histogram: 10 ms .. 10 min.
+pub const HOLD_BUCKETS: [f64; 12] = [
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 600.0,
+];
+
 /// `status_class` label values; index with [`status_class_index`].
 pub const STATUS_CLASSES: [&str; 5] = ["2xx", "3xx", "4xx", "5xx", "none"];
 
@@ -171,6 +176,8 @@ struct Inner {
     open_connections: Gauge,
     connection_limit_reached: Counter,
     audit_write_failures: Counter,
+    politeness_hold: Histogram,
+    politeness_waiting: Gauge,
 }
 
 impl fmt::Debug for Metrics {
@@ -262,6 +269,20 @@ impl Metrics {
             audit_write_failures.clone(),
         );
 
+        let politeness_hold = Histogram::new(HOLD_BUCKETS);
+        registry.register(
+            "robots_proxy_politeness_hold_seconds",
+            "How long requests were held for Crawl-delay (or politeness.default_interval)",
+            politeness_hold.clone(),
+        );
+
+        let politeness_waiting = Gauge::default();
+        registry.register(
+            "robots_proxy_politeness_waiting",
+            "Requests held for their Crawl-delay slot now",
+            politeness_waiting.clone(),
+        );
+
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -274,6 +295,8 @@ impl Metrics {
                 open_connections,
                 connection_limit_reached,
                 audit_write_failures,
+                politeness_hold,
+                politeness_waiting,
             }),
         }
     }
@@ -325,6 +348,20 @@ impl Metrics {
         self.inner.connection_limit_reached.inc();
     }
 
+    /// Counts a request waiting in politeness until the guard is dropped.
+    #[must_use = "the request is counted only while the guard lives"]
+    pub fn politeness_waiting(&self) -> ConnectionGuard {
+        self.inner.politeness_waiting.inc();
+        ConnectionGuard {
+            gauge: self.inner.politeness_waiting.clone(),
+        }
+    }
+
+    /// Records how long a request was held for its politeness slot.
+    pub fn observe_hold(&self, held: Duration) {
+        self.inner.politeness_hold.observe(held.as_secs_f64());
+    }
+
     /// Counts one audit record that could not be written.
     pub fn audit_write_failure(&self) {
         self.inner.audit_write_failures.inc();
@@ -356,7 +393,8 @@ fn fetch_counter<'a>(
     })
 }
 
-/// Decrements `robots_proxy_open_connections` when dropped.
+/// Decrements its gauge (open connections, requests waiting in politeness)
+/// when dropped.
 #[derive(Debug)]
 pub struct ConnectionGuard {
     gauge: Gauge,

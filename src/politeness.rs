@@ -118,6 +118,24 @@ pub struct Politeness {
     evicted_active: AtomicU64,
 }
 
+/// A request waiting for its slot: the slot is given back if it is dropped
+/// before the slot comes.
+struct Held<'a> {
+    politeness: &'a Politeness,
+    key: &'a str,
+    slot: Instant,
+    interval: Duration,
+    done: bool,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.politeness.release(self.key, self.slot, self.interval);
+        }
+    }
+}
+
 const MAX_SHARDS: usize = 16;
 
 impl Politeness {
@@ -164,18 +182,54 @@ impl Politeness {
     /// `"https://example.com:443 googlebot"`. With neither a crawl delay nor
     /// a default interval this returns at once without touching any state.
     ///
-    /// If the future is dropped while waiting, its reserved slot is not
-    /// given back: the next request for the key waits as if it had been
-    /// used (the polite direction).
-    pub async fn acquire(&self, key: &str, crawl_delay: Option<f64>) -> Result<(), RateLimited> {
+    /// Returns how long the request was held. If the future is dropped
+    /// while waiting (the client gave up), its slot is given back when it
+    /// is still the key's latest, so the next request does not wait for a
+    /// request that will never be sent; a slot with later ones booked
+    /// behind it stays used (the polite direction).
+    pub async fn acquire(
+        &self,
+        key: &str,
+        crawl_delay: Option<f64>,
+    ) -> Result<Duration, RateLimited> {
         let Some(interval) = self.effective_interval(crawl_delay) else {
-            return Ok(());
+            return Ok(Duration::ZERO);
         };
-        let slot = self.reserve(key, interval, Instant::now())?;
-        if slot > Instant::now() {
-            tokio::time::sleep_until(slot).await;
+        let now = Instant::now();
+        let slot = self.reserve(key, interval, now)?;
+        if slot <= now {
+            return Ok(Duration::ZERO);
         }
-        Ok(())
+        let mut held = Held {
+            politeness: self,
+            key,
+            slot,
+            interval,
+            done: false,
+        };
+        tokio::time::sleep_until(slot).await;
+        held.done = true;
+        Ok(slot - now)
+    }
+
+    /// The interval in force for `key` and how long until its next free
+    /// slot (zero if free now); `None` for a key with no state.
+    pub fn next_slot(&self, key: &str) -> Option<(Duration, Duration)> {
+        let shard = self.shard(key);
+        let e = shard.peek(key)?;
+        let next = e.last + e.interval;
+        Some((e.interval, next.saturating_duration_since(Instant::now())))
+    }
+
+    /// Gives `slot` back if it is still `key`'s latest.
+    fn release(&self, key: &str, slot: Instant, interval: Duration) {
+        let mut shard = self.shard(key);
+        if let Some(e) = shard.peek_mut(key)
+            && e.last == slot
+            && let Some(previous) = slot.checked_sub(interval)
+        {
+            e.last = previous;
+        }
     }
 
     /// Reserves the next slot for `key` at `now` and returns it, or refuses.

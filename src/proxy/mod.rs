@@ -296,30 +296,41 @@ impl Proxy {
             };
         }
         // Most origins have no Crawl-delay: skip building the key then.
+        let mut held = Duration::ZERO;
         if judgement.decision.is_allowed()
             && settings
                 .politeness
                 .effective_interval(judgement.crawl_delay)
                 .is_some()
         {
-            let key = format!("{} {}", judgement.origin, judgement.agent);
-            if let Err(limited) = settings
+            let key = politeness_key(&judgement);
+            let waiting = self.metrics.politeness_waiting();
+            match settings
                 .politeness
                 .acquire(&key, judgement.crawl_delay)
                 .await
             {
-                judgement.decision = Decision::RateLimited {
-                    retry_after: limited.retry_after,
-                    limit: Limit::CrawlDelay,
-                };
+                Ok(waited) => held = waited,
+                Err(limited) => {
+                    judgement.decision = Decision::RateLimited {
+                        retry_after: limited.retry_after,
+                        limit: Limit::CrawlDelay,
+                    }
+                }
             }
+            drop(waiting);
         }
         if let Some(resp) = self.audit_and_block(&judgement, client, user, req.method().as_str()) {
             return resp;
         }
+        if !held.is_zero() {
+            self.metrics.observe_hold(held);
+            tracing::info!(url = %judgement.url(), agent = %judgement.agent,
+                held_secs = held.as_secs_f64(), "held for Crawl-delay");
+        }
         let timeout = settings.response_timeout;
         let start = Instant::now();
-        let resp = forward::forward(
+        let mut resp = forward::forward(
             &self.client,
             &self.upstream,
             &origin,
@@ -329,6 +340,12 @@ impl Proxy {
         )
         .await;
         self.metrics.observe_upstream(start.elapsed());
+        if !held.is_zero() {
+            resp.headers_mut().insert(
+                respond::DELAY_HEADER,
+                respond::header_value(&format!("{:.3}", held.as_secs_f64())),
+            );
+        }
         resp
     }
 
@@ -392,6 +409,11 @@ pub fn refuse_method(method: &Method) -> Option<Response<Body>> {
              headers included, back in a response",
         )
     })
+}
+
+/// The politeness key of a judged request: its origin and robots agent.
+pub fn politeness_key(judgement: &Judgement) -> String {
+    format!("{} {}", judgement.origin, judgement.agent)
 }
 
 /// The path and query of a request target, `/` when it has none.

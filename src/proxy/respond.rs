@@ -9,6 +9,10 @@ use crate::gate::{Decision, Judgement, Limit};
 /// Header carrying a decision's reason in one line.
 pub const DECISION_HEADER: &str = "x-robots-proxy-decision";
 
+/// Header on a forwarded response saying how long the request was held for
+/// Crawl-delay, in seconds (`1.980`).
+pub const DELAY_HEADER: &str = "x-robots-proxy-delay";
+
 /// A body from text.
 pub fn full(text: &str) -> Body {
     full_body(text.to_string())
