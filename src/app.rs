@@ -107,6 +107,7 @@ pub fn settings_from(config: &Config, previous: Option<&Settings>) -> Result<Set
             })
             .collect(),
         response_timeout: config.upstream.response_timeout,
+        via: config.via,
         no_intercept: config
             .tls
             .no_intercept

@@ -36,6 +36,10 @@ pub struct Config {
     /// How long in-flight requests may finish after SIGTERM.
     #[serde(deserialize_with = "duration")]
     pub shutdown_grace: Duration,
+    /// Add a `Via` header to forwarded requests and responses (RFC 9110
+    /// §7.6.3 asks proxies to). nginx's default `gzip_proxied off` does not
+    /// compress responses to requests that carry one.
+    pub via: bool,
     /// Threads serving connections; 0: `TOKIO_WORKER_THREADS`, else half
     /// the CPUs, at least one (see [`Config::worker_threads`]).
     pub workers: usize,
@@ -205,6 +209,7 @@ impl Default for Config {
             allow_private_destinations: false,
             state_dir: None,
             shutdown_grace: Duration::from_secs(30),
+            via: true,
             workers: 0,
             max_connections: 0,
             agents: BTreeMap::new(),

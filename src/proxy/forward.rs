@@ -197,12 +197,14 @@ pub async fn forward(
     upstream: &Arc<Pool>,
     origin: &Origin,
     mut req: Request<Body>,
-    via: &HeaderValue,
+    via: Option<&HeaderValue>,
     timeout: Duration,
 ) -> Response<Body> {
     strip_hop_by_hop(req.headers_mut());
     frame_request_body(&mut req);
-    add_via(req.headers_mut(), via);
+    if let Some(via) = via {
+        add_via(req.headers_mut(), via);
+    }
     // The proxy speaks its own HTTP version on each side.
     *req.version_mut() = http::Version::HTTP_11;
     // Kept for error messages; cloning a Uri shares its bytes.
@@ -264,7 +266,9 @@ pub async fn forward(
     }
     drop_overridden_length(&mut parts.headers);
     strip_hop_by_hop(&mut parts.headers);
-    add_via(&mut parts.headers, via);
+    if let Some(via) = via {
+        add_via(&mut parts.headers, via);
+    }
     parts.version = http::Version::HTTP_11;
     Response::from_parts(parts, body)
 }

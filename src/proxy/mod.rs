@@ -37,6 +37,8 @@ pub struct Settings {
     /// Client User-Agent product token → robots token.
     pub agent_map: HashMap<String, String>,
     pub response_timeout: Duration,
+    /// Whether forwarded messages get a `Via` header.
+    pub via: bool,
     /// Hosts tunnelled without interception.
     pub no_intercept: Vec<String>,
     /// Clients allowed to connect.
@@ -335,7 +337,7 @@ impl Proxy {
             &self.upstream,
             &origin,
             req,
-            &self.via,
+            settings.via.then_some(&self.via),
             timeout,
         )
         .await;

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod nginx;
 pub mod tls;
 
 use std::collections::HashMap;
