@@ -20,7 +20,6 @@ fn is_unreserved(b: u8) -> bool {
 fn ref_normalize(s: &[u8], side: Side) -> String {
     let hex = |b: u8| (b as char).to_digit(16);
     let mut out = String::new();
-    let mut in_query = false;
     let mut i = 0;
     while i < s.len() {
         let b = s[i];
@@ -46,15 +45,11 @@ fn ref_normalize(s: &[u8], side: Side) -> String {
         let encode = !(0x21..0x7f).contains(&b)
             || b"\"<>\\^`{|}".contains(&b)
             || (b == b'*' && side == Side::Url)
-            || (b == b'$' && (side == Side::Url || !last))
-            || (in_query && b":/?[]@#".contains(&b));
+            || (b == b'$' && (side == Side::Url || !last));
         if encode {
             out.push_str(&format!("%{b:02X}"));
         } else {
             out.push(b as char);
-        }
-        if b == b'?' {
-            in_query = true;
         }
         i += 1;
     }
