@@ -85,9 +85,10 @@ const PARALLEL_MIN: usize = 64 * 1024;
 /// `input` is read in large blocks; each block's complete lines are split
 /// into `threads` runs of whole lines, judged at the same time (the first on
 /// the calling thread, straight into `out`; the others into buffers of their
-/// own), and printed in order. Lines are judged where they lie in the block:
-/// no allocation per URL in the common case, and UTF-8 is checked once per
-/// run, not per line.
+/// own), and printed in order. The calling thread reads the next block while
+/// the others finish. Lines are judged where they lie in the block: no
+/// allocation per URL in the common case, and UTF-8 is checked once per run,
+/// not per line.
 pub fn check_lines(
     rules: &AgentRules,
     mut input: impl Read,
@@ -98,34 +99,54 @@ pub fn check_lines(
     let mut printers: Vec<Printer<'_>> = (0..threads).map(|_| Printer::new(rules)).collect();
     let mut buffers: Vec<Vec<u8>> = vec![Vec::new(); threads - 1];
     let mut block: Vec<u8> = Vec::new();
-    let mut want = BLOCK;
+    let mut next: Vec<u8> = Vec::new();
+    let mut eof = fill(&mut input, &mut block)?;
     loop {
-        let missing = want.saturating_sub(block.len());
-        let got = read_up_to(&mut input, &mut block, missing)?;
-        let eof = got < missing;
-        let end = if eof {
-            block.len()
-        } else {
-            match memchr::memrchr(b'\n', &block) {
-                Some(i) => i + 1,
-                None => {
-                    // One line fills the block: read on until it ends.
-                    want = block.len() + BLOCK;
-                    continue;
-                }
-            }
+        // `fill` stops after a line end, unless the input ended.
+        let end = match memchr::memrchr(b'\n', &block) {
+            Some(i) if !eof => i + 1,
+            _ => block.len(),
         };
-        want = BLOCK;
-        judge_block(&block[..end], &mut printers, &mut buffers, out)?;
+        // The next block: the start of a line that ends in it, then more
+        // input, read while other threads judge this one.
+        let mut read = Ok(true);
+        judge_block(&block[..end], &mut printers, &mut buffers, out, || {
+            next.clear();
+            next.extend_from_slice(&block[end..]);
+            if !eof {
+                read = fill(&mut input, &mut next);
+            }
+        })?;
         if eof {
             break;
         }
-        block.drain(..end);
+        eof = read?;
+        std::mem::swap(&mut block, &mut next);
     }
     Ok(printers.iter().fold(Summary::default(), |sum, p| Summary {
         allowed: sum.allowed + p.summary.allowed,
         disallowed: sum.disallowed + p.summary.disallowed,
     }))
+}
+
+/// Reads into `buf` until it holds [`BLOCK`] octets, or more until a line
+/// ends in what was read, or the input ends (then true).
+fn fill(input: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<bool> {
+    let kept = buf.len();
+    let mut want = BLOCK.max(kept + 4096);
+    loop {
+        let missing = want - buf.len();
+        let got = read_up_to(input, buf, missing)?;
+        if got < missing {
+            return Ok(true);
+        }
+        // What was kept holds no line end.
+        if memchr::memrchr(b'\n', &buf[kept..]).is_some() {
+            return Ok(false);
+        }
+        // One line fills the block: read on until it ends.
+        want = buf.len() + BLOCK;
+    }
 }
 
 /// Appends up to `n` octets of `input` to `buf`; fewer only at the end of
@@ -144,16 +165,21 @@ fn read_up_to(input: &mut impl Read, buf: &mut Vec<u8>, n: usize) -> io::Result<
 }
 
 /// Judges the lines of `block` (whole lines; the last may lack its `\n`)
-/// with one printer per run, and prints them in order.
+/// with one printer per run, and prints them in order. `meanwhile` runs on
+/// the calling thread once its own run is judged, while the others may
+/// still be at work.
 fn judge_block(
     block: &[u8],
     printers: &mut [Printer<'_>],
     buffers: &mut [Vec<u8>],
     out: &mut impl Write,
+    meanwhile: impl FnOnce(),
 ) -> io::Result<()> {
     let (first, others) = printers.split_first_mut().expect("at least one printer");
     if others.is_empty() || block.len() < PARALLEL_MIN {
-        return judge_run(first, block, out);
+        judge_run(first, block, out)?;
+        meanwhile();
+        return Ok(());
     }
     // Cut the block into runs of about equal length, at line ends.
     let runs = others.len() + 1;
@@ -171,7 +197,9 @@ fn judge_block(
             buf.clear();
             scope.spawn(move || judge_run(printer, run, buf));
         }
-        judge_run(first, &block[..cuts[1]], out)
+        judge_run(first, &block[..cuts[1]], out)?;
+        meanwhile();
+        Ok(())
     })?;
     for buf in buffers.iter() {
         out.write_all(buf)?;
