@@ -3,12 +3,14 @@
 //! (`benches/data/realistic-robots.txt`), on real large files from
 //! `../shared/bench-data/` (skipped when absent) and on adversarial wildcard
 //! rules. Check benchmarks judge a batch of URLs per iteration and report
-//! elements per second: divide to get the time per URL.
+//! elements per second: divide to get the time per URL. `check_lines` times
+//! the `check` command's read-judge-print loop on in-memory input.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use robots_proxy::check;
 use robots_proxy::robots::Robots;
 
 const REALISTIC: &[u8] = include_bytes!("data/realistic-robots.txt");
@@ -126,6 +128,37 @@ pub fn quora_urls(n: usize) -> Vec<String> {
         .collect()
 }
 
+/// Quora-style URLs as `bench/robots-check` makes them: 60% with a query
+/// (one of them holding a path), 80% absolute.
+pub fn quora_urls_with_queries(n: usize) -> Vec<String> {
+    let queries = [
+        "share=1",
+        "q=rust+robots",
+        "page=2",
+        "ch=10&oid=12345&share=abc&srid=u&target_type=answer",
+        "redirected_qid=42",
+        "next=/answer/log",
+        "sort=new&filter=all",
+    ];
+    let mut r = Lcg(0x9309);
+    quora_urls(n)
+        .into_iter()
+        .map(|url| {
+            let path = url.strip_prefix("https://www.quora.com").unwrap_or(&url);
+            let path = if r.below(10) < 6 {
+                format!("{path}?{}", r.pick(&queries))
+            } else {
+                path.to_owned()
+            };
+            if r.below(10) < 8 {
+                format!("https://www.quora.com{path}")
+            } else {
+                path
+            }
+        })
+        .collect()
+}
+
 /// Wildcard chains, anchors and near-miss literals: the rules a hostile or
 /// careless site could write to slow a matcher down.
 pub fn adversarial_robots() -> String {
@@ -217,6 +250,19 @@ fn bench_check(c: &mut Criterion) {
             })
         });
     }
+    if let Some(bytes) = shared("robots-large-quora.txt") {
+        // Rules such as `/*/followers`, whose literal is longer than the
+        // part the index searches.
+        let rules = Robots::parse(&bytes).agent_rules("Googlebot");
+        let urls = quora_urls_with_queries(1000);
+        g.bench_function("quora/googlebot-queries", |b| {
+            b.iter(|| {
+                urls.iter()
+                    .filter(|u| rules.check_url(black_box(u)).allowed)
+                    .count()
+            })
+        });
+    }
     let adversarial = Robots::parse(adversarial_robots().as_bytes()).agent_rules("x");
     g.bench_function("adversarial/realistic-urls", |b| {
         b.iter(|| {
@@ -248,9 +294,34 @@ fn bench_check(c: &mut Criterion) {
     g.finish();
 }
 
+/// `robots-proxy check`'s loop without the process: 100,000 quora URLs as
+/// lines of input, judged and printed (to memory), on one thread and on two.
+fn bench_check_lines(c: &mut Criterion) {
+    let Some(bytes) = shared("robots-large-quora.txt") else {
+        eprintln!("skipping check_lines: ../shared/bench-data/robots-large-quora.txt not found");
+        return;
+    };
+    let rules = Robots::parse(&bytes).agent_rules("Googlebot");
+    let urls = quora_urls_with_queries(100_000);
+    let input = urls.join("\n").into_bytes();
+    let mut g = c.benchmark_group("check_lines");
+    g.throughput(Throughput::Elements(urls.len() as u64));
+    let mut out = Vec::with_capacity(input.len() * 2);
+    for threads in [1, 2] {
+        g.bench_function(format!("quora/googlebot-queries/{threads}-thread"), |b| {
+            b.iter(|| {
+                out.clear();
+                check::check_lines(&rules, black_box(&input[..]), &mut out, threads)
+                    .expect("in-memory I/O")
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_parse, bench_compile, bench_check
+    targets = bench_parse, bench_compile, bench_check, bench_check_lines
 }
 criterion_main!(benches);

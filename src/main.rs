@@ -375,7 +375,8 @@ fn run_check(path: &Path, agent: &str, urls: &[String]) -> ExitCode {
     let stdout = io::stdout();
     let mut out = BufWriter::with_capacity(64 * 1024, stdout.lock());
     let result = if urls.is_empty() {
-        check::check_lines(&rules, io::stdin().lock(), &mut out)
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        check::check_lines(&rules, io::stdin().lock(), &mut out, threads)
     } else {
         check::check_urls(&rules, urls.iter().map(String::as_str), &mut out)
     };

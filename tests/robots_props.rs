@@ -20,7 +20,6 @@ fn is_unreserved(b: u8) -> bool {
 fn ref_normalize(s: &[u8], side: Side) -> String {
     let hex = |b: u8| (b as char).to_digit(16);
     let mut out = String::new();
-    let mut in_query = false;
     let mut i = 0;
     while i < s.len() {
         let b = s[i];
@@ -46,15 +45,11 @@ fn ref_normalize(s: &[u8], side: Side) -> String {
         let encode = !(0x21..0x7f).contains(&b)
             || b"\"<>\\^`{|}".contains(&b)
             || (b == b'*' && side == Side::Url)
-            || (b == b'$' && (side == Side::Url || !last))
-            || (in_query && b":/?[]@#".contains(&b));
+            || (b == b'$' && (side == Side::Url || !last));
         if encode {
             out.push_str(&format!("%{b:02X}"));
         } else {
             out.push(b as char);
-        }
-        if b == b'?' {
-            in_query = true;
         }
         i += 1;
     }
@@ -143,6 +138,20 @@ fn pattern() -> impl Strategy<Value = String> {
         .prop_map(|(body, anchored)| format!("/{body}{}", if anchored { "$" } else { "" }))
 }
 
+/// `/*`, a literal that may be longer than the part the index searches
+/// (8 octets), maybe trailing stars and a `$`: the shapes the index decides
+/// by where the literal occurs.
+fn star_literal_pattern() -> impl Strategy<Value = String> {
+    (
+        proptest::string::string_regex(r"[ab/.]{2,14}").expect("valid regex"),
+        prop_oneof![Just(""), Just("*"), Just("**")],
+        any::<bool>(),
+    )
+        .prop_map(|(lit, stars, anchored)| {
+            format!("/*{lit}{stars}{}", if anchored { "$" } else { "" })
+        })
+}
+
 fn path() -> impl Strategy<Value = String> {
     proptest::string::string_regex(r"[ab/.]{0,24}")
         .expect("valid regex")
@@ -224,6 +233,26 @@ proptest! {
         for p in &paths {
             let v = compiled.check(p);
             let (allowed, line) = ref_decide(&rules, p);
+            prop_assert_eq!(v.allowed, allowed, "path {}", p);
+            prop_assert_eq!(v.rule.map(|r| r.line()), line, "path {}", p);
+        }
+    }
+
+    #[test]
+    fn indexed_star_literal_rules_agree_with_reference(
+        mut rules in rule_list(INDEX_THRESHOLD + 1, 30),
+        extra in proptest::collection::vec((any::<bool>(), star_literal_pattern()), 1..12),
+        paths in proptest::collection::vec(
+            proptest::string::string_regex(r"[ab/.]{0,40}").expect("valid regex"),
+            1..12,
+        ),
+    ) {
+        rules.extend(extra);
+        let compiled = compile(&rules);
+        prop_assert!(compiled.is_indexed());
+        for p in paths.iter().map(|p| format!("/{p}")) {
+            let v = compiled.check(&p);
+            let (allowed, line) = ref_decide(&rules, &p);
             prop_assert_eq!(v.allowed, allowed, "path {}", p);
             prop_assert_eq!(v.rule.map(|r| r.line()), line, "path {}", p);
         }
@@ -353,5 +382,40 @@ proptest! {
         let mut text = if bom { "\u{FEFF}".to_owned() } else { String::new() };
         text.push_str(&lines.join(sep));
         judge_a_few(&Robots::parse(text.as_bytes()));
+    }
+}
+
+/// Rules `/*` + a literal longer than the part the index searches, on paths
+/// where the searched part occurs at every octet (past the misses after
+/// which each rule is matched in full): decided as the reference decides.
+#[test]
+fn cut_literals_in_long_runs_agree_with_reference() {
+    let mut rules: Vec<(bool, String)> = (0..INDEX_THRESHOLD + 1)
+        .map(|k| (false, format!("/p{k}/")))
+        .collect();
+    rules.extend([
+        (false, "/*aaaaaaaaaab".to_owned()),
+        (true, "/*aaaaaaaaaaaa$".to_owned()),
+        (false, "/*/aaaaaaaaaaaa/*".to_owned()),
+        (
+            false,
+            "/*aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                .to_owned(),
+        ),
+    ]);
+    let compiled = compile(&rules);
+    assert!(compiled.is_indexed());
+    for n in [5, 11, 12, 13, 40, 79, 80, 300] {
+        for path in [
+            format!("/{}", "a".repeat(n)),
+            format!("/{}b", "a".repeat(n)),
+            format!("/x/{}/", "a".repeat(n)),
+            format!("/{}b{}", "a".repeat(n), "a".repeat(n)),
+        ] {
+            let v = compiled.check(&path);
+            let (allowed, line) = ref_decide(&rules, &path);
+            assert_eq!(v.allowed, allowed, "path {path}");
+            assert_eq!(v.rule.map(|r| r.line()), line, "path {path}");
+        }
     }
 }

@@ -158,12 +158,22 @@ fn rfc_encoding_row1_plain_path_and_query_unchanged() {
     rfc_encoding_row("/foo/bar?baz=quz", "/foo/bar?baz=quz");
 }
 
+/// The RFC's row 2 shows `/foo/bar?baz=http://foo.bar` → `…http%3A%2F%2Ffoo.bar`.
+/// The table is illustrative; the project follows Google's matcher and the
+/// other peers (texting_robots, Protego): a query's general delimiters are
+/// matched as written, and an encoded one (`%2F`) is not the delimiter.
 #[test]
-fn rfc_encoding_row2_reserved_characters_in_query_are_encoded() {
-    rfc_encoding_row(
-        "/foo/bar?baz=http://foo.bar",
-        "/foo/bar?baz=http%3A%2F%2Ffoo.bar",
-    );
+fn query_delimiters_are_matched_as_written_like_googles_matcher() {
+    rfc_encoding_row("/foo/bar?baz=http://foo.bar", "/foo/bar?baz=http://foo.bar");
+    // A rule with a `/` after the `?` matches a URL with a `/` there.
+    assert!(matches("/*/print", "/a?next=/b/print"));
+    assert!(matches("/*?url=http://", "/go?url=http://example.com/"));
+    assert!(matches("/a?b=c:d@e", "/a?b=c:d@e"));
+    // `%2F` is not `/`, in the query as in the path.
+    assert!(!matches("/*/print", "/a?next=%2Fb%2Fprint"));
+    assert!(!matches("/a?b=/c", "/a?b=%2Fc"));
+    assert!(!matches("/a?b=%2Fc", "/a?b=/c"));
+    assert!(matches("/a?b=%2fc", "/a?b=%2Fc"));
 }
 
 #[test]

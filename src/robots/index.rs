@@ -23,8 +23,9 @@
 //! Most rules need no matching at all once their literal is found: a rule
 //! that is just its literal (`/admin/`, `/ajax$`) is decided by the walk
 //! reaching it, and a rule `/*` + literal (`/*/about`, `/*.php$`) by where
-//! the occurrence starts (and ends, for `$`). Only the others are matched in
-//! full, once each.
+//! the occurrence starts (and ends, for `$`), and, when its literal is longer
+//! than the part searched (`/*/followers`), by the rest of it following.
+//! Only the others are matched in full, once each.
 //!
 //! The automaton is stepped by hand (no iterator, no prefilter object); in
 //! the unanchored pass, octets that start no literal are skipped with a
@@ -45,6 +46,12 @@ use super::{Table, pattern};
 /// sites list thousands of 80-octet URLs).
 const MAX_LITERAL: usize = 8;
 
+/// A rule `/*` + literal whose literal is cut is decided by comparing the
+/// rest of the literal at each occurrence of the cut part if the literal is
+/// at most this long (a bounded cost per path octet); longer ones are
+/// matched in full, once.
+const MAX_CUT_LITERAL: usize = 64;
+
 /// States this close to the root get a dense transition table.
 const DENSE_DEPTH: usize = 1;
 
@@ -63,24 +70,31 @@ fn cut(lit: &str) -> &str {
 }
 
 /// How an occurrence of an inner literal decides its rule, packed in a byte:
-/// the shape in the low bits, [`ANCHORED`] for a final `$`, and the length
-/// of the prefix before the star (0 or 1) in the high nibble.
+/// the shape in the low bits, [`ANCHORED`] for a final `$`, [`CUT`] when the
+/// literal searched is cut short of the pattern's, and the length of the
+/// prefix before the star (0 or 1) in the high nibble.
 #[derive(Clone, Copy)]
 enum Shape {
     /// Match the whole pattern against the path.
     Verify = 0,
     /// The pattern is a prefix of at most one octet, `*`, the literal (plus
-    /// `$`): an occurrence that starts after the prefix decides.
+    /// `$`): an occurrence that starts after the prefix decides. With
+    /// [`CUT`], an occurrence of the cut literal where the whole literal
+    /// (at most [`MAX_CUT_LITERAL`] octets) follows.
     StarLiteral = 2,
 }
 
 const SHAPE: u8 = 0b11;
 const STAR_LITERAL: u8 = Shape::StarLiteral as u8;
 const ANCHORED: u8 = 0b100;
+const CUT: u8 = 0b1000;
 
 impl Shape {
-    fn pack(self, anchored: bool, prefix_len: usize) -> u8 {
-        self as u8 | if anchored { ANCHORED } else { 0 } | ((prefix_len.min(15) as u8) << 4)
+    fn pack(self, anchored: bool, cut: bool, prefix_len: usize) -> u8 {
+        self as u8
+            | if anchored { ANCHORED } else { 0 }
+            | if cut { CUT } else { 0 }
+            | ((prefix_len.min(15) as u8) << 4)
     }
 }
 
@@ -445,6 +459,11 @@ impl Index {
                 Some(body) => (body, true),
                 None => (pat, false),
             };
+            // `x*` and `x*$` match what `x` matches (`*/unanswered/*`).
+            let (body, anchored) = match body.trim_end_matches('*') {
+                trimmed if trimmed.len() < body.len() => (trimmed, false),
+                _ => (body, anchored),
+            };
             if pattern::literal_prefix(pat).len() >= 2 {
                 prefixes.push(i);
                 continue;
@@ -454,12 +473,14 @@ impl Index {
                 let cut_lit = cut(lit);
                 // `/*/about` or `*.pdf$`: a prefix of at most one octet,
                 // one star, then the whole literal. Any occurrence that
-                // starts after the prefix decides (ending the path, if `$`).
+                // starts after the prefix decides (ending the path, if `$`);
+                // for a literal longer than the cut (`/*/followers`), one
+                // where the rest of the literal follows.
                 let shape = match body.strip_suffix(lit).and_then(|p| p.strip_suffix('*')) {
-                    Some(p) if cut_lit == lit && !p.contains('*') => {
-                        Shape::StarLiteral.pack(anchored, p.len())
+                    Some(p) if !p.contains('*') && lit.len() <= MAX_CUT_LITERAL => {
+                        Shape::StarLiteral.pack(anchored, cut_lit != lit, p.len())
                     }
-                    _ => Shape::Verify.pack(false, 0),
+                    _ => Shape::Verify.pack(false, false, 0),
                 };
                 inner.push((cut_lit, i, shape));
             } else {
@@ -519,6 +540,7 @@ impl Index {
                 path,
                 best,
                 tried: Tried::new(table.len()),
+                cut_misses: 0,
             };
             set.scan(path.as_bytes(), &mut |set, p, end| {
                 search.on_literal(set, p, end)
@@ -564,7 +586,12 @@ struct Search<'a> {
     path: &'a str,
     best: usize,
     tried: Tried,
+    /// Occurrences of cut literals that did not decide their rule.
+    cut_misses: u32,
 }
+
+/// See [`Search::on_literal`].
+const MAX_CUT_MISSES: u32 = 16;
 
 impl Search<'_> {
     /// Tries the rules reached through an occurrence of literal `p` of
@@ -581,7 +608,7 @@ impl Search<'_> {
                 break;
             }
             let anchored_ok = shape & ANCHORED == 0 || end == len;
-            let hit = match shape & SHAPE {
+            let hit = match shape & (SHAPE | CUT) {
                 // After a prefix of `shape >> 4` octets (`/` or nothing);
                 // every path passed here starts with `/`.
                 STAR_LITERAL => {
@@ -589,6 +616,20 @@ impl Search<'_> {
                     start >= plen
                         && anchored_ok
                         && self.path.as_bytes()[..plen] == self.table.pattern(i).as_bytes()[..plen]
+                }
+                // The same with the whole literal: `/followers` must follow
+                // where `/followe` was found. Every occurrence of the whole
+                // literal is one of the cut literal, so this is exact. Past
+                // a few misses in one path (`aaaaaaaa` in a run of `a`), each
+                // rule is matched in full instead, once.
+                s if s == STAR_LITERAL | CUT => {
+                    if self.cut_misses < MAX_CUT_MISSES {
+                        let hit = self.star_literal_at(i, shape, start, end);
+                        self.cut_misses += u32::from(!hit);
+                        hit
+                    } else {
+                        self.tried.insert(i) && pattern::matches(self.table.pattern(i), self.path)
+                    }
                 }
                 // Each rule is matched in full once; later occurrences of
                 // its literal cannot change that answer.
@@ -600,6 +641,34 @@ impl Search<'_> {
             }
         }
         self.best != 0
+    }
+
+    /// True if rule `i`, of shape [`Shape::StarLiteral`] with a cut
+    /// literal, matches with its literal at `start`, where its first
+    /// `end - start` octets were found.
+    #[inline]
+    fn star_literal_at(&self, i: usize, shape: u8, start: usize, end: usize) -> bool {
+        let path = self.path.as_bytes();
+        let pat = self.table.pattern(i).as_bytes();
+        let anchored = shape & ANCHORED != 0;
+        // The pattern without its `$` and trailing stars (see `build`).
+        let mut body = pat.strip_suffix(b"$").unwrap_or(pat);
+        while let [rest @ .., b'*'] = body {
+            body = rest;
+        }
+        let plen = (shape >> 4) as usize;
+        // The rest of the literal, after the part found.
+        let rest = &body[plen + 1 + (end - start)..];
+        let tail = &path[end..];
+        start >= plen
+            && if anchored {
+                tail.len() == rest.len()
+            } else {
+                tail.len() >= rest.len()
+            }
+            // A short compare, in place (no call).
+            && rest.iter().zip(tail).all(|(a, b)| a == b)
+            && path[..plen] == body[..plen]
     }
 }
 
