@@ -15,7 +15,7 @@ use crate::gate::Gate;
 use crate::metrics::{self, Metrics};
 use crate::net::Policy;
 use crate::politeness::{Mode, Politeness, PolitenessConfig};
-use crate::proxy::client::{ClientSettings, build_client};
+use crate::proxy::client::{ClientSettings, build_client, build_fetch_client};
 use crate::proxy::{Proxy, Settings, server};
 use crate::robots_cache::{CacheSettings, RobotsCache};
 use crate::tls::{Ca, Minter};
@@ -132,6 +132,7 @@ fn fetch_metrics(m: &Metrics) -> impl Fn(&crate::fetch::Fetched) + Send + Sync +
             Outcome::Unreachable(_) | Outcome::Refused(_) | Outcome::BadTls(_) => {
                 metrics::FetchOutcome::Unreachable
             }
+            Outcome::LocalError(_) => metrics::FetchOutcome::LocalError,
         };
         m.robots_fetch(outcome, f.status);
     }
@@ -175,10 +176,11 @@ impl App {
             pool_idle_max: config.upstream.pool_idle_max,
             pool_idle_timeout: config.upstream.pool_idle_timeout,
         };
-        let client = build_client(&client_settings, Arc::new(tls));
+        let tls = Arc::new(tls);
+        let client = build_client(&client_settings, tls.clone());
         let r = &config.robots;
         let cache = RobotsCache::new(
-            client.clone(),
+            build_fetch_client(&client_settings, tls),
             FetchSettings {
                 user_agent: config.fetch_user_agent(),
                 timeout: r.fetch_timeout,

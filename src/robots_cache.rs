@@ -37,6 +37,10 @@ pub enum FetchKind {
     Refused,
     /// TLS with the origin failed and no copy is usable.
     BadTls,
+    /// The proxy ran short of file descriptors, memory or local ports and
+    /// no copy is usable: everything disallowed for this request only,
+    /// never cached (the next request fetches again).
+    LocalError,
 }
 
 impl FetchKind {
@@ -48,6 +52,7 @@ impl FetchKind {
             FetchKind::Stale => "stale",
             FetchKind::Refused => "refused",
             FetchKind::BadTls => "bad_tls",
+            FetchKind::LocalError => "local_error",
         }
     }
 }
@@ -336,6 +341,9 @@ impl RobotsCache {
         }
         let agents: Arc<[Arc<str>]> = Arc::from([Arc::from(token)]);
         let entry = Arc::new(self.fetch_entry(origin, previous.clone(), agents).await);
+        if entry.kind == FetchKind::LocalError {
+            return (entry, Lookup::Miss);
+        }
         if let Ok(mut others) = self.others.lock() {
             others.put(key, entry.clone());
             // Bounded by bytes too: a few huge files must not hold memory
@@ -492,7 +500,16 @@ impl RobotsCache {
         let handle = tokio::spawn(async move {
             let entry = Arc::new(this.fetch_entry(&origin, previous, this.agents()).await);
             if let Ok(mut slots) = this.slots.lock() {
-                slots.store(origin, entry.clone(), this.settings.max_bytes);
+                if entry.kind == FetchKind::LocalError {
+                    // Says nothing about the origin: the waiting requests
+                    // get it, the slot keeps what it had, and the next
+                    // request fetches again.
+                    if let Some(slot) = slots.lru.get_mut(&origin) {
+                        slot.flight = None;
+                    }
+                } else {
+                    slots.store(origin, entry.clone(), this.settings.max_bytes);
+                }
             }
             entry
         });
@@ -587,6 +604,19 @@ impl RobotsCache {
                 Some(reason),
                 now + s.unreachable_retry,
             ),
+            // The proxy's own shortage: a usable copy is used, else all is
+            // disallowed, for the requests waiting now only (due at once).
+            Outcome::LocalError(reason) => match previous_good {
+                Some((compiled, at, at_wall)) if at.elapsed() <= s.stale_max => (
+                    Rules::Parsed(compiled),
+                    FetchKind::Stale,
+                    Some(reason),
+                    now,
+                    at_wall,
+                    at,
+                ),
+                _ => fresh(Rules::DisallowAll, FetchKind::LocalError, Some(reason), now),
+            },
             Outcome::Unreachable(reason) => match previous_good {
                 Some((compiled, at, at_wall)) if at.elapsed() <= s.stale_max => (
                     Rules::Parsed(compiled),
