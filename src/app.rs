@@ -369,6 +369,30 @@ mod tests {
     }
 
     #[test]
+    fn a_fetch_failed_for_lack_of_a_local_resource_is_counted_apart() {
+        let m = Metrics::new();
+        let hook = fetch_metrics(&m);
+        for outcome in [
+            Outcome::LocalError("the proxy is out of file descriptors".into()),
+            Outcome::Unreachable("connection refused".into()),
+        ] {
+            hook(&crate::fetch::Fetched {
+                outcome,
+                status: None,
+                max_age: None,
+                elapsed: std::time::Duration::ZERO,
+            });
+        }
+        let text = m.encode();
+        for outcome in ["local_error", "unreachable"] {
+            let line = format!(
+                "robots_proxy_robots_fetches_total{{outcome=\"{outcome}\",status_class=\"none\"}} 1"
+            );
+            assert!(text.contains(&line), "{line} missing from:\n{text}");
+        }
+    }
+
+    #[test]
     fn restart_keys_are_those_changed_that_apply_at_start_only() {
         let old = config("");
         assert!(needs_restart(&old, &old).is_empty());

@@ -165,6 +165,9 @@ async fn a_fetch_failing_for_lack_of_descriptors_is_not_cached() {
     assert_eq!(origin.hits("/robots.txt"), 1);
     assert_eq!(client.get(&origin.url("/public")).await.status, 200);
     assert_eq!(origin.hits("/robots.txt"), 1);
+    // Accepting survived EMFILE: a new client is served.
+    let mut fresh = Conn::open(running.addr).await;
+    assert_eq!(fresh.get(&origin.url("/public")).await.status, 200);
     // The 503 said why, and the proxy logged it.
     assert!(
         exhausted.body.contains("out of file descriptors")
