@@ -752,6 +752,40 @@ mod tests {
         assert_eq!(a.len(), 3);
     }
 
+    /// The proxy's own shortage is never the origin's: without a copy,
+    /// all is disallowed for the waiting requests only (due at once);
+    /// with one, the copy is used and its age kept.
+    #[test]
+    fn a_local_error_is_due_at_once_and_keeps_a_good_copy() {
+        let c = cache(usize::MAX, 10);
+        let local = || Fetched {
+            outcome: Outcome::LocalError("the proxy is out of file descriptors".into()),
+            status: None,
+            max_age: None,
+            elapsed: Duration::ZERO,
+        };
+        let agents = c.agents();
+        let alone = c.entry_from(None, local(), &agents);
+        assert_eq!(alone.kind, FetchKind::LocalError);
+        assert!(matches!(alone.rules, Rules::DisallowAll));
+        assert!(alone.expires <= Instant::now());
+        let good = c.entry_from(
+            None,
+            Fetched {
+                outcome: Outcome::Parsed(robots(2)),
+                status: Some(200),
+                max_age: None,
+                elapsed: Duration::ZERO,
+            },
+            &agents,
+        );
+        let kept = c.entry_from(Some(&good), local(), &agents);
+        assert_eq!(kept.kind, FetchKind::Stale);
+        assert!(matches!(kept.rules, Rules::Parsed(_)));
+        assert_eq!(kept.fetched_instant, good.fetched_instant);
+        assert!(kept.expires <= Instant::now());
+    }
+
     #[test]
     fn entry_count_bound_still_applies_and_bytes_stay_consistent() {
         let c = cache(usize::MAX, 10);

@@ -140,6 +140,7 @@ async fn a_fetch_failing_for_lack_of_descriptors_is_not_cached() {
     running.wait_for("accept failed").await;
     let exhausted = client.get(&origin.url("/private")).await;
     assert_eq!(exhausted.status, 503, "{}", exhausted.body);
+    assert_eq!(exhausted.header("retry-after"), Some("1"));
     assert_eq!(origin.hits("/robots.txt"), 0);
     // Free the descriptors, and wait until the proxy has closed them.
     drop(hogs);
