@@ -15,7 +15,7 @@ use crate::gate::Gate;
 use crate::metrics::{self, Metrics};
 use crate::net::Policy;
 use crate::politeness::{Mode, Politeness, PolitenessConfig};
-use crate::proxy::client::{ClientSettings, build_client};
+use crate::proxy::client::{ClientSettings, build_client, build_fetch_client};
 use crate::proxy::{Proxy, Settings, server};
 use crate::robots_cache::{CacheSettings, RobotsCache};
 use crate::tls::{Ca, Minter};
@@ -133,6 +133,7 @@ fn fetch_metrics(m: &Metrics) -> impl Fn(&crate::fetch::Fetched) + Send + Sync +
             Outcome::Unreachable(_) | Outcome::Refused(_) | Outcome::BadTls(_) => {
                 metrics::FetchOutcome::Unreachable
             }
+            Outcome::LocalError(_) => metrics::FetchOutcome::LocalError,
         };
         m.robots_fetch(outcome, f.status);
     }
@@ -176,10 +177,11 @@ impl App {
             pool_idle_max: config.upstream.pool_idle_max,
             pool_idle_timeout: config.upstream.pool_idle_timeout,
         };
-        let client = build_client(&client_settings, Arc::new(tls));
+        let tls = Arc::new(tls);
+        let client = build_client(&client_settings, tls.clone());
         let r = &config.robots;
         let cache = RobotsCache::new(
-            client.clone(),
+            build_fetch_client(&client_settings, tls),
             FetchSettings {
                 user_agent: config.fetch_user_agent(),
                 timeout: r.fetch_timeout,
@@ -365,6 +367,30 @@ mod tests {
 
     fn config(text: &str) -> Config {
         Config::from_toml(text, Path::new("test.toml")).expect("valid config")
+    }
+
+    #[test]
+    fn a_fetch_failed_for_lack_of_a_local_resource_is_counted_apart() {
+        let m = Metrics::new();
+        let hook = fetch_metrics(&m);
+        for outcome in [
+            Outcome::LocalError("the proxy is out of file descriptors".into()),
+            Outcome::Unreachable("connection refused".into()),
+        ] {
+            hook(&crate::fetch::Fetched {
+                outcome,
+                status: None,
+                max_age: None,
+                elapsed: std::time::Duration::ZERO,
+            });
+        }
+        let text = m.encode();
+        for outcome in ["local_error", "unreachable"] {
+            let line = format!(
+                "robots_proxy_robots_fetches_total{{outcome=\"{outcome}\",status_class=\"none\"}} 1"
+            );
+            assert!(text.contains(&line), "{line} missing from:\n{text}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! | 429, 5xx, other codes, network errors, timeouts | unreachable (disallow all) |
 //! | a `Content-Encoding` that cannot be decoded | unreachable (disallow all) |
 //! | a hop the destination policy refuses     | refused (403, nothing sent) |
+//! | the proxy out of descriptors, memory or local ports | local error (503, not cached) |
 //!
 //! A compressed file (`gzip`, `deflate`, `br`) is decoded on the blocking
 //! pool with a bounded decoder: at most [`MAX_BYTES`] + 1 decoded bytes
@@ -43,6 +44,10 @@ pub enum Outcome {
     Refused(String),
     /// TLS with the origin failed (untrusted or mismatched certificate...).
     BadTls(String),
+    /// The proxy ran short of a local resource (file descriptors, memory,
+    /// local ports): nothing is known about the origin, so nothing about
+    /// it may be cached.
+    LocalError(String),
 }
 
 /// A finished fetch.
@@ -133,6 +138,14 @@ async fn fetch_chain(
                         format!("robots.txt redirected to {url}: {p}")
                     };
                     return (Outcome::Refused(reason), None, None);
+                }
+                if let Some(shortage) = crate::net::local_shortage(&e) {
+                    let reason = format!(
+                        "{shortage} ({}) fetching {url}; not cached: the next request fetches it again",
+                        error_chain(&e)
+                    );
+                    warn_local_error(&reason);
+                    return (Outcome::LocalError(reason), None, None);
                 }
                 let host = url.host().unwrap_or_default();
                 let reason = crate::tls::upstream_error_reason(&e, host);
@@ -231,6 +244,29 @@ async fn fetch_chain(
         };
         return (outcome, code, max_age);
     }
+}
+
+/// How often a fetch failed for lack of a local resource is logged, at most.
+const LOCAL_ERROR_WARNING_EVERY: Duration = Duration::from_secs(10);
+
+/// Logs a fetch that failed for lack of a local resource: at most once per
+/// [`LOCAL_ERROR_WARNING_EVERY`], with the number left unlogged since (a
+/// crawl at the descriptor limit fails this way many times a second).
+fn warn_local_error(reason: &str) {
+    static LAST: std::sync::Mutex<(Option<Instant>, u64)> = std::sync::Mutex::new((None, 0));
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    let (at, skipped) = &mut *last;
+    if at.is_some_and(|t| t.elapsed() < LOCAL_ERROR_WARNING_EVERY) {
+        *skipped += 1;
+        return;
+    }
+    tracing::warn!(
+        reason,
+        unlogged_since_last = *skipped,
+        "robots.txt fetch failed for lack of a local resource: the request gets 503, nothing is cached"
+    );
+    *at = Some(Instant::now());
+    *skipped = 0;
 }
 
 /// Decodes and parses a fetched file on the blocking pool: a large one

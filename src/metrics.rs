@@ -83,15 +83,19 @@ pub enum FetchOutcome {
     Unreachable,
     /// Gave up following redirects.
     RedirectLimit,
+    /// The proxy ran short of file descriptors, memory or local ports:
+    /// nothing learnt about the origin, nothing cached.
+    LocalError,
 }
 
 impl FetchOutcome {
     /// Every variant, in label order.
-    pub const ALL: [FetchOutcome; 4] = [
+    pub const ALL: [FetchOutcome; 5] = [
         FetchOutcome::Ok,
         FetchOutcome::Unavailable,
         FetchOutcome::Unreachable,
         FetchOutcome::RedirectLimit,
+        FetchOutcome::LocalError,
     ];
 
     /// The label value.
@@ -101,6 +105,7 @@ impl FetchOutcome {
             FetchOutcome::Unavailable => "unavailable",
             FetchOutcome::Unreachable => "unreachable",
             FetchOutcome::RedirectLimit => "redirect_limit",
+            FetchOutcome::LocalError => "local_error",
         }
     }
 }
@@ -169,7 +174,7 @@ struct Inner {
     fetch_family: Family<Labels2, Counter>,
     /// `[outcome][status_class]`; the usual pairs are filled in `new` so
     /// they show as 0 from the start, odd ones (ok/5xx) appear when used.
-    fetches: [[OnceLock<Counter>; 5]; 4],
+    fetches: [[OnceLock<Counter>; 5]; 5],
     cache_events: [Counter; 4],
     cache_entries: Gauge,
     upstream_latency: Histogram,
@@ -214,13 +219,14 @@ impl Metrics {
             "robots.txt fetches by outcome and HTTP status class",
             fetch_family.clone(),
         );
-        let fetches: [[OnceLock<Counter>; 5]; 4] = Default::default();
+        let fetches: [[OnceLock<Counter>; 5]; 5] = Default::default();
         for (outcome, status) in [
             (FetchOutcome::Ok, Some(200)),
             (FetchOutcome::Unavailable, Some(404)),
             (FetchOutcome::Unreachable, Some(500)),
             (FetchOutcome::Unreachable, None),
             (FetchOutcome::RedirectLimit, Some(301)),
+            (FetchOutcome::LocalError, None),
         ] {
             fetch_counter(&fetch_family, &fetches, outcome, status);
         }
@@ -380,7 +386,7 @@ impl Metrics {
 
 fn fetch_counter<'a>(
     family: &Family<Labels2, Counter>,
-    slots: &'a [[OnceLock<Counter>; 5]; 4],
+    slots: &'a [[OnceLock<Counter>; 5]; 5],
     outcome: FetchOutcome,
     status: Option<u16>,
 ) -> &'a Counter {
@@ -452,6 +458,7 @@ mod tests {
             ("unreachable", "5xx"),
             ("unreachable", "none"),
             ("redirect_limit", "3xx"),
+            ("local_error", "none"),
         ] {
             let s = format!(
                 "robots_proxy_robots_fetches_total{{outcome=\"{o}\",status_class=\"{c}\"}}"

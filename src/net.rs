@@ -250,6 +250,31 @@ pub fn causes<'a>(
     })
 }
 
+/// What the proxy ran short of when an error's causes include an OS
+/// error that says so: file descriptors (`EMFILE`, `ENFILE`), memory or
+/// socket buffers (`ENOMEM`, `ENOBUFS`), local ports (`EADDRNOTAVAIL`, the
+/// ephemeral ports used up). Such a failure is the proxy's, not the
+/// origin's: it says nothing about whether the origin can be reached.
+pub fn local_shortage(err: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+    use rustix::io::Errno;
+    causes(err)
+        .filter_map(|e| e.downcast_ref::<io::Error>()?.raw_os_error())
+        .find_map(|code| {
+            let errno = Errno::from_raw_os_error(code);
+            Some(if errno == Errno::MFILE {
+                "the proxy is out of file descriptors"
+            } else if errno == Errno::NFILE {
+                "the system is out of file descriptors"
+            } else if errno == Errno::NOMEM || errno == Errno::NOBUFS {
+                "the proxy is out of memory for sockets"
+            } else if errno == Errno::ADDRNOTAVAIL {
+                "the proxy is out of local ports"
+            } else {
+                return None;
+            })
+        })
+}
+
 /// Finds a [`PrivateDestination`] among an error's causes.
 pub fn find_private_destination<'a>(
     err: &'a (dyn std::error::Error + 'static),
@@ -348,6 +373,25 @@ mod tests {
 
     fn private(ip: &str) -> bool {
         is_private(ip.parse().expect("ip"))
+    }
+
+    #[test]
+    fn local_shortages_are_found_inside_wrapped_errors() {
+        let emfile = io::Error::from_raw_os_error(rustix::io::Errno::MFILE.raw_os_error());
+        // As hyper-util wraps a failed connect: a boxed error in an io::Error.
+        let wrapped = io::Error::other(Box::new(emfile) as BoxError);
+        assert_eq!(
+            local_shortage(&wrapped),
+            Some("the proxy is out of file descriptors")
+        );
+        let ports = io::Error::from_raw_os_error(rustix::io::Errno::ADDRNOTAVAIL.raw_os_error());
+        assert_eq!(
+            local_shortage(&ports),
+            Some("the proxy is out of local ports")
+        );
+        let refused = io::Error::from_raw_os_error(rustix::io::Errno::CONNREFUSED.raw_os_error());
+        assert_eq!(local_shortage(&refused), None);
+        assert_eq!(local_shortage(&io::Error::other("no code")), None);
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub enum FetchKind {
     Refused,
     /// TLS with the origin failed and no copy is usable.
     BadTls,
+    /// The proxy ran short of file descriptors, memory or local ports and
+    /// no copy is usable: everything disallowed for this request only,
+    /// never cached (the next request fetches again).
+    LocalError,
 }
 
 impl FetchKind {
@@ -48,6 +52,7 @@ impl FetchKind {
             FetchKind::Stale => "stale",
             FetchKind::Refused => "refused",
             FetchKind::BadTls => "bad_tls",
+            FetchKind::LocalError => "local_error",
         }
     }
 }
@@ -336,6 +341,9 @@ impl RobotsCache {
         }
         let agents: Arc<[Arc<str>]> = Arc::from([Arc::from(token)]);
         let entry = Arc::new(self.fetch_entry(origin, previous.clone(), agents).await);
+        if entry.kind == FetchKind::LocalError {
+            return (entry, Lookup::Miss);
+        }
         if let Ok(mut others) = self.others.lock() {
             others.put(key, entry.clone());
             // Bounded by bytes too: a few huge files must not hold memory
@@ -492,7 +500,16 @@ impl RobotsCache {
         let handle = tokio::spawn(async move {
             let entry = Arc::new(this.fetch_entry(&origin, previous, this.agents()).await);
             if let Ok(mut slots) = this.slots.lock() {
-                slots.store(origin, entry.clone(), this.settings.max_bytes);
+                if entry.kind == FetchKind::LocalError {
+                    // Says nothing about the origin: the waiting requests
+                    // get it, the slot keeps what it had, and the next
+                    // request fetches again.
+                    if let Some(slot) = slots.lru.get_mut(&origin) {
+                        slot.flight = None;
+                    }
+                } else {
+                    slots.store(origin, entry.clone(), this.settings.max_bytes);
+                }
             }
             entry
         });
@@ -587,6 +604,19 @@ impl RobotsCache {
                 Some(reason),
                 now + s.unreachable_retry,
             ),
+            // The proxy's own shortage: a usable copy is used, else all is
+            // disallowed, for the requests waiting now only (due at once).
+            Outcome::LocalError(reason) => match previous_good {
+                Some((compiled, at, at_wall)) if at.elapsed() <= s.stale_max => (
+                    Rules::Parsed(compiled),
+                    FetchKind::Stale,
+                    Some(reason),
+                    now,
+                    at_wall,
+                    at,
+                ),
+                _ => fresh(Rules::DisallowAll, FetchKind::LocalError, Some(reason), now),
+            },
             Outcome::Unreachable(reason) => match previous_good {
                 Some((compiled, at, at_wall)) if at.elapsed() <= s.stale_max => (
                     Rules::Parsed(compiled),
@@ -720,6 +750,40 @@ mod tests {
         };
         assert!(Arc::ptr_eq(a, b), "both select the * group: shared");
         assert_eq!(a.len(), 3);
+    }
+
+    /// The proxy's own shortage is never the origin's: without a copy,
+    /// all is disallowed for the waiting requests only (due at once);
+    /// with one, the copy is used and its age kept.
+    #[test]
+    fn a_local_error_is_due_at_once_and_keeps_a_good_copy() {
+        let c = cache(usize::MAX, 10);
+        let local = || Fetched {
+            outcome: Outcome::LocalError("the proxy is out of file descriptors".into()),
+            status: None,
+            max_age: None,
+            elapsed: Duration::ZERO,
+        };
+        let agents = c.agents();
+        let alone = c.entry_from(None, local(), &agents);
+        assert_eq!(alone.kind, FetchKind::LocalError);
+        assert!(matches!(alone.rules, Rules::DisallowAll));
+        assert!(alone.expires <= Instant::now());
+        let good = c.entry_from(
+            None,
+            Fetched {
+                outcome: Outcome::Parsed(robots(2)),
+                status: Some(200),
+                max_age: None,
+                elapsed: Duration::ZERO,
+            },
+            &agents,
+        );
+        let kept = c.entry_from(Some(&good), local(), &agents);
+        assert_eq!(kept.kind, FetchKind::Stale);
+        assert!(matches!(kept.rules, Rules::Parsed(_)));
+        assert_eq!(kept.fetched_instant, good.fetched_instant);
+        assert!(kept.expires <= Instant::now());
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! The pooled upstream client shared by forwarding and robots.txt fetches.
+//! The upstream clients: the pooled one forwarding uses (https origins,
+//! requests with a body), and one that keeps no idle connection for
+//! robots.txt fetches.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,13 +42,34 @@ pub struct ClientSettings {
     pub connect_timeout: Duration,
     pub pool_idle_per_host: usize,
     /// Idle plain-http connections kept over all origins (the pooled
-    /// client for https has only the per-origin limit).
+    /// client for https has only the per-origin limit: hyper-util's pool
+    /// has no total and cannot be asked to close one).
     pub pool_idle_max: usize,
     pub pool_idle_timeout: Duration,
 }
 
 /// Builds the upstream client with `tls` as its rustls configuration.
 pub fn build_client(settings: &ClientSettings, tls: Arc<rustls::ClientConfig>) -> HttpClient {
+    build(settings, tls, settings.pool_idle_per_host)
+}
+
+/// Builds the client robots.txt fetches use: like [`build_client`], but it
+/// keeps no idle connection, so a fetch's socket closes when the fetch
+/// ends (its response read to the end, or dropped: a body cut at the size
+/// cap has an unread rest, and that connection could not serve again
+/// anyway). A robots.txt is fetched once per origin per TTL: pooling
+/// would buy one handshake at most, and a crawl over new origins would
+/// leave one idle socket per origin behind for `pool_idle_timeout`,
+/// outside every budget.
+pub fn build_fetch_client(settings: &ClientSettings, tls: Arc<rustls::ClientConfig>) -> HttpClient {
+    build(settings, tls, 0)
+}
+
+fn build(
+    settings: &ClientSettings,
+    tls: Arc<rustls::ClientConfig>,
+    idle_per_host: usize,
+) -> HttpClient {
     let http = GuardedConnector::new(settings.policy.clone(), settings.connect_timeout);
     // hyper-rustls sets ALPN (h2, http/1.1) itself and refuses a preset one.
     let mut tls = (*tls).clone();
@@ -60,7 +83,7 @@ pub fn build_client(settings: &ClientSettings, tls: Arc<rustls::ClientConfig>) -
     Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
-        .pool_max_idle_per_host(settings.pool_idle_per_host)
+        .pool_max_idle_per_host(idle_per_host)
         .pool_idle_timeout(settings.pool_idle_timeout)
         .build(https)
 }

@@ -5,6 +5,7 @@ use http::{Response, StatusCode};
 
 use super::client::{Body, full_body};
 use crate::gate::{Decision, Judgement, Limit};
+use crate::robots_cache::FetchKind;
 
 /// Header carrying a decision's reason in one line.
 pub const DECISION_HEADER: &str = "x-robots-proxy-decision";
@@ -118,6 +119,15 @@ pub fn blocked(j: &Judgement) -> Response<Body> {
     };
     let (status, title, retry) = match &j.decision {
         Decision::Disallowed { .. } => (StatusCode::FORBIDDEN, "Blocked by robots.txt", None),
+        Decision::Unreachable { retry_after, .. }
+            if j.fetch_kind() == Some(FetchKind::LocalError) =>
+        {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "robots.txt not fetched: the proxy is short of a local resource (not the origin's fault); retry shortly",
+                Some(*retry_after),
+            )
+        }
         Decision::Unreachable { retry_after, .. } => (
             StatusCode::SERVICE_UNAVAILABLE,
             "robots.txt unreachable: all paths disallowed until it can be fetched",

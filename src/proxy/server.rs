@@ -64,8 +64,9 @@ pub async fn serve(
                 let (stream, peer) = match accepted {
                     Ok(x) => x,
                     Err(e) => {
-                        // EMFILE and friends: back off instead of spinning.
-                        tracing::warn!(error = %e, "accept failed");
+                        // EMFILE and friends: back off instead of spinning
+                        // (the client waits in the listen queue meanwhile).
+                        warn_accept_failed(&e);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
@@ -137,4 +138,21 @@ async fn serve_connection(
             }
         }
     }
+}
+
+/// Logs a failed accept at most once per [`LIMIT_WARNING_EVERY`], with the
+/// number left unlogged since: out of descriptors, accept fails 20 times a
+/// second until one is freed.
+fn warn_accept_failed(e: &std::io::Error) {
+    static LAST: std::sync::Mutex<(Option<Instant>, u64)> = std::sync::Mutex::new((None, 0));
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    let (at, skipped) = &mut *last;
+    if at.is_some_and(|t| t.elapsed() < LIMIT_WARNING_EVERY) {
+        *skipped += 1;
+        return;
+    }
+    tracing::warn!(error = %e, unlogged_since_last = *skipped,
+        "accept failed: new clients wait in the listen queue (retrying every 50 ms)");
+    *at = Some(Instant::now());
+    *skipped = 0;
 }
