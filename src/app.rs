@@ -381,6 +381,7 @@ mod tests {
                 outcome,
                 status: None,
                 max_age: None,
+                retry_after: None,
                 elapsed: std::time::Duration::ZERO,
             });
         }

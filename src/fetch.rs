@@ -58,6 +58,8 @@ pub struct Fetched {
     pub status: Option<u16>,
     /// `Cache-Control: max-age` of the final response.
     pub max_age: Option<Duration>,
+    /// `Retry-After` of a final 429 or 5xx response.
+    pub retry_after: Option<Duration>,
     /// How long the fetch took.
     pub elapsed: Duration,
 }
@@ -75,7 +77,7 @@ pub async fn fetch(client: &HttpClient, origin: &Origin, settings: &FetchSetting
     let start = Instant::now();
     let result =
         tokio::time::timeout(settings.timeout, fetch_chain(client, origin, settings)).await;
-    let (outcome, status, max_age) = match result {
+    let (outcome, status, hint) = match result {
         Ok(r) => r,
         Err(_) => (
             Outcome::Unreachable(format!(
@@ -87,10 +89,17 @@ pub async fn fetch(client: &HttpClient, origin: &Origin, settings: &FetchSetting
             None,
         ),
     };
+    // The answer's own lifetime: for how long it holds (2xx, 4xx), or when
+    // to ask again (429, 5xx).
+    let (max_age, retry_after) = match outcome {
+        Outcome::Unreachable(_) => (None, hint),
+        _ => (hint, None),
+    };
     Fetched {
         outcome,
         status,
         max_age,
+        retry_after,
         elapsed: start.elapsed(),
     }
 }
@@ -237,12 +246,19 @@ async fn fetch_chain(
                 ),
             };
         }
-        let outcome = if status.is_client_error() && status != StatusCode::TOO_MANY_REQUESTS {
-            Outcome::Unavailable(format!("{status} from {url}"))
-        } else {
-            Outcome::Unreachable(format!("{status} from {url}"))
-        };
-        return (outcome, code, max_age);
+        if status.is_client_error() && status != StatusCode::TOO_MANY_REQUESTS {
+            return (
+                Outcome::Unavailable(format!("{status} from {url}")),
+                code,
+                max_age,
+            );
+        }
+        let retry = retry_after(response.headers(), std::time::SystemTime::now());
+        return (
+            Outcome::Unreachable(format!("{status} from {url}")),
+            code,
+            retry,
+        );
     }
 }
 
@@ -454,6 +470,30 @@ fn resolve_location(base: &Uri, location: &str) -> Option<Uri> {
     abs.parse().ok()
 }
 
+/// `Retry-After` (delay in seconds, or an HTTP date after `now`).
+fn retry_after(headers: &http::HeaderMap, now: std::time::SystemTime) -> Option<Duration> {
+    let value = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let when = httpdate_to_system_time(value)?;
+    Some(when.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form HTTP dates
+/// take.
+fn httpdate_to_system_time(value: &str) -> Option<std::time::SystemTime> {
+    let format = time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    let date = time::PrimitiveDateTime::parse(value, &format).ok()?;
+    Some(date.assume_utc().into())
+}
+
 /// `max-age` from `Cache-Control` (`s-maxage` is for shared caches: this
 /// cache is one, so it wins when present).
 fn max_age(headers: &http::HeaderMap) -> Option<Duration> {
@@ -495,6 +535,27 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(784_111_777); // 06 Nov 1994 08:49:37
+        let mut h = http::HeaderMap::new();
+        assert_eq!(retry_after(&h, now), None);
+        h.insert(http::header::RETRY_AFTER, "120".parse().expect("hv"));
+        assert_eq!(retry_after(&h, now), Some(Duration::from_secs(120)));
+        h.insert(
+            http::header::RETRY_AFTER,
+            "Sun, 06 Nov 1994 08:50:07 GMT".parse().expect("hv"),
+        );
+        assert_eq!(retry_after(&h, now), Some(Duration::from_secs(30)));
+        h.insert(
+            http::header::RETRY_AFTER,
+            "Sun, 06 Nov 1994 08:00:00 GMT".parse().expect("hv"),
+        );
+        assert_eq!(retry_after(&h, now), Some(Duration::ZERO), "in the past");
+        h.insert(http::header::RETRY_AFTER, "soon".parse().expect("hv"));
+        assert_eq!(retry_after(&h, now), None);
+    }
 
     #[test]
     fn locations_resolve_against_the_base() {

@@ -113,6 +113,8 @@ pub struct Entry {
     pub fetched_at: SystemTime,
     fetched_instant: Instant,
     pub expires: Instant,
+    /// Fetches in a row that found the origin unreachable (for backoff).
+    failures: u32,
 }
 
 impl Entry {
@@ -411,6 +413,7 @@ impl RobotsCache {
                 outcome: Outcome::Parsed(robots),
                 status: Some(200),
                 max_age: None,
+                retry_after: None,
                 elapsed: Duration::ZERO,
             },
             &self.agents(),
@@ -561,6 +564,7 @@ impl RobotsCache {
                 outcome: Outcome::Unreachable("internal error fetching robots.txt".into()),
                 status: None,
                 max_age: None,
+                retry_after: None,
                 elapsed: Duration::ZERO,
             },
             &[],
@@ -578,6 +582,13 @@ impl RobotsCache {
             None => s.default_ttl,
         };
         let previous_good = previous.and_then(Entry::last_good);
+        // Failed fetches in a row, this one included if it failed; the
+        // proxy's own shortage neither counts nor resets.
+        let failures = match &fetched.outcome {
+            Outcome::Unreachable(_) => previous.map_or(0, |p| p.failures).saturating_add(1),
+            Outcome::LocalError(_) => previous.map_or(0, |p| p.failures),
+            _ => 0,
+        };
         let fresh = |rules, kind, reason, expires| (rules, kind, reason, expires, wall, now);
         let (rules, kind, reason, expires, fetched_at, fetched_instant) = match fetched.outcome {
             Outcome::Parsed(robots) => fresh(
@@ -617,22 +628,25 @@ impl RobotsCache {
                 ),
                 _ => fresh(Rules::DisallowAll, FetchKind::LocalError, Some(reason), now),
             },
-            Outcome::Unreachable(reason) => match previous_good {
-                Some((compiled, at, at_wall)) if at.elapsed() <= s.stale_max => (
-                    Rules::Parsed(compiled),
-                    FetchKind::Stale,
-                    Some(reason),
-                    now + s.unreachable_retry,
-                    at_wall,
-                    at,
-                ),
-                _ => fresh(
-                    Rules::DisallowAll,
-                    FetchKind::Unreachable,
-                    Some(reason),
-                    now + s.unreachable_retry,
-                ),
-            },
+            Outcome::Unreachable(reason) => {
+                let retry = now + retry_delay(s.unreachable_retry, failures, fetched.retry_after);
+                match previous_good {
+                    Some((compiled, at, at_wall)) if at.elapsed() <= s.stale_max => (
+                        Rules::Parsed(compiled),
+                        FetchKind::Stale,
+                        Some(reason),
+                        retry,
+                        at_wall,
+                        at,
+                    ),
+                    _ => fresh(
+                        Rules::DisallowAll,
+                        FetchKind::Unreachable,
+                        Some(reason),
+                        retry,
+                    ),
+                }
+            }
         };
         Entry {
             rules,
@@ -642,8 +656,25 @@ impl RobotsCache {
             fetched_at,
             fetched_instant,
             expires,
+            failures,
         }
     }
+}
+
+/// The first wait after robots.txt was found unreachable: short, so a
+/// brief outage does not disallow a whole site for long.
+pub const FIRST_RETRY: Duration = Duration::from_secs(30);
+
+/// When to fetch an unreachable robots.txt again: the origin's own
+/// `Retry-After` (429, 503) if it gave one, else 30 s doubling with each
+/// failure in a row; never more than `cap` (`robots.unreachable_retry`) and
+/// never less than a second.
+pub fn retry_delay(cap: Duration, failures: u32, retry_after: Option<Duration>) -> Duration {
+    let wait = retry_after.unwrap_or_else(|| {
+        let doublings = failures.saturating_sub(1).min(16);
+        FIRST_RETRY.saturating_mul(1 << doublings)
+    });
+    wait.min(cap).max(Duration::from_secs(1).min(cap))
 }
 
 /// The product tokens of `agents`, without repeats.
@@ -661,6 +692,24 @@ fn tokens(agents: &[String]) -> Arc<[Arc<str>]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unreachable_robots_txt_is_retried_soon_then_less_often() {
+        let cap = Duration::from_secs(300);
+        let secs = |failures, after| retry_delay(cap, failures, after).as_secs();
+        assert_eq!(secs(1, None), 30);
+        assert_eq!(secs(2, None), 60);
+        assert_eq!(secs(3, None), 120);
+        assert_eq!(secs(4, None), 240);
+        assert_eq!(secs(5, None), 300, "capped by unreachable_retry");
+        assert_eq!(secs(400, None), 300);
+        // The origin's Retry-After, within [1 s, cap].
+        assert_eq!(secs(1, Some(Duration::from_secs(5))), 5);
+        assert_eq!(secs(1, Some(Duration::ZERO)), 1);
+        assert_eq!(secs(1, Some(Duration::from_secs(86_400))), 300);
+        // A cap below the first step wins.
+        assert_eq!(retry_delay(Duration::from_secs(10), 1, None).as_secs(), 10);
+    }
     use crate::origin::Scheme;
     use crate::proxy::client::{ClientSettings, build_client};
 
@@ -762,6 +811,7 @@ mod tests {
             outcome: Outcome::LocalError("the proxy is out of file descriptors".into()),
             status: None,
             max_age: None,
+            retry_after: None,
             elapsed: Duration::ZERO,
         };
         let agents = c.agents();
@@ -775,6 +825,7 @@ mod tests {
                 outcome: Outcome::Parsed(robots(2)),
                 status: Some(200),
                 max_age: None,
+                retry_after: None,
                 elapsed: Duration::ZERO,
             },
             &agents,

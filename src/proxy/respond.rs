@@ -160,6 +160,12 @@ pub fn blocked(j: &Judgement) -> Response<Body> {
         Some(rule) => body.push_str(&format!("Rule:       {rule}\n")),
         None => body.push_str(&format!("Reason:     {}\n", j.decision.reason())),
     }
+    if let Decision::Unreachable { retry_after, .. } = &j.decision {
+        body.push_str(&format!(
+            "Next try:   robots.txt is fetched again in {} s\n",
+            retry_secs(*retry_after)
+        ));
+    }
     let mut resp = text(status, body);
     resp.headers_mut()
         .insert(DECISION_HEADER, header_value(&decision_line(j)));
