@@ -61,6 +61,7 @@ fn politeness_config(config: &Config) -> PolitenessConfig {
         mode: match p.mode {
             PolitenessMode::Delay => Mode::Delay {
                 max_wait: p.max_wait,
+                max_queue: p.max_queue,
             },
             PolitenessMode::Reject => Mode::Reject,
         },

@@ -163,6 +163,9 @@ pub struct PolitenessConfig {
     /// In delay mode, the longest a request is held before it gets 429.
     #[serde(deserialize_with = "duration")]
     pub max_wait: Duration,
+    /// In delay mode, the most requests held at once per origin and agent;
+    /// one more gets 429 (0 = no bound beyond `max_wait`).
+    pub max_queue: usize,
     /// Largest Crawl-delay honoured; larger values are clamped.
     #[serde(deserialize_with = "duration")]
     pub max_crawl_delay: Duration,
@@ -270,7 +273,10 @@ impl Default for PolitenessConfig {
         PolitenessConfig {
             mode: PolitenessMode::Delay,
             default_interval: Duration::ZERO,
-            max_wait: Duration::from_secs(30),
+            // Long enough for a scraper's usual concurrency (Scrapy: 8
+            // per domain) times a Crawl-delay of tens of seconds.
+            max_wait: Duration::from_secs(600),
+            max_queue: 64,
             max_crawl_delay: Duration::from_secs(60),
             max_tracked: 100_000,
         }

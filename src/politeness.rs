@@ -36,10 +36,13 @@ pub const DEFAULT_MAX_CRAWL_DELAY: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Hold the request until its slot; if that is more than `max_wait`
-    /// away, refuse at once with the wait as `retry_after`.
+    /// away, or `max_queue` requests are already held for the key, refuse
+    /// at once with the wait as `retry_after`.
     Delay {
         /// Longest a request may be held.
         max_wait: Duration,
+        /// Most requests held at once per key (0: no bound but `max_wait`).
+        max_queue: usize,
     },
     /// Refuse at once with the time until the next free slot.
     Reject,
@@ -66,7 +69,8 @@ impl Default for PolitenessConfig {
     fn default() -> Self {
         PolitenessConfig {
             mode: Mode::Delay {
-                max_wait: Duration::from_secs(30),
+                max_wait: Duration::from_secs(600),
+                max_queue: 64,
             },
             default_interval: None,
             max_tracked: 100_000,
@@ -242,7 +246,18 @@ impl Politeness {
             let wait = next.saturating_duration_since(now);
             let allowed = match self.mode {
                 Mode::Reject => wait.is_zero(),
-                Mode::Delay { max_wait } => wait <= max_wait,
+                // Each held request has booked one interval ahead of the
+                // next, so the wait tells how many are held.
+                Mode::Delay {
+                    max_wait,
+                    max_queue,
+                } => {
+                    wait <= max_wait
+                        && (max_queue == 0
+                            || wait
+                                <= interval
+                                    .saturating_mul(u32::try_from(max_queue).unwrap_or(u32::MAX)))
+                }
             };
             if !allowed {
                 return Err(RateLimited { retry_after: wait });

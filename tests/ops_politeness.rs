@@ -25,6 +25,7 @@ fn politeness(mode: Mode) -> Arc<Politeness> {
 fn delay(max_wait_ms: u64) -> Mode {
     Mode::Delay {
         max_wait: Duration::from_millis(max_wait_ms),
+        max_queue: 0,
     }
 }
 
@@ -211,4 +212,29 @@ async fn idle_keys_are_swept() {
     assert_eq!(p.tracked(), 1);
     assert!(p.acquire(KEY, Some(30.0)).await.is_err());
     assert_eq!(p.evicted_active(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn delay_mode_holds_at_most_max_queue_requests_per_key() {
+    let p = Arc::new(Politeness::new(PolitenessConfig {
+        mode: Mode::Delay {
+            max_wait: Duration::from_secs(3600),
+            max_queue: 2,
+        },
+        ..PolitenessConfig::default()
+    }));
+    // The first goes at once; two more are held; a fourth is refused.
+    p.acquire(KEY, Some(10.0)).await.unwrap();
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let p = p.clone();
+            tokio::spawn(async move { p.acquire(KEY, Some(10.0)).await })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    let err = p.acquire(KEY, Some(10.0)).await.unwrap_err();
+    assert_eq!(err.retry_after, Duration::from_secs(30));
+    for h in held {
+        assert!(h.await.unwrap().is_ok());
+    }
 }
