@@ -399,6 +399,7 @@ mod tests {
         let pol = p(
             Mode::Delay {
                 max_wait: Duration::from_secs(10),
+                max_queue: 0,
             },
             None,
         );
