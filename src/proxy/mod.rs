@@ -37,6 +37,11 @@ pub struct Settings {
     /// Client User-Agent product token → robots token.
     pub agent_map: HashMap<String, String>,
     pub response_timeout: Duration,
+    /// `client_header_timeout`: for new client connections, and inside
+    /// intercepted tunnels.
+    pub header_timeout: Duration,
+    /// `tunnel_idle_timeout`: for new blind tunnels.
+    pub tunnel_idle_timeout: Duration,
     /// Hosts tunnelled without interception.
     pub no_intercept: Vec<String>,
     /// Clients allowed to connect.
