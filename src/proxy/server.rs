@@ -173,6 +173,14 @@ pub async fn serve(
     drop(listener);
     let _ = phase_tx.send(Phase::Draining);
     drop(alive_rx);
+    let open = alive_tx.receiver_count();
+    if open > 0 {
+        tracing::info!(
+            connections = open,
+            grace = %humantime::format_duration(grace),
+            "waiting for open connections (tunnels included) to finish"
+        );
+    }
     let cut = match tokio::time::timeout(grace, alive_tx.closed()).await {
         Ok(()) => 0,
         Err(_) => alive_tx.receiver_count(),
