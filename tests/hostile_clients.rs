@@ -615,3 +615,55 @@ async fn admin_connections_get_the_header_timeout() {
         .expect("a trickling admin client is never closed");
     assert_eq!(proxy.admin_get("/healthz").await.status, 200);
 }
+
+/// On shutdown an idle intercepted tunnel is closed at once, and a blind
+/// tunnel is kept until the grace period ends, then closed (and counted
+/// among the connections cut).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_idle_intercepted_tunnels_at_once_and_blind_ones_when_the_grace_ends() {
+    let pinned = tls_origin("localhost").await;
+    let o = tls_origin("127.0.0.1").await;
+    let ca_files = vec![pinned.ca_file.clone(), o.ca_file.clone()];
+    let mut proxy = Proxy::start_with(|c| {
+        c.shutdown_grace = TIMEOUT;
+        c.tls.no_intercept = vec!["localhost".into()];
+        c.upstream.ca_files = ca_files;
+    })
+    .await;
+    let mut blind = connect(&proxy, &format!("localhost:{}", pinned.origin.addr.port()))
+        .await
+        .expect("tunnel");
+    let port = o.origin.addr.port();
+    let tunnel = connect(&proxy, &format!("127.0.0.1:{port}"))
+        .await
+        .expect("tunnel");
+    let tls = tls_over(tunnel, proxy_ca(&proxy), "127.0.0.1", b"http/1.1").await;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .expect("handshake");
+    let intercepted = tokio::spawn(conn);
+    let resp = sender
+        .send_request(
+            Request::get("/before")
+                .header("host", format!("127.0.0.1:{port}"))
+                .body(Full::new(Bytes::new()))
+                .expect("req"),
+        )
+        .await
+        .expect("response");
+    assert_eq!(resp.status(), 200);
+    resp.into_body().collect().await.expect("body");
+
+    proxy.stop();
+    tokio::time::timeout(SHORT, intercepted)
+        .await
+        .expect("idle intercepted tunnel left open during shutdown")
+        .expect("connection task")
+        .expect("closed cleanly");
+    let cut = tokio::time::timeout(SHORT, &mut proxy.done)
+        .await
+        .expect("shutdown never ends")
+        .expect("serve task");
+    assert_eq!(cut, 1, "the blind tunnel is cut when the grace ends");
+    wait_closed(&mut blind).await;
+}
