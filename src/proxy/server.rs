@@ -305,8 +305,9 @@ pub async fn drive<C, E>(
     }
 }
 
-/// The next change of `rx`; never, without one (or once its sender is gone
-/// for a count of requests, which cannot change any more).
+/// The next change of `rx` (`Err` once its sender is gone); never, without
+/// one. (The count of requests in flight cannot lose its sender while
+/// [`drive`] runs: the caller lends the [`InFlight`].)
 async fn changed<T>(rx: Option<&mut watch::Receiver<T>>) -> Result<(), watch::error::RecvError> {
     match rx {
         Some(rx) => rx.changed().await,
