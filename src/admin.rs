@@ -13,6 +13,11 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::access::ClientAcl;
+use crate::metrics::ConnRefusal;
+use crate::proxy::server::{ConnectionPolicy, RefusalLog};
 
 use crate::origin::Origin;
 use crate::proxy::Proxy;
@@ -20,21 +25,53 @@ use crate::proxy::client::{Body, full_body};
 use crate::proxy::respond;
 use crate::robots::product_token;
 
-/// Serves admin requests until the task is aborted.
-pub async fn serve(listener: TcpListener, proxy: Arc<Proxy>, ready: Arc<AtomicBool>) {
+/// Limits of the admin listener, applied at accept.
+pub struct Limits {
+    /// `admin.allow_clients`: others are closed at accept.
+    pub allow: ClientAcl,
+    /// `admin.max_connections`: beyond it new connections are closed at
+    /// accept (a probe fails at once rather than wait behind held ones).
+    pub max_connections: usize,
+}
+
+/// Serves admin requests until the task is aborted. Connections get the
+/// proxy's header timeout (`client_header_timeout`).
+pub async fn serve(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    ready: Arc<AtomicBool>,
+    limits: Limits,
+) {
+    let slots = Arc::new(Semaphore::new(
+        limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+    ));
+    let refusals = RefusalLog::new(proxy.metrics.clone());
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
+        let Ok((stream, peer)) = listener.accept().await else {
             // EMFILE and friends: back off instead of spinning.
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
+        if !limits.allow.allows(peer.ip()) {
+            refusals.refuse(ConnRefusal::AdminNotAllowed, peer);
+            continue;
+        }
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            refusals.refuse(ConnRefusal::AdminLimit, peer);
+            continue;
+        };
         let (proxy, ready) = (proxy.clone(), ready.clone());
+        let policy = ConnectionPolicy {
+            header_timeout: proxy.settings().header_timeout,
+        };
         tokio::spawn(async move {
+            let _slot = slot;
             let service = service_fn(move |req| {
                 let (proxy, ready) = (proxy.clone(), ready.clone());
                 async move { Ok::<_, std::convert::Infallible>(handle(&proxy, &ready, req).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
+            let _ = policy
+                .http1()
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });

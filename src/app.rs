@@ -37,6 +37,8 @@ pub enum StartError {
     Tls(#[from] crate::tls::TlsError),
     #[error("key `access.allow_clients`: {0}")]
     Acl(#[from] crate::access::AclError),
+    #[error("key `admin.allow_clients`: {0}")]
+    AdminAcl(crate::access::AclError),
     #[error("key `access.users`: {0}")]
     Auth(#[from] crate::access::AuthError),
 }
@@ -53,6 +55,11 @@ pub struct App {
     /// from the open-file limit in force at bind (see
     /// [`Config::max_connections`]).
     pub max_connections: usize,
+    /// Client connections served at once from one address (see
+    /// [`Config::max_connections_per_client`]).
+    pub max_connections_per_client: usize,
+    /// Who may use the admin listener.
+    pub admin_acl: ClientAcl,
 }
 
 fn politeness_config(config: &Config) -> PolitenessConfig {
@@ -109,6 +116,8 @@ pub fn settings_from(config: &Config, previous: Option<&Settings>) -> Result<Set
             .collect(),
         response_timeout: config.upstream.response_timeout,
         via: config.via,
+        header_timeout: config.client_header_timeout,
+        tunnel_idle_timeout: config.tunnel_idle_timeout,
         no_intercept: config
             .tls
             .no_intercept
@@ -212,6 +221,8 @@ impl App {
         let (ca, created) = Ca::load_or_create(&ca_dir)?;
         let minter = Arc::new(Minter::new(ca, config.tls.leaf_cache)?);
         let settings = settings_from(&config, None)?;
+        let admin_acl = ClientAcl::new(config.admin.allow_clients.iter().map(|n| n.to_string()))
+            .map_err(StartError::AdminAcl)?;
         let upstream = crate::proxy::upstream::Pool::new(client_settings);
         let proxy = Arc::new(Proxy::new(
             gate,
@@ -222,11 +233,14 @@ impl App {
             Some(minter),
             settings,
         ));
+        let max_connections = config.max_connections(crate::limits::open_files());
         Ok(App {
             proxy,
             listener,
             admin,
-            max_connections: config.max_connections(crate::limits::open_files()),
+            max_connections,
+            max_connections_per_client: config.max_connections_per_client(max_connections),
+            admin_acl,
             config,
             ca: Some((ca_dir.join(crate::tls::ca::CERT_FILE), created)),
         })
@@ -247,13 +261,21 @@ impl App {
     /// and reports not-ready once shutdown begins.
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) -> usize {
         let grace = self.config.shutdown_grace;
-        let max_connections = self.max_connections;
+        let limits = server::Limits {
+            max_connections: self.max_connections,
+            per_client: self.max_connections_per_client,
+        };
         let ready = Arc::new(AtomicBool::new(true));
+        let admin_limits = crate::admin::Limits {
+            allow: self.admin_acl,
+            max_connections: self.config.admin.max_connections,
+        };
         let admin_task = self.admin.map(|listener| {
             tokio::spawn(crate::admin::serve(
                 listener,
                 self.proxy.clone(),
                 ready.clone(),
+                admin_limits,
             ))
         });
         let ready_flag = ready.clone();
@@ -265,7 +287,7 @@ impl App {
                 ready_flag.store(false, Ordering::Relaxed);
             },
             grace,
-            max_connections,
+            limits,
         )
         .await;
         if let Some(task) = admin_task {
@@ -316,7 +338,19 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
             old.max_connections != new.max_connections,
             "max_connections",
         ),
+        (
+            old.max_connections_per_client != new.max_connections_per_client,
+            "max_connections_per_client",
+        ),
         (old.admin.listen != new.admin.listen, "admin.listen"),
+        (
+            old.admin.allow_clients != new.admin.allow_clients,
+            "admin.allow_clients",
+        ),
+        (
+            old.admin.max_connections != new.admin.max_connections,
+            "admin.max_connections",
+        ),
         (
             old.fetch_user_agent() != new.fetch_user_agent(),
             "user_agent (of robots.txt fetches)",
@@ -401,14 +435,17 @@ mod tests {
         assert!(needs_restart(&old, &old).is_empty());
         let new = config(
             "max_connections = 10\nuser_agent = \"x/1\"\nagents = { a = \"b\" }\n\
+             client_header_timeout = \"5s\"\ntunnel_idle_timeout = \"1m\"\n\
+             [admin]\nmax_connections = 4\n\
              [robots]\nfetch_timeout = \"3s\"\n\
              [upstream]\npool_idle_max = 3\nresponse_timeout = \"5s\"\n",
         );
-        // [agents] and response_timeout apply on reload.
+        // [agents], response_timeout and the client timeouts apply on reload.
         assert_eq!(
             needs_restart(&old, &new),
             [
                 "max_connections",
+                "admin.max_connections",
                 "user_agent (of robots.txt fetches)",
                 "robots.fetch_timeout",
                 "upstream.pool_idle_max"

@@ -46,6 +46,20 @@ pub struct Config {
     /// Client connections served at once; more wait in the listen queue.
     /// 0: a quarter of the open-file limit (see [`Config::max_connections`]).
     pub max_connections: usize,
+    /// Client connections open at once from one address; more are closed
+    /// at accept. 0: a quarter of `max_connections`, at least 8 (see
+    /// [`Config::max_connections_per_client`]).
+    pub max_connections_per_client: usize,
+    /// Time a client has to send a request's headers, counted from the
+    /// connection's start or the end of the previous response: idle
+    /// keep-alive connections close after it too. The same on the proxy
+    /// and admin listeners and inside intercepted tunnels.
+    #[serde(deserialize_with = "duration")]
+    pub client_header_timeout: Duration,
+    /// A blind (not intercepted) tunnel with no byte in either direction
+    /// for this long is closed.
+    #[serde(deserialize_with = "duration")]
+    pub tunnel_idle_timeout: Duration,
     /// Client User-Agent product token → robots token it must obey.
     pub agents: BTreeMap<String, String>,
     pub robots: RobotsConfig,
@@ -137,11 +151,15 @@ pub struct TlsConfig {
 }
 
 /// The admin listener.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     /// Off unless set.
     pub listen: Option<SocketAddr>,
+    /// Client networks allowed to connect; others are closed at accept.
+    pub allow_clients: Vec<IpNet>,
+    /// Admin connections open at once; more are closed at accept.
+    pub max_connections: usize,
 }
 
 /// What to do when a request comes before its Crawl-delay slot.
@@ -215,6 +233,9 @@ impl Default for Config {
             via: true,
             workers: 0,
             max_connections: 0,
+            max_connections_per_client: 0,
+            client_header_timeout: Duration::from_secs(30),
+            tunnel_idle_timeout: Duration::from_secs(5 * 60),
             agents: BTreeMap::new(),
             robots: RobotsConfig::default(),
             upstream: UpstreamConfig::default(),
@@ -283,13 +304,28 @@ impl Default for PolitenessConfig {
     }
 }
 
+/// 127.0.0.0/8 and ::1/128.
+fn loopback_networks() -> Vec<IpNet> {
+    ["127.0.0.0/8", "::1/128"]
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .collect()
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            listen: None,
+            allow_clients: loopback_networks(),
+            max_connections: 16,
+        }
+    }
+}
+
 impl Default for AccessConfig {
     fn default() -> Self {
         AccessConfig {
-            allow_clients: ["127.0.0.0/8", "::1/128"]
-                .iter()
-                .filter_map(|n| n.parse().ok())
-                .collect(),
+            allow_clients: loopback_networks(),
             users: Vec::new(),
             auth_failures_per_minute: 30,
         }
@@ -378,6 +414,17 @@ impl Config {
             .clamp(16, MAX_AUTO_CONNECTIONS as usize)
     }
 
+    /// Client connections open at once from one address:
+    /// `max_connections_per_client`; when it is 0, a quarter of
+    /// `max_connections` (as resolved), at least 8, so that one address
+    /// cannot take every slot.
+    pub fn max_connections_per_client(&self, max_connections: usize) -> usize {
+        if self.max_connections_per_client != 0 {
+            return self.max_connections_per_client;
+        }
+        (max_connections / 4).max(8)
+    }
+
     /// Parses TOML text; `origin` names the source in errors.
     pub fn from_toml(text: &str, origin: &Path) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Invalid {
@@ -429,6 +476,15 @@ impl Config {
         }
         if self.robots.cache_max_mib == 0 {
             return Err("key `robots.cache_max_mib` must be at least 1".into());
+        }
+        if self.client_header_timeout.is_zero() {
+            return Err("key `client_header_timeout` must be longer than 0s".into());
+        }
+        if self.tunnel_idle_timeout.is_zero() {
+            return Err("key `tunnel_idle_timeout` must be longer than 0s".into());
+        }
+        if self.admin.max_connections == 0 {
+            return Err("key `admin.max_connections` must be at least 1".into());
         }
         if self.tls.leaf_cache == 0 {
             return Err("key `tls.leaf_cache` must be at least 1".into());
@@ -538,6 +594,24 @@ mod tests {
             err.contains("max_connections") && err.contains("line 1"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn per_client_connections_as_configured_else_a_quarter_at_least_eight() {
+        let set = parse("max_connections_per_client = 3\n").expect("valid");
+        assert_eq!(set.max_connections_per_client(1000), 3);
+        let auto = parse("").expect("valid");
+        assert_eq!(auto.max_connections_per_client(1000), 250);
+        assert_eq!(auto.max_connections_per_client(16), 8);
+        assert_eq!(auto.max_connections_per_client(1), 8);
+        assert_eq!(auto.admin.max_connections, 16);
+        assert_eq!(auto.admin.allow_clients.len(), 2);
+        assert_eq!(auto.client_header_timeout, Duration::from_secs(30));
+        assert_eq!(auto.tunnel_idle_timeout, Duration::from_secs(300));
+        let err = parse("tunnel_idle_timeout = \"0s\"\n")
+            .expect_err("zero")
+            .to_string();
+        assert!(err.contains("tunnel_idle_timeout"), "{err}");
     }
 
     #[test]

@@ -162,6 +162,41 @@ impl CacheEvent {
     }
 }
 
+/// Why a connection was closed at accept, before a byte was read
+/// (`reason` label of `robots_proxy_connections_refused_total`, with the
+/// `listener`: `proxy` or `admin`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConnRefusal {
+    /// Proxy listener: the address is not in `access.allow_clients`.
+    NotAllowed,
+    /// Proxy listener: `max_connections_per_client` reached.
+    PerClientLimit,
+    /// Admin listener: the address is not in `admin.allow_clients`.
+    AdminNotAllowed,
+    /// Admin listener: `admin.max_connections` reached.
+    AdminLimit,
+}
+
+impl ConnRefusal {
+    /// Every variant, in index order.
+    pub const ALL: [ConnRefusal; 4] = [
+        ConnRefusal::NotAllowed,
+        ConnRefusal::PerClientLimit,
+        ConnRefusal::AdminNotAllowed,
+        ConnRefusal::AdminLimit,
+    ];
+
+    /// The `listener` and `reason` label values.
+    pub fn labels(self) -> Labels2 {
+        match self {
+            ConnRefusal::NotAllowed => [("listener", "proxy"), ("reason", "not_allowed")],
+            ConnRefusal::PerClientLimit => [("listener", "proxy"), ("reason", "per_client_limit")],
+            ConnRefusal::AdminNotAllowed => [("listener", "admin"), ("reason", "not_allowed")],
+            ConnRefusal::AdminLimit => [("listener", "admin"), ("reason", "connection_limit")],
+        }
+    }
+}
+
 /// The proxy's metrics; cheap to clone (one `Arc`), share one per process.
 #[derive(Clone)]
 pub struct Metrics {
@@ -180,6 +215,7 @@ struct Inner {
     upstream_latency: Histogram,
     open_connections: Gauge,
     connection_limit_reached: Counter,
+    connections_refused: [Counter; 4],
     audit_write_failures: Counter,
     politeness_hold: Histogram,
     politeness_waiting: Gauge,
@@ -268,6 +304,15 @@ impl Metrics {
             connection_limit_reached.clone(),
         );
 
+        let refused_family = Family::<Labels2, Counter>::default();
+        let connections_refused =
+            ConnRefusal::ALL.map(|r| refused_family.get_or_create_owned(&r.labels()));
+        registry.register(
+            "robots_proxy_connections_refused",
+            "Connections closed at accept, before a byte was read, by listener and reason",
+            refused_family,
+        );
+
         let audit_write_failures = Counter::default();
         registry.register(
             "robots_proxy_audit_write_failures",
@@ -300,6 +345,7 @@ impl Metrics {
                 upstream_latency,
                 open_connections,
                 connection_limit_reached,
+                connections_refused,
                 audit_write_failures,
                 politeness_hold,
                 politeness_waiting,
@@ -366,6 +412,11 @@ impl Metrics {
     /// Records how long a request was held for its politeness slot.
     pub fn observe_hold(&self, held: Duration) {
         self.inner.politeness_hold.observe(held.as_secs_f64());
+    }
+
+    /// Counts one connection closed at accept.
+    pub fn connection_refused(&self, why: ConnRefusal) {
+        self.inner.connections_refused[why as usize].inc();
     }
 
     /// Counts one audit record that could not be written.
@@ -438,6 +489,7 @@ mod tests {
             "robots_proxy_upstream_latency_seconds_count",
             "robots_proxy_open_connections",
             "robots_proxy_audit_write_failures_total",
+            "robots_proxy_connections_refused_total{listener=\"proxy\",reason=\"not_allowed\"}",
         ] {
             assert!(text.contains(name), "{name} missing from:\n{text}");
         }

@@ -12,6 +12,7 @@ use http::Request;
 use robots_proxy::access::{Params, UserConfig, hash_password_with};
 use robots_proxy::config::PolitenessMode;
 use support::{Conn, HeldOrigin, Origin, Proxy, metric};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Generous upper bound for anything that must merely not hang.
 const NO_HANG: Duration = Duration::from_secs(10);
@@ -462,7 +463,7 @@ async fn proxy_auth_challenges_strips_credentials_and_applies_the_users_agent() 
 }
 
 #[tokio::test]
-async fn client_outside_allow_clients_gets_403_and_the_origin_is_never_contacted() {
+async fn client_outside_allow_clients_is_closed_at_accept_and_the_origin_is_never_contacted() {
     let origin = Origin::start().await;
     origin.robots("User-agent: *\nDisallow: /private\n");
     let proxy = Proxy::start_with(|c| {
@@ -470,19 +471,33 @@ async fn client_outside_allow_clients_gets_403_and_the_origin_is_never_contacted
         c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
     })
     .await;
-    let r = proxy.get(&origin.url("/page")).await;
-    assert_eq!(r.status, 403, "{r:?}");
-    assert!(r.body.contains("127.0.0.1"), "{}", r.body);
-    assert!(r.body.contains("not allowed"), "{}", r.body);
+    // Closed before a byte is read: no answer at all, not even a 403.
+    let mut s = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("connect");
+    let _ = s
+        .write_all(format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/page")).as_bytes())
+        .await;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(NO_HANG, s.read_to_end(&mut answer))
+        .await
+        .expect("connection left open");
     assert!(
-        r.header("x-robots-proxy-decision")
-            .is_some_and(|d| d.starts_with("refused")),
-        "{r:?}"
+        read.is_err() || answer.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&answer)
     );
     assert_eq!(origin.hits("/robots.txt"), 0);
     assert_eq!(origin.hits("/page"), 0);
     let metrics = proxy.admin_get("/metrics").await.body;
-    assert_eq!(requests(&metrics, "refused"), 1.0, "{metrics}");
+    assert_eq!(
+        metric(
+            &metrics,
+            "robots_proxy_connections_refused_total{listener=\"proxy\",reason=\"not_allowed\"}"
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
 }
 
 // ---------------------------------------------------------------------------

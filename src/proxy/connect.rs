@@ -3,7 +3,10 @@
 //! the no-intercept list; plain HTTP inside a tunnel is judged as http.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,20 +15,22 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use super::Proxy;
 use super::client::{Body, empty_body};
 use super::io::Prefixed;
 use super::respond;
-use super::server::ConnectionHold;
+use super::server::{ConnectionHold, ConnectionPolicy, InFlight, Phase, Stop, drive};
 use crate::audit::Record;
 use crate::net;
 use crate::origin::{Origin, Scheme};
 
-/// How long a client may take to start talking inside a tunnel.
+/// How long a client may take to start talking inside a tunnel (and to
+/// finish the TLS handshake), at most: `client_header_timeout` if shorter.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The TLS record type of a handshake: the first byte of a ClientHello.
@@ -91,6 +96,7 @@ pub async fn handle(
     }
     let hold = connection_hold(&req);
     tokio::spawn(async move {
+        let stop = hold.as_ref().map(|h| h.stop());
         let _hold = hold;
         let upgraded = match hyper::upgrade::on(req).await {
             Ok(u) => TokioIo::new(u),
@@ -99,27 +105,56 @@ pub async fn handle(
                 return;
             }
         };
-        intercept(proxy, client, (user, user_agent), https, upgraded, minter).await;
+        let tunnel = Tunnel {
+            client,
+            user: (user, user_agent),
+            stop,
+        };
+        intercept(proxy, tunnel, https, upgraded, minter).await;
     });
     Response::new(empty_body())
 }
 
-/// Reads the first byte and serves the tunnel as TLS (intercepted) or as
-/// plain HTTP.
-async fn intercept<IO>(
-    proxy: Arc<Proxy>,
+/// Who an intercepted tunnel serves, and its listener's phase.
+struct Tunnel {
     client: SocketAddr,
     user: (Option<Arc<str>>, Option<String>),
+    stop: Option<Stop>,
+}
+
+/// Waits until the listener stops taking new work (draining or cut);
+/// never without a listener.
+async fn stopping(stop: Option<&Stop>) {
+    match stop {
+        Some(stop) => {
+            let mut stop = stop.clone();
+            let _ = stop.wait_for(|p| *p != Phase::Serving).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads the first byte and serves the tunnel as TLS (intercepted) or as
+/// plain HTTP. A tunnel that has not started its first request when
+/// shutdown begins is closed.
+async fn intercept<IO>(
+    proxy: Arc<Proxy>,
+    tunnel: Tunnel,
     https: Origin,
     mut io: IO,
     minter: Option<Arc<crate::tls::Minter>>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let client = tunnel.client;
+    let handshake = proxy.settings().header_timeout.min(HANDSHAKE_TIMEOUT);
     let mut first = [0u8; 1];
-    let n = match tokio::time::timeout(HANDSHAKE_TIMEOUT, io.read(&mut first)).await {
-        Ok(Ok(n)) if n > 0 => n,
-        _ => return,
+    let n = tokio::select! {
+        read = tokio::time::timeout(handshake, io.read(&mut first)) => match read {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return,
+        },
+        _ = stopping(tunnel.stop.as_ref()) => return,
     };
     let io = Prefixed::new(Bytes::copy_from_slice(&first[..n]), io);
     if first[0] != TLS_HANDSHAKE {
@@ -127,13 +162,17 @@ async fn intercept<IO>(
         let Ok(http) = Origin::new(Scheme::Http, https.host(), Some(https.port())) else {
             return;
         };
-        serve_inner(proxy, client, user, http, io).await;
+        serve_inner(proxy, tunnel, http, io).await;
         return;
     }
     let Some(minter) = minter else { return };
     let host = https.host().to_string();
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, minter.accept(io, &host)).await {
-        Ok(Ok((tls, _served))) => serve_inner(proxy, client, user, https, tls).await,
+    let accepted = tokio::select! {
+        accepted = tokio::time::timeout(handshake, minter.accept(io, &host)) => accepted,
+        _ = stopping(tunnel.stop.as_ref()) => return,
+    };
+    match accepted {
+        Ok(Ok((tls, _served))) => serve_inner(proxy, tunnel, https, tls).await,
         Ok(Err(e)) if e.client_distrusts_ca() => tracing::warn!(%client, host = %host,
             "client does not trust the proxy CA (install ca.pem, see README): {e}"),
         Ok(Err(e)) => tracing::debug!(%client, host = %host, "TLS interception failed: {e}"),
@@ -143,29 +182,39 @@ async fn intercept<IO>(
 
 /// Serves HTTP/1.1 or HTTP/2 requests inside a tunnel; every request is
 /// judged against `origin`, the host the CONNECT named (where the proxy
-/// actually connects), whatever Host or SNI the client sends.
-async fn serve_inner<IO>(
-    proxy: Arc<Proxy>,
-    client: SocketAddr,
-    user: (Option<Arc<str>>, Option<String>),
-    origin: Origin,
-    io: IO,
-) where
+/// actually connects), whatever Host or SNI the client sends. The
+/// connection is built and driven like the proxy listener's: header and
+/// idle timeout, graceful shutdown when the listener drains.
+async fn serve_inner<IO>(proxy: Arc<Proxy>, tunnel: Tunnel, origin: Origin, io: IO)
+where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let Tunnel { client, user, stop } = tunnel;
     let origin = Arc::new(origin);
+    let policy = ConnectionPolicy {
+        header_timeout: proxy.settings().header_timeout,
+    };
+    let in_flight = InFlight::default();
+    let counter = in_flight.clone();
     let service = service_fn(move |req: Request<Incoming>| {
         let (proxy, origin, user) = (proxy.clone(), origin.clone(), user.clone());
+        let guard = counter.start();
         async move {
-            Ok::<_, std::convert::Infallible>(
-                inner_request(&proxy, client, user, &origin, req).await,
-            )
+            let resp = inner_request(&proxy, client, user, &origin, req).await;
+            Ok::<_, std::convert::Infallible>(InFlight::track(guard, resp))
         }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    if let Err(e) = builder.serve_connection(TokioIo::new(io), service).await {
-        tracing::debug!(%client, error = %e, "tunnel connection ended with an error");
-    }
+    let builder = policy.auto();
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    drive(
+        conn,
+        |c| c.graceful_shutdown(),
+        stop,
+        Some((policy.header_timeout, &in_flight)),
+        client,
+        "tunnel connection",
+    )
+    .await;
 }
 
 async fn inner_request(
@@ -285,18 +334,130 @@ async fn tunnel(
         }
     };
     let hold = connection_hold(&req);
+    let idle = proxy.settings().tunnel_idle_timeout;
     tokio::spawn(async move {
+        let stop = hold.as_ref().map(|h| h.stop());
         let _hold = hold;
         match hyper::upgrade::on(req).await {
-            Ok(upgraded) => {
-                let mut client_io = TokioIo::new(upgraded);
-                let mut upstream = upstream;
-                let _ = tokio::io::copy_bidirectional(&mut client_io, &mut upstream).await;
-            }
+            Ok(upgraded) => relay(TokioIo::new(upgraded), upstream, idle, stop, client).await,
             Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
         }
     });
     Response::new(empty_body())
+}
+
+/// Copies bytes both ways until either side closes, no byte has passed in
+/// either direction for `idle`, or the shutdown grace is over.
+async fn relay<A, B>(
+    client_io: A,
+    upstream: B,
+    idle: Duration,
+    stop: Option<Stop>,
+    peer: SocketAddr,
+) where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let activity = Activity::new();
+    let mut client_io = Touching::new(client_io, &activity);
+    let mut upstream = Touching::new(upstream, &activity);
+    let cut = async {
+        match stop {
+            Some(mut stop) => {
+                let _ = stop.wait_for(|p| *p == Phase::Cut).await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::io::copy_bidirectional(&mut client_io, &mut upstream) => {}
+        _ = activity.quiet_for(idle) => {
+            tracing::debug!(client = %peer, "blind tunnel idle: closing");
+        }
+        _ = cut => tracing::debug!(client = %peer, "blind tunnel closed: shutdown grace period over"),
+    }
+}
+
+/// When bytes last moved through a tunnel.
+struct Activity {
+    start: Instant,
+    /// Milliseconds from `start` to the last byte.
+    last: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            start: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// Completes once no byte has moved for `idle`.
+    async fn quiet_for(&self, idle: Duration) {
+        loop {
+            let last = self.start + Duration::from_millis(self.last.load(Ordering::Relaxed));
+            let deadline = last + idle;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
+
+/// An IO object that records in an [`Activity`] every byte read or written.
+struct Touching<'a, IO> {
+    io: IO,
+    activity: &'a Activity,
+}
+
+impl<'a, IO> Touching<'a, IO> {
+    fn new(io: IO, activity: &'a Activity) -> Self {
+        Touching { io, activity }
+    }
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Touching<'_, IO> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Touching<'_, IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.io).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
 }
 
 /// Why an upstream TCP connection was not made.

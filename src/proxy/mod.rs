@@ -39,6 +39,11 @@ pub struct Settings {
     pub response_timeout: Duration,
     /// Whether forwarded messages get a `Via` header.
     pub via: bool,
+    /// `client_header_timeout`: for new client connections, and inside
+    /// intercepted tunnels.
+    pub header_timeout: Duration,
+    /// `tunnel_idle_timeout`: for new blind tunnels.
+    pub tunnel_idle_timeout: Duration,
     /// Hosts tunnelled without interception.
     pub no_intercept: Vec<String>,
     /// Clients allowed to connect.

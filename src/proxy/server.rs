@@ -1,40 +1,118 @@
-//! Accepting client connections: HTTP/1.1 with keep-alive and upgrades
-//! (CONNECT), and graceful shutdown that lets in-flight requests finish.
+//! Accepting client connections: admission at accept (client allow-list,
+//! per-address cap, `max_connections`), HTTP/1.1 with keep-alive and
+//! upgrades (CONNECT), and graceful shutdown that lets in-flight requests
+//! finish, inside intercepted tunnels as well.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use http::{Method, Request};
-use hyper::body::Incoming;
+use bytes::Bytes;
+use http::{Method, Request, Response};
+use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::time::Instant;
 
 use super::Proxy;
-use crate::metrics::ConnectionGuard;
+use super::client::Body;
+use crate::metrics::{ConnRefusal, ConnectionGuard, Metrics};
 
-/// How often reaching the connection limit is logged, at most.
+/// How often reaching a connection limit, or refusing connections at
+/// accept, is logged, at most (per reason).
 const LIMIT_WARNING_EVERY: Duration = Duration::from_secs(60);
 
+/// Where a listener is in its life; every connection and tunnel watches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Serving,
+    /// Shutdown began: finish the requests in flight, then close.
+    Draining,
+    /// The grace period is over: close whatever is still open.
+    Cut,
+}
+
+/// A connection's view of its listener's [`Phase`].
+pub type Stop = watch::Receiver<Phase>;
+
+/// How every hyper server connection of the proxy is built (proxy
+/// listener, admin listener, connections inside intercepted tunnels): the
+/// timer, the header timeout (which, counted from the end of the previous
+/// response, is also the idle timeout of a keep-alive connection) and the
+/// keep-alive policy live here and nowhere else.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionPolicy {
+    pub header_timeout: Duration,
+}
+
+impl ConnectionPolicy {
+    /// An HTTP/1.1-only server (the proxy and admin listeners).
+    pub fn http1(&self) -> hyper::server::conn::http1::Builder {
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_timeout)
+            .keep_alive(true);
+        builder
+    }
+
+    /// An HTTP/1.1 or HTTP/2 server (inside intercepted tunnels). HTTP/2
+    /// has no header timeout of its own: [`drive`] closes a connection
+    /// with no request in flight for `header_timeout` (see [`InFlight`]).
+    pub fn auto(&self) -> hyper_util::server::conn::auto::Builder<TokioExecutor> {
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_timeout)
+            .keep_alive(true);
+        builder.http2().timer(TokioTimer::new());
+        builder
+    }
+}
+
+/// Limits applied when a connection is accepted.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Client connections open at once; beyond it accepting pauses.
+    pub max_connections: usize,
+    /// Client connections open at once from one address; beyond it new
+    /// ones are closed at accept.
+    pub per_client: usize,
+}
+
 /// Serves `listener` until `shutdown` completes, then stops accepting and
-/// waits up to `grace` for open connections to finish their requests.
-/// With `max_connections` open, accepting pauses until one closes (new
-/// clients wait in the kernel's listen queue). Returns the number of
-/// connections still open when the grace ran out.
+/// waits up to `grace` for open connections (tunnels included) to finish
+/// their requests. With `max_connections` open, accepting pauses until one
+/// closes (new clients wait in the kernel's listen queue). A client whose
+/// address is not in `access.allow_clients`, or that already has
+/// `per_client` connections open, is closed at accept before a byte is
+/// read. Returns the number of connections still open when the grace ran
+/// out; they are closed then.
 pub async fn serve(
     listener: TcpListener,
     proxy: Arc<Proxy>,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
-    max_connections: usize,
+    limits: Limits,
 ) -> usize {
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (phase_tx, phase_rx) = watch::channel(Phase::Serving);
+    // One receiver per open connection (in its hold): the count of open
+    // connections, and `closed()` when the last one is gone.
+    let (alive_tx, alive_rx) = watch::channel(());
+    let max_connections = limits.max_connections;
     let slots = Arc::new(Semaphore::new(
         max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
+    let per_client = PerClient::new(limits.per_client);
+    let refusals = RefusalLog::new(proxy.metrics.clone());
     let mut warned: Option<Instant> = None;
     tokio::pin!(shutdown);
     loop {
@@ -71,40 +149,78 @@ pub async fn serve(
                         continue;
                     }
                 };
+                // Admission before work: nothing is read from a client
+                // that may not use the proxy, and its slot is free again.
+                if !proxy.settings().acl.allows(peer.ip()) {
+                    refusals.refuse(ConnRefusal::NotAllowed, peer);
+                    continue;
+                }
+                let Some(client_slot) = per_client.take(peer.ip()) else {
+                    refusals.refuse(ConnRefusal::PerClientLimit, peer);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve_connection(stream, peer, proxy.clone(), stop_rx.clone(), slot));
+                let hold = Arc::new(ConnectionHold {
+                    _slot: slot,
+                    _client: client_slot,
+                    _open: proxy.metrics.connection_opened(),
+                    _alive: alive_rx.clone(),
+                    phase: phase_rx.clone(),
+                });
+                tokio::spawn(serve_connection(stream, peer, proxy.clone(), hold));
             }
         }
     }
     drop(listener);
-    let _ = stop_tx.send(true);
-    drop(stop_rx);
-    match tokio::time::timeout(grace, stop_tx.closed()).await {
-        Ok(()) => 0,
-        Err(_) => stop_tx.receiver_count(),
+    let _ = phase_tx.send(Phase::Draining);
+    drop(alive_rx);
+    let open = alive_tx.receiver_count();
+    if open > 0 {
+        tracing::info!(
+            connections = open,
+            grace = %humantime::format_duration(grace),
+            "waiting for open connections (tunnels included) to finish"
+        );
     }
+    let cut = match tokio::time::timeout(grace, alive_tx.closed()).await {
+        Ok(()) => 0,
+        Err(_) => alive_tx.receiver_count(),
+    };
+    let _ = phase_tx.send(Phase::Cut);
+    cut
 }
 
 /// What a client connection holds while it is open: its place under
-/// `max_connections` and its count in `robots_proxy_open_connections`.
-/// A CONNECT request carries a clone in its extensions, so a tunnel keeps
-/// both until it closes, long after hyper has handed the socket over.
+/// `max_connections` and `max_connections_per_client`, its count in
+/// `robots_proxy_open_connections`, and the listener's phase. A CONNECT
+/// request carries a clone in its extensions, so a tunnel keeps all of it
+/// until it closes, long after hyper has handed the socket over, and
+/// shutdown waits for it.
 pub struct ConnectionHold {
     _slot: OwnedSemaphorePermit,
+    _client: ClientSlot,
     _open: ConnectionGuard,
+    _alive: watch::Receiver<()>,
+    phase: Stop,
+}
+
+impl ConnectionHold {
+    /// The listener's phase, for a tunnel to follow.
+    pub fn stop(&self) -> Stop {
+        self.phase.clone()
+    }
 }
 
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     proxy: Arc<Proxy>,
-    mut stop: watch::Receiver<bool>,
-    slot: OwnedSemaphorePermit,
+    hold: Arc<ConnectionHold>,
 ) {
-    let hold = Arc::new(ConnectionHold {
-        _slot: slot,
-        _open: proxy.metrics.connection_opened(),
-    });
+    let stop = hold.stop();
+    let policy = ConnectionPolicy {
+        header_timeout: proxy.settings().header_timeout,
+    };
     let service = service_fn(move |mut req: Request<Incoming>| {
         if req.method() == Method::CONNECT {
             req.extensions_mut().insert(hold.clone());
@@ -112,29 +228,79 @@ async fn serve_connection(
         let proxy = proxy.clone();
         async move { Ok::<_, std::convert::Infallible>(proxy.handle(peer, req).await) }
     });
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
+    let conn = policy
+        .http1()
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
+    drive(
+        conn,
+        |c| c.graceful_shutdown(),
+        Some(stop),
+        None,
+        peer,
+        "client connection",
+    )
+    .await;
+}
+
+/// Drives a served connection to its end. When its listener starts
+/// draining, the connection shuts down gracefully (requests in flight
+/// finish, then it closes); when the grace is over it is dropped. With
+/// `idle`, it also shuts down gracefully once no request has been in
+/// flight for that long (HTTP/2 has no header timeout of its own).
+pub async fn drive<C, E>(
+    conn: C,
+    shutdown: fn(Pin<&mut C>),
+    stop: Option<Stop>,
+    idle: Option<(Duration, &InFlight)>,
+    peer: SocketAddr,
+    what: &'static str,
+) where
+    C: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
     tokio::pin!(conn);
-    let mut stopping = *stop.borrow();
-    if stopping {
-        conn.as_mut().graceful_shutdown();
-    }
+    let mut stop = stop;
+    let mut requests = idle.map(|(_, f)| f.subscribe());
+    let idle = idle.map(|(t, _)| t);
+    let mut shutting = false;
     loop {
+        let phase = stop
+            .as_mut()
+            .map_or(Phase::Serving, |s| *s.borrow_and_update());
+        if phase == Phase::Cut {
+            tracing::debug!(%peer, "{what} closed: shutdown grace period over");
+            return;
+        }
+        if phase == Phase::Draining && !shutting {
+            shutting = true;
+            shutdown(conn.as_mut());
+        }
+        let none_in_flight = requests
+            .as_mut()
+            .is_some_and(|rx| *rx.borrow_and_update() == 0);
+        let deadline = match idle {
+            Some(t) if !shutting && none_in_flight => Some(Instant::now() + t),
+            _ => None,
+        };
         tokio::select! {
             result = conn.as_mut() => {
                 if let Err(e) = result {
-                    tracing::debug!(%peer, error = %e, "client connection ended with an error");
+                    tracing::debug!(%peer, error = %e, "{what} ended with an error");
                 }
-                break;
+                return;
             }
-            changed = stop.changed(), if !stopping => {
-                stopping = true;
-                if changed.is_ok() {
-                    conn.as_mut().graceful_shutdown();
+            changed = changed(stop.as_mut()) => {
+                if changed.is_err() {
+                    // The listener is gone altogether.
+                    return;
                 }
+            }
+            _ = changed(requests.as_mut()) => {}
+            _ = sleep_until(deadline) => {
+                tracing::debug!(%peer, "{what} idle: closing");
+                shutting = true;
+                shutdown(conn.as_mut());
             }
         }
     }
@@ -155,4 +321,182 @@ fn warn_accept_failed(e: &std::io::Error) {
         "accept failed: new clients wait in the listen queue (retrying every 50 ms)");
     *at = Some(Instant::now());
     *skipped = 0;
+}
+
+/// The next change of `rx` (`Err` once its sender is gone); never, without
+/// one. (The count of requests in flight cannot lose its sender while
+/// [`drive`] runs: the caller lends the [`InFlight`].)
+async fn changed<T>(rx: Option<&mut watch::Receiver<T>>) -> Result<(), watch::error::RecvError> {
+    match rx {
+        Some(rx) => rx.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Counts a connection's requests in flight, from the service call to the
+/// end of the response body.
+#[derive(Clone)]
+pub struct InFlight(Arc<watch::Sender<usize>>);
+
+impl Default for InFlight {
+    fn default() -> Self {
+        InFlight(Arc::new(watch::Sender::new(0)))
+    }
+}
+
+impl InFlight {
+    /// Counts one request until the guard is dropped.
+    pub fn start(&self) -> InFlightGuard {
+        self.0.send_modify(|n| *n += 1);
+        InFlightGuard(self.0.clone())
+    }
+
+    /// A response whose body keeps `guard` until it is dropped.
+    pub fn track(guard: InFlightGuard, resp: Response<Body>) -> Response<Body> {
+        use http_body_util::BodyExt;
+        resp.map(|body| {
+            Tracked {
+                body,
+                _guard: guard,
+            }
+            .boxed()
+        })
+    }
+
+    fn subscribe(&self) -> watch::Receiver<usize> {
+        self.0.subscribe()
+    }
+}
+
+/// One request in flight; see [`InFlight`].
+pub struct InFlightGuard(Arc<watch::Sender<usize>>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// A response body counted as in flight until hyper drops it.
+struct Tracked {
+    body: Body,
+    _guard: InFlightGuard,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Connections open per client address, for `max_connections_per_client`.
+#[derive(Clone)]
+pub struct PerClient {
+    limit: usize,
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl PerClient {
+    pub fn new(limit: usize) -> PerClient {
+        PerClient {
+            limit: limit.max(1),
+            counts: Arc::default(),
+        }
+    }
+
+    /// A place for one more connection from `ip`; `None` at the limit.
+    pub fn take(&self, ip: IpAddr) -> Option<ClientSlot> {
+        let ip = ip.to_canonical();
+        let mut counts = lock(&self.counts);
+        let n = counts.entry(ip).or_default();
+        if *n >= self.limit {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot {
+            ip,
+            counts: self.counts.clone(),
+        })
+    }
+}
+
+/// One connection's place under its address's limit, given back on drop.
+pub struct ClientSlot {
+    ip: IpAddr,
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut counts = lock(&self.counts);
+        if let Some(n) = counts.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Counts connections closed at accept and logs them, once a minute per
+/// reason at most (with how many went unlogged since): a flood of refused
+/// clients cannot flood the log.
+pub struct RefusalLog {
+    metrics: Metrics,
+    last: Mutex<[Option<Instant>; ConnRefusal::ALL.len()]>,
+    unlogged: [AtomicU64; ConnRefusal::ALL.len()],
+}
+
+impl RefusalLog {
+    pub fn new(metrics: Metrics) -> RefusalLog {
+        RefusalLog {
+            metrics,
+            last: Mutex::new([None; ConnRefusal::ALL.len()]),
+            unlogged: Default::default(),
+        }
+    }
+
+    /// Counts (and perhaps logs) closing `peer`'s connection for `why`.
+    /// The caller drops the connection unread.
+    pub fn refuse(&self, why: ConnRefusal, peer: SocketAddr) {
+        self.metrics.connection_refused(why);
+        let i = why as usize;
+        let mut last = lock(&self.last);
+        if last[i].is_some_and(|t| t.elapsed() < LIMIT_WARNING_EVERY) {
+            self.unlogged[i].fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        last[i] = Some(Instant::now());
+        drop(last);
+        let unlogged = self.unlogged[i].swap(0, Ordering::Relaxed);
+        let [(_, listener), (_, reason)] = why.labels();
+        tracing::warn!(client_ip = %peer.ip(), listener, reason, also_refused_unlogged = unlogged,
+            "connection closed at accept (logged once a minute per reason; \
+             robots_proxy_connections_refused_total counts them all)");
+    }
 }
