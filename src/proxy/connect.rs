@@ -26,6 +26,7 @@ use super::io::Prefixed;
 use super::respond;
 use super::server::{ConnectionHold, ConnectionPolicy, InFlight, Phase, Stop, drive};
 use crate::audit::Record;
+use crate::gate::Decision;
 use crate::net;
 use crate::origin::{Origin, Scheme};
 
@@ -92,7 +93,7 @@ pub async fn handle(
     }
     let minter = proxy.minter.clone();
     if minter.is_none() || no_intercept(&settings.no_intercept, https.host()) {
-        return tunnel(proxy, client, user, https, agent, req).await;
+        return tunnel(proxy, client, (user, user_agent.clone()), https, agent, req).await;
     }
     let hold = connection_hold(&req);
     tokio::spawn(async move {
@@ -141,23 +142,17 @@ async fn intercept<IO>(
     proxy: Arc<Proxy>,
     tunnel: Tunnel,
     https: Origin,
-    mut io: IO,
+    io: IO,
     minter: Option<Arc<crate::tls::Minter>>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let client = tunnel.client;
     let handshake = proxy.settings().header_timeout.min(HANDSHAKE_TIMEOUT);
-    let mut first = [0u8; 1];
-    let n = tokio::select! {
-        read = tokio::time::timeout(handshake, io.read(&mut first)) => match read {
-            Ok(Ok(n)) if n > 0 => n,
-            _ => return,
-        },
-        _ = stopping(tunnel.stop.as_ref()) => return,
+    let Some((io, tls)) = sniff(io, handshake, tunnel.stop.as_ref()).await else {
+        return;
     };
-    let io = Prefixed::new(Bytes::copy_from_slice(&first[..n]), io);
-    if first[0] != TLS_HANDSHAKE {
+    if !tls {
         // Plain HTTP inside the tunnel (e.g. CONNECT host:80): judged as http.
         let Ok(http) = Origin::new(Scheme::Http, https.host(), Some(https.port())) else {
             return;
@@ -178,6 +173,29 @@ async fn intercept<IO>(
         Ok(Err(e)) => tracing::debug!(%client, host = %host, "TLS interception failed: {e}"),
         Err(_) => tracing::debug!(%client, host = %host, "TLS handshake timed out"),
     }
+}
+
+/// Waits for the client's first byte in a tunnel (within `handshake`, and
+/// not past the start of shutdown) and tells whether it opens a TLS
+/// handshake; the byte is kept in front of the stream.
+async fn sniff<IO>(
+    mut io: IO,
+    handshake: Duration,
+    stop: Option<&Stop>,
+) -> Option<(Prefixed<IO>, bool)>
+where
+    IO: AsyncRead + Unpin,
+{
+    let mut first = [0u8; 1];
+    let n = tokio::select! {
+        read = tokio::time::timeout(handshake, io.read(&mut first)) => match read {
+            Ok(Ok(n)) if n > 0 => n,
+            _ => return None,
+        },
+        _ = stopping(stop) => return None,
+    };
+    let tls = first[0] == TLS_HANDSHAKE;
+    Some((Prefixed::new(Bytes::copy_from_slice(&first[..n]), io), tls))
 }
 
 /// Serves HTTP/1.1 or HTTP/2 requests inside a tunnel; every request is
@@ -304,12 +322,17 @@ fn refuse_inner(req: &Request<Incoming>) -> Option<Response<Body>> {
 async fn tunnel(
     proxy: Arc<Proxy>,
     client: SocketAddr,
-    user: Option<Arc<str>>,
+    (user, user_agent): (Option<Arc<str>>, Option<String>),
     origin: Origin,
     agent: &str,
     req: Request<Incoming>,
 ) -> Response<Body> {
     let judgement = proxy.gate.judge(&origin, "/", agent).await;
+    if matches!(judgement.decision, Decision::BadGateway { .. }) {
+        // robots.txt over TLS failed: perhaps a plain-HTTP port (CONNECT
+        // host:8080). The client's first byte tells.
+        return sniffed_tunnel(proxy, client, (user, user_agent), origin, judgement, req);
+    }
     if let Some(resp) = proxy.audit_and_block(&judgement, client, user.as_deref(), "CONNECT") {
         return resp;
     }
@@ -342,6 +365,46 @@ async fn tunnel(
             Ok(upgraded) => relay(TokioIo::new(upgraded), upstream, idle, stop, client).await,
             Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
         }
+    });
+    Response::new(empty_body())
+}
+
+/// A tunnel whose https robots.txt could not be fetched over TLS: opened,
+/// then served by what the client speaks. Plain HTTP is served like plain
+/// HTTP inside an intercepted tunnel (each request judged against the http
+/// origin); TLS keeps the failed judgement, which is audited, and the
+/// tunnel is closed (no answer can be given inside the client's TLS).
+fn sniffed_tunnel(
+    proxy: Arc<Proxy>,
+    client: SocketAddr,
+    user: (Option<Arc<str>>, Option<String>),
+    origin: Origin,
+    judgement: crate::gate::Judgement,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let hold = connection_hold(&req);
+    tokio::spawn(async move {
+        let stop = hold.as_ref().map(|h| h.stop());
+        let _hold = hold;
+        let upgraded = match hyper::upgrade::on(req).await {
+            Ok(u) => TokioIo::new(u),
+            Err(e) => {
+                tracing::debug!(error = %e, "CONNECT upgrade failed");
+                return;
+            }
+        };
+        let handshake = proxy.settings().header_timeout.min(HANDSHAKE_TIMEOUT);
+        let Some((io, tls)) = sniff(upgraded, handshake, stop.as_ref()).await else {
+            return;
+        };
+        if tls {
+            let _ = proxy.audit_and_block(&judgement, client, user.0.as_deref(), "CONNECT");
+            return;
+        }
+        let Ok(http) = Origin::new(Scheme::Http, origin.host(), Some(origin.port())) else {
+            return;
+        };
+        serve_inner(proxy, Tunnel { client, user, stop }, http, io).await;
     });
     Response::new(empty_body())
 }
