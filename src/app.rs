@@ -16,7 +16,7 @@ use crate::metrics::{self, Metrics};
 use crate::net::Policy;
 use crate::politeness::{Mode, Politeness, PolitenessConfig};
 use crate::proxy::client::{ClientSettings, build_client, build_fetch_client};
-use crate::proxy::{Proxy, Settings, server};
+use crate::proxy::{Proxy, Settings, Upstreams, server};
 use crate::robots_cache::{CacheSettings, RobotsCache};
 use crate::tls::{Ca, Minter};
 
@@ -189,6 +189,7 @@ impl App {
         };
         let tls = Arc::new(tls);
         let client = build_client(&client_settings, tls.clone());
+        let upstream_tls = tls.clone();
         let r = &config.robots;
         let cache = RobotsCache::new(
             build_fetch_client(&client_settings, tls),
@@ -224,10 +225,14 @@ impl App {
         let admin_acl = ClientAcl::new(config.admin.allow_clients.iter().map(|n| n.to_string()))
             .map_err(StartError::AdminAcl)?;
         let upstream = crate::proxy::upstream::Pool::new(client_settings);
+        let upstreams = Upstreams {
+            client,
+            pool: upstream,
+            tls: upstream_tls,
+        };
         let proxy = Arc::new(Proxy::new(
             gate,
-            client,
-            upstream,
+            upstreams,
             audit,
             metrics,
             Some(minter),

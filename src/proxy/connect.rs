@@ -98,7 +98,6 @@ pub async fn handle(
     let hold = connection_hold(&req);
     tokio::spawn(async move {
         let stop = hold.as_ref().map(|h| h.stop());
-        let _hold = hold;
         let upgraded = match hyper::upgrade::on(req).await {
             Ok(u) => TokioIo::new(u),
             Err(e) => {
@@ -110,6 +109,7 @@ pub async fn handle(
             client,
             user: (user, user_agent),
             stop,
+            hold,
         };
         intercept(proxy, tunnel, https, upgraded, minter).await;
     });
@@ -121,6 +121,9 @@ struct Tunnel {
     client: SocketAddr,
     user: (Option<Arc<str>>, Option<String>),
     stop: Option<Stop>,
+    /// The client connection's hold: kept while the tunnel is open, and
+    /// lent to a WebSocket upgraded inside it, which may outlive it.
+    hold: Option<Arc<ConnectionHold>>,
 }
 
 /// Waits until the listener stops taking new work (draining or cut);
@@ -207,15 +210,26 @@ async fn serve_inner<IO>(proxy: Arc<Proxy>, tunnel: Tunnel, origin: Origin, io: 
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Tunnel { client, user, stop } = tunnel;
+    let Tunnel {
+        client,
+        user,
+        stop,
+        hold,
+    } = tunnel;
     let origin = Arc::new(origin);
     let policy = ConnectionPolicy {
         header_timeout: proxy.settings().header_timeout,
     };
     let in_flight = InFlight::default();
     let counter = in_flight.clone();
-    let service = service_fn(move |req: Request<Incoming>| {
+    let service = service_fn(move |mut req: Request<Incoming>| {
         let (proxy, origin, user) = (proxy.clone(), origin.clone(), user.clone());
+        if let Some(hold) = hold
+            .as_ref()
+            .filter(|_| super::upgrade::is_upgrade(req.headers()))
+        {
+            req.extensions_mut().insert(hold.clone());
+        }
         let guard = counter.start();
         async move {
             let resp = inner_request(&proxy, client, user, &origin, req).await;
@@ -223,7 +237,7 @@ where
         }
     });
     let builder = policy.auto();
-    let conn = builder.serve_connection(TokioIo::new(io), service);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     drive(
         conn,
         |c| c.graceful_shutdown(),
@@ -385,7 +399,6 @@ fn sniffed_tunnel(
     let hold = connection_hold(&req);
     tokio::spawn(async move {
         let stop = hold.as_ref().map(|h| h.stop());
-        let _hold = hold;
         let upgraded = match hyper::upgrade::on(req).await {
             Ok(u) => TokioIo::new(u),
             Err(e) => {
@@ -404,14 +417,20 @@ fn sniffed_tunnel(
         let Ok(http) = Origin::new(Scheme::Http, origin.host(), Some(origin.port())) else {
             return;
         };
-        serve_inner(proxy, Tunnel { client, user, stop }, http, io).await;
+        let tunnel = Tunnel {
+            client,
+            user,
+            stop,
+            hold,
+        };
+        serve_inner(proxy, tunnel, http, io).await;
     });
     Response::new(empty_body())
 }
 
 /// Copies bytes both ways until either side closes, no byte has passed in
 /// either direction for `idle`, or the shutdown grace is over.
-async fn relay<A, B>(
+pub(super) async fn relay<A, B>(
     client_io: A,
     upstream: B,
     idle: Duration,

@@ -7,6 +7,7 @@ pub mod forward;
 pub mod io;
 pub mod respond;
 pub mod server;
+pub mod upgrade;
 pub mod upstream;
 
 use std::collections::HashMap;
@@ -89,6 +90,8 @@ pub struct Proxy {
     pub metrics: Metrics,
     /// Mints leaf certificates for intercepted CONNECTs; `None` disables interception.
     pub minter: Option<Arc<Minter>>,
+    /// Upstream TLS, for the connections of upgraded (WebSocket) requests.
+    pub upstream_tls: Arc<rustls::ClientConfig>,
     settings: RwLock<Arc<Settings>>,
     /// `Via` value, with an instance id used for loop detection.
     via: HeaderValue,
@@ -102,16 +105,28 @@ struct Caller {
     user_agent: Option<String>,
 }
 
+/// The ways to an origin: the pooled client (https, bodies), the plain-http
+/// pool, and the upstream TLS settings (for upgraded connections).
+pub struct Upstreams {
+    pub client: HttpClient,
+    pub pool: Arc<upstream::Pool>,
+    pub tls: Arc<rustls::ClientConfig>,
+}
+
 impl Proxy {
     pub fn new(
         gate: Gate,
-        client: HttpClient,
-        upstream: Arc<upstream::Pool>,
+        upstreams: Upstreams,
         audit: AuditLog,
         metrics: Metrics,
         minter: Option<Arc<Minter>>,
         settings: Settings,
     ) -> Proxy {
+        let Upstreams {
+            client,
+            pool: upstream,
+            tls: upstream_tls,
+        } = upstreams;
         let instance = format!("{:08x}", rand_id());
         let via = respond::header_value(&format!("1.1 robots-proxy ({instance})"));
         Proxy {
@@ -121,6 +136,7 @@ impl Proxy {
             audit,
             metrics,
             minter,
+            upstream_tls,
             settings: RwLock::new(Arc::new(settings)),
             via,
             instance,
@@ -336,6 +352,18 @@ impl Proxy {
                 held_secs = held.as_secs_f64(), "held for Crawl-delay");
         }
         let timeout = settings.response_timeout;
+        if upgrade::is_upgrade(req.headers()) {
+            let upgrade = upgrade::UpgradeSettings {
+                policy: self.gate.policy(),
+                connect_timeout: self.upstream.settings().connect_timeout,
+                response_timeout: timeout,
+                tunnel_idle_timeout: settings.tunnel_idle_timeout,
+                tls: &self.upstream_tls,
+                via: settings.via.then_some(&self.via),
+                peer: client,
+            };
+            return upgrade::forward(&origin, req, upgrade).await;
+        }
         let start = Instant::now();
         let mut resp = forward::forward(
             &self.client,

@@ -222,7 +222,9 @@ async fn serve_connection(
         header_timeout: proxy.settings().header_timeout,
     };
     let service = service_fn(move |mut req: Request<Incoming>| {
-        if req.method() == Method::CONNECT {
+        // A tunnel or an upgraded connection keeps the client connection's
+        // slot and its part in shutdown until it closes.
+        if req.method() == Method::CONNECT || super::upgrade::is_upgrade(req.headers()) {
             req.extensions_mut().insert(hold.clone());
         }
         let proxy = proxy.clone();

@@ -1,0 +1,205 @@
+//! Protocol upgrades (WebSocket): a judged request that asks to switch
+//! protocols goes to the origin on a connection of its own with its
+//! `Upgrade` intact; on `101 Switching Protocols` both sides are joined and
+//! bytes are relayed as they are, under the tunnel idle timeout and the
+//! shutdown grace like any tunnel.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::BodyExt;
+use hyper_util::rt::TokioIo;
+use rustls_pki_types::ServerName;
+
+use super::client::Body;
+use super::connect::{ConnectFailure, connect_upstream, relay};
+use super::forward::{add_via, strip_hop_by_hop};
+use super::respond;
+use super::server::ConnectionHold;
+use crate::net;
+use crate::origin::{Origin, Scheme};
+
+/// True if `headers` ask to switch protocols (RFC 9110 §7.8): an `Upgrade`
+/// header, and `upgrade` among the `Connection` options.
+pub fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|o| o.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// Strips hop-by-hop headers but keeps the upgrade itself (`Upgrade` and
+/// `Connection: upgrade`).
+fn keep_upgrade(headers: &mut HeaderMap) {
+    let upgrade = headers.get(header::UPGRADE).cloned();
+    strip_hop_by_hop(headers);
+    if let Some(upgrade) = upgrade {
+        headers.insert(header::UPGRADE, upgrade);
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+}
+
+/// How an upgrade is forwarded.
+pub struct UpgradeSettings<'a> {
+    pub policy: &'a net::Policy,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    pub tunnel_idle_timeout: Duration,
+    /// Upstream TLS for `https` origins (its ALPN is replaced by
+    /// `http/1.1`: an upgrade is an HTTP/1.1 mechanism).
+    pub tls: &'a Arc<rustls::ClientConfig>,
+    pub via: Option<&'a HeaderValue>,
+    pub peer: SocketAddr,
+}
+
+/// Sends the upgrade request `req` (absolute URI on `origin`) and returns
+/// the origin's answer; on 101 the two connections are relayed in a task
+/// that keeps the client connection's hold (its slot and its part in
+/// shutdown) until it ends.
+pub async fn forward(
+    origin: &Origin,
+    mut req: Request<Body>,
+    s: UpgradeSettings<'_>,
+) -> Response<Body> {
+    let client_side = hyper::upgrade::on(&mut req);
+    let hold = req.extensions().get::<Arc<ConnectionHold>>().cloned();
+    keep_upgrade(req.headers_mut());
+    if let Some(via) = s.via {
+        add_via(req.headers_mut(), via);
+    }
+    *req.version_mut() = http::Version::HTTP_11;
+    let target = req.uri().clone();
+    if let Some(authority) = target.authority() {
+        match HeaderValue::from_str(authority.as_str()) {
+            Ok(host) => {
+                req.headers_mut().insert(header::HOST, host);
+            }
+            Err(_) => return respond::text(StatusCode::BAD_REQUEST, "Bad request target\n"),
+        }
+    }
+    *req.uri_mut() = match target.path_and_query() {
+        Some(pq) => Uri::from(pq.clone()),
+        None => Uri::from_static("/"),
+    };
+    let exchange = async {
+        let tcp = connect_upstream(origin, s.policy, s.connect_timeout).await?;
+        match origin.scheme() {
+            Scheme::Http => send(TokioIo::new(tcp), req).await,
+            Scheme::Https => {
+                let mut config = (**s.tls).clone();
+                config.alpn_protocols = vec![b"http/1.1".to_vec()];
+                let name = ServerName::try_from(origin.host().to_string())
+                    .map_err(|e| ConnectFailure::Io(std::io::Error::other(e)))?;
+                let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+                    .connect(name, tcp)
+                    .await
+                    .map_err(ConnectFailure::Io)?;
+                send(TokioIo::new(tls), req).await
+            }
+        }
+    };
+    let mut resp = match tokio::time::timeout(s.response_timeout, exchange).await {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(ConnectFailure::Refused(reason))) => return respond::refused(&reason),
+        Ok(Err(ConnectFailure::Io(e))) => {
+            tracing::debug!(%target, error = %e, "upgrade request failed");
+            return respond::text(
+                StatusCode::BAD_GATEWAY,
+                format!("Upstream error for {target}: {e}\n"),
+            );
+        }
+        Err(_) => {
+            return respond::text(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!("Upstream timeout: no answer to the upgrade from {target}\n"),
+            );
+        }
+    };
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        strip_hop_by_hop(resp.headers_mut());
+        if let Some(via) = s.via {
+            add_via(resp.headers_mut(), via);
+        }
+        return resp.map(|b| b.boxed());
+    }
+    let origin_side = hyper::upgrade::on(&mut resp);
+    let (idle, peer) = (s.tunnel_idle_timeout, s.peer);
+    tokio::spawn(async move {
+        let stop = hold.as_ref().map(|h| h.stop());
+        let _hold = hold;
+        match tokio::try_join!(client_side, origin_side) {
+            Ok((client_io, origin_io)) => {
+                relay(
+                    TokioIo::new(client_io),
+                    TokioIo::new(origin_io),
+                    idle,
+                    stop,
+                    peer,
+                )
+                .await;
+            }
+            Err(e) => tracing::debug!(client = %peer, error = %e, "upgrade not completed"),
+        }
+    });
+    keep_upgrade(resp.headers_mut());
+    if let Some(via) = s.via {
+        add_via(resp.headers_mut(), via);
+    }
+    resp.map(|b| b.boxed())
+}
+
+/// One request on a new HTTP/1.1 connection that may be upgraded.
+async fn send<IO>(
+    io: IO,
+    req: Request<Body>,
+) -> Result<Response<hyper::body::Incoming>, ConnectFailure>
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| ConnectFailure::Io(std::io::Error::other(e)))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(error = %e, "upgrade connection ended with an error");
+        }
+    });
+    sender
+        .send_request(req)
+        .await
+        .map_err(|e| ConnectFailure::Io(std::io::Error::other(e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upgrade_needs_the_header_and_the_connection_option() {
+        let mut h = HeaderMap::new();
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        assert!(!is_upgrade(&h));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, Upgrade"),
+        );
+        assert!(is_upgrade(&h));
+        keep_upgrade(&mut h);
+        assert_eq!(
+            h.get(header::UPGRADE).map(|v| v.as_bytes()),
+            Some(&b"websocket"[..])
+        );
+        assert_eq!(
+            h.get(header::CONNECTION).map(|v| v.as_bytes()),
+            Some(&b"upgrade"[..])
+        );
+        h.remove(header::UPGRADE);
+        assert!(!is_upgrade(&h));
+    }
+}
