@@ -139,6 +139,10 @@ const LEN_SHIFT: u32 = OFFSET_BITS + 2;
 /// length up in [`Prefixes::long`]".
 const LONG_PREFIX: u32 = (1 << (32 - LEN_SHIFT)) - 1;
 
+/// Ranges this small are narrowed by counting the entries below and up to
+/// the path's octet, not by binary searches.
+const LINEAR_RANGE: usize = 48;
+
 /// Ranges this small are finished by comparing each prefix with the path
 /// instead of narrowing them further.
 const SMALL_RANGE: usize = 8;
@@ -273,8 +277,23 @@ impl Prefixes {
             // Every prefix left is longer than k, so octet k exists.
             let b = path[k];
             let octet = |e: u32| text[(e & OFFSET_MASK) as usize + k];
-            let first = lo + entries[lo..hi].partition_point(|&e| octet(e) < b);
-            let last = first + entries[first..hi].partition_point(|&e| octet(e) == b);
+            let (first, last) = if hi - lo <= LINEAR_RANGE {
+                // Counting costs more loads than a binary search, but they
+                // do not wait on each other.
+                let (mut below, mut upto) = (0, 0);
+                for &e in &entries[lo..hi] {
+                    let o = octet(e);
+                    below += usize::from(o < b);
+                    upto += usize::from(o <= b);
+                }
+                (lo + below, lo + upto)
+            } else {
+                let first = lo + entries[lo..hi].partition_point(|&e| octet(e) < b);
+                (
+                    first,
+                    first + entries[first..hi].partition_point(|&e| octet(e) == b),
+                )
+            };
             lo = first;
             hi = last;
             k += 1;
