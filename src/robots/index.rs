@@ -27,6 +27,10 @@
 //! than the part searched (`/*/followers`), by the rest of it following.
 //! Only the others are matched in full, once each.
 //!
+//! A path in which a small set's literals occur very often (`aaaaaaaa` at
+//! every octet of a 10 KiB run of `a`) stops the scan: the set's rules that
+//! could still win are then matched one by one, each in one linear pass.
+//!
 //! The automaton is stepped by hand (no iterator, no prefilter object); in
 //! the unanchored pass, octets that start no literal are skipped with a
 //! table look-up while the automaton is in its start state. It is a
@@ -323,6 +327,8 @@ struct LiteralSet {
     /// The lowest rule index in the set: if the best match so far is
     /// already at or before it, the set need not be searched.
     min_rule: u32,
+    /// The rules reached through the set, ascending, each once.
+    rules: Box<[u32]>,
 }
 
 impl LiteralSet {
@@ -361,6 +367,9 @@ impl LiteralSet {
         // Literals are cut to MAX_LITERAL octets, so they fit a byte.
         let lens = literals.iter().map(|l| l.len() as u8).collect();
         let min_rule = ids.iter().copied().min().unwrap_or(u32::MAX);
+        let mut rules = ids.clone();
+        rules.sort_unstable();
+        rules.dedup();
         let mut starts = [0u64; 4];
         for lit in &literals {
             if let Some(&b) = lit.as_bytes().first() {
@@ -369,6 +378,7 @@ impl LiteralSet {
         }
         Ok(Some(LiteralSet {
             min_rule,
+            rules: rules.into_boxed_slice(),
             nfa,
             starts,
             offsets: offsets.into_boxed_slice(),
@@ -424,7 +434,7 @@ impl LiteralSet {
     fn memory_usage(&self) -> usize {
         std::mem::size_of::<Self>()
             + self.nfa.memory_usage()
-            + 4 * (self.offsets.len() + self.ids.len())
+            + 4 * (self.offsets.len() + self.ids.len() + self.rules.len())
             + self.shapes.len()
             + self.lens.len()
     }
@@ -560,10 +570,15 @@ impl Index {
                 best,
                 tried: Tried::new(table.len()),
                 cut_misses: 0,
+                occurrences: 0,
+                dense: false,
             };
             set.scan(path.as_bytes(), &mut |set, p, end| {
                 search.on_literal(set, p, end)
             });
+            if search.dense {
+                search.match_each(set);
+            }
             best = search.best;
         }
         // Only the rules without a literal that could still beat `best`.
@@ -607,7 +622,20 @@ struct Search<'a> {
     tried: Tried,
     /// Occurrences of cut literals that did not decide their rule.
     cut_misses: u32,
+    /// Occurrences of literals so far.
+    occurrences: u32,
+    /// The scan stopped on too many occurrences: see [`Search::on_literal`].
+    dense: bool,
 }
+
+/// A path with more occurrences of a small set's literals than this
+/// (`aaaaaaaa` at every octet of `/aaaa…`, `/a` in `/abc/abc/…`) has the
+/// set's rules matched one by one instead: each match is one linear,
+/// memchr-driven pass, cheaper than visiting every occurrence.
+const DENSE_OCCURRENCES: u32 = 64;
+
+/// See [`DENSE_OCCURRENCES`]: larger sets are always scanned.
+const DENSE_MAX_RULES: usize = 64;
 
 /// See [`Search::on_literal`].
 const MAX_CUT_MISSES: u32 = 16;
@@ -618,6 +646,11 @@ impl Search<'_> {
     /// the best so far; false once nothing can (the best is the first rule).
     #[inline]
     fn on_literal(&mut self, set: &LiteralSet, p: usize, end: usize) -> bool {
+        self.occurrences += 1;
+        if self.occurrences > DENSE_OCCURRENCES && set.rules.len() <= DENSE_MAX_RULES {
+            self.dense = true;
+            return false;
+        }
         let start = end - set.lens[p] as usize;
         let (from, to) = (set.offsets[p] as usize, set.offsets[p + 1] as usize);
         let len = self.path.len();
@@ -660,6 +693,21 @@ impl Search<'_> {
             }
         }
         self.best != 0
+    }
+
+    /// Matches the set's rules that could still beat the best so far, in
+    /// precedence order, until one matches (after a scan stopped early).
+    fn match_each(&mut self, set: &LiteralSet) {
+        for &i in set.rules.iter() {
+            let i = i as usize;
+            if i >= self.best {
+                break;
+            }
+            if self.tried.insert(i) && pattern::matches(self.table.pattern(i), self.path) {
+                self.best = i;
+                break;
+            }
+        }
     }
 
     /// True if rule `i`, of shape [`Shape::StarLiteral`] with a cut
