@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::io::{self, Read, Write};
+use std::sync::{Mutex, PoisonError};
 
 use crate::robots::{AgentRules, Verdict};
 
@@ -79,16 +80,19 @@ const BLOCK: usize = 1 << 20;
 /// Blocks shorter than this are judged on the calling thread alone.
 const PARALLEL_MIN: usize = 64 * 1024;
 
+/// Blocks judged on several threads are cut into runs of about this many
+/// octets (a thousand URLs or so), which the threads take in turn.
+const RUN: usize = 64 * 1024;
+
 /// Judges every line of `input` as a URL (CR/LF stripped; invalid UTF-8
 /// replaced) and prints one line per URL to `out`, in input order.
 ///
-/// `input` is read in large blocks; each block's complete lines are split
-/// into `threads` runs of whole lines, judged at the same time (the first on
-/// the calling thread, straight into `out`; the others into buffers of their
-/// own), and printed in order. The calling thread reads the next block while
-/// the others finish. Lines are judged where they lie in the block: no
-/// allocation per URL in the common case, and UTF-8 is checked once per run,
-/// not per line.
+/// `input` is read in large blocks; each block's complete lines are cut into
+/// runs of whole lines that `threads` threads judge at the same time (see
+/// `judge_block`), and printed in order. The calling thread reads the next
+/// block while the others start on this one. Lines are judged where they lie
+/// in the block: no allocation per URL in the common case, and UTF-8 is
+/// checked once per run, not per line.
 pub fn check_lines(
     rules: &AgentRules,
     mut input: impl Read,
@@ -97,7 +101,7 @@ pub fn check_lines(
 ) -> io::Result<Summary> {
     let threads = threads.max(1);
     let mut printers: Vec<Printer<'_>> = (0..threads).map(|_| Printer::new(rules)).collect();
-    let mut buffers: Vec<Vec<u8>> = vec![Vec::new(); threads - 1];
+    let mut buffers: Vec<Vec<u8>> = Vec::new();
     let mut block: Vec<u8> = Vec::new();
     let mut next: Vec<u8> = Vec::new();
     let mut eof = fill(&mut input, &mut block)?;
@@ -165,13 +169,16 @@ fn read_up_to(input: &mut impl Read, buf: &mut Vec<u8>, n: usize) -> io::Result<
 }
 
 /// Judges the lines of `block` (whole lines; the last may lack its `\n`)
-/// with one printer per run, and prints them in order. `meanwhile` runs on
-/// the calling thread once its own run is judged, while the others may
-/// still be at work.
+/// and prints them in order. `meanwhile` runs on the calling thread while
+/// the others start judging.
+///
+/// The block is cut into runs of about [`RUN`] octets, which the threads
+/// (one printer each) take in turn, each into a buffer of its own: a thread
+/// that another program's work holds back delays only the runs it took.
 fn judge_block(
     block: &[u8],
     printers: &mut [Printer<'_>],
-    buffers: &mut [Vec<u8>],
+    buffers: &mut Vec<Vec<u8>>,
     out: &mut impl Write,
     meanwhile: impl FnOnce(),
 ) -> io::Result<()> {
@@ -181,27 +188,36 @@ fn judge_block(
         meanwhile();
         return Ok(());
     }
-    // Cut the block into runs of about equal length, at line ends.
-    let runs = others.len() + 1;
-    let mut cuts = Vec::with_capacity(runs + 1);
-    cuts.push(0);
-    for k in 1..runs {
-        let from = (block.len() * k / runs).max(*cuts.last().unwrap_or(&0));
-        let cut = memchr::memchr(b'\n', &block[from..]).map_or(block.len(), |i| from + i + 1);
-        cuts.push(cut);
+    let mut runs: Vec<&[u8]> = Vec::with_capacity(block.len() / RUN + 1);
+    let mut start = 0;
+    while start < block.len() {
+        let from = (start + RUN).min(block.len());
+        let end = memchr::memchr(b'\n', &block[from..]).map_or(block.len(), |i| from + i + 1);
+        runs.push(&block[start..end]);
+        start = end;
     }
-    cuts.push(block.len());
-    std::thread::scope(|scope| -> io::Result<()> {
-        for ((printer, buf), k) in others.iter_mut().zip(buffers.iter_mut()).zip(1..) {
-            let run = &block[cuts[k]..cuts[k + 1]];
+    if buffers.len() < runs.len() {
+        buffers.resize_with(runs.len(), Vec::new);
+    }
+    let work = Mutex::new(runs.iter().zip(buffers.iter_mut()));
+    let take_and_judge = |printer: &mut Printer<'_>| {
+        loop {
+            let next = work.lock().unwrap_or_else(PoisonError::into_inner).next();
+            let Some((run, buf)) = next else {
+                break;
+            };
             buf.clear();
-            scope.spawn(move || judge_run(printer, run, buf));
+            judge_run(printer, run, buf).expect("a Vec takes every write");
         }
-        judge_run(first, &block[..cuts[1]], out)?;
+    };
+    std::thread::scope(|scope| {
+        for printer in others.iter_mut() {
+            scope.spawn(|| take_and_judge(printer));
+        }
         meanwhile();
-        Ok(())
-    })?;
-    for buf in buffers.iter() {
+        take_and_judge(first);
+    });
+    for buf in &buffers[..runs.len()] {
         out.write_all(buf)?;
     }
     Ok(())

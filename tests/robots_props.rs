@@ -258,6 +258,29 @@ proptest! {
         }
     }
 
+    /// Paths that repeat a short piece many times: literals occur often
+    /// enough that the index stops scanning and matches each rule instead.
+    #[test]
+    fn indexed_matcher_on_repetitive_paths_agrees_with_reference(
+        mut rules in rule_list(INDEX_THRESHOLD + 1, 30),
+        extra in proptest::collection::vec((any::<bool>(), star_literal_pattern()), 1..12),
+        pieces in proptest::collection::vec(
+            (proptest::string::string_regex(r"[ab/.]{1,4}").expect("valid regex"), 10usize..80),
+            1..6,
+        ),
+    ) {
+        rules.extend(extra);
+        let compiled = compile(&rules);
+        prop_assert!(compiled.is_indexed());
+        for (piece, times) in &pieces {
+            let p = format!("/{}", piece.repeat(*times));
+            let v = compiled.check(&p);
+            let (allowed, line) = ref_decide(&rules, &p);
+            prop_assert_eq!(v.allowed, allowed, "path {}", p);
+            prop_assert_eq!(v.rule.map(|r| r.line()), line, "path {}", p);
+        }
+    }
+
     #[test]
     fn linear_matcher_agrees_with_reference(
         rules in rule_list(1, INDEX_THRESHOLD + 1),

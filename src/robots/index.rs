@@ -27,6 +27,10 @@
 //! than the part searched (`/*/followers`), by the rest of it following.
 //! Only the others are matched in full, once each.
 //!
+//! A path in which a small set's literals occur very often (`aaaaaaaa` at
+//! every octet of a 10 KiB run of `a`) stops the scan: the set's rules that
+//! could still win are then matched one by one, each in one linear pass.
+//!
 //! The automaton is stepped by hand (no iterator, no prefilter object); in
 //! the unanchored pass, octets that start no literal are skipped with a
 //! table look-up while the automaton is in its start state. It is a
@@ -138,6 +142,10 @@ const LEN_SHIFT: u32 = OFFSET_BITS + 2;
 /// The prefix length field's largest value, which stands for "look the
 /// length up in [`Prefixes::long`]".
 const LONG_PREFIX: u32 = (1 << (32 - LEN_SHIFT)) - 1;
+
+/// Ranges this small are narrowed by counting the entries below and up to
+/// the path's octet, not by binary searches.
+const LINEAR_RANGE: usize = 48;
 
 /// Ranges this small are finished by comparing each prefix with the path
 /// instead of narrowing them further.
@@ -273,8 +281,23 @@ impl Prefixes {
             // Every prefix left is longer than k, so octet k exists.
             let b = path[k];
             let octet = |e: u32| text[(e & OFFSET_MASK) as usize + k];
-            let first = lo + entries[lo..hi].partition_point(|&e| octet(e) < b);
-            let last = first + entries[first..hi].partition_point(|&e| octet(e) == b);
+            let (first, last) = if hi - lo <= LINEAR_RANGE {
+                // Counting costs more loads than a binary search, but they
+                // do not wait on each other.
+                let (mut below, mut upto) = (0, 0);
+                for &e in &entries[lo..hi] {
+                    let o = octet(e);
+                    below += usize::from(o < b);
+                    upto += usize::from(o <= b);
+                }
+                (lo + below, lo + upto)
+            } else {
+                let first = lo + entries[lo..hi].partition_point(|&e| octet(e) < b);
+                (
+                    first,
+                    first + entries[first..hi].partition_point(|&e| octet(e) == b),
+                )
+            };
             lo = first;
             hi = last;
             k += 1;
@@ -304,6 +327,8 @@ struct LiteralSet {
     /// The lowest rule index in the set: if the best match so far is
     /// already at or before it, the set need not be searched.
     min_rule: u32,
+    /// The rules reached through the set, ascending, each once.
+    rules: Box<[u32]>,
 }
 
 impl LiteralSet {
@@ -342,6 +367,9 @@ impl LiteralSet {
         // Literals are cut to MAX_LITERAL octets, so they fit a byte.
         let lens = literals.iter().map(|l| l.len() as u8).collect();
         let min_rule = ids.iter().copied().min().unwrap_or(u32::MAX);
+        let mut rules = ids.clone();
+        rules.sort_unstable();
+        rules.dedup();
         let mut starts = [0u64; 4];
         for lit in &literals {
             if let Some(&b) = lit.as_bytes().first() {
@@ -350,6 +378,7 @@ impl LiteralSet {
         }
         Ok(Some(LiteralSet {
             min_rule,
+            rules: rules.into_boxed_slice(),
             nfa,
             starts,
             offsets: offsets.into_boxed_slice(),
@@ -405,7 +434,7 @@ impl LiteralSet {
     fn memory_usage(&self) -> usize {
         std::mem::size_of::<Self>()
             + self.nfa.memory_usage()
-            + 4 * (self.offsets.len() + self.ids.len())
+            + 4 * (self.offsets.len() + self.ids.len() + self.rules.len())
             + self.shapes.len()
             + self.lens.len()
     }
@@ -541,10 +570,15 @@ impl Index {
                 best,
                 tried: Tried::new(table.len()),
                 cut_misses: 0,
+                occurrences: 0,
+                dense: false,
             };
             set.scan(path.as_bytes(), &mut |set, p, end| {
                 search.on_literal(set, p, end)
             });
+            if search.dense {
+                search.match_each(set);
+            }
             best = search.best;
         }
         // Only the rules without a literal that could still beat `best`.
@@ -588,7 +622,20 @@ struct Search<'a> {
     tried: Tried,
     /// Occurrences of cut literals that did not decide their rule.
     cut_misses: u32,
+    /// Occurrences of literals so far.
+    occurrences: u32,
+    /// The scan stopped on too many occurrences: see [`Search::on_literal`].
+    dense: bool,
 }
+
+/// A path with more occurrences of a small set's literals than this
+/// (`aaaaaaaa` at every octet of `/aaaa…`, `/a` in `/abc/abc/…`) has the
+/// set's rules matched one by one instead: each match is one linear,
+/// memchr-driven pass, cheaper than visiting every occurrence.
+const DENSE_OCCURRENCES: u32 = 64;
+
+/// See [`DENSE_OCCURRENCES`]: larger sets are always scanned.
+const DENSE_MAX_RULES: usize = 64;
 
 /// See [`Search::on_literal`].
 const MAX_CUT_MISSES: u32 = 16;
@@ -599,6 +646,11 @@ impl Search<'_> {
     /// the best so far; false once nothing can (the best is the first rule).
     #[inline]
     fn on_literal(&mut self, set: &LiteralSet, p: usize, end: usize) -> bool {
+        self.occurrences += 1;
+        if self.occurrences > DENSE_OCCURRENCES && set.rules.len() <= DENSE_MAX_RULES {
+            self.dense = true;
+            return false;
+        }
         let start = end - set.lens[p] as usize;
         let (from, to) = (set.offsets[p] as usize, set.offsets[p + 1] as usize);
         let len = self.path.len();
@@ -641,6 +693,21 @@ impl Search<'_> {
             }
         }
         self.best != 0
+    }
+
+    /// Matches the set's rules that could still beat the best so far, in
+    /// precedence order, until one matches (after a scan stopped early).
+    fn match_each(&mut self, set: &LiteralSet) {
+        for &i in set.rules.iter() {
+            let i = i as usize;
+            if i >= self.best {
+                break;
+            }
+            if self.tried.insert(i) && pattern::matches(self.table.pattern(i), self.path) {
+                self.best = i;
+                break;
+            }
+        }
     }
 
     /// True if rule `i`, of shape [`Shape::StarLiteral`] with a cut

@@ -228,27 +228,43 @@ pub fn path_and_query(url: &str) -> &str {
         url
     };
     let bytes = url.as_bytes();
-    let url = match memchr::memchr(b'#', bytes) {
-        Some(i) => &url[..i],
-        None => url,
-    };
-    let bytes = url.as_bytes();
     // An absolute URL starts with a scheme (letters, digits, `+ - .`) and
-    // `://`. The scheme is at most a few octets: scan it by hand.
-    let scheme = bytes
-        .iter()
-        .position(|&b| !(b.is_ascii_alphanumeric() || b"+-.".contains(&b)))
-        .unwrap_or(bytes.len());
-    if !bytes[scheme..].starts_with(b"://") {
-        return if url.is_empty() { "/" } else { url };
+    // `://`. Most are `https://` or `http://`; others are scanned by hand
+    // (a scheme is a few octets).
+    let after_scheme = if bytes.starts_with(b"https://") {
+        Some(8)
+    } else if bytes.starts_with(b"http://") {
+        Some(7)
+    } else {
+        let scheme = bytes
+            .iter()
+            .position(|&b| !(b.is_ascii_alphanumeric() || b"+-.".contains(&b)))
+            .unwrap_or(bytes.len());
+        bytes[scheme..].starts_with(b"://").then_some(scheme + 3)
+    };
+    let rest = match after_scheme {
+        None => url,
+        Some(i) => {
+            // The authority ends at the first `/`, `?` or `#` (or the end);
+            // it is short, so a loop beats a search call.
+            let host_end = bytes[i..]
+                .iter()
+                .position(|&b| matches!(b, b'/' | b'?' | b'#'))
+                .map_or(bytes.len(), |k| i + k);
+            &url[host_end..]
+        }
+    };
+    // The fragment is dropped.
+    let rest = match memchr::memchr(b'#', rest.as_bytes()) {
+        Some(i) => &rest[..i],
+        None => rest,
+    };
+    if rest.is_empty() {
+        return "/";
     }
-    let rest = &url[scheme + 3..];
-    match memchr::memchr2(b'/', b'?', rest.as_bytes()) {
-        // `http://host?q` has an empty path: the request path is `/`, the
-        // query stays. Returned as `?q`; callers treat a leading `?` as `/?`.
-        Some(i) => &rest[i..],
-        None => "/",
-    }
+    // `http://host?q` has an empty path: the request path is `/`, the query
+    // stays. Returned as `?q`; callers treat a leading `?` as `/?`.
+    rest
 }
 
 #[cfg(test)]
@@ -321,5 +337,11 @@ mod tests {
         assert_eq!(path_and_query("/a?b"), "/a?b");
         assert_eq!(path_and_query(""), "/");
         assert_eq!(path_and_query("/p#f"), "/p");
+        assert_eq!(path_and_query("http://example.com#f/x?y"), "/");
+        assert_eq!(path_and_query("https://example.com/a#b?c"), "/a");
+        assert_eq!(path_and_query("HTTPS://example.com/a?b"), "/a?b");
+        assert_eq!(path_and_query("ftp://example.com"), "/");
+        assert_eq!(path_and_query("a#b://c/d"), "a");
+        assert_eq!(path_and_query("#x"), "/");
     }
 }
