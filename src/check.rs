@@ -11,6 +11,33 @@ use crate::robots::{AgentRules, Verdict};
 pub struct Summary {
     pub allowed: u64,
     pub disallowed: u64,
+    /// Lines that are neither a path nor an http(s) URL (`INVALID`).
+    pub invalid: u64,
+}
+
+/// Why `url` cannot be judged, if it cannot: it must be a path (`/a?b`),
+/// an `http://` or `https://` URL with a host, or empty (the root).
+pub fn invalid_url(url: &str) -> Option<&'static str> {
+    let b = url.as_bytes();
+    if b.is_empty() || b[0] == b'/' {
+        return None;
+    }
+    let rest = if b.len() >= 7 && b[..7].eq_ignore_ascii_case(b"http://") {
+        &url[7..]
+    } else if b.len() >= 8 && b[..8].eq_ignore_ascii_case(b"https://") {
+        &url[8..]
+    } else if url.contains("://") || url.split_once(':').is_some_and(|(s, _)| !s.contains('/')) {
+        return Some("not an http or https URL");
+    } else {
+        return Some("neither a path (/...) nor an absolute http(s) URL");
+    };
+    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..host_end];
+    if authority.is_empty() || authority.starts_with(':') || authority.contains(char::is_whitespace)
+    {
+        return Some("URL without a valid host");
+    }
+    None
 }
 
 /// Writes verdicts. Each rule's text (`\tline 3: Disallow: /x\n`) is
@@ -31,9 +58,29 @@ impl<'r> Printer<'r> {
         }
     }
 
+    /// Judges `url` as the proxy would: every path an origin may resolve
+    /// it to (see [`crate::robots::canon`]).
     fn judge(&mut self, url: &str, out: &mut impl Write) -> io::Result<()> {
-        let verdict = self.rules.check_url(url);
-        self.print(url, verdict, out)
+        if let Some(reason) = invalid_url(url) {
+            self.summary.invalid += 1;
+            return writeln!(out, "INVALID {url}\t{reason}");
+        }
+        let resolved = self
+            .rules
+            .check_resolved(crate::robots::normalize::path_and_query(url));
+        match &resolved.judged_as {
+            // Rare: disallowed in another reading of the path, named last.
+            Some(path) => {
+                self.summary.disallowed += 1;
+                let rule = resolved
+                    .verdict
+                    .rule
+                    .map(|r| r.to_string())
+                    .unwrap_or_default();
+                writeln!(out, "DISALLOWED {url}\t{rule}\tjudged as {path}")
+            }
+            None => self.print(url, resolved.verdict, out),
+        }
     }
 
     fn print(&mut self, url: &str, verdict: Verdict<'r>, out: &mut impl Write) -> io::Result<()> {
@@ -130,6 +177,7 @@ pub fn check_lines(
     Ok(printers.iter().fold(Summary::default(), |sum, p| Summary {
         allowed: sum.allowed + p.summary.allowed,
         disallowed: sum.disallowed + p.summary.disallowed,
+        invalid: sum.invalid + p.summary.invalid,
     }))
 }
 
@@ -274,6 +322,31 @@ mod tests {
     use super::*;
     use crate::robots::Robots;
 
+    #[test]
+    fn only_paths_and_http_urls_are_judged() {
+        for ok in [
+            "",
+            "/",
+            "/a?b",
+            "http://x.example",
+            "HTTPS://x.example/p",
+            "http://[::1]:8080/",
+        ] {
+            assert_eq!(invalid_url(ok), None, "{ok:?}");
+        }
+        for bad in [
+            "not a url",
+            "mailto:x@example.com",
+            "x.com/private",
+            "ftp://x.example/",
+            "http://",
+            "https:///path",
+            "private",
+        ] {
+            assert!(invalid_url(bad).is_some(), "{bad:?}");
+        }
+    }
+
     fn run(robots: &str, input: &[u8], capacity: usize) -> (String, Summary) {
         let rules = Robots::parse(robots.as_bytes()).agent_rules("x");
         let reader = io::BufReader::with_capacity(capacity, input);
@@ -298,7 +371,8 @@ mod tests {
                 summary,
                 Summary {
                     allowed: 3,
-                    disallowed: 2
+                    disallowed: 2,
+                    invalid: 0,
                 }
             );
         }

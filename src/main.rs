@@ -33,9 +33,13 @@ enum Command {
         /// The robots.txt file to read.
         #[arg(long, value_name = "FILE")]
         robots: PathBuf,
-        /// Product token (ExampleBot) or whole User-Agent string.
+        /// Product token (ExampleBot) or whole User-Agent string; default:
+        /// the `agent` of `--config`, else the built-in `robots-proxy`.
         #[arg(long, value_name = "TOKEN")]
-        agent: String,
+        agent: Option<String>,
+        /// Take the agent from this config file.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
         /// URLs (absolute or paths); read from stdin, one per line, if none.
         urls: Vec<String>,
     },
@@ -105,8 +109,22 @@ fn main() -> ExitCode {
         Command::Check {
             robots,
             agent,
+            config,
             urls,
-        } => run_check(&robots, &agent, &urls),
+        } => {
+            let agent = match (agent, config) {
+                (Some(agent), _) => agent,
+                (None, Some(file)) => match Config::load(&file) {
+                    Ok(c) => c.agent,
+                    Err(e) => {
+                        eprintln!("robots-proxy check: {e:#}");
+                        return ExitCode::from(2);
+                    }
+                },
+                (None, None) => Config::default().agent,
+            };
+            run_check(&robots, &agent, &urls)
+        }
         Command::Config(ConfigCommand::Check { file }) => match Config::load(&file) {
             Ok(_) => {
                 println!("{}: ok", file.display());
@@ -381,6 +399,13 @@ fn run_check(path: &Path, agent: &str, urls: &[String]) -> ExitCode {
         check::check_urls(&rules, urls.iter().map(String::as_str), &mut out)
     };
     match result.and_then(|s| out.flush().map(|()| s)) {
+        Ok(summary) if summary.invalid > 0 => {
+            eprintln!(
+                "robots-proxy check: {} line(s) were not a path or an http(s) URL (INVALID)",
+                summary.invalid
+            );
+            ExitCode::from(2)
+        }
         Ok(summary) if summary.disallowed > 0 => ExitCode::from(1),
         Ok(_) => ExitCode::SUCCESS,
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,

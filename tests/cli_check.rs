@@ -105,9 +105,66 @@ fn missing_file_and_bad_usage_exit_two_with_a_message() {
     let (code, _, err) = check(f.path(), "/// ", &["/"], None);
     assert_eq!(code, Some(2));
     assert!(err.contains("product token"), "{err}");
+    // No --robots.
     let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
         .args(["check", "--agent", "x"])
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn lines_that_are_not_urls_are_invalid_and_exit_two_after_the_rest() {
+    let f = robots_file(ROBOTS);
+    let (code, out, err) = check(
+        f.path(),
+        "ExampleBot",
+        &[],
+        Some("not a url\nmailto:x@example.com\nx.com/private\n/private\nhttps://example.com/a\n"),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        out,
+        "INVALID not a url\tneither a path (/...) nor an absolute http(s) URL\n\
+         INVALID mailto:x@example.com\tnot an http or https URL\n\
+         INVALID x.com/private\tneither a path (/...) nor an absolute http(s) URL\n\
+         DISALLOWED /private\tline 2: Disallow: /private\n\
+         ALLOWED https://example.com/a\n"
+    );
+    assert!(err.contains("3 line(s)"), "{err}");
+}
+
+#[test]
+fn a_path_is_judged_as_origins_resolve_it_as_the_proxy_does() {
+    let f = robots_file(ROBOTS);
+    let (code, out, _) = check(f.path(), "ExampleBot", &["/public/../private/x"], None);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        out,
+        "DISALLOWED /public/../private/x\tline 2: Disallow: /private\tjudged as /private/x\n"
+    );
+}
+
+#[test]
+fn the_agent_defaults_to_the_configured_one() {
+    let f = robots_file(
+        "User-agent: robots-proxy\nDisallow: /own\n\nUser-agent: cfgbot\nDisallow: /cfg\n",
+    );
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+            .args(["check", "--robots"])
+            .arg(f.path())
+            .args(args)
+            .output()
+            .expect("run")
+    };
+    // Built-in default: robots-proxy's own group.
+    assert_eq!(run(&["/own"]).status.code(), Some(1));
+    assert_eq!(run(&["/cfg"]).status.code(), Some(0));
+    // From the config file.
+    let mut config = tempfile::NamedTempFile::new().expect("config");
+    config.write_all(b"agent = \"cfgbot\"\n").expect("write");
+    let path = config.path().to_str().expect("utf-8 path").to_string();
+    assert_eq!(run(&["--config", &path, "/cfg"]).status.code(), Some(1));
+    assert_eq!(run(&["--config", &path, "/own"]).status.code(), Some(0));
 }
