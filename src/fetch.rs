@@ -309,9 +309,11 @@ async fn parse_off_the_workers(
     }
 }
 
-/// Compressed bytes read at most: far more than any real robots.txt
-/// compresses to, little enough that a slow endless body cannot hold much.
-pub const MAX_COMPRESSED_BYTES: usize = 4 * 1024 * 1024;
+/// Compressed bytes read at most. A deflate or brotli stream decodes to at
+/// least about its own length (stored blocks add a few octets per 64 KiB),
+/// so more than this always decodes past the 500 KiB cap: reading further
+/// would only hold memory.
+pub const MAX_COMPRESSED_BYTES: usize = MAX_BYTES + 64 * 1024;
 
 /// Content codings applied in turn: at most this many.
 const MAX_CODINGS: usize = 3;
@@ -386,11 +388,20 @@ fn decode_capped(
         };
     }
     let mut out = Vec::new();
+    // A stream cut by the read limit ends in the middle of a line (say
+    // `Allow: /public-docs` cut to `Allow: /`): keep whole lines only.
+    let whole_lines = |mut out: Vec<u8>| {
+        if cut && out.len() < limit {
+            let keep = memchr::memrchr(b'\n', &out).map_or(0, |i| i + 1);
+            out.truncate(keep);
+        }
+        out
+    };
     match reader.take(limit as u64).read_to_end(&mut out) {
-        Ok(_) => Ok(out),
+        Ok(_) => Ok(whole_lines(out)),
         // The stream ended where the read limit cut it (not corrupt
         // earlier): what came before is a prefix of the file.
-        Err(_) if cut && consumed.get() == body.len() => Ok(out),
+        Err(_) if cut && consumed.get() == body.len() => Ok(whole_lines(out)),
         Err(e) => {
             let names: Vec<&str> = codings.iter().map(|c| c.name()).collect();
             Err(format!("Content-Encoding {}: {e}", names.join(", ")))

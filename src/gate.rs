@@ -265,8 +265,11 @@ fn decide(entry: &Entry, path_and_query: &str, agent: &str) -> (Decision, Option
                     rule,
                     judged_as: resolved.judged_as.map(String::into_boxed_str),
                 },
-                // A disallow always has a rule; be safe anyway.
-                (false, None) => Decision::Allowed { rule: None },
+                // A disallow always has a rule; if one ever came without
+                // it, refuse (fail closed) rather than forward.
+                (false, None) => Decision::Refused {
+                    reason: "disallowed by robots.txt (rule not available)".into(),
+                },
             };
             (decision, rules.crawl_delay())
         }

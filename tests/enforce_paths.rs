@@ -253,3 +253,26 @@ async fn bypass_spellings_inside_intercepted_http1_and_http2_tunnels() {
     assert_eq!(requests, o.origin.hits("/robots.txt"), "only robots.txt");
     assert_eq!(o.origin.hits("/robots.txt"), 1);
 }
+
+#[tokio::test]
+async fn query_delimiters_are_judged_encoded_and_decoded() {
+    let origin = support::Origin::start().await;
+    origin.robots("User-agent: *\nDisallow: /go?url=http://\nDisallow: /*?next=/\n");
+    let proxy = Proxy::start().await;
+    for path in [
+        "/go?url=http://evil.example",
+        "/go?url=http%3A%2F%2Fevil.example",
+        "/go?url=http%3a%2f%2fevil.example",
+        "/login?next=%2Fadmin",
+    ] {
+        let resp = proxy.get(&origin.url(path)).await;
+        assert_eq!(resp.status, 403, "{path}: {}", resp.body);
+        assert_eq!(origin.hits(path), 0, "{path}");
+    }
+    assert_eq!(
+        proxy.get(&origin.url("/go?url=elsewhere")).await.status,
+        200
+    );
+    assert_eq!(proxy.get(&origin.url("/login?next=home")).await.status, 200);
+    assert_eq!(proxy.audit().len(), 4);
+}

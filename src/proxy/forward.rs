@@ -138,7 +138,7 @@ fn host_header(uri: &Uri) -> HeaderValue {
 /// no body at all for GET and HEAD, and the origin would get the request
 /// without the body the client sent. (Over HTTP/2 the header is dropped and
 /// the body sent in frames.)
-fn frame_request_body(req: &mut Request<Body>) {
+pub(super) fn frame_request_body(req: &mut Request<Body>) {
     let body = req.body();
     if body.is_end_stream()
         || body.size_hint().exact().is_some()
@@ -251,10 +251,21 @@ pub async fn forward(
             }
         }
     };
-    let (mut parts, body) = match sent {
-        Ok(resp) => resp.into_parts(),
-        Err(answer) => return answer,
-    };
+    match sent {
+        Ok(resp) => relay_response(resp, &target, via),
+        Err(answer) => answer,
+    }
+}
+
+/// An origin's response made ready for the client: a transfer coding that
+/// cannot be relayed is a 502, a `Content-Length` that `Transfer-Encoding`
+/// overrides is dropped, hop-by-hop headers are removed and `Via` added.
+pub(super) fn relay_response(
+    resp: Response<Body>,
+    target: &Uri,
+    via: Option<&HeaderValue>,
+) -> Response<Body> {
+    let (mut parts, body) = resp.into_parts();
     if let Some(coding) = other_transfer_coding(&parts.headers) {
         return respond::text(
             StatusCode::BAD_GATEWAY,

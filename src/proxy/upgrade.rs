@@ -16,16 +16,18 @@ use rustls_pki_types::ServerName;
 
 use super::client::Body;
 use super::connect::{ConnectFailure, connect_upstream, relay};
-use super::forward::{add_via, strip_hop_by_hop};
+use super::forward::{add_via, frame_request_body, relay_response, strip_hop_by_hop};
 use super::respond;
 use super::server::ConnectionHold;
 use crate::net;
 use crate::origin::{Origin, Scheme};
 
-/// True if `headers` ask to switch protocols (RFC 9110 §7.8): an `Upgrade`
-/// header, and `upgrade` among the `Connection` options.
+/// True if `headers` ask to switch to WebSocket (RFC 9110 §7.8, RFC 6455):
+/// `Upgrade: websocket`, and `upgrade` among the `Connection` options.
+/// Other protocols (`h2c`, custom ones) are not forwarded as upgrades:
+/// after the switch nothing could be judged.
 pub fn is_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE)
+    names_websocket(headers)
         && headers
             .get_all(header::CONNECTION)
             .iter()
@@ -34,15 +36,29 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
             .any(|o| o.trim().eq_ignore_ascii_case("upgrade"))
 }
 
-/// Strips hop-by-hop headers but keeps the upgrade itself (`Upgrade` and
-/// `Connection: upgrade`).
+/// True if the `Upgrade` header names WebSocket.
+fn names_websocket(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| {
+            let p = p.trim();
+            p.get(..9)
+                .is_some_and(|n| n.eq_ignore_ascii_case("websocket"))
+                && p[9..].trim_start().is_empty()
+        })
+}
+
+/// Strips hop-by-hop headers but keeps the WebSocket upgrade itself
+/// (`Upgrade: websocket`, `Connection: upgrade`); any other protocol the
+/// client offered alongside is dropped.
 fn keep_upgrade(headers: &mut HeaderMap) {
-    let upgrade = headers.get(header::UPGRADE).cloned();
     strip_hop_by_hop(headers);
-    if let Some(upgrade) = upgrade {
-        headers.insert(header::UPGRADE, upgrade);
-        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    }
+    headers.remove("http2-settings");
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
 }
 
 /// How an upgrade is forwarded.
@@ -74,6 +90,7 @@ pub async fn forward(
         add_via(req.headers_mut(), via);
     }
     *req.version_mut() = http::Version::HTTP_11;
+    frame_request_body(&mut req);
     let target = req.uri().clone();
     if let Some(authority) = target.authority() {
         match HeaderValue::from_str(authority.as_str()) {
@@ -122,11 +139,15 @@ pub async fn forward(
         }
     };
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        strip_hop_by_hop(resp.headers_mut());
-        if let Some(via) = s.via {
-            add_via(resp.headers_mut(), via);
-        }
-        return resp.map(|b| b.boxed());
+        return relay_response(resp.map(|b| b.boxed()), &target, s.via);
+    }
+    if !names_websocket(resp.headers()) {
+        return respond::text(
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "Upstream error for {target}: it switched to a protocol other than WebSocket\n"
+            ),
+        );
     }
     let origin_side = hyper::upgrade::on(&mut resp);
     let (idle, peer) = (s.tunnel_idle_timeout, s.peer);
@@ -179,6 +200,23 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_websocket_is_an_upgrade() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        for other in ["h2c", "tcp", "websocketx", "TLS/1.0, h2c"] {
+            h.insert(
+                header::UPGRADE,
+                HeaderValue::from_str(other).expect("value"),
+            );
+            assert!(!is_upgrade(&h), "{other}");
+        }
+        for ws in ["websocket", "WebSocket", "h2c, websocket"] {
+            h.insert(header::UPGRADE, HeaderValue::from_str(ws).expect("value"));
+            assert!(is_upgrade(&h), "{ws}");
+        }
+    }
 
     #[test]
     fn an_upgrade_needs_the_header_and_the_connection_option() {

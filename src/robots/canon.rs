@@ -27,17 +27,23 @@ enum Reading {
     SlashDecoded,
     /// `%2F` decoded first, then as [`Reading::Merged`].
     SlashDecodedMerged,
-    /// `%2F` decoded, `;parameters` dropped from every segment, merged
-    /// (servlet containers).
+    /// `%2F` decoded, `;parameters` dropped from every segment, merged.
     ParamsDropped,
+    /// `;parameters` dropped from the path as sent, merged (Tomcat strips
+    /// them before decoding, so `/admin;%2F../users` is `/admin/users`).
+    ParamsDroppedFirst,
+    /// `;parameters` dropped first, then `%2F` decoded, merged.
+    ParamsDroppedThenDecoded,
 }
 
-const READINGS: [Reading; 5] = [
+const READINGS: [Reading; 7] = [
     Reading::Rfc3986,
     Reading::Merged,
     Reading::SlashDecoded,
     Reading::SlashDecodedMerged,
     Reading::ParamsDropped,
+    Reading::ParamsDroppedFirst,
+    Reading::ParamsDroppedThenDecoded,
 ];
 
 /// True if `path` (the path part only) could resolve to another path: it
@@ -75,22 +81,100 @@ fn split_query(path_and_query: &str) -> (&str, &str) {
 }
 
 /// The readings of `path_and_query` that differ from it, without
-/// duplicates, in a fixed order (RFC 3986 first). Empty when the path
-/// cannot resolve differently (the common case costs one scan).
+/// duplicates, in a fixed order (RFC 3986 first): the path resolved in each
+/// way an origin may resolve it, and the query with its delimiters
+/// decoded or encoded (an application reads `?u=http%3A%2F%2Fx` and
+/// `?u=http://x` alike, while matching compares them as written). Empty in
+/// the common case, which costs one scan of the path and of the query.
 pub fn resolved_forms(path_and_query: &str) -> Vec<String> {
     let (path, query) = split_query(path_and_query);
-    if !may_resolve_differently(path) {
-        return Vec::new();
-    }
-    let mut forms: Vec<String> = Vec::with_capacity(READINGS.len());
-    for reading in READINGS {
-        let mut form = resolve(path, reading);
-        form.push_str(query);
+    let mut forms: Vec<String> = Vec::new();
+    let mut add = |form: String| {
         if form != path_and_query && !forms.contains(&form) {
             forms.push(form);
         }
+    };
+    if may_resolve_differently(path) {
+        for reading in READINGS {
+            let mut form = resolve(path, reading);
+            form.push_str(query);
+            add(form);
+        }
+    }
+    if query.len() > 1 {
+        for form in [
+            decode_query_delimiters(query),
+            encode_query_delimiters(query),
+        ] {
+            if let Cow::Owned(q) = form {
+                add(format!("{path}{q}"));
+            }
+        }
     }
     forms
+}
+
+/// The general delimiters a query may carry either way.
+const QUERY_DELIMITERS: [(u8, &str); 6] = [
+    (b'/', "%2F"),
+    (b':', "%3A"),
+    (b'?', "%3F"),
+    (b'@', "%40"),
+    (b'[', "%5B"),
+    (b']', "%5D"),
+];
+
+/// `query` (with its leading `?`) with `%2F %3A %3F %40 %5B %5D` decoded.
+fn decode_query_delimiters(query: &str) -> Cow<'_, str> {
+    if !query.contains('%') {
+        return Cow::Borrowed(query);
+    }
+    let b = query.as_bytes();
+    let mut out = String::with_capacity(query.len());
+    let (mut i, mut start) = (0, 0);
+    while i < b.len() {
+        let decoded = (b[i] == b'%')
+            .then(|| {
+                QUERY_DELIMITERS.iter().find(|(_, enc)| {
+                    b.get(i..i + 3)
+                        .is_some_and(|e| e.eq_ignore_ascii_case(enc.as_bytes()))
+                })
+            })
+            .flatten();
+        match decoded {
+            Some((c, _)) => {
+                out.push_str(&query[start..i]);
+                out.push(char::from(*c));
+                i += 3;
+                start = i;
+            }
+            None => i += 1,
+        }
+    }
+    if start == 0 {
+        return Cow::Borrowed(query);
+    }
+    out.push_str(&query[start..]);
+    Cow::Owned(out)
+}
+
+/// `query` (with its leading `?`) with its delimiters after the `?`
+/// percent-encoded.
+fn encode_query_delimiters(query: &str) -> Cow<'_, str> {
+    let body = query.get(1..).unwrap_or_default();
+    let literal = |c: char| QUERY_DELIMITERS.iter().any(|(d, _)| char::from(*d) == c);
+    if !body.contains(literal) {
+        return Cow::Borrowed(query);
+    }
+    let mut out = String::with_capacity(query.len() + 8);
+    out.push('?');
+    for c in body.chars() {
+        match QUERY_DELIMITERS.iter().find(|(d, _)| char::from(*d) == c) {
+            Some((_, enc)) => out.push_str(enc),
+            None => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 fn resolve(path: &str, reading: Reading) -> String {
@@ -100,6 +184,8 @@ fn resolve(path: &str, reading: Reading) -> String {
         Reading::SlashDecoded => remove_dot_segments(&decode_slashes(path)),
         Reading::SlashDecodedMerged => merge_segments(&decode_slashes(path)),
         Reading::ParamsDropped => merge_segments(&drop_params(&decode_slashes(path))),
+        Reading::ParamsDroppedFirst => merge_segments(&drop_params(path)),
+        Reading::ParamsDroppedThenDecoded => merge_segments(&decode_slashes(&drop_params(path))),
     }
 }
 
@@ -271,6 +357,7 @@ mod tests {
             ("//admin/", "/admin/"),
             ("/admin%2F", "/admin/"),
             ("/public/..;/private/secret.html", "/private/secret.html"),
+            ("/admin;%2F../users", "/admin/users"),
         ] {
             assert!(
                 forms(sent).iter().any(|f| f == resolved),
@@ -282,8 +369,26 @@ mod tests {
 
     #[test]
     fn queries_are_carried_over_and_not_resolved() {
-        assert_eq!(forms("/a/../b?x=/../y"), vec!["/b?x=/../y".to_string()]);
-        assert!(forms("/a?next=//b/../c").is_empty());
+        assert_eq!(forms("/a/../b?x=1"), vec!["/b?x=1".to_string()]);
+        assert!(
+            forms("/a?next=//b/../c")
+                .iter()
+                .all(|f| f.starts_with("/a?"))
+        );
+    }
+
+    #[test]
+    fn query_delimiters_are_judged_decoded_and_encoded() {
+        assert_eq!(
+            forms("/go?url=http%3A%2F%2Fevil.example"),
+            vec!["/go?url=http://evil.example".to_string()]
+        );
+        assert_eq!(
+            forms("/n?next=/admin"),
+            vec!["/n?next=%2Fadmin".to_string()]
+        );
+        assert!(forms("/search?q=rust&page=2").is_empty());
+        assert!(forms("/a?").is_empty());
     }
 
     #[test]
