@@ -31,10 +31,13 @@ pub fn invalid_url(url: &str) -> Option<&'static str> {
     } else {
         return Some("neither a path (/...) nor an absolute http(s) URL");
     };
-    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..host_end];
-    if authority.is_empty() || authority.starts_with(':') || authority.contains(char::is_whitespace)
-    {
+    let rest = rest.as_bytes();
+    let end = rest
+        .iter()
+        .position(|&b| matches!(b, b'/' | b'?' | b'#'))
+        .unwrap_or(rest.len());
+    let authority = &rest[..end];
+    if authority.first().is_none_or(|&b| b == b':') || authority.iter().any(|&b| b <= b' ') {
         return Some("URL without a valid host");
     }
     None

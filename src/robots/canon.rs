@@ -50,31 +50,20 @@ const READINGS: [Reading; 7] = [
 /// holds `//`, a `.` segment candidate (`/.`), an encoded slash (`%2F`) or
 /// a `;`. A single pass; false for almost every real request.
 pub fn may_resolve_differently(path: &str) -> bool {
+    // A plain loop: paths are short, and a memchr call costs more than it
+    // saves on them.
     let b = path.as_bytes();
-    let mut at = 0;
-    while let Some(i) = memchr::memchr3(b'/', b'%', b';', &b[at..]) {
-        let i = at + i;
-        match b[i] {
-            b'/' => {
-                if matches!(b.get(i + 1), Some(b'/' | b'.')) {
-                    return true;
-                }
-            }
-            b'%' => {
-                if b.get(i + 1) == Some(&b'2') && matches!(b.get(i + 2), Some(b'F' | b'f')) {
-                    return true;
-                }
-            }
-            _ => return true,
-        }
-        at = i + 1;
-    }
-    false
+    b.iter().enumerate().any(|(i, &c)| match c {
+        b'/' => matches!(b.get(i + 1), Some(b'/' | b'.')),
+        b'%' => b.get(i + 1) == Some(&b'2') && matches!(b.get(i + 2), Some(b'F' | b'f')),
+        b';' => true,
+        _ => false,
+    })
 }
 
 /// Splits a request target into its path and its query (with the `?`).
 fn split_query(path_and_query: &str) -> (&str, &str) {
-    match memchr::memchr(b'?', path_and_query.as_bytes()) {
+    match path_and_query.bytes().position(|b| b == b'?') {
         Some(i) => path_and_query.split_at(i),
         None => (path_and_query, ""),
     }
@@ -126,7 +115,7 @@ const QUERY_DELIMITERS: [(u8, &str); 6] = [
 
 /// `query` (with its leading `?`) with `%2F %3A %3F %40 %5B %5D` decoded.
 fn decode_query_delimiters(query: &str) -> Cow<'_, str> {
-    if !query.contains('%') {
+    if !query.bytes().any(|b| b == b'%') {
         return Cow::Borrowed(query);
     }
     let b = query.as_bytes();
@@ -162,8 +151,8 @@ fn decode_query_delimiters(query: &str) -> Cow<'_, str> {
 /// percent-encoded.
 fn encode_query_delimiters(query: &str) -> Cow<'_, str> {
     let body = query.get(1..).unwrap_or_default();
-    let literal = |c: char| QUERY_DELIMITERS.iter().any(|(d, _)| char::from(*d) == c);
-    if !body.contains(literal) {
+    let delimiter = |b: u8| matches!(b, b'/' | b':' | b'?' | b'@' | b'[' | b']');
+    if !body.bytes().any(delimiter) {
         return Cow::Borrowed(query);
     }
     let mut out = String::with_capacity(query.len() + 8);
