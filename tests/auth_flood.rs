@@ -27,6 +27,20 @@ fn kib(pid: u32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in {status}"))
 }
 
+/// A config with user alice (password `right`, Argon2 at its default
+/// cost: 19 MiB per verification) and `per_minute` verifications per
+/// address.
+fn alice_config(setup: &Setup, per_minute: u32) {
+    let hash = robots_proxy::access::hash_password("right").expect("hash");
+    setup.write_config(
+        "floodbot",
+        &format!(
+            "[access]\nauth_failures_per_minute = {per_minute}\n\
+             [[access.users]]\nname = \"alice\"\npassword_hash = \"{hash}\"\n"
+        ),
+    );
+}
+
 fn get(url: &str, credentials: &str) -> Request<Bytes> {
     Request::get(url)
         .header("proxy-authorization", basic(credentials))
@@ -39,16 +53,8 @@ async fn a_wrong_password_flood_keeps_memory_near_idle_and_users_served() {
     let origin = Origin::start().await;
     origin.robots("User-agent: *\nDisallow: /private\n");
     let setup = Setup::new();
-    // The default cost: 19 MiB per verification.
-    let hash = robots_proxy::access::hash_password("right").expect("hash");
     // No per-address allowance here: the concurrency bound alone must hold.
-    setup.write_config(
-        "floodbot",
-        &format!(
-            "[access]\nauth_failures_per_minute = 0\n\
-             [[access.users]]\nname = \"alice\"\npassword_hash = \"{hash}\"\n"
-        ),
-    );
+    alice_config(&setup, 0);
     let running = setup.start().await;
     let pid = running.child.id();
     let proxy = running.addr;
@@ -101,14 +107,7 @@ async fn an_address_over_its_allowance_gets_429_without_verifying() {
     let origin = Origin::start().await;
     origin.robots("User-agent: *\nDisallow: /private\n");
     let setup = Setup::new();
-    let hash = robots_proxy::access::hash_password("right").expect("hash");
-    setup.write_config(
-        "floodbot",
-        &format!(
-            "[access]\nauth_failures_per_minute = 3\n\
-             [[access.users]]\nname = \"alice\"\npassword_hash = \"{hash}\"\n"
-        ),
-    );
+    alice_config(&setup, 3);
     let mut running = setup.start().await;
     let proxy = running.addr;
     let mut alice = support::Conn::open(proxy).await;

@@ -98,12 +98,8 @@ pub async fn handle(
     let hold = connection_hold(&req);
     tokio::spawn(async move {
         let stop = hold.as_ref().map(|h| h.stop());
-        let upgraded = match hyper::upgrade::on(req).await {
-            Ok(u) => TokioIo::new(u),
-            Err(e) => {
-                tracing::debug!(error = %e, "CONNECT upgrade failed");
-                return;
-            }
+        let Some(upgraded) = upgraded(req).await else {
+            return;
         };
         let tunnel = Tunnel {
             client,
@@ -114,6 +110,17 @@ pub async fn handle(
         intercept(proxy, tunnel, https, upgraded, minter).await;
     });
     Response::new(empty_body())
+}
+
+/// The client's side of an accepted CONNECT, once hyper hands it over.
+async fn upgraded(req: Request<Incoming>) -> Option<TokioIo<hyper::upgrade::Upgraded>> {
+    match hyper::upgrade::on(req).await {
+        Ok(u) => Some(TokioIo::new(u)),
+        Err(e) => {
+            tracing::debug!(error = %e, "CONNECT upgrade failed");
+            None
+        }
+    }
 }
 
 /// Who an intercepted tunnel serves, and its listener's phase.
@@ -375,9 +382,8 @@ async fn tunnel(
     tokio::spawn(async move {
         let stop = hold.as_ref().map(|h| h.stop());
         let _hold = hold;
-        match hyper::upgrade::on(req).await {
-            Ok(upgraded) => relay(TokioIo::new(upgraded), upstream, idle, stop, client).await,
-            Err(e) => tracing::debug!(error = %e, "CONNECT upgrade failed"),
+        if let Some(client_io) = upgraded(req).await {
+            relay(client_io, upstream, idle, stop, client).await;
         }
     });
     Response::new(empty_body())
@@ -399,12 +405,8 @@ fn sniffed_tunnel(
     let hold = connection_hold(&req);
     tokio::spawn(async move {
         let stop = hold.as_ref().map(|h| h.stop());
-        let upgraded = match hyper::upgrade::on(req).await {
-            Ok(u) => TokioIo::new(u),
-            Err(e) => {
-                tracing::debug!(error = %e, "CONNECT upgrade failed");
-                return;
-            }
+        let Some(upgraded) = upgraded(req).await else {
+            return;
         };
         let handshake = proxy.settings().header_timeout.min(HANDSHAKE_TIMEOUT);
         let Some((io, tls)) = sniff(upgraded, handshake, stop.as_ref()).await else {
