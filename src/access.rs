@@ -233,8 +233,9 @@ pub enum AuthOutcome {
 pub struct AuthLimits {
     /// Verifications running at once (one per CPU).
     running: Arc<tokio::sync::Semaphore>,
-    /// Verifications per client address (first use of a credential, wrong
-    /// passwords, unknown users; cached credentials cost none).
+    /// Verifications per client address, an IPv6 one by its /64 (first use
+    /// of a credential, wrong passwords, unknown users; cached credentials
+    /// cost none).
     per_client: Option<DefaultKeyedRateLimiter<IpAddr>>,
     /// One log line per address and window.
     logged: Option<DefaultKeyedRateLimiter<IpAddr>>,
@@ -303,6 +304,7 @@ impl AuthLimits {
                 l.retain_recent();
             }
         }
+        let client = crate::net::client_key(client);
         limiter.check_key(&client).map_err(|not_until| {
             let first = self
                 .logged

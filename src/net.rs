@@ -81,6 +81,20 @@ fn is_private_v6(v6: Ipv6Addr) -> bool {
             && (is_private_v4(embedded(s[2], s[3])) || is_private_v4(teredo_client)))
 }
 
+/// The key per-client limits count a client address under: IPv4 (and
+/// IPv4-mapped IPv6) as it is, IPv6 by its /64, the block one host
+/// usually holds whole, so rotating addresses within it does not multiply
+/// a limit.
+pub fn client_key(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(Ipv6Addr::from(bits))
+        }
+        v4 => v4,
+    }
+}
+
 /// Why the policy refused a destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -369,6 +383,16 @@ impl tower_service::Service<Uri> for GuardedConnector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clients_are_counted_by_ipv4_address_and_ipv6_slash_64() {
+        let key = |s: &str| client_key(s.parse().expect("ip"));
+        assert_eq!(key("192.0.2.7"), key("192.0.2.7"));
+        assert_ne!(key("192.0.2.7"), key("192.0.2.8"));
+        assert_eq!(key("::ffff:192.0.2.7"), key("192.0.2.7"));
+        assert_eq!(key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::9"));
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+    }
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn private(ip: &str) -> bool {

@@ -261,3 +261,29 @@ fn futures_and_types_fit_a_hyper_service() {
     send_sync(&p);
     send(p.acquire("k", Some(1.0)));
 }
+
+#[tokio::test]
+async fn the_verification_allowance_counts_an_ipv6_client_by_its_slash_64() {
+    let a = Arc::new(auth().with_limits(Arc::new(robots_proxy::access::AuthLimits::new(2))));
+    let wrong = basic("bob:nope");
+    let from = |s: &str| -> std::net::IpAddr { s.parse().expect("ip") };
+    assert_eq!(
+        a.check_async(from("2001:db8:1:2::1"), Some(&wrong)).await,
+        invalid(Some("bob"))
+    );
+    assert_eq!(
+        a.check_async(from("2001:db8:1:2::2"), Some(&wrong)).await,
+        invalid(Some("bob"))
+    );
+    // A third address in the same /64 shares the allowance.
+    assert!(matches!(
+        a.check_async(from("2001:db8:1:2:ffff::3"), Some(&wrong))
+            .await,
+        AuthOutcome::Throttled { .. }
+    ));
+    // Another /64 has its own.
+    assert_eq!(
+        a.check_async(from("2001:db8:1:3::1"), Some(&wrong)).await,
+        invalid(Some("bob"))
+    );
+}

@@ -412,7 +412,8 @@ impl hyper::body::Body for Tracked {
     }
 }
 
-/// Connections open per client address, for `max_connections_per_client`.
+/// Connections open per client address (an IPv6 client by its /64, see
+/// [`crate::net::client_key`]), for `max_connections_per_client`.
 #[derive(Clone)]
 pub struct PerClient {
     limit: usize,
@@ -429,7 +430,7 @@ impl PerClient {
 
     /// A place for one more connection from `ip`; `None` at the limit.
     pub fn take(&self, ip: IpAddr) -> Option<ClientSlot> {
-        let ip = ip.to_canonical();
+        let ip = crate::net::client_key(ip);
         let mut counts = lock(&self.counts);
         let n = counts.entry(ip).or_default();
         if *n >= self.limit {
