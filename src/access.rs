@@ -334,6 +334,57 @@ struct User {
     verified: RwLock<Option<[u8; 32]>>,
 }
 
+impl User {
+    /// Validates one configured user: name, hash, agent, `max_rps`.
+    fn from_config(u: &UserConfig) -> Result<User, AuthError> {
+        if u.name.is_empty() || u.name.contains(':') {
+            return Err(AuthError::BadUserName(u.name.clone()));
+        }
+        let hash = parse_hash(&u.name, &u.password_hash)?;
+        let settings = hash_settings(&u.name, &hash)?;
+        let agent = match &u.agent {
+            None => None,
+            Some(a) => {
+                let token = crate::robots::product_token(a);
+                if token.is_empty() {
+                    return Err(AuthError::BadAgent {
+                        user: u.name.clone(),
+                        agent: a.clone(),
+                    });
+                }
+                Some(token)
+            }
+        };
+        let quota = match u.max_rps {
+            None => None,
+            Some(rps) => Some(RateLimiter::direct(user_quota(&u.name, rps)?)),
+        };
+        Ok(User {
+            hash,
+            settings,
+            agent,
+            quota,
+            verified: RwLock::new(None),
+        })
+    }
+}
+
+/// Every problem with a user list that [`ProxyAuth::new`] would refuse,
+/// without its Argon2 work (for `config check` and start-up validation).
+pub fn check_users(users: &[UserConfig]) -> Vec<AuthError> {
+    let mut errors = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for u in users {
+        if let Err(e) = User::from_config(u) {
+            errors.push(e);
+        }
+        if !seen.insert(u.name.as_str()) {
+            errors.push(AuthError::DuplicateUser(u.name.clone()));
+        }
+    }
+    errors
+}
+
 /// HTTP Basic proxy authentication against a fixed user list.
 pub struct ProxyAuth {
     users: HashMap<String, User>,
@@ -373,38 +424,10 @@ impl ProxyAuth {
         let mut map = HashMap::new();
         let mut dummy_params = None;
         for u in users {
-            if u.name.is_empty() || u.name.contains(':') {
-                return Err(AuthError::BadUserName(u.name));
-            }
-            let hash = parse_hash(&u.name, &u.password_hash)?;
-            let settings = hash_settings(&u.name, &hash)?;
+            let user = User::from_config(&u)?;
             if dummy_params.is_none() {
-                dummy_params = Some(settings.clone());
+                dummy_params = Some(user.settings.clone());
             }
-            let agent = match u.agent {
-                None => None,
-                Some(a) => {
-                    let token = crate::robots::product_token(&a);
-                    if token.is_empty() {
-                        return Err(AuthError::BadAgent {
-                            user: u.name,
-                            agent: a,
-                        });
-                    }
-                    Some(token)
-                }
-            };
-            let quota = match u.max_rps {
-                None => None,
-                Some(rps) => Some(RateLimiter::direct(user_quota(&u.name, rps)?)),
-            };
-            let user = User {
-                hash,
-                settings,
-                agent,
-                quota,
-                verified: RwLock::new(None),
-            };
             if map.insert(u.name.clone(), user).is_some() {
                 return Err(AuthError::DuplicateUser(u.name));
             }

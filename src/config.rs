@@ -438,6 +438,23 @@ impl Config {
         Ok(config)
     }
 
+    /// Why a `log.level` would log nothing useful, if it would: each
+    /// comma-separated directive is a level (`info`), or `target=level`
+    /// (`robots_proxy=debug`), as `tracing`'s filter reads them; a bare word
+    /// such as `verbose` would be taken as a target name and silence the rest.
+    fn check_log_level(level: &str) -> Option<String> {
+        const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+        for directive in level.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            let lvl = directive.rsplit_once('=').map_or(directive, |(_, l)| l);
+            if !LEVELS.iter().any(|l| l.eq_ignore_ascii_case(lvl.trim())) {
+                return Some(format!(
+                    "{directive:?} is not a level (trace, debug, info, warn, error, off) or target=level"
+                ));
+            }
+        }
+        None
+    }
+
     /// Reads and parses a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -447,57 +464,86 @@ impl Config {
         Config::from_toml(&text, path)
     }
 
-    /// Checks relations between values that the types cannot express.
+    /// Checks what the types cannot express, and everything `run` would
+    /// refuse later (client lists, users, log level, listener clash), so
+    /// `config check` and `run` agree. Every problem is reported, one per
+    /// line.
     fn validate(&self) -> Result<(), String> {
+        let mut errors: Vec<String> = Vec::new();
         if crate::robots::product_token(&self.agent).is_empty() {
-            return Err(format!(
+            errors.push(format!(
                 "key `agent`: {:?} has no product token (letters, '-', '_')",
                 self.agent
             ));
         }
         for (client, token) in &self.agents {
             if crate::robots::product_token(token).is_empty() {
-                return Err(format!(
+                errors.push(format!(
                     "key `agents.{client}`: {token:?} is not a product token"
                 ));
             }
         }
         if self.workers > MAX_WORKERS {
-            return Err(format!(
+            errors.push(format!(
                 "key `workers`: {} threads is more than the {MAX_WORKERS} allowed",
                 self.workers
             ));
         }
         if self.robots.min_ttl > self.robots.max_ttl {
-            return Err("key `robots.min_ttl` is larger than `robots.max_ttl`".into());
+            errors.push("key `robots.min_ttl` is larger than `robots.max_ttl`".to_string());
         }
         if self.robots.cache_entries == 0 {
-            return Err("key `robots.cache_entries` must be at least 1".into());
+            errors.push("key `robots.cache_entries` must be at least 1".to_string());
         }
         if self.robots.cache_max_mib == 0 {
-            return Err("key `robots.cache_max_mib` must be at least 1".into());
+            errors.push("key `robots.cache_max_mib` must be at least 1".to_string());
         }
         if self.client_header_timeout.is_zero() {
-            return Err("key `client_header_timeout` must be longer than 0s".into());
+            errors.push("key `client_header_timeout` must be longer than 0s".to_string());
         }
         if self.tunnel_idle_timeout.is_zero() {
-            return Err("key `tunnel_idle_timeout` must be longer than 0s".into());
+            errors.push("key `tunnel_idle_timeout` must be longer than 0s".to_string());
         }
         if self.admin.max_connections == 0 {
-            return Err("key `admin.max_connections` must be at least 1".into());
+            errors.push("key `admin.max_connections` must be at least 1".to_string());
         }
         if self.tls.leaf_cache == 0 {
-            return Err("key `tls.leaf_cache` must be at least 1".into());
+            errors.push("key `tls.leaf_cache` must be at least 1".to_string());
         }
         for host in &self.tls.no_intercept {
             let h = host.strip_prefix("*.").unwrap_or(host);
             if h.is_empty() || h.contains(['/', ':', ' ', '*']) {
-                return Err(format!(
+                errors.push(format!(
                     "key `tls.no_intercept`: {host:?} is not a host name or `*.suffix`"
                 ));
             }
         }
-        Ok(())
+        let acl = |key: &str, nets: &[IpNet]| {
+            crate::access::ClientAcl::new(nets.iter().map(|n| n.to_string()))
+                .err()
+                .map(|e| format!("key `{key}`: {e}"))
+        };
+        errors.extend(acl("access.allow_clients", &self.access.allow_clients));
+        errors.extend(acl("admin.allow_clients", &self.admin.allow_clients));
+        errors.extend(
+            crate::access::check_users(&self.access.users)
+                .into_iter()
+                .map(|e| format!("key `access.users`: {e}")),
+        );
+        if let Some(e) = Self::check_log_level(&self.log.level) {
+            errors.push(format!("key `log.level`: {e}"));
+        }
+        if self.admin.listen == Some(self.listen) && self.listen.port() != 0 {
+            errors.push(format!(
+                "key `admin.listen`: {} is also `listen`; the admin listener needs an address of its own",
+                self.listen
+            ));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("\n"))
+        }
     }
 
     /// The robots product token, lower-cased.

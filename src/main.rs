@@ -140,7 +140,10 @@ fn main() -> ExitCode {
         Command::Run(args) => match run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("robots-proxy: {e:#}");
+                // Each cause once: an error whose text already holds its
+                // source is not followed by it again.
+                let error: &(dyn std::error::Error + 'static) = e.as_ref();
+                eprintln!("robots-proxy: {}", robots_proxy::fetch::error_chain(error));
                 ExitCode::from(1)
             }
         },

@@ -193,3 +193,70 @@ fn the_binary_raises_its_open_file_limit_and_derives_max_connections() {
         None => assert!(soft.is_none_or(|n| n > 256), "{soft:?}"),
     }
 }
+
+/// `config check` refuses what `run` would refuse, and lists every problem
+/// at once; `run` says each start error once.
+#[test]
+fn config_check_is_as_strict_as_run_and_reports_every_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        "listen = \"127.0.0.1:3999\"\n\
+         [admin]\nlisten = \"127.0.0.1:3999\"\n\
+         [access]\nallow_clients = []\n\
+         [[access.users]]\nname = \"a:b\"\npassword_hash = \"$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA\"\n\
+         [[access.users]]\nname = \"plain\"\npassword_hash = \"secret\"\n\
+         [log]\nlevel = \"verbose\"\n",
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["config", "check"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for key in [
+        "`access.allow_clients`",
+        "\"a:b\"",
+        "\"plain\"",
+        "`log.level`",
+        "`admin.listen`",
+    ] {
+        assert!(err.contains(key), "{key} missing in: {err}");
+    }
+    // The same file stops `run` before it binds anything, with the same words.
+    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert_ne!(out.status.code(), Some(0));
+    let run_err = String::from_utf8_lossy(&out.stderr);
+    assert!(run_err.contains("`log.level`"), "{run_err}");
+    let first = run_err
+        .lines()
+        .find(|l| l.contains("`log.level`"))
+        .unwrap_or_default();
+    assert_eq!(
+        first.matches("`log.level`").count(),
+        1,
+        "said once: {run_err}"
+    );
+}
+
+#[test]
+fn a_start_error_is_said_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr");
+    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["run", "--listen", &addr.to_string()])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().last().unwrap_or_default();
+    assert!(line.contains(&format!("cannot listen on {addr}")), "{err}");
+    assert_eq!(line.matches("os error 98").count(), 1, "{line}");
+}
