@@ -297,3 +297,35 @@ async fn an_open_tunnel_counts_against_max_connections() {
         assert_eq!(resp.status, 200, "{target}: {resp:?}");
     }
 }
+
+/// With every decision logged, a blind tunnel is still one decision: one
+/// audit line (`tunnelled`) and one count, not `allowed` as well.
+#[tokio::test]
+async fn a_blind_tunnel_is_recorded_and_counted_once_with_log_all() {
+    let o = tls_origin("localhost").await;
+    o.origin.robots("User-agent: *\nDisallow: /private\n");
+    let ca_file = o.ca_file.clone();
+    let proxy = Proxy::start_with(move |c| {
+        c.upstream.ca_files = vec![ca_file];
+        c.tls.no_intercept = vec!["localhost".into()];
+        c.audit.log_all = true;
+        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    })
+    .await;
+    let port = o.origin.addr.port();
+    let _tunnel = connect(&proxy, &format!("localhost:{port}"))
+        .await
+        .expect("tunnel");
+    let audit = proxy.audit();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0]["decision"], "tunnelled");
+    let metrics = proxy.admin_get("/metrics").await.body;
+    let count = |d: &str| {
+        support::metric(
+            &metrics,
+            &format!("robots_proxy_requests_total{{decision=\"{d}\"}}"),
+        )
+    };
+    assert_eq!(count("tunnelled"), Some(1.0), "{metrics}");
+    assert_eq!(count("allowed"), Some(0.0), "{metrics}");
+}

@@ -25,7 +25,6 @@ use super::client::{Body, empty_body};
 use super::io::Prefixed;
 use super::respond;
 use super::server::{ConnectionHold, ConnectionPolicy, InFlight, Phase, Stop, drive};
-use crate::audit::Record;
 use crate::gate::Decision;
 use crate::net;
 use crate::origin::{Origin, Scheme};
@@ -354,18 +353,10 @@ async fn tunnel(
         // host:8080). The client's first byte tells.
         return sniffed_tunnel(proxy, client, (user, user_agent), origin, judgement, req);
     }
-    if let Some(resp) = proxy.audit_and_block(&judgement, client, user.as_deref(), "CONNECT") {
+    // Allowed at host level, it is recorded as `tunnelled`: paths go unchecked.
+    if let Some(resp) = proxy.audit_and_block_tunnel(&judgement, client, user.as_deref()) {
         return resp;
     }
-    // Allowed at host level: record that paths go unchecked.
-    let record = Record::with_decision(&judgement, client, user.as_deref(), "CONNECT", "tunnelled");
-    if proxy.audit.write(&record).is_err() {
-        return respond::text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "robots-proxy cannot write its audit log\n",
-        );
-    }
-    proxy.metrics.request(crate::metrics::Decision::Tunnelled);
     let timeout = proxy.upstream.settings().connect_timeout;
     let upstream = match connect_upstream(&origin, proxy.gate.policy(), timeout).await {
         Ok(s) => s,

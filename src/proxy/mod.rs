@@ -406,13 +406,41 @@ impl Proxy {
         user: Option<&str>,
         method: &str,
     ) -> Option<Response<Body>> {
+        self.audit_and_block_as(judgement, client, user, method, false)
+    }
+
+    /// [`Proxy::audit_and_block`] for a blind tunnel: allowed, it is
+    /// recorded (always, as its paths go unchecked) and counted once, as
+    /// `tunnelled` rather than `allowed`.
+    pub fn audit_and_block_tunnel(
+        &self,
+        judgement: &Judgement,
+        client: SocketAddr,
+        user: Option<&str>,
+    ) -> Option<Response<Body>> {
+        self.audit_and_block_as(judgement, client, user, "CONNECT", true)
+    }
+
+    fn audit_and_block_as(
+        &self,
+        judgement: &Judgement,
+        client: SocketAddr,
+        user: Option<&str>,
+        method: &str,
+        tunnel: bool,
+    ) -> Option<Response<Body>> {
         let blocked = !judgement.decision.is_allowed();
         if !self.audit.is_writable() {
             self.metrics.request(metrics::Decision::Error);
             return Some(audit_unavailable());
         }
-        if blocked || self.audit.log_all() {
-            let record = Record::new(judgement, client, user, method);
+        if blocked || tunnel || self.audit.log_all() {
+            let name = if tunnel && !blocked {
+                "tunnelled"
+            } else {
+                judgement.decision.name()
+            };
+            let record = Record::with_decision(judgement, client, user, method, name);
             if self.audit.write(&record).is_err() {
                 // No answer that needs an audit line goes out without it:
                 // not the forwarded response, and not the 403 either.
@@ -421,7 +449,11 @@ impl Proxy {
                 return Some(audit_unavailable());
             }
         }
-        self.metrics.request(metric_decision(&judgement.decision));
+        self.metrics.request(if tunnel && !blocked {
+            metrics::Decision::Tunnelled
+        } else {
+            metric_decision(&judgement.decision)
+        });
         match &judgement.decision {
             Decision::Allowed { .. } => None,
             d => {
