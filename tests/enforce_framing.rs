@@ -197,13 +197,6 @@ async fn connect(proxy: &Proxy, target: &str) -> Result<TcpStream, String> {
     }
 }
 
-/// The proxy's CA certificate (created on first start in its state dir).
-fn proxy_ca(proxy: &Proxy) -> rustls_pki_types::CertificateDer<'static> {
-    let pem = std::fs::read(proxy.state_dir.join("ca/ca.pem")).expect("proxy ca.pem");
-    let mut certs = rustls_pki_types::pem::PemObject::pem_slice_iter(&pem);
-    certs.next().expect("one cert").expect("valid PEM")
-}
-
 /// An intercepted TLS tunnel to `target` (an IP literal and port), trusting
 /// only the proxy's CA, speaking HTTP/1.1 inside.
 async fn tls_tunnel(
@@ -211,19 +204,8 @@ async fn tls_tunnel(
     target: SocketAddr,
 ) -> tokio_rustls::client::TlsStream<TcpStream> {
     let tunnel = connect(proxy, &target.to_string()).await.expect("tunnel");
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(proxy_ca(proxy)).expect("add root");
-    let mut config = rustls::ClientConfig::builder_with_provider(robots_proxy::tls::provider())
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let name = rustls_pki_types::ServerName::IpAddress(target.ip().into());
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tunnel)
-        .await
-        .expect("TLS with the proxy's minted certificate")
+    support::tls::proxy_tls(proxy, tunnel, name, b"http/1.1").await
 }
 
 // --- Ports ---------------------------------------------------------------

@@ -12,7 +12,7 @@ use futures_util::{SinkExt, StreamExt};
 use robots_proxy::tls::{Ca, Minter};
 use rustls_pki_types::ServerName;
 use support::Proxy;
-use support::tls::{connect, proxy_ca};
+use support::tls::{connect, proxy_tls};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
@@ -215,18 +215,8 @@ async fn wss_through_interception_is_judged_then_relayed() {
     let target = format!("127.0.0.1:{}", addr.port());
     let open = async |path: &str| {
         let tunnel = connect(&proxy, &target).await.expect("tunnel");
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(proxy_ca(&proxy)).expect("root");
-        let mut config = rustls::ClientConfig::builder_with_provider(robots_proxy::tls::provider())
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(ServerName::try_from("127.0.0.1").expect("name"), tunnel)
-            .await
-            .expect("TLS with the proxy's certificate");
+        let name = ServerName::try_from("127.0.0.1").expect("name");
+        let tls = proxy_tls(&proxy, tunnel, name, b"http/1.1").await;
         client_async(format!("wss://{target}{path}"), tls).await
     };
     let (mut ws, _) = open("/chat").await.expect("wss through interception");

@@ -85,23 +85,9 @@ pub async fn try_https_get(
     let tunnel = connect(proxy, &format!("{host}:{port}"))
         .await
         .expect("tunnel");
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(proxy_ca(proxy)).expect("add root");
-    let mut config = rustls::ClientConfig::builder_with_provider(robots_proxy::tls::provider())
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = if h2 {
-        vec![b"h2".to_vec()]
-    } else {
-        vec![b"http/1.1".to_vec()]
-    };
     let name = ServerName::try_from(host.to_string()).expect("server name");
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tunnel)
-        .await
-        .expect("TLS with the proxy's minted certificate");
+    let alpn: &[u8] = if h2 { b"h2" } else { b"http/1.1" };
+    let tls = proxy_tls(proxy, tunnel, name, alpn).await;
     let uri = format!("https://{host}:{port}{path}");
     let resp = if h2 {
         let (mut sender, conn) = hyper::client::conn::http2::handshake(
@@ -142,4 +128,29 @@ pub async fn try_https_get(
 pub async fn proxy_trusting(origin: &TlsOrigin) -> Proxy {
     let ca_file = origin.ca_file.clone();
     Proxy::start_with(move |c| c.upstream.ca_files = vec![ca_file]).await
+}
+
+/// TLS over `io` (a tunnel through the proxy) to `name`, trusting only the
+/// proxy's CA (so the certificate is the one it minted), offering `alpn`.
+pub async fn proxy_tls<IO>(
+    proxy: &Proxy,
+    io: IO,
+    name: ServerName<'static>,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<IO>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(proxy_ca(proxy)).expect("add root");
+    let mut config = rustls::ClientConfig::builder_with_provider(robots_proxy::tls::provider())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, io)
+        .await
+        .expect("TLS with the proxy's minted certificate")
 }
