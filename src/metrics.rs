@@ -42,19 +42,33 @@ pub enum Decision {
     Refused,
     /// A CONNECT tunnel passed through without inspection.
     Tunnelled,
-    /// Anything that failed inside the proxy or upstream.
+    /// A CONNECT whose requests are judged and counted one by one
+    /// (intercepted TLS, or plain HTTP inside the tunnel).
+    Intercepted,
+    /// A request the proxy cannot handle as sent: 400 (bad target, port,
+    /// Host), 405 (TRACE, CONNECT inside a tunnel), 501 (transfer coding).
+    BadRequest,
+    /// A request that already passed through this proxy (508).
+    LoopDetected,
+    /// Allowed, but the origin gave no usable response (502, 504).
+    UpstreamError,
+    /// Anything that failed inside the proxy (the audit log cannot be written).
     Error,
 }
 
 impl Decision {
     /// Every variant, in label order.
-    pub const ALL: [Decision; 7] = [
+    pub const ALL: [Decision; 11] = [
         Decision::Allowed,
         Decision::Disallowed,
         Decision::Unreachable,
         Decision::RateLimited,
         Decision::Refused,
         Decision::Tunnelled,
+        Decision::Intercepted,
+        Decision::BadRequest,
+        Decision::LoopDetected,
+        Decision::UpstreamError,
         Decision::Error,
     ];
 
@@ -67,6 +81,10 @@ impl Decision {
             Decision::RateLimited => "rate_limited",
             Decision::Refused => "refused",
             Decision::Tunnelled => "tunnelled",
+            Decision::Intercepted => "intercepted",
+            Decision::BadRequest => "bad_request",
+            Decision::LoopDetected => "loop_detected",
+            Decision::UpstreamError => "upstream_error",
             Decision::Error => "error",
         }
     }
@@ -205,7 +223,7 @@ pub struct Metrics {
 
 struct Inner {
     registry: Registry,
-    requests: [Counter; 7],
+    requests: [Counter; Decision::ALL.len()],
     fetch_family: Family<Labels2, Counter>,
     /// `[outcome][status_class]`; the usual pairs are filled in `new` so
     /// they show as 0 from the start, odd ones (ok/5xx) appear when used.

@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use super::Proxy;
 use super::client::{Body, empty_body};
 use super::io::Prefixed;
+use super::phases::{Answer, Caller, Outcome, Recorded};
 use super::respond;
 use super::server::{ConnectionHold, ConnectionPolicy, InFlight, Phase, Stop, drive};
 use crate::gate::Decision;
@@ -65,50 +66,47 @@ fn connection_hold(req: &Request<Incoming>) -> Option<Arc<ConnectionHold>> {
     req.extensions().get::<Arc<ConnectionHold>>().cloned()
 }
 
-/// Handles a CONNECT request.
-pub async fn handle(
-    proxy: Arc<Proxy>,
-    client: SocketAddr,
-    user: Option<Arc<str>>,
-    user_agent: Option<String>,
-    req: Request<Incoming>,
-) -> Response<Body> {
-    let (host, port) = match connect_target(&req) {
-        Ok(t) => t,
-        Err(e) => return respond::text(StatusCode::BAD_REQUEST, format!("Bad CONNECT: {e}\n")),
-    };
-    let https = match Origin::new(Scheme::Https, &host, Some(port)) {
+/// Handles a CONNECT request, and finishes it (see [`super::phases`]):
+/// here for a bad target, a refusal, a blind tunnel or an intercepted
+/// one; once the client speaks for a tunnel whose port may not be TLS.
+pub async fn handle(proxy: Arc<Proxy>, caller: Caller, req: Request<Incoming>) -> Response<Body> {
+    let https = match connect_target(&req).and_then(|(host, port)| {
+        Origin::new(Scheme::Https, &host, Some(port)).map_err(|e| e.to_string())
+    }) {
         Ok(o) => o,
-        Err(e) => return respond::text(StatusCode::BAD_REQUEST, format!("Bad CONNECT: {e}\n")),
+        Err(e) => return proxy.finish(Answer::bad_request(format!("Bad CONNECT: {e}\n"))),
     };
     let settings = proxy.settings();
-    let agent = settings.agent_for(user_agent.as_deref(), req.headers().get(USER_AGENT));
+    let agent = settings
+        .agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT))
+        .to_string();
     if let Some(reason) = proxy.gate.destination_refusal(&https) {
         // Judging gives the refusal its audit line before the tunnel opens.
-        let judgement = proxy.gate.judge(&https, "/", agent).await;
-        return proxy
-            .audit_and_block(&judgement, client, user.as_deref(), "CONNECT")
-            .unwrap_or_else(|| respond::refused(&reason));
+        let judgement = proxy.gate.judge(&https, "/", &agent).await;
+        let answer = match proxy.record(&caller, &judgement, "CONNECT", Recorded::Request) {
+            Err(answer) => answer,
+            Ok(()) => Answer::new(Outcome::Refused, respond::refused(&reason)),
+        };
+        return proxy.finish(answer);
     }
     let minter = proxy.minter.clone();
     if minter.is_none() || no_intercept(&settings.no_intercept, https.host()) {
-        return tunnel(proxy, client, (user, user_agent.clone()), https, agent, req).await;
+        return tunnel(proxy, caller, https, &agent, req).await;
     }
     let hold = connection_hold(&req);
+    let task_proxy = proxy.clone();
     tokio::spawn(async move {
         let stop = hold.as_ref().map(|h| h.stop());
         let Some(upgraded) = upgraded(req).await else {
             return;
         };
-        let tunnel = Tunnel {
-            client,
-            user: (user, user_agent),
-            stop,
-            hold,
-        };
-        intercept(proxy, tunnel, https, upgraded, minter).await;
+        let tunnel = Tunnel { caller, stop, hold };
+        intercept(task_proxy, tunnel, https, upgraded, minter).await;
     });
-    Response::new(empty_body())
+    proxy.finish(Answer::new(
+        Outcome::Intercepted,
+        Response::new(empty_body()),
+    ))
 }
 
 /// The client's side of an accepted CONNECT, once hyper hands it over.
@@ -124,8 +122,7 @@ async fn upgraded(req: Request<Incoming>) -> Option<TokioIo<hyper::upgrade::Upgr
 
 /// Who an intercepted tunnel serves, and its listener's phase.
 struct Tunnel {
-    client: SocketAddr,
-    user: (Option<Arc<str>>, Option<String>),
+    caller: Caller,
     stop: Option<Stop>,
     /// The client connection's hold: kept while the tunnel is open, and
     /// lent to a WebSocket upgraded inside it, which may outlive it.
@@ -156,7 +153,7 @@ async fn intercept<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let client = tunnel.client;
+    let client = tunnel.caller.client;
     let handshake = proxy.settings().header_timeout.min(HANDSHAKE_TIMEOUT);
     let Some((io, tls)) = sniff(io, handshake, tunnel.stop.as_ref()).await else {
         return;
@@ -216,12 +213,8 @@ async fn serve_inner<IO>(proxy: Arc<Proxy>, tunnel: Tunnel, origin: Origin, io: 
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Tunnel {
-        client,
-        user,
-        stop,
-        hold,
-    } = tunnel;
+    let Tunnel { caller, stop, hold } = tunnel;
+    let client = caller.client;
     let origin = Arc::new(origin);
     let policy = ConnectionPolicy {
         header_timeout: proxy.settings().header_timeout,
@@ -229,7 +222,7 @@ where
     let in_flight = InFlight::default();
     let counter = in_flight.clone();
     let service = service_fn(move |mut req: Request<Incoming>| {
-        let (proxy, origin, user) = (proxy.clone(), origin.clone(), user.clone());
+        let (proxy, origin, caller) = (proxy.clone(), origin.clone(), caller.clone());
         if let Some(hold) = hold
             .as_ref()
             .filter(|_| super::upgrade::is_upgrade(req.headers()))
@@ -238,7 +231,7 @@ where
         }
         let guard = counter.start();
         async move {
-            let resp = inner_request(&proxy, client, user, &origin, req).await;
+            let resp = proxy.finish(inner_request(&proxy, &caller, &origin, req).await);
             Ok::<_, std::convert::Infallible>(InFlight::track(guard, resp))
         }
     });
@@ -255,27 +248,26 @@ where
     .await;
 }
 
+/// The phases of a request inside a tunnel, up to its answer.
 async fn inner_request(
     proxy: &Proxy,
-    client: SocketAddr,
-    (user, user_agent): (Option<Arc<str>>, Option<String>),
+    caller: &Caller,
     origin: &Origin,
     mut req: Request<Incoming>,
-) -> Response<Body> {
+) -> Answer {
     if let Some(refusal) = refuse_inner(&req) {
-        return refusal;
+        return Answer::new(Outcome::BadRequest, refusal);
     }
     let path = super::path_of(req.uri());
     let uri: Uri = match origin.url(&path).parse() {
         Ok(u) => u,
-        Err(e) => return respond::text(StatusCode::BAD_REQUEST, format!("Bad request: {e}\n")),
+        Err(e) => return Answer::bad_request(format!("Bad request: {e}\n")),
     };
     *req.uri_mut() = uri;
     proxy
-        .judge_and_forward(
+        .serve(
             &proxy.settings(),
-            client,
-            (user.as_deref(), user_agent.as_deref()),
+            caller,
             origin.clone(),
             &path,
             req.map(|b| b.boxed()),
@@ -341,8 +333,7 @@ fn refuse_inner(req: &Request<Incoming>) -> Option<Response<Body>> {
 /// A blind tunnel: only a host-level decision (is `/` allowed?) is possible.
 async fn tunnel(
     proxy: Arc<Proxy>,
-    client: SocketAddr,
-    (user, user_agent): (Option<Arc<str>>, Option<String>),
+    caller: Caller,
     origin: Origin,
     agent: &str,
     req: Request<Incoming>,
@@ -351,25 +342,31 @@ async fn tunnel(
     if matches!(judgement.decision, Decision::BadGateway { .. }) {
         // robots.txt over TLS failed: perhaps a plain-HTTP port (CONNECT
         // host:8080). The client's first byte tells.
-        return sniffed_tunnel(proxy, client, (user, user_agent), origin, judgement, req);
+        return sniffed_tunnel(proxy, caller, origin, judgement, req);
     }
     // Allowed at host level, it is recorded as `tunnelled`: paths go unchecked.
-    if let Some(resp) = proxy.audit_and_block_tunnel(&judgement, client, user.as_deref()) {
-        return resp;
+    if let Err(answer) = proxy.record(&caller, &judgement, "CONNECT", Recorded::Tunnel) {
+        return proxy.finish(answer);
     }
     let timeout = proxy.upstream.settings().connect_timeout;
     let upstream = match connect_upstream(&origin, proxy.gate.policy(), timeout).await {
         Ok(s) => s,
-        Err(ConnectFailure::Refused(reason)) => return respond::refused(&reason),
+        Err(ConnectFailure::Refused(reason)) => {
+            return proxy.finish(Answer::new(Outcome::Refused, respond::refused(&reason)));
+        }
         Err(ConnectFailure::Io(e)) => {
-            return respond::text(
-                StatusCode::BAD_GATEWAY,
-                format!("Cannot connect to {}: {e}\n", origin.authority()),
-            );
+            return proxy.finish(Answer::new(
+                Outcome::UpstreamError,
+                respond::text(
+                    StatusCode::BAD_GATEWAY,
+                    format!("Cannot connect to {}: {e}\n", origin.authority()),
+                ),
+            ));
         }
     };
     let hold = connection_hold(&req);
     let idle = proxy.settings().tunnel_idle_timeout;
+    let client = caller.client;
     tokio::spawn(async move {
         let stop = hold.as_ref().map(|h| h.stop());
         let _hold = hold;
@@ -377,18 +374,18 @@ async fn tunnel(
             relay(client_io, upstream, idle, stop, client).await;
         }
     });
-    Response::new(empty_body())
+    proxy.finish(Answer::new(Outcome::Tunnelled, Response::new(empty_body())))
 }
 
 /// A tunnel whose https robots.txt could not be fetched over TLS: opened,
 /// then served by what the client speaks. Plain HTTP is served like plain
 /// HTTP inside an intercepted tunnel (each request judged against the http
-/// origin); TLS keeps the failed judgement, which is audited, and the
-/// tunnel is closed (no answer can be given inside the client's TLS).
+/// origin); TLS keeps the failed judgement, which is recorded, and the
+/// tunnel is closed (no answer can be given inside the client's TLS). The
+/// CONNECT is counted once that is known.
 fn sniffed_tunnel(
     proxy: Arc<Proxy>,
-    client: SocketAddr,
-    user: (Option<Arc<str>>, Option<String>),
+    caller: Caller,
     origin: Origin,
     judgement: crate::gate::Judgement,
     req: Request<Incoming>,
@@ -396,27 +393,31 @@ fn sniffed_tunnel(
     let hold = connection_hold(&req);
     tokio::spawn(async move {
         let stop = hold.as_ref().map(|h| h.stop());
-        let Some(upgraded) = upgraded(req).await else {
-            return;
+        let sniffed = match upgraded(req).await {
+            Some(upgraded) => {
+                let handshake = proxy.settings().header_timeout.min(HANDSHAKE_TIMEOUT);
+                sniff(upgraded, handshake, stop.as_ref()).await
+            }
+            None => None,
         };
-        let handshake = proxy.settings().header_timeout.min(HANDSHAKE_TIMEOUT);
-        let Some((io, tls)) = sniff(upgraded, handshake, stop.as_ref()).await else {
-            return;
-        };
-        if tls {
-            let _ = proxy.audit_and_block(&judgement, client, user.0.as_deref(), "CONNECT");
-            return;
+        let http = Origin::new(Scheme::Http, origin.host(), Some(origin.port()));
+        match (sniffed, http) {
+            (Some((_, true)), _) => {
+                let outcome = match proxy.record(&caller, &judgement, "CONNECT", Recorded::Request)
+                {
+                    Err(answer) => answer.outcome,
+                    Ok(()) => Outcome::UpstreamError,
+                };
+                proxy.count(outcome);
+            }
+            (Some((io, false)), Ok(http)) => {
+                proxy.count(Outcome::Intercepted);
+                let tunnel = Tunnel { caller, stop, hold };
+                serve_inner(proxy, tunnel, http, io).await;
+            }
+            // The client left without a byte: nothing was judged or sent.
+            _ => proxy.count(Outcome::Intercepted),
         }
-        let Ok(http) = Origin::new(Scheme::Http, origin.host(), Some(origin.port())) else {
-            return;
-        };
-        let tunnel = Tunnel {
-            client,
-            user,
-            stop,
-            hold,
-        };
-        serve_inner(proxy, tunnel, http, io).await;
     });
     Response::new(empty_body())
 }

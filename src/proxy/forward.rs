@@ -11,6 +11,7 @@ use hyper::body::Body as _;
 
 use super::client::{Body, HttpClient};
 use super::connect::ConnectFailure;
+use super::phases::{Failed, Outcome};
 use super::respond;
 use super::upstream::{Pool, SendError};
 use crate::fetch::error_chain;
@@ -230,7 +231,7 @@ pub async fn forward(
             match tokio::time::timeout(timeout, upstream.send(origin, req)).await {
                 Ok(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
                 Ok(Err(SendError::Connect(ConnectFailure::Refused(reason)))) => {
-                    Err(respond::refused(&reason))
+                    Err(Failed::mark(Outcome::Refused, respond::refused(&reason)))
                 }
                 Ok(Err(SendError::Connect(ConnectFailure::Io(e)))) => {
                     Err(upstream_error(&e, &target))
@@ -267,13 +268,13 @@ pub(super) fn relay_response(
 ) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
     if let Some(coding) = other_transfer_coding(&parts.headers) {
-        return respond::text(
+        return upstream_failed(respond::text(
             StatusCode::BAD_GATEWAY,
             format!(
                 "Upstream error for {target}: the response has Transfer-Encoding {coding:?}, \
                  which robots-proxy cannot relay as it was sent (only chunked is supported)\n"
             ),
-        );
+        ));
     }
     drop_overridden_length(&mut parts.headers);
     strip_hop_by_hop(&mut parts.headers);
@@ -286,27 +287,33 @@ pub(super) fn relay_response(
 
 /// The answer to a request whose response did not start within `timeout`.
 fn upstream_timeout(target: &Uri, timeout: Duration) -> Response<Body> {
-    respond::text(
+    upstream_failed(respond::text(
         StatusCode::GATEWAY_TIMEOUT,
         format!(
             "Upstream timeout: no response from {target} within {}\n",
             humantime::format_duration(timeout)
         ),
-    )
+    ))
+}
+
+/// A response of the proxy's own for an allowed request the origin gave no
+/// usable response to: counted as `upstream_error`, not `allowed`.
+pub(super) fn upstream_failed(resp: Response<Body>) -> Response<Body> {
+    Failed::mark(Outcome::UpstreamError, resp)
 }
 
 /// The answer to a request that got no response from `target`: 403 for a
 /// refused private destination, else 502 with the reason.
 fn upstream_error(e: &(dyn std::error::Error + 'static), target: &Uri) -> Response<Body> {
     if let Some(p) = net::find_private_destination(e) {
-        return respond::refused(&p.to_string());
+        return Failed::mark(Outcome::Refused, respond::refused(&p.to_string()));
     }
     tracing::debug!(%target, error = %error_chain(e), "upstream request failed");
     let reason = crate::tls::upstream_error_reason(e, target.host().unwrap_or_default());
-    respond::text(
+    upstream_failed(respond::text(
         StatusCode::BAD_GATEWAY,
         format!("Upstream error for {target}: {reason}\n"),
-    )
+    ))
 }
 
 #[cfg(test)]

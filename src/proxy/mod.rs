@@ -5,6 +5,7 @@ pub mod client;
 pub mod connect;
 pub mod forward;
 pub mod io;
+pub mod phases;
 pub mod respond;
 pub mod server;
 pub mod upgrade;
@@ -21,7 +22,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use crate::access::{AuthOutcome, ClientAcl, ProxyAuth};
-use crate::audit::{AuditLog, Record};
+use crate::audit::AuditLog;
 use crate::gate::{Decision, Gate, Judgement, Limit};
 use crate::metrics::{self, Metrics};
 use crate::origin::Origin;
@@ -29,6 +30,7 @@ use crate::politeness::Politeness;
 use crate::robots::product_token;
 use crate::tls::Minter;
 use client::{Body, HttpClient};
+use phases::{Answer, Caller, Failed, Outcome, Recorded};
 
 /// Settings that a reload may change.
 #[derive(Clone)]
@@ -98,13 +100,6 @@ pub struct Proxy {
     instance: String,
 }
 
-/// Who is asking: the authenticated user and the robots token they obey.
-struct Caller {
-    user: Option<Arc<str>>,
-    /// Token configured for the user, overriding the others.
-    user_agent: Option<String>,
-}
-
 /// The ways to an origin: the pooled client (https, bodies), the plain-http
 /// pool, and the upstream TLS settings (for upgraded connections).
 pub struct Upstreams {
@@ -170,23 +165,26 @@ impl Proxy {
             .any(|v| v.contains(&self.instance))
     }
 
-    /// Client ACL and proxy authentication. `Err` is the response to send.
+    /// The admit phase: client ACL and proxy authentication.
     async fn admit(
         &self,
         settings: &Settings,
         client: SocketAddr,
         req: &Request<Incoming>,
-    ) -> Result<Caller, Response<Body>> {
+    ) -> Result<Caller, Answer> {
         if !settings.acl.allows(client.ip()) {
-            self.metrics.request(metrics::Decision::Refused);
             tracing::warn!(%client, "client address not in access.allow_clients");
-            return Err(respond::refused(&format!(
-                "client address {} is not allowed to use this proxy",
-                client.ip()
-            )));
+            return Err(Answer::new(
+                Outcome::Refused,
+                respond::refused(&format!(
+                    "client address {} is not allowed to use this proxy",
+                    client.ip()
+                )),
+            ));
         }
         let Some(auth) = &settings.auth else {
             return Ok(Caller {
+                client,
                 user: None,
                 user_agent: None,
             });
@@ -196,6 +194,7 @@ impl Proxy {
             .await
         {
             AuthOutcome::Ok { user, agent } => Ok(Caller {
+                client,
                 user: Some(user.into()),
                 user_agent: agent.map(|a| product_token(&a)),
             }),
@@ -205,10 +204,12 @@ impl Proxy {
                     tracing::warn!(client_ip = %client.ip(),
                         "too many proxy authentication attempts: refusing them for now");
                 }
-                self.metrics.request(metrics::Decision::Refused);
-                Err(respond::too_many(
-                    retry_after,
-                    "Too many proxy authentication attempts from this address; retry later\n",
+                Err(Answer::new(
+                    Outcome::Refused,
+                    respond::too_many(
+                        retry_after,
+                        "Too many proxy authentication attempts from this address; retry later\n",
+                    ),
                 ))
             }
             outcome => {
@@ -217,15 +218,18 @@ impl Proxy {
                     tracing::warn!(client_ip = %client.ip(), user = user.as_deref().unwrap_or("-"),
                         "proxy authentication failed");
                 }
-                self.metrics.request(metrics::Decision::Refused);
-                Err(crate::access::challenge_response(respond::full(
-                    "Proxy authentication required\n",
-                )))
+                Err(Answer::new(
+                    Outcome::Refused,
+                    crate::access::challenge_response(respond::full(
+                        "Proxy authentication required\n",
+                    )),
+                ))
             }
         }
     }
 
-    /// Handles one request from a client connection.
+    /// Handles one request from a client connection: the phases of
+    /// [`phases`], ended by [`Proxy::finish`].
     pub async fn handle(
         self: Arc<Self>,
         client: SocketAddr,
@@ -235,82 +239,82 @@ impl Proxy {
         let settings = self.settings();
         let caller = match self.admit(&settings, client, &req).await {
             Ok(c) => c,
-            Err(resp) => return resp,
+            Err(answer) => return self.finish(answer),
         };
         if req.method() == Method::CONNECT {
             // Boxed: the tunnel's future is large, and kept inline it would
             // make every plain request's future (moved on each call) as large.
-            return Box::pin(connect::handle(
-                self,
-                client,
-                caller.user,
-                caller.user_agent,
-                req,
-            ))
-            .await;
+            // A CONNECT is finished where its fate is known.
+            return Box::pin(connect::handle(self, caller, req)).await;
         }
-        if let Some(resp) = refuse_method(req.method()) {
-            return resp;
-        }
-        if self.is_loop(&req) {
-            return respond::text(
-                StatusCode::LOOP_DETECTED,
-                "Loop detected: this request already passed through this proxy\n",
-            );
-        }
-        if req.uri().scheme().is_none() || req.uri().authority().is_none() {
-            return respond::text(
-                StatusCode::BAD_REQUEST,
-                "robots-proxy is a forward proxy: send absolute-form requests \
-                 (GET http://host/path HTTP/1.1), e.g. with curl -x\n",
-            );
-        }
-        let origin = match Origin::from_uri(req.uri()) {
-            Ok(o) => o,
-            Err(e) => {
-                return respond::text(StatusCode::BAD_REQUEST, format!("Bad request URL: {e}\n"));
+        let answer = match self.frame(&req) {
+            Ok((origin, path)) => {
+                self.serve(&settings, &caller, origin, &path, req.map(|b| b.boxed()))
+                    .await
             }
+            Err(answer) => answer,
         };
-        let path = path_of(req.uri());
-        self.judge_and_forward(
-            &settings,
-            client,
-            (caller.user.as_deref(), caller.user_agent.as_deref()),
-            origin,
-            &path,
-            req.map(|b| b.boxed()),
-        )
-        .await
+        self.finish(answer)
     }
 
-    /// Judges a request with an absolute URI and forwards it if allowed.
-    /// Shared by plain HTTP and intercepted HTTPS. `(user, user_agent)`:
-    /// the authenticated user and the robots token configured for them.
-    pub async fn judge_and_forward(
+    /// The frame phase of a plain request: a method the proxy forwards,
+    /// not a loop, an absolute-form target with a usable origin.
+    // The Err is the response itself, built once and moved to `finish`.
+    #[allow(clippy::result_large_err)]
+    fn frame(&self, req: &Request<Incoming>) -> Result<(Origin, String), Answer> {
+        if let Some(resp) = refuse_method(req.method()) {
+            return Err(Answer::new(Outcome::BadRequest, resp));
+        }
+        if self.is_loop(req) {
+            return Err(Answer::new(
+                Outcome::LoopDetected,
+                respond::text(
+                    StatusCode::LOOP_DETECTED,
+                    "Loop detected: this request already passed through this proxy\n",
+                ),
+            ));
+        }
+        if req.uri().scheme().is_none() || req.uri().authority().is_none() {
+            return Err(Answer::bad_request(
+                "robots-proxy is a forward proxy: send absolute-form requests \
+                 (GET http://host/path HTTP/1.1), e.g. with curl -x\n",
+            ));
+        }
+        let origin = Origin::from_uri(req.uri())
+            .map_err(|e| Answer::bad_request(format!("Bad request URL: {e}\n")))?;
+        Ok((origin, path_of(req.uri())))
+    }
+
+    /// The phases from judge to forward for a request with an absolute URI
+    /// on `origin`; plain HTTP and intercepted requests alike.
+    pub async fn serve(
         &self,
         settings: &Settings,
-        client: SocketAddr,
-        (user, user_agent): (Option<&str>, Option<&str>),
+        caller: &Caller,
         origin: Origin,
         path: &str,
         req: Request<Body>,
-    ) -> Response<Body> {
+    ) -> Answer {
         if let Some(coding) = forward::other_transfer_coding(req.headers()) {
-            return respond::text(
-                StatusCode::NOT_IMPLEMENTED,
-                format!(
-                    "robots-proxy cannot forward a body sent with Transfer-Encoding {coding:?}: \
-                     only chunked is supported\n"
+            return Answer::new(
+                Outcome::BadRequest,
+                respond::text(
+                    StatusCode::NOT_IMPLEMENTED,
+                    format!(
+                        "robots-proxy cannot forward a body sent with Transfer-Encoding {coding:?}: \
+                         only chunked is supported\n"
+                    ),
                 ),
             );
         }
-        let agent = settings.agent_for(user_agent, req.headers().get(USER_AGENT));
+        // Judge.
+        let agent = settings.agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT));
         let mut judgement = self.gate.judge(&origin, path, agent).await;
         self.count_lookup(&judgement);
         // The user's own quota, after robots.txt (a disallowed request is
         // refused whatever the quota) and before Crawl-delay books a slot.
         if judgement.decision.is_allowed()
-            && let (Some(auth), Some(user)) = (&settings.auth, user)
+            && let (Some(auth), Some(user)) = (&settings.auth, caller.user.as_deref())
             && let Some(retry_after) = auth.quota_wait(user)
         {
             judgement.decision = Decision::RateLimited {
@@ -318,39 +322,65 @@ impl Proxy {
                 limit: Limit::UserQuota,
             };
         }
-        // Most origins have no Crawl-delay: skip building the key then.
-        let mut held = Duration::ZERO;
-        if judgement.decision.is_allowed()
-            && settings
-                .politeness
-                .effective_interval(judgement.crawl_delay)
-                .is_some()
+        // Politeness.
+        let held = self.politeness(settings, &mut judgement).await;
+        // Record.
+        if let Err(answer) =
+            self.record(caller, &judgement, req.method().as_str(), Recorded::Request)
         {
-            let key = politeness_key(&judgement);
-            let waiting = self.metrics.politeness_waiting();
-            match settings
-                .politeness
-                .acquire(&key, judgement.crawl_delay)
-                .await
-            {
-                Ok(waited) => held = waited,
-                Err(limited) => {
-                    judgement.decision = Decision::RateLimited {
-                        retry_after: limited.retry_after,
-                        limit: Limit::CrawlDelay,
-                    }
-                }
-            }
-            drop(waiting);
-        }
-        if let Some(resp) = self.audit_and_block(&judgement, client, user, req.method().as_str()) {
-            return resp;
+            return answer;
         }
         if !held.is_zero() {
             self.metrics.observe_hold(held);
             tracing::info!(url = %judgement.url(), agent = %judgement.agent,
                 held_secs = held.as_secs_f64(), "held for Crawl-delay");
         }
+        // Cache: no response cache yet. Forward.
+        self.forward(settings, caller.client, &origin, req, held)
+            .await
+    }
+
+    /// The politeness phase: waits for the origin's Crawl-delay slot, or
+    /// turns the decision into `rate_limited`. Returns how long the request
+    /// was held. Most origins have no Crawl-delay: no key is built then.
+    async fn politeness(&self, settings: &Settings, judgement: &mut Judgement) -> Duration {
+        if !judgement.decision.is_allowed()
+            || settings
+                .politeness
+                .effective_interval(judgement.crawl_delay)
+                .is_none()
+        {
+            return Duration::ZERO;
+        }
+        let key = politeness_key(judgement);
+        let _waiting = self.metrics.politeness_waiting();
+        match settings
+            .politeness
+            .acquire(&key, judgement.crawl_delay)
+            .await
+        {
+            Ok(waited) => waited,
+            Err(limited) => {
+                judgement.decision = Decision::RateLimited {
+                    retry_after: limited.retry_after,
+                    limit: Limit::CrawlDelay,
+                };
+                Duration::ZERO
+            }
+        }
+    }
+
+    /// The forward phase: the request goes to the origin (upgraded
+    /// connections relayed); a response the proxy had to make itself is
+    /// counted as the failure it is.
+    async fn forward(
+        &self,
+        settings: &Settings,
+        client: SocketAddr,
+        origin: &Origin,
+        req: Request<Body>,
+        held: Duration,
+    ) -> Answer {
         let timeout = settings.response_timeout;
         if upgrade::is_upgrade(req.headers()) {
             let upgrade = upgrade::UpgradeSettings {
@@ -362,13 +392,13 @@ impl Proxy {
                 via: settings.via.then_some(&self.via),
                 peer: client,
             };
-            return upgrade::forward(&origin, req, upgrade).await;
+            return Failed::answer(upgrade::forward(origin, req, upgrade).await);
         }
         let start = Instant::now();
         let mut resp = forward::forward(
             &self.client,
             &self.upstream,
-            &origin,
+            origin,
             req,
             settings.via.then_some(&self.via),
             timeout,
@@ -381,7 +411,7 @@ impl Proxy {
                 respond::header_value(&format!("{:.3}", held.as_secs_f64())),
             );
         }
-        resp
+        Failed::answer(resp)
     }
 
     fn count_lookup(&self, judgement: &Judgement) {
@@ -394,74 +424,6 @@ impl Proxy {
             (None, _) => return,
         };
         self.metrics.cache_event(event);
-    }
-
-    /// Writes the audit line a judgement needs, counts it, and returns the
-    /// response if the request must not be forwarded (blocked, or the audit
-    /// log failed: fail closed).
-    pub fn audit_and_block(
-        &self,
-        judgement: &Judgement,
-        client: SocketAddr,
-        user: Option<&str>,
-        method: &str,
-    ) -> Option<Response<Body>> {
-        self.audit_and_block_as(judgement, client, user, method, false)
-    }
-
-    /// [`Proxy::audit_and_block`] for a blind tunnel: allowed, it is
-    /// recorded (always, as its paths go unchecked) and counted once, as
-    /// `tunnelled` rather than `allowed`.
-    pub fn audit_and_block_tunnel(
-        &self,
-        judgement: &Judgement,
-        client: SocketAddr,
-        user: Option<&str>,
-    ) -> Option<Response<Body>> {
-        self.audit_and_block_as(judgement, client, user, "CONNECT", true)
-    }
-
-    fn audit_and_block_as(
-        &self,
-        judgement: &Judgement,
-        client: SocketAddr,
-        user: Option<&str>,
-        method: &str,
-        tunnel: bool,
-    ) -> Option<Response<Body>> {
-        let blocked = !judgement.decision.is_allowed();
-        if !self.audit.is_writable() {
-            self.metrics.request(metrics::Decision::Error);
-            return Some(audit_unavailable());
-        }
-        if blocked || tunnel || self.audit.log_all() {
-            let name = if tunnel && !blocked {
-                "tunnelled"
-            } else {
-                judgement.decision.name()
-            };
-            let record = Record::with_decision(judgement, client, user, method, name);
-            if self.audit.write(&record).is_err() {
-                // No answer that needs an audit line goes out without it:
-                // not the forwarded response, and not the 403 either.
-                self.metrics.audit_write_failure();
-                self.metrics.request(metrics::Decision::Error);
-                return Some(audit_unavailable());
-            }
-        }
-        self.metrics.request(if tunnel && !blocked {
-            metrics::Decision::Tunnelled
-        } else {
-            metric_decision(&judgement.decision)
-        });
-        match &judgement.decision {
-            Decision::Allowed { .. } => None,
-            d => {
-                tracing::info!(url = %judgement.url(), agent = %judgement.agent,
-                    decision = d.name(), reason = %d.reason(), "blocked");
-                Some(respond::blocked(judgement))
-            }
-        }
     }
 }
 
@@ -490,24 +452,6 @@ pub fn path_of(uri: &http::Uri) -> String {
         Some(pq) if !pq.is_empty() => format!("/{pq}"),
         _ => "/".to_string(),
     }
-}
-
-fn metric_decision(d: &Decision) -> metrics::Decision {
-    match d {
-        Decision::Allowed { .. } => metrics::Decision::Allowed,
-        Decision::Disallowed { .. } => metrics::Decision::Disallowed,
-        Decision::Unreachable { .. } => metrics::Decision::Unreachable,
-        Decision::RateLimited { .. } => metrics::Decision::RateLimited,
-        Decision::Refused { .. } => metrics::Decision::Refused,
-        Decision::BadGateway { .. } => metrics::Decision::Error,
-    }
-}
-
-fn audit_unavailable() -> Response<Body> {
-    respond::text(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "robots-proxy cannot write its audit log, so it does not forward requests until it can\n",
-    )
 }
 
 /// A random-enough instance id without another dependency: the std's

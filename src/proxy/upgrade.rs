@@ -16,7 +16,10 @@ use rustls_pki_types::ServerName;
 
 use super::client::Body;
 use super::connect::{ConnectFailure, connect_upstream, relay};
-use super::forward::{add_via, frame_request_body, relay_response, strip_hop_by_hop};
+use super::forward::{
+    add_via, frame_request_body, relay_response, strip_hop_by_hop, upstream_failed,
+};
+use super::phases::{Failed, Outcome};
 use super::respond;
 use super::server::ConnectionHold;
 use crate::net;
@@ -97,7 +100,12 @@ pub async fn forward(
             Ok(host) => {
                 req.headers_mut().insert(header::HOST, host);
             }
-            Err(_) => return respond::text(StatusCode::BAD_REQUEST, "Bad request target\n"),
+            Err(_) => {
+                return Failed::mark(
+                    Outcome::BadRequest,
+                    respond::text(StatusCode::BAD_REQUEST, "Bad request target\n"),
+                );
+            }
         }
     }
     *req.uri_mut() = match target.path_and_query() {
@@ -123,31 +131,33 @@ pub async fn forward(
     };
     let mut resp = match tokio::time::timeout(s.response_timeout, exchange).await {
         Ok(Ok(resp)) => resp,
-        Ok(Err(ConnectFailure::Refused(reason))) => return respond::refused(&reason),
+        Ok(Err(ConnectFailure::Refused(reason))) => {
+            return Failed::mark(Outcome::Refused, respond::refused(&reason));
+        }
         Ok(Err(ConnectFailure::Io(e))) => {
             tracing::debug!(%target, error = %e, "upgrade request failed");
-            return respond::text(
+            return upstream_failed(respond::text(
                 StatusCode::BAD_GATEWAY,
                 format!("Upstream error for {target}: {e}\n"),
-            );
+            ));
         }
         Err(_) => {
-            return respond::text(
+            return upstream_failed(respond::text(
                 StatusCode::GATEWAY_TIMEOUT,
                 format!("Upstream timeout: no answer to the upgrade from {target}\n"),
-            );
+            ));
         }
     };
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         return relay_response(resp.map(|b| b.boxed()), &target, s.via);
     }
     if !names_websocket(resp.headers()) {
-        return respond::text(
+        return upstream_failed(respond::text(
             StatusCode::BAD_GATEWAY,
             format!(
                 "Upstream error for {target}: it switched to a protocol other than WebSocket\n"
             ),
-        );
+        ));
     }
     let origin_side = hyper::upgrade::on(&mut resp);
     let (idle, peer) = (s.tunnel_idle_timeout, s.peer);

@@ -1,0 +1,186 @@
+//! The phases of a request, and its one exit.
+//!
+//! Every request a client sends (plain, inside an intercepted tunnel, or a
+//! CONNECT) goes through the same phases, each of which either passes it
+//! on or ends it with an [`Answer`]:
+//!
+//! 1. **admit**: client ACL and proxy authentication ([`Proxy::admit`]);
+//! 2. **frame**: a target the proxy can judge (absolute form, a real port,
+//!    not a loop, a method it forwards);
+//! 3. **judge**: origin, path and agent against robots.txt and the
+//!    destination policy, then the user's `max_rps` quota;
+//! 4. **politeness**: a Crawl-delay slot for the origin;
+//! 5. **record**: the audit line ([`Proxy::record`]), written before
+//!    anything is forwarded, so nothing leaves without its record;
+//! 6. **cache**: the response cache's place (none yet);
+//! 7. **forward**: to the origin (plain, upgraded, or a blind tunnel);
+//! 8. **finish** ([`Proxy::finish`]): counts the request under exactly one
+//!    `robots_proxy_requests_total` label.
+//!
+//! `record` is the only writer of audit lines and `finish` the only place a
+//! request is counted, so one request is one count and at most one line.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::{Response, StatusCode};
+
+use super::client::Body;
+use super::{Proxy, respond};
+use crate::audit::Record;
+use crate::gate::{Decision, Judgement};
+pub use crate::metrics::Decision as Outcome;
+
+/// Who sent a request: the client's address, the authenticated user and
+/// the robots token configured for that user.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub client: SocketAddr,
+    pub user: Option<Arc<str>>,
+    /// Token configured for the user, overriding the others.
+    pub user_agent: Option<String>,
+}
+
+/// How a request ended: the response to send and the label it is counted
+/// under.
+pub struct Answer {
+    pub outcome: Outcome,
+    pub resp: Response<Body>,
+}
+
+impl Answer {
+    pub fn new(outcome: Outcome, resp: Response<Body>) -> Answer {
+        Answer { outcome, resp }
+    }
+
+    /// A 400 of the proxy's own with `text` as its body.
+    pub fn bad_request(text: impl Into<String>) -> Answer {
+        Answer::new(
+            Outcome::BadRequest,
+            respond::text(StatusCode::BAD_REQUEST, text),
+        )
+    }
+
+    /// The answer to a judgement that does not forward.
+    fn blocked(judgement: &Judgement) -> Answer {
+        Answer::new(outcome_of(&judgement.decision), respond::blocked(judgement))
+    }
+
+    /// 503: the audit log cannot be written, so nothing is forwarded.
+    fn audit_unavailable() -> Answer {
+        Answer::new(
+            Outcome::Error,
+            respond::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "robots-proxy cannot write its audit log, so it does not forward requests until it can\n",
+            ),
+        )
+    }
+}
+
+/// Marks a response the forwarding code made itself because the origin
+/// gave none (refused destination, connect or TLS failure, timeout, a
+/// response that cannot be relayed): the label it is counted under
+/// instead of `allowed`.
+#[derive(Clone, Copy, Debug)]
+pub struct Failed(pub Outcome);
+
+impl Failed {
+    /// `resp` marked as a failure counted under `outcome`.
+    pub fn mark(outcome: Outcome, mut resp: Response<Body>) -> Response<Body> {
+        resp.extensions_mut().insert(Failed(outcome));
+        resp
+    }
+
+    /// The answer for what the forward phase returned: a marked failure,
+    /// or the origin's response to an allowed request.
+    pub fn answer(mut resp: Response<Body>) -> Answer {
+        let outcome = resp
+            .extensions_mut()
+            .remove::<Failed>()
+            .map_or(Outcome::Allowed, |f| f.0);
+        Answer::new(outcome, resp)
+    }
+}
+
+/// How a request with this decision is counted.
+pub fn outcome_of(decision: &Decision) -> Outcome {
+    match decision {
+        Decision::Allowed { .. } => Outcome::Allowed,
+        Decision::Disallowed { .. } => Outcome::Disallowed,
+        Decision::Unreachable { .. } => Outcome::Unreachable,
+        Decision::RateLimited { .. } => Outcome::RateLimited,
+        Decision::Refused { .. } => Outcome::Refused,
+        Decision::BadGateway { .. } => Outcome::UpstreamError,
+    }
+}
+
+/// What the audit line of a judged request stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// A request for a path (plain, or inside an intercepted tunnel).
+    Request,
+    /// A blind tunnel: recorded even when allowed, as its paths go unchecked.
+    Tunnel,
+}
+
+impl Proxy {
+    /// The record phase: writes the audit line a judgement needs (a
+    /// blocked request, a blind tunnel, or any request under
+    /// `audit.log_all`). `Err` ends the request: blocked, or the audit log
+    /// failed (fail closed: no answer that needs a line goes out without it,
+    /// not the forwarded response and not the 403 either).
+    // The Err is the response itself, built once and moved to `finish`.
+    #[allow(clippy::result_large_err)]
+    pub fn record(
+        &self,
+        caller: &Caller,
+        judgement: &Judgement,
+        method: &str,
+        what: Recorded,
+    ) -> Result<(), Answer> {
+        let blocked = !judgement.decision.is_allowed();
+        let tunnel = what == Recorded::Tunnel;
+        if !self.audit.is_writable() {
+            return Err(Answer::audit_unavailable());
+        }
+        if blocked || tunnel || self.audit.log_all() {
+            let name = if tunnel && !blocked {
+                "tunnelled"
+            } else {
+                judgement.decision.name()
+            };
+            let record = Record::with_decision(
+                judgement,
+                caller.client,
+                caller.user.as_deref(),
+                method,
+                name,
+            );
+            if self.audit.write(&record).is_err() {
+                self.metrics.audit_write_failure();
+                return Err(Answer::audit_unavailable());
+            }
+        }
+        if blocked {
+            let d = &judgement.decision;
+            tracing::info!(url = %judgement.url(), agent = %judgement.agent,
+                decision = d.name(), reason = %d.reason(), "blocked");
+            return Err(Answer::blocked(judgement));
+        }
+        Ok(())
+    }
+
+    /// The finish phase: counts the request under its one label and
+    /// returns the response to send.
+    pub fn finish(&self, answer: Answer) -> Response<Body> {
+        self.count(answer.outcome);
+        answer.resp
+    }
+
+    /// [`Proxy::finish`] for a request whose answer already went out: a
+    /// CONNECT whose fate is known only once the client speaks in it.
+    pub fn count(&self, outcome: Outcome) {
+        self.metrics.request(outcome);
+    }
+}
