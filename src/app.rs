@@ -118,6 +118,7 @@ pub fn settings_from(config: &Config, previous: Option<&Settings>) -> Result<Set
         via: config.via,
         header_timeout: config.client_header_timeout,
         tunnel_idle_timeout: config.tunnel_idle_timeout,
+        shutdown_grace: config.shutdown_grace,
         no_intercept: config
             .tls
             .no_intercept
@@ -193,11 +194,7 @@ impl App {
         let r = &config.robots;
         let cache = RobotsCache::new(
             build_fetch_client(&client_settings, tls),
-            FetchSettings {
-                user_agent: config.fetch_user_agent(),
-                timeout: r.fetch_timeout,
-                max_redirects: r.max_redirects,
-            },
+            fetch_settings(&config),
             CacheSettings {
                 capacity: r.cache_entries,
                 default_ttl: r.default_ttl,
@@ -265,7 +262,6 @@ impl App {
     /// after the grace period. The admin listener (if any) serves alongside
     /// and reports not-ready once shutdown begins.
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) -> usize {
-        let grace = self.config.shutdown_grace;
         let limits = server::Limits {
             max_connections: self.max_connections,
             per_client: self.max_connections_per_client,
@@ -291,7 +287,6 @@ impl App {
                 shutdown.await;
                 ready_flag.store(false, Ordering::Relaxed);
             },
-            grace,
             limits,
         )
         .await;
@@ -299,6 +294,15 @@ impl App {
             task.abort();
         }
         cut
+    }
+}
+
+/// How robots.txt is fetched: applied at start and on every reload.
+fn fetch_settings(config: &Config) -> FetchSettings {
+    FetchSettings {
+        user_agent: config.fetch_user_agent(),
+        timeout: config.robots.fetch_timeout,
+        max_redirects: config.robots.max_redirects,
     }
 }
 
@@ -313,27 +317,65 @@ fn judged_agents(config: &Config) -> Vec<String> {
 }
 
 /// Applies a new configuration to a running proxy: agents, mappings,
-/// access control, politeness, timeouts, no-intercept list, audit options
-/// (and reopens the audit file). Settings that need a restart
-/// ([`needs_restart`]) are reported and left as they are. On error nothing
-/// changes.
-pub fn reload(proxy: &Proxy, old: &Config, new: &Config) -> Result<Vec<&'static str>, StartError> {
+/// access control, politeness, timeouts, shutdown grace, no-intercept
+/// list, how robots.txt is fetched (User-Agent, timeout, redirects), audit
+/// options (and reopens the audit file). `log.level` is applied by the
+/// binary, which owns the log subscriber. Returns the keys whose new value
+/// is not in force: those applied only at start ([`needs_restart`])
+/// that differ from `started`, the configuration the process started
+/// with. On error nothing changes.
+pub fn reload(
+    proxy: &Proxy,
+    started: &Config,
+    new: &Config,
+) -> Result<Vec<&'static str>, StartError> {
     let settings = settings_from(new, Some(&proxy.settings()))?;
     proxy.set_settings(settings);
     proxy.gate.cache().set_agents(&judged_agents(new));
+    proxy.gate.cache().set_fetch_settings(fetch_settings(new));
     proxy.audit.set_log_all(new.audit.log_all);
     match proxy.audit.reopen() {
         Ok(()) => tracing::info!(path = %proxy.audit.path().display(), "audit log reopened"),
         Err(e) => tracing::error!(path = %proxy.audit.path().display(), error = %e,
             "cannot reopen the audit log: refusing to forward until it is writable"),
     }
-    Ok(needs_restart(old, new))
+    Ok(needs_restart(started, new))
 }
 
 /// The keys changed from `old` to `new` that apply only at the next start
-/// (listeners, threads, the robots cache and its fetches, audit file, CA,
-/// and the upstream connection pools: all built once).
+/// (listeners, threads, the robots cache's size and TTLs, audit file, CA,
+/// log format, and the upstream connection pools: all built once).
+/// Every other key is applied by [`reload`].
 pub fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
+    restart_table(old, new)
+        .into_iter()
+        .filter_map(|(changed, key)| changed.then_some(key))
+        .collect()
+}
+
+/// The keys a reload applies; every other key is in [`needs_restart`]
+/// (a unit test checks that each key of `config/robots-proxy.toml` is in
+/// one of the two). `table.*` stands for every key of the table.
+pub const RELOADED_KEYS: &[&str] = &[
+    "agent",
+    "user_agent",
+    "agents",
+    "via",
+    "client_header_timeout",
+    "tunnel_idle_timeout",
+    "shutdown_grace",
+    "robots.fetch_timeout",
+    "robots.max_redirects",
+    "upstream.response_timeout",
+    "audit.log_all",
+    "tls.no_intercept",
+    "politeness.*",
+    "access.*",
+    "log.level",
+];
+
+/// Each start-only key, and whether it differs between `old` and `new`.
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 25] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (or, nr) = (&old.robots, &new.robots);
     [
@@ -356,10 +398,6 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
             old.admin.max_connections != new.admin.max_connections,
             "admin.max_connections",
         ),
-        (
-            old.fetch_user_agent() != new.fetch_user_agent(),
-            "user_agent (of robots.txt fetches)",
-        ),
         (or.cache_entries != nr.cache_entries, "robots.cache_entries"),
         (or.cache_max_mib != nr.cache_max_mib, "robots.cache_max_mib"),
         (or.default_ttl != nr.default_ttl, "robots.default_ttl"),
@@ -370,11 +408,11 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
             "robots.unreachable_retry",
         ),
         (or.stale_max != nr.stale_max, "robots.stale_max"),
-        (or.fetch_timeout != nr.fetch_timeout, "robots.fetch_timeout"),
-        (or.max_redirects != nr.max_redirects, "robots.max_redirects"),
         (old.tls.leaf_cache != new.tls.leaf_cache, "tls.leaf_cache"),
         (old.audit_path() != new.audit_path(), "audit.path"),
         (old.ca_dir() != new.ca_dir(), "tls.ca_dir"),
+        (old.log.format != new.log.format, "log.format"),
+        (old.state_dir() != new.state_dir(), "state_dir"),
         (o.ca_files != n.ca_files, "upstream.ca_files"),
         (
             o.connect_timeout != n.connect_timeout,
@@ -394,9 +432,6 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
             "allow_private_destinations",
         ),
     ]
-    .into_iter()
-    .filter_map(|(changed, key)| changed.then_some(key))
-    .collect()
 }
 
 #[cfg(test)]
@@ -434,6 +469,48 @@ mod tests {
         }
     }
 
+    /// Every key of the example configuration (commented-out ones too) is
+    /// either applied by a reload or reported as needing a restart.
+    #[test]
+    fn every_configuration_key_is_reloaded_or_named_as_needing_a_restart() {
+        let text = include_str!("../config/robots-proxy.toml");
+        let defaults = Config::default();
+        let restart: Vec<&str> = restart_table(&defaults, &defaults)
+            .iter()
+            .map(|(_, k)| *k)
+            .collect();
+        let mut table = String::new();
+        let mut seen = 0;
+        for line in text.lines() {
+            let line = line.trim_start_matches("# ").trim();
+            if let Some(name) = line.strip_prefix('[').and_then(|l| l.split(']').next()) {
+                table = name.trim_start_matches('[').to_string();
+                continue;
+            }
+            let Some((key, _)) = line.split_once(" = ") else {
+                continue;
+            };
+            if key.is_empty() || !key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+                continue;
+            }
+            let full = if table.is_empty() {
+                key.to_string()
+            } else {
+                format!("{table}.{key}")
+            };
+            let section = format!("{}.*", table.split('.').next().unwrap_or_default());
+            let reloaded =
+                RELOADED_KEYS.contains(&full.as_str()) || RELOADED_KEYS.contains(&section.as_str());
+            let restarts = restart.contains(&full.as_str());
+            assert!(
+                reloaded != restarts,
+                "{full}: reloaded {reloaded}, needs a restart {restarts}"
+            );
+            seen += 1;
+        }
+        assert!(seen > 40, "only {seen} keys found in the example config");
+    }
+
     #[test]
     fn restart_keys_are_those_changed_that_apply_at_start_only() {
         let old = config("");
@@ -445,14 +522,13 @@ mod tests {
              [robots]\nfetch_timeout = \"3s\"\n\
              [upstream]\npool_idle_max = 3\nresponse_timeout = \"5s\"\n",
         );
-        // [agents], response_timeout and the client timeouts apply on reload.
+        // [agents], user_agent, response_timeout, the robots.txt fetch
+        // timeout and the client timeouts apply on reload.
         assert_eq!(
             needs_restart(&old, &new),
             [
                 "max_connections",
                 "admin.max_connections",
-                "user_agent (of robots.txt fetches)",
-                "robots.fetch_timeout",
                 "upstream.pool_idle_max"
             ]
         );

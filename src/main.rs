@@ -187,24 +187,55 @@ fn load_config(args: &RunArgs) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-fn init_logging(config: &Config) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log.level))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+/// Changes the log filter of the running process (`log.level` on reload).
+type LogLevel =
+    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>;
+
+/// Installs the log subscriber. Returns the handle that changes its
+/// filter, unless `RUST_LOG` set it (which then overrides `log.level`).
+fn init_logging(config: &Config) -> Option<LogLevel> {
     use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let from_env = EnvFilter::try_from_default_env().ok();
+    let reloadable = from_env.is_none();
+    let filter = from_env
+        .or_else(|| EnvFilter::try_new(&config.log.level).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    let output = tracing_subscriber::fmt::layer()
         .with_ansi(io::stderr().is_terminal())
         .with_writer(io::stderr);
+    let registry = tracing_subscriber::registry().with(filter);
     match config.log.format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Human => builder.init(),
+        LogFormat::Json => registry.with(output.json()).init(),
+        LogFormat::Human => registry.with(output).init(),
+    }
+    reloadable.then_some(handle)
+}
+
+/// Applies a reloaded `log.level` (already validated with the config).
+fn apply_log_level(handle: Option<&LogLevel>, old: &str, new: &str) {
+    if old == new {
+        return;
+    }
+    let Some(handle) = handle else {
+        tracing::warn!("log.level changed, but RUST_LOG is set and overrides it");
+        return;
+    };
+    match tracing_subscriber::EnvFilter::try_new(new) {
+        Ok(filter) => match handle.reload(filter) {
+            Ok(()) => tracing::info!(level = new, "log level changed"),
+            Err(e) => tracing::error!("cannot change the log level: {e}"),
+        },
+        Err(e) => tracing::error!("log.level {new:?} is not a valid filter: {e}"),
     }
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = load_config(&args)?;
-    init_logging(&config);
+    let log_level = init_logging(&config);
     let (before, open_files) = robots_proxy::limits::raise_open_files();
     if before != open_files {
         tracing::debug!(from = ?before, to = ?open_files, "raised the open-file limit");
@@ -241,7 +272,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         use tokio::signal::unix::{SignalKind, signal};
         let hup = signal(SignalKind::hangup());
         let stop = [SignalKind::terminate(), SignalKind::interrupt()].map(signal);
-        spawn_reloader(args, app.proxy.clone(), app.config.clone(), hup);
+        spawn_reloader(args, app.proxy.clone(), app.config.clone(), log_level, hup);
         spawn_sweeper(app.proxy.clone());
         robots_proxy::systemd::notify_ready();
         let cut = app.serve(shutdown_signal(stop)).await;
@@ -257,13 +288,17 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 }
 
 /// SIGHUP: re-read the configuration (same file and flags) and apply it;
-/// an invalid one is rejected and the running one stays.
+/// an invalid one is rejected and the running one stays. The keys that
+/// need a restart are those whose new value differs from the one the
+/// process started with (the value still in force).
 fn spawn_reloader(
     args: RunArgs,
     proxy: Arc<Proxy>,
-    mut current: Config,
+    started: Config,
+    log_level: Option<LogLevel>,
     hup: io::Result<tokio::signal::unix::Signal>,
 ) {
+    let mut level = started.log.level.clone();
     tokio::spawn(async move {
         let Ok(mut hup) = hup else {
             tracing::warn!("cannot listen for SIGHUP: reload disabled");
@@ -276,13 +311,14 @@ fn spawn_reloader(
                     let e = one_line(&format!("{e:#}"));
                     tracing::error!("reload rejected, keeping the running configuration: {e}")
                 }
-                Ok(new) => match robots_proxy::app::reload(&proxy, &current, &new) {
+                Ok(new) => match robots_proxy::app::reload(&proxy, &started, &new) {
                     Ok(restart) => {
+                        apply_log_level(log_level.as_ref(), &level, &new.log.level);
+                        level = new.log.level;
                         if !restart.is_empty() {
                             tracing::warn!(keys = ?restart, "these changes need a restart to apply");
                         }
                         tracing::info!("configuration reloaded");
-                        current = new;
                     }
                     Err(e) => {
                         tracing::error!("reload rejected, keeping the running configuration: {e}")

@@ -255,7 +255,8 @@ impl Slots {
 pub struct RobotsCache {
     slots: Mutex<Slots>,
     client: HttpClient,
-    fetch: FetchSettings,
+    /// User-Agent, timeout, redirects: changed by a reload.
+    fetch: RwLock<Arc<FetchSettings>>,
     settings: CacheSettings,
     /// Called after every fetch (metrics).
     on_fetch: Option<FetchHook>,
@@ -290,7 +291,7 @@ impl RobotsCache {
                 bytes: 0,
             }),
             client,
-            fetch,
+            fetch: RwLock::new(Arc::new(fetch)),
             agents: RwLock::new(tokens(&agents)),
             others: Mutex::new(LruCache::new(
                 NonZeroUsize::new(OTHER_AGENT_ENTRIES).unwrap_or(NonZeroUsize::MIN),
@@ -302,6 +303,21 @@ impl RobotsCache {
 
     /// Sets the agents entries are compiled for. Cached entries that lack
     /// one of them are fetched again when a request needs it.
+    /// The settings of the fetches started from now on.
+    pub fn set_fetch_settings(&self, fetch: FetchSettings) {
+        match self.fetch.write() {
+            Ok(mut f) => *f = Arc::new(fetch),
+            Err(poisoned) => *poisoned.into_inner() = Arc::new(fetch),
+        }
+    }
+
+    fn fetch_settings(&self) -> Arc<FetchSettings> {
+        match self.fetch.read() {
+            Ok(f) => f.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
     pub fn set_agents(&self, agents: &[String]) {
         if let Ok(mut a) = self.agents.write() {
             *a = tokens(agents);
@@ -547,7 +563,7 @@ impl RobotsCache {
         previous: Option<Arc<Entry>>,
         agents: Arc<[Arc<str>]>,
     ) -> Entry {
-        let fetched = fetch::fetch(&self.client, origin, &self.fetch).await;
+        let fetched = fetch::fetch(&self.client, origin, &self.fetch_settings()).await;
         if let Some(cb) = &self.on_fetch {
             cb(&fetched);
         }

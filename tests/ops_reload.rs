@@ -234,6 +234,106 @@ async fn sigterm_cuts_a_request_still_running_when_the_grace_period_ends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_applies_a_shorter_shutdown_grace() {
+    let held = HeldOrigin::start().await;
+    let setup = Setup::new();
+    let set_grace = |grace: &str| {
+        setup.write_config("alphabot", "");
+        let text = std::fs::read_to_string(setup.config_path()).expect("config");
+        std::fs::write(
+            setup.config_path(),
+            text.replace(
+                "shutdown_grace = \"30s\"",
+                &format!("shutdown_grace = \"{grace}\""),
+            ),
+        )
+        .expect("write");
+    };
+    // Started with a grace longer than the test waits for anything.
+    set_grace("1h");
+    let mut proxy = setup.start().await;
+    set_grace("300ms");
+    proxy.reload("configuration reloaded").await;
+    let restart: Vec<&String> = proxy
+        .seen()
+        .iter()
+        .filter(|l| l.contains("need a restart"))
+        .collect();
+    assert!(restart.is_empty(), "{restart:?}");
+
+    let addr = proxy.addr;
+    let url = held.url("/never");
+    let in_flight = tokio::spawn(async move {
+        let mut conn = Conn::open(addr).await;
+        conn.try_send(Request::get(url).body(Bytes::new()).expect("req"))
+            .await
+    });
+    held.arrival().await;
+    proxy.signal("TERM");
+    // Within NO_HANG: the reloaded 300 ms, not the hour it started with.
+    let status = proxy.wait_exit().await;
+    assert!(status.success(), "{status:?}");
+    let log = proxy.rest_of_stderr().await.join("\n");
+    assert!(log.contains("grace=300ms"), "{log}");
+    let result = tokio::time::timeout(NO_HANG, in_flight)
+        .await
+        .expect("client hangs")
+        .expect("task");
+    assert!(result.is_err(), "{result:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_applies_log_level_and_names_only_keys_not_in_force() {
+    let setup = Setup::new();
+    let write = |level: &str, admin_connections: u32| {
+        setup.write_config(
+            "alphabot",
+            &format!(
+                "[admin]\nmax_connections = {admin_connections}\n[log]\nlevel = \"{level}\"\n"
+            ),
+        );
+    };
+    // RUST_LOG unset: log.level decides.
+    write("info", 16);
+    let mut proxy = setup.start_with_config_log_level().await;
+
+    // To warn, with a start-only change: its warning (a warn line) shows,
+    // the info line "configuration reloaded" no longer does.
+    write("warn", 1);
+    proxy.signal("HUP");
+    let first = proxy.wait_for("need a restart").await;
+    assert!(first.contains("admin.max_connections"), "{first}");
+    // Again with the same file: the limit is still not in force, so named
+    // again; still nothing at info.
+    proxy.signal("HUP");
+    proxy.wait_for("need a restart").await;
+    let infos: Vec<&String> = proxy
+        .seen()
+        .iter()
+        .skip_while(|l| !l.contains("need a restart"))
+        .filter(|l| l.contains("configuration reloaded"))
+        .collect();
+    assert!(infos.is_empty(), "info lines after level = warn: {infos:?}");
+
+    // Back to info and to the limit it started with: nothing needs a
+    // restart (a reverted change is not reported), and info lines are back.
+    write("info", 16);
+    proxy.signal("HUP");
+    proxy.wait_for("configuration reloaded").await;
+    let seen = proxy.seen();
+    let last_reload = seen
+        .iter()
+        .rposition(|l| l.contains("log level changed"))
+        .expect("log level changed line");
+    assert!(
+        !seen[last_reload..]
+            .iter()
+            .any(|l| l.contains("need a restart")),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sd_notify_reports_ready_reloading_and_stopping_once_each() {
     use std::os::unix::net::UnixDatagram;
     let setup = Setup::new();

@@ -47,6 +47,8 @@ pub struct Settings {
     pub header_timeout: Duration,
     /// `tunnel_idle_timeout`: for new blind tunnels.
     pub tunnel_idle_timeout: Duration,
+    /// `shutdown_grace`: read when shutdown begins.
+    pub shutdown_grace: Duration,
     /// Hosts tunnelled without interception.
     pub no_intercept: Vec<String>,
     /// Clients allowed to connect.

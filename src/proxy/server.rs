@@ -95,12 +95,12 @@ pub struct Limits {
 /// address is not in `access.allow_clients`, or that already has
 /// `per_client` connections open, is closed at accept before a byte is
 /// read. Returns the number of connections still open when the grace ran
-/// out; they are closed then.
+/// out (`shutdown_grace` as in force when shutdown begins); they are
+/// closed then.
 pub async fn serve(
     listener: TcpListener,
     proxy: Arc<Proxy>,
     shutdown: impl Future<Output = ()>,
-    grace: Duration,
     limits: Limits,
 ) -> usize {
     let (phase_tx, phase_rx) = watch::channel(Phase::Serving);
@@ -172,6 +172,7 @@ pub async fn serve(
         }
     }
     drop(listener);
+    let grace = proxy.settings().shutdown_grace;
     let _ = phase_tx.send(Phase::Draining);
     drop(alive_rx);
     let open = alive_tx.receiver_count();

@@ -73,15 +73,29 @@ impl Setup {
 
     /// Starts the binary, with `NOTIFY_SOCKET` set to `notify` if given.
     pub async fn start_notifying(&self, notify: Option<&Path>) -> Running {
+        self.spawn(notify, true).await
+    }
+
+    /// Starts the binary without `RUST_LOG`: the config's `log.level`
+    /// decides what is logged (it must log `info` at start).
+    pub async fn start_with_config_log_level(&self) -> Running {
+        self.spawn(None, false).await
+    }
+
+    async fn spawn(&self, notify: Option<&Path>, rust_log: bool) -> Running {
         let mut command = Command::new(env!("CARGO_BIN_EXE_robots-proxy"));
         match notify {
             Some(socket) => command.env("NOTIFY_SOCKET", socket),
             None => command.env_remove("NOTIFY_SOCKET"),
         };
+        if rust_log {
+            command.env("RUST_LOG", "info");
+        } else {
+            command.env_remove("RUST_LOG");
+        }
         let mut child = command
             .args(["run", "--config"])
             .arg(self.config_path())
-            .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -137,6 +151,11 @@ impl Running {
                 ),
             }
         }
+    }
+
+    /// The stderr lines read so far.
+    pub fn seen(&self) -> &[String] {
+        &self.seen
     }
 
     /// Every stderr line up to and including the process's exit.
