@@ -22,7 +22,9 @@ const MAX_AUTO_CONNECTIONS: u64 = 1 << 18;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Address the proxy listens on.
+    /// Address the proxy listens on: `ip:port`, or `name:port` resolved at
+    /// load (`localhost` is 127.0.0.1).
+    #[serde(deserialize_with = "listen_addr")]
     pub listen: SocketAddr,
     /// Robots product token used to select robots.txt groups.
     pub agent: String,
@@ -154,7 +156,8 @@ pub struct TlsConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
-    /// Off unless set.
+    /// Off unless set. Like the top-level `listen`.
+    #[serde(deserialize_with = "optional_listen_addr")]
     pub listen: Option<SocketAddr>,
     /// Client networks allowed to connect; others are closed at accept.
     pub allow_clients: Vec<IpNet>,
@@ -364,6 +367,39 @@ fn systemd_directory(var: &str) -> Option<PathBuf> {
 }
 
 /// Reads `humantime` durations: `30s`, `5m`, `24h`, `1h 30m`, `0s`.
+fn listen_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_listen(&s).map_err(serde::de::Error::custom)
+}
+
+fn optional_listen_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    listen_addr(d).map(Some)
+}
+
+/// A listen address: `ip:port`, `[v6]:port`, or `name:port`. `localhost`
+/// is 127.0.0.1 (not whichever of 127.0.0.1 and ::1 the resolver lists
+/// first); another name is resolved now and its first address taken.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?} is not an address: use ip:port or name:port"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{s:?}: {port:?} is not a port (0-65535)"))?;
+    if host.eq_ignore_ascii_case("localhost") {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    use std::net::ToSocketAddrs;
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{s:?}: cannot resolve {host:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{s:?}: {host:?} has no address"))
+}
+
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
     humantime::parse_duration(&s).map_err(|e| {
@@ -680,6 +716,21 @@ mod tests {
             .expect_err("bad addr")
             .to_string();
         assert!(err.contains("line 1"), "{err}");
+        let err = parse("listen = \"localhost:http\"\n")
+            .expect_err("bad port")
+            .to_string();
+        assert!(
+            err.contains("line 1") && err.contains("not a port"),
+            "{err}"
+        );
+        // A name: localhost is the IPv4 loopback, whatever the resolver lists first.
+        let c = parse("listen = \"localhost:3128\"\n[admin]\nlisten = \"LOCALHOST:9128\"\n")
+            .expect("localhost");
+        assert_eq!(c.listen, SocketAddr::from(([127, 0, 0, 1], 3128)));
+        assert_eq!(
+            c.admin.listen,
+            Some(SocketAddr::from(([127, 0, 0, 1], 9128)))
+        );
         let err = parse("[access]\nallow_clients = [\"10.0.0.0/33\"]\n")
             .expect_err("bad cidr")
             .to_string();

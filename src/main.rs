@@ -78,7 +78,7 @@ struct RunArgs {
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Listen address.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = robots_proxy::config::parse_listen)]
     listen: Option<SocketAddr>,
     /// Robots product token to obey.
     #[arg(long, value_name = "TOKEN")]
@@ -90,7 +90,7 @@ struct RunArgs {
     #[arg(long)]
     allow_private_destinations: bool,
     /// Admin listener address (health, metrics, explain).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = robots_proxy::config::parse_listen)]
     admin_listen: Option<SocketAddr>,
     /// Log as JSON lines instead of human-readable text.
     #[arg(long)]

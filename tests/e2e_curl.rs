@@ -246,6 +246,44 @@ fn config_check_is_as_strict_as_run_and_reports_every_error() {
     );
 }
 
+/// `listen = "localhost:PORT"` is accepted by `config check` and by `run`
+/// (file and flag), and means the IPv4 loopback.
+#[test]
+fn localhost_is_a_listen_address() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("localhost.toml");
+    std::fs::write(
+        &path,
+        "listen = \"localhost:3128\"\n[admin]\nlisten = \"localhost:9128\"\n",
+    )
+    .expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["config", "check"])
+        .arg(&path)
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The flag: taken, it fails on the bind (not on the syntax) and names
+    // the address it resolved to.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["run", "--listen", &format!("localhost:{port}")])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_start_error_is_said_once() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
