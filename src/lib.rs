@@ -2,6 +2,7 @@
 //!
 //! The binary is a thin shell over this library; tests and benches use it
 //! directly.
+#![forbid(unsafe_code)]
 pub mod access;
 pub mod admin;
 pub mod app;

@@ -1,3 +1,5 @@
+#![forbid(unsafe_code)]
+
 use std::io::{self, BufWriter, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

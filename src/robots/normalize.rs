@@ -172,12 +172,6 @@ pub fn normalize_str(s: &str, side: Side) -> Cow<'_, str> {
     }
 }
 
-/// Like [`normalize`], appending into a caller-owned buffer (no allocation
-/// once the buffer is warm).
-pub fn normalize_into(s: &[u8], side: Side, out: &mut String) {
-    normalize_from(s, side, 0, out);
-}
-
 /// The copying pass, from offset `i`.
 fn normalize_from(s: &[u8], side: Side, mut i: usize, out: &mut String) {
     fn push_enc(out: &mut String, b: u8) {
