@@ -19,9 +19,9 @@ use crate::access::ClientAcl;
 use crate::metrics::ConnRefusal;
 use crate::proxy::server::{ConnectionPolicy, RefusalLog};
 
+use crate::body::{Body, full_body};
 use crate::origin::Origin;
 use crate::proxy::Proxy;
-use crate::proxy::client::{Body, full_body};
 use crate::proxy::respond;
 use crate::robots::product_token;
 

@@ -15,10 +15,10 @@ use crate::gate::Gate;
 use crate::metrics::{self, Metrics};
 use crate::net::Policy;
 use crate::politeness::{Mode, Politeness, PolitenessConfig};
-use crate::proxy::client::{ClientSettings, build_client, build_fetch_client};
 use crate::proxy::{Proxy, Settings, Upstreams, server};
 use crate::robots_cache::{CacheSettings, RobotsCache};
 use crate::tls::{Ca, Minter};
+use crate::upstream::{ClientSettings, build_client, build_fetch_client};
 
 /// Why the proxy could not start (or a reload was rejected).
 #[derive(Debug, thiserror::Error)]
@@ -224,7 +224,7 @@ impl App {
         let settings = settings_from(&config, None)?;
         let admin_acl = ClientAcl::new(config.admin.allow_clients.iter().map(|n| n.to_string()))
             .map_err(StartError::AdminAcl)?;
-        let upstream = crate::proxy::upstream::Pool::new(client_settings);
+        let upstream = crate::upstream::Pool::new(client_settings);
         let upstreams = Upstreams {
             client,
             pool: upstream,

@@ -1,14 +1,12 @@
 //! The proxy: accepting clients, judging each request, forwarding the
 //! allowed ones.
 
-pub mod client;
 pub mod connect;
 pub mod forward;
 pub mod io;
 pub mod respond;
 pub mod server;
 pub mod upgrade;
-pub mod upstream;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -22,13 +20,14 @@ use hyper::body::Incoming;
 
 use crate::access::{AuthOutcome, ClientAcl, ProxyAuth};
 use crate::audit::{AuditLog, Record};
+use crate::body::Body;
 use crate::gate::{Decision, Gate, Judgement, Limit};
 use crate::metrics::{self, Metrics};
 use crate::origin::Origin;
 use crate::politeness::Politeness;
 use crate::robots::product_token;
 use crate::tls::Minter;
-use client::{Body, HttpClient};
+use crate::upstream::{self, HttpClient};
 
 /// Settings that a reload may change.
 #[derive(Clone)]

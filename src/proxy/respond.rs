@@ -3,7 +3,7 @@
 use http::header::{ALLOW, CACHE_CONTROL, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
-use super::client::{Body, full_body};
+use crate::body::{Body, full_body};
 use crate::gate::{Decision, Judgement, Limit};
 use crate::robots_cache::FetchKind;
 

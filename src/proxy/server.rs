@@ -22,7 +22,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 
 use super::Proxy;
-use super::client::Body;
+use crate::body::Body;
 use crate::metrics::{ConnRefusal, ConnectionGuard, Metrics};
 
 /// How often reaching a connection limit, or refusing connections at

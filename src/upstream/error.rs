@@ -1,0 +1,162 @@
+//! One error for everything that can fail on the way to an origin,
+//! classified once, where it happens, with the reason a client is told.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::io;
+
+use crate::net;
+
+/// What failed on the way to an origin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The destination policy refused every address: nothing was sent.
+    Refused,
+    /// The TLS handshake failed (untrusted or mismatched certificate ...).
+    Tls,
+    /// The name did not resolve.
+    Dns,
+    /// No connection: refused, reset or unreachable.
+    Connect,
+    /// Connecting timed out.
+    Timeout,
+    /// The proxy is short of a local resource (descriptors, memory, local
+    /// ports): not the origin's fault.
+    Local,
+    /// The connection failed while the request was sent or the response
+    /// head read.
+    Http,
+}
+
+/// A failed attempt to reach an origin.
+#[derive(Debug)]
+pub struct UpstreamError {
+    kind: ErrorKind,
+    reason: String,
+    message: String,
+    chain: String,
+    shortage: Option<&'static str>,
+}
+
+impl UpstreamError {
+    /// Classifies `err`, met reaching `host` (as a URL names it).
+    pub fn new(err: &(dyn StdError + 'static), host: &str) -> UpstreamError {
+        UpstreamError::classified(err, host, ErrorKind::Http)
+    }
+
+    /// [`UpstreamError::new`], with `kind` for an error that shows none.
+    pub fn classified(
+        err: &(dyn StdError + 'static),
+        host: &str,
+        kind: ErrorKind,
+    ) -> UpstreamError {
+        let kind = kind_of(err).unwrap_or(kind);
+        let reason = match net::find_private_destination(err) {
+            Some(p) => p.to_string(),
+            None => crate::tls::upstream_error_reason(err, host),
+        };
+        UpstreamError {
+            kind,
+            reason,
+            message: err.to_string(),
+            chain: error_chain(err),
+            shortage: net::local_shortage(err),
+        }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The short reason for a client: for [`ErrorKind::Refused`] the
+    /// policy's, else [`crate::tls::upstream_error_reason`]'s
+    /// ("connection refused by X", "certificate not trusted: ...").
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// For [`ErrorKind::Local`], the resource the proxy is short of.
+    pub fn shortage(&self) -> Option<&'static str> {
+        self.shortage
+    }
+
+    /// The whole cause chain on one line, for the log.
+    pub fn chain(&self) -> &str {
+        &self.chain
+    }
+}
+
+/// The original error's own text.
+impl fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl StdError for UpstreamError {}
+
+/// The kind an error's causes show, if any.
+fn kind_of(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
+    if net::find_private_destination(err).is_some() {
+        return Some(ErrorKind::Refused);
+    }
+    if net::local_shortage(err).is_some() {
+        return Some(ErrorKind::Local);
+    }
+    if crate::tls::is_tls_failure(err) {
+        return Some(ErrorKind::Tls);
+    }
+    if net::causes(err).any(|e| e.to_string() == "dns error") {
+        return Some(ErrorKind::Dns);
+    }
+    let io_kind = net::causes(err).find_map(|e| e.downcast_ref::<io::Error>().map(io::Error::kind));
+    match io_kind {
+        Some(io::ErrorKind::TimedOut) => return Some(ErrorKind::Timeout),
+        Some(
+            io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::NetworkUnreachable
+            | io::ErrorKind::HostUnreachable,
+        ) => return Some(ErrorKind::Connect),
+        _ => {}
+    }
+    net::causes(err)
+        .filter_map(|e| e.downcast_ref::<hyper_util::client::legacy::Error>())
+        .any(|e| e.is_connect())
+        .then_some(ErrorKind::Connect)
+}
+
+/// An error and its causes on one line: `a: b: c`.
+pub fn error_chain(err: &(dyn StdError + 'static)) -> String {
+    let mut out = err.to_string();
+    for e in net::causes(err).skip(1) {
+        let s = e.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_are_classified_with_their_reason() {
+        let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+        let e = UpstreamError::new(&refused, "a.example");
+        assert_eq!(e.kind(), ErrorKind::Connect);
+        assert_eq!(e.reason(), "connection refused by a.example");
+        let slow = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
+        let e = UpstreamError::new(&slow, "b.example");
+        assert_eq!(e.kind(), ErrorKind::Timeout);
+        assert_eq!(e.reason(), "connection to b.example timed out");
+        assert_eq!(e.to_string(), "connect timed out");
+        let other = io::Error::other("lookup failed");
+        let e = UpstreamError::classified(&other, "c.example", ErrorKind::Dns);
+        assert_eq!(e.kind(), ErrorKind::Dns);
+    }
+}
