@@ -12,6 +12,7 @@ pub mod config;
 pub mod fetch;
 pub mod gate;
 pub mod limits;
+pub mod listen;
 pub mod metrics;
 pub mod net;
 pub mod origin;

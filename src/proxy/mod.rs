@@ -479,17 +479,10 @@ pub fn refuse_method(method: &Method) -> Option<Response<Body>> {
 
 /// The politeness key of a judged request: its origin and robots agent.
 pub fn politeness_key(judgement: &Judgement) -> String {
-    format!("{} {}", judgement.origin, judgement.agent)
+    crate::politeness::key(&judgement.origin, &judgement.agent)
 }
 
-/// The path and query of a request target, `/` when it has none.
-pub fn path_of(uri: &http::Uri) -> String {
-    match uri.path_and_query().map(|pq| pq.as_str()) {
-        Some(pq) if pq.starts_with('/') => pq.to_string(),
-        Some(pq) if !pq.is_empty() => format!("/{pq}"),
-        _ => "/".to_string(),
-    }
-}
+pub use crate::origin::path_of;
 
 fn metric_decision(d: &Decision) -> metrics::Decision {
     match d {
