@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::net::TcpListener;
 
 use crate::access::{AuthLimits, ClientAcl, ProxyAuth};
+use crate::admin::{AdminSettings, AdminState, ProxyView};
 use crate::audit::AuditLog;
 use crate::config::{Config, PolitenessMode};
 use crate::fetch::{FetchSettings, Outcome};
@@ -276,12 +277,12 @@ impl App {
             max_connections: self.config.admin.max_connections,
         };
         let admin_task = self.admin.map(|listener| {
-            tokio::spawn(crate::admin::serve(
-                listener,
-                self.proxy.clone(),
-                ready.clone(),
-                admin_limits,
-            ))
+            let state = AdminState {
+                proxy: self.proxy.clone(),
+                metrics: self.proxy.metrics.clone(),
+                ready: ready.clone(),
+            };
+            tokio::spawn(crate::admin::serve(listener, state, admin_limits))
         });
         let ready_flag = ready.clone();
         let cut = server::serve(
@@ -299,6 +300,26 @@ impl App {
             task.abort();
         }
         cut
+    }
+}
+
+/// The admin endpoints' view of the proxy.
+impl ProxyView for Proxy {
+    fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    fn audit_writable(&self) -> bool {
+        self.audit.is_writable()
+    }
+
+    fn admin_settings(&self) -> AdminSettings {
+        let s = self.settings();
+        AdminSettings {
+            agent: s.agent.clone(),
+            politeness: s.politeness.clone(),
+            header_timeout: s.header_timeout,
+        }
     }
 }
 
