@@ -140,7 +140,7 @@ async fn fetch_chain(
         let response = match client.request(request).await {
             Ok(r) => r,
             Err(e) => {
-                let e = UpstreamError::new(&e, url.host().unwrap_or_default());
+                let e = UpstreamError::new(e, url.host().unwrap_or_default());
                 if e.kind() == ErrorKind::Refused {
                     // Nothing was sent: no connect error to tell.
                     let reason = if hops == 0 {

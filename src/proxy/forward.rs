@@ -226,7 +226,10 @@ pub async fn forward(
             };
             match tokio::time::timeout(timeout, upstream.send(origin, req)).await {
                 Ok(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
-                Ok(Err(e)) => Err(upstream_error(&e, &target)),
+                Ok(Err(e)) => {
+                    let e = e.for_host(target.host().unwrap_or_default());
+                    Err(upstream_error(&e, &target))
+                }
                 Err(_) => Err(upstream_timeout(&target, timeout)),
             }
         }
@@ -238,7 +241,7 @@ pub async fn forward(
             match tokio::time::timeout(timeout, client.request(req)).await {
                 Ok(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
                 Ok(Err(e)) => {
-                    let e = UpstreamError::new(&e, target.host().unwrap_or_default());
+                    let e = UpstreamError::new(e, target.host().unwrap_or_default());
                     Err(upstream_error(&e, &target))
                 }
                 Err(_) => Err(upstream_timeout(&target, timeout)),

@@ -115,11 +115,11 @@ pub async fn forward(
                 let mut config = (**s.tls).clone();
                 config.alpn_protocols = vec![b"http/1.1".to_vec()];
                 let name = ServerName::try_from(origin.host().to_string())
-                    .map_err(|e| UpstreamError::new(&e, &host))?;
+                    .map_err(|e| UpstreamError::new(e, &host))?;
                 let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
                     .connect(name, tcp)
                     .await
-                    .map_err(|e| UpstreamError::new(&e, &host))?;
+                    .map_err(|e| UpstreamError::new(e, &host))?;
                 send(TokioIo::new(tls), req, &host).await
             }
         }
@@ -189,7 +189,7 @@ where
 {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
         .await
-        .map_err(|e| UpstreamError::new(&e, host))?;
+        .map_err(|e| UpstreamError::new(e, host))?;
     tokio::spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
             tracing::debug!(error = %e, "upgrade connection ended with an error");
@@ -198,7 +198,7 @@ where
     sender
         .send_request(req)
         .await
-        .map_err(|e| UpstreamError::new(&e, host))
+        .map_err(|e| UpstreamError::new(e, host))
 }
 
 #[cfg(test)]

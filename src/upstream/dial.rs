@@ -20,7 +20,7 @@ pub async fn connect_upstream(
     let host = url_host(origin);
     let usable = net::resolve(origin.host(), origin.port(), policy)
         .await
-        .map_err(|e| UpstreamError::classified(&e, &host, ErrorKind::Dns))?;
+        .map_err(|e| UpstreamError::classified(e, &host, ErrorKind::Dns))?;
     let share = timeout / u32::try_from(usable.len()).unwrap_or(u32::MAX).max(1);
     let mut last = None;
     for addr in usable {
@@ -39,7 +39,7 @@ pub async fn connect_upstream(
         }
     }
     let e = last.unwrap_or_else(|| std::io::Error::other("no address"));
-    Err(UpstreamError::classified(&e, &host, ErrorKind::Connect))
+    Err(UpstreamError::classified(e, &host, ErrorKind::Connect))
 }
 
 /// The origin's host as a URL writes it (an IPv6 literal in brackets).

@@ -33,34 +33,44 @@ pub enum ErrorKind {
 pub struct UpstreamError {
     kind: ErrorKind,
     reason: String,
-    message: String,
-    chain: String,
-    shortage: Option<&'static str>,
+    source: Box<dyn StdError + Send + Sync>,
 }
 
 impl UpstreamError {
     /// Classifies `err`, met reaching `host` (as a URL names it).
-    pub fn new(err: &(dyn StdError + 'static), host: &str) -> UpstreamError {
+    pub fn new(err: impl StdError + Send + Sync + 'static, host: &str) -> UpstreamError {
         UpstreamError::classified(err, host, ErrorKind::Http)
     }
 
     /// [`UpstreamError::new`], with `kind` for an error that shows none.
     pub fn classified(
-        err: &(dyn StdError + 'static),
+        err: impl StdError + Send + Sync + 'static,
         host: &str,
         kind: ErrorKind,
     ) -> UpstreamError {
-        let kind = kind_of(err).unwrap_or(kind);
-        let reason = match net::find_private_destination(err) {
+        let source: Box<dyn StdError + Send + Sync> = Box::new(err);
+        let kind = kind_of(&*source).unwrap_or(kind);
+        let mut e = UpstreamError {
+            kind,
+            reason: String::new(),
+            source,
+        };
+        e.reason = e.describe(host);
+        e
+    }
+
+    /// The same error with its reason naming `host` as the caller's URL
+    /// writes it (the pool knows only the normalised origin).
+    pub fn for_host(mut self, host: &str) -> UpstreamError {
+        self.reason = self.describe(host);
+        self
+    }
+
+    fn describe(&self, host: &str) -> String {
+        let err: &(dyn StdError + 'static) = &*self.source;
+        match net::find_private_destination(err) {
             Some(p) => p.to_string(),
             None => crate::tls::upstream_error_reason(err, host),
-        };
-        UpstreamError {
-            kind,
-            reason,
-            message: err.to_string(),
-            chain: error_chain(err),
-            shortage: net::local_shortage(err),
         }
     }
 
@@ -77,23 +87,27 @@ impl UpstreamError {
 
     /// For [`ErrorKind::Local`], the resource the proxy is short of.
     pub fn shortage(&self) -> Option<&'static str> {
-        self.shortage
+        net::local_shortage(&*self.source)
     }
 
     /// The whole cause chain on one line, for the log.
-    pub fn chain(&self) -> &str {
-        &self.chain
+    pub fn chain(&self) -> String {
+        error_chain(&*self.source)
     }
 }
 
 /// The original error's own text.
 impl fmt::Display for UpstreamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        self.source.fmt(f)
     }
 }
 
-impl StdError for UpstreamError {}
+impl StdError for UpstreamError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source.source()
+    }
+}
 
 /// The kind an error's causes show, if any.
 fn kind_of(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
@@ -147,16 +161,20 @@ mod tests {
     #[test]
     fn io_errors_are_classified_with_their_reason() {
         let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
-        let e = UpstreamError::new(&refused, "a.example");
+        let e = UpstreamError::new(refused, "a.example");
         assert_eq!(e.kind(), ErrorKind::Connect);
         assert_eq!(e.reason(), "connection refused by a.example");
+        assert_eq!(
+            e.for_host("A.example").reason(),
+            "connection refused by A.example"
+        );
         let slow = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
-        let e = UpstreamError::new(&slow, "b.example");
+        let e = UpstreamError::new(slow, "b.example");
         assert_eq!(e.kind(), ErrorKind::Timeout);
         assert_eq!(e.reason(), "connection to b.example timed out");
         assert_eq!(e.to_string(), "connect timed out");
         let other = io::Error::other("lookup failed");
-        let e = UpstreamError::classified(&other, "c.example", ErrorKind::Dns);
+        let e = UpstreamError::classified(other, "c.example", ErrorKind::Dns);
         assert_eq!(e.kind(), ErrorKind::Dns);
     }
 }

@@ -321,7 +321,7 @@ impl Pool {
                 }
                 Err(mut e) => match e.take_message() {
                     Some(r) if reused => req = r,
-                    _ => return Err(UpstreamError::new(&e.into_error(), &url_host(origin))),
+                    _ => return Err(UpstreamError::new(e.into_error(), &url_host(origin))),
                 },
             }
         }
@@ -342,7 +342,7 @@ impl Pool {
             Err(_) => {
                 let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out");
                 return Err(UpstreamError::classified(
-                    &e,
+                    e,
                     &url_host(origin),
                     ErrorKind::Timeout,
                 ));
@@ -351,7 +351,7 @@ impl Pool {
         let (sender, driver) = http1::Builder::new()
             .handshake(TokioIo::new(stream))
             .await
-            .map_err(|e| UpstreamError::new(&e, &url_host(origin)))?;
+            .map_err(|e| UpstreamError::new(e, &url_host(origin)))?;
         Ok(Box::new(Conn {
             origin: origin.clone(),
             sender,
