@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 use robots_proxy::fetch::FetchSettings;
 use robots_proxy::gate::Gate;
 use robots_proxy::origin::{Origin, Scheme};
-use robots_proxy::proxy::client::{ClientSettings, build_client};
 use robots_proxy::robots::Robots;
 use robots_proxy::robots_cache::{CacheSettings, RobotsCache};
+use robots_proxy::upstream::{ClientSettings, build_client};
 
 /// The system allocator, counting live bytes.
 struct Counting;

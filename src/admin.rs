@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
@@ -16,14 +17,43 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::access::ClientAcl;
-use crate::metrics::ConnRefusal;
-use crate::proxy::server::{ConnectionPolicy, RefusalLog};
-
-use crate::origin::Origin;
-use crate::proxy::Proxy;
-use crate::proxy::client::{Body, full_body};
-use crate::proxy::respond;
+use crate::body::{Body, full_body, text};
+use crate::gate::Gate;
+use crate::listen::{ConnectionPolicy, RefusalLog};
+use crate::metrics::{ConnRefusal, Metrics};
+use crate::origin::{Origin, path_of};
+use crate::politeness::Politeness;
 use crate::robots::product_token;
+
+/// What the admin endpoints see of the running proxy.
+pub trait ProxyView: Send + Sync {
+    /// The proxy's gate: /explain judges with it, /purge empties its cache.
+    fn gate(&self) -> &Gate;
+    /// Whether the audit log can be written (the proxy forwards nothing
+    /// until it can).
+    fn audit_writable(&self) -> bool;
+    /// The reloadable settings the admin endpoints read, as they are now.
+    fn admin_settings(&self) -> AdminSettings;
+}
+
+/// The reloadable settings the admin endpoints read.
+pub struct AdminSettings {
+    /// Default robots product token, for /explain without `agent`.
+    pub agent: String,
+    /// Crawl-delay state, for /explain's politeness field.
+    pub politeness: Arc<Politeness>,
+    /// `client_header_timeout`, for new admin connections.
+    pub header_timeout: Duration,
+}
+
+/// Everything the admin listener needs.
+#[derive(Clone)]
+pub struct AdminState {
+    pub proxy: Arc<dyn ProxyView>,
+    pub metrics: Metrics,
+    /// False once shutdown begins: /readyz answers 503.
+    pub ready: Arc<AtomicBool>,
+}
 
 /// Limits of the admin listener, applied at accept.
 pub struct Limits {
@@ -36,16 +66,11 @@ pub struct Limits {
 
 /// Serves admin requests until the task is aborted. Connections get the
 /// proxy's header timeout (`client_header_timeout`).
-pub async fn serve(
-    listener: TcpListener,
-    proxy: Arc<Proxy>,
-    ready: Arc<AtomicBool>,
-    limits: Limits,
-) {
+pub async fn serve(listener: TcpListener, state: AdminState, limits: Limits) {
     let slots = Arc::new(Semaphore::new(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
-    let refusals = RefusalLog::new(proxy.metrics.clone());
+    let refusals = RefusalLog::new(state.metrics.clone());
     loop {
         let Ok((stream, peer)) = listener.accept().await else {
             // EMFILE and friends: back off instead of spinning.
@@ -60,15 +85,15 @@ pub async fn serve(
             refusals.refuse(ConnRefusal::AdminLimit, peer);
             continue;
         };
-        let (proxy, ready) = (proxy.clone(), ready.clone());
+        let state = state.clone();
         let policy = ConnectionPolicy {
-            header_timeout: proxy.settings().header_timeout,
+            header_timeout: state.proxy.admin_settings().header_timeout,
         };
         tokio::spawn(async move {
             let _slot = slot;
             let service = service_fn(move |req| {
-                let (proxy, ready) = (proxy.clone(), ready.clone());
-                async move { Ok::<_, std::convert::Infallible>(handle(&proxy, &ready, req).await) }
+                let state = state.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&state, req).await) }
             });
             let _ = policy
                 .http1()
@@ -97,19 +122,21 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
 }
 
 /// Handles one admin request.
-pub async fn handle(proxy: &Proxy, ready: &AtomicBool, req: Request<Incoming>) -> Response<Body> {
+pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Body> {
+    let proxy = &*state.proxy;
     match (req.method(), req.uri().path()) {
-        (&Method::GET, "/healthz") => respond::text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readyz") => {
-            if ready.load(Ordering::Relaxed) && proxy.audit.is_writable() {
-                respond::text(StatusCode::OK, "ready\n")
+            if state.ready.load(Ordering::Relaxed) && proxy.audit_writable() {
+                text(StatusCode::OK, "ready\n")
             } else {
-                respond::text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
             }
         }
         (&Method::GET, "/metrics") => {
-            proxy.metrics.set_cache_entries(proxy.gate.cache().len());
-            let mut resp = Response::new(full_body(proxy.metrics.encode()));
+            let metrics = &state.metrics;
+            metrics.set_cache_entries(proxy.gate().cache().len());
+            let mut resp = Response::new(full_body(metrics.encode()));
             resp.headers_mut().insert(
                 CONTENT_TYPE,
                 HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
@@ -131,12 +158,12 @@ pub async fn handle(proxy: &Proxy, ready: &AtomicBool, req: Request<Incoming>) -
 fn parse_url(s: &str) -> Result<(Origin, String), String> {
     let uri: Uri = s.parse().map_err(|e| format!("bad url {s:?}: {e}"))?;
     let origin = Origin::from_uri(&uri).map_err(|e| format!("bad url {s:?}: {e}"))?;
-    Ok((origin, crate::proxy::path_of(&uri)))
+    Ok((origin, path_of(&uri)))
 }
 
 /// `GET /explain?url=URL&agent=TOKEN`: the decision and why, fetching
 /// robots.txt if needed.
-async fn explain(proxy: &Proxy, uri: &Uri) -> Response<Body> {
+async fn explain(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
     let q = query(uri);
     let Some(url) = q.get("url") else {
         return error(StatusCode::BAD_REQUEST, "missing url parameter");
@@ -145,20 +172,20 @@ async fn explain(proxy: &Proxy, uri: &Uri) -> Response<Body> {
         Ok(x) => x,
         Err(e) => return error(StatusCode::BAD_REQUEST, &e),
     };
+    let settings = proxy.admin_settings();
     let agent = match q.get("agent") {
         Some(a) => product_token(a),
-        None => proxy.settings().agent.clone(),
+        None => settings.agent.clone(),
     };
     if agent.is_empty() {
         return error(StatusCode::BAD_REQUEST, "agent has no product token");
     }
-    let j = proxy.gate.judge(&origin, &path, &agent).await;
+    let j = proxy.gate().judge(&origin, &path, &agent).await;
     let rule = j.decision.rule();
     // This origin's politeness state for the agent, if it has any.
-    let politeness = proxy
-        .settings()
+    let politeness = settings
         .politeness
-        .next_slot(&crate::proxy::politeness_key(&j))
+        .next_slot(&crate::politeness::key(&j.origin, &j.agent))
         .map(|(interval, next)| {
             json!({
                 "interval_secs": interval.as_secs_f64(),
@@ -187,14 +214,14 @@ async fn explain(proxy: &Proxy, uri: &Uri) -> Response<Body> {
 }
 
 /// `POST /purge?origin=URL`: drops the origin's cached robots.txt.
-fn purge(proxy: &Proxy, uri: &Uri) -> Response<Body> {
+fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
     let q = query(uri);
     let Some(url) = q.get("origin").or_else(|| q.get("url")) else {
         return error(StatusCode::BAD_REQUEST, "missing origin parameter");
     };
     match parse_url(url) {
         Ok((origin, _)) => {
-            let purged = proxy.gate.cache().purge(&origin);
+            let purged = proxy.gate().cache().purge(&origin);
             json_response(
                 StatusCode::OK,
                 json!({ "origin": origin.to_string(), "purged": purged }),

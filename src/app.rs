@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::net::TcpListener;
 
 use crate::access::{AuthLimits, ClientAcl, ProxyAuth};
+use crate::admin::{AdminSettings, AdminState, ProxyView};
 use crate::audit::AuditLog;
 use crate::config::{Config, PolitenessMode};
 use crate::fetch::{FetchSettings, Outcome};
@@ -15,10 +16,10 @@ use crate::gate::Gate;
 use crate::metrics::{self, Metrics};
 use crate::net::Policy;
 use crate::politeness::{Mode, Politeness, PolitenessConfig};
-use crate::proxy::client::{ClientSettings, build_client, build_fetch_client};
 use crate::proxy::{Proxy, Settings, Upstreams, server};
 use crate::robots_cache::{CacheSettings, RobotsCache};
 use crate::tls::{Ca, Minter};
+use crate::upstream::{ClientSettings, build_client, build_fetch_client};
 
 /// Why the proxy could not start (or a reload was rejected).
 #[derive(Debug, thiserror::Error)]
@@ -221,7 +222,7 @@ impl App {
         let settings = settings_from(&config, None)?;
         let admin_acl = ClientAcl::new(config.admin.allow_clients.iter().map(|n| n.to_string()))
             .map_err(StartError::AdminAcl)?;
-        let upstream = crate::proxy::upstream::Pool::new(client_settings);
+        let upstream = crate::upstream::Pool::new(client_settings);
         let upstreams = Upstreams {
             client,
             pool: upstream,
@@ -272,12 +273,12 @@ impl App {
             max_connections: self.config.admin.max_connections,
         };
         let admin_task = self.admin.map(|listener| {
-            tokio::spawn(crate::admin::serve(
-                listener,
-                self.proxy.clone(),
-                ready.clone(),
-                admin_limits,
-            ))
+            let state = AdminState {
+                proxy: self.proxy.clone(),
+                metrics: self.proxy.metrics.clone(),
+                ready: ready.clone(),
+            };
+            tokio::spawn(crate::admin::serve(listener, state, admin_limits))
         });
         let ready_flag = ready.clone();
         let cut = server::serve(
@@ -294,6 +295,26 @@ impl App {
             task.abort();
         }
         cut
+    }
+}
+
+/// The admin endpoints' view of the proxy.
+impl ProxyView for Proxy {
+    fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    fn audit_writable(&self) -> bool {
+        self.audit.is_writable()
+    }
+
+    fn admin_settings(&self) -> AdminSettings {
+        let s = self.settings();
+        AdminSettings {
+            agent: s.agent.clone(),
+            politeness: s.politeness.clone(),
+            header_timeout: s.header_timeout,
+        }
     }
 }
 

@@ -26,10 +26,11 @@ use http::header::{
 use http::{Request, StatusCode, Uri};
 use http_body_util::BodyExt;
 
+use crate::body::empty_body;
 use crate::origin::Origin;
-use crate::proxy::client::{HttpClient, empty_body};
 use crate::robots::Robots;
 use crate::robots::parse::MAX_BYTES;
+use crate::upstream::{ErrorKind, HttpClient, UpstreamError};
 
 /// What a robots.txt fetch concluded.
 #[derive(Debug)]
@@ -139,26 +140,26 @@ async fn fetch_chain(
         let response = match client.request(request).await {
             Ok(r) => r,
             Err(e) => {
-                if let Some(p) = crate::net::find_private_destination(&e) {
+                let e = UpstreamError::new(e, url.host().unwrap_or_default());
+                if e.kind() == ErrorKind::Refused {
                     // Nothing was sent: no connect error to tell.
                     let reason = if hops == 0 {
-                        p.to_string()
+                        e.reason().to_string()
                     } else {
-                        format!("robots.txt redirected to {url}: {p}")
+                        format!("robots.txt redirected to {url}: {}", e.reason())
                     };
                     return (Outcome::Refused(reason), None, None);
                 }
-                if let Some(shortage) = crate::net::local_shortage(&e) {
+                if let Some(shortage) = e.shortage() {
                     let reason = format!(
                         "{shortage} ({}) fetching {url}; not cached: the next request fetches it again",
-                        error_chain(&e)
+                        e.chain()
                     );
                     warn_local_error(&reason);
                     return (Outcome::LocalError(reason), None, None);
                 }
-                let host = url.host().unwrap_or_default();
-                let reason = crate::tls::upstream_error_reason(&e, host);
-                if crate::tls::is_tls_failure(&e) {
+                let reason = e.reason();
+                if e.kind() == ErrorKind::Tls {
                     return (
                         Outcome::BadTls(format!("fetching {url}: {reason}")),
                         None,
@@ -166,7 +167,7 @@ async fn fetch_chain(
                     );
                 }
                 // The short reason for clients, the whole chain for the log.
-                tracing::debug!(%url, error = %error_chain(&e), "robots.txt fetch failed");
+                tracing::debug!(%url, error = %e.chain(), "robots.txt fetch failed");
                 return (
                     Outcome::Unreachable(format!("fetching {url}: {reason}")),
                     None,
@@ -528,19 +529,6 @@ fn max_age(headers: &http::HeaderMap) -> Option<Duration> {
         }
     }
     s_maxage.or(max_age)
-}
-
-/// An error and its causes on one line: `a: b: c`.
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    for e in crate::net::causes(err).skip(1) {
-        let s = e.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-    }
-    out
 }
 
 #[cfg(test)]

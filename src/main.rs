@@ -145,7 +145,10 @@ fn main() -> ExitCode {
                 // Each cause once: an error whose text already holds its
                 // source is not followed by it again.
                 let error: &(dyn std::error::Error + 'static) = e.as_ref();
-                eprintln!("robots-proxy: {}", robots_proxy::fetch::error_chain(error));
+                eprintln!(
+                    "robots-proxy: {}",
+                    robots_proxy::upstream::error_chain(error)
+                );
                 ExitCode::from(1)
             }
         },

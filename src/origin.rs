@@ -192,6 +192,15 @@ impl fmt::Display for Origin {
     }
 }
 
+/// The path and query of a request target, `/` when it has none.
+pub fn path_of(uri: &Uri) -> String {
+    match uri.path_and_query().map(|pq| pq.as_str()) {
+        Some(pq) if pq.starts_with('/') => pq.to_string(),
+        Some(pq) if !pq.is_empty() => format!("/{pq}"),
+        _ => "/".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

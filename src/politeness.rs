@@ -347,6 +347,11 @@ impl Politeness {
     }
 }
 
+/// The politeness key of requests to `origin` judged as `agent`.
+pub fn key(origin: &crate::origin::Origin, agent: &str) -> String {
+    format!("{origin} {agent}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,8 +19,8 @@ use lru::LruCache;
 
 use crate::fetch::{self, FetchSettings, Fetched, Outcome};
 use crate::origin::Origin;
-use crate::proxy::client::HttpClient;
 use crate::robots::{AgentRules, Robots};
+use crate::upstream::HttpClient;
 
 /// How a cached entry came to be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -727,7 +727,7 @@ mod tests {
         assert_eq!(retry_delay(Duration::from_secs(10), 1, None).as_secs(), 10);
     }
     use crate::origin::Scheme;
-    use crate::proxy::client::{ClientSettings, build_client};
+    use crate::upstream::{ClientSettings, build_client};
 
     fn cache(max_bytes: usize, capacity: usize) -> RobotsCache {
         let tls = crate::tls::client_config_with(&[], false)

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use robots_proxy::tls::{self, Ca, Minter, TlsError};
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -490,11 +490,17 @@ async fn https_origin(minter: Arc<Minter>) -> SocketAddr {
     addr
 }
 
-type HttpClient = hyper_util::client::legacy::Client<tls::HttpsConnector, Empty<Bytes>>;
-
-fn http_client(config: ClientConfig) -> HttpClient {
-    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .build(tls::https_connector(config))
+/// The proxy's own upstream client (destination guard included), with
+/// private destinations allowed for the loopback origins here.
+fn http_client(config: ClientConfig) -> robots_proxy::upstream::HttpClient {
+    let settings = robots_proxy::upstream::ClientSettings {
+        policy: robots_proxy::net::Policy::new(true),
+        connect_timeout: std::time::Duration::from_secs(5),
+        pool_idle_per_host: 0,
+        pool_idle_max: 0,
+        pool_idle_timeout: std::time::Duration::from_secs(1),
+    };
+    robots_proxy::upstream::build_client(&settings, Arc::new(config))
 }
 
 #[tokio::test]

@@ -17,18 +17,17 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::Proxy;
-use super::client::{Body, empty_body};
 use super::io::Prefixed;
 use super::phases::{Answer, Caller, Outcome, Recorded};
 use super::respond;
 use super::server::{ConnectionHold, ConnectionPolicy, InFlight, Phase, Stop, drive};
+use crate::body::{Body, empty_body};
 use crate::gate::Decision;
-use crate::net;
 use crate::origin::{Origin, Scheme};
+use crate::upstream::{ErrorKind, connect_upstream};
 
 /// How long a client may take to start talking inside a tunnel (and to
 /// finish the TLS handshake), at most: `client_header_timeout` if shorter.
@@ -351,10 +350,10 @@ async fn tunnel(
     let timeout = proxy.upstream.settings().connect_timeout;
     let upstream = match connect_upstream(&origin, proxy.gate.policy(), timeout).await {
         Ok(s) => s,
-        Err(ConnectFailure::Refused(reason)) => {
-            return proxy.finish(Answer::new(Outcome::Refused, respond::refused(&reason)));
+        Err(e) if e.kind() == ErrorKind::Refused => {
+            return proxy.finish(Answer::new(Outcome::Refused, respond::refused(e.reason())));
         }
-        Err(ConnectFailure::Io(e)) => {
+        Err(e) => {
             return proxy.finish(Answer::new(
                 Outcome::UpstreamError,
                 respond::text(
@@ -534,50 +533,6 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Touching<'_, IO> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
-}
-
-/// Why an upstream TCP connection was not made.
-#[derive(Debug)]
-pub enum ConnectFailure {
-    Refused(String),
-    Io(std::io::Error),
-}
-
-/// Connects to an origin's address, applying the destination policy to
-/// every resolved address. The addresses are tried in turn, each with an
-/// even share of `timeout` (as hyper-util's connector does), so one that
-/// does not answer leaves time for the next.
-pub async fn connect_upstream(
-    origin: &Origin,
-    policy: &net::Policy,
-    timeout: Duration,
-) -> Result<TcpStream, ConnectFailure> {
-    let usable = net::resolve(origin.host(), origin.port(), policy)
-        .await
-        .map_err(|e| match net::find_private_destination(&e) {
-            Some(p) => ConnectFailure::Refused(p.to_string()),
-            None => ConnectFailure::Io(e),
-        })?;
-    let share = timeout / u32::try_from(usable.len()).unwrap_or(u32::MAX).max(1);
-    let mut last = None;
-    for addr in usable {
-        match tokio::time::timeout(share, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => {
-                let _ = s.set_nodelay(true);
-                return Ok(s);
-            }
-            Ok(Err(e)) => last = Some(e),
-            Err(_) => {
-                last = Some(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("connecting to {addr} timed out"),
-                ));
-            }
-        }
-    }
-    Err(ConnectFailure::Io(
-        last.unwrap_or_else(|| std::io::Error::other("no address")),
-    ))
 }
 
 #[cfg(test)]

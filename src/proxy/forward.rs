@@ -9,14 +9,11 @@ use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Body as _;
 
-use super::client::{Body, HttpClient};
-use super::connect::ConnectFailure;
 use super::phases::{Failed, Outcome};
 use super::respond;
-use super::upstream::{Pool, SendError};
-use crate::fetch::error_chain;
-use crate::net;
+use crate::body::Body;
 use crate::origin::{Origin, Scheme};
+use crate::upstream::{ErrorKind, HttpClient, Pool, UpstreamError};
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
 static HOP_BY_HOP: [HeaderName; 8] = [
@@ -230,13 +227,10 @@ pub async fn forward(
             };
             match tokio::time::timeout(timeout, upstream.send(origin, req)).await {
                 Ok(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
-                Ok(Err(SendError::Connect(ConnectFailure::Refused(reason)))) => {
-                    Err(Failed::mark(Outcome::Refused, respond::refused(&reason)))
-                }
-                Ok(Err(SendError::Connect(ConnectFailure::Io(e)))) => {
+                Ok(Err(e)) => {
+                    let e = e.for_host(target.host().unwrap_or_default());
                     Err(upstream_error(&e, &target))
                 }
-                Ok(Err(SendError::Http(e))) => Err(upstream_error(&e, &target)),
                 Err(_) => Err(upstream_timeout(&target, timeout)),
             }
         }
@@ -247,7 +241,10 @@ pub async fn forward(
             }
             match tokio::time::timeout(timeout, client.request(req)).await {
                 Ok(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
-                Ok(Err(e)) => Err(upstream_error(&e, &target)),
+                Ok(Err(e)) => {
+                    let e = UpstreamError::new(e, target.host().unwrap_or_default());
+                    Err(upstream_error(&e, &target))
+                }
                 Err(_) => Err(upstream_timeout(&target, timeout)),
             }
         }
@@ -304,15 +301,14 @@ pub(super) fn upstream_failed(resp: Response<Body>) -> Response<Body> {
 
 /// The answer to a request that got no response from `target`: 403 for a
 /// refused private destination, else 502 with the reason.
-fn upstream_error(e: &(dyn std::error::Error + 'static), target: &Uri) -> Response<Body> {
-    if let Some(p) = net::find_private_destination(e) {
-        return Failed::mark(Outcome::Refused, respond::refused(&p.to_string()));
+fn upstream_error(e: &UpstreamError, target: &Uri) -> Response<Body> {
+    if e.kind() == ErrorKind::Refused {
+        return Failed::mark(Outcome::Refused, respond::refused(e.reason()));
     }
-    tracing::debug!(%target, error = %error_chain(e), "upstream request failed");
-    let reason = crate::tls::upstream_error_reason(e, target.host().unwrap_or_default());
+    tracing::debug!(%target, error = %e.chain(), "upstream request failed");
     upstream_failed(respond::text(
         StatusCode::BAD_GATEWAY,
-        format!("Upstream error for {target}: {reason}\n"),
+        format!("Upstream error for {target}: {}\n", e.reason()),
     ))
 }
 

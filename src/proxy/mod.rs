@@ -1,7 +1,6 @@
 //! The proxy: accepting clients, judging each request, forwarding the
 //! allowed ones.
 
-pub mod client;
 pub mod connect;
 pub mod forward;
 pub mod io;
@@ -9,7 +8,6 @@ pub mod phases;
 pub mod respond;
 pub mod server;
 pub mod upgrade;
-pub mod upstream;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,13 +21,14 @@ use hyper::body::Incoming;
 
 use crate::access::{AuthOutcome, ClientAcl, ProxyAuth};
 use crate::audit::AuditLog;
+use crate::body::Body;
 use crate::gate::{Decision, Gate, Judgement, Limit};
 use crate::metrics::{self, Metrics};
 use crate::origin::Origin;
 use crate::politeness::Politeness;
 use crate::robots::product_token;
 use crate::tls::Minter;
-use client::{Body, HttpClient};
+use crate::upstream::{self, HttpClient};
 use phases::{Answer, Caller, Failed, Outcome, Recorded};
 
 /// Settings that a reload may change.
@@ -444,17 +443,10 @@ pub fn refuse_method(method: &Method) -> Option<Response<Body>> {
 
 /// The politeness key of a judged request: its origin and robots agent.
 pub fn politeness_key(judgement: &Judgement) -> String {
-    format!("{} {}", judgement.origin, judgement.agent)
+    crate::politeness::key(&judgement.origin, &judgement.agent)
 }
 
-/// The path and query of a request target, `/` when it has none.
-pub fn path_of(uri: &http::Uri) -> String {
-    match uri.path_and_query().map(|pq| pq.as_str()) {
-        Some(pq) if pq.starts_with('/') => pq.to_string(),
-        Some(pq) if !pq.is_empty() => format!("/{pq}"),
-        _ => "/".to_string(),
-    }
-}
+pub use crate::origin::path_of;
 
 /// A random-enough instance id without another dependency: the std's
 /// randomly keyed hasher over the process id and the time.

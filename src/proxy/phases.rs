@@ -25,9 +25,9 @@ use std::sync::Arc;
 
 use http::{Response, StatusCode};
 
-use super::client::Body;
 use super::{Proxy, respond};
 use crate::audit::Record;
+use crate::body::Body;
 use crate::gate::{Decision, Judgement};
 pub use crate::metrics::Decision as Outcome;
 

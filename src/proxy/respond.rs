@@ -1,9 +1,9 @@
 //! The proxy's own responses: plain text, one decision header.
 
-use http::header::{ALLOW, CACHE_CONTROL, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::header::{ALLOW, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
-use super::client::{Body, full_body};
+use crate::body::{Body, full_body};
 use crate::gate::{Decision, Judgement, Limit};
 use crate::robots_cache::FetchKind;
 
@@ -19,20 +19,7 @@ pub fn full(text: &str) -> Body {
     full_body(text.to_string())
 }
 
-/// A plain-text response of the proxy's own, marked `no-store`: a
-/// scraper's HTTP cache (Scrapy's, say) must not keep a 403 or a 429 and
-/// replay it as the page on later runs.
-pub fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
-    let mut resp = Response::new(full_body(body.into()));
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp.headers_mut()
-        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    resp
-}
+pub use crate::body::text;
 
 /// A header value from arbitrary text: non-visible-ASCII characters become `?`.
 pub fn header_value(s: &str) -> HeaderValue {

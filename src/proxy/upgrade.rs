@@ -14,16 +14,18 @@ use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
 
-use super::client::Body;
-use super::connect::{ConnectFailure, connect_upstream, relay};
+use super::connect::relay;
 use super::forward::{
     add_via, frame_request_body, relay_response, strip_hop_by_hop, upstream_failed,
 };
 use super::phases::{Failed, Outcome};
 use super::respond;
 use super::server::ConnectionHold;
+use crate::body::Body;
 use crate::net;
 use crate::origin::{Origin, Scheme};
+use crate::upstream::dial::url_host;
+use crate::upstream::{ErrorKind, UpstreamError, connect_upstream};
 
 /// True if `headers` ask to switch to WebSocket (RFC 9110 §7.8, RFC 6455):
 /// `Upgrade: websocket`, and `upgrade` among the `Connection` options.
@@ -112,29 +114,30 @@ pub async fn forward(
         Some(pq) => Uri::from(pq.clone()),
         None => Uri::from_static("/"),
     };
+    let host = url_host(origin);
     let exchange = async {
         let tcp = connect_upstream(origin, s.policy, s.connect_timeout).await?;
         match origin.scheme() {
-            Scheme::Http => send(TokioIo::new(tcp), req).await,
+            Scheme::Http => send(TokioIo::new(tcp), req, &host).await,
             Scheme::Https => {
                 let mut config = (**s.tls).clone();
                 config.alpn_protocols = vec![b"http/1.1".to_vec()];
                 let name = ServerName::try_from(origin.host().to_string())
-                    .map_err(|e| ConnectFailure::Io(std::io::Error::other(e)))?;
+                    .map_err(|e| UpstreamError::new(e, &host))?;
                 let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
                     .connect(name, tcp)
                     .await
-                    .map_err(ConnectFailure::Io)?;
-                send(TokioIo::new(tls), req).await
+                    .map_err(|e| UpstreamError::new(e, &host))?;
+                send(TokioIo::new(tls), req, &host).await
             }
         }
     };
     let mut resp = match tokio::time::timeout(s.response_timeout, exchange).await {
         Ok(Ok(resp)) => resp,
-        Ok(Err(ConnectFailure::Refused(reason))) => {
-            return Failed::mark(Outcome::Refused, respond::refused(&reason));
+        Ok(Err(e)) if e.kind() == ErrorKind::Refused => {
+            return Failed::mark(Outcome::Refused, respond::refused(e.reason()));
         }
-        Ok(Err(ConnectFailure::Io(e))) => {
+        Ok(Err(e)) => {
             tracing::debug!(%target, error = %e, "upgrade request failed");
             return upstream_failed(respond::text(
                 StatusCode::BAD_GATEWAY,
@@ -189,13 +192,14 @@ pub async fn forward(
 async fn send<IO>(
     io: IO,
     req: Request<Body>,
-) -> Result<Response<hyper::body::Incoming>, ConnectFailure>
+    host: &str,
+) -> Result<Response<hyper::body::Incoming>, UpstreamError>
 where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
         .await
-        .map_err(|e| ConnectFailure::Io(std::io::Error::other(e)))?;
+        .map_err(|e| UpstreamError::new(e, host))?;
     tokio::spawn(async move {
         if let Err(e) = conn.with_upgrades().await {
             tracing::debug!(error = %e, "upgrade connection ended with an error");
@@ -204,7 +208,7 @@ where
     sender
         .send_request(req)
         .await
-        .map_err(|e| ConnectFailure::Io(std::io::Error::other(e)))
+        .map_err(|e| UpstreamError::new(e, host))
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! - [`Minter`]: signs per-host leaf certificates with that CA, caches one
 //!   [`rustls::ServerConfig`] per host and terminates the client's TLS after
 //!   a CONNECT ([`Minter::accept`]).
-//! - [`upstream`]: the client side: trust roots, the hyper connector and
+//! - [`upstream`]: the client side: trust roots and
 //!   human-readable reasons for failed upstream handshakes.
 //!
 //! Every rustls config here is built with the ring provider explicitly:
@@ -22,8 +22,7 @@ use std::sync::Arc;
 pub use ca::Ca;
 pub use mint::{DEFAULT_CAPACITY, Minter, MinterStats};
 pub use upstream::{
-    HttpsConnector, RootStats, client_config, client_config_with, https_connector,
-    https_connector_with, is_tls_failure, upstream_error_reason,
+    RootStats, client_config, client_config_with, is_tls_failure, upstream_error_reason,
 };
 
 /// The crypto provider every config in this module is built with.

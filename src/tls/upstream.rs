@@ -1,6 +1,6 @@
-//! The client side: which upstream certificates the proxy trusts, the hyper
-//! connector built on that, and short reasons for failed upstream
-//! connections (for 502 bodies and logs).
+//! The client side: which upstream certificates the proxy trusts, and
+//! short reasons for failed upstream connections (for 502 bodies and
+//! logs).
 //!
 //! Trust anchors are the union of
 //! - webpki-roots (Mozilla's set, compiled in: the same everywhere,
@@ -21,15 +21,11 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
-use hyper_util::client::legacy::connect::HttpConnector;
 use rustls::{CertificateError, ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, TrustAnchor, UnixTime};
 
 use super::{ALPN, TlsError, provider};
-
-/// The connector the proxy's upstream client uses: plain HTTP or HTTPS by URI scheme.
-pub type HttpsConnector = hyper_rustls::HttpsConnector<HttpConnector>;
 
 /// How many trust anchors came from where, for the startup log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -144,29 +140,6 @@ pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
         });
     }
     Ok(certs)
-}
-
-/// A hyper-rustls connector (HTTP/1.1 and HTTP/2, `http` and `https` URIs)
-/// on a default [`HttpConnector`] with TCP_NODELAY.
-pub fn https_connector(config: ClientConfig) -> HttpsConnector {
-    let mut http = HttpConnector::new();
-    http.set_nodelay(true);
-    https_connector_with(config, http)
-}
-
-/// [`https_connector`] over a caller-tuned [`HttpConnector`] (connect
-/// timeout, keepalive, local address ...).
-pub fn https_connector_with(mut config: ClientConfig, mut http: HttpConnector) -> HttpsConnector {
-    // The HttpsConnector decides the scheme; the inner one must not refuse https URIs.
-    http.enforce_http(false);
-    // hyper-rustls panics if ALPN is already set, and sets h2 + http/1.1 itself.
-    config.alpn_protocols.clear();
-    hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(http)
 }
 
 /// True if `err` (or a cause) is a TLS failure, e.g. an untrusted or

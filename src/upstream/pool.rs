@@ -30,20 +30,11 @@ use hyper_util::rt::TokioIo;
 use lru::LruCache;
 use tokio::net::TcpStream;
 
-use super::client::{Body, ClientSettings};
-use super::connect::{ConnectFailure, connect_upstream};
+use super::client::ClientSettings;
+use super::dial::{connect_upstream, url_host};
+use super::error::{ErrorKind, UpstreamError};
+use crate::body::Body;
 use crate::origin::Origin;
-
-/// Why a request got no response.
-#[derive(Debug)]
-pub enum SendError {
-    /// No connection: refused by the destination policy, or the connect
-    /// failed or timed out.
-    Connect(ConnectFailure),
-    /// The connection failed while the request was sent or the response
-    /// head read.
-    Http(hyper::Error),
-}
 
 /// One upstream HTTP/1.1 connection: the handle requests are sent on, and
 /// the state machine that must be polled for anything to move. Kept boxed:
@@ -289,7 +280,7 @@ impl Pool {
         self: &Arc<Self>,
         origin: &Origin,
         mut req: Request<Body>,
-    ) -> Result<Response<DrivenBody>, SendError> {
+    ) -> Result<Response<DrivenBody>, UpstreamError> {
         // Until its request body has been sent whole, a connection is not
         // idle even once the response has ended (an origin may answer
         // before reading the body), and must not be reused.
@@ -330,13 +321,13 @@ impl Pool {
                 }
                 Err(mut e) => match e.take_message() {
                     Some(r) if reused => req = r,
-                    _ => return Err(SendError::Http(e.into_error())),
+                    _ => return Err(UpstreamError::new(e.into_error(), &url_host(origin))),
                 },
             }
         }
     }
 
-    async fn connect(&self, origin: &Origin) -> Result<Box<Conn>, SendError> {
+    async fn connect(&self, origin: &Origin) -> Result<Box<Conn>, UpstreamError> {
         let settings = &self.settings;
         // connect_upstream shares the timeout among the addresses; this
         // bounds the name lookup as well.
@@ -347,18 +338,20 @@ impl Pool {
         .await
         {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(SendError::Connect(e)),
+            Ok(Err(e)) => return Err(e),
             Err(_) => {
-                return Err(SendError::Connect(ConnectFailure::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "connect timed out",
-                ))));
+                let e = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out");
+                return Err(UpstreamError::classified(
+                    e,
+                    &url_host(origin),
+                    ErrorKind::Timeout,
+                ));
             }
         };
         let (sender, driver) = http1::Builder::new()
             .handshake(TokioIo::new(stream))
             .await
-            .map_err(SendError::Http)?;
+            .map_err(|e| UpstreamError::new(e, &url_host(origin)))?;
         Ok(Box::new(Conn {
             origin: origin.clone(),
             sender,
@@ -537,8 +530,8 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
+    use crate::body::{empty_body, full_body};
     use crate::origin::Scheme;
-    use crate::proxy::client::{empty_body, full_body};
 
     /// A loopback origin that counts the connections it accepts. `/close`
     /// answers with `Connection: close`, `/empty` with 204, `/big` with
@@ -895,7 +888,8 @@ mod tests {
         });
         let origin = Origin::new(Scheme::Http, "localhost", Some(9)).expect("origin");
         match refusing.send(&origin, get("/", "localhost:9")).await {
-            Err(SendError::Connect(ConnectFailure::Refused(reason))) => {
+            Err(e) if e.kind() == ErrorKind::Refused => {
+                let reason = e.reason();
                 assert!(reason.contains("private"), "{reason}");
             }
             Err(other) => panic!("expected a refusal, got {other:?}"),
@@ -910,7 +904,7 @@ mod tests {
             pool(4, Duration::from_secs(60))
                 .send(&origin, get("/", "x"))
                 .await,
-            Err(SendError::Connect(ConnectFailure::Io(_)))
+            Err(e) if e.kind() == ErrorKind::Connect
         ));
     }
 }

@@ -5,34 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Empty, Full};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use crate::body::Body;
 use crate::net::{GuardedConnector, Policy};
-
-/// Body type used on both sides of the proxy: streams, never buffered whole.
-pub type Body = BoxBody<Bytes, hyper::Error>;
 
 /// The upstream client: HTTP/1.1 and HTTP/2 (by ALPN), http and https.
 pub type HttpClient = Client<HttpsConnector<GuardedConnector>, Body>;
-
-/// An empty body.
-pub fn empty_body() -> Body {
-    Empty::<Bytes>::new()
-        .map_err(|never| match never {})
-        .boxed()
-}
-
-/// A body holding `bytes`.
-pub fn full_body(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
-}
 
 /// Settings for [`build_client`].
 #[derive(Clone, Debug)]
