@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::net;
 use crate::origin::Origin;
 use crate::robots::{Rule, RuleRef};
-use crate::robots_cache::{Entry, FetchKind, Lookup, RobotsCache, Rules};
+use crate::robots_cache::{Compiled, Entry, Lookup, RobotsCache, State};
 
 /// What happens to a request.
 #[derive(Clone, Debug, PartialEq)]
@@ -142,8 +142,10 @@ impl Judgement {
         self.origin.robots_url()
     }
 
-    pub fn fetch_kind(&self) -> Option<FetchKind> {
-        self.entry.as_ref().map(|e| e.kind)
+    /// What the robots.txt entry consulted says (none for policy refusals
+    /// made before robots.txt).
+    pub fn entry_state(&self) -> Option<&State> {
+        self.entry.as_ref().map(|e| &e.state)
     }
 }
 
@@ -209,69 +211,90 @@ impl Gate {
 
 /// All disallowed because robots.txt cannot be fetched: retry when the
 /// entry is due to be fetched again.
-fn unreachable(entry: &Entry, reason: String) -> Decision {
+fn unreachable(entry: &Entry, reason: &str) -> Decision {
     Decision::Unreachable {
-        reason,
+        reason: reason.to_string(),
         retry_after: entry
             .expires
-            .saturating_duration_since(std::time::Instant::now())
+            .saturating_duration_since(tokio::time::Instant::now())
             .max(Duration::from_secs(1)),
     }
 }
 
-/// The pure part: an entry's rules applied to a path.
+/// The pure part: an entry's state applied to a path. Every state decides,
+/// and every state that is not a robots.txt file in force refuses unless
+/// robots.txt itself says nothing applies (4xx).
 fn decide(entry: &Entry, path_and_query: &str, agent: &str) -> (Decision, Option<f64>) {
-    match &entry.rules {
-        Rules::AllowAll => (Decision::Allowed { rule: None }, None),
-        Rules::BadTls => (
+    match &entry.state {
+        State::Fresh(rules) => apply(entry, rules, None, path_and_query, agent),
+        State::Stale { rules, reason } => apply(entry, rules, Some(reason), path_and_query, agent),
+        State::AllowAll { .. } => (Decision::Allowed { rule: None }, None),
+        State::BadTls { reason } => (
             Decision::BadGateway {
-                reason: entry.reason.clone().unwrap_or_default(),
+                reason: reason.clone(),
             },
             None,
         ),
-        Rules::Refused => (
+        State::Refused { reason } => (
             Decision::Refused {
-                reason: entry.reason.clone().unwrap_or_default(),
+                reason: reason.clone(),
             },
             None,
         ),
-        Rules::DisallowAll => {
+        State::DisallowAll { reason } | State::LocalError { reason } => {
             // `/robots.txt` stays reachable even now (RFC 9309 §2.2.2).
             let path = path_and_query.split('?').next().unwrap_or_default();
             if path == "/robots.txt" {
                 return (Decision::Allowed { rule: None }, None);
             }
-            (
-                unreachable(entry, entry.reason.clone().unwrap_or_default()),
-                None,
-            )
-        }
-        Rules::Parsed(compiled) => {
-            let Some(rules) = compiled.get(agent) else {
-                // Only a stale copy compiled before the agent was configured
-                // gets here; the origin is unreachable now.
-                let reason = format!(
-                    "{}; the stale copy has no rules compiled for agent {agent:?}",
-                    entry.reason.as_deref().unwrap_or("robots.txt unreachable")
-                );
-                return (unreachable(entry, reason), None);
-            };
-            let resolved = rules.check_resolved(path_and_query);
-            let verdict = resolved.verdict;
-            let rule = verdict.rule.and_then(|r| RuleRef::new(rules, r));
-            let decision = match (verdict.allowed, rule) {
-                (true, rule) => Decision::Allowed { rule },
-                (false, Some(rule)) => Decision::Disallowed {
-                    rule,
-                    judged_as: resolved.judged_as.map(String::into_boxed_str),
-                },
-                // A disallow always has a rule; if one ever came without
-                // it, refuse (fail closed) rather than forward.
-                (false, None) => Decision::Refused {
-                    reason: "disallowed by robots.txt (rule not available)".into(),
-                },
-            };
-            (decision, rules.crawl_delay())
+            (unreachable(entry, reason), None)
         }
     }
+}
+
+/// A robots.txt file's rules applied to a path; `stale` is why a copy
+/// fetched earlier is used, if it is one.
+fn apply(
+    entry: &Entry,
+    compiled: &Compiled,
+    stale: Option<&String>,
+    path_and_query: &str,
+    agent: &str,
+) -> (Decision, Option<f64>) {
+    let Some(rules) = compiled.get(agent) else {
+        // The file was compiled without the agent's rules: a stale copy
+        // compiled before the agent was configured (the origin is
+        // unreachable now), or a fetch that raced a reload (the next
+        // request fetches again). Fail closed either way.
+        let reason = match stale {
+            Some(reason) => {
+                format!("{reason}; the stale copy has no rules compiled for agent {agent:?}")
+            }
+            None => format!("robots.txt has no rules compiled for agent {agent:?} yet"),
+        };
+        let decision = match stale {
+            Some(_) => unreachable(entry, &reason),
+            None => Decision::Unreachable {
+                reason,
+                retry_after: Duration::from_secs(1),
+            },
+        };
+        return (decision, None);
+    };
+    let resolved = rules.check_resolved(path_and_query);
+    let verdict = resolved.verdict;
+    let rule = verdict.rule.and_then(|r| RuleRef::new(rules, r));
+    let decision = match (verdict.allowed, rule) {
+        (true, rule) => Decision::Allowed { rule },
+        (false, Some(rule)) => Decision::Disallowed {
+            rule,
+            judged_as: resolved.judged_as.map(String::into_boxed_str),
+        },
+        // A disallow always has a rule; if one ever came without
+        // it, refuse (fail closed) rather than forward.
+        (false, None) => Decision::Refused {
+            reason: "disallowed by robots.txt (rule not available)".into(),
+        },
+    };
+    (decision, rules.crawl_delay())
 }

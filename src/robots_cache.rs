@@ -11,62 +11,77 @@
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
 use lru::LruCache;
+use tokio::time::Instant;
 
 use crate::fetch::{self, FetchSettings, Fetched, Outcome};
 use crate::origin::Origin;
 use crate::proxy::client::HttpClient;
 use crate::robots::{AgentRules, Robots};
 
-/// How a cached entry came to be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FetchKind {
+/// What a cached origin entry says applies to the origin's requests, with
+/// the reason for every state that is not a freshly fetched file.
+#[derive(Clone, Debug)]
+pub enum State {
     /// 2xx: the file's rules apply.
-    Ok,
+    Fresh(Compiled),
+    /// robots.txt could not be fetched again now (the origin unreachable,
+    /// or the proxy short of a local resource), but a copy fetched earlier
+    /// is still used; `reason` says why it was not refreshed.
+    Stale { rules: Compiled, reason: String },
     /// 4xx or too many redirects: everything allowed.
-    Unavailable,
+    AllowAll { reason: String },
     /// 5xx, 429 or network failure, no usable copy: everything disallowed.
-    Unreachable,
-    /// Unreachable now, but a copy fetched earlier is still used.
-    Stale,
-    /// Not fetched: the destination policy forbids the origin.
-    Refused,
-    /// TLS with the origin failed and no copy is usable.
-    BadTls,
+    DisallowAll { reason: String },
+    /// Not fetched: the destination policy forbids the origin (or a
+    /// robots.txt redirect); requests are refused.
+    Refused { reason: String },
+    /// TLS with the origin failed and no copy is usable: requests get 502.
+    BadTls { reason: String },
     /// The proxy ran short of file descriptors, memory or local ports and
     /// no copy is usable: everything disallowed for this request only,
     /// never cached (the next request fetches again).
-    LocalError,
+    LocalError { reason: String },
 }
 
-impl FetchKind {
-    pub fn as_str(self) -> &'static str {
+impl State {
+    /// Short name used in audit lines, headers and `/explain`.
+    pub fn name(&self) -> &'static str {
         match self {
-            FetchKind::Ok => "ok",
-            FetchKind::Unavailable => "unavailable",
-            FetchKind::Unreachable => "unreachable",
-            FetchKind::Stale => "stale",
-            FetchKind::Refused => "refused",
-            FetchKind::BadTls => "bad_tls",
-            FetchKind::LocalError => "local_error",
+            State::Fresh(_) => "ok",
+            State::Stale { .. } => "stale",
+            State::AllowAll { .. } => "unavailable",
+            State::DisallowAll { .. } => "unreachable",
+            State::Refused { .. } => "refused",
+            State::BadTls { .. } => "bad_tls",
+            State::LocalError { .. } => "local_error",
         }
     }
-}
 
-/// What applies to an origin.
-#[derive(Clone, Debug)]
-pub enum Rules {
-    Parsed(Compiled),
-    AllowAll,
-    DisallowAll,
-    /// The destination policy forbids the origin; the reason says why.
-    Refused,
-    /// TLS with the origin failed; requests get 502 with the reason.
-    BadTls,
+    /// Why the state is not a freshly fetched file (`None` if it is).
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            State::Fresh(_) => None,
+            State::Stale { reason, .. }
+            | State::AllowAll { reason }
+            | State::DisallowAll { reason }
+            | State::Refused { reason }
+            | State::BadTls { reason }
+            | State::LocalError { reason } => Some(reason),
+        }
+    }
+
+    /// The robots.txt rules in use, fresh or stale.
+    pub fn rules(&self) -> Option<&Compiled> {
+        match self {
+            State::Fresh(rules) | State::Stale { rules, .. } => Some(rules),
+            _ => None,
+        }
+    }
 }
 
 /// The compiled rules of one robots.txt file for each agent token the
@@ -103,12 +118,9 @@ impl Compiled {
 /// One origin's robots.txt state.
 #[derive(Debug)]
 pub struct Entry {
-    pub rules: Rules,
-    pub kind: FetchKind,
+    pub state: State,
     /// Final HTTP status of the last fetch, if one arrived.
     pub status: Option<u16>,
-    /// Why, in words, for the non-`Ok` kinds.
-    pub reason: Option<String>,
     /// When the rules in use were fetched (for `Stale`: the old copy's time).
     pub fetched_at: SystemTime,
     fetched_instant: Instant,
@@ -120,21 +132,17 @@ pub struct Entry {
 impl Entry {
     /// Approximate bytes held: the entry and its compiled rules.
     pub fn memory_usage(&self) -> usize {
-        let rules = match &self.rules {
-            Rules::Parsed(c) => c.memory_usage(),
-            _ => 0,
-        };
-        std::mem::size_of::<Self>() + self.reason.as_ref().map_or(0, String::capacity) + rules
+        let rules = self.state.rules().map_or(0, Compiled::memory_usage);
+        std::mem::size_of::<Self>() + self.state.reason().map_or(0, str::len) + rules
     }
 
     /// The last 2xx copy and when it was fetched, for stale-on-error: the
     /// rules in use whenever a file applies (fresh or stale), as a 4xx
     /// answer ends a file's life and a failure keeps it.
     fn last_good(&self) -> Option<(Compiled, Instant, SystemTime)> {
-        match &self.rules {
-            Rules::Parsed(c) => Some((c.clone(), self.fetched_instant, self.fetched_at)),
-            _ => None,
-        }
+        self.state
+            .rules()
+            .map(|c| (c.clone(), self.fetched_instant, self.fetched_at))
     }
 
     /// Seconds since the rules in use were fetched.
@@ -144,10 +152,9 @@ impl Entry {
 
     /// False if a robots.txt file applies but was not compiled for `token`.
     pub fn covers(&self, token: &str) -> bool {
-        match &self.rules {
-            Rules::Parsed(compiled) => compiled.get(token).is_some(),
-            _ => true,
-        }
+        self.state
+            .rules()
+            .is_none_or(|compiled| compiled.get(token).is_some())
     }
 }
 
@@ -206,6 +213,11 @@ struct Slots {
 }
 
 impl Slots {
+    /// Accounts for a slot that left the LRU.
+    fn forget(&mut self, old: &Slot) {
+        self.bytes -= old.weight;
+    }
+
     /// Stores `entry` for `origin` (finishing its flight), then drops least
     /// recently used entries while over `max_bytes` (never the last one).
     fn store(&mut self, origin: Origin, entry: Arc<Entry>, max_bytes: usize) {
@@ -219,22 +231,19 @@ impl Slots {
             }
             None => {
                 self.bytes += weight;
-                let evicted = self.lru.push(
-                    origin,
-                    Slot {
-                        entry: Some(entry),
-                        flight: None,
-                        weight,
-                    },
-                );
-                if let Some((_, old)) = evicted {
-                    self.bytes -= old.weight;
+                let slot = Slot {
+                    entry: Some(entry),
+                    flight: None,
+                    weight,
+                };
+                if let Some((_, old)) = self.lru.push(origin, slot) {
+                    self.forget(&old);
                 }
             }
         }
         while self.bytes > max_bytes && self.lru.len() > 1 {
             match self.lru.pop_lru() {
-                Some((_, old)) => self.bytes -= old.weight,
+                Some((_, old)) => self.forget(&old),
                 None => break,
             }
         }
@@ -243,7 +252,7 @@ impl Slots {
     fn remove(&mut self, origin: &Origin) -> bool {
         match self.lru.pop(origin) {
             Some(old) => {
-                self.bytes -= old.weight;
+                self.forget(&old);
                 true
             }
             None => false,
@@ -343,7 +352,7 @@ impl RobotsCache {
         }
         let agents: Arc<[Arc<str>]> = Arc::from([Arc::from(token)]);
         let entry = Arc::new(self.fetch_entry(origin, previous.clone(), agents).await);
-        if entry.kind == FetchKind::LocalError {
+        if matches!(entry.state, State::LocalError { .. }) {
             return (entry, Lookup::Miss);
         }
         if let Ok(mut others) = self.others.lock() {
@@ -461,7 +470,7 @@ impl RobotsCache {
                 // fetching again now: the origin is unreachable.
                 if let Some(entry) = &slot.entry
                     && fresh(entry)
-                    && entry.kind == FetchKind::Stale
+                    && matches!(entry.state, State::Stale { .. })
                 {
                     return Next::Ready(entry.clone());
                 }
@@ -490,7 +499,7 @@ impl RobotsCache {
                     },
                 );
                 if let Some((_, old)) = evicted {
-                    slots.bytes -= old.weight;
+                    slots.forget(&old);
                 }
                 Next::Wait(f, Lookup::Miss)
             }
@@ -503,7 +512,7 @@ impl RobotsCache {
         let handle = tokio::spawn(async move {
             let entry = Arc::new(this.fetch_entry(&origin, previous, this.agents()).await);
             if let Ok(mut slots) = this.slots.lock() {
-                if entry.kind == FetchKind::LocalError {
+                if matches!(entry.state, State::LocalError { .. }) {
                     // Says nothing about the origin: the waiting requests
                     // get it, the slot keeps what it had, and the next
                     // request fetches again.
@@ -589,70 +598,38 @@ impl RobotsCache {
             Outcome::LocalError(_) => previous.map_or(0, |p| p.failures),
             _ => 0,
         };
-        let fresh = |rules, kind, reason, expires| (rules, kind, reason, expires, wall, now);
-        let (rules, kind, reason, expires, fetched_at, fetched_instant) = match fetched.outcome {
+        let fresh = |state, expires| (state, expires, wall, now);
+        let (state, expires, fetched_at, fetched_instant) = match fetched.outcome {
             Outcome::Parsed(robots) => fresh(
-                Rules::Parsed(Compiled::new(&robots, agents)),
-                FetchKind::Ok,
-                None,
+                State::Fresh(Compiled::new(&robots, agents)),
                 now + ttl(fetched.max_age),
             ),
-            Outcome::Unavailable(reason) => fresh(
-                Rules::AllowAll,
-                FetchKind::Unavailable,
-                Some(reason),
-                now + ttl(fetched.max_age),
-            ),
-            Outcome::Refused(reason) => fresh(
-                Rules::Refused,
-                FetchKind::Refused,
-                Some(reason),
-                now + s.unreachable_retry,
-            ),
-            Outcome::BadTls(reason) => fresh(
-                Rules::BadTls,
-                FetchKind::BadTls,
-                Some(reason),
-                now + s.unreachable_retry,
-            ),
+            Outcome::Unavailable(reason) | Outcome::RedirectLimit(reason) => {
+                fresh(State::AllowAll { reason }, now + ttl(fetched.max_age))
+            }
+            Outcome::Refused(reason) => fresh(State::Refused { reason }, now + s.unreachable_retry),
+            Outcome::BadTls(reason) => fresh(State::BadTls { reason }, now + s.unreachable_retry),
             // The proxy's own shortage: a usable copy is used, else all is
             // disallowed, for the requests waiting now only (due at once).
             Outcome::LocalError(reason) => match previous_good {
-                Some((compiled, at, at_wall)) if at.elapsed() <= s.stale_max => (
-                    Rules::Parsed(compiled),
-                    FetchKind::Stale,
-                    Some(reason),
-                    now,
-                    at_wall,
-                    at,
-                ),
-                _ => fresh(Rules::DisallowAll, FetchKind::LocalError, Some(reason), now),
+                Some((rules, at, at_wall)) if now.duration_since(at) <= s.stale_max => {
+                    (State::Stale { rules, reason }, now, at_wall, at)
+                }
+                _ => fresh(State::LocalError { reason }, now),
             },
             Outcome::Unreachable(reason) => {
                 let retry = now + retry_delay(s.unreachable_retry, failures, fetched.retry_after);
                 match previous_good {
-                    Some((compiled, at, at_wall)) if at.elapsed() <= s.stale_max => (
-                        Rules::Parsed(compiled),
-                        FetchKind::Stale,
-                        Some(reason),
-                        retry,
-                        at_wall,
-                        at,
-                    ),
-                    _ => fresh(
-                        Rules::DisallowAll,
-                        FetchKind::Unreachable,
-                        Some(reason),
-                        retry,
-                    ),
+                    Some((rules, at, at_wall)) if now.duration_since(at) <= s.stale_max => {
+                        (State::Stale { rules, reason }, retry, at_wall, at)
+                    }
+                    _ => fresh(State::DisallowAll { reason }, retry),
                 }
             }
         };
         Entry {
-            rules,
-            kind,
+            state,
             status: fetched.status,
-            reason,
             fetched_at,
             fetched_instant,
             expires,
@@ -791,7 +768,7 @@ mod tests {
             .expect("entry");
         assert!(entry.covers("bot") && entry.covers("other"));
         assert!(!entry.covers("third"));
-        let Rules::Parsed(compiled) = &entry.rules else {
+        let State::Fresh(compiled) = &entry.state else {
             panic!("a parsed entry");
         };
         let (Some(a), Some(b)) = (compiled.get("bot"), compiled.get("other")) else {
@@ -816,8 +793,7 @@ mod tests {
         };
         let agents = c.agents();
         let alone = c.entry_from(None, local(), &agents);
-        assert_eq!(alone.kind, FetchKind::LocalError);
-        assert!(matches!(alone.rules, Rules::DisallowAll));
+        assert!(matches!(alone.state, State::LocalError { .. }));
         assert!(alone.expires <= Instant::now());
         let good = c.entry_from(
             None,
@@ -831,8 +807,7 @@ mod tests {
             &agents,
         );
         let kept = c.entry_from(Some(&good), local(), &agents);
-        assert_eq!(kept.kind, FetchKind::Stale);
-        assert!(matches!(kept.rules, Rules::Parsed(_)));
+        assert!(matches!(kept.state, State::Stale { .. }));
         assert_eq!(kept.fetched_instant, good.fetched_instant);
         assert!(kept.expires <= Instant::now());
     }
