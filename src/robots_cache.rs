@@ -206,16 +206,29 @@ struct Slot {
     weight: usize,
 }
 
-/// The LRU and the bytes its entries hold.
+/// The LRU, the bytes its entries hold and how many of them are policy
+/// refusals.
 struct Slots {
     lru: LruCache<Origin, Slot>,
     bytes: usize,
+    /// Entries that are [`State::Refused`]: kept so a refused origin is not
+    /// fetched again on every request, but not counted as cached robots.txt
+    /// state ([`RobotsCache::len`]).
+    refused: usize,
+}
+
+/// True if `slot` holds a destination-policy refusal.
+fn is_refused(slot: &Slot) -> bool {
+    slot.entry
+        .as_ref()
+        .is_some_and(|e| matches!(e.state, State::Refused { .. }))
 }
 
 impl Slots {
     /// Accounts for a slot that left the LRU.
     fn forget(&mut self, old: &Slot) {
         self.bytes -= old.weight;
+        self.refused -= usize::from(is_refused(old));
     }
 
     /// Stores `entry` for `origin` (finishing its flight), then drops least
@@ -225,7 +238,9 @@ impl Slots {
         match self.lru.get_mut(&origin) {
             Some(slot) => {
                 self.bytes = self.bytes - slot.weight + weight;
+                self.refused -= usize::from(is_refused(slot));
                 slot.entry = Some(entry);
+                self.refused += usize::from(is_refused(slot));
                 slot.flight = None;
                 slot.weight = weight;
             }
@@ -236,6 +251,7 @@ impl Slots {
                     flight: None,
                     weight,
                 };
+                self.refused += usize::from(is_refused(&slot));
                 if let Some((_, old)) = self.lru.push(origin, slot) {
                     self.forget(&old);
                 }
@@ -297,6 +313,7 @@ impl RobotsCache {
             slots: Mutex::new(Slots {
                 lru: LruCache::new(cap),
                 bytes: 0,
+                refused: 0,
             }),
             client,
             fetch,
@@ -381,9 +398,15 @@ impl RobotsCache {
         self
     }
 
-    /// Number of origins cached.
+    /// Number of origins whose robots.txt state is cached (or being
+    /// fetched). Destination-policy refusals are kept, so a refused origin
+    /// is not fetched again on every request, but not counted: they say
+    /// nothing about robots.txt.
     pub fn len(&self) -> usize {
-        self.slots.lock().map(|s| s.lru.len()).unwrap_or(0)
+        self.slots
+            .lock()
+            .map(|s| s.lru.len() - s.refused)
+            .unwrap_or(0)
     }
 
     /// Approximate bytes held by cached rules.
