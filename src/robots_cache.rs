@@ -835,6 +835,58 @@ mod tests {
         assert!(kept.expires <= Instant::now());
     }
 
+    fn fetched(outcome: Outcome, max_age: Option<Duration>) -> Fetched {
+        Fetched {
+            outcome,
+            status: None,
+            max_age,
+            retry_after: None,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    /// Lifetimes on tokio's paused clock, exact: max-age within
+    /// [min_ttl, max_ttl] (1 s, 60 s), the default TTL without one, a stale
+    /// copy used up to exactly stale_max (60 s) and not a millisecond more,
+    /// an unreachable origin retried after the backoff capped by
+    /// unreachable_retry (1 s).
+    #[tokio::test(start_paused = true)]
+    async fn lifetimes_follow_the_clock_exactly() {
+        let c = cache(usize::MAX, 10);
+        let agents = c.agents();
+        let secs = Duration::from_secs;
+        let parsed = |max_age| {
+            let e = c.entry_from(None, fetched(Outcome::Parsed(robots(1)), max_age), &agents);
+            e.expires - Instant::now()
+        };
+        assert_eq!(parsed(Some(secs(30))), secs(30));
+        assert_eq!(parsed(Some(Duration::ZERO)), secs(1), "min_ttl");
+        assert_eq!(parsed(Some(secs(3600))), secs(60), "max_ttl");
+        assert_eq!(parsed(None), secs(60), "default_ttl");
+
+        let good = c.entry_from(None, fetched(Outcome::Parsed(robots(1)), None), &agents);
+        let down = || fetched(Outcome::Unreachable("503 from origin".into()), None);
+        tokio::time::advance(secs(60)).await;
+        assert_eq!(good.age(), secs(60));
+        let stale = c.entry_from(Some(&good), down(), &agents);
+        assert!(
+            matches!(stale.state, State::Stale { .. }),
+            "{:?}",
+            stale.state
+        );
+        assert_eq!(stale.age(), secs(60), "the copy's age, not the failure's");
+        assert_eq!(stale.expires - Instant::now(), secs(1));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let gone = c.entry_from(Some(&stale), down(), &agents);
+        assert!(
+            matches!(gone.state, State::DisallowAll { .. }),
+            "{:?}",
+            gone.state
+        );
+        assert_eq!(gone.expires - Instant::now(), secs(1));
+        assert_eq!(gone.failures, 2);
+    }
+
     #[test]
     fn entry_count_bound_still_applies_and_bytes_stay_consistent() {
         let c = cache(usize::MAX, 10);
