@@ -298,3 +298,125 @@ fn apply(
     };
     (decision, rules.crawl_delay())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::robots::Robots;
+
+    const SECS_30: Duration = Duration::from_secs(30);
+
+    fn compiled(agent: &str) -> Compiled {
+        let robots = Robots::parse(b"User-agent: *\nDisallow: /private\nCrawl-delay: 2\n");
+        Compiled::new(&robots, &[Arc::from(agent)])
+    }
+
+    fn decide_in(state: State, path: &str) -> (Decision, Option<f64>) {
+        decide(&Entry::with_state(state, SECS_30), path, "bot")
+    }
+
+    fn text(text: &str) -> String {
+        text.to_string()
+    }
+
+    /// Every state decides, with its own reason; only a file's rules, a
+    /// 4xx and the robots.txt path itself ever allow.
+    #[tokio::test(start_paused = true)]
+    async fn every_entry_state_decides_and_only_rules_or_a_4xx_allow() {
+        for state in [
+            State::Fresh(compiled("bot")),
+            State::Stale {
+                rules: compiled("bot"),
+                reason: text("503 from origin"),
+            },
+        ] {
+            let (d, delay) = decide_in(state.clone(), "/private/x");
+            assert_eq!(d.name(), "disallowed", "{state:?}");
+            assert_eq!(delay, Some(2.0));
+            let (d, _) = decide_in(state, "/public");
+            assert_eq!(d, Decision::Allowed { rule: None });
+        }
+        let allow = State::AllowAll {
+            reason: text("404 from origin"),
+        };
+        assert_eq!(
+            decide_in(allow, "/private/x").0,
+            Decision::Allowed { rule: None }
+        );
+        let down = Decision::Unreachable {
+            reason: text("503 from origin"),
+            retry_after: SECS_30,
+        };
+        let disallow = || State::DisallowAll {
+            reason: text("503 from origin"),
+        };
+        assert_eq!(decide_in(disallow(), "/public").0, down);
+        assert_eq!(
+            decide_in(disallow(), "/robots.txt?x").0,
+            Decision::Allowed { rule: None },
+            "robots.txt stays reachable"
+        );
+        let local = State::LocalError {
+            reason: text("out of file descriptors"),
+        };
+        assert_eq!(
+            decide(&Entry::with_state(local, Duration::ZERO), "/public", "bot").0,
+            Decision::Unreachable {
+                reason: text("out of file descriptors"),
+                retry_after: Duration::from_secs(1),
+            }
+        );
+        for path in ["/public", "/robots.txt"] {
+            let refused = State::Refused {
+                reason: text("refused by destination policy: 10.0.0.1"),
+            };
+            assert_eq!(
+                decide_in(refused, path).0,
+                Decision::Refused {
+                    reason: text("refused by destination policy: 10.0.0.1"),
+                }
+            );
+            let tls = State::BadTls {
+                reason: text("certificate not trusted"),
+            };
+            assert_eq!(
+                decide_in(tls, path).0,
+                Decision::BadGateway {
+                    reason: text("certificate not trusted"),
+                }
+            );
+        }
+    }
+
+    /// A file without the agent's rules never allows.
+    #[tokio::test(start_paused = true)]
+    async fn rules_without_the_agent_fail_closed() {
+        let (d, delay) = decide_in(State::Fresh(compiled("other")), "/public");
+        assert_eq!(delay, None);
+        let Decision::Unreachable {
+            reason,
+            retry_after,
+        } = d
+        else {
+            panic!("{d:?}");
+        };
+        assert!(reason.contains("\"bot\""), "{reason}");
+        assert_eq!(retry_after, Duration::from_secs(1), "fetched again at once");
+        let stale = State::Stale {
+            rules: compiled("other"),
+            reason: text("503 from origin"),
+        };
+        let Decision::Unreachable {
+            reason,
+            retry_after,
+        } = decide_in(stale, "/public").0
+        else {
+            panic!("a stale copy without the agent");
+        };
+        assert!(
+            reason.starts_with("503 from origin; the stale copy"),
+            "{reason}"
+        );
+        assert_eq!(retry_after, SECS_30, "when the entry is due");
+    }
+}

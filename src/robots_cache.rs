@@ -158,6 +158,23 @@ impl Entry {
     }
 }
 
+#[cfg(test)]
+impl Entry {
+    /// An entry in `state`, fetched now and due again in `ttl`, for tests
+    /// of what reads entries.
+    pub(crate) fn with_state(state: State, ttl: Duration) -> Entry {
+        let now = Instant::now();
+        Entry {
+            state,
+            status: None,
+            fetched_at: SystemTime::now(),
+            fetched_instant: now,
+            expires: now + ttl,
+            failures: 0,
+        }
+    }
+}
+
 /// How a lookup was served (for metrics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lookup {
