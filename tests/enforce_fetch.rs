@@ -272,6 +272,39 @@ async fn a_refused_robots_fetch_is_counted_as_refused_not_as_unreachable_or_cach
     );
 }
 
+/// The fetch says when it gave up following redirects: a redirect loop is
+/// counted `redirect_limit`, and a 3xx without a usable `Location` (no
+/// limit reached) is `unavailable` with its 3xx status, not a guess of
+/// `redirect_limit` from the status. Both allow everything.
+#[tokio::test]
+async fn the_redirect_limit_is_counted_only_when_reached() {
+    let looping = Origin::start().await;
+    looping.route("/robots.txt", Reply::redirect(&looping.url("/robots.txt")));
+    let nowhere = Origin::start().await;
+    nowhere.route("/robots.txt", Reply::status(302));
+    let proxy = Proxy::start_with(|c| {
+        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    })
+    .await;
+    for origin in [&looping, &nowhere] {
+        let resp = proxy.get(&origin.url("/page")).await;
+        assert_eq!(resp.status, 200, "{}", resp.body);
+    }
+    assert!(looping.hits("/robots.txt") > 1);
+    assert_eq!(nowhere.hits("/robots.txt"), 1);
+    let text = proxy.admin_get("/metrics").await.body;
+    let fetches = |outcome: &str| {
+        metric(
+            &text,
+            &format!(
+                "robots_proxy_robots_fetches_total{{outcome=\"{outcome}\",status_class=\"3xx\"}}"
+            ),
+        )
+    };
+    assert_eq!(fetches("redirect_limit"), Some(1.0), "{text}");
+    assert_eq!(fetches("unavailable"), Some(1.0), "{text}");
+}
+
 /// The cloud metadata address: refused before any connect is tried, so
 /// the answer does not wait for a connect timeout.
 #[tokio::test]
