@@ -40,7 +40,8 @@ pub enum State {
     /// Not fetched: the destination policy forbids the origin (or a
     /// robots.txt redirect); requests are refused.
     Refused { reason: String },
-    /// TLS with the origin failed and no copy is usable: requests get 502.
+    /// TLS with the origin failed: requests get 502 (a copy fetched
+    /// earlier is not used, as requests could not reach the origin either).
     BadTls { reason: String },
     /// The proxy ran short of file descriptors, memory or local ports and
     /// no copy is usable: everything disallowed for this request only,
