@@ -359,7 +359,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if !j.decision.is_allowed() {
                 disallowed += 1;
             }
-            if j.entry.as_ref().is_some_and(|e| e.kind.as_str() != "ok") {
+            if j.entry.as_ref().is_some_and(|e| e.state.name() != "ok") {
                 return Err(format!("origin {origin} was not a cache hit").into());
             }
         }

@@ -138,13 +138,11 @@ fn fetch_metrics(m: &Metrics) -> impl Fn(&crate::fetch::Fetched) + Send + Sync +
     move |f| {
         let outcome = match &f.outcome {
             Outcome::Parsed(_) => metrics::FetchOutcome::Ok,
-            Outcome::Unavailable(_) if f.status.is_some_and(|s| (300..400).contains(&s)) => {
-                metrics::FetchOutcome::RedirectLimit
-            }
+            Outcome::RedirectLimit(_) => metrics::FetchOutcome::RedirectLimit,
             Outcome::Unavailable(_) => metrics::FetchOutcome::Unavailable,
-            Outcome::Unreachable(_) | Outcome::Refused(_) | Outcome::BadTls(_) => {
-                metrics::FetchOutcome::Unreachable
-            }
+            Outcome::Unreachable(_) | Outcome::BadTls(_) => metrics::FetchOutcome::Unreachable,
+            // Nothing was fetched: the destination policy refused it.
+            Outcome::Refused(_) => metrics::FetchOutcome::Refused,
             Outcome::LocalError(_) => metrics::FetchOutcome::LocalError,
         };
         m.robots_fetch(outcome, f.status);

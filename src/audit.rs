@@ -77,7 +77,7 @@ impl<'a> Record<'a> {
             judged_as: judgement.decision.judged_as(),
             robots_url: judgement.robots_url(),
             fetch_status: judgement.entry.as_ref().and_then(|e| e.status),
-            fetch_outcome: judgement.fetch_kind().map(|k| k.as_str()),
+            fetch_outcome: judgement.entry_state().map(|s| s.name()),
             cache_age_secs: judgement.entry.as_ref().map(|e| e.age().as_secs()),
         }
     }

@@ -4,7 +4,7 @@
 //! |------------------------------------------|----------------------------|
 //! | 2xx                                      | parse the first 500 KiB    |
 //! | 3xx                                      | follow, up to `max_redirects` hops, across hosts |
-//! | more redirects than that                 | unavailable (allow all)    |
+//! | more redirects than that                 | redirect limit (allow all) |
 //! | 4xx except 429                           | unavailable (allow all)    |
 //! | 429, 5xx, other codes, network errors, timeouts | unreachable (disallow all) |
 //! | a `Content-Encoding` that cannot be decoded | unreachable (disallow all) |
@@ -37,8 +37,11 @@ use crate::upstream::{ErrorKind, HttpClient, UpstreamError};
 pub enum Outcome {
     /// A 2xx response, parsed.
     Parsed(Robots),
-    /// 4xx (not 429) or too many redirects: no restrictions apply.
+    /// 4xx (not 429), or a redirect without a usable `Location`: no
+    /// restrictions apply.
     Unavailable(String),
+    /// More than `max_redirects` redirects: no restrictions apply.
+    RedirectLimit(String),
     /// 429, 5xx or a network failure: everything is disallowed.
     Unreachable(String),
     /// The destination policy forbids connecting to the origin.
@@ -180,7 +183,7 @@ async fn fetch_chain(
         if status.is_redirection() {
             if hops >= settings.max_redirects {
                 return (
-                    Outcome::Unavailable(format!(
+                    Outcome::RedirectLimit(format!(
                         "more than {} redirects fetching {}",
                         settings.max_redirects,
                         origin.robots_url()

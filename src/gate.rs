@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::net;
 use crate::origin::Origin;
 use crate::robots::{Rule, RuleRef};
-use crate::robots_cache::{Entry, FetchKind, Lookup, RobotsCache, Rules};
+use crate::robots_cache::{Compiled, Entry, Lookup, RobotsCache, State};
 
 /// What happens to a request.
 #[derive(Clone, Debug, PartialEq)]
@@ -142,8 +142,10 @@ impl Judgement {
         self.origin.robots_url()
     }
 
-    pub fn fetch_kind(&self) -> Option<FetchKind> {
-        self.entry.as_ref().map(|e| e.kind)
+    /// What the robots.txt entry consulted says (none for policy refusals
+    /// made before robots.txt).
+    pub fn entry_state(&self) -> Option<&State> {
+        self.entry.as_ref().map(|e| &e.state)
     }
 }
 
@@ -209,69 +211,212 @@ impl Gate {
 
 /// All disallowed because robots.txt cannot be fetched: retry when the
 /// entry is due to be fetched again.
-fn unreachable(entry: &Entry, reason: String) -> Decision {
+fn unreachable(entry: &Entry, reason: &str) -> Decision {
     Decision::Unreachable {
-        reason,
+        reason: reason.to_string(),
         retry_after: entry
             .expires
-            .saturating_duration_since(std::time::Instant::now())
+            .saturating_duration_since(tokio::time::Instant::now())
             .max(Duration::from_secs(1)),
     }
 }
 
-/// The pure part: an entry's rules applied to a path.
+/// The pure part: an entry's state applied to a path. Every state decides,
+/// and every state that is not a robots.txt file in force refuses unless
+/// robots.txt itself says nothing applies (4xx).
 fn decide(entry: &Entry, path_and_query: &str, agent: &str) -> (Decision, Option<f64>) {
-    match &entry.rules {
-        Rules::AllowAll => (Decision::Allowed { rule: None }, None),
-        Rules::BadTls => (
+    match &entry.state {
+        State::Fresh(rules) => apply(entry, rules, None, path_and_query, agent),
+        State::Stale { rules, reason } => apply(entry, rules, Some(reason), path_and_query, agent),
+        State::AllowAll { .. } => (Decision::Allowed { rule: None }, None),
+        State::BadTls { reason } => (
             Decision::BadGateway {
-                reason: entry.reason.clone().unwrap_or_default(),
+                reason: reason.clone(),
             },
             None,
         ),
-        Rules::Refused => (
+        State::Refused { reason } => (
             Decision::Refused {
-                reason: entry.reason.clone().unwrap_or_default(),
+                reason: reason.clone(),
             },
             None,
         ),
-        Rules::DisallowAll => {
+        State::DisallowAll { reason } | State::LocalError { reason } => {
             // `/robots.txt` stays reachable even now (RFC 9309 §2.2.2).
             let path = path_and_query.split('?').next().unwrap_or_default();
             if path == "/robots.txt" {
                 return (Decision::Allowed { rule: None }, None);
             }
-            (
-                unreachable(entry, entry.reason.clone().unwrap_or_default()),
-                None,
-            )
+            (unreachable(entry, reason), None)
         }
-        Rules::Parsed(compiled) => {
-            let Some(rules) = compiled.get(agent) else {
-                // Only a stale copy compiled before the agent was configured
-                // gets here; the origin is unreachable now.
-                let reason = format!(
-                    "{}; the stale copy has no rules compiled for agent {agent:?}",
-                    entry.reason.as_deref().unwrap_or("robots.txt unreachable")
-                );
-                return (unreachable(entry, reason), None);
-            };
-            let resolved = rules.check_resolved(path_and_query);
-            let verdict = resolved.verdict;
-            let rule = verdict.rule.and_then(|r| RuleRef::new(rules, r));
-            let decision = match (verdict.allowed, rule) {
-                (true, rule) => Decision::Allowed { rule },
-                (false, Some(rule)) => Decision::Disallowed {
-                    rule,
-                    judged_as: resolved.judged_as.map(String::into_boxed_str),
-                },
-                // A disallow always has a rule; if one ever came without
-                // it, refuse (fail closed) rather than forward.
-                (false, None) => Decision::Refused {
-                    reason: "disallowed by robots.txt (rule not available)".into(),
-                },
-            };
-            (decision, rules.crawl_delay())
+    }
+}
+
+/// A robots.txt file's rules applied to a path; `stale` is why a copy
+/// fetched earlier is used, if it is one.
+fn apply(
+    entry: &Entry,
+    compiled: &Compiled,
+    stale: Option<&String>,
+    path_and_query: &str,
+    agent: &str,
+) -> (Decision, Option<f64>) {
+    let Some(rules) = compiled.get(agent) else {
+        // The file was compiled without the agent's rules: a stale copy
+        // compiled before the agent was configured (the origin is
+        // unreachable now), or a fetch that raced a reload (the next
+        // request fetches again). Fail closed either way.
+        let reason = match stale {
+            Some(reason) => {
+                format!("{reason}; the stale copy has no rules compiled for agent {agent:?}")
+            }
+            None => format!("robots.txt has no rules compiled for agent {agent:?} yet"),
+        };
+        let decision = match stale {
+            Some(_) => unreachable(entry, &reason),
+            None => Decision::Unreachable {
+                reason,
+                retry_after: Duration::from_secs(1),
+            },
+        };
+        return (decision, None);
+    };
+    let resolved = rules.check_resolved(path_and_query);
+    let verdict = resolved.verdict;
+    let rule = verdict.rule.and_then(|r| RuleRef::new(rules, r));
+    let decision = match (verdict.allowed, rule) {
+        (true, rule) => Decision::Allowed { rule },
+        (false, Some(rule)) => Decision::Disallowed {
+            rule,
+            judged_as: resolved.judged_as.map(String::into_boxed_str),
+        },
+        // A disallow always has a rule; if one ever came without
+        // it, refuse (fail closed) rather than forward.
+        (false, None) => Decision::Refused {
+            reason: "disallowed by robots.txt (rule not available)".into(),
+        },
+    };
+    (decision, rules.crawl_delay())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::robots::Robots;
+
+    const SECS_30: Duration = Duration::from_secs(30);
+
+    fn compiled(agent: &str) -> Compiled {
+        let robots = Robots::parse(b"User-agent: *\nDisallow: /private\nCrawl-delay: 2\n");
+        Compiled::new(&robots, &[Arc::from(agent)])
+    }
+
+    fn decide_in(state: State, path: &str) -> (Decision, Option<f64>) {
+        decide(&Entry::with_state(state, SECS_30), path, "bot")
+    }
+
+    fn text(text: &str) -> String {
+        text.to_string()
+    }
+
+    /// Every state decides, with its own reason; only a file's rules, a
+    /// 4xx and the robots.txt path itself ever allow.
+    #[tokio::test(start_paused = true)]
+    async fn every_entry_state_decides_and_only_rules_or_a_4xx_allow() {
+        for state in [
+            State::Fresh(compiled("bot")),
+            State::Stale {
+                rules: compiled("bot"),
+                reason: text("503 from origin"),
+            },
+        ] {
+            let (d, delay) = decide_in(state.clone(), "/private/x");
+            assert_eq!(d.name(), "disallowed", "{state:?}");
+            assert_eq!(delay, Some(2.0));
+            let (d, _) = decide_in(state, "/public");
+            assert_eq!(d, Decision::Allowed { rule: None });
         }
+        let allow = State::AllowAll {
+            reason: text("404 from origin"),
+        };
+        assert_eq!(
+            decide_in(allow, "/private/x").0,
+            Decision::Allowed { rule: None }
+        );
+        let down = Decision::Unreachable {
+            reason: text("503 from origin"),
+            retry_after: SECS_30,
+        };
+        let disallow = || State::DisallowAll {
+            reason: text("503 from origin"),
+        };
+        assert_eq!(decide_in(disallow(), "/public").0, down);
+        assert_eq!(
+            decide_in(disallow(), "/robots.txt?x").0,
+            Decision::Allowed { rule: None },
+            "robots.txt stays reachable"
+        );
+        let local = State::LocalError {
+            reason: text("out of file descriptors"),
+        };
+        assert_eq!(
+            decide(&Entry::with_state(local, Duration::ZERO), "/public", "bot").0,
+            Decision::Unreachable {
+                reason: text("out of file descriptors"),
+                retry_after: Duration::from_secs(1),
+            }
+        );
+        for path in ["/public", "/robots.txt"] {
+            let refused = State::Refused {
+                reason: text("refused by destination policy: 10.0.0.1"),
+            };
+            assert_eq!(
+                decide_in(refused, path).0,
+                Decision::Refused {
+                    reason: text("refused by destination policy: 10.0.0.1"),
+                }
+            );
+            let tls = State::BadTls {
+                reason: text("certificate not trusted"),
+            };
+            assert_eq!(
+                decide_in(tls, path).0,
+                Decision::BadGateway {
+                    reason: text("certificate not trusted"),
+                }
+            );
+        }
+    }
+
+    /// A file without the agent's rules never allows.
+    #[tokio::test(start_paused = true)]
+    async fn rules_without_the_agent_fail_closed() {
+        let (d, delay) = decide_in(State::Fresh(compiled("other")), "/public");
+        assert_eq!(delay, None);
+        let Decision::Unreachable {
+            reason,
+            retry_after,
+        } = d
+        else {
+            panic!("{d:?}");
+        };
+        assert!(reason.contains("\"bot\""), "{reason}");
+        assert_eq!(retry_after, Duration::from_secs(1), "fetched again at once");
+        let stale = State::Stale {
+            rules: compiled("other"),
+            reason: text("503 from origin"),
+        };
+        let Decision::Unreachable {
+            reason,
+            retry_after,
+        } = decide_in(stale, "/public").0
+        else {
+            panic!("a stale copy without the agent");
+        };
+        assert!(
+            reason.starts_with("503 from origin; the stale copy"),
+            "{reason}"
+        );
+        assert_eq!(retry_after, SECS_30, "when the entry is due");
     }
 }

@@ -267,16 +267,17 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::warn!(open_files = ?open_files, max_connections,
                 "the open-file limit is low for max_connections: raise LimitNOFILE / ulimit -n");
         }
+        // Handlers are registered before the "listening" line and READY=1:
+        // a SIGHUP or SIGTERM sent right after (systemctl reload/stop, or a
+        // script that waits for the line) must not meet the default action,
+        // which kills the process.
+        use tokio::signal::unix::{SignalKind, signal};
+        let hup = signal(SignalKind::hangup());
+        let stop = [SignalKind::terminate(), SignalKind::interrupt()].map(signal);
         tracing::info!(listen = %app.local_addr(), agent = %app.config.agent,
             workers, max_connections,
             audit_log = %app.proxy.audit.path().display(),
             admin = ?app.admin_addr(), "robots-proxy listening");
-        // Handlers are registered before READY=1: a SIGHUP or SIGTERM sent
-        // right after (systemctl reload/stop) must not meet the default
-        // action, which kills the process.
-        use tokio::signal::unix::{SignalKind, signal};
-        let hup = signal(SignalKind::hangup());
-        let stop = [SignalKind::terminate(), SignalKind::interrupt()].map(signal);
         spawn_reloader(args, app.proxy.clone(), app.config.clone(), log_level, hup);
         spawn_sweeper(app.proxy.clone());
         robots_proxy::systemd::notify_ready();

@@ -104,16 +104,20 @@ pub enum FetchOutcome {
     /// The proxy ran short of file descriptors, memory or local ports:
     /// nothing learnt about the origin, nothing cached.
     LocalError,
+    /// Not fetched: the destination policy refused the origin or a
+    /// redirect hop (nothing was sent).
+    Refused,
 }
 
 impl FetchOutcome {
     /// Every variant, in label order.
-    pub const ALL: [FetchOutcome; 5] = [
+    pub const ALL: [FetchOutcome; 6] = [
         FetchOutcome::Ok,
         FetchOutcome::Unavailable,
         FetchOutcome::Unreachable,
         FetchOutcome::RedirectLimit,
         FetchOutcome::LocalError,
+        FetchOutcome::Refused,
     ];
 
     /// The label value.
@@ -124,6 +128,7 @@ impl FetchOutcome {
             FetchOutcome::Unreachable => "unreachable",
             FetchOutcome::RedirectLimit => "redirect_limit",
             FetchOutcome::LocalError => "local_error",
+            FetchOutcome::Refused => "refused",
         }
     }
 }
@@ -227,7 +232,7 @@ struct Inner {
     fetch_family: Family<Labels2, Counter>,
     /// `[outcome][status_class]`; the usual pairs are filled in `new` so
     /// they show as 0 from the start, odd ones (ok/5xx) appear when used.
-    fetches: [[OnceLock<Counter>; 5]; 5],
+    fetches: [[OnceLock<Counter>; 5]; FetchOutcome::ALL.len()],
     cache_events: [Counter; 4],
     cache_entries: Gauge,
     upstream_latency: Histogram,
@@ -273,7 +278,7 @@ impl Metrics {
             "robots.txt fetches by outcome and HTTP status class",
             fetch_family.clone(),
         );
-        let fetches: [[OnceLock<Counter>; 5]; 5] = Default::default();
+        let fetches: [[OnceLock<Counter>; 5]; FetchOutcome::ALL.len()] = Default::default();
         for (outcome, status) in [
             (FetchOutcome::Ok, Some(200)),
             (FetchOutcome::Unavailable, Some(404)),
@@ -281,6 +286,7 @@ impl Metrics {
             (FetchOutcome::Unreachable, None),
             (FetchOutcome::RedirectLimit, Some(301)),
             (FetchOutcome::LocalError, None),
+            (FetchOutcome::Refused, None),
         ] {
             fetch_counter(&fetch_family, &fetches, outcome, status);
         }
@@ -455,7 +461,7 @@ impl Metrics {
 
 fn fetch_counter<'a>(
     family: &Family<Labels2, Counter>,
-    slots: &'a [[OnceLock<Counter>; 5]; 5],
+    slots: &'a [[OnceLock<Counter>; 5]; FetchOutcome::ALL.len()],
     outcome: FetchOutcome,
     status: Option<u16>,
 ) -> &'a Counter {

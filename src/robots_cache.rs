@@ -11,62 +11,78 @@
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
 use lru::LruCache;
+use tokio::time::Instant;
 
 use crate::fetch::{self, FetchSettings, Fetched, Outcome};
 use crate::origin::Origin;
 use crate::robots::{AgentRules, Robots};
 use crate::upstream::HttpClient;
 
-/// How a cached entry came to be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FetchKind {
+/// What a cached origin entry says applies to the origin's requests, with
+/// the reason for every state that is not a freshly fetched file.
+#[derive(Clone, Debug)]
+pub enum State {
     /// 2xx: the file's rules apply.
-    Ok,
+    Fresh(Compiled),
+    /// robots.txt could not be fetched again now (the origin unreachable,
+    /// or the proxy short of a local resource), but a copy fetched earlier
+    /// is still used; `reason` says why it was not refreshed.
+    Stale { rules: Compiled, reason: String },
     /// 4xx or too many redirects: everything allowed.
-    Unavailable,
+    AllowAll { reason: String },
     /// 5xx, 429 or network failure, no usable copy: everything disallowed.
-    Unreachable,
-    /// Unreachable now, but a copy fetched earlier is still used.
-    Stale,
-    /// Not fetched: the destination policy forbids the origin.
-    Refused,
-    /// TLS with the origin failed and no copy is usable.
-    BadTls,
+    DisallowAll { reason: String },
+    /// Not fetched: the destination policy forbids the origin (or a
+    /// robots.txt redirect); requests are refused.
+    Refused { reason: String },
+    /// TLS with the origin failed: requests get 502 (a copy fetched
+    /// earlier is not used, as requests could not reach the origin either).
+    BadTls { reason: String },
     /// The proxy ran short of file descriptors, memory or local ports and
     /// no copy is usable: everything disallowed for this request only,
     /// never cached (the next request fetches again).
-    LocalError,
+    LocalError { reason: String },
 }
 
-impl FetchKind {
-    pub fn as_str(self) -> &'static str {
+impl State {
+    /// Short name used in audit lines, headers and `/explain`.
+    pub fn name(&self) -> &'static str {
         match self {
-            FetchKind::Ok => "ok",
-            FetchKind::Unavailable => "unavailable",
-            FetchKind::Unreachable => "unreachable",
-            FetchKind::Stale => "stale",
-            FetchKind::Refused => "refused",
-            FetchKind::BadTls => "bad_tls",
-            FetchKind::LocalError => "local_error",
+            State::Fresh(_) => "ok",
+            State::Stale { .. } => "stale",
+            State::AllowAll { .. } => "unavailable",
+            State::DisallowAll { .. } => "unreachable",
+            State::Refused { .. } => "refused",
+            State::BadTls { .. } => "bad_tls",
+            State::LocalError { .. } => "local_error",
         }
     }
-}
 
-/// What applies to an origin.
-#[derive(Clone, Debug)]
-pub enum Rules {
-    Parsed(Compiled),
-    AllowAll,
-    DisallowAll,
-    /// The destination policy forbids the origin; the reason says why.
-    Refused,
-    /// TLS with the origin failed; requests get 502 with the reason.
-    BadTls,
+    /// Why the state is not a freshly fetched file (`None` if it is).
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            State::Fresh(_) => None,
+            State::Stale { reason, .. }
+            | State::AllowAll { reason }
+            | State::DisallowAll { reason }
+            | State::Refused { reason }
+            | State::BadTls { reason }
+            | State::LocalError { reason } => Some(reason),
+        }
+    }
+
+    /// The robots.txt rules in use, fresh or stale.
+    pub fn rules(&self) -> Option<&Compiled> {
+        match self {
+            State::Fresh(rules) | State::Stale { rules, .. } => Some(rules),
+            _ => None,
+        }
+    }
 }
 
 /// The compiled rules of one robots.txt file for each agent token the
@@ -103,12 +119,9 @@ impl Compiled {
 /// One origin's robots.txt state.
 #[derive(Debug)]
 pub struct Entry {
-    pub rules: Rules,
-    pub kind: FetchKind,
+    pub state: State,
     /// Final HTTP status of the last fetch, if one arrived.
     pub status: Option<u16>,
-    /// Why, in words, for the non-`Ok` kinds.
-    pub reason: Option<String>,
     /// When the rules in use were fetched (for `Stale`: the old copy's time).
     pub fetched_at: SystemTime,
     fetched_instant: Instant,
@@ -120,21 +133,17 @@ pub struct Entry {
 impl Entry {
     /// Approximate bytes held: the entry and its compiled rules.
     pub fn memory_usage(&self) -> usize {
-        let rules = match &self.rules {
-            Rules::Parsed(c) => c.memory_usage(),
-            _ => 0,
-        };
-        std::mem::size_of::<Self>() + self.reason.as_ref().map_or(0, String::capacity) + rules
+        let rules = self.state.rules().map_or(0, Compiled::memory_usage);
+        std::mem::size_of::<Self>() + self.state.reason().map_or(0, str::len) + rules
     }
 
     /// The last 2xx copy and when it was fetched, for stale-on-error: the
     /// rules in use whenever a file applies (fresh or stale), as a 4xx
     /// answer ends a file's life and a failure keeps it.
     fn last_good(&self) -> Option<(Compiled, Instant, SystemTime)> {
-        match &self.rules {
-            Rules::Parsed(c) => Some((c.clone(), self.fetched_instant, self.fetched_at)),
-            _ => None,
-        }
+        self.state
+            .rules()
+            .map(|c| (c.clone(), self.fetched_instant, self.fetched_at))
     }
 
     /// Seconds since the rules in use were fetched.
@@ -144,9 +153,25 @@ impl Entry {
 
     /// False if a robots.txt file applies but was not compiled for `token`.
     pub fn covers(&self, token: &str) -> bool {
-        match &self.rules {
-            Rules::Parsed(compiled) => compiled.get(token).is_some(),
-            _ => true,
+        self.state
+            .rules()
+            .is_none_or(|compiled| compiled.get(token).is_some())
+    }
+}
+
+#[cfg(test)]
+impl Entry {
+    /// An entry in `state`, fetched now and due again in `ttl`, for tests
+    /// of what reads entries.
+    pub(crate) fn with_state(state: State, ttl: Duration) -> Entry {
+        let now = Instant::now();
+        Entry {
+            state,
+            status: None,
+            fetched_at: SystemTime::now(),
+            fetched_instant: now,
+            expires: now + ttl,
+            failures: 0,
         }
     }
 }
@@ -199,13 +224,31 @@ struct Slot {
     weight: usize,
 }
 
-/// The LRU and the bytes its entries hold.
+/// The LRU, the bytes its entries hold and how many of them are policy
+/// refusals.
 struct Slots {
     lru: LruCache<Origin, Slot>,
     bytes: usize,
+    /// Entries that are [`State::Refused`]: kept so a refused origin is not
+    /// fetched again on every request, but not counted as cached robots.txt
+    /// state ([`RobotsCache::len`]).
+    refused: usize,
+}
+
+/// True if `slot` holds a destination-policy refusal.
+fn is_refused(slot: &Slot) -> bool {
+    slot.entry
+        .as_ref()
+        .is_some_and(|e| matches!(e.state, State::Refused { .. }))
 }
 
 impl Slots {
+    /// Accounts for a slot that left the LRU.
+    fn forget(&mut self, old: &Slot) {
+        self.bytes -= old.weight;
+        self.refused -= usize::from(is_refused(old));
+    }
+
     /// Stores `entry` for `origin` (finishing its flight), then drops least
     /// recently used entries while over `max_bytes` (never the last one).
     fn store(&mut self, origin: Origin, entry: Arc<Entry>, max_bytes: usize) {
@@ -213,28 +256,28 @@ impl Slots {
         match self.lru.get_mut(&origin) {
             Some(slot) => {
                 self.bytes = self.bytes - slot.weight + weight;
+                self.refused -= usize::from(is_refused(slot));
                 slot.entry = Some(entry);
+                self.refused += usize::from(is_refused(slot));
                 slot.flight = None;
                 slot.weight = weight;
             }
             None => {
                 self.bytes += weight;
-                let evicted = self.lru.push(
-                    origin,
-                    Slot {
-                        entry: Some(entry),
-                        flight: None,
-                        weight,
-                    },
-                );
-                if let Some((_, old)) = evicted {
-                    self.bytes -= old.weight;
+                let slot = Slot {
+                    entry: Some(entry),
+                    flight: None,
+                    weight,
+                };
+                self.refused += usize::from(is_refused(&slot));
+                if let Some((_, old)) = self.lru.push(origin, slot) {
+                    self.forget(&old);
                 }
             }
         }
         while self.bytes > max_bytes && self.lru.len() > 1 {
             match self.lru.pop_lru() {
-                Some((_, old)) => self.bytes -= old.weight,
+                Some((_, old)) => self.forget(&old),
                 None => break,
             }
         }
@@ -243,7 +286,7 @@ impl Slots {
     fn remove(&mut self, origin: &Origin) -> bool {
         match self.lru.pop(origin) {
             Some(old) => {
-                self.bytes -= old.weight;
+                self.forget(&old);
                 true
             }
             None => false,
@@ -289,6 +332,7 @@ impl RobotsCache {
             slots: Mutex::new(Slots {
                 lru: LruCache::new(cap),
                 bytes: 0,
+                refused: 0,
             }),
             client,
             fetch: RwLock::new(Arc::new(fetch)),
@@ -359,7 +403,7 @@ impl RobotsCache {
         }
         let agents: Arc<[Arc<str>]> = Arc::from([Arc::from(token)]);
         let entry = Arc::new(self.fetch_entry(origin, previous.clone(), agents).await);
-        if entry.kind == FetchKind::LocalError {
+        if matches!(entry.state, State::LocalError { .. }) {
             return (entry, Lookup::Miss);
         }
         if let Ok(mut others) = self.others.lock() {
@@ -388,9 +432,15 @@ impl RobotsCache {
         self
     }
 
-    /// Number of origins cached.
+    /// Number of origins whose robots.txt state is cached (or being
+    /// fetched). Destination-policy refusals are kept, so a refused origin
+    /// is not fetched again on every request, but not counted: they say
+    /// nothing about robots.txt.
     pub fn len(&self) -> usize {
-        self.slots.lock().map(|s| s.lru.len()).unwrap_or(0)
+        self.slots
+            .lock()
+            .map(|s| s.lru.len() - s.refused)
+            .unwrap_or(0)
     }
 
     /// Approximate bytes held by cached rules.
@@ -477,7 +527,7 @@ impl RobotsCache {
                 // fetching again now: the origin is unreachable.
                 if let Some(entry) = &slot.entry
                     && fresh(entry)
-                    && entry.kind == FetchKind::Stale
+                    && matches!(entry.state, State::Stale { .. })
                 {
                     return Next::Ready(entry.clone());
                 }
@@ -506,7 +556,7 @@ impl RobotsCache {
                     },
                 );
                 if let Some((_, old)) = evicted {
-                    slots.bytes -= old.weight;
+                    slots.forget(&old);
                 }
                 Next::Wait(f, Lookup::Miss)
             }
@@ -519,7 +569,7 @@ impl RobotsCache {
         let handle = tokio::spawn(async move {
             let entry = Arc::new(this.fetch_entry(&origin, previous, this.agents()).await);
             if let Ok(mut slots) = this.slots.lock() {
-                if entry.kind == FetchKind::LocalError {
+                if matches!(entry.state, State::LocalError { .. }) {
                     // Says nothing about the origin: the waiting requests
                     // get it, the slot keeps what it had, and the next
                     // request fetches again.
@@ -605,70 +655,38 @@ impl RobotsCache {
             Outcome::LocalError(_) => previous.map_or(0, |p| p.failures),
             _ => 0,
         };
-        let fresh = |rules, kind, reason, expires| (rules, kind, reason, expires, wall, now);
-        let (rules, kind, reason, expires, fetched_at, fetched_instant) = match fetched.outcome {
+        let fresh = |state, expires| (state, expires, wall, now);
+        let (state, expires, fetched_at, fetched_instant) = match fetched.outcome {
             Outcome::Parsed(robots) => fresh(
-                Rules::Parsed(Compiled::new(&robots, agents)),
-                FetchKind::Ok,
-                None,
+                State::Fresh(Compiled::new(&robots, agents)),
                 now + ttl(fetched.max_age),
             ),
-            Outcome::Unavailable(reason) => fresh(
-                Rules::AllowAll,
-                FetchKind::Unavailable,
-                Some(reason),
-                now + ttl(fetched.max_age),
-            ),
-            Outcome::Refused(reason) => fresh(
-                Rules::Refused,
-                FetchKind::Refused,
-                Some(reason),
-                now + s.unreachable_retry,
-            ),
-            Outcome::BadTls(reason) => fresh(
-                Rules::BadTls,
-                FetchKind::BadTls,
-                Some(reason),
-                now + s.unreachable_retry,
-            ),
+            Outcome::Unavailable(reason) | Outcome::RedirectLimit(reason) => {
+                fresh(State::AllowAll { reason }, now + ttl(fetched.max_age))
+            }
+            Outcome::Refused(reason) => fresh(State::Refused { reason }, now + s.unreachable_retry),
+            Outcome::BadTls(reason) => fresh(State::BadTls { reason }, now + s.unreachable_retry),
             // The proxy's own shortage: a usable copy is used, else all is
             // disallowed, for the requests waiting now only (due at once).
             Outcome::LocalError(reason) => match previous_good {
-                Some((compiled, at, at_wall)) if at.elapsed() <= s.stale_max => (
-                    Rules::Parsed(compiled),
-                    FetchKind::Stale,
-                    Some(reason),
-                    now,
-                    at_wall,
-                    at,
-                ),
-                _ => fresh(Rules::DisallowAll, FetchKind::LocalError, Some(reason), now),
+                Some((rules, at, at_wall)) if now.duration_since(at) <= s.stale_max => {
+                    (State::Stale { rules, reason }, now, at_wall, at)
+                }
+                _ => fresh(State::LocalError { reason }, now),
             },
             Outcome::Unreachable(reason) => {
                 let retry = now + retry_delay(s.unreachable_retry, failures, fetched.retry_after);
                 match previous_good {
-                    Some((compiled, at, at_wall)) if at.elapsed() <= s.stale_max => (
-                        Rules::Parsed(compiled),
-                        FetchKind::Stale,
-                        Some(reason),
-                        retry,
-                        at_wall,
-                        at,
-                    ),
-                    _ => fresh(
-                        Rules::DisallowAll,
-                        FetchKind::Unreachable,
-                        Some(reason),
-                        retry,
-                    ),
+                    Some((rules, at, at_wall)) if now.duration_since(at) <= s.stale_max => {
+                        (State::Stale { rules, reason }, retry, at_wall, at)
+                    }
+                    _ => fresh(State::DisallowAll { reason }, retry),
                 }
             }
         };
         Entry {
-            rules,
-            kind,
+            state,
             status: fetched.status,
-            reason,
             fetched_at,
             fetched_instant,
             expires,
@@ -807,7 +825,7 @@ mod tests {
             .expect("entry");
         assert!(entry.covers("bot") && entry.covers("other"));
         assert!(!entry.covers("third"));
-        let Rules::Parsed(compiled) = &entry.rules else {
+        let State::Fresh(compiled) = &entry.state else {
             panic!("a parsed entry");
         };
         let (Some(a), Some(b)) = (compiled.get("bot"), compiled.get("other")) else {
@@ -832,8 +850,7 @@ mod tests {
         };
         let agents = c.agents();
         let alone = c.entry_from(None, local(), &agents);
-        assert_eq!(alone.kind, FetchKind::LocalError);
-        assert!(matches!(alone.rules, Rules::DisallowAll));
+        assert!(matches!(alone.state, State::LocalError { .. }));
         assert!(alone.expires <= Instant::now());
         let good = c.entry_from(
             None,
@@ -847,10 +864,61 @@ mod tests {
             &agents,
         );
         let kept = c.entry_from(Some(&good), local(), &agents);
-        assert_eq!(kept.kind, FetchKind::Stale);
-        assert!(matches!(kept.rules, Rules::Parsed(_)));
+        assert!(matches!(kept.state, State::Stale { .. }));
         assert_eq!(kept.fetched_instant, good.fetched_instant);
         assert!(kept.expires <= Instant::now());
+    }
+
+    fn fetched(outcome: Outcome, max_age: Option<Duration>) -> Fetched {
+        Fetched {
+            outcome,
+            status: None,
+            max_age,
+            retry_after: None,
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    /// Lifetimes on tokio's paused clock, exact: max-age within
+    /// [min_ttl, max_ttl] (1 s, 60 s), the default TTL without one, a stale
+    /// copy used up to exactly stale_max (60 s) and not a millisecond more,
+    /// an unreachable origin retried after the backoff capped by
+    /// unreachable_retry (1 s).
+    #[tokio::test(start_paused = true)]
+    async fn lifetimes_follow_the_clock_exactly() {
+        let c = cache(usize::MAX, 10);
+        let agents = c.agents();
+        let secs = Duration::from_secs;
+        let parsed = |max_age| {
+            let e = c.entry_from(None, fetched(Outcome::Parsed(robots(1)), max_age), &agents);
+            e.expires - Instant::now()
+        };
+        assert_eq!(parsed(Some(secs(30))), secs(30));
+        assert_eq!(parsed(Some(Duration::ZERO)), secs(1), "min_ttl");
+        assert_eq!(parsed(Some(secs(3600))), secs(60), "max_ttl");
+        assert_eq!(parsed(None), secs(60), "default_ttl");
+
+        let good = c.entry_from(None, fetched(Outcome::Parsed(robots(1)), None), &agents);
+        let down = || fetched(Outcome::Unreachable("503 from origin".into()), None);
+        tokio::time::advance(secs(60)).await;
+        assert_eq!(good.age(), secs(60));
+        let stale = c.entry_from(Some(&good), down(), &agents);
+        assert!(
+            matches!(stale.state, State::Stale { .. }),
+            "{:?}",
+            stale.state
+        );
+        assert_eq!(stale.age(), secs(60), "the copy's age, not the failure's");
+        assert_eq!(stale.expires - Instant::now(), secs(1));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let gone = c.entry_from(Some(&stale), down(), &agents);
+        assert!(
+            matches!(gone.state, State::DisallowAll { .. }),
+            "{:?}",
+            gone.state
+        );
+        assert_eq!(gone.expires - Instant::now(), secs(1));
+        assert_eq!(gone.failures, 2);
     }
 
     #[test]

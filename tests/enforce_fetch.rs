@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
-use support::{Origin, Proxy, Reply, counting_listener};
+use support::{Origin, Proxy, Reply, counting_listener, metric};
 
 const ROBOTS: &[u8] = b"User-agent: *\nDisallow: /private\n";
 
@@ -219,6 +219,90 @@ async fn a_robots_redirect_to_a_refused_address_is_never_connected_to() {
         assert!(!reason.to_lowercase().contains("connect"), "{j:#}");
         assert_eq!(accepts.load(Ordering::SeqCst), 0, "{target}");
     }
+}
+
+/// A robots.txt fetch the destination policy refuses (here its redirect to
+/// a loopback address) is no fetch outcome `unreachable` and no cached
+/// robots.txt: `/metrics` counts it as `refused` and leaves the cache
+/// entries gauge alone. The refusal is still remembered for
+/// `robots.unreachable_retry`, so a second request does not fetch again.
+#[tokio::test]
+async fn a_refused_robots_fetch_is_counted_as_refused_not_as_unreachable_or_cached() {
+    let (addr, accepts) = counting_listener("127.0.0.1")
+        .await
+        .expect("a loopback address to listen on");
+    let origin = Origin::start().await;
+    origin.route(
+        "/robots.txt",
+        Reply::redirect(&format!("http://{addr}/robots.txt")),
+    );
+    let public = origin.addr;
+    let proxy = Proxy::start_with(|c| {
+        c.allow_private_destinations = false;
+        c.treat_as_public = vec![public];
+        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    })
+    .await;
+    for _ in 0..2 {
+        let resp = proxy.get(&origin.url("/page")).await;
+        assert_eq!(resp.status, 403, "{}", resp.body);
+        assert!(
+            resp.body.contains("refused by destination policy"),
+            "{}",
+            resp.body
+        );
+    }
+    assert_eq!(origin.hits("/robots.txt"), 1, "the refusal is remembered");
+    assert_eq!(accepts.load(Ordering::SeqCst), 0);
+    let text = proxy.admin_get("/metrics").await.body;
+    let fetches = |outcome: &str| {
+        metric(
+            &text,
+            &format!(
+                "robots_proxy_robots_fetches_total{{outcome=\"{outcome}\",status_class=\"none\"}}"
+            ),
+        )
+    };
+    assert_eq!(fetches("refused"), Some(1.0), "{text}");
+    assert_eq!(fetches("unreachable"), Some(0.0), "{text}");
+    assert_eq!(
+        metric(&text, "robots_proxy_robots_cache_entries"),
+        Some(0.0),
+        "{text}"
+    );
+}
+
+/// The fetch says when it gave up following redirects: a redirect loop is
+/// counted `redirect_limit`, and a 3xx without a usable `Location` (no
+/// limit reached) is `unavailable` with its 3xx status, not a guess of
+/// `redirect_limit` from the status. Both allow everything.
+#[tokio::test]
+async fn the_redirect_limit_is_counted_only_when_reached() {
+    let looping = Origin::start().await;
+    looping.route("/robots.txt", Reply::redirect(&looping.url("/robots.txt")));
+    let nowhere = Origin::start().await;
+    nowhere.route("/robots.txt", Reply::status(302));
+    let proxy = Proxy::start_with(|c| {
+        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    })
+    .await;
+    for origin in [&looping, &nowhere] {
+        let resp = proxy.get(&origin.url("/page")).await;
+        assert_eq!(resp.status, 200, "{}", resp.body);
+    }
+    assert!(looping.hits("/robots.txt") > 1);
+    assert_eq!(nowhere.hits("/robots.txt"), 1);
+    let text = proxy.admin_get("/metrics").await.body;
+    let fetches = |outcome: &str| {
+        metric(
+            &text,
+            &format!(
+                "robots_proxy_robots_fetches_total{{outcome=\"{outcome}\",status_class=\"3xx\"}}"
+            ),
+        )
+    };
+    assert_eq!(fetches("redirect_limit"), Some(1.0), "{text}");
+    assert_eq!(fetches("unavailable"), Some(1.0), "{text}");
 }
 
 /// The cloud metadata address: refused before any connect is tried, so

@@ -1,16 +1,15 @@
-//! Politeness limiter behaviour in real time (small intervals, tolerances).
+//! Politeness limiter behaviour on tokio's paused clock: waits are timers
+//! the runtime fires exactly when their time comes, so every assertion on
+//! time is exact, and time moves only by `tokio::time::advance` or by the
+//! limiter's own sleeps.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use robots_proxy::politeness::{Mode, Politeness, PolitenessConfig, RateLimited};
-use tokio::time::Instant;
+use tokio::time::{Instant, advance};
 
 const KEY: &str = "https://example.com:443 examplebot";
-/// Lateness allowed for a timer on a loaded 2-core machine.
-const SLACK: Duration = Duration::from_millis(150);
-/// Earliness allowed (timer granularity).
-const EARLY: Duration = Duration::from_millis(5);
 
 fn politeness(mode: Mode) -> Arc<Politeness> {
     Arc::new(Politeness::new(PolitenessConfig {
@@ -29,24 +28,22 @@ fn delay(max_wait_ms: u64) -> Mode {
     }
 }
 
-fn assert_near(got: Duration, want: Duration) {
-    assert!(
-        got + EARLY >= want && got <= want + SLACK,
-        "elapsed {got:?}, expected about {want:?}"
-    );
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn delay_mode_spaces_sequential_requests() {
     let p = politeness(delay(5_000));
     let t0 = Instant::now();
     for i in 0..3u32 {
-        p.acquire(KEY, Some(0.2)).await.unwrap();
-        assert_near(t0.elapsed(), Duration::from_millis(200) * i);
+        let held = p.acquire(KEY, Some(0.2)).await.unwrap();
+        assert_eq!(t0.elapsed(), ms(200) * i);
+        assert_eq!(held, if i == 0 { Duration::ZERO } else { ms(200) });
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn delay_mode_spaces_concurrent_requests_in_order() {
     let p = politeness(delay(5_000));
     let t0 = Instant::now();
@@ -54,8 +51,8 @@ async fn delay_mode_spaces_concurrent_requests_in_order() {
     for _ in 0..3 {
         let p = Arc::clone(&p);
         tasks.push(tokio::spawn(async move {
-            p.acquire(KEY, Some(0.2)).await.unwrap();
-            t0.elapsed()
+            let held = p.acquire(KEY, Some(0.2)).await.unwrap();
+            (t0.elapsed(), held)
         }));
     }
     let mut done = Vec::new();
@@ -63,61 +60,59 @@ async fn delay_mode_spaces_concurrent_requests_in_order() {
         done.push(t.await.unwrap());
     }
     done.sort();
-    for (i, d) in done.into_iter().enumerate() {
-        assert_near(d, Duration::from_millis(200) * i as u32);
+    for (i, (at, held)) in done.into_iter().enumerate() {
+        assert_eq!(at, ms(200) * i as u32);
+        assert_eq!(held, ms(200) * i as u32, "held from arrival to its slot");
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn reject_mode_refuses_second_immediate_request() {
     let p = politeness(Mode::Reject);
     p.acquire(KEY, Some(0.5)).await.unwrap();
     let err = p.acquire(KEY, Some(0.5)).await.unwrap_err();
-    assert!(
-        err.retry_after > Duration::from_millis(300)
-            && err.retry_after <= Duration::from_millis(500),
-        "{err:?}"
-    );
+    assert_eq!(err.retry_after, ms(500));
     assert_eq!(err.retry_after_secs(), 1);
     // Another agent on the same origin is a different key.
     p.acquire("https://example.com:443 otherbot", Some(0.5))
         .await
         .unwrap();
-    // After the interval the slot is free again.
-    tokio::time::sleep(err.retry_after).await;
-    p.acquire(KEY, Some(0.5)).await.unwrap();
+    // A refusal books nothing: 1 ms before the slot it is still refused,
+    // with 1 ms to wait; at the slot it goes.
+    advance(ms(499)).await;
+    let err = p.acquire(KEY, Some(0.5)).await.unwrap_err();
+    assert_eq!(err.retry_after, ms(1));
+    advance(ms(1)).await;
+    assert_eq!(p.acquire(KEY, Some(0.5)).await, Ok(Duration::ZERO));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn delay_mode_refuses_at_once_past_max_wait() {
     let p = politeness(delay(100));
     p.acquire(KEY, Some(1.0)).await.unwrap();
     let t0 = Instant::now();
     let err: RateLimited = p.acquire(KEY, Some(1.0)).await.unwrap_err();
-    assert!(
-        t0.elapsed() < Duration::from_millis(50),
-        "refusal must not wait"
-    );
-    assert!(err.retry_after > Duration::from_millis(800), "{err:?}");
+    assert_eq!(t0.elapsed(), Duration::ZERO, "refusal must not wait");
+    assert_eq!(err.retry_after, Duration::from_secs(1));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn queued_waiters_count_against_max_wait() {
     // interval 200 ms, max_wait 300 ms: slots at 0, 200 ms; a third request
     // would wait 400 ms, so it is refused although the key's "next free"
     // time on its own is only 200 ms away.
     let p = politeness(delay(300));
+    let t0 = Instant::now();
     p.acquire(KEY, Some(0.2)).await.unwrap();
     let p2 = Arc::clone(&p);
     let second = tokio::spawn(async move { p2.acquire(KEY, Some(0.2)).await });
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Let the second book its slot (the clock does not move).
+    tokio::task::yield_now().await;
+    assert_eq!(p.next_slot(KEY), Some((ms(200), ms(400))));
     let err = p.acquire(KEY, Some(0.2)).await.unwrap_err();
-    assert!(
-        err.retry_after > Duration::from_millis(300)
-            && err.retry_after <= Duration::from_millis(400),
-        "{err:?}"
-    );
-    second.await.unwrap().unwrap();
+    assert_eq!(err.retry_after, ms(400));
+    assert_eq!(second.await.unwrap(), Ok(ms(200)));
+    assert_eq!(t0.elapsed(), ms(200));
 }
 
 #[tokio::test]
@@ -134,21 +129,26 @@ async fn no_delay_touches_no_state() {
     assert_eq!(p.tracked(), 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn default_interval_applies_without_crawl_delay() {
     let p = Politeness::new(PolitenessConfig {
         mode: Mode::Reject,
-        default_interval: Some(Duration::from_millis(300)),
+        default_interval: Some(ms(300)),
         ..PolitenessConfig::default()
     });
     p.acquire(KEY, None).await.unwrap();
     let err = p.acquire(KEY, None).await.unwrap_err();
-    assert!(err.retry_after <= Duration::from_millis(300));
+    assert_eq!(err.retry_after, ms(300));
     // A smaller Crawl-delay does not undercut the default.
-    assert!(p.acquire(KEY, Some(0.01)).await.is_err());
+    assert_eq!(
+        p.acquire(KEY, Some(0.01)).await,
+        Err(RateLimited {
+            retry_after: ms(300)
+        })
+    );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn huge_crawl_delay_is_clamped() {
     let p = Politeness::new(PolitenessConfig {
         mode: Mode::Reject,
@@ -157,10 +157,10 @@ async fn huge_crawl_delay_is_clamped() {
     });
     p.acquire(KEY, Some(86_400.0)).await.unwrap();
     let err = p.acquire(KEY, Some(86_400.0)).await.unwrap_err();
-    assert!(err.retry_after <= Duration::from_secs(2), "{err:?}");
+    assert_eq!(err.retry_after, Duration::from_secs(2));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn tracked_keys_stay_bounded() {
     let p = Politeness::new(PolitenessConfig {
         mode: Mode::Reject,
@@ -179,18 +179,19 @@ async fn tracked_keys_stay_bounded() {
             assert!(p.tracked() <= cap);
         }
     }
-    assert!(p.tracked() <= cap);
-    // All of them were inside their 10 s interval when pushed out.
-    assert!(p.evicted_active() >= 19_000 - 1_000);
+    assert_eq!(p.tracked(), cap);
+    // The clock did not move: every key pushed out was inside its 10 s
+    // interval.
+    assert_eq!(p.evicted_active(), 20_000 - cap as u64);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn idle_keys_are_swept() {
     let p = Politeness::new(PolitenessConfig {
         mode: Mode::Reject,
         default_interval: None,
         max_tracked: 1_000,
-        idle_evict_after: Duration::from_millis(50),
+        idle_evict_after: ms(50),
         max_crawl_delay: Duration::from_secs(60),
     });
     for i in 0..50 {
@@ -207,7 +208,11 @@ async fn idle_keys_are_swept() {
             .unwrap();
     }
     assert_eq!(p.tracked(), 101);
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    // Idle means unused for idle_evict_after (50 ms) and past the interval.
+    advance(ms(49)).await;
+    p.sweep();
+    assert_eq!(p.tracked(), 101);
+    advance(ms(1)).await;
     p.sweep();
     assert_eq!(p.tracked(), 1);
     assert!(p.acquire(KEY, Some(30.0)).await.is_err());

@@ -56,12 +56,63 @@ fn notifications_reach_the_socket() {
     assert_eq!(got[3], "STOPPING=1\n");
 }
 
+/// Set in the child run by `no_socket_is_a_no_op`.
+const QUIET_CHILD_FLAG: &str = "ROBOTS_PROXY_NOTIFY_QUIET_CHILD";
+
+/// Only does something when started by `no_socket_is_a_no_op`: sends every
+/// notification with warnings logged to stderr, then says it got through.
 #[test]
-fn no_socket_is_a_no_op() {
-    // Under systemd (NOTIFY_SOCKET set) this would message the real manager.
-    if std::env::var_os("NOTIFY_SOCKET").is_some() {
+fn child_notifies_with_warnings_shown() {
+    if std::env::var_os(QUIET_CHILD_FLAG).is_none() {
         return;
     }
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .init();
     robots_proxy::systemd::notify_ready();
+    robots_proxy::systemd::notify_status("listening");
+    robots_proxy::systemd::notify_reloading();
     robots_proxy::systemd::notify_stopping();
+    println!("all notifications sent");
+}
+
+/// Runs `child_notifies_with_warnings_shown` with `NOTIFY_SOCKET` set to
+/// `socket` (or unset): whether it got through, and its stderr.
+fn notify_child(socket: Option<&std::path::Path>) -> (bool, String) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "child_notifies_with_warnings_shown",
+        "--test-threads=1",
+        "--nocapture",
+    ])
+    .env(QUIET_CHILD_FLAG, "1");
+    match socket {
+        Some(path) => cmd.env("NOTIFY_SOCKET", path),
+        None => cmd.env_remove("NOTIFY_SOCKET"),
+    };
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "child failed: {stdout}{stderr}");
+    (stdout.contains("all notifications sent"), stderr)
+}
+
+/// Without `NOTIFY_SOCKET` (not started by systemd) every notification
+/// gets through without a message, a warning or a panic. The child's
+/// environment is set, so this runs under systemd too. A socket that is
+/// set but missing shows the warning this looks for.
+#[test]
+fn no_socket_is_a_no_op() {
+    let (done, stderr) = notify_child(None);
+    assert!(done, "the notifications returned: {stderr}");
+    assert!(!stderr.contains("sd_notify failed"), "{stderr}");
+    assert!(!stderr.contains("WARN"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.sock");
+    let (done, stderr) = notify_child(Some(&missing));
+    assert!(done, "a failed notification does not stop the caller");
+    assert!(stderr.contains("sd_notify failed"), "{stderr}");
 }

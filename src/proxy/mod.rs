@@ -416,9 +416,9 @@ impl Proxy {
     }
 
     fn count_lookup(&self, judgement: &Judgement) {
-        use crate::robots_cache::{FetchKind, Lookup};
-        let event = match (judgement.lookup, judgement.fetch_kind()) {
-            (Some(Lookup::Hit), Some(FetchKind::Stale)) => metrics::CacheEvent::Stale,
+        use crate::robots_cache::{Lookup, State};
+        let event = match (judgement.lookup, judgement.entry_state()) {
+            (Some(Lookup::Hit), Some(State::Stale { .. })) => metrics::CacheEvent::Stale,
             (Some(Lookup::Hit), _) => metrics::CacheEvent::Hit,
             (Some(Lookup::Miss), _) => metrics::CacheEvent::Miss,
             (Some(Lookup::Expired), _) => metrics::CacheEvent::Expired,

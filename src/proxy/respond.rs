@@ -5,7 +5,7 @@ use http::{Response, StatusCode};
 
 use crate::body::{Body, full_body};
 use crate::gate::{Decision, Judgement, Limit};
-use crate::robots_cache::FetchKind;
+use crate::robots_cache::State;
 
 /// Header carrying a decision's reason in one line.
 pub const DECISION_HEADER: &str = "x-robots-proxy-decision";
@@ -98,7 +98,7 @@ pub fn blocked(j: &Judgement) -> Response<Body> {
     let fetch = match &j.entry {
         Some(e) => format!(
             "{}{}, fetched {} s ago",
-            e.kind.as_str(),
+            e.state.name(),
             e.status.map(|s| format!(" (HTTP {s})")).unwrap_or_default(),
             e.age().as_secs()
         ),
@@ -107,7 +107,7 @@ pub fn blocked(j: &Judgement) -> Response<Body> {
     let (status, title, retry) = match &j.decision {
         Decision::Disallowed { .. } => (StatusCode::FORBIDDEN, "Blocked by robots.txt", None),
         Decision::Unreachable { retry_after, .. }
-            if j.fetch_kind() == Some(FetchKind::LocalError) =>
+            if matches!(j.entry_state(), Some(State::LocalError { .. })) =>
         {
             (
                 StatusCode::SERVICE_UNAVAILABLE,
