@@ -136,6 +136,10 @@ impl Drop for Held<'_> {
     fn drop(&mut self) {
         if !self.done {
             self.politeness.release(self.key, self.slot, self.interval);
+            tracing::debug!(
+                key = self.key,
+                "request ended while held: Crawl-delay slot given back"
+            );
         }
     }
 }
@@ -211,6 +215,11 @@ impl Politeness {
             interval,
             done: false,
         };
+        tracing::debug!(
+            key,
+            wait_secs = (slot - now).as_secs_f64(),
+            "held for a Crawl-delay slot"
+        );
         tokio::time::sleep_until(slot).await;
         held.done = true;
         Ok(slot - now)

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
+use support::events::Events;
 use support::{Conn, Origin, Proxy, metric};
 
 async fn proxy_with_admin(max_wait: Duration) -> Proxy {
@@ -58,6 +59,7 @@ async fn a_held_request_carries_its_delay_and_is_measured() {
 
 #[tokio::test]
 async fn a_client_that_gives_up_while_held_gives_its_slot_back() {
+    let mut events = Events::capture();
     let origin = Origin::start().await;
     origin.robots("User-agent: *\nCrawl-delay: 20\n");
     let proxy = proxy_with_admin(Duration::from_secs(60)).await;
@@ -71,30 +73,23 @@ async fn a_client_that_gives_up_while_held_gives_its_slot_back() {
         conn.send(Request::get(url).body(Bytes::new()).expect("req"))
             .await
     });
-    let mut held = false;
-    for _ in 0..200 {
-        if metric(&metrics(&proxy).await, "robots_proxy_politeness_waiting") == Some(1.0) {
-            held = true;
-            break;
-        }
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(held, "the second request is held");
+    events.next("held for a Crawl-delay slot").await;
+    assert_eq!(
+        metric(&metrics(&proxy).await, "robots_proxy_politeness_waiting"),
+        Some(1.0),
+        "the second request is held"
+    );
     let booked = explain(&proxy, &origin.url("/x")).await["politeness"]["next_slot_in_secs"]
         .as_f64()
         .expect("next slot");
     assert!(booked > 20.0, "two slots booked: {booked}");
     client.abort();
-    let mut released = false;
-    for _ in 0..200 {
-        if metric(&metrics(&proxy).await, "robots_proxy_politeness_waiting") == Some(0.0) {
-            released = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(released, "the held request ended with its client");
+    events.next("Crawl-delay slot given back").await;
+    assert_eq!(
+        metric(&metrics(&proxy).await, "robots_proxy_politeness_waiting"),
+        Some(0.0),
+        "the held request ended with its client"
+    );
     let next = explain(&proxy, &origin.url("/x")).await["politeness"]["next_slot_in_secs"]
         .as_f64()
         .expect("next slot");

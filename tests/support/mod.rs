@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod events;
 pub mod nginx;
 pub mod tls;
 
@@ -23,6 +24,9 @@ use robots_proxy::config::Config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
+
+/// Generous upper bound for anything that must merely not hang.
+pub const NO_HANG: Duration = Duration::from_secs(15);
 
 /// What an origin answers for a path.
 #[derive(Clone)]
