@@ -71,12 +71,13 @@ median() {
         if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
-# start_origin DIR PORT: an nginx origin on 127.0.0.1:PORT (one worker,
-# access log off) serving DIR/www: small.html (1400 B), large.bin
-# (100 KiB) and a robots.txt that disallows only /private/. Sets ORIGIN_PID;
-# poll it with wait_for_status.
+# start_origin DIR PORT [HEADERS]: an nginx origin on 127.0.0.1:PORT (one
+# worker, access log off) serving DIR/www: small.html (1400 B), large.bin
+# (100 KiB) and a robots.txt that disallows only /private/. HEADERS are
+# nginx directives added to its location (e.g. a Cache-Control header).
+# Sets ORIGIN_PID; poll it with wait_for_status.
 start_origin() {
-    local dir=$1 port=$2
+    local dir=$1 port=$2 headers=${3:-}
     mkdir -p "$dir/www" "$dir/nginx-temp"
     head -c 1400 /dev/zero | tr '\0' 'a' >"$dir/www/small.html"
     head -c 102400 /dev/urandom >"$dir/www/large.bin"
@@ -102,7 +103,7 @@ http {
     server {
         listen 127.0.0.1:$port;
         root $dir/www;
-        location / { }
+        location / { $headers }
         location = /nginx_status { stub_status; }
     }
 }
