@@ -87,8 +87,10 @@ async fn each_answer_is_counted_once_under_its_own_label() {
     assert_eq!(bad.status, 502, "{bad:?}");
     let slow = proxy.get(&origin.url("/slow")).await;
     assert_eq!(slow.status, 504, "{slow:?}");
-    // Not a request the proxy can judge: origin form, TRACE, a CONNECT
+    // Not a request the proxy can judge: no HTTP at all (hyper answers it
+    // before the proxy's service sees it), origin form, TRACE, a CONNECT
     // without a port.
+    assert_eq!(raw_status(&proxy, "GARBAGE\r\n\r\n").await, 400);
     assert_eq!(
         raw_status(&proxy, "GET /page HTTP/1.1\r\nHost: x\r\n\r\n").await,
         400
@@ -120,7 +122,7 @@ async fn each_answer_is_counted_once_under_its_own_label() {
         ("allowed", 1.0),
         ("disallowed", 1.0),
         ("upstream_error", 2.0),
-        ("bad_request", 3.0),
+        ("bad_request", 4.0),
         ("loop_detected", 1.0),
         ("refused", 0.0),
         ("error", 0.0),

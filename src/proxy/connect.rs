@@ -220,6 +220,7 @@ where
     };
     let in_flight = InFlight::default();
     let counter = in_flight.clone();
+    let counts = proxy.clone();
     let service = service_fn(move |mut req: Request<Incoming>| {
         let (proxy, origin, caller) = (proxy.clone(), origin.clone(), caller.clone());
         if let Some(hold) = hold
@@ -236,7 +237,7 @@ where
     });
     let builder = policy.auto();
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    drive(
+    let ended = drive(
         conn,
         |c| c.graceful_shutdown(),
         stop,
@@ -245,6 +246,13 @@ where
         "tunnel connection",
     )
     .await;
+    if ended
+        .as_ref()
+        .and_then(|e| e.downcast_ref::<hyper::Error>())
+        .is_some_and(super::server::answered_malformed)
+    {
+        counts.count(Outcome::BadRequest);
+    }
 }
 
 /// The phases of a request inside a tunnel, up to its answer.

@@ -21,6 +21,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::Instant;
 
 use super::Proxy;
+use super::phases::Outcome;
 use crate::body::Body;
 use crate::listen::LIMIT_WARNING_EVERY;
 pub use crate::listen::{ConnectionPolicy, RefusalLog};
@@ -183,6 +184,7 @@ async fn serve_connection(
     let policy = ConnectionPolicy {
         header_timeout: proxy.settings().header_timeout,
     };
+    let counts = proxy.clone();
     let service = service_fn(move |mut req: Request<Incoming>| {
         // A tunnel or an upgraded connection keeps the client connection's
         // slot and its part in shutdown until it closes.
@@ -196,7 +198,7 @@ async fn serve_connection(
         .http1()
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
-    drive(
+    let ended = drive(
         conn,
         |c| c.graceful_shutdown(),
         Some(stop),
@@ -205,6 +207,16 @@ async fn serve_connection(
         "client connection",
     )
     .await;
+    if ended.is_some_and(|e| answered_malformed(&e)) {
+        counts.count(Outcome::BadRequest);
+    }
+}
+
+/// True if hyper ended a connection on a request it could not parse, after
+/// answering it itself (400, 431 for headers too large, 505): an answer of
+/// the proxy's that its service never saw, counted here.
+pub fn answered_malformed(e: &hyper::Error) -> bool {
+    e.is_parse() || e.is_parse_too_large()
 }
 
 /// Drives a served connection to its end. When its listener starts
@@ -212,6 +224,7 @@ async fn serve_connection(
 /// finish, then it closes); when the grace is over it is dropped. With
 /// `idle`, it also shuts down gracefully once no request has been in
 /// flight for that long (HTTP/2 has no header timeout of its own).
+/// Returns the error the connection ended with, if any.
 pub async fn drive<C, E>(
     conn: C,
     shutdown: fn(Pin<&mut C>),
@@ -219,7 +232,8 @@ pub async fn drive<C, E>(
     idle: Option<(Duration, &InFlight)>,
     peer: SocketAddr,
     what: &'static str,
-) where
+) -> Option<E>
+where
     C: Future<Output = Result<(), E>>,
     E: std::fmt::Display,
 {
@@ -234,7 +248,7 @@ pub async fn drive<C, E>(
             .map_or(Phase::Serving, |s| *s.borrow_and_update());
         if phase == Phase::Cut {
             tracing::debug!(%peer, "{what} closed: shutdown grace period over");
-            return;
+            return None;
         }
         if phase == Phase::Draining && !shutting {
             shutting = true;
@@ -249,15 +263,15 @@ pub async fn drive<C, E>(
         };
         tokio::select! {
             result = conn.as_mut() => {
-                if let Err(e) = result {
+                if let Err(e) = &result {
                     tracing::debug!(%peer, error = %e, "{what} ended with an error");
                 }
-                return;
+                return result.err();
             }
             changed = changed(stop.as_mut()) => {
                 if changed.is_err() {
                     // The listener is gone altogether.
-                    return;
+                    return None;
                 }
             }
             _ = changed(requests.as_mut()) => {}
