@@ -366,7 +366,7 @@ fn systemd_directory(var: &str) -> Option<PathBuf> {
     Some(PathBuf::from(first))
 }
 
-/// Reads `humantime` durations: `30s`, `5m`, `24h`, `1h 30m`, `0s`.
+/// Reads a listen address (see [`parse_listen`]).
 fn listen_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
     let s = String::deserialize(d)?;
     parse_listen(&s).map_err(serde::de::Error::custom)
@@ -400,6 +400,7 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{s:?}: {host:?} has no address"))
 }
 
+/// Reads `humantime` durations: `30s`, `5m`, `24h`, `1h 30m`, `0s`.
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
     humantime::parse_duration(&s).map_err(|e| {

@@ -50,7 +50,8 @@ pub enum Decision {
     BadRequest,
     /// A request that already passed through this proxy (508).
     LoopDetected,
-    /// Allowed, but the origin gave no usable response (502, 504).
+    /// The origin gave no usable response (502, 504), or its robots.txt
+    /// failed TLS verification (502).
     UpstreamError,
     /// Anything that failed inside the proxy (the audit log cannot be written).
     Error,

@@ -345,8 +345,6 @@ impl RobotsCache {
         }
     }
 
-    /// Sets the agents entries are compiled for. Cached entries that lack
-    /// one of them are fetched again when a request needs it.
     /// The settings of the fetches started from now on.
     pub fn set_fetch_settings(&self, fetch: FetchSettings) {
         match self.fetch.write() {
@@ -362,6 +360,8 @@ impl RobotsCache {
         }
     }
 
+    /// Sets the agents entries are compiled for. Cached entries that lack
+    /// one of them are fetched again when a request needs it.
     pub fn set_agents(&self, agents: &[String]) {
         if let Ok(mut a) = self.agents.write() {
             *a = tokens(agents);

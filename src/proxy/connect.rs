@@ -19,11 +19,11 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use super::Proxy;
 use super::io::Prefixed;
 use super::phases::{Answer, Caller, Outcome, Recorded};
 use super::respond;
 use super::server::{ConnectionHold, ConnectionPolicy, InFlight, Phase, Stop, drive};
+use super::{Proxy, Settings};
 use crate::body::{Body, empty_body};
 use crate::gate::Decision;
 use crate::origin::{Origin, Scheme};
@@ -68,14 +68,18 @@ fn connection_hold(req: &Request<Incoming>) -> Option<Arc<ConnectionHold>> {
 /// Handles a CONNECT request, and finishes it (see [`super::phases`]):
 /// here for a bad target, a refusal, a blind tunnel or an intercepted
 /// one; once the client speaks for a tunnel whose port may not be TLS.
-pub async fn handle(proxy: Arc<Proxy>, caller: Caller, req: Request<Incoming>) -> Response<Body> {
+pub async fn handle(
+    proxy: Arc<Proxy>,
+    settings: Arc<Settings>,
+    caller: Caller,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let https = match connect_target(&req).and_then(|(host, port)| {
         Origin::new(Scheme::Https, &host, Some(port)).map_err(|e| e.to_string())
     }) {
         Ok(o) => o,
         Err(e) => return proxy.finish(Answer::bad_request(format!("Bad CONNECT: {e}\n"))),
     };
-    let settings = proxy.settings();
     let agent = settings
         .agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT))
         .to_string();
@@ -90,7 +94,7 @@ pub async fn handle(proxy: Arc<Proxy>, caller: Caller, req: Request<Incoming>) -
     }
     let minter = proxy.minter.clone();
     if minter.is_none() || no_intercept(&settings.no_intercept, https.host()) {
-        return tunnel(proxy, caller, https, &agent, req).await;
+        return tunnel(proxy, &settings, caller, https, &agent, req).await;
     }
     let hold = connection_hold(&req);
     let task_proxy = proxy.clone();
@@ -340,16 +344,18 @@ fn refuse_inner(req: &Request<Incoming>) -> Option<Response<Body>> {
 /// A blind tunnel: only a host-level decision (is `/` allowed?) is possible.
 async fn tunnel(
     proxy: Arc<Proxy>,
+    settings: &Settings,
     caller: Caller,
     origin: Origin,
     agent: &str,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let judgement = proxy.gate.judge(&origin, "/", agent).await;
+    let mut judgement = proxy.gate.judge(&origin, "/", agent).await;
     if matches!(judgement.decision, Decision::BadGateway { .. }) {
         // robots.txt over TLS failed: perhaps a plain-HTTP port (CONNECT
         // host:8080). The client's first byte tells.
-        return sniffed_tunnel(proxy, caller, origin, judgement, req);
+        let handshake = settings.header_timeout.min(HANDSHAKE_TIMEOUT);
+        return sniffed_tunnel(proxy, caller, origin, judgement, handshake, req);
     }
     // Allowed at host level, it is recorded as `tunnelled`: paths go unchecked.
     if let Err(answer) = proxy.record(&caller, &judgement, "CONNECT", Recorded::Tunnel) {
@@ -359,7 +365,17 @@ async fn tunnel(
     let upstream = match connect_upstream(&origin, proxy.gate.policy(), timeout).await {
         Ok(s) => s,
         Err(e) if e.kind() == ErrorKind::Refused => {
-            return proxy.finish(Answer::new(Outcome::Refused, respond::refused(e.reason())));
+            // A name that resolved to a refused address: recorded as the
+            // refusal it is (the line above said the tunnel would open).
+            let reason = e.reason().to_string();
+            judgement.decision = Decision::Refused {
+                reason: reason.clone(),
+            };
+            let answer = proxy
+                .record(&caller, &judgement, "CONNECT", Recorded::Request)
+                .err()
+                .unwrap_or_else(|| Answer::new(Outcome::Refused, respond::refused(&reason)));
+            return proxy.finish(answer);
         }
         Err(e) => {
             return proxy.finish(Answer::new(
@@ -372,7 +388,7 @@ async fn tunnel(
         }
     };
     let hold = connection_hold(&req);
-    let idle = proxy.settings().tunnel_idle_timeout;
+    let idle = settings.tunnel_idle_timeout;
     let client = caller.client;
     tokio::spawn(async move {
         let stop = hold.as_ref().map(|h| h.stop());
@@ -395,16 +411,14 @@ fn sniffed_tunnel(
     caller: Caller,
     origin: Origin,
     judgement: crate::gate::Judgement,
+    handshake: Duration,
     req: Request<Incoming>,
 ) -> Response<Body> {
     let hold = connection_hold(&req);
     tokio::spawn(async move {
         let stop = hold.as_ref().map(|h| h.stop());
         let sniffed = match upgraded(req).await {
-            Some(upgraded) => {
-                let handshake = proxy.settings().header_timeout.min(HANDSHAKE_TIMEOUT);
-                sniff(upgraded, handshake, stop.as_ref()).await
-            }
+            Some(upgraded) => sniff(upgraded, handshake, stop.as_ref()).await,
             None => None,
         };
         let http = Origin::new(Scheme::Http, origin.host(), Some(origin.port()));

@@ -303,7 +303,7 @@ pub(super) fn upstream_failed(resp: Response<Body>) -> Response<Body> {
 /// refused private destination, else 502 with the reason.
 fn upstream_error(e: &UpstreamError, target: &Uri) -> Response<Body> {
     if e.kind() == ErrorKind::Refused {
-        return Failed::mark(Outcome::Refused, respond::refused(e.reason()));
+        return Failed::refused(e.reason());
     }
     tracing::debug!(%target, error = %e.chain(), "upstream request failed");
     upstream_failed(respond::text(

@@ -246,7 +246,7 @@ impl Proxy {
             // Boxed: the tunnel's future is large, and kept inline it would
             // make every plain request's future (moved on each call) as large.
             // A CONNECT is finished where its fate is known.
-            return Box::pin(connect::handle(self, caller, req)).await;
+            return Box::pin(connect::handle(self, settings, caller, req)).await;
         }
         let answer = match self.frame(&req) {
             Ok((origin, path)) => {
@@ -337,8 +337,21 @@ impl Proxy {
                 held_secs = held.as_secs_f64(), "held for Crawl-delay");
         }
         // Cache: no response cache yet. Forward.
-        self.forward(settings, caller.client, &origin, req, held)
-            .await
+        let method = req.method().clone();
+        let (answer, refusal) = self
+            .forward(settings, caller.client, &origin, req, held)
+            .await;
+        match refusal {
+            // A name that resolved to a refused address at connect time: a
+            // refusal like any other, with its audit line.
+            Some(reason) => {
+                judgement.decision = Decision::Refused { reason };
+                self.record(caller, &judgement, method.as_str(), Recorded::Request)
+                    .err()
+                    .unwrap_or(answer)
+            }
+            None => answer,
+        }
     }
 
     /// The politeness phase: waits for the origin's Crawl-delay slot, or
@@ -373,7 +386,8 @@ impl Proxy {
 
     /// The forward phase: the request goes to the origin (upgraded
     /// connections relayed); a response the proxy had to make itself is
-    /// counted as the failure it is.
+    /// counted as the failure it is, and a destination refused at connect
+    /// time comes back with its reason.
     async fn forward(
         &self,
         settings: &Settings,
@@ -381,7 +395,7 @@ impl Proxy {
         origin: &Origin,
         req: Request<Body>,
         held: Duration,
-    ) -> Answer {
+    ) -> (Answer, Option<String>) {
         let timeout = settings.response_timeout;
         if upgrade::is_upgrade(req.headers()) {
             let upgrade = upgrade::UpgradeSettings {

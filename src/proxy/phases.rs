@@ -17,8 +17,10 @@
 //! 8. **finish** ([`Proxy::finish`]): counts the request under exactly one
 //!    `robots_proxy_requests_total` label.
 //!
-//! `record` is the only writer of audit lines and `finish` the only place a
-//! request is counted, so one request is one count and at most one line.
+//! `record` is the only writer of audit lines, and `finish` (or `count`,
+//! its form for a CONNECT whose answer went out before its fate was known,
+//! and for a request hyper answered itself) the only place a request is
+//! counted: one request is one count, and one audit line per decision.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -81,25 +83,43 @@ impl Answer {
 /// Marks a response the forwarding code made itself because the origin
 /// gave none (refused destination, connect or TLS failure, timeout, a
 /// response that cannot be relayed): the label it is counted under
-/// instead of `allowed`.
-#[derive(Clone, Copy, Debug)]
-pub struct Failed(pub Outcome);
+/// instead of `allowed`, and for a destination refused at connect time
+/// (a name that resolves to a private address) the reason, which the
+/// forward phase records like any refusal.
+#[derive(Clone, Debug)]
+pub struct Failed {
+    pub outcome: Outcome,
+    pub refusal: Option<String>,
+}
 
 impl Failed {
     /// `resp` marked as a failure counted under `outcome`.
     pub fn mark(outcome: Outcome, mut resp: Response<Body>) -> Response<Body> {
-        resp.extensions_mut().insert(Failed(outcome));
+        resp.extensions_mut().insert(Failed {
+            outcome,
+            refusal: None,
+        });
+        resp
+    }
+
+    /// The 403 for a destination the policy refused at connect time.
+    pub fn refused(reason: &str) -> Response<Body> {
+        let mut resp = respond::refused(reason);
+        resp.extensions_mut().insert(Failed {
+            outcome: Outcome::Refused,
+            refusal: Some(reason.to_string()),
+        });
         resp
     }
 
     /// The answer for what the forward phase returned: a marked failure,
-    /// or the origin's response to an allowed request.
-    pub fn answer(mut resp: Response<Body>) -> Answer {
-        let outcome = resp
-            .extensions_mut()
-            .remove::<Failed>()
-            .map_or(Outcome::Allowed, |f| f.0);
-        Answer::new(outcome, resp)
+    /// or the origin's response to an allowed request; with the reason of
+    /// a refusal at connect time.
+    pub fn answer(mut resp: Response<Body>) -> (Answer, Option<String>) {
+        match resp.extensions_mut().remove::<Failed>() {
+            Some(f) => (Answer::new(f.outcome, resp), f.refusal),
+            None => (Answer::new(Outcome::Allowed, resp), None),
+        }
     }
 }
 
@@ -179,8 +199,9 @@ impl Proxy {
     }
 
     /// [`Proxy::finish`] for a request whose answer already went out: a
-    /// CONNECT whose fate is known only once the client speaks in it.
-    pub fn count(&self, outcome: Outcome) {
+    /// CONNECT whose fate is known only once the client speaks in it, or a
+    /// request hyper could not parse and answered itself.
+    pub(super) fn count(&self, outcome: Outcome) {
         self.metrics.request(outcome);
     }
 }

@@ -135,7 +135,7 @@ pub async fn forward(
     let mut resp = match tokio::time::timeout(s.response_timeout, exchange).await {
         Ok(Ok(resp)) => resp,
         Ok(Err(e)) if e.kind() == ErrorKind::Refused => {
-            return Failed::mark(Outcome::Refused, respond::refused(e.reason()));
+            return Failed::refused(e.reason());
         }
         Ok(Err(e)) => {
             tracing::debug!(%target, error = %e, "upgrade request failed");
