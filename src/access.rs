@@ -130,9 +130,6 @@ fn canonical_net(net: IpNet) -> IpNet {
 // Proxy authentication
 // ---------------------------------------------------------------------------
 
-/// The realm sent in `Proxy-Authenticate`.
-pub const REALM: &str = "robots-proxy";
-
 /// Value of the `Proxy-Authenticate` header sent with 407.
 pub const PROXY_AUTHENTICATE_VALUE: &str = "Basic realm=\"robots-proxy\"";
 

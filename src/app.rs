@@ -476,7 +476,6 @@ mod tests {
                 status: None,
                 max_age: None,
                 retry_after: None,
-                elapsed: std::time::Duration::ZERO,
             });
         }
         let text = m.encode();

@@ -44,17 +44,7 @@ pub struct Record<'a> {
 }
 
 impl<'a> Record<'a> {
-    /// The record for a judged request.
-    pub fn new(
-        judgement: &'a Judgement,
-        client: SocketAddr,
-        user: Option<&'a str>,
-        method: &'a str,
-    ) -> Record<'a> {
-        Record::with_decision(judgement, client, user, method, judgement.decision.name())
-    }
-
-    /// Like [`Record::new`] with another decision name (e.g. `tunnelled`).
+    /// The record for a judged request, under a decision name (e.g. `tunnelled`).
     pub fn with_decision(
         judgement: &'a Judgement,
         client: SocketAddr,

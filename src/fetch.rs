@@ -64,8 +64,6 @@ pub struct Fetched {
     pub max_age: Option<Duration>,
     /// `Retry-After` of a final 429 or 5xx response.
     pub retry_after: Option<Duration>,
-    /// How long the fetch took.
-    pub elapsed: Duration,
 }
 
 /// Settings for [`fetch`].
@@ -78,7 +76,6 @@ pub struct FetchSettings {
 
 /// Fetches `origin`'s robots.txt. Never fails: errors are an [`Outcome`].
 pub async fn fetch(client: &HttpClient, origin: &Origin, settings: &FetchSettings) -> Fetched {
-    let start = Instant::now();
     let result =
         tokio::time::timeout(settings.timeout, fetch_chain(client, origin, settings)).await;
     let (outcome, status, hint) = match result {
@@ -104,7 +101,6 @@ pub async fn fetch(client: &HttpClient, origin: &Origin, settings: &FetchSetting
         status,
         max_age,
         retry_after,
-        elapsed: start.elapsed(),
     }
 }
 

@@ -184,10 +184,6 @@ impl Policy {
         self
     }
 
-    pub fn allows_private(&self) -> bool {
-        self.allow_private
-    }
-
     /// Whether `addr` (reached as `host`) may be connected to.
     pub fn check(&self, host: &str, addr: SocketAddr) -> Result<(), PrivateDestination> {
         let refuse = |why| {

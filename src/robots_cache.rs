@@ -480,7 +480,6 @@ impl RobotsCache {
                 status: Some(200),
                 max_age: None,
                 retry_after: None,
-                elapsed: Duration::ZERO,
             },
             &self.agents(),
         ));
@@ -631,7 +630,6 @@ impl RobotsCache {
                 status: None,
                 max_age: None,
                 retry_after: None,
-                elapsed: Duration::ZERO,
             },
             &[],
         )
@@ -846,7 +844,6 @@ mod tests {
             status: None,
             max_age: None,
             retry_after: None,
-            elapsed: Duration::ZERO,
         };
         let agents = c.agents();
         let alone = c.entry_from(None, local(), &agents);
@@ -859,7 +856,6 @@ mod tests {
                 status: Some(200),
                 max_age: None,
                 retry_after: None,
-                elapsed: Duration::ZERO,
             },
             &agents,
         );
@@ -875,7 +871,6 @@ mod tests {
             status: None,
             max_age,
             retry_after: None,
-            elapsed: Duration::ZERO,
         }
     }
 

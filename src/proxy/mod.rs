@@ -153,10 +153,6 @@ impl Proxy {
         }
     }
 
-    pub fn via(&self) -> &HeaderValue {
-        &self.via
-    }
-
     /// True if the request already passed through this proxy instance.
     fn is_loop(&self, req: &Request<Incoming>) -> bool {
         req.headers()
