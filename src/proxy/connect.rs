@@ -49,7 +49,7 @@ fn connect_target(req: &Request<Incoming>) -> Result<(String, u16), String> {
 }
 
 /// True if `host` is on the no-intercept list (`example.com` or `*.example.com`).
-pub fn no_intercept(list: &[String], host: &str) -> bool {
+pub(crate) fn no_intercept(list: &[String], host: &str) -> bool {
     list.iter().any(|entry| match entry.strip_prefix("*.") {
         Some(suffix) => {
             host.len() > suffix.len()
@@ -68,7 +68,11 @@ fn connection_hold(req: &Request<Incoming>) -> Option<Arc<ConnectionHold>> {
 /// Handles a CONNECT request, and finishes it (see [`super::phases`]):
 /// here for a bad target, a refusal, a blind tunnel or an intercepted
 /// one; once the client speaks for a tunnel whose port may not be TLS.
-pub async fn handle(proxy: Arc<Proxy>, caller: Caller, req: Request<Incoming>) -> Response<Body> {
+pub(crate) async fn handle(
+    proxy: Arc<Proxy>,
+    caller: Caller,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let https = match connect_target(&req).and_then(|(host, port)| {
         Origin::new(Scheme::Https, &host, Some(port)).map_err(|e| e.to_string())
     }) {

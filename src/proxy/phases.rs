@@ -29,32 +29,32 @@ use super::{Proxy, respond};
 use crate::audit::Record;
 use crate::body::Body;
 use crate::gate::{Decision, Judgement};
-pub use crate::metrics::Decision as Outcome;
+pub(crate) use crate::metrics::Decision as Outcome;
 
 /// Who sent a request: the client's address, the authenticated user and
 /// the robots token configured for that user.
 #[derive(Clone, Debug)]
-pub struct Caller {
-    pub client: SocketAddr,
-    pub user: Option<Arc<str>>,
+pub(crate) struct Caller {
+    pub(crate) client: SocketAddr,
+    pub(crate) user: Option<Arc<str>>,
     /// Token configured for the user, overriding the others.
-    pub user_agent: Option<String>,
+    pub(crate) user_agent: Option<String>,
 }
 
 /// How a request ended: the response to send and the label it is counted
 /// under.
-pub struct Answer {
-    pub outcome: Outcome,
-    pub resp: Response<Body>,
+pub(crate) struct Answer {
+    pub(crate) outcome: Outcome,
+    pub(crate) resp: Response<Body>,
 }
 
 impl Answer {
-    pub fn new(outcome: Outcome, resp: Response<Body>) -> Answer {
+    pub(crate) fn new(outcome: Outcome, resp: Response<Body>) -> Answer {
         Answer { outcome, resp }
     }
 
     /// A 400 of the proxy's own with `text` as its body.
-    pub fn bad_request(text: impl Into<String>) -> Answer {
+    pub(crate) fn bad_request(text: impl Into<String>) -> Answer {
         Answer::new(
             Outcome::BadRequest,
             respond::text(StatusCode::BAD_REQUEST, text),
@@ -83,18 +83,18 @@ impl Answer {
 /// response that cannot be relayed): the label it is counted under
 /// instead of `allowed`.
 #[derive(Clone, Copy, Debug)]
-pub struct Failed(pub Outcome);
+pub(crate) struct Failed(pub(crate) Outcome);
 
 impl Failed {
     /// `resp` marked as a failure counted under `outcome`.
-    pub fn mark(outcome: Outcome, mut resp: Response<Body>) -> Response<Body> {
+    pub(crate) fn mark(outcome: Outcome, mut resp: Response<Body>) -> Response<Body> {
         resp.extensions_mut().insert(Failed(outcome));
         resp
     }
 
     /// The answer for what the forward phase returned: a marked failure,
     /// or the origin's response to an allowed request.
-    pub fn answer(mut resp: Response<Body>) -> Answer {
+    pub(crate) fn answer(mut resp: Response<Body>) -> Answer {
         let outcome = resp
             .extensions_mut()
             .remove::<Failed>()
@@ -104,7 +104,7 @@ impl Failed {
 }
 
 /// How a request with this decision is counted.
-pub fn outcome_of(decision: &Decision) -> Outcome {
+pub(crate) fn outcome_of(decision: &Decision) -> Outcome {
     match decision {
         Decision::Allowed { .. } => Outcome::Allowed,
         Decision::Disallowed { .. } => Outcome::Disallowed,
@@ -117,7 +117,7 @@ pub fn outcome_of(decision: &Decision) -> Outcome {
 
 /// What the audit line of a judged request stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Recorded {
+pub(crate) enum Recorded {
     /// A request for a path (plain, or inside an intercepted tunnel).
     Request,
     /// A blind tunnel: recorded even when allowed, as its paths go unchecked.
@@ -132,7 +132,7 @@ impl Proxy {
     /// not the forwarded response and not the 403 either).
     // The Err is the response itself, built once and moved to `finish`.
     #[allow(clippy::result_large_err)]
-    pub fn record(
+    pub(crate) fn record(
         &self,
         caller: &Caller,
         judgement: &Judgement,
@@ -173,14 +173,14 @@ impl Proxy {
 
     /// The finish phase: counts the request under its one label and
     /// returns the response to send.
-    pub fn finish(&self, answer: Answer) -> Response<Body> {
+    pub(crate) fn finish(&self, answer: Answer) -> Response<Body> {
         self.count(answer.outcome);
         answer.resp
     }
 
     /// [`Proxy::finish`] for a request whose answer already went out: a
     /// CONNECT whose fate is known only once the client speaks in it.
-    pub fn count(&self, outcome: Outcome) {
+    pub(crate) fn count(&self, outcome: Outcome) {
         self.metrics.request(outcome);
     }
 }

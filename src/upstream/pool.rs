@@ -132,7 +132,7 @@ impl IdleMap {
 /// a crawl over many origins does not pile up sockets). Connections here
 /// are polled only by the sweeper: one the origin closed in between is
 /// found out when it is next used, and the request goes on another.
-pub struct Pool {
+pub(crate) struct Pool {
     /// The same settings as the pooled client's: connect timeout,
     /// destination policy, idle limits.
     settings: ClientSettings,
@@ -142,7 +142,7 @@ pub struct Pool {
 impl Pool {
     /// A pool, and (inside a Tokio runtime) the task that closes its
     /// expired connections.
-    pub fn new(settings: ClientSettings) -> Arc<Pool> {
+    pub(crate) fn new(settings: ClientSettings) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             settings,
             idle: Mutex::new(IdleMap::new()),
@@ -151,7 +151,7 @@ impl Pool {
         pool
     }
 
-    pub fn settings(&self) -> &ClientSettings {
+    pub(crate) fn settings(&self) -> &ClientSettings {
         &self.settings
     }
 
@@ -276,7 +276,7 @@ impl Pool {
     /// connection could not take (it had closed) is sent again on another.
     /// The response's body drives the connection until it ends, then hands
     /// the connection back.
-    pub async fn send(
+    pub(crate) async fn send(
         self: &Arc<Self>,
         origin: &Origin,
         mut req: Request<Body>,
@@ -360,7 +360,8 @@ impl Pool {
     }
 
     /// Idle connections held, over all origins.
-    pub fn idle_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn idle_count(&self) -> usize {
         let idle = self.lock();
         #[cfg(test)]
         assert_eq!(idle.total, idle.recount(), "idle count drifted");
@@ -370,7 +371,7 @@ impl Pool {
 
 /// A response body that drives its connection while it is read, and gives
 /// the connection back for reuse once it has been read to the end.
-pub struct DrivenBody {
+pub(crate) struct DrivenBody {
     /// `None` only once dropped (taken for draining).
     body: Option<Incoming>,
     conn: Option<Box<Conn>>,
