@@ -51,7 +51,7 @@ pub struct App {
     pub(crate) admin: Option<TcpListener>,
     pub config: Config,
     /// Path of the CA certificate clients must trust, and whether it was just created.
-    pub ca: Option<(std::path::PathBuf, bool)>,
+    pub ca: (std::path::PathBuf, bool),
     /// Client connections served at once: as configured, else derived
     /// from the open-file limit in force at bind (see
     /// [`Config::max_connections`]).
@@ -246,7 +246,7 @@ impl App {
             max_connections_per_client: config.max_connections_per_client(max_connections),
             admin_acl,
             config,
-            ca: Some((ca_dir.join(crate::tls::ca::CERT_FILE), created)),
+            ca: (ca_dir.join(crate::tls::ca::CERT_FILE), created),
         })
     }
 
