@@ -230,12 +230,7 @@ impl App {
             tls: upstream_tls,
         };
         let proxy = Arc::new(Proxy::new(
-            gate,
-            upstreams,
-            audit,
-            metrics,
-            Some(minter),
-            settings,
+            gate, upstreams, audit, metrics, minter, settings,
         ));
         let max_connections = config.max_connections(crate::limits::open_files());
         Ok(App {

@@ -93,7 +93,7 @@ pub(crate) async fn handle(
         return proxy.finish(answer);
     }
     let minter = proxy.minter.clone();
-    if minter.is_none() || no_intercept(&settings.no_intercept, https.host()) {
+    if no_intercept(&settings.no_intercept, https.host()) {
         return tunnel(proxy, caller, https, &agent, req).await;
     }
     let hold = connection_hold(&req);
@@ -152,7 +152,7 @@ async fn intercept<IO>(
     tunnel: Tunnel,
     https: Origin,
     io: IO,
-    minter: Option<Arc<crate::tls::Minter>>,
+    minter: Arc<crate::tls::Minter>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -169,7 +169,6 @@ async fn intercept<IO>(
         serve_inner(proxy, tunnel, http, io).await;
         return;
     }
-    let Some(minter) = minter else { return };
     let host = https.host().to_string();
     let accepted = tokio::select! {
         accepted = tokio::time::timeout(handshake, minter.accept(io, &host)) => accepted,

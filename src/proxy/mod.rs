@@ -91,8 +91,8 @@ pub struct Proxy {
     pub(crate) upstream: Arc<upstream::Pool>,
     pub audit: AuditLog,
     pub(crate) metrics: Metrics,
-    /// Mints leaf certificates for intercepted CONNECTs; `None` disables interception.
-    pub(crate) minter: Option<Arc<Minter>>,
+    /// Mints leaf certificates for intercepted CONNECTs.
+    pub(crate) minter: Arc<Minter>,
     /// Upstream TLS, for the connections of upgraded (WebSocket) requests.
     pub(crate) upstream_tls: Arc<rustls::ClientConfig>,
     settings: RwLock<Arc<Settings>>,
@@ -115,7 +115,7 @@ impl Proxy {
         upstreams: Upstreams,
         audit: AuditLog,
         metrics: Metrics,
-        minter: Option<Arc<Minter>>,
+        minter: Arc<Minter>,
         settings: Settings,
     ) -> Proxy {
         let Upstreams {
