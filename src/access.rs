@@ -62,7 +62,7 @@ impl Default for ClientAcl {
 
 impl ClientAcl {
     /// 127.0.0.0/8 and ::1/128.
-    pub fn loopback() -> Self {
+    pub(crate) fn loopback() -> Self {
         ClientAcl {
             nets: vec![
                 IpNet::V4(Ipv4Net::new_assert([127, 0, 0, 0].into(), 8)),
@@ -75,7 +75,7 @@ impl ClientAcl {
     /// address (a single host). Host bits are ignored (`10.1.2.3/8` is
     /// `10.0.0.0/8`). IPv4-mapped IPv6 entries (`::ffff:10.0.0.0/104`) are
     /// stored as IPv4. `0.0.0.0/0` and `::/0` admit everyone.
-    pub fn new<I, S>(entries: I) -> Result<Self, AclError>
+    pub(crate) fn new<I, S>(entries: I) -> Result<Self, AclError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
@@ -103,13 +103,14 @@ impl ClientAcl {
     /// Whether `ip` may use the proxy. An IPv4-mapped IPv6 peer
     /// (`::ffff:127.0.0.1`, as a dual-stack `[::]` listener reports IPv4
     /// clients) is judged as the IPv4 address.
-    pub fn allows(&self, ip: IpAddr) -> bool {
+    pub(crate) fn allows(&self, ip: IpAddr) -> bool {
         let ip = ip.to_canonical();
         self.nets.iter().any(|n| n.contains(&ip))
     }
 
     /// The networks admitted (aggregated).
-    pub fn networks(&self) -> &[IpNet] {
+    #[cfg(test)]
+    pub(crate) fn networks(&self) -> &[IpNet] {
         &self.nets
     }
 }
@@ -130,11 +131,8 @@ fn canonical_net(net: IpNet) -> IpNet {
 // Proxy authentication
 // ---------------------------------------------------------------------------
 
-/// The realm sent in `Proxy-Authenticate`.
-pub const REALM: &str = "robots-proxy";
-
 /// Value of the `Proxy-Authenticate` header sent with 407.
-pub const PROXY_AUTHENTICATE_VALUE: &str = "Basic realm=\"robots-proxy\"";
+pub(crate) const PROXY_AUTHENTICATE_VALUE: &str = "Basic realm=\"robots-proxy\"";
 
 /// One configured proxy user (deserialisable straight from the config).
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
@@ -287,7 +285,7 @@ impl AuthLimits {
     }
 
     /// The per-address limit this was built with.
-    pub fn per_minute(&self) -> u32 {
+    pub(crate) fn per_minute(&self) -> u32 {
         self.per_minute
     }
 
@@ -371,7 +369,7 @@ impl User {
 
 /// Every problem with a user list that [`ProxyAuth::new`] would refuse,
 /// without its Argon2 work (for `config check` and start-up validation).
-pub fn check_users(users: &[UserConfig]) -> Vec<AuthError> {
+pub(crate) fn check_users(users: &[UserConfig]) -> Vec<AuthError> {
     let mut errors = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for u in users {
@@ -460,13 +458,13 @@ impl ProxyAuth {
     }
 
     /// The limits in use.
-    pub fn limits(&self) -> &Arc<AuthLimits> {
+    pub(crate) fn limits(&self) -> &Arc<AuthLimits> {
         &self.limits
     }
 
     /// `None` if `user` may make a request now, else how long until it may
     /// (its `max_rps`).
-    pub fn quota_wait(&self, user: &str) -> Option<Duration> {
+    pub(crate) fn quota_wait(&self, user: &str) -> Option<Duration> {
         let quota = self.users.get(user)?.quota.as_ref()?;
         quota
             .check()
@@ -702,7 +700,7 @@ pub fn hash_password_with(password: &str, params: Params) -> Result<String, Auth
 }
 
 /// The `Proxy-Authenticate` challenge header for a 407 response.
-pub fn challenge_header() -> (HeaderName, HeaderValue) {
+pub(crate) fn challenge_header() -> (HeaderName, HeaderValue) {
     (
         PROXY_AUTHENTICATE,
         HeaderValue::from_static(PROXY_AUTHENTICATE_VALUE),

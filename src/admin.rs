@@ -26,7 +26,7 @@ use crate::politeness::Politeness;
 use crate::robots::product_token;
 
 /// What the admin endpoints see of the running proxy.
-pub trait ProxyView: Send + Sync {
+pub(crate) trait ProxyView: Send + Sync {
     /// The proxy's gate: /explain judges with it, /purge empties its cache.
     fn gate(&self) -> &Gate;
     /// Whether the audit log can be written (the proxy forwards nothing
@@ -37,36 +37,36 @@ pub trait ProxyView: Send + Sync {
 }
 
 /// The reloadable settings the admin endpoints read.
-pub struct AdminSettings {
+pub(crate) struct AdminSettings {
     /// Default robots product token, for /explain without `agent`.
-    pub agent: String,
+    pub(crate) agent: String,
     /// Crawl-delay state, for /explain's politeness field.
-    pub politeness: Arc<Politeness>,
+    pub(crate) politeness: Arc<Politeness>,
     /// `client_header_timeout`, for new admin connections.
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
 }
 
 /// Everything the admin listener needs.
 #[derive(Clone)]
-pub struct AdminState {
-    pub proxy: Arc<dyn ProxyView>,
-    pub metrics: Metrics,
+pub(crate) struct AdminState {
+    pub(crate) proxy: Arc<dyn ProxyView>,
+    pub(crate) metrics: Metrics,
     /// False once shutdown begins: /readyz answers 503.
-    pub ready: Arc<AtomicBool>,
+    pub(crate) ready: Arc<AtomicBool>,
 }
 
 /// Limits of the admin listener, applied at accept.
-pub struct Limits {
+pub(crate) struct Limits {
     /// `admin.allow_clients`: others are closed at accept.
-    pub allow: ClientAcl,
+    pub(crate) allow: ClientAcl,
     /// `admin.max_connections`: beyond it new connections are closed at
     /// accept (a probe fails at once rather than wait behind held ones).
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
 }
 
 /// Serves admin requests until the task is aborted. Connections get the
 /// proxy's header timeout (`client_header_timeout`).
-pub async fn serve(listener: TcpListener, state: AdminState, limits: Limits) {
+pub(crate) async fn serve(listener: TcpListener, state: AdminState, limits: Limits) {
     let slots = Arc::new(Semaphore::new(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
@@ -122,7 +122,7 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
 }
 
 /// Handles one admin request.
-pub async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Body> {
+pub(crate) async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Body> {
     let proxy = &*state.proxy;
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),

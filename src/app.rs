@@ -47,20 +47,20 @@ pub enum StartError {
 /// A bound, ready-to-serve proxy.
 pub struct App {
     pub proxy: Arc<Proxy>,
-    pub listener: TcpListener,
-    pub admin: Option<TcpListener>,
+    pub(crate) listener: TcpListener,
+    pub(crate) admin: Option<TcpListener>,
     pub config: Config,
     /// Path of the CA certificate clients must trust, and whether it was just created.
-    pub ca: Option<(std::path::PathBuf, bool)>,
+    pub ca: (std::path::PathBuf, bool),
     /// Client connections served at once: as configured, else derived
     /// from the open-file limit in force at bind (see
     /// [`Config::max_connections`]).
     pub max_connections: usize,
     /// Client connections served at once from one address (see
     /// [`Config::max_connections_per_client`]).
-    pub max_connections_per_client: usize,
+    pub(crate) max_connections_per_client: usize,
     /// Who may use the admin listener.
-    pub admin_acl: ClientAcl,
+    pub(crate) admin_acl: ClientAcl,
 }
 
 fn politeness_config(config: &Config) -> PolitenessConfig {
@@ -82,7 +82,10 @@ fn politeness_config(config: &Config) -> PolitenessConfig {
 
 /// The reloadable part of a configuration. `previous` keeps the politeness
 /// state when its settings did not change.
-pub fn settings_from(config: &Config, previous: Option<&Settings>) -> Result<Settings, StartError> {
+pub(crate) fn settings_from(
+    config: &Config,
+    previous: Option<&Settings>,
+) -> Result<Settings, StartError> {
     let acl = ClientAcl::new(config.access.allow_clients.iter().map(|n| n.to_string()))?;
     let auth = if config.access.users.is_empty() {
         None
@@ -227,12 +230,7 @@ impl App {
             tls: upstream_tls,
         };
         let proxy = Arc::new(Proxy::new(
-            gate,
-            upstreams,
-            audit,
-            metrics,
-            Some(minter),
-            settings,
+            gate, upstreams, audit, metrics, minter, settings,
         ));
         let max_connections = config.max_connections(crate::limits::open_files());
         Ok(App {
@@ -243,7 +241,7 @@ impl App {
             max_connections_per_client: config.max_connections_per_client(max_connections),
             admin_acl,
             config,
-            ca: Some((ca_dir.join(crate::tls::ca::CERT_FILE), created)),
+            ca: (ca_dir.join(crate::tls::ca::CERT_FILE), created),
         })
     }
 
@@ -365,7 +363,7 @@ pub fn reload(
 /// (listeners, threads, the robots cache's size and TTLs, audit file, CA,
 /// log format, and the upstream connection pools: all built once).
 /// Every other key is applied by [`reload`].
-pub fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
+pub(crate) fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
     restart_table(old, new)
         .into_iter()
         .filter_map(|(changed, key)| changed.then_some(key))
@@ -375,7 +373,8 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
 /// The keys a reload applies; every other key is in [`needs_restart`]
 /// (a unit test checks that each key of `config/robots-proxy.toml` is in
 /// one of the two). `table.*` stands for every key of the table.
-pub const RELOADED_KEYS: &[&str] = &[
+#[cfg(test)]
+pub(crate) const RELOADED_KEYS: &[&str] = &[
     "agent",
     "user_agent",
     "agents",
@@ -476,7 +475,6 @@ mod tests {
                 status: None,
                 max_age: None,
                 retry_after: None,
-                elapsed: std::time::Duration::ZERO,
             });
         }
         let text = m.encode();

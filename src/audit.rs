@@ -19,43 +19,33 @@ use crate::gate::Judgement;
 
 /// One audit line.
 #[derive(Debug, Serialize)]
-pub struct Record<'a> {
+pub(crate) struct Record<'a> {
     /// RFC 3339, UTC.
-    pub time: String,
-    pub client: String,
+    pub(crate) time: String,
+    pub(crate) client: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub user: Option<&'a str>,
-    pub method: &'a str,
-    pub url: String,
-    pub agent: &'a str,
-    pub decision: &'a str,
-    pub reason: String,
-    pub rule_line: Option<u32>,
-    pub rule: Option<String>,
+    pub(crate) user: Option<&'a str>,
+    pub(crate) method: &'a str,
+    pub(crate) url: String,
+    pub(crate) agent: &'a str,
+    pub(crate) decision: &'a str,
+    pub(crate) reason: String,
+    pub(crate) rule_line: Option<u32>,
+    pub(crate) rule: Option<String>,
     /// The reading of the path that was disallowed, when it is not the
     /// path as sent.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub judged_as: Option<&'a str>,
-    pub robots_url: String,
-    pub fetch_status: Option<u16>,
-    pub fetch_outcome: Option<&'a str>,
+    pub(crate) judged_as: Option<&'a str>,
+    pub(crate) robots_url: String,
+    pub(crate) fetch_status: Option<u16>,
+    pub(crate) fetch_outcome: Option<&'a str>,
     /// Seconds since the robots.txt in use was fetched.
-    pub cache_age_secs: Option<u64>,
+    pub(crate) cache_age_secs: Option<u64>,
 }
 
 impl<'a> Record<'a> {
-    /// The record for a judged request.
-    pub fn new(
-        judgement: &'a Judgement,
-        client: SocketAddr,
-        user: Option<&'a str>,
-        method: &'a str,
-    ) -> Record<'a> {
-        Record::with_decision(judgement, client, user, method, judgement.decision.name())
-    }
-
-    /// Like [`Record::new`] with another decision name (e.g. `tunnelled`).
-    pub fn with_decision(
+    /// The record for a judged request, under a decision name (e.g. `tunnelled`).
+    pub(crate) fn with_decision(
         judgement: &'a Judgement,
         client: SocketAddr,
         user: Option<&'a str>,
@@ -157,7 +147,7 @@ fn cut_torn_line(file: &File, line_len: usize) -> io::Result<()> {
 
 impl AuditLog {
     /// Opens (creating) the log at `path`.
-    pub fn open(path: &Path, log_all: bool) -> io::Result<AuditLog> {
+    pub(crate) fn open(path: &Path, log_all: bool) -> io::Result<AuditLog> {
         let file = open(path)?;
         Ok(AuditLog {
             path: path.to_path_buf(),
@@ -176,11 +166,11 @@ impl AuditLog {
     }
 
     /// Whether allowed requests are logged too.
-    pub fn log_all(&self) -> bool {
+    pub(crate) fn log_all(&self) -> bool {
         self.log_all.load(Ordering::Relaxed)
     }
 
-    pub fn set_log_all(&self, on: bool) {
+    pub(crate) fn set_log_all(&self, on: bool) {
         self.log_all.store(on, Ordering::Relaxed);
     }
 
@@ -190,7 +180,7 @@ impl AuditLog {
     }
 
     /// Reopens the file (after log rotation).
-    pub fn reopen(&self) -> io::Result<()> {
+    pub(crate) fn reopen(&self) -> io::Result<()> {
         let mut state = self.lock();
         self.reopen_locked(&mut state)
     }
@@ -213,7 +203,7 @@ impl AuditLog {
 
     /// True unless the last write failed. After a failure, retries opening
     /// the file at most once a second; the next write then proves it.
-    pub fn is_writable(&self) -> bool {
+    pub(crate) fn is_writable(&self) -> bool {
         if self.healthy.load(Ordering::Relaxed) {
             return true;
         }
@@ -229,7 +219,7 @@ impl AuditLog {
     /// Writes one record as one line, whole or not at all: `Ok` only when
     /// the line is in the file. A deleted or replaced file (checked at most
     /// once a second) is reopened at its path first.
-    pub fn write(&self, record: &Record<'_>) -> io::Result<()> {
+    pub(crate) fn write(&self, record: &Record<'_>) -> io::Result<()> {
         let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;
         line.push(b'\n');
         let mut state = self.lock();

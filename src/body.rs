@@ -7,17 +7,17 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 
 /// Body type used on both sides of the proxy: streams, never buffered whole.
-pub type Body = BoxBody<Bytes, hyper::Error>;
+pub(crate) type Body = BoxBody<Bytes, hyper::Error>;
 
 /// An empty body.
-pub fn empty_body() -> Body {
+pub(crate) fn empty_body() -> Body {
     Empty::<Bytes>::new()
         .map_err(|never| match never {})
         .boxed()
 }
 
 /// A body holding `bytes`.
-pub fn full_body(bytes: impl Into<Bytes>) -> Body {
+pub(crate) fn full_body(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed()
@@ -26,7 +26,7 @@ pub fn full_body(bytes: impl Into<Bytes>) -> Body {
 /// A plain-text response of the proxy's own, marked `no-store`: a
 /// scraper's HTTP cache (Scrapy's, say) must not keep a 403 or a 429 and
 /// replay it as the page on later runs.
-pub fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
+pub(crate) fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
     let mut resp = Response::new(full_body(body.into()));
     *resp.status_mut() = status;
     resp.headers_mut().insert(

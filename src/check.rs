@@ -9,7 +9,7 @@ use crate::robots::{AgentRules, Verdict};
 /// Counts of what [`check_lines`] and [`check_urls`] printed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
-    pub allowed: u64,
+    pub(crate) allowed: u64,
     pub disallowed: u64,
     /// Lines that are neither a path nor an http(s) URL (`INVALID`).
     pub invalid: u64,
@@ -17,7 +17,7 @@ pub struct Summary {
 
 /// Why `url` cannot be judged, if it cannot: it must be a path (`/a?b`),
 /// an `http://` or `https://` URL with a host, or empty (the root).
-pub fn invalid_url(url: &str) -> Option<&'static str> {
+pub(crate) fn invalid_url(url: &str) -> Option<&'static str> {
     let b = url.as_bytes();
     if b.is_empty() || b[0] == b'/' {
         return None;

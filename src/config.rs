@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer};
 
 /// Upper bound of `workers`: far above any useful value, below what would
 /// exhaust a machine's threads.
-pub const MAX_WORKERS: usize = 1024;
+pub(crate) const MAX_WORKERS: usize = 1024;
 
 /// Upper bound of the automatic `max_connections`.
 const MAX_AUTO_CONNECTIONS: u64 = 1 << 18;
@@ -85,10 +85,10 @@ pub struct Config {
 #[serde(default, deny_unknown_fields)]
 pub struct RobotsConfig {
     /// Most origins kept in the cache (least recently used are dropped).
-    pub cache_entries: usize,
+    pub(crate) cache_entries: usize,
     /// Memory budget for cached rules in MiB; least recently used origins
     /// are dropped beyond it (large files count for more than small ones).
-    pub cache_max_mib: usize,
+    pub(crate) cache_max_mib: usize,
     /// How long a fetched robots.txt is used without `Cache-Control: max-age`.
     #[serde(deserialize_with = "duration")]
     pub default_ttl: Duration,
@@ -97,18 +97,18 @@ pub struct RobotsConfig {
     pub min_ttl: Duration,
     /// Ceiling for `max-age`.
     #[serde(deserialize_with = "duration")]
-    pub max_ttl: Duration,
+    pub(crate) max_ttl: Duration,
     /// When to try again after an origin was unreachable.
     #[serde(deserialize_with = "duration")]
     pub unreachable_retry: Duration,
     /// How old a last good copy may be and still be used while the origin is unreachable.
     #[serde(deserialize_with = "duration")]
-    pub stale_max: Duration,
+    pub(crate) stale_max: Duration,
     /// Whole robots.txt fetch (all redirects, headers and body).
     #[serde(deserialize_with = "duration")]
     pub fetch_timeout: Duration,
     /// Redirects followed before robots.txt counts as unavailable.
-    pub max_redirects: u8,
+    pub(crate) max_redirects: u8,
 }
 
 /// Forwarding to origins.
@@ -121,11 +121,11 @@ pub struct UpstreamConfig {
     #[serde(deserialize_with = "duration")]
     pub response_timeout: Duration,
     /// Idle pooled connections kept per origin.
-    pub pool_idle_per_host: usize,
+    pub(crate) pool_idle_per_host: usize,
     /// Idle pooled plain-http connections kept over all origins.
-    pub pool_idle_max: usize,
+    pub(crate) pool_idle_max: usize,
     #[serde(deserialize_with = "duration")]
-    pub pool_idle_timeout: Duration,
+    pub(crate) pool_idle_timeout: Duration,
     /// Extra PEM files of trust anchors for upstream TLS.
     pub ca_files: Vec<PathBuf>,
 }
@@ -149,7 +149,7 @@ pub struct TlsConfig {
     /// Hosts tunnelled without interception: `example.com` or `*.example.com`.
     pub no_intercept: Vec<String>,
     /// Minted leaf certificates kept.
-    pub leaf_cache: usize,
+    pub(crate) leaf_cache: usize,
 }
 
 /// The admin listener.
@@ -186,7 +186,7 @@ pub struct PolitenessConfig {
     pub max_wait: Duration,
     /// In delay mode, the most requests held at once per origin and agent;
     /// one more gets 429 (0 = no bound beyond `max_wait`).
-    pub max_queue: usize,
+    pub(crate) max_queue: usize,
     /// Largest Crawl-delay honoured; larger values are clamped.
     #[serde(deserialize_with = "duration")]
     pub max_crawl_delay: Duration,
@@ -204,7 +204,7 @@ pub struct AccessConfig {
     pub users: Vec<crate::access::UserConfig>,
     /// Password verifications (wrong passwords, unknown users, first use
     /// of a credential) per client address and minute; 0 = no limit.
-    pub auth_failures_per_minute: u32,
+    pub(crate) auth_failures_per_minute: u32,
 }
 
 /// Log output.
@@ -441,7 +441,7 @@ impl Config {
     /// to idle pooled connections, robots.txt fetches and the process's
     /// own files, so that a flood of clients makes new ones wait instead
     /// of failing connects to origins.
-    pub fn max_connections(&self, open_files: Option<u64>) -> usize {
+    pub(crate) fn max_connections(&self, open_files: Option<u64>) -> usize {
         if self.max_connections != 0 {
             return self.max_connections;
         }
@@ -455,7 +455,7 @@ impl Config {
     /// `max_connections_per_client`; when it is 0, a quarter of
     /// `max_connections` (as resolved), at least 8, so that one address
     /// cannot take every slot.
-    pub fn max_connections_per_client(&self, max_connections: usize) -> usize {
+    pub(crate) fn max_connections_per_client(&self, max_connections: usize) -> usize {
         if self.max_connections_per_client != 0 {
             return self.max_connections_per_client;
         }
@@ -463,7 +463,7 @@ impl Config {
     }
 
     /// Parses TOML text; `origin` names the source in errors.
-    pub fn from_toml(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+    pub(crate) fn from_toml(text: &str, origin: &Path) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Invalid {
             path: origin.to_path_buf(),
             message: e.to_string().trim_end().to_string(),
@@ -584,12 +584,12 @@ impl Config {
     }
 
     /// The robots product token, lower-cased.
-    pub fn agent_token(&self) -> String {
+    pub(crate) fn agent_token(&self) -> String {
         crate::robots::product_token(&self.agent)
     }
 
     /// The User-Agent header for robots.txt fetches.
-    pub fn fetch_user_agent(&self) -> String {
+    pub(crate) fn fetch_user_agent(&self) -> String {
         self.user_agent.clone().unwrap_or_else(|| {
             format!(
                 "{}/{} (robots-proxy)",
@@ -628,7 +628,7 @@ impl Config {
     }
 
     /// The CA directory, resolved as documented on `tls.ca_dir`.
-    pub fn ca_dir(&self) -> PathBuf {
+    pub(crate) fn ca_dir(&self) -> PathBuf {
         self.tls
             .ca_dir
             .clone()

@@ -34,7 +34,7 @@ use crate::upstream::{ErrorKind, HttpClient, UpstreamError};
 
 /// What a robots.txt fetch concluded.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// A 2xx response, parsed.
     Parsed(Robots),
     /// 4xx (not 429), or a redirect without a usable `Location`: no
@@ -56,16 +56,14 @@ pub enum Outcome {
 
 /// A finished fetch.
 #[derive(Debug)]
-pub struct Fetched {
-    pub outcome: Outcome,
+pub(crate) struct Fetched {
+    pub(crate) outcome: Outcome,
     /// Final HTTP status, if a response arrived.
-    pub status: Option<u16>,
+    pub(crate) status: Option<u16>,
     /// `Cache-Control: max-age` of the final response.
-    pub max_age: Option<Duration>,
+    pub(crate) max_age: Option<Duration>,
     /// `Retry-After` of a final 429 or 5xx response.
-    pub retry_after: Option<Duration>,
-    /// How long the fetch took.
-    pub elapsed: Duration,
+    pub(crate) retry_after: Option<Duration>,
 }
 
 /// Settings for [`fetch`].
@@ -77,8 +75,11 @@ pub struct FetchSettings {
 }
 
 /// Fetches `origin`'s robots.txt. Never fails: errors are an [`Outcome`].
-pub async fn fetch(client: &HttpClient, origin: &Origin, settings: &FetchSettings) -> Fetched {
-    let start = Instant::now();
+pub(crate) async fn fetch(
+    client: &HttpClient,
+    origin: &Origin,
+    settings: &FetchSettings,
+) -> Fetched {
     let result =
         tokio::time::timeout(settings.timeout, fetch_chain(client, origin, settings)).await;
     let (outcome, status, hint) = match result {
@@ -104,7 +105,6 @@ pub async fn fetch(client: &HttpClient, origin: &Origin, settings: &FetchSetting
         status,
         max_age,
         retry_after,
-        elapsed: start.elapsed(),
     }
 }
 
@@ -317,7 +317,7 @@ async fn parse_off_the_workers(
 /// least about its own length (stored blocks add a few octets per 64 KiB),
 /// so more than this always decodes past the 500 KiB cap: reading further
 /// would only hold memory.
-pub const MAX_COMPRESSED_BYTES: usize = MAX_BYTES + 64 * 1024;
+pub(crate) const MAX_COMPRESSED_BYTES: usize = MAX_BYTES + 64 * 1024;
 
 /// Content codings applied in turn: at most this many.
 const MAX_CODINGS: usize = 3;

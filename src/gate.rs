@@ -36,7 +36,7 @@ pub enum Decision {
 
 impl Decision {
     /// Short name used in metrics, audit lines and headers.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Decision::Allowed { .. } => "allowed",
             Decision::Disallowed { .. } => "disallowed",
@@ -52,7 +52,7 @@ impl Decision {
     }
 
     /// The deciding rule, if a rule decided.
-    pub fn rule(&self) -> Option<Rule<'_>> {
+    pub(crate) fn rule(&self) -> Option<Rule<'_>> {
         match self {
             Decision::Allowed { rule } => rule.as_ref().map(RuleRef::get),
             Decision::Disallowed { rule, .. } => Some(rule.get()),
@@ -62,7 +62,7 @@ impl Decision {
 
     /// The path that was disallowed, when it is another reading of the
     /// request path.
-    pub fn judged_as(&self) -> Option<&str> {
+    pub(crate) fn judged_as(&self) -> Option<&str> {
         match self {
             Decision::Disallowed { judged_as, .. } => judged_as.as_deref(),
             _ => None,
@@ -70,7 +70,7 @@ impl Decision {
     }
 
     /// The reason in one line, for the decision header and logs.
-    pub fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         match self {
             Decision::Allowed { rule: Some(r) } => format!("allowed by {r}"),
             Decision::Allowed { rule: None } => "no rule matches".into(),
@@ -118,33 +118,33 @@ pub enum Limit {
 #[derive(Clone, Debug)]
 pub struct Judgement {
     pub decision: Decision,
-    pub origin: Origin,
+    pub(crate) origin: Origin,
     /// The path and query judged (starting with `/`).
-    pub path: String,
+    pub(crate) path: String,
     /// The robots product token used.
-    pub agent: String,
+    pub(crate) agent: String,
     /// The robots.txt entry consulted (none for policy refusals).
     pub entry: Option<Arc<Entry>>,
-    pub lookup: Option<Lookup>,
+    pub(crate) lookup: Option<Lookup>,
     /// Crawl-delay of the selected group, for politeness.
-    pub crawl_delay: Option<f64>,
+    pub(crate) crawl_delay: Option<f64>,
 }
 
 impl Judgement {
     /// The full URL judged. Built on demand: only blocked, audited or
     /// explained requests need it, not the forwarding hot path.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.origin.url(&self.path)
     }
 
     /// The robots.txt URL consulted.
-    pub fn robots_url(&self) -> String {
+    pub(crate) fn robots_url(&self) -> String {
         self.origin.robots_url()
     }
 
     /// What the robots.txt entry consulted says (none for policy refusals
     /// made before robots.txt).
-    pub fn entry_state(&self) -> Option<&State> {
+    pub(crate) fn entry_state(&self) -> Option<&State> {
         self.entry.as_ref().map(|e| &e.state)
     }
 }
@@ -161,18 +161,18 @@ impl Gate {
     }
 
     /// The destination policy, the same the upstream connections apply.
-    pub fn policy(&self) -> &net::Policy {
+    pub(crate) fn policy(&self) -> &net::Policy {
         &self.policy
     }
 
-    pub fn cache(&self) -> &Arc<RobotsCache> {
+    pub(crate) fn cache(&self) -> &Arc<RobotsCache> {
         &self.cache
     }
 
     /// Refuses IP-literal destinations the policy forbids before
     /// robots.txt is fetched. Names are checked where they are resolved,
     /// at connect time (see [`net::GuardedConnector`]).
-    pub fn destination_refusal(&self, origin: &Origin) -> Option<String> {
+    pub(crate) fn destination_refusal(&self, origin: &Origin) -> Option<String> {
         let ip = origin.ip()?;
         let addr = std::net::SocketAddr::new(ip, origin.port());
         self.policy

@@ -4,16 +4,16 @@
 //! directly.
 #![forbid(unsafe_code)]
 pub mod access;
-pub mod admin;
+pub(crate) mod admin;
 pub mod app;
-pub mod audit;
-pub mod body;
+pub(crate) mod audit;
+pub(crate) mod body;
 pub mod check;
 pub mod config;
 pub mod fetch;
 pub mod gate;
 pub mod limits;
-pub mod listen;
+pub(crate) mod listen;
 pub mod metrics;
 pub mod net;
 pub mod origin;

@@ -48,7 +48,7 @@ fn parse_limits(text: &str) -> Option<Limit> {
 }
 
 /// The soft open-file limit; `None` if unlimited or unreadable.
-pub fn open_files() -> Option<u64> {
+pub(crate) fn open_files() -> Option<u64> {
     current().and_then(|l| l.soft)
 }
 

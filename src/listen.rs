@@ -13,7 +13,7 @@ use crate::metrics::{ConnRefusal, Metrics};
 
 /// How often reaching a connection limit, or refusing connections at
 /// accept, is logged, at most (per reason).
-pub const LIMIT_WARNING_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const LIMIT_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 /// How every hyper server connection of the proxy is built (proxy
 /// listener, admin listener, connections inside intercepted tunnels): the
@@ -21,13 +21,13 @@ pub const LIMIT_WARNING_EVERY: Duration = Duration::from_secs(60);
 /// response, is also the idle timeout of a keep-alive connection) and the
 /// keep-alive policy live here and nowhere else.
 #[derive(Clone, Copy, Debug)]
-pub struct ConnectionPolicy {
-    pub header_timeout: Duration,
+pub(crate) struct ConnectionPolicy {
+    pub(crate) header_timeout: Duration,
 }
 
 impl ConnectionPolicy {
     /// An HTTP/1.1-only server (the proxy and admin listeners).
-    pub fn http1(&self) -> hyper::server::conn::http1::Builder {
+    pub(crate) fn http1(&self) -> hyper::server::conn::http1::Builder {
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
             .timer(TokioTimer::new())
@@ -39,7 +39,7 @@ impl ConnectionPolicy {
     /// An HTTP/1.1 or HTTP/2 server (inside intercepted tunnels). HTTP/2
     /// has no header timeout of its own: the proxy's connection driver
     /// closes a connection with no request in flight for `header_timeout`.
-    pub fn auto(&self) -> hyper_util::server::conn::auto::Builder<TokioExecutor> {
+    pub(crate) fn auto(&self) -> hyper_util::server::conn::auto::Builder<TokioExecutor> {
         let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
@@ -58,14 +58,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Counts connections closed at accept and logs them, once a minute per
 /// reason at most (with how many went unlogged since): a flood of refused
 /// clients cannot flood the log.
-pub struct RefusalLog {
+pub(crate) struct RefusalLog {
     metrics: Metrics,
     last: Mutex<[Option<Instant>; ConnRefusal::ALL.len()]>,
     unlogged: [AtomicU64; ConnRefusal::ALL.len()],
 }
 
 impl RefusalLog {
-    pub fn new(metrics: Metrics) -> RefusalLog {
+    pub(crate) fn new(metrics: Metrics) -> RefusalLog {
         RefusalLog {
             metrics,
             last: Mutex::new([None; ConnRefusal::ALL.len()]),
@@ -75,7 +75,7 @@ impl RefusalLog {
 
     /// Counts (and perhaps logs) closing `peer`'s connection for `why`.
     /// The caller drops the connection unread.
-    pub fn refuse(&self, why: ConnRefusal, peer: SocketAddr) {
+    pub(crate) fn refuse(&self, why: ConnRefusal, peer: SocketAddr) {
         self.metrics.connection_refused(why);
         let i = why as usize;
         let mut last = lock(&self.last);

@@ -253,13 +253,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async move {
         let app = App::bind(config).await?;
-        if let Some((ca_pem, created)) = &app.ca {
-            if *created {
-                tracing::info!(ca = %ca_pem.display(),
-                    "created a new CA for HTTPS interception: clients must trust this file");
-            } else {
-                tracing::info!(ca = %ca_pem.display(), "HTTPS interception CA");
-            }
+        let (ca_pem, created) = &app.ca;
+        if *created {
+            tracing::info!(ca = %ca_pem.display(),
+                "created a new CA for HTTPS interception: clients must trust this file");
+        } else {
+            tracing::info!(ca = %ca_pem.display(), "HTTPS interception CA");
         }
         let max_connections = app.max_connections;
         let needed = max_connections.saturating_mul(2).saturating_add(64);

@@ -17,10 +17,10 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// `Content-Type` for the body returned by [`Metrics::encode`].
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Upper bounds (seconds) of the upstream latency histogram: 1 ms .. 30 s.
-pub const LATENCY_BUCKETS: [f64; 14] = [
+pub(crate) const LATENCY_BUCKETS: [f64; 14] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
@@ -29,7 +29,7 @@ type Labels2 = [(&'static str, &'static str); 2];
 
 /// What the proxy did with one client request (`decision` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Robots.txt allowed the URL; forwarded.
     Allowed,
     /// Robots.txt disallowed the URL; refused with 403.
@@ -59,7 +59,7 @@ pub enum Decision {
 
 impl Decision {
     /// Every variant, in label order.
-    pub const ALL: [Decision; 11] = [
+    pub(crate) const ALL: [Decision; 11] = [
         Decision::Allowed,
         Decision::Disallowed,
         Decision::Unreachable,
@@ -74,7 +74,7 @@ impl Decision {
     ];
 
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Decision::Allowed => "allowed",
             Decision::Disallowed => "disallowed",
@@ -93,7 +93,7 @@ impl Decision {
 
 /// How a robots.txt fetch ended (`outcome` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FetchOutcome {
+pub(crate) enum FetchOutcome {
     /// Got a robots.txt body (2xx).
     Ok,
     /// 4xx: treated as "no robots.txt", everything allowed.
@@ -112,7 +112,7 @@ pub enum FetchOutcome {
 
 impl FetchOutcome {
     /// Every variant, in label order.
-    pub const ALL: [FetchOutcome; 6] = [
+    pub(crate) const ALL: [FetchOutcome; 6] = [
         FetchOutcome::Ok,
         FetchOutcome::Unavailable,
         FetchOutcome::Unreachable,
@@ -122,7 +122,7 @@ impl FetchOutcome {
     ];
 
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             FetchOutcome::Ok => "ok",
             FetchOutcome::Unavailable => "unavailable",
@@ -135,15 +135,15 @@ impl FetchOutcome {
 }
 
 /// Upper bounds (seconds) of the politeness hold histogram: 10 ms .. 10 min.
-pub const HOLD_BUCKETS: [f64; 12] = [
+pub(crate) const HOLD_BUCKETS: [f64; 12] = [
     0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 600.0,
 ];
 
 /// `status_class` label values; index with [`status_class_index`].
-pub const STATUS_CLASSES: [&str; 5] = ["2xx", "3xx", "4xx", "5xx", "none"];
+pub(crate) const STATUS_CLASSES: [&str; 5] = ["2xx", "3xx", "4xx", "5xx", "none"];
 
 /// Index into [`STATUS_CLASSES`]; no status, or one outside 200..=599, is "none".
-pub fn status_class_index(status: Option<u16>) -> usize {
+pub(crate) fn status_class_index(status: Option<u16>) -> usize {
     match status {
         Some(200..=299) => 0,
         Some(300..=399) => 1,
@@ -155,7 +155,7 @@ pub fn status_class_index(status: Option<u16>) -> usize {
 
 /// A robots.txt cache event (`event` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CacheEvent {
+pub(crate) enum CacheEvent {
     /// Fresh entry served.
     Hit,
     /// No entry; fetched.
@@ -168,7 +168,7 @@ pub enum CacheEvent {
 
 impl CacheEvent {
     /// Every variant, in label order.
-    pub const ALL: [CacheEvent; 4] = [
+    pub(crate) const ALL: [CacheEvent; 4] = [
         CacheEvent::Hit,
         CacheEvent::Miss,
         CacheEvent::Stale,
@@ -176,7 +176,7 @@ impl CacheEvent {
     ];
 
     /// The label value.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CacheEvent::Hit => "hit",
             CacheEvent::Miss => "miss",
@@ -190,7 +190,7 @@ impl CacheEvent {
 /// (`reason` label of `robots_proxy_connections_refused_total`, with the
 /// `listener`: `proxy` or `admin`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ConnRefusal {
+pub(crate) enum ConnRefusal {
     /// Proxy listener: the address is not in `access.allow_clients`.
     NotAllowed,
     /// Proxy listener: `max_connections_per_client` reached.
@@ -203,7 +203,7 @@ pub enum ConnRefusal {
 
 impl ConnRefusal {
     /// Every variant, in index order.
-    pub const ALL: [ConnRefusal; 4] = [
+    pub(crate) const ALL: [ConnRefusal; 4] = [
         ConnRefusal::NotAllowed,
         ConnRefusal::PerClientLimit,
         ConnRefusal::AdminNotAllowed,
@@ -211,7 +211,7 @@ impl ConnRefusal {
     ];
 
     /// The `listener` and `reason` label values.
-    pub fn labels(self) -> Labels2 {
+    pub(crate) fn labels(self) -> Labels2 {
         match self {
             ConnRefusal::NotAllowed => [("listener", "proxy"), ("reason", "not_allowed")],
             ConnRefusal::PerClientLimit => [("listener", "proxy"), ("reason", "per_client_limit")],
@@ -379,12 +379,12 @@ impl Metrics {
     }
 
     /// Counts one client request.
-    pub fn request(&self, decision: Decision) {
+    pub(crate) fn request(&self, decision: Decision) {
         self.inner.requests[decision as usize].inc();
     }
 
     /// Counts one robots.txt fetch; `status` is the final HTTP status, if any.
-    pub fn robots_fetch(&self, outcome: FetchOutcome, status: Option<u16>) {
+    pub(crate) fn robots_fetch(&self, outcome: FetchOutcome, status: Option<u16>) {
         fetch_counter(
             &self.inner.fetch_family,
             &self.inner.fetches,
@@ -395,19 +395,19 @@ impl Metrics {
     }
 
     /// Counts one robots.txt cache event.
-    pub fn cache_event(&self, event: CacheEvent) {
+    pub(crate) fn cache_event(&self, event: CacheEvent) {
         self.inner.cache_events[event as usize].inc();
     }
 
     /// Sets the robots.txt cache size.
-    pub fn set_cache_entries(&self, n: usize) {
+    pub(crate) fn set_cache_entries(&self, n: usize) {
         self.inner
             .cache_entries
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Records one upstream round trip.
-    pub fn observe_upstream(&self, elapsed: Duration) {
+    pub(crate) fn observe_upstream(&self, elapsed: Duration) {
         self.inner.upstream_latency.observe(elapsed.as_secs_f64());
     }
 
@@ -421,13 +421,13 @@ impl Metrics {
     }
 
     /// Counts one pause of accepting at the connection limit.
-    pub fn connection_limit_reached(&self) {
+    pub(crate) fn connection_limit_reached(&self) {
         self.inner.connection_limit_reached.inc();
     }
 
     /// Counts a request waiting in politeness until the guard is dropped.
     #[must_use = "the request is counted only while the guard lives"]
-    pub fn politeness_waiting(&self) -> ConnectionGuard {
+    pub(crate) fn politeness_waiting(&self) -> ConnectionGuard {
         self.inner.politeness_waiting.inc();
         ConnectionGuard {
             gauge: self.inner.politeness_waiting.clone(),
@@ -435,23 +435,23 @@ impl Metrics {
     }
 
     /// Records how long a request was held for its politeness slot.
-    pub fn observe_hold(&self, held: Duration) {
+    pub(crate) fn observe_hold(&self, held: Duration) {
         self.inner.politeness_hold.observe(held.as_secs_f64());
     }
 
     /// Counts one connection closed at accept.
-    pub fn connection_refused(&self, why: ConnRefusal) {
+    pub(crate) fn connection_refused(&self, why: ConnRefusal) {
         self.inner.connections_refused[why as usize].inc();
     }
 
     /// Counts one audit record that could not be written.
-    pub fn audit_write_failure(&self) {
+    pub(crate) fn audit_write_failure(&self) {
         self.inner.audit_write_failures.inc();
     }
 
     /// The whole registry in the OpenMetrics text format (ends with `# EOF`);
     /// serve it with [`CONTENT_TYPE`].
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut out = String::with_capacity(8 * 1024);
         // Writing into a String cannot fail; an Err could only come from a
         // metric's own encoder, and a partial page is better than none.

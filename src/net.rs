@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 /// shared (CGNAT), unspecified, broadcast, multicast, reserved,
 /// documentation and benchmarking ranges, and IPv6 forms that embed such an
 /// IPv4 address (mapped, translated, NAT64, 6to4, Teredo).
-pub fn is_private(ip: IpAddr) -> bool {
+pub(crate) fn is_private(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_private_v4(v4),
         IpAddr::V6(v6) => is_private_v6(v6),
@@ -85,7 +85,7 @@ fn is_private_v6(v6: Ipv6Addr) -> bool {
 /// IPv4-mapped IPv6) as it is, IPv6 by its /64, the block one host
 /// usually holds whole, so rotating addresses within it does not multiply
 /// a limit.
-pub fn client_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn client_key(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => {
             let bits = u128::from(v6) & !((1u128 << 64) - 1);
@@ -97,7 +97,7 @@ pub fn client_key(ip: IpAddr) -> IpAddr {
 
 /// Why the policy refused a destination.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// A private or local address, and `allow_private_destinations` is off.
     Private,
     /// One of the proxy's own listeners (refused whatever the setting, so
@@ -109,12 +109,12 @@ pub enum Refusal {
 /// causes to answer 403 instead of 502. Its text names the host and never
 /// what a connect would have said, so it tells nothing about reachability.
 #[derive(Clone, Debug)]
-pub struct PrivateDestination {
-    pub host: String,
+pub(crate) struct PrivateDestination {
+    pub(crate) host: String,
     /// The address refused: kept for the server log; not shown for names,
     /// so internal DNS records are not told to clients.
-    pub addr: SocketAddr,
-    pub why: Refusal,
+    pub(crate) addr: SocketAddr,
+    pub(crate) why: Refusal,
 }
 
 impl std::fmt::Display for PrivateDestination {
@@ -172,24 +172,26 @@ impl Policy {
     }
 
     /// The addresses the proxy listens on, refused as destinations.
-    pub fn with_own_listeners(mut self, addrs: impl IntoIterator<Item = SocketAddr>) -> Policy {
+    pub(crate) fn with_own_listeners(
+        mut self,
+        addrs: impl IntoIterator<Item = SocketAddr>,
+    ) -> Policy {
         self.own_listeners = addrs.into_iter().collect();
         self
     }
 
     /// For tests only: `addrs` count as public addresses.
     #[doc(hidden)]
-    pub fn treating_as_public(mut self, addrs: impl IntoIterator<Item = SocketAddr>) -> Policy {
+    pub(crate) fn treating_as_public(
+        mut self,
+        addrs: impl IntoIterator<Item = SocketAddr>,
+    ) -> Policy {
         self.treat_as_public = addrs.into_iter().collect();
         self
     }
 
-    pub fn allows_private(&self) -> bool {
-        self.allow_private
-    }
-
     /// Whether `addr` (reached as `host`) may be connected to.
-    pub fn check(&self, host: &str, addr: SocketAddr) -> Result<(), PrivateDestination> {
+    pub(crate) fn check(&self, host: &str, addr: SocketAddr) -> Result<(), PrivateDestination> {
         let refuse = |why| {
             Err(PrivateDestination {
                 host: host.to_string(),
@@ -224,7 +226,7 @@ impl Policy {
 
     /// The addresses of `addrs` the policy allows; if it allows none, the
     /// error carries the first refusal.
-    pub fn filter(&self, host: &str, addrs: Vec<SocketAddr>) -> io::Result<Vec<SocketAddr>> {
+    pub(crate) fn filter(&self, host: &str, addrs: Vec<SocketAddr>) -> io::Result<Vec<SocketAddr>> {
         let mut refusal = None;
         let usable: Vec<SocketAddr> = addrs
             .into_iter()
@@ -247,7 +249,7 @@ impl Policy {
 /// An error and its causes, outermost first. Unlike `source()` alone it
 /// also steps into the payload of an `io::Error` (whose `source()` skips
 /// the wrapped error), which is where hyper-util and rustls put theirs.
-pub fn causes<'a>(
+pub(crate) fn causes<'a>(
     err: &'a (dyn std::error::Error + 'static),
 ) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
     let mut next = Some(err);
@@ -269,7 +271,7 @@ pub fn causes<'a>(
 /// socket buffers (`ENOMEM`, `ENOBUFS`), local ports (`EADDRNOTAVAIL`, the
 /// ephemeral ports used up). Such a failure is the proxy's, not the
 /// origin's: it says nothing about whether the origin can be reached.
-pub fn local_shortage(err: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
+pub(crate) fn local_shortage(err: &(dyn std::error::Error + 'static)) -> Option<&'static str> {
     use rustix::io::Errno;
     causes(err)
         .filter_map(|e| e.downcast_ref::<io::Error>()?.raw_os_error())
@@ -290,7 +292,7 @@ pub fn local_shortage(err: &(dyn std::error::Error + 'static)) -> Option<&'stati
 }
 
 /// Finds a [`PrivateDestination`] among an error's causes.
-pub fn find_private_destination<'a>(
+pub(crate) fn find_private_destination<'a>(
     err: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a PrivateDestination> {
     causes(err).find_map(|e| e.downcast_ref::<PrivateDestination>())
@@ -299,7 +301,7 @@ pub fn find_private_destination<'a>(
 /// Resolves `host` (port `port`) and applies `policy` to every address:
 /// refused ones are dropped, and if none is left the error carries a
 /// [`PrivateDestination`].
-pub async fn resolve(host: &str, port: u16, policy: &Policy) -> io::Result<Vec<SocketAddr>> {
+pub(crate) async fn resolve(host: &str, port: u16, policy: &Policy) -> io::Result<Vec<SocketAddr>> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port)).await?.collect();
     policy.filter(host, addrs)
 }
@@ -308,7 +310,7 @@ pub async fn resolve(host: &str, port: u16, policy: &Policy) -> io::Result<Vec<S
 /// made per connection, as the policy needs the port and a resolver is
 /// given only the name.
 #[derive(Clone, Debug)]
-pub struct GuardedResolver {
+pub(crate) struct GuardedResolver {
     policy: Policy,
     port: u16,
 }
@@ -341,7 +343,7 @@ pub struct GuardedConnector {
 }
 
 impl GuardedConnector {
-    pub fn new(policy: Policy, connect_timeout: Duration) -> GuardedConnector {
+    pub(crate) fn new(policy: Policy, connect_timeout: Duration) -> GuardedConnector {
         GuardedConnector {
             policy,
             connect_timeout,

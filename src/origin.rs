@@ -13,13 +13,13 @@ pub enum Scheme {
 }
 
 impl Scheme {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Scheme::Http => "http",
             Scheme::Https => "https",
         }
     }
-    pub fn default_port(self) -> u16 {
+    pub(crate) fn default_port(self) -> u16 {
         match self {
             Scheme::Http => 80,
             Scheme::Https => 443,
@@ -55,7 +55,7 @@ pub enum OriginError {
 /// decimal digits for a number from 1 to 65535. `http::Uri` accepts any
 /// port text and then reports none for one out of range, which would send
 /// `host:65616` to the default port: the text is checked here instead.
-pub fn authority_port(authority: &str) -> Result<Option<u16>, OriginError> {
+pub(crate) fn authority_port(authority: &str) -> Result<Option<u16>, OriginError> {
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
     // After the last ':' unless that is inside an IPv6 literal.
     let port = match host_port.rfind(':') {
@@ -129,7 +129,7 @@ impl Origin {
     }
 
     /// The origin of an absolute URI.
-    pub fn from_uri(uri: &Uri) -> Result<Origin, OriginError> {
+    pub(crate) fn from_uri(uri: &Uri) -> Result<Origin, OriginError> {
         let scheme = match uri.scheme_str() {
             Some(s) if s.eq_ignore_ascii_case("http") => Scheme::Http,
             Some(s) if s.eq_ignore_ascii_case("https") => Scheme::Https,
@@ -141,23 +141,23 @@ impl Origin {
         Origin::new(scheme, authority.host(), port)
     }
 
-    pub fn scheme(&self) -> Scheme {
+    pub(crate) fn scheme(&self) -> Scheme {
         self.scheme
     }
     /// Host, lower-case ASCII; IPv6 without brackets.
-    pub fn host(&self) -> &str {
+    pub(crate) fn host(&self) -> &str {
         &self.host
     }
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.port
     }
     /// The host as an IP address, if it is a literal.
-    pub fn ip(&self) -> Option<IpAddr> {
+    pub(crate) fn ip(&self) -> Option<IpAddr> {
         self.host.parse().ok()
     }
 
     /// `host:port` (IPv6 bracketed), as in a CONNECT request or a Host header.
-    pub fn authority(&self) -> String {
+    pub(crate) fn authority(&self) -> String {
         if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
         } else {
@@ -166,12 +166,12 @@ impl Origin {
     }
 
     /// The URL of this origin's robots.txt.
-    pub fn robots_url(&self) -> String {
+    pub(crate) fn robots_url(&self) -> String {
         format!("{self}/robots.txt")
     }
 
     /// An absolute URL on this origin for `path_and_query` (which starts with `/`).
-    pub fn url(&self, path_and_query: &str) -> String {
+    pub(crate) fn url(&self, path_and_query: &str) -> String {
         format!("{self}{path_and_query}")
     }
 }
@@ -193,7 +193,7 @@ impl fmt::Display for Origin {
 }
 
 /// The path and query of a request target, `/` when it has none.
-pub fn path_of(uri: &Uri) -> String {
+pub(crate) fn path_of(uri: &Uri) -> String {
     match uri.path_and_query().map(|pq| pq.as_str()) {
         Some(pq) if pq.starts_with('/') => pq.to_string(),
         Some(pq) if !pq.is_empty() => format!("/{pq}"),

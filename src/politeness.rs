@@ -30,7 +30,7 @@ use lru::LruCache;
 use tokio::time::Instant;
 
 /// Default cap on an honoured `Crawl-delay`.
-pub const DEFAULT_MAX_CRAWL_DELAY: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_MAX_CRAWL_DELAY: Duration = Duration::from_secs(60);
 
 /// What to do when a request comes before its key's next slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,7 +170,7 @@ impl Politeness {
     /// The interval that applies for a robots.txt `Crawl-delay` (seconds):
     /// the larger of the clamped delay and the default. Non-finite, zero or
     /// negative delays are ignored; +inf is clamped like any large value.
-    pub fn effective_interval(&self, crawl_delay: Option<f64>) -> Option<Duration> {
+    pub(crate) fn effective_interval(&self, crawl_delay: Option<f64>) -> Option<Duration> {
         let crawl = crawl_delay.and_then(|s| {
             if s.is_nan() || s <= 0.0 {
                 None
@@ -357,7 +357,7 @@ impl Politeness {
 }
 
 /// The politeness key of requests to `origin` judged as `agent`.
-pub fn key(origin: &crate::origin::Origin, agent: &str) -> String {
+pub(crate) fn key(origin: &crate::origin::Origin, agent: &str) -> String {
     format!("{origin} {agent}")
 }
 

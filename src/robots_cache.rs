@@ -64,7 +64,7 @@ impl State {
     }
 
     /// Why the state is not a freshly fetched file (`None` if it is).
-    pub fn reason(&self) -> Option<&str> {
+    pub(crate) fn reason(&self) -> Option<&str> {
         match self {
             State::Fresh(_) => None,
             State::Stale { reason, .. }
@@ -77,7 +77,7 @@ impl State {
     }
 
     /// The robots.txt rules in use, fresh or stale.
-    pub fn rules(&self) -> Option<&Compiled> {
+    pub(crate) fn rules(&self) -> Option<&Compiled> {
         match self {
             State::Fresh(rules) | State::Stale { rules, .. } => Some(rules),
             _ => None,
@@ -93,14 +93,14 @@ pub struct Compiled(Arc<[(Arc<str>, Arc<AgentRules>)]>);
 
 impl Compiled {
     /// Compiles `robots` for `agents` (product tokens).
-    pub fn new(robots: &Robots, agents: &[Arc<str>]) -> Compiled {
+    pub(crate) fn new(robots: &Robots, agents: &[Arc<str>]) -> Compiled {
         let tokens: Vec<&str> = agents.iter().map(|a| &**a).collect();
         let rules = robots.agent_rules_shared(&tokens);
         Compiled(agents.iter().cloned().zip(rules).collect())
     }
 
     /// The rules for `token`, if it was compiled.
-    pub fn get(&self, token: &str) -> Option<&Arc<AgentRules>> {
+    pub(crate) fn get(&self, token: &str) -> Option<&Arc<AgentRules>> {
         self.0.iter().find(|(t, _)| **t == *token).map(|(_, r)| r)
     }
 
@@ -121,18 +121,18 @@ impl Compiled {
 pub struct Entry {
     pub state: State,
     /// Final HTTP status of the last fetch, if one arrived.
-    pub status: Option<u16>,
+    pub(crate) status: Option<u16>,
     /// When the rules in use were fetched (for `Stale`: the old copy's time).
-    pub fetched_at: SystemTime,
+    pub(crate) fetched_at: SystemTime,
     fetched_instant: Instant,
-    pub expires: Instant,
+    pub(crate) expires: Instant,
     /// Fetches in a row that found the origin unreachable (for backoff).
     failures: u32,
 }
 
 impl Entry {
     /// Approximate bytes held: the entry and its compiled rules.
-    pub fn memory_usage(&self) -> usize {
+    pub(crate) fn memory_usage(&self) -> usize {
         let rules = self.state.rules().map_or(0, Compiled::memory_usage);
         std::mem::size_of::<Self>() + self.state.reason().map_or(0, str::len) + rules
     }
@@ -147,12 +147,12 @@ impl Entry {
     }
 
     /// Seconds since the rules in use were fetched.
-    pub fn age(&self) -> Duration {
+    pub(crate) fn age(&self) -> Duration {
         self.fetched_instant.elapsed()
     }
 
     /// False if a robots.txt file applies but was not compiled for `token`.
-    pub fn covers(&self, token: &str) -> bool {
+    pub(crate) fn covers(&self, token: &str) -> bool {
         self.state
             .rules()
             .is_none_or(|compiled| compiled.get(token).is_some())
@@ -178,7 +178,7 @@ impl Entry {
 
 /// How a lookup was served (for metrics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lookup {
+pub(crate) enum Lookup {
     Hit,
     Miss,
     Expired,
@@ -203,7 +203,7 @@ pub struct CacheSettings {
 }
 
 /// Callback run after every fetch.
-pub type FetchHook = Box<dyn Fn(&Fetched) + Send + Sync>;
+pub(crate) type FetchHook = Box<dyn Fn(&Fetched) + Send + Sync>;
 
 type Flight = Shared<BoxFuture<'static, Arc<Entry>>>;
 
@@ -346,7 +346,7 @@ impl RobotsCache {
     }
 
     /// The settings of the fetches started from now on.
-    pub fn set_fetch_settings(&self, fetch: FetchSettings) {
+    pub(crate) fn set_fetch_settings(&self, fetch: FetchSettings) {
         match self.fetch.write() {
             Ok(mut f) => *f = Arc::new(fetch),
             Err(poisoned) => *poisoned.into_inner() = Arc::new(fetch),
@@ -362,7 +362,7 @@ impl RobotsCache {
 
     /// Sets the agents entries are compiled for. Cached entries that lack
     /// one of them are fetched again when a request needs it.
-    pub fn set_agents(&self, agents: &[String]) {
+    pub(crate) fn set_agents(&self, agents: &[String]) {
         if let Ok(mut a) = self.agents.write() {
             *a = tokens(agents);
         }
@@ -427,7 +427,7 @@ impl RobotsCache {
     }
 
     /// Registers a callback run after every fetch.
-    pub fn on_fetch(mut self, f: impl Fn(&Fetched) + Send + Sync + 'static) -> Self {
+    pub(crate) fn on_fetch(mut self, f: impl Fn(&Fetched) + Send + Sync + 'static) -> Self {
         self.on_fetch = Some(Box::new(f));
         self
     }
@@ -453,7 +453,7 @@ impl RobotsCache {
     }
 
     /// Drops an origin's entry; true if there was one.
-    pub fn purge(&self, origin: &Origin) -> bool {
+    pub(crate) fn purge(&self, origin: &Origin) -> bool {
         if let Ok(mut others) = self.others.lock() {
             let keys: Vec<_> = others
                 .iter()
@@ -480,7 +480,6 @@ impl RobotsCache {
                 status: Some(200),
                 max_age: None,
                 retry_after: None,
-                elapsed: Duration::ZERO,
             },
             &self.agents(),
         ));
@@ -494,7 +493,11 @@ impl RobotsCache {
     /// agent; any other goes to [`Self::get_other_agent`]). Concurrent
     /// callers for one origin share one fetch, which runs in its own task so
     /// a caller that gives up does not cancel it.
-    pub async fn get(self: &Arc<Self>, origin: &Origin, token: &str) -> (Arc<Entry>, Lookup) {
+    pub(crate) async fn get(
+        self: &Arc<Self>,
+        origin: &Origin,
+        token: &str,
+    ) -> (Arc<Entry>, Lookup) {
         let next = match self.slots.lock() {
             Ok(mut slots) => self.next_step(&mut slots, origin, token),
             Err(_) => return (Arc::new(self.poisoned()), Lookup::Miss),
@@ -631,7 +634,6 @@ impl RobotsCache {
                 status: None,
                 max_age: None,
                 retry_after: None,
-                elapsed: Duration::ZERO,
             },
             &[],
         )
@@ -697,13 +699,13 @@ impl RobotsCache {
 
 /// The first wait after robots.txt was found unreachable: short, so a
 /// brief outage does not disallow a whole site for long.
-pub const FIRST_RETRY: Duration = Duration::from_secs(30);
+pub(crate) const FIRST_RETRY: Duration = Duration::from_secs(30);
 
 /// When to fetch an unreachable robots.txt again: the origin's own
 /// `Retry-After` (429, 503) if it gave one, else 30 s doubling with each
 /// failure in a row; never more than `cap` (`robots.unreachable_retry`) and
 /// never less than a second.
-pub fn retry_delay(cap: Duration, failures: u32, retry_after: Option<Duration>) -> Duration {
+pub(crate) fn retry_delay(cap: Duration, failures: u32, retry_after: Option<Duration>) -> Duration {
     let wait = retry_after.unwrap_or_else(|| {
         let doublings = failures.saturating_sub(1).min(16);
         FIRST_RETRY.saturating_mul(1 << doublings)
@@ -846,7 +848,6 @@ mod tests {
             status: None,
             max_age: None,
             retry_after: None,
-            elapsed: Duration::ZERO,
         };
         let agents = c.agents();
         let alone = c.entry_from(None, local(), &agents);
@@ -859,7 +860,6 @@ mod tests {
                 status: Some(200),
                 max_age: None,
                 retry_after: None,
-                elapsed: Duration::ZERO,
             },
             &agents,
         );
@@ -875,7 +875,6 @@ mod tests {
             status: None,
             max_age,
             retry_after: None,
-            elapsed: Duration::ZERO,
         }
     }
 

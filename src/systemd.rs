@@ -25,13 +25,6 @@ pub fn notify_reloading() {
     }
 }
 
-/// Free-form status line shown by `systemctl status`.
-pub fn notify_status(status: &str) {
-    // A newline would start a new (bogus) assignment in the datagram.
-    let line = status.replace('\n', " ");
-    send(&[NotifyState::Status(&line)]);
-}
-
 fn send(states: &[NotifyState<'_>]) {
     // Failing to notify must not stop the proxy; systemd will time the unit
     // out if READY never arrives, which is the right signal.

@@ -15,7 +15,6 @@ fn child_sends_notifications() {
         return;
     }
     robots_proxy::systemd::notify_ready();
-    robots_proxy::systemd::notify_status("listening on 127.0.0.1:3128\nsecond line");
     robots_proxy::systemd::notify_reloading();
     robots_proxy::systemd::notify_stopping();
 }
@@ -42,18 +41,17 @@ fn notifications_reach_the_socket() {
     );
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
-    for _ in 0..4 {
+    for _ in 0..3 {
         let n = sock.recv(&mut buf).unwrap();
         got.push(String::from_utf8(buf[..n].to_vec()).unwrap());
     }
     assert_eq!(got[0], "READY=1\n");
-    assert_eq!(got[1], "STATUS=listening on 127.0.0.1:3128 second line\n");
     assert!(
-        got[2].starts_with("RELOADING=1\nMONOTONIC_USEC="),
+        got[1].starts_with("RELOADING=1\nMONOTONIC_USEC="),
         "{}",
-        got[2]
+        got[1]
     );
-    assert_eq!(got[3], "STOPPING=1\n");
+    assert_eq!(got[2], "STOPPING=1\n");
 }
 
 /// Set in the child run by `no_socket_is_a_no_op`.
@@ -71,7 +69,6 @@ fn child_notifies_with_warnings_shown() {
         .with_max_level(tracing::Level::WARN)
         .init();
     robots_proxy::systemd::notify_ready();
-    robots_proxy::systemd::notify_status("listening");
     robots_proxy::systemd::notify_reloading();
     robots_proxy::systemd::notify_stopping();
     println!("all notifications sent");

@@ -49,7 +49,7 @@ fn connect_target(req: &Request<Incoming>) -> Result<(String, u16), String> {
 }
 
 /// True if `host` is on the no-intercept list (`example.com` or `*.example.com`).
-pub fn no_intercept(list: &[String], host: &str) -> bool {
+pub(crate) fn no_intercept(list: &[String], host: &str) -> bool {
     list.iter().any(|entry| match entry.strip_prefix("*.") {
         Some(suffix) => {
             host.len() > suffix.len()
@@ -68,7 +68,7 @@ fn connection_hold(req: &Request<Incoming>) -> Option<Arc<ConnectionHold>> {
 /// Handles a CONNECT request, and finishes it (see [`super::phases`]):
 /// here for a bad target, a refusal, a blind tunnel or an intercepted
 /// one; once the client speaks for a tunnel whose port may not be TLS.
-pub async fn handle(
+pub(crate) async fn handle(
     proxy: Arc<Proxy>,
     settings: Arc<Settings>,
     caller: Caller,
@@ -93,7 +93,7 @@ pub async fn handle(
         return proxy.finish(answer);
     }
     let minter = proxy.minter.clone();
-    if minter.is_none() || no_intercept(&settings.no_intercept, https.host()) {
+    if no_intercept(&settings.no_intercept, https.host()) {
         return tunnel(proxy, &settings, caller, https, &agent, req).await;
     }
     let hold = connection_hold(&req);
@@ -152,7 +152,7 @@ async fn intercept<IO>(
     tunnel: Tunnel,
     https: Origin,
     io: IO,
-    minter: Option<Arc<crate::tls::Minter>>,
+    minter: Arc<crate::tls::Minter>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -169,7 +169,6 @@ async fn intercept<IO>(
         serve_inner(proxy, tunnel, http, io).await;
         return;
     }
-    let Some(minter) = minter else { return };
     let host = https.host().to_string();
     let accepted = tokio::select! {
         accepted = tokio::time::timeout(handshake, minter.accept(io, &host)) => accepted,

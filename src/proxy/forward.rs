@@ -48,7 +48,7 @@ fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
 /// One pass over the message's names finds which are present, so a message
 /// without any (most requests) costs no lookups, and one with only
 /// `Connection: keep-alive` (most responses) only the removals it needs.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let mut present = 0u8;
     for name in headers.keys() {
         if let Some(i) = hop_by_hop_index(name) {
@@ -81,7 +81,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Appends our `Via` entry.
-pub fn add_via(headers: &mut HeaderMap, via: &HeaderValue) {
+pub(crate) fn add_via(headers: &mut HeaderMap, via: &HeaderValue) {
     headers.append(header::VIA, via.clone());
 }
 
@@ -154,7 +154,7 @@ pub(super) fn frame_request_body(req: &mut Request<Body>) {
 /// alone. hyper undoes only chunked; Transfer-Encoding is hop-by-hop and
 /// removed, so a body under another coding (`gzip, chunked`) would reach
 /// the other side still coded, with nothing saying so.
-pub fn other_transfer_coding(headers: &HeaderMap) -> Option<String> {
+pub(crate) fn other_transfer_coding(headers: &HeaderMap) -> Option<String> {
     let mut codings = headers
         .get_all(header::TRANSFER_ENCODING)
         .iter()
@@ -190,7 +190,7 @@ fn drop_overridden_length(headers: &mut HeaderMap) {
 /// this task; others over the pooled `client`. Upstream failures become 502
 /// (or 403 for a refused private destination), a response that does not
 /// start within `timeout` a 504.
-pub async fn forward(
+pub(crate) async fn forward(
     client: &HttpClient,
     upstream: &Arc<Pool>,
     origin: &Origin,

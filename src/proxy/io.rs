@@ -9,13 +9,13 @@ use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// `inner`, with `prefix` read first.
-pub struct Prefixed<T> {
+pub(crate) struct Prefixed<T> {
     prefix: Bytes,
     inner: T,
 }
 
 impl<T> Prefixed<T> {
-    pub fn new(prefix: Bytes, inner: T) -> Prefixed<T> {
+    pub(crate) fn new(prefix: Bytes, inner: T) -> Prefixed<T> {
         Prefixed { prefix, inner }
     }
 }

@@ -1,13 +1,13 @@
 //! The proxy: accepting clients, judging each request, forwarding the
 //! allowed ones.
 
-pub mod connect;
-pub mod forward;
-pub mod io;
-pub mod phases;
-pub mod respond;
-pub mod server;
-pub mod upgrade;
+pub(crate) mod connect;
+pub(crate) mod forward;
+pub(crate) mod io;
+pub(crate) mod phases;
+pub(crate) mod respond;
+pub(crate) mod server;
+pub(crate) mod upgrade;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -35,29 +35,29 @@ use phases::{Answer, Caller, Failed, Outcome, Recorded};
 #[derive(Clone)]
 pub struct Settings {
     /// Default robots product token (lower-cased).
-    pub agent: String,
+    pub(crate) agent: String,
     /// Client User-Agent product token → robots token.
-    pub agent_map: HashMap<String, String>,
-    pub response_timeout: Duration,
+    pub(crate) agent_map: HashMap<String, String>,
+    pub(crate) response_timeout: Duration,
     /// Whether forwarded messages get a `Via` header.
-    pub via: bool,
+    pub(crate) via: bool,
     /// `client_header_timeout`: for new client connections, and inside
     /// intercepted tunnels.
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
     /// `tunnel_idle_timeout`: for new blind tunnels.
-    pub tunnel_idle_timeout: Duration,
+    pub(crate) tunnel_idle_timeout: Duration,
     /// `shutdown_grace`: read when shutdown begins.
-    pub shutdown_grace: Duration,
+    pub(crate) shutdown_grace: Duration,
     /// Hosts tunnelled without interception.
-    pub no_intercept: Vec<String>,
+    pub(crate) no_intercept: Vec<String>,
     /// Clients allowed to connect.
-    pub acl: ClientAcl,
+    pub(crate) acl: ClientAcl,
     /// Proxy authentication, if users are configured.
-    pub auth: Option<Arc<ProxyAuth>>,
+    pub(crate) auth: Option<Arc<ProxyAuth>>,
     /// Crawl-delay enforcement.
     pub politeness: Arc<Politeness>,
     /// What `politeness` was built from (kept across reloads when unchanged).
-    pub politeness_config: crate::politeness::PolitenessConfig,
+    pub(crate) politeness_config: crate::politeness::PolitenessConfig,
 }
 
 impl Settings {
@@ -65,7 +65,7 @@ impl Settings {
     /// user's configured token, then a mapping of the client's own
     /// User-Agent product token, then the default agent.
     /// Borrowed, not copied: it is looked up on every request.
-    pub fn agent_for<'a>(
+    pub(crate) fn agent_for<'a>(
         &'a self,
         user_agent: Option<&'a str>,
         client_ua: Option<&HeaderValue>,
@@ -85,16 +85,16 @@ impl Settings {
 
 /// Everything a request needs, shared by all connections.
 pub struct Proxy {
-    pub gate: Gate,
-    pub client: HttpClient,
+    pub(crate) gate: Gate,
+    pub(crate) client: HttpClient,
     /// Plain-http upstream connections, driven by the requests that use them.
-    pub upstream: Arc<upstream::Pool>,
+    pub(crate) upstream: Arc<upstream::Pool>,
     pub audit: AuditLog,
-    pub metrics: Metrics,
-    /// Mints leaf certificates for intercepted CONNECTs; `None` disables interception.
-    pub minter: Option<Arc<Minter>>,
+    pub(crate) metrics: Metrics,
+    /// Mints leaf certificates for intercepted CONNECTs.
+    pub(crate) minter: Arc<Minter>,
     /// Upstream TLS, for the connections of upgraded (WebSocket) requests.
-    pub upstream_tls: Arc<rustls::ClientConfig>,
+    pub(crate) upstream_tls: Arc<rustls::ClientConfig>,
     settings: RwLock<Arc<Settings>>,
     /// `Via` value, with an instance id used for loop detection.
     via: HeaderValue,
@@ -103,19 +103,19 @@ pub struct Proxy {
 
 /// The ways to an origin: the pooled client (https, bodies), the plain-http
 /// pool, and the upstream TLS settings (for upgraded connections).
-pub struct Upstreams {
-    pub client: HttpClient,
-    pub pool: Arc<upstream::Pool>,
-    pub tls: Arc<rustls::ClientConfig>,
+pub(crate) struct Upstreams {
+    pub(crate) client: HttpClient,
+    pub(crate) pool: Arc<upstream::Pool>,
+    pub(crate) tls: Arc<rustls::ClientConfig>,
 }
 
 impl Proxy {
-    pub fn new(
+    pub(crate) fn new(
         gate: Gate,
         upstreams: Upstreams,
         audit: AuditLog,
         metrics: Metrics,
-        minter: Option<Arc<Minter>>,
+        minter: Arc<Minter>,
         settings: Settings,
     ) -> Proxy {
         let Upstreams {
@@ -146,15 +146,11 @@ impl Proxy {
         }
     }
 
-    pub fn set_settings(&self, settings: Settings) {
+    pub(crate) fn set_settings(&self, settings: Settings) {
         match self.settings.write() {
             Ok(mut s) => *s = Arc::new(settings),
             Err(poisoned) => *poisoned.into_inner() = Arc::new(settings),
         }
-    }
-
-    pub fn via(&self) -> &HeaderValue {
-        &self.via
     }
 
     /// True if the request already passed through this proxy instance.
@@ -231,7 +227,7 @@ impl Proxy {
 
     /// Handles one request from a client connection: the phases of
     /// [`phases`], ended by [`Proxy::finish`].
-    pub async fn handle(
+    pub(crate) async fn handle(
         self: Arc<Self>,
         client: SocketAddr,
         req: Request<Incoming>,
@@ -288,7 +284,7 @@ impl Proxy {
 
     /// The phases from judge to forward for a request with an absolute URI
     /// on `origin`; plain HTTP and intercepted requests alike.
-    pub async fn serve(
+    pub(crate) async fn serve(
         &self,
         settings: &Settings,
         caller: &Caller,
@@ -446,7 +442,7 @@ impl Proxy {
 /// recipient echo the request it received, the client's credentials and
 /// cookies and what the proxy added included, into a response body; a
 /// crawler has no use for it.
-pub fn refuse_method(method: &Method) -> Option<Response<Body>> {
+pub(crate) fn refuse_method(method: &Method) -> Option<Response<Body>> {
     (method == Method::TRACE).then(|| {
         respond::method_not_allowed(
             "robots-proxy does not forward TRACE: it would echo the request, \
@@ -456,11 +452,11 @@ pub fn refuse_method(method: &Method) -> Option<Response<Body>> {
 }
 
 /// The politeness key of a judged request: its origin and robots agent.
-pub fn politeness_key(judgement: &Judgement) -> String {
+pub(crate) fn politeness_key(judgement: &Judgement) -> String {
     crate::politeness::key(&judgement.origin, &judgement.agent)
 }
 
-pub use crate::origin::path_of;
+pub(crate) use crate::origin::path_of;
 
 /// A random-enough instance id without another dependency: the std's
 /// randomly keyed hasher over the process id and the time.

@@ -31,32 +31,32 @@ use super::{Proxy, respond};
 use crate::audit::Record;
 use crate::body::Body;
 use crate::gate::{Decision, Judgement};
-pub use crate::metrics::Decision as Outcome;
+pub(crate) use crate::metrics::Decision as Outcome;
 
 /// Who sent a request: the client's address, the authenticated user and
 /// the robots token configured for that user.
 #[derive(Clone, Debug)]
-pub struct Caller {
-    pub client: SocketAddr,
-    pub user: Option<Arc<str>>,
+pub(crate) struct Caller {
+    pub(crate) client: SocketAddr,
+    pub(crate) user: Option<Arc<str>>,
     /// Token configured for the user, overriding the others.
-    pub user_agent: Option<String>,
+    pub(crate) user_agent: Option<String>,
 }
 
 /// How a request ended: the response to send and the label it is counted
 /// under.
-pub struct Answer {
-    pub outcome: Outcome,
-    pub resp: Response<Body>,
+pub(crate) struct Answer {
+    pub(crate) outcome: Outcome,
+    pub(crate) resp: Response<Body>,
 }
 
 impl Answer {
-    pub fn new(outcome: Outcome, resp: Response<Body>) -> Answer {
+    pub(crate) fn new(outcome: Outcome, resp: Response<Body>) -> Answer {
         Answer { outcome, resp }
     }
 
     /// A 400 of the proxy's own with `text` as its body.
-    pub fn bad_request(text: impl Into<String>) -> Answer {
+    pub(crate) fn bad_request(text: impl Into<String>) -> Answer {
         Answer::new(
             Outcome::BadRequest,
             respond::text(StatusCode::BAD_REQUEST, text),
@@ -87,14 +87,14 @@ impl Answer {
 /// (a name that resolves to a private address) the reason, which the
 /// forward phase records like any refusal.
 #[derive(Clone, Debug)]
-pub struct Failed {
-    pub outcome: Outcome,
-    pub refusal: Option<String>,
+pub(crate) struct Failed {
+    pub(crate) outcome: Outcome,
+    pub(crate) refusal: Option<String>,
 }
 
 impl Failed {
     /// `resp` marked as a failure counted under `outcome`.
-    pub fn mark(outcome: Outcome, mut resp: Response<Body>) -> Response<Body> {
+    pub(crate) fn mark(outcome: Outcome, mut resp: Response<Body>) -> Response<Body> {
         resp.extensions_mut().insert(Failed {
             outcome,
             refusal: None,
@@ -103,7 +103,7 @@ impl Failed {
     }
 
     /// The 403 for a destination the policy refused at connect time.
-    pub fn refused(reason: &str) -> Response<Body> {
+    pub(crate) fn refused(reason: &str) -> Response<Body> {
         let mut resp = respond::refused(reason);
         resp.extensions_mut().insert(Failed {
             outcome: Outcome::Refused,
@@ -115,7 +115,7 @@ impl Failed {
     /// The answer for what the forward phase returned: a marked failure,
     /// or the origin's response to an allowed request; with the reason of
     /// a refusal at connect time.
-    pub fn answer(mut resp: Response<Body>) -> (Answer, Option<String>) {
+    pub(crate) fn answer(mut resp: Response<Body>) -> (Answer, Option<String>) {
         match resp.extensions_mut().remove::<Failed>() {
             Some(f) => (Answer::new(f.outcome, resp), f.refusal),
             None => (Answer::new(Outcome::Allowed, resp), None),
@@ -124,7 +124,7 @@ impl Failed {
 }
 
 /// How a request with this decision is counted.
-pub fn outcome_of(decision: &Decision) -> Outcome {
+pub(crate) fn outcome_of(decision: &Decision) -> Outcome {
     match decision {
         Decision::Allowed { .. } => Outcome::Allowed,
         Decision::Disallowed { .. } => Outcome::Disallowed,
@@ -137,7 +137,7 @@ pub fn outcome_of(decision: &Decision) -> Outcome {
 
 /// What the audit line of a judged request stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Recorded {
+pub(crate) enum Recorded {
     /// A request for a path (plain, or inside an intercepted tunnel).
     Request,
     /// A blind tunnel: recorded even when allowed, as its paths go unchecked.
@@ -152,7 +152,7 @@ impl Proxy {
     /// not the forwarded response and not the 403 either).
     // The Err is the response itself, built once and moved to `finish`.
     #[allow(clippy::result_large_err)]
-    pub fn record(
+    pub(crate) fn record(
         &self,
         caller: &Caller,
         judgement: &Judgement,
@@ -193,7 +193,7 @@ impl Proxy {
 
     /// The finish phase: counts the request under its one label and
     /// returns the response to send.
-    pub fn finish(&self, answer: Answer) -> Response<Body> {
+    pub(crate) fn finish(&self, answer: Answer) -> Response<Body> {
         self.count(answer.outcome);
         answer.resp
     }

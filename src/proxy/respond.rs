@@ -8,21 +8,21 @@ use crate::gate::{Decision, Judgement, Limit};
 use crate::robots_cache::State;
 
 /// Header carrying a decision's reason in one line.
-pub const DECISION_HEADER: &str = "x-robots-proxy-decision";
+pub(crate) const DECISION_HEADER: &str = "x-robots-proxy-decision";
 
 /// Header on a forwarded response saying how long the request was held for
 /// Crawl-delay, in seconds (`1.980`).
-pub const DELAY_HEADER: &str = "x-robots-proxy-delay";
+pub(crate) const DELAY_HEADER: &str = "x-robots-proxy-delay";
 
 /// A body from text.
-pub fn full(text: &str) -> Body {
+pub(crate) fn full(text: &str) -> Body {
     full_body(text.to_string())
 }
 
-pub use crate::body::text;
+pub(crate) use crate::body::text;
 
 /// A header value from arbitrary text: non-visible-ASCII characters become `?`.
-pub fn header_value(s: &str) -> HeaderValue {
+pub(crate) fn header_value(s: &str) -> HeaderValue {
     let clean: String = s
         .chars()
         .map(|c| {
@@ -37,7 +37,7 @@ pub fn header_value(s: &str) -> HeaderValue {
 }
 
 /// 429 with `Retry-After` (whole seconds, at least 1).
-pub fn too_many(retry_after: std::time::Duration, body: &str) -> Response<Body> {
+pub(crate) fn too_many(retry_after: std::time::Duration, body: &str) -> Response<Body> {
     let mut resp = text(StatusCode::TOO_MANY_REQUESTS, body);
     resp.headers_mut()
         .insert(RETRY_AFTER, HeaderValue::from(retry_secs(retry_after)));
@@ -51,10 +51,10 @@ fn retry_secs(retry: std::time::Duration) -> u64 {
 
 /// The methods a 405 names in `Allow`: the common ones the proxy forwards
 /// (it forwards any method but CONNECT inside a tunnel and TRACE).
-pub const ALLOWED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH";
+pub(crate) const ALLOWED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH";
 
 /// 405 for a method the proxy does not forward, saying why.
-pub fn method_not_allowed(why: &str) -> Response<Body> {
+pub(crate) fn method_not_allowed(why: &str) -> Response<Body> {
     let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, format!("{why}\n"));
     resp.headers_mut()
         .insert(ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
@@ -62,7 +62,7 @@ pub fn method_not_allowed(why: &str) -> Response<Body> {
 }
 
 /// 403 for a destination refused by policy.
-pub fn refused(reason: &str) -> Response<Body> {
+pub(crate) fn refused(reason: &str) -> Response<Body> {
     let mut resp = text(
         StatusCode::FORBIDDEN,
         format!("Refused by robots-proxy: {reason}\n"),
@@ -75,7 +75,7 @@ pub fn refused(reason: &str) -> Response<Body> {
 }
 
 /// The one-line form of a judgement for the decision header.
-pub fn decision_line(j: &Judgement) -> String {
+pub(crate) fn decision_line(j: &Judgement) -> String {
     let mut line = format!(
         "{}; agent={}; robots={}",
         j.decision.name(),
@@ -94,7 +94,7 @@ pub fn decision_line(j: &Judgement) -> String {
 }
 
 /// The response for a judgement that does not forward.
-pub fn blocked(j: &Judgement) -> Response<Body> {
+pub(crate) fn blocked(j: &Judgement) -> Response<Body> {
     let fetch = match &j.entry {
         Some(e) => format!(
             "{}{}, fetched {} s ago",

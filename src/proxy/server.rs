@@ -24,12 +24,12 @@ use super::Proxy;
 use super::phases::Outcome;
 use crate::body::Body;
 use crate::listen::LIMIT_WARNING_EVERY;
-pub use crate::listen::{ConnectionPolicy, RefusalLog};
+pub(crate) use crate::listen::{ConnectionPolicy, RefusalLog};
 use crate::metrics::{ConnRefusal, ConnectionGuard};
 
 /// Where a listener is in its life; every connection and tunnel watches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     Serving,
     /// Shutdown began: finish the requests in flight, then close.
     Draining,
@@ -38,16 +38,16 @@ pub enum Phase {
 }
 
 /// A connection's view of its listener's [`Phase`].
-pub type Stop = watch::Receiver<Phase>;
+pub(crate) type Stop = watch::Receiver<Phase>;
 
 /// Limits applied when a connection is accepted.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Client connections open at once; beyond it accepting pauses.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Client connections open at once from one address; beyond it new
     /// ones are closed at accept.
-    pub per_client: usize,
+    pub(crate) per_client: usize,
 }
 
 /// Serves `listener` until `shutdown` completes, then stops accepting and
@@ -59,7 +59,7 @@ pub struct Limits {
 /// read. Returns the number of connections still open when the grace ran
 /// out (`shutdown_grace` as in force when shutdown begins); they are
 /// closed then.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     proxy: Arc<Proxy>,
     shutdown: impl Future<Output = ()>,
@@ -159,7 +159,7 @@ pub async fn serve(
 /// request carries a clone in its extensions, so a tunnel keeps all of it
 /// until it closes, long after hyper has handed the socket over, and
 /// shutdown waits for it.
-pub struct ConnectionHold {
+pub(crate) struct ConnectionHold {
     _slot: OwnedSemaphorePermit,
     _client: ClientSlot,
     _open: ConnectionGuard,
@@ -169,7 +169,7 @@ pub struct ConnectionHold {
 
 impl ConnectionHold {
     /// The listener's phase, for a tunnel to follow.
-    pub fn stop(&self) -> Stop {
+    pub(crate) fn stop(&self) -> Stop {
         self.phase.clone()
     }
 }
@@ -215,7 +215,7 @@ async fn serve_connection(
 /// True if hyper ended a connection on a request it could not parse, after
 /// answering it itself (400, 431 for headers too large, 505): an answer of
 /// the proxy's that its service never saw, counted here.
-pub fn answered_malformed(e: &hyper::Error) -> bool {
+pub(crate) fn answered_malformed(e: &hyper::Error) -> bool {
     e.is_parse() || e.is_parse_too_large()
 }
 
@@ -225,7 +225,7 @@ pub fn answered_malformed(e: &hyper::Error) -> bool {
 /// `idle`, it also shuts down gracefully once no request has been in
 /// flight for that long (HTTP/2 has no header timeout of its own).
 /// Returns the error the connection ended with, if any.
-pub async fn drive<C, E>(
+pub(crate) async fn drive<C, E>(
     conn: C,
     shutdown: fn(Pin<&mut C>),
     stop: Option<Stop>,
@@ -321,7 +321,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// Counts a connection's requests in flight, from the service call to the
 /// end of the response body.
 #[derive(Clone)]
-pub struct InFlight(Arc<watch::Sender<usize>>);
+pub(crate) struct InFlight(Arc<watch::Sender<usize>>);
 
 impl Default for InFlight {
     fn default() -> Self {
@@ -331,13 +331,13 @@ impl Default for InFlight {
 
 impl InFlight {
     /// Counts one request until the guard is dropped.
-    pub fn start(&self) -> InFlightGuard {
+    pub(crate) fn start(&self) -> InFlightGuard {
         self.0.send_modify(|n| *n += 1);
         InFlightGuard(self.0.clone())
     }
 
     /// A response whose body keeps `guard` until it is dropped.
-    pub fn track(guard: InFlightGuard, resp: Response<Body>) -> Response<Body> {
+    pub(crate) fn track(guard: InFlightGuard, resp: Response<Body>) -> Response<Body> {
         use http_body_util::BodyExt;
         resp.map(|body| {
             Tracked {
@@ -354,7 +354,7 @@ impl InFlight {
 }
 
 /// One request in flight; see [`InFlight`].
-pub struct InFlightGuard(Arc<watch::Sender<usize>>);
+pub(crate) struct InFlightGuard(Arc<watch::Sender<usize>>);
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
@@ -391,13 +391,13 @@ impl hyper::body::Body for Tracked {
 /// Connections open per client address (an IPv6 client by its /64, see
 /// [`crate::net::client_key`]), for `max_connections_per_client`.
 #[derive(Clone)]
-pub struct PerClient {
+pub(crate) struct PerClient {
     limit: usize,
     counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }
 
 impl PerClient {
-    pub fn new(limit: usize) -> PerClient {
+    pub(crate) fn new(limit: usize) -> PerClient {
         PerClient {
             limit: limit.max(1),
             counts: Arc::default(),
@@ -405,7 +405,7 @@ impl PerClient {
     }
 
     /// A place for one more connection from `ip`; `None` at the limit.
-    pub fn take(&self, ip: IpAddr) -> Option<ClientSlot> {
+    pub(crate) fn take(&self, ip: IpAddr) -> Option<ClientSlot> {
         let ip = crate::net::client_key(ip);
         let mut counts = lock(&self.counts);
         let n = counts.entry(ip).or_default();
@@ -421,7 +421,7 @@ impl PerClient {
 }
 
 /// One connection's place under its address's limit, given back on drop.
-pub struct ClientSlot {
+pub(crate) struct ClientSlot {
     ip: IpAddr,
     counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
 }

@@ -31,7 +31,7 @@ use crate::upstream::{ErrorKind, UpstreamError, connect_upstream};
 /// `Upgrade: websocket`, and `upgrade` among the `Connection` options.
 /// Other protocols (`h2c`, custom ones) are not forwarded as upgrades:
 /// after the switch nothing could be judged.
-pub fn is_upgrade(headers: &HeaderMap) -> bool {
+pub(crate) fn is_upgrade(headers: &HeaderMap) -> bool {
     names_websocket(headers)
         && headers
             .get_all(header::CONNECTION)
@@ -67,23 +67,23 @@ fn keep_upgrade(headers: &mut HeaderMap) {
 }
 
 /// How an upgrade is forwarded.
-pub struct UpgradeSettings<'a> {
-    pub policy: &'a net::Policy,
-    pub connect_timeout: Duration,
-    pub response_timeout: Duration,
-    pub tunnel_idle_timeout: Duration,
+pub(crate) struct UpgradeSettings<'a> {
+    pub(crate) policy: &'a net::Policy,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) tunnel_idle_timeout: Duration,
     /// Upstream TLS for `https` origins (its ALPN is replaced by
     /// `http/1.1`: an upgrade is an HTTP/1.1 mechanism).
-    pub tls: &'a Arc<rustls::ClientConfig>,
-    pub via: Option<&'a HeaderValue>,
-    pub peer: SocketAddr,
+    pub(crate) tls: &'a Arc<rustls::ClientConfig>,
+    pub(crate) via: Option<&'a HeaderValue>,
+    pub(crate) peer: SocketAddr,
 }
 
 /// Sends the upgrade request `req` (absolute URI on `origin`) and returns
 /// the origin's answer; on 101 the two connections are relayed in a task
 /// that keeps the client connection's hold (its slot and its part in
 /// shutdown) until it ends.
-pub async fn forward(
+pub(crate) async fn forward(
     origin: &Origin,
     mut req: Request<Body>,
     s: UpgradeSettings<'_>,

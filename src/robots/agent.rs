@@ -9,7 +9,7 @@ fn is_token_byte(b: u8) -> bool {
 /// The leading product token of `s`, lower-cased: `Googlebot/2.1` →
 /// `googlebot`, `foo bar` → `foo`, `googlebot*` → `googlebot`. Empty if `s`
 /// does not start with a token character.
-pub fn leading_token(s: &str) -> String {
+pub(crate) fn leading_token(s: &str) -> String {
     let s = s.trim_start();
     let end = s.bytes().position(|b| !is_token_byte(b)).unwrap_or(s.len());
     s[..end].to_ascii_lowercase()
@@ -54,7 +54,7 @@ impl AgentSpec {
     /// Reads the value of a `User-agent:` line. `None` if it names nothing
     /// usable (an empty value, or one that starts with a non-token character
     /// other than `*`).
-    pub fn parse(value: &str) -> Option<AgentSpec> {
+    pub(crate) fn parse(value: &str) -> Option<AgentSpec> {
         let v = value.trim();
         if let Some(rest) = v.strip_prefix('*') {
             // `*` alone, or followed by a space and anything (`* Disallow: /`

@@ -49,7 +49,7 @@ const READINGS: [Reading; 7] = [
 /// True if `path` (the path part only) could resolve to another path: it
 /// holds `//`, a `.` segment candidate (`/.`), an encoded slash (`%2F`) or
 /// a `;`. A single pass; false for almost every real request.
-pub fn may_resolve_differently(path: &str) -> bool {
+pub(crate) fn may_resolve_differently(path: &str) -> bool {
     // A plain loop: paths are short, and a memchr call costs more than it
     // saves on them.
     let b = path.as_bytes();
@@ -179,7 +179,7 @@ fn resolve(path: &str, reading: Reading) -> String {
 }
 
 /// `%2F` (either case) decoded to `/`.
-pub fn decode_slashes(path: &str) -> Cow<'_, str> {
+pub(crate) fn decode_slashes(path: &str) -> Cow<'_, str> {
     let b = path.as_bytes();
     let is_slash = |i: usize| {
         b.get(i) == Some(&b'%')

@@ -15,7 +15,7 @@
 //! [`AgentRules`], whose [`AgentRules::check`] answers a path in time linear in
 //! the path, without allocating in the common case.
 
-pub mod agent;
+pub(crate) mod agent;
 pub mod canon;
 mod index;
 pub mod normalize;
@@ -80,7 +80,7 @@ impl<'a> Rule<'a> {
         self.table.value(self.index as usize)
     }
     /// Position in precedence order ([`AgentRules::rule`] gives it back).
-    pub fn index(&self) -> usize {
+    pub(crate) fn index(&self) -> usize {
         self.index as usize
     }
     /// The rule as text: `Disallow: /private`.
@@ -413,7 +413,7 @@ impl Robots {
 
     /// Compiles the rules of several agents at once; agents that select the
     /// same groups share one [`AgentRules`]. In the order of `agents`.
-    pub fn agent_rules_shared(&self, agents: &[&str]) -> Vec<Arc<AgentRules>> {
+    pub(crate) fn agent_rules_shared(&self, agents: &[&str]) -> Vec<Arc<AgentRules>> {
         // The same groups selected the same way (a group naming both an
         // agent and `*` is Specific for one and Global for the other).
         type Key = (Selection, Vec<*const Group>);
@@ -552,7 +552,8 @@ impl AgentRules {
     }
 
     /// Number of rules.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.table.len()
     }
 
@@ -681,7 +682,7 @@ pub struct RuleRef {
 impl RuleRef {
     /// The handle of `rule`, which `rules` returned; `None` for a rule of
     /// other rules.
-    pub fn new(rules: &Arc<AgentRules>, rule: Rule<'_>) -> Option<RuleRef> {
+    pub(crate) fn new(rules: &Arc<AgentRules>, rule: Rule<'_>) -> Option<RuleRef> {
         let index = rules.rule_index(rule)?;
         Some(RuleRef {
             rules: rules.clone(),
@@ -690,7 +691,7 @@ impl RuleRef {
     }
 
     /// The rule.
-    pub fn get(&self) -> Rule<'_> {
+    pub(crate) fn get(&self) -> Rule<'_> {
         Rule {
             table: &self.rules.table,
             index: self.index,

@@ -18,11 +18,11 @@ pub const MAX_BYTES: usize = 500 * 1024;
 /// Longest line kept, in bytes; the rest of a longer line is dropped.
 /// Google's parser uses the same order of magnitude (8 × the 2083-byte URL
 /// limit of old browsers).
-pub const MAX_LINE: usize = 16 * 1024;
+pub(crate) const MAX_LINE: usize = 16 * 1024;
 
 /// The keys robots-proxy understands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Key {
+pub(crate) enum Key {
     UserAgent,
     Allow,
     Disallow,
@@ -33,7 +33,7 @@ pub enum Key {
 
 impl Key {
     /// Classifies a key, case-insensitively, accepting Google's typos.
-    pub fn classify(key: &str) -> Key {
+    pub(crate) fn classify(key: &str) -> Key {
         // Longest accepted key is 11 bytes; longer ones are unknown.
         if key.len() > 16 {
             return Key::Unknown;
@@ -57,17 +57,17 @@ impl Key {
 
 /// One meaningful line.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Line<'a> {
+pub(crate) struct Line<'a> {
     /// 1-based line number in the file.
-    pub number: u32,
-    pub key: Key,
-    pub value: &'a str,
+    pub(crate) number: u32,
+    pub(crate) key: Key,
+    pub(crate) value: &'a str,
 }
 
 /// Prepares raw bytes for [`lines`]: drops a BOM, applies [`MAX_BYTES`]
 /// (dropping a line cut in the middle) and replaces invalid UTF-8.
 /// Returns the text and whether anything was cut off.
-pub fn prepare(bytes: &[u8]) -> (std::borrow::Cow<'_, str>, bool) {
+pub(crate) fn prepare(bytes: &[u8]) -> (std::borrow::Cow<'_, str>, bool) {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let truncated = bytes.len() > MAX_BYTES;
     let bytes = if truncated {
@@ -89,7 +89,7 @@ fn is_ws(c: char) -> bool {
 
 /// Splits one raw line into key and value; `None` for blank, comment-only
 /// and unreadable lines.
-pub fn split_line(raw: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_line(raw: &str) -> Option<(&str, &str)> {
     let line = if raw.len() > MAX_LINE {
         let mut end = MAX_LINE;
         while !raw.is_char_boundary(end) {
@@ -128,7 +128,7 @@ pub fn split_line(raw: &str) -> Option<(&str, &str)> {
 }
 
 /// The meaningful lines of prepared text, with 1-based line numbers.
-pub fn lines(text: &str) -> impl Iterator<Item = Line<'_>> {
+pub(crate) fn lines(text: &str) -> impl Iterator<Item = Line<'_>> {
     LineIter {
         rest: text,
         number: 0,

@@ -75,7 +75,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// The part of `pattern` before its first `*` (without a final `$`): every
 /// matching path starts with it.
-pub fn literal_prefix(pattern: &str) -> &str {
+pub(crate) fn literal_prefix(pattern: &str) -> &str {
     let p = pattern.strip_suffix('$').unwrap_or(pattern);
     match p.find('*') {
         Some(i) => &p[..i],
@@ -84,7 +84,7 @@ pub fn literal_prefix(pattern: &str) -> &str {
 }
 
 /// The longest literal segment of `pattern`: every matching path contains it.
-pub fn longest_literal(pattern: &str) -> &str {
+pub(crate) fn longest_literal(pattern: &str) -> &str {
     let p = pattern.strip_suffix('$').unwrap_or(pattern);
     p.split('*').max_by_key(|s| s.len()).unwrap_or_default()
 }

@@ -52,7 +52,8 @@ pub struct Minter {
     misses: AtomicU64,
 }
 
-/// Cache counters, for metrics.
+/// The leaf cache's observable counters: the public way to see what the
+/// cache did (hits, mints, occupancy), as the tests and benches do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MinterStats {
     /// Lookups answered from the cache (including waiting for another
@@ -210,7 +211,7 @@ impl Minter {
             .map_err(|reason| TlsError::generate(&host.key, reason))
     }
 
-    /// Cache counters.
+    /// The leaf cache's counters ([`MinterStats`]).
     pub fn stats(&self) -> MinterStats {
         let cache = self.lock();
         MinterStats {
@@ -219,11 +220,6 @@ impl Minter {
             cached: cache.len(),
             capacity: cache.cap().get(),
         }
-    }
-
-    /// Drops every cached config (the counters are kept).
-    pub fn clear(&self) {
-        self.lock().clear();
     }
 
     fn lock(&self) -> MutexGuard<'_, LruCache<String, Arc<Slot>>> {

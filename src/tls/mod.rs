@@ -12,8 +12,8 @@
 //! rustls is compiled without a process-wide default provider.
 
 pub mod ca;
-pub mod mint;
-pub mod upstream;
+pub(crate) mod mint;
+pub(crate) mod upstream;
 
 use std::io;
 use std::path::PathBuf;
@@ -31,7 +31,7 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// ALPN protocols offered/accepted on both sides, in preference order.
-pub const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
+pub(crate) const ALPN: [&[u8]; 2] = [b"h2", b"http/1.1"];
 
 /// Everything that can go wrong in the TLS module.
 #[derive(Debug, thiserror::Error)]

@@ -33,9 +33,9 @@ pub struct RootStats {
     /// Compiled-in Mozilla roots.
     pub webpki: usize,
     /// System roots not already among the compiled-in ones.
-    pub native: usize,
+    pub(crate) native: usize,
     /// Errors met while reading the system store (it is skipped in part or whole).
-    pub native_errors: usize,
+    pub(crate) native_errors: usize,
     /// Certificates from `--upstream-ca` files.
     pub extra: usize,
 }
@@ -126,7 +126,7 @@ impl AnchorSet {
 }
 
 /// Every certificate in a PEM file; none at all is an error naming the file.
-pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+pub(crate) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let data = fs::read(path).map_err(|e| TlsError::io(path, e))?;
     let certs = CertificateDer::pem_slice_iter(&data)
         .collect::<Result<Vec<_>, _>>()

@@ -12,7 +12,7 @@ use crate::origin::Origin;
 /// every resolved address. The addresses are tried in turn, each with an
 /// even share of `timeout` (as hyper-util's connector does), so one that
 /// does not answer leaves time for the next.
-pub async fn connect_upstream(
+pub(crate) async fn connect_upstream(
     origin: &Origin,
     policy: &net::Policy,
     timeout: Duration,
@@ -43,7 +43,7 @@ pub async fn connect_upstream(
 }
 
 /// The origin's host as a URL writes it (an IPv6 literal in brackets).
-pub fn url_host(origin: &Origin) -> String {
+pub(crate) fn url_host(origin: &Origin) -> String {
     if origin.host().contains(':') {
         format!("[{}]", origin.host())
     } else {

@@ -38,12 +38,12 @@ pub struct UpstreamError {
 
 impl UpstreamError {
     /// Classifies `err`, met reaching `host` (as a URL names it).
-    pub fn new(err: impl StdError + Send + Sync + 'static, host: &str) -> UpstreamError {
+    pub(crate) fn new(err: impl StdError + Send + Sync + 'static, host: &str) -> UpstreamError {
         UpstreamError::classified(err, host, ErrorKind::Http)
     }
 
     /// [`UpstreamError::new`], with `kind` for an error that shows none.
-    pub fn classified(
+    pub(crate) fn classified(
         err: impl StdError + Send + Sync + 'static,
         host: &str,
         kind: ErrorKind,
@@ -61,7 +61,7 @@ impl UpstreamError {
 
     /// The same error with its reason naming `host` as the caller's URL
     /// writes it (the pool knows only the normalised origin).
-    pub fn for_host(mut self, host: &str) -> UpstreamError {
+    pub(crate) fn for_host(mut self, host: &str) -> UpstreamError {
         self.reason = self.describe(host);
         self
     }
@@ -74,24 +74,24 @@ impl UpstreamError {
         }
     }
 
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         self.kind
     }
 
     /// The short reason for a client: for [`ErrorKind::Refused`] the
     /// policy's, else [`crate::tls::upstream_error_reason`]'s
     /// ("connection refused by X", "certificate not trusted: ...").
-    pub fn reason(&self) -> &str {
+    pub(crate) fn reason(&self) -> &str {
         &self.reason
     }
 
     /// For [`ErrorKind::Local`], the resource the proxy is short of.
-    pub fn shortage(&self) -> Option<&'static str> {
+    pub(crate) fn shortage(&self) -> Option<&'static str> {
         net::local_shortage(&*self.source)
     }
 
     /// The whole cause chain on one line, for the log.
-    pub fn chain(&self) -> String {
+    pub(crate) fn chain(&self) -> String {
         error_chain(&*self.source)
     }
 }

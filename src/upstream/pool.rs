@@ -16,14 +16,12 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body_util::BodyExt;
 use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper_util::rt::TokioIo;
@@ -132,7 +130,7 @@ impl IdleMap {
 /// a crawl over many origins does not pile up sockets). Connections here
 /// are polled only by the sweeper: one the origin closed in between is
 /// found out when it is next used, and the request goes on another.
-pub struct Pool {
+pub(crate) struct Pool {
     /// The same settings as the pooled client's: connect timeout,
     /// destination policy, idle limits.
     settings: ClientSettings,
@@ -142,7 +140,7 @@ pub struct Pool {
 impl Pool {
     /// A pool, and (inside a Tokio runtime) the task that closes its
     /// expired connections.
-    pub fn new(settings: ClientSettings) -> Arc<Pool> {
+    pub(crate) fn new(settings: ClientSettings) -> Arc<Pool> {
         let pool = Arc::new(Pool {
             settings,
             idle: Mutex::new(IdleMap::new()),
@@ -151,7 +149,7 @@ impl Pool {
         pool
     }
 
-    pub fn settings(&self) -> &ClientSettings {
+    pub(crate) fn settings(&self) -> &ClientSettings {
         &self.settings
     }
 
@@ -271,27 +269,17 @@ impl Pool {
         });
     }
 
-    /// Sends `req` (origin-form target, Host set) to `origin`, over the
+    /// Sends `req` (origin-form target, Host set, no body: requests with a
+    /// body go over the pooled client) to `origin`, over the
     /// newest idle connection or a new one. A request that a reused
     /// connection could not take (it had closed) is sent again on another.
     /// The response's body drives the connection until it ends, then hands
     /// the connection back.
-    pub async fn send(
+    pub(crate) async fn send(
         self: &Arc<Self>,
         origin: &Origin,
         mut req: Request<Body>,
     ) -> Result<Response<DrivenBody>, UpstreamError> {
-        // Until its request body has been sent whole, a connection is not
-        // idle even once the response has ended (an origin may answer
-        // before reading the body), and must not be reused.
-        let body_sent = if req.body().is_end_stream() {
-            None
-        } else {
-            let sent = Arc::new(AtomicBool::new(false));
-            let ended = sent.clone();
-            req = req.map(|body| BodyExt::boxed(Tracked { body, ended }));
-            Some(sent)
-        };
         loop {
             let (mut conn, reused) = match self.take(origin) {
                 Some(c) => (c, true),
@@ -315,7 +303,6 @@ impl Pool {
                         body: Some(body),
                         conn: Some(conn),
                         ended: false,
-                        body_sent,
                         pool: self.clone(),
                     }));
                 }
@@ -360,7 +347,8 @@ impl Pool {
     }
 
     /// Idle connections held, over all origins.
-    pub fn idle_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn idle_count(&self) -> usize {
         let idle = self.lock();
         #[cfg(test)]
         assert_eq!(idle.total, idle.recount(), "idle count drifted");
@@ -370,13 +358,11 @@ impl Pool {
 
 /// A response body that drives its connection while it is read, and gives
 /// the connection back for reuse once it has been read to the end.
-pub struct DrivenBody {
+pub(crate) struct DrivenBody {
     /// `None` only once dropped (taken for draining).
     body: Option<Incoming>,
     conn: Option<Box<Conn>>,
     ended: bool,
-    /// Set once the request body has been sent whole; `None`: it had none.
-    body_sent: Option<Arc<AtomicBool>>,
     pool: Arc<Pool>,
 }
 
@@ -423,17 +409,10 @@ impl hyper::body::Body for DrivenBody {
 }
 
 impl DrivenBody {
-    fn request_done(&self) -> bool {
-        self.body_sent
-            .as_ref()
-            .is_none_or(|sent| sent.load(Ordering::Acquire))
-    }
-
-    /// Hands the connection back if the exchange is over on both sides: the
-    /// response body read to its end and the request body sent whole.
+    /// Hands the connection back if the exchange is over: the response body
+    /// read to its end.
     fn release(&mut self) {
         if self.is_end_stream()
-            && self.request_done()
             && let Some(conn) = self.conn.take()
         {
             self.pool.put(conn);
@@ -445,7 +424,7 @@ impl DrivenBody {
     /// unbounded rest closes the connection instead.
     fn drain_in_background(&mut self) {
         let remaining = self.size_hint().upper();
-        if remaining.is_none_or(|n| n > DRAIN_MAX_BYTES) || !self.request_done() {
+        if remaining.is_none_or(|n| n > DRAIN_MAX_BYTES) {
             return;
         }
         let (Some(mut conn), Some(mut body)) = (self.conn.take(), self.body.take()) else {
@@ -485,45 +464,10 @@ impl Drop for DrivenBody {
     }
 }
 
-/// A request body that records when it has been read to its end.
-struct Tracked {
-    body: Body,
-    ended: Arc<AtomicBool>,
-}
-
-impl hyper::body::Body for Tracked {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let frame = Pin::new(&mut self.body).poll_frame(cx);
-        if let Poll::Ready(None) = frame {
-            self.ended.store(true, Ordering::Release);
-        }
-        frame
-    }
-
-    fn is_end_stream(&self) -> bool {
-        let end = self.body.is_end_stream();
-        if end {
-            self.ended.store(true, Ordering::Release);
-        }
-        end
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use futures_util::StreamExt;
     use http_body_util::BodyExt;
     use hyper::service::service_fn;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -641,19 +585,6 @@ mod tests {
         assert_eq!(fetch(&pool, &origin, "/after-empty").await.0, 200);
         assert_eq!(accepted(&connections), 1);
         assert_eq!(pool.idle_count(), 1);
-    }
-
-    #[tokio::test]
-    async fn a_request_body_is_sent() {
-        let (origin, _) = origin().await;
-        let pool = pool(4, Duration::from_secs(60));
-        let req = Request::post("/upload")
-            .header(http::header::HOST, origin.authority())
-            .body(full_body(vec![b'y'; 100_000]))
-            .expect("request");
-        let resp = pool.send(&origin, req).await.expect("response");
-        let body = resp.into_body().collect().await.expect("body").to_bytes();
-        assert!(body.ends_with(b" 100000"), "{body:?}");
     }
 
     #[tokio::test]
@@ -804,39 +735,6 @@ mod tests {
         assert_eq!(pool.idle_count(), 1);
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert_eq!(pool.idle_count(), 0);
-    }
-
-    /// An origin that answers before reading the request body: the response
-    /// ends while the body is still being sent, so the connection is not
-    /// idle and must not be reused.
-    #[tokio::test]
-    async fn a_connection_still_sending_its_request_body_is_not_pooled() {
-        let (origin, connections) = raw_origin(
-            b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 0\r\n\r\n",
-            Duration::from_secs(5),
-        )
-        .await;
-        let pool = pool(4, Duration::from_secs(60));
-        // A body that sends one chunk and then never ends.
-        let chunks = futures_util::stream::once(async {
-            Ok::<_, hyper::Error>(Frame::data(Bytes::from_static(b"part")))
-        })
-        .chain(futures_util::stream::pending());
-        let body = BodyExt::boxed(http_body_util::StreamBody::new(chunks));
-        let req = Request::post("/upload")
-            .header(http::header::HOST, origin.authority())
-            .header(http::header::CONTENT_LENGTH, "1000000")
-            .body(body)
-            .expect("request");
-        let resp = pool.send(&origin, req).await.expect("response");
-        assert_eq!(resp.status().as_u16(), 413);
-        resp.into_body().collect().await.expect("body");
-        assert_eq!(pool.idle_count(), 0);
-        let answer = tokio::time::timeout(Duration::from_secs(5), fetch(&pool, &origin, "/next"))
-            .await
-            .expect("the next request is not stuck behind the upload");
-        assert_eq!(answer.0, 413);
-        assert_eq!(accepted(&connections), 2);
     }
 
     #[tokio::test]
