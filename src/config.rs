@@ -72,6 +72,7 @@ pub struct Config {
     pub politeness: PolitenessConfig,
     pub access: AccessConfig,
     pub log: LogConfig,
+    pub cache: CacheConfig,
     /// For tests only, not read from files: addresses the destination
     /// policy counts as public, so a loopback origin can stand for a
     /// public one while `allow_private_destinations` is off.
@@ -224,6 +225,54 @@ pub struct LogConfig {
     pub level: String,
 }
 
+/// How the response cache decides what to store and serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CacheMode {
+    /// RFC 9111 shared-cache semantics.
+    Rfc9111,
+    /// Every 200 GET stored for `store_all_ttl` whatever its headers,
+    /// kept per proxy user (a developer's record/replay mode).
+    StoreAll,
+    /// Answer only from the cache; a miss is 504.
+    Offline,
+}
+
+/// The shared response cache (RFC 9111), under `<state_dir>/cache/`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    pub enabled: bool,
+    pub mode: CacheMode,
+    /// Bytes of small responses kept in memory (on disk too).
+    pub memory_size: u64,
+    /// Bytes of responses kept on disk.
+    pub disk_size: u64,
+    /// Larger responses are forwarded but not stored.
+    pub max_object_size: u64,
+    /// How long `store-all` keeps a response.
+    #[serde(deserialize_with = "duration")]
+    pub store_all_ttl: Duration,
+    /// How long concurrent misses of one URL wait for the first one's
+    /// response before going to the origin themselves.
+    #[serde(deserialize_with = "duration")]
+    pub lock_timeout: Duration,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            enabled: false,
+            mode: CacheMode::Rfc9111,
+            memory_size: 64 << 20,
+            disk_size: 1 << 30,
+            max_object_size: 16 << 20,
+            store_all_ttl: Duration::from_secs(24 * 3600),
+            lock_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -248,6 +297,7 @@ impl Default for Config {
             politeness: PolitenessConfig::default(),
             access: AccessConfig::default(),
             log: LogConfig::default(),
+            cache: CacheConfig::default(),
             treat_as_public: Vec::new(),
         }
     }
@@ -576,6 +626,16 @@ impl Config {
                 self.listen
             ));
         }
+        if self.cache.max_object_size == 0 {
+            errors.push("key `cache.max_object_size` must be at least 1".to_string());
+        }
+        if self.cache.disk_size < self.cache.max_object_size {
+            errors
+                .push("key `cache.disk_size` is smaller than `cache.max_object_size`".to_string());
+        }
+        if self.cache.mode == CacheMode::StoreAll && self.cache.store_all_ttl.is_zero() {
+            errors.push("key `cache.store_all_ttl` must be longer than 0s".to_string());
+        }
         if errors.is_empty() {
             Ok(())
         } else {
@@ -736,6 +796,31 @@ mod tests {
             .expect_err("bad cidr")
             .to_string();
         assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn cache_section_defaults_modes_and_errors() {
+        let c = parse("").expect("valid");
+        assert!(!c.cache.enabled);
+        assert_eq!(c.cache.mode, CacheMode::Rfc9111);
+        assert_eq!(c.cache.memory_size, 64 << 20);
+        assert_eq!(c.cache.lock_timeout, Duration::from_secs(5));
+        let c = parse("[cache]\nenabled = true\nmode = \"store-all\"\nstore_all_ttl = \"2h\"\n")
+            .expect("valid");
+        assert_eq!(c.cache.mode, CacheMode::StoreAll);
+        assert_eq!(c.cache.store_all_ttl, Duration::from_secs(7200));
+        let err = parse("[cache]\nsize = 3\n")
+            .expect_err("unknown")
+            .to_string();
+        assert!(err.contains("size") && err.contains("line 2"), "{err}");
+        let err = parse("[cache]\nmode = \"never\"\n")
+            .expect_err("mode")
+            .to_string();
+        assert!(err.contains("line 2"), "{err}");
+        let err = parse("[cache]\ndisk_size = 10\n")
+            .expect_err("small")
+            .to_string();
+        assert!(err.contains("`cache.disk_size`"), "{err}");
     }
 
     #[test]

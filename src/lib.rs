@@ -8,6 +8,7 @@ pub(crate) mod admin;
 pub mod app;
 pub(crate) mod audit;
 pub(crate) mod body;
+pub mod cache;
 pub mod check;
 pub mod config;
 pub mod fetch;

@@ -1,0 +1,940 @@
+//! The shared response cache (RFC 9111): policy, storage and collapsed
+//! forwarding, called by the request path after robots.txt allowed a
+//! request and before it is forwarded.
+//!
+//! ```text
+//! match cache.lookup(&parts, user).await {
+//!     Lookup::Hit(resp) | Lookup::Unavailable(resp) => answer resp,
+//!     Lookup::Miss(p) | Lookup::Revalidate(p) => {
+//!         p.add_conditional_headers(&mut parts.headers);
+//!         let upstream = forward(parts).await;
+//!         answer cache.complete(p, upstream).await
+//!     }
+//!     Lookup::Bypass => forward as today,
+//! }
+//! // after any forwarded request:
+//! cache.invalidate(&method, &uri, status, &response_headers);
+//! ```
+//!
+//! Modes (`cache.mode`):
+//! * `rfc9111`: a shared cache as RFC 9111 describes it, deciding with
+//!   the `http-cache-semantics` crate (storability, freshness, Vary,
+//!   revalidation); on top of it, responses carrying Set-Cookie are never
+//!   stored, nor responses varying on Authorization.
+//! * `store-all`: every 200 GET is stored for `cache.store_all_ttl`,
+//!   whatever its headers say, Set-Cookie included (a developer's
+//!   record/replay mode, like Scrapy's DummyPolicy). Because such
+//!   responses can be personal, the key includes the proxy user: one user
+//!   is never served another's stored response. Vary is ignored.
+//! * `offline`: only answered from the cache, stale or not (entries of
+//!   either mode, `rfc9111` first, then this user's `store-all` ones); a
+//!   miss is 504.
+
+mod body;
+pub mod policy;
+mod store;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Response, StatusCode, Uri};
+use http_body_util::BodyExt;
+use http_cache_semantics::{BeforeRequest, CacheOptions, CachePolicy};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::body::{Body, empty_body, full_body};
+use crate::config::{CacheConfig, CacheMode};
+use policy::{
+    CACHE_STATUS, Directives, cache_status, cache_url, merge_304, origin_of, policy_request,
+    primary_key, storable_headers, variant_key, vary_names,
+};
+use store::{BodyWriter, Found, Meta, ObjKey, Store, obj_key, unix_now};
+
+/// Counters, readable at any time (see [`ResponseCache::counters`]).
+#[derive(Debug, Default)]
+pub struct Stats {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    revalidations: AtomicU64,
+    revalidated: AtomicU64,
+    stored: AtomicU64,
+    too_large: AtomicU64,
+    evictions_memory: AtomicU64,
+    evictions_disk: AtomicU64,
+    collapsed_waits: AtomicU64,
+    invalidations: AtomicU64,
+    corrupt: AtomicU64,
+    unavailable: AtomicU64,
+    memory_bytes: AtomicU64,
+    disk_bytes: AtomicU64,
+    memory_objects: AtomicU64,
+    disk_objects: AtomicU64,
+}
+
+/// A snapshot of the cache's counters, for metrics and `/explain`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CacheCounters {
+    /// Lookups answered from the cache.
+    pub hits: u64,
+    /// Lookups forwarded without a usable stored response.
+    pub misses: u64,
+    /// Lookups forwarded to revalidate a stored response.
+    pub revalidations: u64,
+    /// Revalidations answered 304: the stored response was served.
+    pub revalidated: u64,
+    /// Responses stored.
+    pub stored: u64,
+    /// Responses not stored because they passed `max_object_size`.
+    pub too_large: u64,
+    pub evictions_memory: u64,
+    pub evictions_disk: u64,
+    /// Lookups that waited for another request's response to the same URL.
+    pub collapsed_waits: u64,
+    /// Objects removed by unsafe requests or purges.
+    pub invalidations: u64,
+    /// Stored files that failed verification (deleted, served as misses).
+    pub corrupt: u64,
+    /// 504 answers: offline or only-if-cached misses.
+    pub unavailable: u64,
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+    pub memory_objects: u64,
+    pub disk_objects: u64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// What the cache says about a request.
+pub enum Lookup {
+    /// Answered from the cache, with Age and Cache-Status.
+    Hit(Response<Body>),
+    /// A stored response must be revalidated: forward the request with
+    /// [`Pending::add_conditional_headers`], then [`ResponseCache::complete`].
+    Revalidate(Pending),
+    /// Forward the request, then [`ResponseCache::complete`].
+    Miss(Pending),
+    /// 504: offline mode or `only-if-cached`, and nothing usable stored.
+    Unavailable(Response<Body>),
+    /// The cache does not handle this request (method, Range, no absolute
+    /// URL): forward it as usual.
+    Bypass,
+}
+
+impl std::fmt::Debug for Lookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Lookup::Hit(_) => "Hit",
+            Lookup::Revalidate(_) => "Revalidate",
+            Lookup::Miss(_) => "Miss",
+            Lookup::Unavailable(_) => "Unavailable",
+            Lookup::Bypass => "Bypass",
+        })
+    }
+}
+
+/// A request the cache is waiting an origin response for.
+pub struct Pending {
+    url: String,
+    primary: String,
+    head: bool,
+    /// The client's request headers (kept in memory only: the stored
+    /// request view is built from them by [`policy::policy_request`]).
+    headers: HeaderMap,
+    user: Option<String>,
+    fwd: &'static str,
+    stale: Option<Found>,
+    conditional: HeaderMap,
+    lock: Option<LockGuard>,
+    collapsed: bool,
+}
+
+impl Pending {
+    /// The URL (scheme included) the response will be cached under.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Whether a stored response is being revalidated.
+    pub fn is_revalidation(&self) -> bool {
+        self.stale.is_some()
+    }
+
+    /// Conditional headers (If-None-Match, If-Modified-Since) the
+    /// forwarded request needs; empty for a plain miss.
+    pub fn conditional_headers(&self) -> &HeaderMap {
+        &self.conditional
+    }
+
+    /// Sets [`Pending::conditional_headers`] on a request's headers.
+    pub fn add_conditional_headers(&self, headers: &mut HeaderMap) {
+        for name in self.conditional.keys() {
+            headers.remove(name);
+            for v in self.conditional.get_all(name) {
+                headers.append(name.clone(), v.clone());
+            }
+        }
+    }
+
+    /// The RFC 9211 `fwd` reason: `uri-miss`, `vary-miss`, `miss`,
+    /// `stale` or `request`.
+    pub fn fwd(&self) -> &'static str {
+        self.fwd
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LockState {
+    Pending,
+    Stored,
+    NotStored,
+}
+
+type Locks = Arc<Mutex<HashMap<String, (u64, watch::Receiver<LockState>)>>>;
+
+/// The leader's hold on a primary key; followers wait for its outcome.
+struct LockGuard {
+    locks: Locks,
+    primary: String,
+    id: u64,
+    tx: watch::Sender<LockState>,
+}
+
+impl LockGuard {
+    fn done(self, state: LockState) {
+        self.tx.send_replace(state);
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if *self.tx.borrow() == LockState::Pending {
+            self.tx.send_replace(LockState::NotStored);
+        }
+        let mut map = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        if map.get(&self.primary).is_some_and(|(id, _)| *id == self.id) {
+            map.remove(&self.primary);
+        }
+    }
+}
+
+enum Acquired {
+    Leader(LockGuard),
+    Follower(watch::Receiver<LockState>),
+}
+
+struct Inner {
+    cfg: CacheConfig,
+    store: Arc<Store>,
+    stats: Arc<Stats>,
+    locks: Locks,
+    lock_ids: AtomicU64,
+    /// Seconds added to the system clock (tests of freshness).
+    clock_offset: AtomicU64,
+}
+
+/// The response cache. Cheap to clone.
+#[derive(Clone)]
+pub struct ResponseCache {
+    inner: Arc<Inner>,
+}
+
+const NOT_IN_CACHE: &str = "the response is not in the cache";
+
+impl ResponseCache {
+    /// Opens the cache stored in `dir` (normally `<state_dir>/cache`),
+    /// creating it, and rebuilds its index from the files there.
+    pub fn open(cfg: &CacheConfig, dir: &Path) -> std::io::Result<ResponseCache> {
+        let stats = Arc::new(Stats::default());
+        let store = Store::open(dir, cfg.memory_size, cfg.disk_size, stats.clone())?;
+        Ok(ResponseCache {
+            inner: Arc::new(Inner {
+                cfg: cfg.clone(),
+                store: Arc::new(store),
+                stats,
+                locks: Arc::default(),
+                lock_ids: AtomicU64::new(0),
+                clock_offset: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    pub fn mode(&self) -> CacheMode {
+        self.inner.cfg.mode
+    }
+
+    /// Moves the cache's clock forward (tests of freshness; freshness is
+    /// wall-clock time, as HTTP dates are).
+    #[doc(hidden)]
+    pub fn advance_clock(&self, by: Duration) {
+        self.inner
+            .clock_offset
+            .fetch_add(by.as_secs(), Ordering::Relaxed);
+    }
+
+    fn now(&self) -> SystemTime {
+        SystemTime::now() + Duration::from_secs(self.inner.clock_offset.load(Ordering::Relaxed))
+    }
+
+    /// The counters now.
+    pub fn counters(&self) -> CacheCounters {
+        let s = &self.inner.stats;
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CacheCounters {
+            hits: g(&s.hits),
+            misses: g(&s.misses),
+            revalidations: g(&s.revalidations),
+            revalidated: g(&s.revalidated),
+            stored: g(&s.stored),
+            too_large: g(&s.too_large),
+            evictions_memory: g(&s.evictions_memory),
+            evictions_disk: g(&s.evictions_disk),
+            collapsed_waits: g(&s.collapsed_waits),
+            invalidations: g(&s.invalidations),
+            corrupt: g(&s.corrupt),
+            unavailable: g(&s.unavailable),
+            memory_bytes: g(&s.memory_bytes),
+            disk_bytes: g(&s.disk_bytes),
+            memory_objects: g(&s.memory_objects),
+            disk_objects: g(&s.disk_objects),
+        }
+    }
+
+    /// Looks `req` up. Its URI must be absolute with its scheme (an
+    /// intercepted HTTPS request as `https://...`). `user` is the proxy
+    /// user, if any (it keys `store-all` entries).
+    pub async fn lookup(&self, req: &http::request::Parts, user: Option<&str>) -> Lookup {
+        self.lookup_inner(req, user, true).await
+    }
+
+    async fn lookup_inner(
+        &self,
+        req: &http::request::Parts,
+        user: Option<&str>,
+        may_wait: bool,
+    ) -> Lookup {
+        let head = req.method == Method::HEAD;
+        if req.method != Method::GET && !head {
+            return Lookup::Bypass;
+        }
+        let Some(url) = cache_url(&req.uri) else {
+            return Lookup::Bypass;
+        };
+        let mode = self.inner.cfg.mode;
+        if req.headers.contains_key(header::RANGE) && mode != CacheMode::Offline {
+            return Lookup::Bypass;
+        }
+        let only_if_cached = Directives::parse(&req.headers).has("only-if-cached");
+        let now = self.now();
+        let hit_params = if may_wait { "hit" } else { "hit; collapsed" };
+        match mode {
+            CacheMode::Offline => {
+                let found = self
+                    .find(&primary_key(&url, None, false), &req.headers)
+                    .or_else(|| self.find(&primary_key(&url, user, true), &req.headers));
+                if let Some(f) = found
+                    && let Some(r) = self.serve(&f, head, "hit; detail=offline", now).await
+                {
+                    return Lookup::Hit(r);
+                }
+                Lookup::Unavailable(self.unavailable("offline mode"))
+            }
+            CacheMode::StoreAll => {
+                let primary = primary_key(&url, user, true);
+                let found = self.find(&primary, &req.headers);
+                let mut fwd = "uri-miss";
+                if let Some(f) = &found {
+                    fwd = "stale";
+                    if f.meta.expires_at.is_some_and(|e| e > unix_now(now)) {
+                        if let Some(r) = self.serve(f, head, hit_params, now).await {
+                            return Lookup::Hit(r);
+                        }
+                        fwd = "miss";
+                    }
+                }
+                if only_if_cached {
+                    return Lookup::Unavailable(self.unavailable("only-if-cached"));
+                }
+                self.miss(req, user, url, primary, fwd, None, may_wait)
+                    .await
+            }
+            CacheMode::Rfc9111 => {
+                let primary = primary_key(&url, None, false);
+                let vary = self.inner.store.vary_of(&primary);
+                let found = vary.as_ref().and_then(|v| {
+                    self.inner
+                        .store
+                        .get(&obj_key(&variant_key(&primary, v, &req.headers)))
+                });
+                let mut fwd = if vary.is_some() || self.inner.store.has_url(&url) {
+                    "vary-miss"
+                } else {
+                    "uri-miss"
+                };
+                let mut stale = None;
+                if let Some(f) = found {
+                    let Some(preq) = policy_request(Method::GET, &url, &req.headers, &f.meta.vary)
+                    else {
+                        return Lookup::Bypass;
+                    };
+                    match f.meta.policy.before_request(&preq, now) {
+                        BeforeRequest::Fresh(_) => {
+                            if let Some(r) = self.serve(&f, head, hit_params, now).await {
+                                return Lookup::Hit(r);
+                            }
+                            fwd = "miss";
+                        }
+                        BeforeRequest::Stale { request, matches } => {
+                            fwd = if !matches {
+                                "vary-miss"
+                            } else if f.meta.policy.is_stale(now) {
+                                "stale"
+                            } else {
+                                "request"
+                            };
+                            if matches && !head {
+                                let mut cond = HeaderMap::new();
+                                for name in [header::IF_NONE_MATCH, header::IF_MODIFIED_SINCE] {
+                                    for v in request.headers.get_all(&name) {
+                                        cond.append(name.clone(), v.clone());
+                                    }
+                                }
+                                stale = Some((f, cond));
+                            }
+                        }
+                    }
+                }
+                if only_if_cached {
+                    return Lookup::Unavailable(self.unavailable("only-if-cached"));
+                }
+                self.miss(req, user, url, primary, fwd, stale, may_wait)
+                    .await
+            }
+        }
+    }
+
+    fn find(&self, primary: &str, headers: &HeaderMap) -> Option<Found> {
+        let vary = self.inner.store.vary_of(primary)?;
+        self.inner
+            .store
+            .get(&obj_key(&variant_key(primary, &vary, headers)))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn miss(
+        &self,
+        req: &http::request::Parts,
+        user: Option<&str>,
+        url: String,
+        primary: String,
+        fwd: &'static str,
+        stale: Option<(Found, HeaderMap)>,
+        may_wait: bool,
+    ) -> Lookup {
+        let head = req.method == Method::HEAD;
+        let mut pending = Pending {
+            url,
+            primary,
+            head,
+            headers: req.headers.clone(),
+            user: user.map(str::to_string),
+            fwd,
+            stale: None,
+            conditional: HeaderMap::new(),
+            lock: None,
+            collapsed: !may_wait,
+        };
+        let revalidate = stale.is_some();
+        if let Some((f, cond)) = stale {
+            pending.stale = Some(f);
+            pending.conditional = cond;
+        }
+        // A HEAD is forwarded as it is: its response has no body to store.
+        if !head {
+            match self.acquire(&pending.primary) {
+                Acquired::Leader(g) => pending.lock = Some(g),
+                Acquired::Follower(mut rx) if may_wait => {
+                    bump(&self.inner.stats.collapsed_waits);
+                    let stored = match tokio::time::timeout(
+                        self.inner.cfg.lock_timeout,
+                        rx.wait_for(|s| *s != LockState::Pending),
+                    )
+                    .await
+                    {
+                        Ok(Ok(s)) => *s == LockState::Stored,
+                        _ => false,
+                    };
+                    drop(rx);
+                    if stored {
+                        return Box::pin(self.lookup_inner(req, user, false)).await;
+                    }
+                    pending.collapsed = true;
+                    pending.fwd = "miss";
+                }
+                Acquired::Follower(_) => {}
+            }
+        }
+        if revalidate {
+            bump(&self.inner.stats.revalidations);
+            Lookup::Revalidate(pending)
+        } else {
+            bump(&self.inner.stats.misses);
+            Lookup::Miss(pending)
+        }
+    }
+
+    fn acquire(&self, primary: &str) -> Acquired {
+        let mut map = self.inner.locks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, rx)) = map.get(primary)
+            && *rx.borrow() == LockState::Pending
+            && rx.has_changed().is_ok()
+        {
+            return Acquired::Follower(rx.clone());
+        }
+        let (tx, rx) = watch::channel(LockState::Pending);
+        let id = self.inner.lock_ids.fetch_add(1, Ordering::Relaxed);
+        map.insert(primary.to_string(), (id, rx));
+        Acquired::Leader(LockGuard {
+            locks: self.inner.locks.clone(),
+            primary: primary.to_string(),
+            id,
+            tx,
+        })
+    }
+
+    /// A stored response as an answer: its headers, Content-Length, Age
+    /// and Cache-Status; `None` when its body failed verification.
+    async fn serve(
+        &self,
+        f: &Found,
+        head: bool,
+        params: &str,
+        now: SystemTime,
+    ) -> Option<Response<Body>> {
+        let body = if head {
+            empty_body()
+        } else {
+            self.inner.store.open_body(f).await?
+        };
+        bump(&self.inner.stats.hits);
+        Some(self.stored_response(&f.meta, body, params, now))
+    }
+
+    fn stored_response(
+        &self,
+        meta: &Meta,
+        body: Body,
+        params: &str,
+        now: SystemTime,
+    ) -> Response<Body> {
+        let mut resp = Response::new(body);
+        *resp.status_mut() = StatusCode::from_u16(meta.status).unwrap_or(StatusCode::OK);
+        *resp.headers_mut() = meta.headers.clone();
+        let h = resp.headers_mut();
+        if meta.status != 204 && meta.status != 304 {
+            h.insert(header::CONTENT_LENGTH, HeaderValue::from(meta.body_len));
+        }
+        h.insert(
+            header::AGE,
+            HeaderValue::from(meta.policy.age(now).as_secs()),
+        );
+        h.insert(CACHE_STATUS.clone(), cache_status(params));
+        resp
+    }
+
+    fn unavailable(&self, why: &str) -> Response<Body> {
+        bump(&self.inner.stats.unavailable);
+        let text = format!("robots-proxy: {why}: {NOT_IN_CACHE} (504, RFC 9111 section 5.2.1.7)\n");
+        let mut resp = Response::new(full_body(Bytes::from(text)));
+        *resp.status_mut() = StatusCode::GATEWAY_TIMEOUT;
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        let detail = if why == "offline mode" {
+            "offline"
+        } else {
+            "only-if-cached"
+        };
+        h.insert(
+            CACHE_STATUS.clone(),
+            cache_status(&format!("fwd=miss; detail={detail}")),
+        );
+        resp
+    }
+
+    /// Takes the origin's response to a [`Pending`] request: a 304 to a
+    /// revalidation refreshes the stored response and serves it; a
+    /// storable response is stored while it streams to the client (never
+    /// held whole; past `max_object_size` storing stops and the partial
+    /// file is dropped, the client still gets every byte). Adds
+    /// Cache-Status.
+    pub async fn complete(&self, mut p: Pending, upstream: Response<Body>) -> Response<Body> {
+        let now = self.now();
+        let (mut parts, body) = upstream.into_parts();
+        if let Some(found) = p.stale.take()
+            && parts.status == StatusCode::NOT_MODIFIED
+            && let Some(resp) = self.refresh(&p, &found, &parts, now).await
+        {
+            bump(&self.inner.stats.revalidated);
+            if let Some(l) = p.lock.take() {
+                l.done(LockState::Stored);
+            }
+            return resp;
+        }
+        let mut params = format!("fwd={}; fwd-status={}", p.fwd, parts.status.as_u16());
+        if p.collapsed {
+            params.push_str("; collapsed");
+        }
+        let plan = self.plan_store(&p, &parts, now);
+        let writer = match plan {
+            Some(_) => self.inner.store.writer().await.ok(),
+            None => None,
+        };
+        let (Some((key, meta)), Some(writer)) = (plan, writer) else {
+            parts
+                .headers
+                .insert(CACHE_STATUS.clone(), cache_status(&params));
+            return Response::from_parts(parts, body);
+        };
+        params.push_str("; stored");
+        parts
+            .headers
+            .insert(CACHE_STATUS.clone(), cache_status(&params));
+        let exact = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let (tx, client_body) = body::channel(exact);
+        let cap = self.inner.cfg.max_object_size;
+        let stats = self.inner.stats.clone();
+        let lock = p.lock.take();
+        tokio::spawn(tee(body, tx, writer, cap, key, meta, lock, stats));
+        Response::from_parts(parts, client_body)
+    }
+
+    /// What to store for an origin response, if anything: its key and
+    /// meta (body fields filled in when the body is complete).
+    fn plan_store(
+        &self,
+        p: &Pending,
+        parts: &http::response::Parts,
+        now: SystemTime,
+    ) -> Option<(ObjKey, Meta)> {
+        if p.head {
+            return None;
+        }
+        let status = parts.status.as_u16();
+        let len = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if len.is_some_and(|l| l > self.inner.cfg.max_object_size) {
+            bump(&self.inner.stats.too_large);
+            return None;
+        }
+        let store_all = self.inner.cfg.mode == CacheMode::StoreAll;
+        let vary = if store_all {
+            Vec::new()
+        } else {
+            let v = vary_names(&parts.headers)?;
+            if v.iter()
+                .any(|n| n == "authorization" || n == "proxy-authorization")
+            {
+                return None;
+            }
+            v
+        };
+        let preq = policy_request(Method::GET, &p.url, &p.headers, &vary)?;
+        let policy = CachePolicy::new_options(&preq, parts, now, CacheOptions::default());
+        let expires_at = if store_all {
+            if status != 200 {
+                return None;
+            }
+            Some(unix_now(now) + self.inner.cfg.store_all_ttl.as_secs())
+        } else {
+            if status == 206
+                || status == 304
+                || parts.headers.contains_key(header::SET_COOKIE)
+                || !policy.is_storable()
+            {
+                return None;
+            }
+            // Stale at once and nothing to revalidate it with: useless.
+            if policy.is_stale(now)
+                && !parts.headers.contains_key(header::ETAG)
+                && !parts.headers.contains_key(header::LAST_MODIFIED)
+            {
+                return None;
+            }
+            None
+        };
+        let key = obj_key(&variant_key(&p.primary, &vary, &p.headers));
+        let meta = Meta {
+            url: p.url.clone(),
+            primary: p.primary.clone(),
+            vary,
+            user: if store_all { p.user.clone() } else { None },
+            policy,
+            status,
+            headers: storable_headers(&parts.headers),
+            body_file: String::new(),
+            body_len: 0,
+            body_sha256: String::new(),
+            stored_at: unix_now(now),
+            expires_at,
+        };
+        Some((key, meta))
+    }
+
+    /// Serves a stored response refreshed by a 304 (RFC 9111 §4.3.4).
+    /// `None` when the 304 does not select it (a different strong ETag)
+    /// or its body failed verification.
+    async fn refresh(
+        &self,
+        p: &Pending,
+        found: &Found,
+        parts: &http::response::Parts,
+        now: SystemTime,
+    ) -> Option<Response<Body>> {
+        let strong = |h: &HeaderMap| {
+            h.get(header::ETAG)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|e| !e.starts_with("W/"))
+                .map(str::to_string)
+        };
+        if let Some(new) = strong(&parts.headers) {
+            let old = found
+                .meta
+                .headers
+                .get(header::ETAG)
+                .and_then(|v| v.to_str().ok())
+                .map(|e| e.trim().trim_start_matches("W/").to_string());
+            if old.as_deref() != Some(new.as_str()) {
+                return None;
+            }
+        }
+        let mut meta = (*found.meta).clone();
+        meta.headers = merge_304(&meta.headers, &parts.headers);
+        let preq = policy_request(Method::GET, &p.url, &p.headers, &meta.vary)?;
+        let mut merged = Response::new(());
+        *merged.status_mut() = StatusCode::from_u16(meta.status).unwrap_or(StatusCode::OK);
+        *merged.headers_mut() = meta.headers.clone();
+        meta.policy = CachePolicy::new_options(&preq, &merged, now, CacheOptions::default());
+        meta.stored_at = unix_now(now);
+        let body = if p.head {
+            empty_body()
+        } else {
+            self.inner.store.open_body(found).await?
+        };
+        self.inner.store.update_meta(&found.key, meta.clone());
+        let params = format!(
+            "fwd=stale; fwd-status=304{}",
+            if p.collapsed { "; collapsed" } else { "" }
+        );
+        Some(self.stored_response(&meta, body, &params, now))
+    }
+
+    /// RFC 9111 §4.4: a successful (2xx, 3xx) unsafe request invalidates
+    /// its target URI and the same-origin Location and Content-Location
+    /// of its response. Returns how many objects were removed.
+    pub fn invalidate(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> usize {
+        if method.is_safe() || !(status.is_success() || status.is_redirection()) {
+            return 0;
+        }
+        let Some(url) = cache_url(uri) else {
+            return 0;
+        };
+        let mut n = self.inner.store.purge_url(&url);
+        for name in [header::LOCATION, header::CONTENT_LOCATION] {
+            let target = headers
+                .get(&name)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| policy::resolve(&url, v.trim()));
+            if let Some(t) = target
+                && origin_of(&t) == origin_of(&url)
+                && t != url
+            {
+                n += self.inner.store.purge_url(&t);
+            }
+        }
+        self.inner
+            .stats
+            .invalidations
+            .fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Removes everything stored for `url` (every variant and user).
+    pub fn purge_url(&self, url: &str) -> usize {
+        let url = normalize(url);
+        let n = self.inner.store.purge_url(&url);
+        self.inner
+            .stats
+            .invalidations
+            .fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Removes everything stored under URLs starting with `prefix`.
+    pub fn purge_prefix(&self, prefix: &str) -> usize {
+        let prefix = normalize(prefix);
+        let n = self.inner.store.purge_prefix(&prefix);
+        self.inner
+            .stats
+            .invalidations
+            .fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// What is stored for `url`, for `/explain`.
+    pub fn describe(&self, url: &str) -> serde_json::Value {
+        let url = normalize(url);
+        let now = self.now();
+        let entries: Vec<serde_json::Value> = self
+            .inner
+            .store
+            .entries_for_url(&url)
+            .into_iter()
+            .map(|(m, in_memory)| {
+                let h = |n: header::HeaderName| {
+                    m.headers
+                        .get(n)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string)
+                };
+                let fresh = match m.expires_at {
+                    Some(e) => e > unix_now(now),
+                    None => !m.policy.is_stale(now),
+                };
+                serde_json::json!({
+                    "status": m.status,
+                    "vary": m.vary,
+                    "per_user": m.user.is_some(),
+                    "body_bytes": m.body_len,
+                    "tiers": if in_memory { vec!["memory", "disk"] } else { vec!["disk"] },
+                    "stored_at": m.stored_at,
+                    "age_s": m.policy.age(now).as_secs(),
+                    "ttl_s": match m.expires_at {
+                        Some(e) => e.saturating_sub(unix_now(now)),
+                        None => m.policy.time_to_live(now).as_secs(),
+                    },
+                    "fresh": fresh,
+                    "etag": h(header::ETAG),
+                    "last_modified": h(header::LAST_MODIFIED),
+                    "cache_control": h(header::CACHE_CONTROL),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "url": url,
+            "mode": match self.inner.cfg.mode {
+                CacheMode::Rfc9111 => "rfc9111",
+                CacheMode::StoreAll => "store-all",
+                CacheMode::Offline => "offline",
+            },
+            "stored": entries,
+        })
+    }
+
+    /// Marks a response the cache did not handle (`Lookup::Bypass`).
+    pub fn mark_bypass(resp: &mut Response<Body>) {
+        resp.headers_mut()
+            .insert(CACHE_STATUS.clone(), cache_status("fwd=bypass"));
+    }
+}
+
+fn normalize(url: &str) -> String {
+    url.parse::<Uri>()
+        .ok()
+        .and_then(|u| cache_url(&u))
+        .unwrap_or_else(|| url.to_string())
+}
+
+/// Streams `upstream` to the client and, up to `cap` bytes, to `writer`;
+/// stores it when complete, then releases the collapsed-forwarding lock.
+/// A client that goes away does not stop the storing (followers wait for
+/// it); an upstream error does.
+#[allow(clippy::too_many_arguments)]
+async fn tee(
+    mut upstream: Body,
+    tx: body::FrameTx,
+    writer: BodyWriter,
+    cap: u64,
+    key: ObjKey,
+    meta: Meta,
+    lock: Option<LockGuard>,
+    stats: Arc<Stats>,
+) {
+    let mut writer = Some(writer);
+    let mut client = true;
+    let mut complete = false;
+    loop {
+        let frame = match upstream.frame().await {
+            None => {
+                complete = true;
+                break;
+            }
+            Some(Ok(f)) => f,
+            Some(Err(e)) => {
+                if client {
+                    let _ = tx.send(Err(e)).await;
+                }
+                break;
+            }
+        };
+        if let (Some(data), Some(w)) = (frame.data_ref(), writer.as_mut()) {
+            if w.len() + data.len() as u64 > cap {
+                writer = None;
+                bump(&stats.too_large);
+            } else if let Err(e) = w.write(data).await {
+                tracing::warn!(error = %e, url = %meta.url, "cache: could not write a response");
+                writer = None;
+            }
+        }
+        if client && tx.send(Ok(frame)).await.is_err() {
+            client = false;
+        }
+        if !client && writer.is_none() {
+            break;
+        }
+    }
+    let state = match writer {
+        Some(w) if complete => match w.finish(key, meta).await {
+            Ok(()) => {
+                bump(&stats.stored);
+                LockState::Stored
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cache: could not store a response");
+                LockState::NotStored
+            }
+        },
+        _ => LockState::NotStored,
+    };
+    drop(tx);
+    if let Some(l) = lock {
+        l.done(state);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,366 @@
+//! Keys, the request view the cache policy sees, client directives and
+//! the Cache-Status header (RFC 9211).
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Uri};
+
+/// Name this cache gives itself in `Cache-Status`.
+pub const CACHE_NAME: &str = "robots-proxy";
+
+pub static CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
+/// The absolute URL a request is cached under: lower-case scheme and
+/// host, default port dropped, path and query as sent (`/` when empty).
+/// `None` without a scheme or host.
+pub fn cache_url(uri: &Uri) -> Option<String> {
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let auth = uri.authority()?;
+    let host = auth.host().to_ascii_lowercase();
+    let default = match scheme.as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    let pq = uri.path_and_query().map_or("/", |p| p.as_str());
+    let pq = if pq.is_empty() { "/" } else { pq };
+    Some(match auth.port_u16() {
+        Some(p) if p != default => format!("{scheme}://{host}:{p}{pq}"),
+        _ => format!("{scheme}://{host}{pq}"),
+    })
+}
+
+/// `scheme://authority` of a cache URL.
+pub fn origin_of(url: &str) -> &str {
+    let after = url.find("://").map_or(0, |i| i + 3);
+    match url[after..].find('/') {
+        Some(i) => &url[..after + i],
+        None => url,
+    }
+}
+
+/// Primary key: the URL, and the user too in `store-all`.
+pub fn primary_key(url: &str, user: Option<&str>, per_user: bool) -> String {
+    if per_user {
+        format!("store-all\n{url}\n{}", user.unwrap_or("-"))
+    } else {
+        format!("GET\n{url}")
+    }
+}
+
+/// The object key text: the primary key and the Vary'd request values.
+pub fn variant_key(primary: &str, vary: &[String], headers: &HeaderMap) -> String {
+    let mut k = primary.to_string();
+    for name in vary {
+        k.push('\n');
+        k.push_str(name);
+        k.push(':');
+        for v in headers.get_all(name.as_str()) {
+            k.push_str(&String::from_utf8_lossy(v.as_bytes()));
+            k.push('\u{0}');
+        }
+    }
+    k
+}
+
+/// Lower-case header names in the response's Vary; `None` for `*`.
+pub fn vary_names(headers: &HeaderMap) -> Option<Vec<String>> {
+    let mut names: Vec<String> = Vec::new();
+    for v in headers.get_all(header::VARY) {
+        for n in String::from_utf8_lossy(v.as_bytes()).split(',') {
+            let n = n.trim().to_ascii_lowercase();
+            if n == "*" {
+                return None;
+            }
+            if !n.is_empty() && !names.contains(&n) {
+                names.push(n);
+            }
+        }
+    }
+    names.sort();
+    Some(names)
+}
+
+/// The request as the cache policy sees and stores it: only Host (from
+/// the URL), Cache-Control, Pragma and the Vary'd headers; Authorization
+/// only as a marker, and the proxy's own Proxy-Authorization never.
+pub fn policy_request(
+    method: Method,
+    url: &str,
+    headers: &HeaderMap,
+    vary: &[String],
+) -> Option<http::request::Parts> {
+    let uri: Uri = url.parse().ok()?;
+    let mut out = HeaderMap::new();
+    if let Some(a) = uri.authority() {
+        out.insert(header::HOST, HeaderValue::from_str(a.as_str()).ok()?);
+    }
+    let keep = [header::CACHE_CONTROL, header::PRAGMA];
+    for name in keep.iter() {
+        for v in headers.get_all(name) {
+            out.append(name.clone(), v.clone());
+        }
+    }
+    for name in vary {
+        let Ok(name) = HeaderName::from_bytes(name.as_bytes()) else {
+            continue;
+        };
+        if name == header::PROXY_AUTHORIZATION
+            || name == header::AUTHORIZATION
+            || name == header::HOST
+        {
+            continue;
+        }
+        for v in headers.get_all(&name) {
+            out.append(name.clone(), v.clone());
+        }
+    }
+    if headers.contains_key(header::AUTHORIZATION) {
+        out.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("[redacted]"),
+        );
+    }
+    let mut parts = http::Request::new(()).into_parts().0;
+    parts.method = method;
+    parts.uri = uri;
+    parts.headers = out;
+    Some(parts)
+}
+
+/// Cache-Control directives of a request or response, lower-case names.
+pub struct Directives(Vec<(String, Option<String>)>);
+
+impl Directives {
+    pub fn parse(headers: &HeaderMap) -> Directives {
+        let mut d = Vec::new();
+        for v in headers.get_all(header::CACHE_CONTROL) {
+            for part in String::from_utf8_lossy(v.as_bytes()).split(',') {
+                let part = part.trim();
+                if part.is_empty() {
+                    continue;
+                }
+                let (k, v) = match part.split_once('=') {
+                    Some((k, v)) => (k, Some(v.trim().trim_matches('"').to_string())),
+                    None => (part, None),
+                };
+                d.push((k.trim().to_ascii_lowercase(), v));
+            }
+        }
+        Directives(d)
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.0.iter().any(|(k, _)| k == name)
+    }
+}
+
+/// Whether a request's directives, not the response's age, ask for a
+/// trip to the origin (`no-cache`, `max-age=0`, `min-fresh`, Pragma).
+pub fn request_demands_origin(headers: &HeaderMap) -> bool {
+    let d = Directives::parse(headers);
+    d.has("no-cache")
+        || d.has("max-age")
+        || d.has("min-fresh")
+        || (!headers.contains_key(header::CACHE_CONTROL)
+            && headers
+                .get_all(header::PRAGMA)
+                .iter()
+                .any(|v| String::from_utf8_lossy(v.as_bytes()).contains("no-cache")))
+}
+
+/// Headers never stored or served from the cache: hop-by-hop ones
+/// (RFC 9110 §7.6.1, and those named by Connection) and Age/Cache-Status,
+/// which the cache writes itself.
+pub fn storable_headers(headers: &HeaderMap) -> HeaderMap {
+    const HOP: [&str; 11] = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "age",
+        "cache-status",
+    ];
+    let named: Vec<String> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(',')
+                .map(|s| s.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (k, v) in headers {
+        let n = k.as_str();
+        if HOP.contains(&n) || named.iter().any(|c| c == n) {
+            continue;
+        }
+        out.append(k.clone(), v.clone());
+    }
+    out
+}
+
+/// Merges the headers of a 304 into stored ones (RFC 9111 §4.3.4): each
+/// field the 304 carries replaces the stored one, except those that
+/// describe the stored body.
+pub fn merge_304(stored: &HeaderMap, fresh: &HeaderMap) -> HeaderMap {
+    const KEEP: [&str; 5] = [
+        "content-length",
+        "content-encoding",
+        "transfer-encoding",
+        "content-range",
+        "content-type",
+    ];
+    let fresh = storable_headers(fresh);
+    let mut out = stored.clone();
+    for name in fresh.keys() {
+        if KEEP.contains(&name.as_str()) {
+            continue;
+        }
+        out.remove(name);
+        for v in fresh.get_all(name) {
+            out.append(name.clone(), v.clone());
+        }
+    }
+    out
+}
+
+/// A Cache-Status value: `robots-proxy; hit`, `robots-proxy;
+/// fwd=uri-miss; fwd-status=200; stored`, ...
+pub fn cache_status(params: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("{CACHE_NAME}; {params}"))
+        .unwrap_or_else(|_| HeaderValue::from_static(CACHE_NAME))
+}
+
+/// Resolves Location/Content-Location against `base` (a cache URL).
+pub fn resolve(base: &str, reference: &str) -> Option<String> {
+    if reference.contains("://") {
+        let uri: Uri = reference.parse().ok()?;
+        return cache_url(&uri);
+    }
+    if reference.starts_with("//") {
+        let scheme = base.split("://").next()?;
+        let uri: Uri = format!("{scheme}:{reference}").parse().ok()?;
+        return cache_url(&uri);
+    }
+    let origin = origin_of(base);
+    let joined = if reference.starts_with('/') {
+        format!("{origin}{reference}")
+    } else {
+        let path = &base[origin.len()..];
+        let path = path.split(['?', '#']).next().unwrap_or("/");
+        let dir = path.rfind('/').map_or("/", |i| &path[..=i]);
+        format!("{origin}{dir}{reference}")
+    };
+    let uri: Uri = joined.parse().ok()?;
+    cache_url(&uri)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_keep_the_scheme_and_drop_default_ports() {
+        let u = |s: &str| cache_url(&s.parse().expect("uri"));
+        assert_eq!(
+            u("http://Example.COM/a?b").as_deref(),
+            Some("http://example.com/a?b")
+        );
+        assert_eq!(
+            u("http://example.com:80").as_deref(),
+            Some("http://example.com/")
+        );
+        assert_eq!(
+            u("https://example.com:443/x").as_deref(),
+            Some("https://example.com/x")
+        );
+        assert_eq!(
+            u("https://example.com:8443/x").as_deref(),
+            Some("https://example.com:8443/x")
+        );
+        assert_eq!(u("/relative"), None);
+        assert_eq!(origin_of("https://a.b:8/x/y"), "https://a.b:8");
+    }
+
+    #[test]
+    fn references_resolve_against_the_target() {
+        let b = "http://h.test/a/b?q";
+        assert_eq!(resolve(b, "/x").as_deref(), Some("http://h.test/x"));
+        assert_eq!(resolve(b, "c").as_deref(), Some("http://h.test/a/c"));
+        assert_eq!(
+            resolve(b, "https://o.test/y").as_deref(),
+            Some("https://o.test/y")
+        );
+        assert_eq!(resolve(b, "//o.test/z").as_deref(), Some("http://o.test/z"));
+    }
+
+    #[test]
+    fn the_policy_request_never_carries_credentials() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "proxy-authorization",
+            HeaderValue::from_static("Basic c2VjcmV0"),
+        );
+        h.insert(
+            "authorization",
+            HeaderValue::from_static("Bearer topsecret"),
+        );
+        h.insert("cookie", HeaderValue::from_static("a=b"));
+        h.insert("accept-language", HeaderValue::from_static("fr"));
+        let vary = vec![
+            "accept-language".to_string(),
+            "proxy-authorization".to_string(),
+        ];
+        let p = policy_request(Method::GET, "http://h.test/", &h, &vary).expect("parts");
+        assert!(p.headers.get("proxy-authorization").is_none());
+        assert!(p.headers.get("cookie").is_none());
+        assert_eq!(p.headers["authorization"], "[redacted]");
+        assert_eq!(p.headers["accept-language"], "fr");
+        assert_eq!(p.headers["host"], "h.test");
+    }
+
+    #[test]
+    fn vary_star_and_names() {
+        let mut h = HeaderMap::new();
+        h.append(
+            "vary",
+            HeaderValue::from_static("Accept-Encoding, accept-language"),
+        );
+        h.append("vary", HeaderValue::from_static("Accept-Encoding"));
+        assert_eq!(
+            vary_names(&h),
+            Some(vec![
+                "accept-encoding".to_string(),
+                "accept-language".to_string()
+            ])
+        );
+        h.append("vary", HeaderValue::from_static("*"));
+        assert_eq!(vary_names(&h), None);
+    }
+
+    #[test]
+    fn a_304_replaces_fields_but_not_the_body_description() {
+        let mut stored = HeaderMap::new();
+        stored.insert("content-length", HeaderValue::from_static("10"));
+        stored.insert("etag", HeaderValue::from_static("\"a\""));
+        stored.append("link", HeaderValue::from_static("<a>"));
+        stored.append("link", HeaderValue::from_static("<b>"));
+        stored.insert("cache-control", HeaderValue::from_static("max-age=1"));
+        let mut fresh = HeaderMap::new();
+        fresh.insert("content-length", HeaderValue::from_static("0"));
+        fresh.insert("cache-control", HeaderValue::from_static("max-age=60"));
+        fresh.insert("connection", HeaderValue::from_static("close"));
+        let m = merge_304(&stored, &fresh);
+        assert_eq!(m["content-length"], "10");
+        assert_eq!(m["cache-control"], "max-age=60");
+        assert_eq!(m.get_all("link").iter().count(), 2);
+        assert!(m.get("connection").is_none());
+    }
+}
