@@ -31,8 +31,11 @@
 //!   miss is 504.
 
 mod body;
+mod metrics;
 pub mod policy;
 mod store;
+
+pub use metrics::CacheCollector;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -331,6 +334,10 @@ impl ResponseCache {
         if req.headers.contains_key(header::RANGE) && mode != CacheMode::Offline {
             return Lookup::Bypass;
         }
+        // A WebSocket (or other) upgrade is a connection, not a resource.
+        if req.headers.contains_key(header::UPGRADE) {
+            return Lookup::Bypass;
+        }
         let only_if_cached = Directives::parse(&req.headers).has("only-if-cached");
         let now = self.now();
         let hit_params = if may_wait { "hit" } else { "hit; collapsed" };
@@ -619,7 +626,7 @@ impl ResponseCache {
         let cap = self.inner.cfg.max_object_size;
         let stats = self.inner.stats.clone();
         let lock = p.lock.take();
-        tokio::spawn(tee(body, tx, writer, cap, key, meta, lock, stats));
+        tokio::spawn(tee(body, tx, writer, cap, exact, key, meta, lock, stats));
         Response::from_parts(parts, client_body)
     }
 
@@ -871,26 +878,32 @@ fn normalize(url: &str) -> String {
 
 /// Streams `upstream` to the client and, up to `cap` bytes, to `writer`;
 /// stores it when complete, then releases the collapsed-forwarding lock.
-/// A client that goes away does not stop the storing (followers wait for
-/// it); an upstream error does.
+/// With a known length the store happens before the last bytes go to
+/// the client, so the client's next request already finds it. A client
+/// that goes away does not stop the storing (followers wait for it); an
+/// upstream error does.
 #[allow(clippy::too_many_arguments)]
 async fn tee(
     mut upstream: Body,
     tx: body::FrameTx,
     writer: BodyWriter,
     cap: u64,
+    expected: Option<u64>,
     key: ObjKey,
     meta: Meta,
     lock: Option<LockGuard>,
     stats: Arc<Stats>,
 ) {
     let mut writer = Some(writer);
+    let mut pending = Some((key, meta, lock));
     let mut client = true;
-    let mut complete = false;
+    let mut total = 0u64;
     loop {
         let frame = match upstream.frame().await {
             None => {
-                complete = true;
+                if let (Some(w), Some(p)) = (writer.take(), pending.take()) {
+                    store(w, p, &stats).await;
+                }
                 break;
             }
             Some(Ok(f)) => f,
@@ -901,13 +914,21 @@ async fn tee(
                 break;
             }
         };
-        if let (Some(data), Some(w)) = (frame.data_ref(), writer.as_mut()) {
-            if w.len() + data.len() as u64 > cap {
-                writer = None;
-                bump(&stats.too_large);
-            } else if let Err(e) = w.write(data).await {
-                tracing::warn!(error = %e, url = %meta.url, "cache: could not write a response");
-                writer = None;
+        if let Some(data) = frame.data_ref() {
+            total += data.len() as u64;
+            if let Some(w) = writer.as_mut() {
+                if total > cap {
+                    writer = None;
+                    bump(&stats.too_large);
+                } else if let Err(e) = w.write(data).await {
+                    tracing::warn!(error = %e, "cache: could not write a response");
+                    writer = None;
+                }
+            }
+            if expected == Some(total)
+                && let (Some(w), Some(p)) = (writer.take(), pending.take())
+            {
+                store(w, p, &stats).await;
             }
         }
         if client && tx.send(Ok(frame)).await.is_err() {
@@ -917,20 +938,26 @@ async fn tee(
             break;
         }
     }
-    let state = match writer {
-        Some(w) if complete => match w.finish(key, meta).await {
-            Ok(()) => {
-                bump(&stats.stored);
-                LockState::Stored
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cache: could not store a response");
-                LockState::NotStored
-            }
-        },
-        _ => LockState::NotStored,
-    };
+    // Not stored (upstream error, over the cap, client gone): the partial
+    // file goes with `writer`, and waiting requests go to the origin.
+    drop(writer);
+    drop(pending);
     drop(tx);
+}
+
+/// Puts a complete body in place and releases the lock with the outcome.
+async fn store(writer: BodyWriter, pending: (ObjKey, Meta, Option<LockGuard>), stats: &Stats) {
+    let (key, meta, lock) = pending;
+    let state = match writer.finish(key, meta).await {
+        Ok(()) => {
+            bump(&stats.stored);
+            LockState::Stored
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cache: could not store a response");
+            LockState::NotStored
+        }
+    };
     if let Some(l) = lock {
         l.done(state);
     }

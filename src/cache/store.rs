@@ -102,13 +102,24 @@ struct Index {
     disk_bytes: u64,
     mem: LruCache<ObjKey, Bytes>,
     mem_bytes: u64,
-    /// Primary key → Vary names of its last stored response.
-    vary: HashMap<String, Vec<String>>,
+    /// Primary key → Vary names of its last stored response, and how many
+    /// objects are stored under it.
+    vary: HashMap<String, (Vec<String>, usize)>,
     /// URL → objects stored for it (every variant and user).
     by_url: HashMap<String, HashSet<ObjKey>>,
 }
 
 impl Index {
+    /// Counts one more object under `primary`, whose Vary is now `vary`.
+    fn set_vary(&mut self, primary: &str, vary: &[String]) {
+        let e = self
+            .vary
+            .entry(primary.to_string())
+            .or_insert_with(|| (Vec::new(), 0));
+        e.0 = vary.to_vec();
+        e.1 += 1;
+    }
+
     /// Takes `key` out of every map; returns the files to delete.
     fn remove(&mut self, key: &ObjKey) -> Option<Arc<Meta>> {
         if let Some(b) = self.mem.pop(key) {
@@ -116,6 +127,12 @@ impl Index {
         }
         let e = self.disk.pop(key)?;
         self.disk_bytes -= e.size;
+        if let Some((_, n)) = self.vary.get_mut(&e.meta.primary) {
+            *n -= 1;
+            if *n == 0 {
+                self.vary.remove(&e.meta.primary);
+            }
+        }
         if let Some(set) = self.by_url.get_mut(&e.meta.url) {
             set.remove(key);
             if set.is_empty() {
@@ -245,7 +262,7 @@ impl Store {
             for (key, meta, meta_len) in good {
                 let size = meta.body_len + meta_len;
                 ix.disk_bytes += size;
-                ix.vary.insert(meta.primary.clone(), meta.vary.clone());
+                ix.set_vary(&meta.primary, &meta.vary);
                 ix.by_url.entry(meta.url.clone()).or_default().insert(key);
                 ix.disk.put(
                     key,
@@ -263,7 +280,7 @@ impl Store {
 
     /// The Vary names last stored for `primary`, `None` if nothing is.
     pub fn vary_of(&self, primary: &str) -> Option<Vec<String>> {
-        self.lock().vary.get(primary).cloned()
+        self.lock().vary.get(primary).map(|(v, _)| v.clone())
     }
 
     pub fn get(&self, key: &ObjKey) -> Option<Found> {
@@ -490,7 +507,7 @@ impl Store {
             {
                 let _ = std::fs::remove_file(self.objects.join(&old.body_file));
             }
-            ix.vary.insert(meta.primary.clone(), meta.vary.clone());
+            ix.set_vary(&meta.primary, &meta.vary);
             ix.by_url.entry(meta.url.clone()).or_default().insert(key);
             ix.disk_bytes += size;
             ix.disk.put(
@@ -596,10 +613,6 @@ pub(crate) struct BodyWriter {
 }
 
 impl BodyWriter {
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
     pub async fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
         let Some(f) = self.file.as_mut() else {
             return Err(std::io::Error::other("writer closed"));
