@@ -34,6 +34,10 @@ pub(crate) trait ProxyView: Send + Sync {
     fn audit_writable(&self) -> bool;
     /// The reloadable settings the admin endpoints read, as they are now.
     fn admin_settings(&self) -> AdminSettings;
+    /// The response cache, if enabled: /explain describes, /purge empties it.
+    fn response_cache(&self) -> Option<&crate::cache::ResponseCache> {
+        None
+    }
 }
 
 /// The reloadable settings the admin endpoints read.
@@ -150,7 +154,7 @@ pub(crate) async fn handle(state: &AdminState, req: Request<Incoming>) -> Respon
         }
         _ => error(
             StatusCode::NOT_FOUND,
-            "unknown endpoint: /healthz, /readyz, /metrics, /explain?url=&agent=, POST /purge?origin=",
+            "unknown endpoint: /healthz, /readyz, /metrics, /explain?url=&agent=, POST /purge?origin=|url=|prefix=",
         ),
     }
 }
@@ -209,15 +213,52 @@ async fn explain(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
             "cache_age_secs": j.entry.as_ref().map(|e| e.age().as_secs()),
             "crawl_delay": j.crawl_delay,
             "politeness": politeness,
+            "response_cache": proxy.response_cache().map(|c| c.describe(url)),
         }),
     )
 }
 
 /// `POST /purge?origin=URL`: drops the origin's cached robots.txt.
+/// `POST /purge?url=URL` and `POST /purge?prefix=URL`: drop what the
+/// response cache holds for that URL, or under that prefix.
 fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
     let q = query(uri);
-    let Some(url) = q.get("origin").or_else(|| q.get("url")) else {
-        return error(StatusCode::BAD_REQUEST, "missing origin parameter");
+    if let Some(target) = q.get("prefix").map(|p| (p, true)).or_else(|| {
+        q.get("url")
+            .filter(|_| !q.contains_key("origin"))
+            .map(|u| (u, false))
+    }) {
+        let (value, prefix) = target;
+        let Some(cache) = proxy.response_cache() else {
+            return error(
+                StatusCode::CONFLICT,
+                "the response cache is not enabled (cache.enabled); purge robots.txt with ?origin=",
+            );
+        };
+        if value
+            .parse::<Uri>()
+            .ok()
+            .and_then(|u| u.scheme().cloned())
+            .is_none()
+        {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "the url or prefix must be an absolute http(s) URL",
+            );
+        }
+        let purged = if prefix {
+            cache.purge_prefix(value)
+        } else {
+            cache.purge_url(value)
+        };
+        let key = if prefix { "prefix" } else { "url" };
+        return json_response(StatusCode::OK, json!({ key: value, "purged": purged }));
+    }
+    let Some(url) = q.get("origin") else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "missing origin, url or prefix parameter",
+        );
     };
     match parse_url(url) {
         Ok((origin, _)) => {

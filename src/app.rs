@@ -42,6 +42,11 @@ pub enum StartError {
     AdminAcl(crate::access::AclError),
     #[error("key `access.users`: {0}")]
     Auth(#[from] crate::access::AuthError),
+    #[error("cannot open the response cache {path}: {source}")]
+    Cache {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// A bound, ready-to-serve proxy.
@@ -229,9 +234,18 @@ impl App {
             pool: upstream,
             tls: upstream_tls,
         };
-        let proxy = Arc::new(Proxy::new(
-            gate, upstreams, audit, metrics, minter, settings,
-        ));
+        let cache = if config.cache.enabled {
+            let path = config.state_dir().join("cache");
+            let cache = crate::cache::ResponseCache::open(&config.cache, &path)
+                .map_err(|source| StartError::Cache { path, source })?;
+            metrics.attach_response_cache(cache.clone());
+            Some(cache)
+        } else {
+            None
+        };
+        let proxy = Arc::new(
+            Proxy::new(gate, upstreams, audit, metrics, minter, settings).with_cache(cache),
+        );
         let max_connections = config.max_connections(crate::limits::open_files());
         Ok(App {
             proxy,
@@ -311,6 +325,10 @@ impl ProxyView for Proxy {
             politeness: s.politeness.clone(),
             header_timeout: s.header_timeout,
         }
+    }
+
+    fn response_cache(&self) -> Option<&crate::cache::ResponseCache> {
+        Proxy::response_cache(self)
     }
 }
 

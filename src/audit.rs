@@ -41,6 +41,10 @@ pub(crate) struct Record<'a> {
     pub(crate) fetch_outcome: Option<&'a str>,
     /// Seconds since the robots.txt in use was fetched.
     pub(crate) cache_age_secs: Option<u64>,
+    /// What the response cache did (`hit`, `miss`, `revalidate`,
+    /// `unavailable`, `bypass`), when it is enabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cache: Option<&'a str>,
 }
 
 impl<'a> Record<'a> {
@@ -69,6 +73,7 @@ impl<'a> Record<'a> {
             fetch_status: judgement.entry.as_ref().and_then(|e| e.status),
             fetch_outcome: judgement.entry_state().map(|s| s.name()),
             cache_age_secs: judgement.entry.as_ref().map(|e| e.age().as_secs()),
+            cache: None,
         }
     }
 }

@@ -243,6 +243,8 @@ struct Inner {
     audit_write_failures: Counter,
     politeness_hold: Histogram,
     politeness_waiting: Gauge,
+    /// The response cache whose counters are exposed, once attached.
+    response_cache: Arc<OnceLock<crate::cache::ResponseCache>>,
 }
 
 impl fmt::Debug for Metrics {
@@ -359,6 +361,11 @@ impl Metrics {
             politeness_waiting.clone(),
         );
 
+        let response_cache = Arc::new(OnceLock::new());
+        registry.register_collector(Box::new(crate::cache::CacheCollector::new(
+            response_cache.clone(),
+        )));
+
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -374,6 +381,7 @@ impl Metrics {
                 audit_write_failures,
                 politeness_hold,
                 politeness_waiting,
+                response_cache,
             }),
         }
     }
@@ -447,6 +455,11 @@ impl Metrics {
     /// Counts one audit record that could not be written.
     pub(crate) fn audit_write_failure(&self) {
         self.inner.audit_write_failures.inc();
+    }
+
+    /// Exposes the response cache's counters (`robots_proxy_response_cache_*`).
+    pub fn attach_response_cache(&self, cache: crate::cache::ResponseCache) {
+        let _ = self.inner.response_cache.set(cache);
     }
 
     /// The whole registry in the OpenMetrics text format (ends with `# EOF`);

@@ -22,6 +22,7 @@ use hyper::body::Incoming;
 use crate::access::{AuthOutcome, ClientAcl, ProxyAuth};
 use crate::audit::AuditLog;
 use crate::body::Body;
+use crate::cache::Lookup;
 use crate::gate::{Decision, Gate, Judgement, Limit};
 use crate::metrics::{self, Metrics};
 use crate::origin::Origin;
@@ -96,6 +97,8 @@ pub struct Proxy {
     /// Upstream TLS, for the connections of upgraded (WebSocket) requests.
     pub(crate) upstream_tls: Arc<rustls::ClientConfig>,
     settings: RwLock<Arc<Settings>>,
+    /// The response cache, when `cache.enabled` (see [`Proxy::with_cache`]).
+    cache: Option<crate::cache::ResponseCache>,
     /// `Via` value, with an instance id used for loop detection.
     via: HeaderValue,
     instance: String,
@@ -134,9 +137,21 @@ impl Proxy {
             minter,
             upstream_tls,
             settings: RwLock::new(Arc::new(settings)),
+            cache: None,
             via,
             instance,
         }
+    }
+
+    /// The proxy with a response cache: the cache phase of [`phases`].
+    pub(crate) fn with_cache(mut self, cache: Option<crate::cache::ResponseCache>) -> Proxy {
+        self.cache = cache;
+        self
+    }
+
+    /// The response cache, if enabled.
+    pub fn response_cache(&self) -> Option<&crate::cache::ResponseCache> {
+        self.cache.as_ref()
     }
 
     pub fn settings(&self) -> Arc<Settings> {
@@ -319,12 +334,40 @@ impl Proxy {
                 limit: Limit::UserQuota,
             };
         }
+        // Cache: only what robots.txt allowed; a hit takes no Crawl-delay slot.
+        let mut req = req;
+        let mut lookup = None;
+        if judgement.decision.is_allowed()
+            && let Some(cache) = &self.cache
+        {
+            let (parts, body) = req.into_parts();
+            let found = cache.lookup(&parts, caller.user.as_deref()).await;
+            req = Request::from_parts(parts, body);
+            match found {
+                Lookup::Hit(resp) => {
+                    return self.answer_cached(caller, &judgement, &req, "hit", resp);
+                }
+                Lookup::Unavailable(resp) => {
+                    return self.answer_cached(caller, &judgement, &req, "unavailable", resp);
+                }
+                other => lookup = Some(other),
+            }
+        }
         // Politeness.
         let held = self.politeness(settings, &mut judgement).await;
         // Record.
-        if let Err(answer) =
-            self.record(caller, &judgement, req.method().as_str(), Recorded::Request)
-        {
+        let cache_label = lookup.as_ref().map(|l| match l {
+            Lookup::Miss(_) => "miss",
+            Lookup::Revalidate(_) => "revalidate",
+            _ => "bypass",
+        });
+        if let Err(answer) = self.record_cached(
+            caller,
+            &judgement,
+            req.method().as_str(),
+            Recorded::Request,
+            cache_label,
+        ) {
             return answer;
         }
         if !held.is_zero() {
@@ -332,22 +375,92 @@ impl Proxy {
             tracing::info!(url = %judgement.url(), agent = %judgement.agent,
                 held_secs = held.as_secs_f64(), "held for Crawl-delay");
         }
-        // Cache: no response cache yet. Forward.
+        // Forward.
+        let Some(cache) = &self.cache else {
+            return self
+                .forward_judged(settings, caller, &origin, req, held, &mut judgement)
+                .await;
+        };
+        match lookup {
+            Some(Lookup::Miss(pending) | Lookup::Revalidate(pending)) => {
+                pending.add_conditional_headers(req.headers_mut());
+                let answer = self
+                    .forward_judged(settings, caller, &origin, req, held, &mut judgement)
+                    .await;
+                if answer.outcome != Outcome::Allowed {
+                    // The proxy's own 502/504: nothing to store.
+                    return answer;
+                }
+                let mut resp = answer.resp;
+                // The hold is this request's, not the stored response's.
+                let delay = resp.headers_mut().remove(respond::DELAY_HEADER);
+                let mut resp = cache.complete(pending, resp).await;
+                if let Some(d) = delay {
+                    resp.headers_mut().insert(respond::DELAY_HEADER, d);
+                }
+                Answer::new(answer.outcome, resp)
+            }
+            _ => {
+                let (method, uri) = (req.method().clone(), req.uri().clone());
+                let mut answer = self
+                    .forward_judged(settings, caller, &origin, req, held, &mut judgement)
+                    .await;
+                if answer.outcome == Outcome::Allowed {
+                    cache.invalidate(&method, &uri, answer.resp.status(), answer.resp.headers());
+                    crate::cache::ResponseCache::mark_bypass(&mut answer.resp);
+                }
+                answer
+            }
+        }
+    }
+
+    /// The forward phase for a judged request: a name that resolved to a
+    /// refused address at connect time is a refusal like any other, with
+    /// its audit line.
+    async fn forward_judged(
+        &self,
+        settings: &Settings,
+        caller: &Caller,
+        origin: &Origin,
+        req: Request<Body>,
+        held: Duration,
+        judgement: &mut Judgement,
+    ) -> Answer {
         let method = req.method().clone();
         let (answer, refusal) = self
-            .forward(settings, caller.client, &origin, req, held)
+            .forward(settings, caller.client, origin, req, held)
             .await;
         match refusal {
-            // A name that resolved to a refused address at connect time: a
-            // refusal like any other, with its audit line.
             Some(reason) => {
                 judgement.decision = Decision::Refused { reason };
-                self.record(caller, &judgement, method.as_str(), Recorded::Request)
+                self.record(caller, judgement, method.as_str(), Recorded::Request)
                     .err()
                     .unwrap_or(answer)
             }
             None => answer,
         }
+    }
+
+    /// A request the cache answered (a hit, or an offline/only-if-cached
+    /// 504): recorded like any, never forwarded.
+    fn answer_cached(
+        &self,
+        caller: &Caller,
+        judgement: &Judgement,
+        req: &Request<Body>,
+        label: &str,
+        resp: Response<Body>,
+    ) -> Answer {
+        if let Err(answer) = self.record_cached(
+            caller,
+            judgement,
+            req.method().as_str(),
+            Recorded::Request,
+            Some(label),
+        ) {
+            return answer;
+        }
+        Answer::new(Outcome::Allowed, resp)
     }
 
     /// The politeness phase: waits for the origin's Crawl-delay slot, or

@@ -9,11 +9,17 @@
 //!    not a loop, a method it forwards);
 //! 3. **judge**: origin, path and agent against robots.txt and the
 //!    destination policy, then the user's `max_rps` quota;
-//! 4. **politeness**: a Crawl-delay slot for the origin;
-//! 5. **record**: the audit line ([`Proxy::record`]), written before
+//! 4. **cache** (when `cache.enabled`): the response cache's lookup, for
+//!    an allowed request only (robots.txt is applied before the cache). A
+//!    hit (or an offline/only-if-cached 504) skips politeness and forward:
+//!    it takes no Crawl-delay slot, and goes to record and finish;
+//! 5. **politeness**: a Crawl-delay slot for the origin, for what goes to
+//!    it (a miss, a revalidation, a request the cache does not handle);
+//! 6. **record**: the audit line ([`Proxy::record`]), written before
 //!    anything is forwarded, so nothing leaves without its record;
-//! 6. **cache**: the response cache's place (none yet);
-//! 7. **forward**: to the origin (plain, upgraded, or a blind tunnel);
+//! 7. **forward**: to the origin (plain, upgraded, or a blind tunnel)
+//!    (a cache miss is stored while it streams to the client, and a
+//!    successful unsafe request invalidates what the cache holds for it);
 //! 8. **finish** ([`Proxy::finish`]): counts the request under exactly one
 //!    `robots_proxy_requests_total` label.
 //!
@@ -159,6 +165,19 @@ impl Proxy {
         method: &str,
         what: Recorded,
     ) -> Result<(), Answer> {
+        self.record_cached(caller, judgement, method, what, None)
+    }
+
+    /// [`Proxy::record`] with what the response cache did, for the line.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn record_cached(
+        &self,
+        caller: &Caller,
+        judgement: &Judgement,
+        method: &str,
+        what: Recorded,
+        cache: Option<&str>,
+    ) -> Result<(), Answer> {
         let blocked = !judgement.decision.is_allowed();
         let tunnel = what == Recorded::Tunnel;
         if !self.audit.is_writable() {
@@ -170,13 +189,14 @@ impl Proxy {
             } else {
                 judgement.decision.name()
             };
-            let record = Record::with_decision(
+            let mut record = Record::with_decision(
                 judgement,
                 caller.client,
                 caller.user.as_deref(),
                 method,
                 name,
             );
+            record.cache = cache;
             if self.audit.write(&record).is_err() {
                 self.metrics.audit_write_failure();
                 return Err(Answer::audit_unavailable());
