@@ -379,7 +379,8 @@ pub fn reload(
 
 /// The keys changed from `old` to `new` that apply only at the next start
 /// (listeners, threads, the robots cache's size and TTLs, audit file, CA,
-/// log format, and the upstream connection pools: all built once).
+/// log format, the upstream connection pools and the response cache: all
+/// built once).
 /// Every other key is applied by [`reload`].
 pub(crate) fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
     restart_table(old, new)
@@ -411,8 +412,9 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
 ];
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 25] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 32] {
     let (o, n) = (&old.upstream, &new.upstream);
+    let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
     [
         (old.listen != new.listen, "listen"),
@@ -467,6 +469,16 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 25] {
             old.allow_private_destinations != new.allow_private_destinations,
             "allow_private_destinations",
         ),
+        (oc.enabled != nc.enabled, "cache.enabled"),
+        (oc.mode != nc.mode, "cache.mode"),
+        (oc.memory_size != nc.memory_size, "cache.memory_size"),
+        (oc.disk_size != nc.disk_size, "cache.disk_size"),
+        (
+            oc.max_object_size != nc.max_object_size,
+            "cache.max_object_size",
+        ),
+        (oc.store_all_ttl != nc.store_all_ttl, "cache.store_all_ttl"),
+        (oc.lock_timeout != nc.lock_timeout, "cache.lock_timeout"),
     ]
 }
 

@@ -347,7 +347,9 @@ impl ResponseCache {
                     .find(&primary_key(&url, None, false), &req.headers)
                     .or_else(|| self.find(&primary_key(&url, user, true), &req.headers));
                 if let Some(f) = found
-                    && let Some(r) = self.serve(&f, head, "hit; detail=offline", now).await
+                    && let Some(r) = self
+                        .serve(&f, head, &req.headers, "hit; detail=offline", now)
+                        .await
                 {
                     return Lookup::Hit(r);
                 }
@@ -360,7 +362,7 @@ impl ResponseCache {
                 if let Some(f) = &found {
                     fwd = "stale";
                     if f.meta.expires_at.is_some_and(|e| e > unix_now(now)) {
-                        if let Some(r) = self.serve(f, head, hit_params, now).await {
+                        if let Some(r) = self.serve(f, head, &req.headers, hit_params, now).await {
                             return Lookup::Hit(r);
                         }
                         fwd = "miss";
@@ -393,7 +395,9 @@ impl ResponseCache {
                     };
                     match f.meta.policy.before_request(&preq, now) {
                         BeforeRequest::Fresh(_) => {
-                            if let Some(r) = self.serve(&f, head, hit_params, now).await {
+                            if let Some(r) =
+                                self.serve(&f, head, &req.headers, hit_params, now).await
+                            {
                                 return Lookup::Hit(r);
                             }
                             fwd = "miss";
@@ -518,20 +522,29 @@ impl ResponseCache {
 
     /// A stored response as an answer: its headers, Content-Length, Age
     /// and Cache-Status; `None` when its body failed verification.
+    /// A client's own conditional request that the stored response
+    /// satisfies is answered 304 (RFC 9111 §4.3.2), without its body.
     async fn serve(
         &self,
         f: &Found,
         head: bool,
+        req: &HeaderMap,
         params: &str,
         now: SystemTime,
     ) -> Option<Response<Body>> {
-        let body = if head {
+        let not_modified = f.meta.status == 200 && policy::not_modified(req, &f.meta.headers);
+        let body = if not_modified || head {
             empty_body()
         } else {
             self.inner.store.open_body(f).await?
         };
         bump(&self.inner.stats.hits);
-        Some(self.stored_response(&f.meta, body, params, now))
+        let mut resp = self.stored_response(&f.meta, body, params, now);
+        if not_modified {
+            *resp.status_mut() = StatusCode::NOT_MODIFIED;
+            resp.headers_mut().remove(header::CONTENT_LENGTH);
+        }
+        Some(resp)
     }
 
     fn stored_response(
@@ -741,7 +754,9 @@ impl ResponseCache {
         *merged.headers_mut() = meta.headers.clone();
         meta.policy = CachePolicy::new_options(&preq, &merged, now, CacheOptions::default());
         meta.stored_at = unix_now(now);
-        let body = if p.head {
+        // The client's own conditional may be satisfied too: 304 to it.
+        let not_modified = meta.status == 200 && policy::not_modified(&p.headers, &meta.headers);
+        let body = if p.head || not_modified {
             empty_body()
         } else {
             self.inner.store.open_body(found).await?
@@ -751,7 +766,12 @@ impl ResponseCache {
             "fwd=stale; fwd-status=304{}",
             if p.collapsed { "; collapsed" } else { "" }
         );
-        Some(self.stored_response(&meta, body, &params, now))
+        let mut resp = self.stored_response(&meta, body, &params, now);
+        if not_modified {
+            *resp.status_mut() = StatusCode::NOT_MODIFIED;
+            resp.headers_mut().remove(header::CONTENT_LENGTH);
+        }
+        Some(resp)
     }
 
     /// RFC 9111 §4.4: a successful (2xx, 3xx) unsafe request invalidates

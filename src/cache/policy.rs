@@ -231,6 +231,43 @@ pub fn merge_304(stored: &HeaderMap, fresh: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// Whether a client's conditional GET is satisfied by stored headers:
+/// If-None-Match against the ETag (weak comparison), else
+/// If-Modified-Since against Last-Modified.
+pub fn not_modified(req: &HeaderMap, stored: &HeaderMap) -> bool {
+    let text = |h: &HeaderMap, n: HeaderName| {
+        h.get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.trim().to_string())
+    };
+    if req.contains_key(header::IF_NONE_MATCH) {
+        let Some(etag) = text(stored, header::ETAG) else {
+            return false;
+        };
+        let etag = etag.trim_start_matches("W/");
+        return req
+            .get_all(header::IF_NONE_MATCH)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .any(|t| t == "*" || t.trim_start_matches("W/") == etag);
+    }
+    let (Some(ims), Some(lm)) = (
+        text(req, header::IF_MODIFIED_SINCE),
+        text(stored, header::LAST_MODIFIED),
+    ) else {
+        return false;
+    };
+    if ims == lm {
+        return true;
+    }
+    let parse = |s: &str| {
+        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc2822).ok()
+    };
+    matches!((parse(&ims), parse(&lm)), (Some(i), Some(l)) if l <= i)
+}
+
 /// A Cache-Status value: `robots-proxy; hit`, `robots-proxy;
 /// fwd=uri-miss; fwd-status=200; stored`, ...
 pub fn cache_status(params: &str) -> HeaderValue {
@@ -324,6 +361,48 @@ mod tests {
         assert_eq!(p.headers["authorization"], "[redacted]");
         assert_eq!(p.headers["accept-language"], "fr");
         assert_eq!(p.headers["host"], "h.test");
+    }
+
+    #[test]
+    fn client_conditionals_against_stored_validators() {
+        let mut stored = HeaderMap::new();
+        stored.insert("etag", HeaderValue::from_static("\"v1\""));
+        stored.insert(
+            "last-modified",
+            HeaderValue::from_static("Mon, 01 Jan 2024 00:00:00 GMT"),
+        );
+        let req = |k: &'static str, v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(k, HeaderValue::from_static(v));
+            h
+        };
+        assert!(not_modified(
+            &req("if-none-match", "\"v0\", W/\"v1\""),
+            &stored
+        ));
+        assert!(not_modified(&req("if-none-match", "*"), &stored));
+        assert!(!not_modified(&req("if-none-match", "\"v2\""), &stored));
+        // If-None-Match wins over If-Modified-Since.
+        let mut both = req("if-none-match", "\"v2\"");
+        both.insert(
+            "if-modified-since",
+            HeaderValue::from_static("Tue, 02 Jan 2024 00:00:00 GMT"),
+        );
+        assert!(!not_modified(&both, &stored));
+        assert!(not_modified(
+            &req("if-modified-since", "Tue, 02 Jan 2024 00:00:00 GMT"),
+            &stored
+        ));
+        assert!(not_modified(
+            &req("if-modified-since", "Mon, 01 Jan 2024 00:00:00 GMT"),
+            &stored
+        ));
+        assert!(!not_modified(
+            &req("if-modified-since", "Sun, 31 Dec 2023 00:00:00 GMT"),
+            &stored
+        ));
+        assert!(!not_modified(&req("if-modified-since", "garbage"), &stored));
+        assert!(!not_modified(&HeaderMap::new(), &stored));
     }
 
     #[test]

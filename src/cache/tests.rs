@@ -423,6 +423,50 @@ async fn client_directives_no_cache_max_stale_must_revalidate_only_if_cached() {
 }
 
 #[tokio::test]
+async fn a_clients_own_conditional_is_answered_304_from_the_cache() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cache = open(dir.path(), &config(CacheMode::Rfc9111));
+    let h = [("cache-control", "max-age=60"), ("etag", "\"e1\"")];
+    fetch(&cache, &get(URL, &[]), None, |_| resp(200, &h, "body")).await;
+    let (p, body, origin) = fetch(
+        &cache,
+        &get(URL, &[("if-none-match", "\"e1\"")]),
+        None,
+        never,
+    )
+    .await;
+    assert!(!origin);
+    assert_eq!(p.status, StatusCode::NOT_MODIFIED);
+    assert!(body.is_empty());
+    assert_eq!(p.headers["etag"], "\"e1\"");
+    assert_eq!(status_of(&p), "robots-proxy; hit");
+    let (p, body, _) = fetch(
+        &cache,
+        &get(URL, &[("if-none-match", "\"e0\"")]),
+        None,
+        never,
+    )
+    .await;
+    assert_eq!((p.status, body.as_ref()), (StatusCode::OK, &b"body"[..]));
+    // Stale: revalidated with both tags; the origin's 304 is the client's too.
+    cache.advance_clock(Duration::from_secs(61));
+    let r = get(URL, &[("if-none-match", "\"e1\"")]);
+    let (p, body, origin) = fetch(&cache, &r, None, |h| {
+        assert_eq!(h["if-none-match"], "\"e1\"");
+        resp(
+            304,
+            &[("etag", "\"e1\""), ("cache-control", "max-age=60")],
+            "",
+        )
+    })
+    .await;
+    assert!(origin);
+    assert_eq!(p.status, StatusCode::NOT_MODIFIED);
+    assert!(body.is_empty());
+    assert_eq!(status_of(&p), "robots-proxy; fwd=stale; fwd-status=304");
+}
+
+#[tokio::test]
 async fn client_no_cache_on_a_fresh_response_is_fwd_request() {
     let dir = tempfile::tempdir().expect("tmp");
     let cache = open(dir.path(), &config(CacheMode::Rfc9111));
