@@ -761,7 +761,7 @@ impl ResponseCache {
         } else {
             self.inner.store.open_body(found).await?
         };
-        self.inner.store.update_meta(&found.key, meta.clone());
+        self.inner.store.update_meta(found.key, meta.clone()).await;
         let params = format!(
             "fwd=stale; fwd-status=304{}",
             if p.collapsed { "; collapsed" } else { "" }

@@ -16,13 +16,18 @@
 //!
 //! Why plain files and not `foyer` or `cacache`: the index has to know
 //! URL, Vary and policy of every object anyway (purge by prefix, Vary
-//! keys), and whole-file rename gives the crash safety asked for. With
-//! it, storing and reading back 10,000 objects of 1.4 KB takes a few
-//! hundred milliseconds (see the module test `ten_thousand_small_objects`
-//! and the report's figures), far below what an origin fetch of them
-//! costs; `cacache` would add ~40 crates (ssri, sha1, sha2, digest,
-//! miette, walkdir, ...) and `foyer` ~80 (its own runtime pieces, metrics,
-//! serde formats) to a project that compiles on 2 shared cores.
+//! keys), and whole-file rename gives the crash safety asked for, with no
+//! dependency beyond `ring`'s SHA-256. Measured (release, one task, every
+//! file operation through Tokio's blocking pool): storing 10,000
+//! responses of 1.4 KB takes 1.8 s (0.18 ms each, policy included),
+//! rebuilding the index from them at start 0.19 s, reading them all back
+//! from disk with the digest checked 1.0 s (0.1 ms each): far below an
+//! origin round trip. The alternatives' cost on this 2-core machine:
+//! `cacache` 13 (tokio runtime) adds 25 crates (ssri, sha1, sha2,
+//! miette, memmap2, reflink-copy, ...) and 21 s to a clean debug build;
+//! with its default async-std runtime 47 crates; `foyer` 0.22 adds 28
+//! crates, among them zstd-sys and lz4-sys (C code built by `cc`), and
+//! 57 s. Neither would remove the index above.
 //!
 //! Every index entry keeps its meta in memory (about 1-2 KB each with the
 //! policy's headers) so lookups never read a file for a miss.
@@ -154,6 +159,8 @@ pub(crate) struct Store {
     objects: PathBuf,
     tmp: PathBuf,
     index: Mutex<Index>,
+    /// Held while a meta file is written and indexed.
+    commit_lock: Mutex<()>,
     memory_size: u64,
     disk_size: u64,
     /// Bodies up to this size are kept in memory too and verified whole
@@ -195,6 +202,7 @@ impl Store {
                 vary: HashMap::new(),
                 by_url: HashMap::new(),
             }),
+            commit_lock: Mutex::new(()),
             memory_size,
             disk_size,
             small_max,
@@ -346,13 +354,16 @@ impl Store {
 
     /// Drops an object that failed verification.
     pub fn discard(&self, key: &ObjKey) {
-        self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
         let victim = {
             let mut ix = self.lock();
             let v = ix.remove(key).map(|m| (*key, m));
             self.publish(&ix);
             v
         };
+        // Already gone: evicted or replaced while it was being read.
+        if victim.is_some() {
+            self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
+        }
         self.delete_files(victim);
     }
 
@@ -496,7 +507,16 @@ impl Store {
         let hexkey = hex(&key);
         meta.body_file = format!("{hexkey}-{seq:016x}.body");
         std::fs::rename(tmp_body, self.objects.join(&meta.body_file))?;
-        let meta_len = self.write_meta(&key, &meta)?;
+        // Meta files and the index change together, one object at a time,
+        // so the meta on disk is always the indexed one.
+        let _commit = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let meta_len = match self.write_meta(&key, &meta) {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = std::fs::remove_file(self.objects.join(&meta.body_file));
+                return Err(e);
+            }
+        };
         let size = meta.body_len + meta_len;
         let meta = Arc::new(meta);
         let victims = {
@@ -542,22 +562,35 @@ impl Store {
         Ok(bytes.len() as u64)
     }
 
-    /// Replaces the meta of a stored object (a 304 refreshed it).
-    pub fn update_meta(&self, key: &ObjKey, meta: Meta) {
-        if self.lock().disk.peek(key).is_none() {
-            return;
-        }
-        match self.write_meta(key, &meta) {
-            Ok(meta_len) => {
-                let mut ix = self.lock();
-                let old = ix.disk.peek(key).map(|e| e.size - e.meta.body_len);
-                if let (Some(old), Some(e)) = (old, ix.disk.get_mut(key)) {
-                    e.size = meta.body_len + meta_len;
-                    e.meta = Arc::new(meta);
-                    ix.disk_bytes = ix.disk_bytes - old + meta_len;
-                }
-                self.publish(&ix);
+    /// Replaces the meta of a stored object (a 304 refreshed it), unless
+    /// the object was replaced or removed meanwhile.
+    pub async fn update_meta(self: &Arc<Self>, key: ObjKey, meta: Meta) {
+        let store = self.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let _commit = store.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let same = store
+                .lock()
+                .disk
+                .peek(&key)
+                .is_some_and(|e| e.meta.body_file == meta.body_file);
+            if !same {
+                return Ok(());
             }
+            let meta_len = store.write_meta(&key, &meta)?;
+            let mut ix = store.lock();
+            let old = ix.disk.peek(&key).map(|e| e.size - e.meta.body_len);
+            if let (Some(old), Some(e)) = (old, ix.disk.get_mut(&key)) {
+                e.size = meta.body_len + meta_len;
+                e.meta = Arc::new(meta);
+                ix.disk_bytes = ix.disk_bytes - old + meta_len;
+            }
+            store.publish(&ix);
+            Ok::<(), std::io::Error>(())
+        })
+        .await;
+        match done {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cache: could not update a stored response"),
             Err(e) => tracing::warn!(error = %e, "cache: could not update a stored response"),
         }
     }
