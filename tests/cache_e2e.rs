@@ -64,6 +64,10 @@ async fn fresh_responses_are_served_from_the_cache_and_unstorable_ones_are_not()
             assert_eq!(cache_status(&r), "robots-proxy; hit");
             assert!(r.headers.contains_key("age"));
         }
+        // One Via, this proxy's, on a hit as on a miss.
+        let via: Vec<_> = r.headers.get_all("via").iter().collect();
+        assert_eq!(via.len(), 1, "{r:?}");
+        assert!(via[0].to_str().is_ok_and(|v| v.contains("robots-proxy")));
     }
     assert_eq!(origin.hits("/fresh"), 1);
     for path in ["/nostore", "/private", "/cookie"] {

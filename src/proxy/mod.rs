@@ -344,7 +344,10 @@ impl Proxy {
             let found = cache.lookup(&parts, caller.user.as_deref()).await;
             req = Request::from_parts(parts, body);
             match found {
-                Lookup::Hit(resp) => {
+                Lookup::Hit(mut resp) => {
+                    if settings.via {
+                        forward::add_via(resp.headers_mut(), &self.via);
+                    }
                     return self.answer_cached(caller, &judgement, &req, "hit", resp);
                 }
                 Lookup::Unavailable(resp) => {
@@ -392,11 +395,16 @@ impl Proxy {
                     return answer;
                 }
                 let mut resp = answer.resp;
-                // The hold is this request's, not the stored response's.
+                // The hold and this proxy's Via are this response's, not
+                // the stored one's: a hit gets the Via of its own time.
                 let delay = resp.headers_mut().remove(respond::DELAY_HEADER);
+                let via = self.remove_own_via(resp.headers_mut());
                 let mut resp = cache.complete(pending, resp).await;
                 if let Some(d) = delay {
                     resp.headers_mut().insert(respond::DELAY_HEADER, d);
+                }
+                if via {
+                    forward::add_via(resp.headers_mut(), &self.via);
                 }
                 Answer::new(answer.outcome, resp)
             }
@@ -439,6 +447,20 @@ impl Proxy {
             }
             None => answer,
         }
+    }
+
+    /// Takes this proxy's own `Via` entry out of response headers; whether
+    /// there was one.
+    fn remove_own_via(&self, headers: &mut http::HeaderMap) -> bool {
+        let all: Vec<HeaderValue> = headers.get_all(VIA).iter().cloned().collect();
+        if !all.contains(&self.via) {
+            return false;
+        }
+        headers.remove(VIA);
+        for v in all.into_iter().filter(|v| *v != self.via) {
+            headers.append(VIA, v);
+        }
+        true
     }
 
     /// A request the cache answered (a hit, or an offline/only-if-cached
