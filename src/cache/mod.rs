@@ -677,7 +677,12 @@ impl ResponseCache {
             v
         };
         let preq = policy_request(Method::GET, &p.url, &p.headers, &vary)?;
-        let policy = CachePolicy::new_options(&preq, parts, now, CacheOptions::default());
+        let policy = CachePolicy::new_options(
+            &preq,
+            &policy::policy_response(parts),
+            now,
+            CacheOptions::default(),
+        );
         let expires_at = if store_all {
             if status != 200 {
                 return None;

@@ -127,6 +127,27 @@ pub fn policy_request(
     Some(parts)
 }
 
+/// Largest Age taken from a response (RFC 9111 §1.2.2: 2^31 s stands for
+/// any larger value); a bigger one would overflow the policy's arithmetic.
+pub const MAX_AGE_HEADER: u64 = 1 << 31;
+
+/// The response as the cache policy sees it: its status and headers, with
+/// an Age that is not a number made 0 and one too large clamped.
+pub fn policy_response(parts: &http::response::Parts) -> http::Response<()> {
+    let mut r = http::Response::new(());
+    *r.status_mut() = parts.status;
+    *r.headers_mut() = parts.headers.clone();
+    if let Some(v) = parts.headers.get(header::AGE) {
+        let age = v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u128>().ok())
+            .map_or(0, |a| a.min(u128::from(MAX_AGE_HEADER)) as u64);
+        r.headers_mut().insert(header::AGE, HeaderValue::from(age));
+    }
+    r
+}
+
 /// Cache-Control directives of a request or response, lower-case names.
 pub struct Directives(Vec<(String, Option<String>)>);
 

@@ -467,6 +467,49 @@ async fn a_clients_own_conditional_is_answered_304_from_the_cache() {
 }
 
 #[tokio::test]
+async fn hostile_headers_are_a_miss_or_clamped_never_a_panic() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cache = open(dir.path(), &config(CacheMode::Rfc9111));
+    let cases: [&[(&str, &str)]; 6] = [
+        &[
+            ("cache-control", "max-age=60"),
+            ("age", "18446744073709551615"),
+            ("etag", "\"a\""),
+        ],
+        &[("cache-control", "max-age=99999999999999999999999")],
+        &[
+            ("cache-control", "max-age=60"),
+            ("age", "-5"),
+            ("date", "yesterday"),
+        ],
+        &[("expires", "0"), ("last-modified", "Mon, 99 Foo 2024")],
+        &[
+            ("cache-control", "s-maxage=\"10\", max-age"),
+            ("vary", ",,, ,"),
+        ],
+        &[
+            ("cache-control", "max-age=60"),
+            ("etag", "W/"),
+            ("vary", "accept-language, *x"),
+        ],
+    ];
+    for (i, headers) in cases.iter().enumerate() {
+        let url = format!("http://example.test/h{i}");
+        for _ in 0..2 {
+            cache.advance_clock(Duration::from_secs(2));
+            let (p, _, _) = fetch(&cache, &get(&url, &[("if-none-match", "W/")]), None, |_| {
+                resp(200, headers, "x")
+            })
+            .await;
+            assert!(p.status.is_success() || p.status == StatusCode::NOT_MODIFIED);
+        }
+    }
+    // The 2^64 Age counts as 2^31 s: stale at once.
+    let r = get("http://example.test/h0", &[]);
+    assert!(!matches!(cache.lookup(&r, None).await, Lookup::Hit(_)));
+}
+
+#[tokio::test]
 async fn client_no_cache_on_a_fresh_response_is_fwd_request() {
     let dir = tempfile::tempdir().expect("tmp");
     let cache = open(dir.path(), &config(CacheMode::Rfc9111));
