@@ -359,3 +359,28 @@ async fn proxy_twice(proxy: &Proxy, url: &str) {
     assert_eq!(cache_status(&second), "robots-proxy; hit");
     assert_eq!(second.headers["set-cookie"], "s=1");
 }
+
+#[tokio::test]
+async fn a_response_over_max_object_size_arrives_whole_and_is_not_stored() {
+    let origin = Origin::start().await;
+    origin.robots("User-agent: *\nAllow: /\n");
+    let big = "b".repeat(200_000);
+    origin.route(
+        "/big",
+        Reply::ok(big.clone()).header("cache-control", "max-age=60"),
+    );
+    let proxy = Proxy::start_with(|c| {
+        enable(c, CacheMode::Rfc9111);
+        c.cache.max_object_size = 64 * 1024;
+    })
+    .await;
+    for _ in 0..2 {
+        let r = proxy.get(&origin.url("/big")).await;
+        assert_eq!(r.body.len(), big.len());
+        assert_eq!(
+            cache_status(&r),
+            "robots-proxy; fwd=uri-miss; fwd-status=200"
+        );
+    }
+    assert_eq!(origin.hits("/big"), 2);
+}

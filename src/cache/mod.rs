@@ -28,7 +28,9 @@
 //!   is never served another's stored response. Vary is ignored.
 //! * `offline`: only answered from the cache, stale or not (entries of
 //!   either mode, `rfc9111` first, then this user's `store-all` ones); a
-//!   miss is 504.
+//!   miss is 504, and so is every request that is not a GET or HEAD: no
+//!   request reaches an origin (robots.txt is still judged first, from the
+//!   robots cache or its origin).
 
 mod body;
 mod metrics;
@@ -324,18 +326,25 @@ impl ResponseCache {
         may_wait: bool,
     ) -> Lookup {
         let head = req.method == Method::HEAD;
+        let mode = self.inner.cfg.mode;
         if req.method != Method::GET && !head {
+            // Offline reaches no origin at all, for any method.
+            if mode == CacheMode::Offline {
+                return Lookup::Unavailable(self.unavailable("offline mode"));
+            }
             return Lookup::Bypass;
         }
         let Some(url) = cache_url(&req.uri) else {
             return Lookup::Bypass;
         };
-        let mode = self.inner.cfg.mode;
         if req.headers.contains_key(header::RANGE) && mode != CacheMode::Offline {
             return Lookup::Bypass;
         }
         // A WebSocket (or other) upgrade is a connection, not a resource.
         if req.headers.contains_key(header::UPGRADE) {
+            if mode == CacheMode::Offline {
+                return Lookup::Unavailable(self.unavailable("offline mode"));
+            }
             return Lookup::Bypass;
         }
         let only_if_cached = Directives::parse(&req.headers).has("only-if-cached");

@@ -781,6 +781,17 @@ async fn offline_answers_stale_entries_and_504s_misses() {
     assert!(String::from_utf8_lossy(&body).contains("offline mode"));
     assert_eq!(status_of(&p), "robots-proxy; fwd=miss; detail=offline");
     assert_eq!(cache.counters().unavailable, 1);
+    // Nothing else reaches an origin either.
+    for r in [
+        req(Method::POST, URL, &[]),
+        get(URL, &[("upgrade", "websocket"), ("connection", "upgrade")]),
+    ] {
+        let got = cache.lookup(&r, None).await;
+        assert!(matches!(got, Lookup::Unavailable(_)), "{got:?}");
+    }
+    // A Range is answered with the whole stored response.
+    let (p, body, _) = fetch(&cache, &get(URL, &[("range", "bytes=0-1")]), None, never).await;
+    assert_eq!((p.status, body.as_ref()), (StatusCode::OK, &b"kept"[..]));
 }
 
 #[tokio::test]
