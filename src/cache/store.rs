@@ -1,6 +1,7 @@
 //! Storage: plain files under `<state_dir>/cache/` and an in-memory index.
 //!
-//! Each stored response is two files in `objects/`: `<key>.meta` (a
+//! Each stored response is two files in `objects/<kk>/` (`kk` the key's
+//! first two hex digits): `<key>.meta` (a
 //! SHA-256 line, then JSON: URL, Vary, the cache policy, the response
 //! headers, the body's length and SHA-256, the body file's name) and
 //! `<key>-<n>.body` (the body as received). Both are written to `tmp/`
@@ -224,15 +225,28 @@ impl Store {
     fn scan(&self) -> std::io::Result<()> {
         let mut metas = Vec::new();
         let mut bodies = HashSet::new();
-        for entry in std::fs::read_dir(&self.objects)? {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(stem) = name.strip_suffix(".meta") {
-                metas.push((stem.to_string(), entry.path()));
-            } else if name.ends_with(".body") {
-                bodies.insert(name);
-            } else {
-                let _ = std::fs::remove_file(entry.path());
+        for top in std::fs::read_dir(&self.objects)? {
+            let top = top?;
+            let shard = top.file_name().to_string_lossy().into_owned();
+            if !top.file_type()?.is_dir() {
+                let _ = std::fs::remove_file(top.path());
+                continue;
+            }
+            if shard.len() != 2 || !shard.bytes().all(|b| b.is_ascii_hexdigit()) {
+                continue;
+            }
+            for entry in std::fs::read_dir(top.path())? {
+                let entry = entry?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if !name.starts_with(&shard) {
+                    let _ = std::fs::remove_file(entry.path());
+                } else if let Some(stem) = name.strip_suffix(".meta") {
+                    metas.push((stem.to_string(), entry.path()));
+                } else if name.ends_with(".body") {
+                    bodies.insert(name);
+                } else {
+                    let _ = std::fs::remove_file(entry.path());
+                }
             }
         }
         let mut good = Vec::new();
@@ -241,7 +255,7 @@ impl Store {
             let meta = std::fs::read(&path).ok().and_then(|b| decode_meta(&b));
             let valid = meta.as_ref().and_then(|m| {
                 let key = parse_hex(&stem)?;
-                let body = self.objects.join(&m.body_file);
+                let body = self.file(&m.body_file);
                 let len = std::fs::metadata(&body).ok()?.len();
                 (len == m.body_len && m.body_file.starts_with(&stem)).then_some(key)
             });
@@ -255,14 +269,16 @@ impl Store {
                     self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
                     let _ = std::fs::remove_file(&path);
                     if let Some(m) = m {
-                        let _ = std::fs::remove_file(self.objects.join(&m.body_file));
+                        if m.body_file.starts_with(&stem) {
+                            let _ = std::fs::remove_file(self.file(&m.body_file));
+                        }
                         bodies.remove(&m.body_file);
                     }
                 }
             }
         }
         for b in bodies.difference(&used) {
-            let _ = std::fs::remove_file(self.objects.join(b));
+            let _ = std::fs::remove_file(self.file(b));
         }
         good.sort_by_key(|(_, m, _)| m.stored_at);
         let victims = {
@@ -370,12 +386,21 @@ impl Store {
     fn delete_files(&self, victims: impl IntoIterator<Item = (ObjKey, Arc<Meta>)>) {
         for (key, meta) in victims {
             let _ = std::fs::remove_file(self.meta_path(&key));
-            let _ = std::fs::remove_file(self.objects.join(&meta.body_file));
+            let _ = std::fs::remove_file(self.file(&meta.body_file));
         }
     }
 
     fn meta_path(&self, key: &ObjKey) -> PathBuf {
-        self.objects.join(format!("{}.meta", hex(key)))
+        self.file(&format!("{}.meta", hex(key)))
+    }
+
+    /// `objects/<first two hex digits>/<name>`: names start with their
+    /// object's key, and 256 directories keep each one small.
+    fn file(&self, name: &str) -> PathBuf {
+        match name.get(..2).filter(|_| !name.contains(['/', '\\'])) {
+            Some(shard) => self.objects.join(shard).join(name),
+            None => self.objects.join("invalid"),
+        }
     }
 
     /// Removes least recently used objects until both tiers fit; returns
@@ -428,7 +453,7 @@ impl Store {
             return Some(full_body(b));
         }
         let meta = &found.meta;
-        let path = self.objects.join(&meta.body_file);
+        let path = self.file(&meta.body_file);
         if meta.body_len <= self.small_max {
             let bytes = tokio::fs::read(&path).await.ok();
             let ok = bytes.as_ref().is_some_and(|b| {
@@ -506,14 +531,18 @@ impl Store {
     ) -> std::io::Result<()> {
         let hexkey = hex(&key);
         meta.body_file = format!("{hexkey}-{seq:016x}.body");
-        std::fs::rename(tmp_body, self.objects.join(&meta.body_file))?;
+        let body_path = self.file(&meta.body_file);
+        if let Some(shard) = body_path.parent() {
+            std::fs::create_dir_all(shard)?;
+        }
+        std::fs::rename(tmp_body, &body_path)?;
         // Meta files and the index change together, one object at a time,
         // so the meta on disk is always the indexed one.
         let _commit = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
         let meta_len = match self.write_meta(&key, &meta) {
             Ok(n) => n,
             Err(e) => {
-                let _ = std::fs::remove_file(self.objects.join(&meta.body_file));
+                let _ = std::fs::remove_file(&body_path);
                 return Err(e);
             }
         };
@@ -525,7 +554,7 @@ impl Store {
             if let Some(old) = ix.remove(&key)
                 && old.body_file != meta.body_file
             {
-                let _ = std::fs::remove_file(self.objects.join(&old.body_file));
+                let _ = std::fs::remove_file(self.file(&old.body_file));
             }
             ix.set_vary(&meta.primary, &meta.vary);
             ix.by_url.entry(meta.url.clone()).or_default().insert(key);
