@@ -20,10 +20,11 @@
 //! keys), and whole-file rename gives the crash safety asked for, with no
 //! dependency beyond `ring`'s SHA-256. Measured (release, one task, every
 //! file operation through Tokio's blocking pool): storing 10,000
-//! responses of 1.4 KB takes 1.8 s (0.18 ms each, policy included),
-//! rebuilding the index from them at start 0.19 s, reading them all back
-//! from disk with the digest checked 1.0 s (0.1 ms each): far below an
-//! origin round trip. The alternatives' cost on this 2-core machine:
+//! responses of 1.4 KB takes 1.8 s on a quiet machine (0.18 ms each,
+//! policy included; 5 to 12 s while other builds load it), rebuilding the
+//! index from them at start 0.2 s, reading them all back from disk with
+//! the digest checked 1.0 to 1.2 s (0.1 ms each): far below an origin
+//! round trip. The alternatives' cost on this 2-core machine:
 //! `cacache` 13 (tokio runtime) adds 25 crates (ssri, sha1, sha2,
 //! miette, memmap2, reflink-copy, ...) and 21 s to a clean debug build;
 //! with its default async-std runtime 47 crates; `foyer` 0.22 adds 28
