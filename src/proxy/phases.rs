@@ -17,9 +17,9 @@
 //!    it (a miss, a revalidation, a request the cache does not handle);
 //! 6. **record**: the audit line ([`Proxy::record`]), written before
 //!    anything is forwarded, so nothing leaves without its record;
-//! 7. **forward**: to the origin (plain, upgraded, or a blind tunnel)
-//!    (a cache miss is stored while it streams to the client, and a
-//!    successful unsafe request invalidates what the cache holds for it);
+//! 7. **forward**: to the origin (plain, upgraded, or a blind tunnel); a
+//!    cache miss is stored while it streams to the client, and a
+//!    successful unsafe request invalidates what the cache holds for it;
 //! 8. **finish** ([`Proxy::finish`]): counts the request under exactly one
 //!    `robots_proxy_requests_total` label.
 //!
