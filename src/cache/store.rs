@@ -96,6 +96,36 @@ pub(crate) struct Meta {
     pub stored_at: u64,
     /// `store-all`: served until then (seconds since the epoch).
     pub expires_at: Option<u64>,
+    /// `rfc9111`: when the policy's freshness ends, worked out on first
+    /// use (a stored response's age grows with the clock, so it is one
+    /// instant); a refreshed response is a new `Meta`.
+    #[serde(skip)]
+    pub fresh_until: FreshUntil,
+}
+
+/// [`Meta::is_fresh`]'s memory. A clone starts empty: a copy of a `Meta`
+/// is made to change it (a 304 gives it a new policy), and must work its
+/// freshness out again.
+#[derive(Debug, Default)]
+pub(crate) struct FreshUntil(std::sync::OnceLock<std::time::SystemTime>);
+
+impl Clone for FreshUntil {
+    fn clone(&self) -> Self {
+        FreshUntil::default()
+    }
+}
+
+impl Meta {
+    /// True if the stored response is fresh at `now`: its freshness
+    /// lifetime is longer than its age (RFC 9111 §4.2), what
+    /// `CachePolicy::is_stale` answers, without working it out again.
+    pub(crate) fn is_fresh(&self, now: std::time::SystemTime) -> bool {
+        let until = self
+            .fresh_until
+            .0
+            .get_or_init(|| now + self.policy.time_to_live(now));
+        now < *until
+    }
 }
 
 struct DiskEntry {

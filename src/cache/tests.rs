@@ -169,6 +169,54 @@ async fn age_grows_and_a_stale_response_is_revalidated_with_its_etag() {
     assert_eq!(cache.counters().revalidated, 1);
 }
 
+/// A 304 whose headers shorten the freshness governs at once: what the
+/// stored response's earlier freshness was (worked out on a hit) is not
+/// carried over to the refreshed one.
+#[tokio::test]
+async fn a_304_that_ends_freshness_is_not_outlived_by_the_earlier_one() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cache = open(dir.path(), &config(CacheMode::Rfc9111));
+    let headers = [("cache-control", "max-age=600"), ("etag", "\"v1\"")];
+    fetch(&cache, &get(URL, &[]), None, |_| {
+        resp(200, &headers, "body1")
+    })
+    .await;
+    // A plain hit: the response is fresh for 600 s.
+    let (_, _, origin) = fetch(&cache, &get(URL, &[]), None, never).await;
+    assert!(!origin);
+    // The client asks for revalidation; the origin says "fresh no more".
+    let (p, _, origin) = fetch(
+        &cache,
+        &get(URL, &[("cache-control", "no-cache")]),
+        None,
+        |h| {
+            assert_eq!(h["if-none-match"], "\"v1\"");
+            resp(
+                304,
+                &[("cache-control", "max-age=0"), ("etag", "\"v1\"")],
+                "",
+            )
+        },
+    )
+    .await;
+    assert!(origin);
+    assert!(
+        status_of(&p).ends_with("fwd-status=304"),
+        "{}",
+        status_of(&p)
+    );
+    // The next plain request revalidates: the 600 s are gone.
+    let (_, _, origin) = fetch(&cache, &get(URL, &[]), None, |_| {
+        resp(
+            304,
+            &[("cache-control", "max-age=0"), ("etag", "\"v1\"")],
+            "",
+        )
+    })
+    .await;
+    assert!(origin, "served as fresh by the earlier max-age");
+}
+
 #[tokio::test]
 async fn last_modified_is_revalidated_with_if_modified_since_and_a_200_replaces() {
     let dir = tempfile::tempdir().expect("tmp");
