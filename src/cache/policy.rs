@@ -13,20 +13,29 @@ pub static CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
 /// host, default port dropped, path and query as sent (`/` when empty).
 /// `None` without a scheme or host.
 pub fn cache_url(uri: &Uri) -> Option<String> {
-    let scheme = uri.scheme_str()?.to_ascii_lowercase();
-    let auth = uri.authority()?;
-    let host = auth.host().to_ascii_lowercase();
-    let default = match scheme.as_str() {
-        "http" => 80,
-        "https" => 443,
-        _ => return None,
+    // Built in one buffer: this runs on every lookup, hits included.
+    let scheme = uri.scheme_str()?;
+    let (scheme, default) = if scheme.eq_ignore_ascii_case("http") {
+        ("http", 80)
+    } else if scheme.eq_ignore_ascii_case("https") {
+        ("https", 443)
+    } else {
+        return None;
     };
+    let auth = uri.authority()?;
+    let host = auth.host();
     let pq = uri.path_and_query().map_or("/", |p| p.as_str());
     let pq = if pq.is_empty() { "/" } else { pq };
-    Some(match auth.port_u16() {
-        Some(p) if p != default => format!("{scheme}://{host}:{p}{pq}"),
-        _ => format!("{scheme}://{host}{pq}"),
-    })
+    let mut url = String::with_capacity(scheme.len() + 3 + host.len() + 6 + pq.len());
+    url.push_str(scheme);
+    url.push_str("://");
+    url.extend(host.chars().map(|c| c.to_ascii_lowercase()));
+    if let Some(p) = auth.port_u16().filter(|&p| p != default) {
+        use std::fmt::Write as _;
+        let _ = write!(url, ":{p}");
+    }
+    url.push_str(pq);
+    Some(url)
 }
 
 /// `scheme://authority` of a cache URL.
@@ -292,6 +301,12 @@ pub fn not_modified(req: &HeaderMap, stored: &HeaderMap) -> bool {
 /// A Cache-Status value: `robots-proxy; hit`, `robots-proxy;
 /// fwd=uri-miss; fwd-status=200; stored`, ...
 pub fn cache_status(params: &str) -> HeaderValue {
+    // The usual ones without formatting: every hit carries one.
+    match params {
+        "hit" => return HeaderValue::from_static("robots-proxy; hit"),
+        "hit; collapsed" => return HeaderValue::from_static("robots-proxy; hit; collapsed"),
+        _ => {}
+    }
     HeaderValue::from_str(&format!("{CACHE_NAME}; {params}"))
         .unwrap_or_else(|_| HeaderValue::from_static(CACHE_NAME))
 }
@@ -325,6 +340,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_prebuilt_cache_status_values_are_the_formatted_ones() {
+        for params in ["hit", "hit; collapsed"] {
+            assert_eq!(
+                cache_status(params),
+                HeaderValue::from_str(&format!("{CACHE_NAME}; {params}")).expect("value")
+            );
+        }
+    }
+
+    #[test]
     fn urls_keep_the_scheme_and_drop_default_ports() {
         let u = |s: &str| cache_url(&s.parse().expect("uri"));
         assert_eq!(
@@ -343,6 +368,11 @@ mod tests {
             u("https://example.com:8443/x").as_deref(),
             Some("https://example.com:8443/x")
         );
+        assert_eq!(
+            u("HTTPS://[::1]:8443/x").as_deref(),
+            Some("https://[::1]:8443/x")
+        );
+        assert_eq!(u("ftp://example.com/x"), None);
         assert_eq!(u("/relative"), None);
         assert_eq!(origin_of("https://a.b:8/x/y"), "https://a.b:8");
     }
