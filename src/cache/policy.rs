@@ -265,6 +265,10 @@ pub fn merge_304(stored: &HeaderMap, fresh: &HeaderMap) -> HeaderMap {
 /// If-None-Match against the ETag (weak comparison), else
 /// If-Modified-Since against Last-Modified.
 pub fn not_modified(req: &HeaderMap, stored: &HeaderMap) -> bool {
+    // Most requests are not conditional: nothing to compare, nothing to copy.
+    if !req.contains_key(header::IF_NONE_MATCH) && !req.contains_key(header::IF_MODIFIED_SINCE) {
+        return false;
+    }
     let text = |h: &HeaderMap, n: HeaderName| {
         h.get(n)
             .and_then(|v| v.to_str().ok())
