@@ -195,20 +195,12 @@ async fn sigterm_finishes_the_request_in_flight_refuses_new_connections_and_exit
     assert!(!log.contains("grace period over"), "{log}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_cuts_a_request_still_running_when_the_grace_period_ends() {
-    let held = HeldOrigin::start().await;
-    let setup = Setup::new();
-    setup.write_config("alphabot", "");
-    // Shorten the grace period (a top-level key, so rewrite the file).
-    let text = std::fs::read_to_string(setup.config_path()).expect("config");
-    std::fs::write(
-        setup.config_path(),
-        text.replace("shutdown_grace = \"30s\"", "shutdown_grace = \"500ms\""),
-    )
-    .expect("write");
-    let mut proxy = setup.start().await;
-    let addr = proxy.addr;
+/// Sends a request the held origin never answers, and returns once the
+/// origin has it: the request is in flight.
+async fn request_in_flight(
+    addr: std::net::SocketAddr,
+    held: &HeldOrigin,
+) -> tokio::task::JoinHandle<Result<support::Resp, hyper::Error>> {
     let url = held.url("/never");
     let in_flight = tokio::spawn(async move {
         let mut conn = Conn::open(addr).await;
@@ -216,6 +208,27 @@ async fn sigterm_cuts_a_request_still_running_when_the_grace_period_ends() {
             .await
     });
     held.arrival().await;
+    in_flight
+}
+
+/// The client of a request cut at the end of the grace period sees its
+/// connection closed, not an answer.
+async fn assert_cut(in_flight: tokio::task::JoinHandle<Result<support::Resp, hyper::Error>>) {
+    let result = tokio::time::timeout(NO_HANG, in_flight)
+        .await
+        .expect("client hangs")
+        .expect("task");
+    assert!(result.is_err(), "{result:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_cuts_a_request_still_running_when_the_grace_period_ends() {
+    let held = HeldOrigin::start().await;
+    let setup = Setup::new();
+    // A short grace period.
+    setup.write_config_with_grace("alphabot", "500ms");
+    let mut proxy = setup.start().await;
+    let in_flight = request_in_flight(proxy.addr, &held).await;
 
     proxy.signal("TERM");
     let status = proxy.wait_exit().await;
@@ -225,34 +238,17 @@ async fn sigterm_cuts_a_request_still_running_when_the_grace_period_ends() {
         log.contains("grace period over") && log.contains("connections=1"),
         "{log}"
     );
-    // The client sees its connection closed, not an answer.
-    let result = tokio::time::timeout(NO_HANG, in_flight)
-        .await
-        .expect("client hangs")
-        .expect("task");
-    assert!(result.is_err(), "{result:?}");
+    assert_cut(in_flight).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_applies_a_shorter_shutdown_grace() {
     let held = HeldOrigin::start().await;
     let setup = Setup::new();
-    let set_grace = |grace: &str| {
-        setup.write_config("alphabot", "");
-        let text = std::fs::read_to_string(setup.config_path()).expect("config");
-        std::fs::write(
-            setup.config_path(),
-            text.replace(
-                "shutdown_grace = \"30s\"",
-                &format!("shutdown_grace = \"{grace}\""),
-            ),
-        )
-        .expect("write");
-    };
     // Started with a grace longer than the test waits for anything.
-    set_grace("1h");
+    setup.write_config_with_grace("alphabot", "1h");
     let mut proxy = setup.start().await;
-    set_grace("300ms");
+    setup.write_config_with_grace("alphabot", "300ms");
     proxy.reload("configuration reloaded").await;
     let restart: Vec<&String> = proxy
         .seen()
@@ -261,25 +257,14 @@ async fn sighup_applies_a_shorter_shutdown_grace() {
         .collect();
     assert!(restart.is_empty(), "{restart:?}");
 
-    let addr = proxy.addr;
-    let url = held.url("/never");
-    let in_flight = tokio::spawn(async move {
-        let mut conn = Conn::open(addr).await;
-        conn.try_send(Request::get(url).body(Bytes::new()).expect("req"))
-            .await
-    });
-    held.arrival().await;
+    let in_flight = request_in_flight(proxy.addr, &held).await;
     proxy.signal("TERM");
     // Within NO_HANG: the reloaded 300 ms, not the hour it started with.
     let status = proxy.wait_exit().await;
     assert!(status.success(), "{status:?}");
     let log = proxy.rest_of_stderr().await.join("\n");
     assert!(log.contains("grace=300ms"), "{log}");
-    let result = tokio::time::timeout(NO_HANG, in_flight)
-        .await
-        .expect("client hangs")
-        .expect("task");
-    assert!(result.is_err(), "{result:?}");
+    assert_cut(in_flight).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

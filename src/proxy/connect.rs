@@ -83,14 +83,10 @@ pub(crate) async fn handle(
     let agent = settings
         .agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT))
         .to_string();
-    if let Some(reason) = proxy.gate.destination_refusal(&https) {
+    if proxy.gate.destination_refusal(&https).is_some() {
         // Judging gives the refusal its audit line before the tunnel opens.
         let judgement = proxy.gate.judge(&https, "/", &agent).await;
-        let answer = match proxy.record(&caller, &judgement, "CONNECT", Recorded::Request) {
-            Err(answer) => answer,
-            Ok(()) => Answer::new(Outcome::Refused, respond::refused(&reason)),
-        };
-        return proxy.finish(answer);
+        return proxy.finish(proxy.record_blocked(&caller, &judgement, "CONNECT"));
     }
     let minter = proxy.minter.clone();
     if no_intercept(&settings.no_intercept, https.host()) {
@@ -367,14 +363,7 @@ async fn tunnel(
             // A name that resolved to a refused address: recorded as the
             // refusal it is (the line above said the tunnel would open).
             let reason = e.reason().to_string();
-            judgement.decision = Decision::Refused {
-                reason: reason.clone(),
-            };
-            let answer = proxy
-                .record(&caller, &judgement, "CONNECT", Recorded::Request)
-                .err()
-                .unwrap_or_else(|| Answer::new(Outcome::Refused, respond::refused(&reason)));
-            return proxy.finish(answer);
+            return proxy.finish(proxy.refuse(&caller, &mut judgement, "CONNECT", reason));
         }
         Err(e) => {
             return proxy.finish(Answer::new(
@@ -423,12 +412,8 @@ fn sniffed_tunnel(
         let http = Origin::new(Scheme::Http, origin.host(), Some(origin.port()));
         match (sniffed, http) {
             (Some((_, true)), _) => {
-                let outcome = match proxy.record(&caller, &judgement, "CONNECT", Recorded::Request)
-                {
-                    Err(answer) => answer.outcome,
-                    Ok(()) => Outcome::UpstreamError,
-                };
-                proxy.count(outcome);
+                let answer = proxy.record_blocked(&caller, &judgement, "CONNECT");
+                proxy.count(answer.outcome);
             }
             (Some((io, false)), Ok(http)) => {
                 proxy.count(Outcome::Intercepted);

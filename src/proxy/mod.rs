@@ -404,10 +404,10 @@ impl Proxy {
                 if settings.via {
                     forward::add_via(resp.headers_mut(), &self.via);
                 }
-                return self.answer_cached(caller, &judgement, &req, "hit", resp);
+                return self.answer_cached(caller, &judgement, req.method(), "hit", resp);
             }
             Lookup::Unavailable(resp) => {
-                return self.answer_cached(caller, &judgement, &req, "unavailable", resp);
+                return self.answer_cached(caller, &judgement, req.method(), "unavailable", resp);
             }
             Lookup::Miss(pending) => Some(("miss", pending)),
             Lookup::Revalidate(pending) => Some(("revalidate", pending)),
@@ -478,12 +478,7 @@ impl Proxy {
             .forward(settings, caller.client, origin, req, held)
             .await;
         match refusal {
-            Some(reason) => {
-                judgement.decision = Decision::Refused { reason };
-                self.record(caller, judgement, method.as_str(), Recorded::Request)
-                    .err()
-                    .unwrap_or(answer)
-            }
+            Some(reason) => self.refuse(caller, judgement, method.as_str(), reason),
             None => answer,
         }
     }
@@ -508,14 +503,14 @@ impl Proxy {
         &self,
         caller: &Caller,
         judgement: &Judgement,
-        req: &Request<Body>,
+        method: &Method,
         label: &str,
         resp: Response<Body>,
     ) -> Answer {
         if let Err(answer) = self.record_cached(
             caller,
             judgement,
-            req.method().as_str(),
+            method.as_str(),
             Recorded::Request,
             Some(label),
         ) {

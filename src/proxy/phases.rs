@@ -168,6 +168,38 @@ impl Proxy {
         self.record_cached(caller, judgement, method, what, None)
     }
 
+    /// The record phase for a judgement that blocks (a refusal, a robots.txt
+    /// that failed TLS): its audit line, and its answer. Were it allowed
+    /// after all, the request is refused still (fail closed).
+    pub(crate) fn record_blocked(
+        &self,
+        caller: &Caller,
+        judgement: &Judgement,
+        method: &str,
+    ) -> Answer {
+        match self.record(caller, judgement, method, Recorded::Request) {
+            Err(answer) => answer,
+            Ok(()) => Answer::new(
+                Outcome::Refused,
+                respond::refused(&judgement.decision.reason()),
+            ),
+        }
+    }
+
+    /// A destination the policy refused at connect time (a name resolving
+    /// to a refused address after robots.txt was judged): the judgement
+    /// becomes that refusal and is recorded like any.
+    pub(crate) fn refuse(
+        &self,
+        caller: &Caller,
+        judgement: &mut Judgement,
+        method: &str,
+        reason: String,
+    ) -> Answer {
+        judgement.decision = Decision::Refused { reason };
+        self.record_blocked(caller, judgement, method)
+    }
+
     /// [`Proxy::record`] with what the response cache did, for the line.
     #[allow(clippy::result_large_err)]
     pub(crate) fn record_cached(

@@ -40,6 +40,19 @@ impl Setup {
         self.dir.path().join("audit.jsonl")
     }
 
+    /// Writes the config file as [`Setup::write_config`] does, with
+    /// `shutdown_grace` set to `grace` instead of 30 s.
+    pub fn write_config_with_grace(&self, agent: &str, grace: &str) {
+        self.write_config(agent, "");
+        let text = std::fs::read_to_string(self.config_path()).expect("config");
+        let changed = text.replace(
+            "shutdown_grace = \"30s\"",
+            &format!("shutdown_grace = \"{grace}\""),
+        );
+        assert_ne!(changed, text, "no shutdown_grace line to change");
+        std::fs::write(self.config_path(), changed).expect("write");
+    }
+
     /// Writes the config file: the common keys, then `extra` (top-level
     /// keys first, tables after).
     pub fn write_config(&self, agent: &str, extra: &str) {
