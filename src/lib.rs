@@ -13,6 +13,7 @@ pub mod check;
 pub mod config;
 pub mod fetch;
 pub mod gate;
+pub(crate) mod headers;
 pub mod limits;
 pub(crate) mod listen;
 pub mod metrics;

@@ -45,7 +45,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
@@ -53,7 +52,7 @@ use http_cache_semantics::{BeforeRequest, CacheOptions, CachePolicy};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::body::{Body, empty_body, full_body};
+use crate::body::{Body, empty_body};
 use crate::config::{CacheConfig, CacheMode};
 use policy::{
     CACHE_STATUS, Directives, cache_status, cache_url, merge_304, origin_of, policy_request,
@@ -162,11 +161,6 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// The URL (scheme included) the response will be cached under.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     /// Whether a stored response is being revalidated.
     pub fn is_revalidation(&self) -> bool {
         self.stale.is_some()
@@ -269,10 +263,6 @@ impl ResponseCache {
                 clock_offset: AtomicU64::new(0),
             }),
         })
-    }
-
-    pub fn mode(&self) -> CacheMode {
-        self.inner.cfg.mode
     }
 
     /// Moves the cache's clock forward (tests of freshness; freshness is
@@ -595,15 +585,12 @@ impl ResponseCache {
 
     fn unavailable(&self, why: &str) -> Response<Body> {
         bump(&self.inner.stats.unavailable);
-        let text = format!("robots-proxy: {why}: {NOT_IN_CACHE} (504, RFC 9111 section 5.2.1.7)\n");
-        let mut resp = Response::new(full_body(Bytes::from(text)));
-        *resp.status_mut() = StatusCode::GATEWAY_TIMEOUT;
-        let h = resp.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
+        // The proxy's own plain-text answer (no-store, like every other).
+        let mut resp = crate::body::text(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("robots-proxy: {why}: {NOT_IN_CACHE} (504, RFC 9111 section 5.2.1.7)\n"),
         );
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        let h = resp.headers_mut();
         let detail = if why == "offline mode" {
             "offline"
         } else {

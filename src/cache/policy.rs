@@ -184,55 +184,17 @@ impl Directives {
     }
 }
 
-/// Whether a request's directives, not the response's age, ask for a
-/// trip to the origin (`no-cache`, `max-age=0`, `min-fresh`, Pragma).
-pub fn request_demands_origin(headers: &HeaderMap) -> bool {
-    let d = Directives::parse(headers);
-    d.has("no-cache")
-        || d.has("max-age")
-        || d.has("min-fresh")
-        || (!headers.contains_key(header::CACHE_CONTROL)
-            && headers
-                .get_all(header::PRAGMA)
-                .iter()
-                .any(|v| String::from_utf8_lossy(v.as_bytes()).contains("no-cache")))
-}
-
 /// Headers never stored or served from the cache: hop-by-hop ones
-/// (RFC 9110 §7.6.1, and those named by Connection) and Age/Cache-Status,
-/// which the cache writes itself.
+/// (the proxy's own rule, [`crate::headers::strip_hop_by_hop`]: RFC 9110
+/// §7.6.1 and those named by Connection), Proxy-Authenticate, and
+/// Age/Cache-Status, which the cache writes itself.
 pub fn storable_headers(headers: &HeaderMap) -> HeaderMap {
-    const HOP: [&str; 11] = [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "age",
-        "cache-status",
-    ];
-    let named: Vec<String> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .flat_map(|v| {
-            String::from_utf8_lossy(v.as_bytes())
-                .split(',')
-                .map(|s| s.trim().to_ascii_lowercase())
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    let mut out = HeaderMap::with_capacity(headers.len());
-    for (k, v) in headers {
-        let n = k.as_str();
-        if HOP.contains(&n) || named.iter().any(|c| c == n) {
-            continue;
-        }
-        out.append(k.clone(), v.clone());
+    let mut out = headers.clone();
+    crate::headers::strip_hop_by_hop(&mut out);
+    for name in [header::PROXY_AUTHENTICATE, header::AGE] {
+        out.remove(name);
     }
+    out.remove("cache-status");
     out
 }
 

@@ -9,6 +9,7 @@ use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
 use super::*;
+use crate::body::full_body;
 use crate::config::{CacheConfig, CacheMode};
 
 fn config(mode: CacheMode) -> CacheConfig {

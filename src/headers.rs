@@ -1,0 +1,120 @@
+//! Header rules both sides of the proxy and the response cache share.
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
+pub(crate) static HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHORIZATION,
+    HeaderName::from_static("keep-alive"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// The index of `name` in [`HOP_BY_HOP`], if it is there: a match on the
+/// lower-case name, cheaper than comparing with each `HeaderName`.
+fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
+    Some(match name.as_str() {
+        "connection" => 0,
+        "proxy-connection" => 1,
+        "proxy-authorization" => 2,
+        "keep-alive" => 3,
+        "te" => 4,
+        "trailer" => 5,
+        "transfer-encoding" => 6,
+        "upgrade" => 7,
+        _ => return None,
+    })
+}
+
+/// Removes hop-by-hop headers, including those `Connection` lists.
+///
+/// One pass over the message's names finds which are present, so a message
+/// without any (most requests) costs no lookups, and one with only
+/// `Connection: keep-alive` (most responses) only the removals it needs.
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let mut present = 0u8;
+    for name in headers.keys() {
+        if let Some(i) = hop_by_hop_index(name) {
+            present |= 1 << i;
+        }
+    }
+    if present == 0 {
+        return;
+    }
+    // HOP_BY_HOP[0] is Connection: remove the headers it lists (names are
+    // looked up case-insensitively; invalid ones match nothing).
+    if present & 1 != 0 {
+        let listed: Vec<HeaderValue> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .cloned()
+            .collect();
+        for value in &listed {
+            let Ok(value) = value.to_str() else { continue };
+            for name in value.split(',') {
+                headers.remove(name.trim());
+            }
+        }
+    }
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_and_connection_listed_headers_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, X-Secret"),
+        );
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("proxy-authorization", HeaderValue::from_static("Basic x"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key(header::ACCEPT));
+    }
+
+    #[test]
+    fn hop_by_hop_names_are_matched_case_insensitively_and_bad_ones_ignored() {
+        let mut h = HeaderMap::new();
+        h.append(header::CONNECTION, HeaderValue::from_static("X-A ,, b c"));
+        h.append(header::CONNECTION, HeaderValue::from_static("close, x-b"));
+        h.insert("x-a", HeaderValue::from_static("1"));
+        h.insert("x-b", HeaderValue::from_static("2"));
+        h.insert("close", HeaderValue::from_static("3"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key(header::ACCEPT));
+        // Nothing hop-by-hop: left as it is.
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        h.insert("x-c", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 2);
+    }
+
+    #[test]
+    fn hop_by_hop_index_matches_the_list() {
+        for (i, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop_index(name), Some(i), "{name}");
+        }
+        assert_eq!(hop_by_hop_index(&header::ACCEPT), None);
+        assert_eq!(hop_by_hop_index(&HeaderName::from_static("x-te")), None);
+    }
+}
