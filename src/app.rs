@@ -228,7 +228,7 @@ impl App {
         let settings = settings_from(&config, None)?;
         let admin_acl = ClientAcl::new(config.admin.allow_clients.iter().map(|n| n.to_string()))
             .map_err(StartError::AdminAcl)?;
-        let upstream = crate::upstream::Pool::new(client_settings);
+        let upstream = crate::upstream::Pool::for_threads(client_settings, config.worker_threads());
         let upstreams = Upstreams {
             client,
             pool: upstream,
@@ -276,6 +276,7 @@ impl App {
         let limits = server::Limits {
             max_connections: self.max_connections,
             per_client: self.max_connections_per_client,
+            threads: self.config.worker_threads(),
         };
         let ready = Arc::new(AtomicBool::new(true));
         let admin_limits = crate::admin::Limits {

@@ -1,6 +1,6 @@
 //! Header rules both sides of the proxy and the response cache share.
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderName};
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
 pub(crate) static HOP_BY_HOP: [HeaderName; 8] = [
@@ -46,18 +46,36 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
         return;
     }
     // HOP_BY_HOP[0] is Connection: remove the headers it lists (names are
-    // looked up case-insensitively; invalid ones match nothing).
+    // looked up case-insensitively; invalid ones match nothing). A listed
+    // name that is itself hop-by-hop is in `present` already, and one that
+    // is not a header here (`close`, `keep-alive` without its header)
+    // needs no removal: only the rest are collected, so the usual
+    // `Connection: keep-alive` costs no allocation.
     if present & 1 != 0 {
-        let listed: Vec<HeaderValue> = headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .cloned()
-            .collect();
-        for value in &listed {
-            let Ok(value) = value.to_str() else { continue };
-            for name in value.split(',') {
-                headers.remove(name.trim());
+        let mut listed: Vec<HeaderName> = Vec::new();
+        for value in headers.get_all(header::CONNECTION) {
+            for token in value.as_bytes().split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if HOP_BY_HOP
+                    .iter()
+                    .any(|h| h.as_str().as_bytes().eq_ignore_ascii_case(token))
+                {
+                    continue;
+                }
+                // Looked up borrowed first: a name is built (allocated)
+                // only for a header that is really there.
+                let Ok(token) = std::str::from_utf8(token) else {
+                    continue;
+                };
+                if headers.contains_key(token)
+                    && let Ok(name) = HeaderName::from_bytes(token.as_bytes())
+                {
+                    listed.push(name);
+                }
             }
+        }
+        for name in &listed {
+            headers.remove(name);
         }
     }
     for (i, name) in HOP_BY_HOP.iter().enumerate() {
@@ -69,6 +87,8 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 #[cfg(test)]
 mod tests {
+    use http::HeaderValue;
+
     use super::*;
 
     #[test]

@@ -246,8 +246,10 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::debug!(from = ?before, to = ?open_files, "raised the open-file limit");
     }
     let workers = config.worker_threads();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
+    // This thread's runtime serves connections, the admin listener and the
+    // background work; `App::serve` starts `workers` - 1 more threads,
+    // each serving connections on an event loop of its own.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;

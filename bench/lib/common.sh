@@ -112,6 +112,45 @@ EOF
     ORIGIN_PID=$!
 }
 
+# start_nginx_proxy DIR PORT ORIGIN_PORT [WORKERS]: the reference proxy, not
+# a competitor: nginx as a plain HTTP proxy configured as a production
+# forward path is (WORKERS worker processes, default 1; `keepalive 64`
+# upstream pool, HTTP/1.1 with `Connection ""`, default response buffering),
+# no checks at all. Sets NGINX_PROXY_PID (the master; the workers are its
+# children).
+start_nginx_proxy() {
+    local dir=$1 port=$2 origin_port=$3 workers=${4:-1}
+    mkdir -p "$dir/temp"
+    cat >"$dir/nginx.conf" <<EOF
+worker_processes $workers;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    client_body_temp_path $dir/temp/body;
+    proxy_temp_path $dir/temp/proxy;
+    fastcgi_temp_path $dir/temp/fastcgi;
+    uwsgi_temp_path $dir/temp/uwsgi;
+    scgi_temp_path $dir/temp/scgi;
+    keepalive_requests 10000000;
+    keepalive_timeout 300s;
+    upstream origin { server 127.0.0.1:$origin_port; keepalive 64; keepalive_requests 10000000; }
+    server {
+        listen 127.0.0.1:$port;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+EOF
+    nginx -e "$dir/error.log" -p "$dir" -c "$dir/nginx.conf" &
+    NGINX_PROXY_PID=$!
+}
+
 # Connections the nginx origin on 127.0.0.1:PORT has accepted so far.
 origin_accepts() {
     curl -s -m 5 "http://127.0.0.1:$1/nginx_status" | awk 'NR == 3 { print $1 }'

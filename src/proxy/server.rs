@@ -17,7 +17,7 @@ use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tokio::time::Instant;
 
 use super::Proxy;
@@ -48,6 +48,8 @@ pub(crate) struct Limits {
     /// Client connections open at once from one address; beyond it new
     /// ones are closed at accept.
     pub(crate) per_client: usize,
+    /// Threads serving connections (`workers`), the calling one included.
+    pub(crate) threads: usize,
 }
 
 /// Serves `listener` until `shutdown` completes, then stops accepting and
@@ -59,6 +61,13 @@ pub(crate) struct Limits {
 /// read. Returns the number of connections still open when the grace ran
 /// out (`shutdown_grace` as in force when shutdown begins); they are
 /// closed then.
+///
+/// Connections are served on the calling runtime and on `limits.threads`
+/// − 1 more threads, each an event loop of its own (a current-thread
+/// runtime) accepting on the same listening socket, as nginx's workers
+/// do: a connection, its requests and the upstream connections they take
+/// stay on the thread that accepted it, so a request never waits for a
+/// wake-up from another thread.
 pub(crate) async fn serve(
     listener: TcpListener,
     proxy: Arc<Proxy>,
@@ -69,74 +78,33 @@ pub(crate) async fn serve(
     // One receiver per open connection (in its hold): the count of open
     // connections, and `closed()` when the last one is gone.
     let (alive_tx, alive_rx) = watch::channel(());
-    let max_connections = limits.max_connections;
-    let slots = Arc::new(Semaphore::new(
-        max_connections.clamp(1, Semaphore::MAX_PERMITS),
-    ));
-    let per_client = PerClient::new(limits.per_client);
-    let refusals = RefusalLog::new(proxy.metrics.clone());
-    let mut warned: Option<Instant> = None;
-    tokio::pin!(shutdown);
-    loop {
-        let slot = match slots.clone().try_acquire_owned() {
-            Ok(slot) => slot,
-            Err(_) => {
-                proxy.metrics.connection_limit_reached();
-                if warned.is_none_or(|t| t.elapsed() >= LIMIT_WARNING_EVERY) {
-                    warned = Some(Instant::now());
-                    tracing::warn!(
-                        max_connections,
-                        "connection limit reached: new clients wait until a connection closes"
-                    );
-                }
-                tokio::select! {
-                    _ = &mut shutdown => break,
-                    slot = slots.clone().acquire_owned() => match slot {
-                        Ok(slot) => slot,
-                        Err(_) => break,
-                    },
-                }
-            }
-        };
-        tokio::select! {
-            _ = &mut shutdown => break,
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(x) => x,
-                    Err(e) => {
-                        // EMFILE and friends: back off instead of spinning
-                        // (the client waits in the listen queue meanwhile).
-                        warn_accept_failed(&e);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                // Admission before work: nothing is read from a client
-                // that may not use the proxy, and its slot is free again.
-                if !proxy.settings().acl.allows(peer.ip()) {
-                    refusals.refuse(ConnRefusal::NotAllowed, peer);
-                    continue;
-                }
-                let Some(client_slot) = per_client.take(peer.ip()) else {
-                    refusals.refuse(ConnRefusal::PerClientLimit, peer);
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let hold = Arc::new(ConnectionHold {
-                    _slot: slot,
-                    _client: client_slot,
-                    _open: proxy.metrics.connection_opened(),
-                    _alive: alive_rx.clone(),
-                    phase: phase_rx.clone(),
-                });
-                tokio::spawn(serve_connection(stream, peer, proxy.clone(), hold));
-            }
-        }
+    let grace_of = proxy.clone();
+    let acceptor = Arc::new(Acceptor {
+        slots: Arc::new(Semaphore::new(
+            limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+        )),
+        max_connections: limits.max_connections,
+        per_client: PerClient::new(limits.per_client),
+        refusals: RefusalLog::new(proxy.metrics.clone()),
+        warned: Mutex::new(None),
+        phase: phase_rx,
+        alive: alive_rx,
+        proxy,
+    });
+    let threads = start_threads(&listener, &acceptor, limits.threads.saturating_sub(1));
+    tokio::select! {
+        _ = shutdown => {}
+        _ = accept_loop(listener, acceptor) => {}
     }
-    drop(listener);
-    let grace = proxy.settings().shutdown_grace;
+    let grace = grace_of.settings().shutdown_grace;
     let _ = phase_tx.send(Phase::Draining);
-    drop(alive_rx);
+    // Each thread closes its copy of the listening socket as its accepting
+    // stops: from here on new clients are refused.
+    let mut running = Vec::with_capacity(threads.len());
+    for thread in threads {
+        let _ = thread.stopped.await;
+        running.push(thread.handle);
+    }
     let open = alive_tx.receiver_count();
     if open > 0 {
         tracing::info!(
@@ -150,7 +118,162 @@ pub(crate) async fn serve(
         Err(_) => alive_tx.receiver_count(),
     };
     let _ = phase_tx.send(Phase::Cut);
+    // The threads drop what is left on them (the cut connections) and end.
+    for handle in running {
+        let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+    }
     cut
+}
+
+/// What every accepting thread shares: the limits at accept and the
+/// listener's phase, which stops them all.
+struct Acceptor {
+    proxy: Arc<Proxy>,
+    slots: Arc<Semaphore>,
+    max_connections: usize,
+    per_client: PerClient,
+    refusals: RefusalLog,
+    /// When reaching `max_connections` was last logged.
+    warned: Mutex<Option<Instant>>,
+    phase: Stop,
+    alive: watch::Receiver<()>,
+}
+
+/// Accepts and admits connections on `listener` until the phase leaves
+/// [`Phase::Serving`]; each accepted connection is served by a task on the
+/// calling runtime. Closes the listener (this thread's copy) on return.
+async fn accept_loop(listener: TcpListener, acceptor: Arc<Acceptor>) {
+    let mut phase = acceptor.phase.clone();
+    let stop = async move {
+        let _ = phase.wait_for(|p| *p != Phase::Serving).await;
+    };
+    tokio::pin!(stop);
+    let a = &*acceptor;
+    loop {
+        let slot = match a.slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                a.proxy.metrics.connection_limit_reached();
+                {
+                    let mut warned = lock(&a.warned);
+                    if warned.is_none_or(|t| t.elapsed() >= LIMIT_WARNING_EVERY) {
+                        *warned = Some(Instant::now());
+                        tracing::warn!(
+                            max_connections = a.max_connections,
+                            "connection limit reached: new clients wait until a connection closes"
+                        );
+                    }
+                }
+                tokio::select! {
+                    _ = &mut stop => break,
+                    slot = a.slots.clone().acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
+        tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(x) => x,
+                    Err(e) => {
+                        // EMFILE and friends: back off instead of spinning
+                        // (the client waits in the listen queue meanwhile).
+                        warn_accept_failed(&e);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                // Admission before work: nothing is read from a client
+                // that may not use the proxy, and its slot is free again.
+                if !a.proxy.settings().acl.allows(peer.ip()) {
+                    a.refusals.refuse(ConnRefusal::NotAllowed, peer);
+                    continue;
+                }
+                let Some(client_slot) = a.per_client.take(peer.ip()) else {
+                    a.refusals.refuse(ConnRefusal::PerClientLimit, peer);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let hold = Arc::new(ConnectionHold {
+                    _slot: slot,
+                    _client: client_slot,
+                    _open: a.proxy.metrics.connection_opened(),
+                    _alive: a.alive.clone(),
+                    phase: a.phase.clone(),
+                });
+                tokio::spawn(serve_connection(stream, peer, a.proxy.clone(), hold));
+            }
+        }
+    }
+}
+
+/// An accepting thread, as [`serve`] follows it: `stopped` once it has
+/// closed its listening socket.
+struct ConnThread {
+    stopped: oneshot::Receiver<()>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+/// Starts `extra` accepting threads on copies of `listener`'s socket. One
+/// that cannot start is logged and left out: the others serve.
+fn start_threads(
+    listener: &TcpListener,
+    acceptor: &Arc<Acceptor>,
+    extra: usize,
+) -> Vec<ConnThread> {
+    use std::os::fd::AsFd;
+    let mut threads = Vec::with_capacity(extra);
+    for i in 1..=extra {
+        let socket = match listener.as_fd().try_clone_to_owned() {
+            Ok(fd) => std::net::TcpListener::from(fd),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot share the listening socket: fewer threads serve");
+                break;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let (stopped_tx, stopped) = oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name(format!("robots-proxy-{i}"))
+            .spawn(move || {
+                crate::upstream::set_serving_thread(i);
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot start a serving thread");
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let mut phase = acceptor.phase.clone();
+                    match TcpListener::from_std(socket) {
+                        Ok(listener) => accept_loop(listener, acceptor).await,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "a serving thread cannot listen");
+                            drop(acceptor);
+                        }
+                    }
+                    let _ = stopped_tx.send(());
+                    // Its connections finish (or are cut) on it.
+                    let _ = phase.wait_for(|p| *p == Phase::Cut).await;
+                });
+                runtime.shutdown_timeout(Duration::from_secs(1));
+            });
+        match spawned {
+            Ok(handle) => threads.push(ConnThread { stopped, handle }),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start a serving thread");
+                break;
+            }
+        }
+    }
+    threads
 }
 
 /// What a client connection holds while it is open: its place under

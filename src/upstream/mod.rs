@@ -9,4 +9,4 @@ pub(crate) mod pool;
 pub use client::{ClientSettings, HttpClient, build_client, build_fetch_client};
 pub(crate) use dial::connect_upstream;
 pub use error::{ErrorKind, UpstreamError, error_chain};
-pub(crate) use pool::Pool;
+pub(crate) use pool::{Pool, set_serving_thread};

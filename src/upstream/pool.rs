@@ -82,6 +82,10 @@ impl Conn {
     }
 }
 
+fn lock_shard(shard: &Mutex<IdleMap>) -> MutexGuard<'_, IdleMap> {
+    shard.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 struct Idle {
     conn: Box<Conn>,
     since: Instant,
@@ -134,16 +138,46 @@ pub(crate) struct Pool {
     /// The same settings as the pooled client's: connect timeout,
     /// destination policy, idle limits.
     settings: ClientSettings,
-    idle: Mutex<IdleMap>,
+    /// Idle connections per serving thread ([`set_serving_thread`]): a
+    /// socket is registered with the event loop of the thread that opened
+    /// it, and reused on another its readiness would have to cross threads
+    /// (a wake-up of the other loop and of this one for every read).
+    shards: Box<[Mutex<IdleMap>]>,
+    /// `pool_idle_per_host` and `pool_idle_max` divided among the shards
+    /// (rounded up), so an origin sees about as many idle connections as
+    /// configured, however many threads serve.
+    per_host: usize,
+    max: usize,
+}
+
+thread_local! {
+    static SHARD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks the calling thread as serving thread `i` (0, the default, for
+/// the first): its requests take and give back idle connections in shard
+/// `i`.
+pub(crate) fn set_serving_thread(i: usize) {
+    SHARD.set(i);
 }
 
 impl Pool {
     /// A pool, and (inside a Tokio runtime) the task that closes its
     /// expired connections.
+    #[cfg(test)]
     pub(crate) fn new(settings: ClientSettings) -> Arc<Pool> {
+        Pool::for_threads(settings, 1)
+    }
+
+    /// A pool for `threads` serving threads: one shard of idle connections
+    /// each.
+    pub(crate) fn for_threads(settings: ClientSettings, threads: usize) -> Arc<Pool> {
+        let threads = threads.max(1);
         let pool = Arc::new(Pool {
+            per_host: settings.pool_idle_per_host.div_ceil(threads),
+            max: settings.pool_idle_max.div_ceil(threads),
             settings,
-            idle: Mutex::new(IdleMap::new()),
+            shards: (0..threads).map(|_| Mutex::new(IdleMap::new())).collect(),
         });
         Pool::spawn_sweeper(&pool);
         pool
@@ -153,8 +187,9 @@ impl Pool {
         &self.settings
     }
 
+    /// The calling thread's shard.
     fn lock(&self) -> MutexGuard<'_, IdleMap> {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+        lock_shard(&self.shards[SHARD.get() % self.shards.len()])
     }
 
     /// The newest idle connection to `origin` that has not expired.
@@ -190,12 +225,7 @@ impl Pool {
     /// oldest goes first) and the total one (the oldest of the origin used
     /// longest ago goes first).
     fn put(&self, conn: Box<Conn>) {
-        let settings = &self.settings;
-        if conn.driver.is_none()
-            || conn.sender.is_closed()
-            || settings.pool_idle_per_host == 0
-            || settings.pool_idle_max == 0
-        {
+        if conn.driver.is_none() || conn.sender.is_closed() || self.per_host == 0 || self.max == 0 {
             return;
         }
         let (oldest, evicted) = {
@@ -203,8 +233,7 @@ impl Pool {
             let since = Instant::now();
             let oldest = match idle.by_origin.get_mut(&conn.origin) {
                 Some(list) => {
-                    let oldest =
-                        (list.len() >= settings.pool_idle_per_host).then(|| list.remove(0));
+                    let oldest = (list.len() >= self.per_host).then(|| list.remove(0));
                     list.push(Idle { conn, since });
                     oldest
                 }
@@ -215,7 +244,7 @@ impl Pool {
                 }
             };
             idle.total += usize::from(oldest.is_none());
-            let evicted = if idle.total > settings.pool_idle_max {
+            let evicted = if idle.total > self.max {
                 idle.evict_one()
             } else {
                 None
@@ -232,19 +261,21 @@ impl Pool {
     fn sweep(&self) {
         let now = Instant::now();
         let timeout = self.settings.pool_idle_timeout;
-        let mut closed: Vec<Idle> = Vec::new();
-        {
-            let mut idle = self.lock();
-            idle.by_origin.retain(|_, list| {
-                // Oldest first: the expired ones are a prefix.
-                let n = list.partition_point(|i| now.duration_since(i.since) >= timeout);
-                closed.extend(list.drain(..n));
-                closed.extend(list.extract_if(.., |i| !i.conn.still_open()));
-                !list.is_empty()
-            });
-            idle.total -= closed.len();
+        for shard in &self.shards {
+            let mut closed: Vec<Idle> = Vec::new();
+            {
+                let mut idle = lock_shard(shard);
+                idle.by_origin.retain(|_, list| {
+                    // Oldest first: the expired ones are a prefix.
+                    let n = list.partition_point(|i| now.duration_since(i.since) >= timeout);
+                    closed.extend(list.drain(..n));
+                    closed.extend(list.extract_if(.., |i| !i.conn.still_open()));
+                    !list.is_empty()
+                });
+                idle.total -= closed.len();
+            }
+            drop(closed);
         }
-        drop(closed);
     }
 
     /// Sweeps `pool` every half idle timeout, at most every 5 s, for as
@@ -349,10 +380,14 @@ impl Pool {
     /// Idle connections held, over all origins.
     #[cfg(test)]
     pub(crate) fn idle_count(&self) -> usize {
-        let idle = self.lock();
-        #[cfg(test)]
-        assert_eq!(idle.total, idle.recount(), "idle count drifted");
-        idle.total
+        self.shards
+            .iter()
+            .map(|shard| {
+                let idle = lock_shard(shard);
+                assert_eq!(idle.total, idle.recount(), "idle count drifted");
+                idle.total
+            })
+            .sum()
     }
 }
 
@@ -585,6 +620,42 @@ mod tests {
         assert_eq!(fetch(&pool, &origin, "/after-empty").await.0, 200);
         assert_eq!(accepted(&connections), 1);
         assert_eq!(pool.idle_count(), 1);
+    }
+
+    /// A connection is registered with the event loop of the thread that
+    /// opened it: it is reused on that serving thread only, and the idle
+    /// limits are shared out among the threads.
+    #[tokio::test]
+    async fn each_serving_thread_reuses_its_own_connections() {
+        let (origin, connections) = origin().await;
+        let pool = Pool::for_threads(
+            ClientSettings {
+                policy: crate::net::Policy::new(true),
+                connect_timeout: Duration::from_secs(5),
+                pool_idle_per_host: 3,
+                pool_idle_max: 1024,
+                pool_idle_timeout: Duration::from_secs(60),
+            },
+            2,
+        );
+        assert_eq!((pool.per_host, pool.max), (2, 512));
+        set_serving_thread(1);
+        assert_eq!(fetch(&pool, &origin, "/one").await.0, 200);
+        assert_eq!(fetch(&pool, &origin, "/one-again").await.0, 200);
+        assert_eq!(accepted(&connections), 1);
+        // Thread 0 does not take thread 1's idle connection.
+        set_serving_thread(0);
+        assert_eq!(fetch(&pool, &origin, "/zero").await.0, 200);
+        assert_eq!(accepted(&connections), 2);
+        assert_eq!(pool.idle_count(), 2);
+        set_serving_thread(1);
+        assert_eq!(fetch(&pool, &origin, "/one-more").await.0, 200);
+        assert_eq!(accepted(&connections), 2);
+        // Shards are counted by thread modulo their number.
+        set_serving_thread(3);
+        assert_eq!(fetch(&pool, &origin, "/three").await.0, 200);
+        assert_eq!(accepted(&connections), 2);
+        set_serving_thread(0);
     }
 
     #[tokio::test]

@@ -268,6 +268,10 @@ pub fn test_config(dir: &std::path::Path) -> Config {
     c.robots.fetch_timeout = Duration::from_secs(2);
     c.upstream.response_timeout = Duration::from_secs(2);
     c.shutdown_grace = Duration::from_secs(5);
+    // One serving thread, this test's runtime: tests that move tokio's
+    // clock, or capture the events of their own thread, need the proxy's
+    // connections there. tests/serving_threads.rs covers more.
+    c.workers = 1;
     c
 }
 
