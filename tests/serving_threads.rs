@@ -1,6 +1,6 @@
-//! `workers` serving threads: each accepts on the shared listening socket
-//! and serves its connections on an event loop of its own; all of them
-//! serve, drain on shutdown and end with the proxy.
+//! `workers` serving threads: each new connection goes to the thread with
+//! the fewest open and is served there, on an event loop of its own, to
+//! its end; all of them serve, drain on shutdown and end with the proxy.
 
 mod support;
 
@@ -32,9 +32,8 @@ async fn every_serving_thread_serves_drains_and_ends_with_the_proxy() {
     .await;
     let addr = proxy.addr;
 
-    // Many keep-alive connections at once, several requests each: the
-    // kernel hands them to whichever thread accepts first; every one is
-    // answered.
+    // Many keep-alive connections at once, several requests each, spread
+    // over the threads: every one is answered.
     let mut clients = Vec::new();
     for i in 0..24 {
         let url = origin.url(&format!("/page-{i}"));
@@ -71,8 +70,8 @@ async fn every_serving_thread_serves_drains_and_ends_with_the_proxy() {
         held.arrival().await;
     }
     proxy.stop();
-    // Refused once every thread has closed its copy of the listening
-    // socket; the requests are still held meanwhile.
+    // Refused once the listener has closed; the requests, on whichever
+    // threads took them, are still held meanwhile.
     let deadline = tokio::time::Instant::now() + NO_HANG;
     while tokio::net::TcpStream::connect(addr).await.is_ok() {
         assert!(

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -16,8 +17,8 @@ use http::{Method, Request, Response};
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
 use super::Proxy;
@@ -62,11 +63,11 @@ pub(crate) struct Limits {
 /// out (`shutdown_grace` as in force when shutdown begins); they are
 /// closed then.
 ///
-/// Connections are served on the calling runtime and on `limits.threads`
-/// − 1 more threads, each an event loop of its own (a current-thread
-/// runtime) accepting on the same listening socket, as nginx's workers
-/// do: a connection, its requests and the upstream connections they take
-/// stay on the thread that accepted it, so a request never waits for a
+/// Connections are served on `limits.threads` threads: the calling
+/// runtime's and as many more less one, each an event loop of its own (a
+/// current-thread runtime). Each accepted connection goes to the thread
+/// with the fewest open, and stays there to its end with its requests and
+/// the upstream connections they take, so a request never waits for a
 /// wake-up from another thread.
 pub(crate) async fn serve(
     listener: TcpListener,
@@ -79,32 +80,28 @@ pub(crate) async fn serve(
     // connections, and `closed()` when the last one is gone.
     let (alive_tx, alive_rx) = watch::channel(());
     let grace_of = proxy.clone();
-    let acceptor = Arc::new(Acceptor {
+    let (threads, handles) = start_threads(&proxy, &phase_rx, limits.threads.saturating_sub(1));
+    let acceptor = Acceptor {
         slots: Arc::new(Semaphore::new(
             limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
         )),
         max_connections: limits.max_connections,
         per_client: PerClient::new(limits.per_client),
         refusals: RefusalLog::new(proxy.metrics.clone()),
-        warned: Mutex::new(None),
         phase: phase_rx,
         alive: alive_rx,
         proxy,
-    });
-    let threads = start_threads(&listener, &acceptor, limits.threads.saturating_sub(1));
+        threads,
+    };
     tokio::select! {
         _ = shutdown => {}
-        _ = accept_loop(listener, acceptor) => {}
+        _ = acceptor.run(listener) => {}
     }
+    // The listener is closed: from here on new clients are refused. The
+    // other threads see their queues close and keep serving what they have.
+    drop(acceptor);
     let grace = grace_of.settings().shutdown_grace;
     let _ = phase_tx.send(Phase::Draining);
-    // Each thread closes its copy of the listening socket as its accepting
-    // stops: from here on new clients are refused.
-    let mut running = Vec::with_capacity(threads.len());
-    for thread in threads {
-        let _ = thread.stopped.await;
-        running.push(thread.handle);
-    }
     let open = alive_tx.receiver_count();
     if open > 0 {
         tracing::info!(
@@ -119,166 +116,235 @@ pub(crate) async fn serve(
     };
     let _ = phase_tx.send(Phase::Cut);
     // The threads drop what is left on them (the cut connections) and end.
-    for handle in running {
+    for handle in handles {
         let _ = tokio::task::spawn_blocking(move || handle.join()).await;
     }
     cut
 }
 
-/// What every accepting thread shares: the limits at accept and the
-/// listener's phase, which stops them all.
+/// Accepting and admitting connections, and handing them to threads.
 struct Acceptor {
     proxy: Arc<Proxy>,
     slots: Arc<Semaphore>,
     max_connections: usize,
     per_client: PerClient,
     refusals: RefusalLog,
-    /// When reaching `max_connections` was last logged.
-    warned: Mutex<Option<Instant>>,
     phase: Stop,
     alive: watch::Receiver<()>,
+    /// The serving threads, the calling one first.
+    threads: Vec<ServingThread>,
 }
 
-/// Accepts and admits connections on `listener` until the phase leaves
-/// [`Phase::Serving`]; each accepted connection is served by a task on the
-/// calling runtime. Closes the listener (this thread's copy) on return.
-async fn accept_loop(listener: TcpListener, acceptor: Arc<Acceptor>) {
-    let mut phase = acceptor.phase.clone();
-    let stop = async move {
-        let _ = phase.wait_for(|p| *p != Phase::Serving).await;
-    };
-    tokio::pin!(stop);
-    let a = &*acceptor;
-    loop {
-        let slot = match a.slots.clone().try_acquire_owned() {
-            Ok(slot) => slot,
-            Err(_) => {
-                a.proxy.metrics.connection_limit_reached();
-                {
-                    let mut warned = lock(&a.warned);
+/// A serving thread as the acceptor sees it: its open connections, and
+/// where to send it new ones (`None` for the calling thread, which spawns
+/// them itself).
+struct ServingThread {
+    open: Arc<AtomicUsize>,
+    queue: Option<mpsc::UnboundedSender<Accepted>>,
+}
+
+/// A connection handed to another serving thread.
+struct Accepted {
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    hold: Arc<ConnectionHold>,
+}
+
+impl Acceptor {
+    /// Accepts until dropped (the caller's `select!` ends it).
+    async fn run(&self, listener: TcpListener) {
+        let mut warned: Option<Instant> = None;
+        let max_connections = self.max_connections;
+        loop {
+            let slot = match self.slots.clone().try_acquire_owned() {
+                Ok(slot) => slot,
+                Err(_) => {
+                    self.proxy.metrics.connection_limit_reached();
                     if warned.is_none_or(|t| t.elapsed() >= LIMIT_WARNING_EVERY) {
-                        *warned = Some(Instant::now());
+                        warned = Some(Instant::now());
                         tracing::warn!(
-                            max_connections = a.max_connections,
+                            max_connections,
                             "connection limit reached: new clients wait until a connection closes"
                         );
                     }
-                }
-                tokio::select! {
-                    _ = &mut stop => break,
-                    slot = a.slots.clone().acquire_owned() => match slot {
+                    match self.slots.clone().acquire_owned().await {
                         Ok(slot) => slot,
-                        Err(_) => break,
-                    },
+                        Err(_) => return,
+                    }
                 }
+            };
+            let (stream, peer) = match listener.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning
+                    // (the client waits in the listen queue meanwhile).
+                    warn_accept_failed(&e);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            // Admission before work: nothing is read from a client that
+            // may not use the proxy, and its slot is free again.
+            if !self.proxy.settings().acl.allows(peer.ip()) {
+                self.refusals.refuse(ConnRefusal::NotAllowed, peer);
+                continue;
+            }
+            let Some(client_slot) = self.per_client.take(peer.ip()) else {
+                self.refusals.refuse(ConnRefusal::PerClientLimit, peer);
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let thread = self.least_loaded();
+            let hold = Arc::new(ConnectionHold {
+                _slot: slot,
+                _client: client_slot,
+                _open: self.proxy.metrics.connection_opened(),
+                _alive: self.alive.clone(),
+                _thread: ThreadLoad::count(&thread.open),
+                phase: self.phase.clone(),
+            });
+            self.dispatch(thread, stream, peer, hold);
+        }
+    }
+
+    /// The thread with the fewest open connections (the first of equals).
+    fn least_loaded(&self) -> &ServingThread {
+        let mut best = &self.threads[0];
+        let mut fewest = best.open.load(Ordering::Relaxed);
+        for t in &self.threads[1..] {
+            let n = t.open.load(Ordering::Relaxed);
+            if n < fewest {
+                (best, fewest) = (t, n);
+            }
+        }
+        best
+    }
+
+    /// Serves the connection on `thread`: spawned here for the calling
+    /// thread, else moved to the thread's event loop (here if it is gone).
+    fn dispatch(
+        &self,
+        thread: &ServingThread,
+        stream: TcpStream,
+        peer: SocketAddr,
+        hold: Arc<ConnectionHold>,
+    ) {
+        let Some(queue) = &thread.queue else {
+            tokio::spawn(serve_connection(stream, peer, self.proxy.clone(), hold));
+            return;
+        };
+        let stream = match stream.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "cannot hand a connection over: dropped");
+                return;
             }
         };
-        tokio::select! {
-            _ = &mut stop => break,
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(x) => x,
-                    Err(e) => {
-                        // EMFILE and friends: back off instead of spinning
-                        // (the client waits in the listen queue meanwhile).
-                        warn_accept_failed(&e);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                // Admission before work: nothing is read from a client
-                // that may not use the proxy, and its slot is free again.
-                if !a.proxy.settings().acl.allows(peer.ip()) {
-                    a.refusals.refuse(ConnRefusal::NotAllowed, peer);
-                    continue;
-                }
-                let Some(client_slot) = a.per_client.take(peer.ip()) else {
-                    a.refusals.refuse(ConnRefusal::PerClientLimit, peer);
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let hold = Arc::new(ConnectionHold {
-                    _slot: slot,
-                    _client: client_slot,
-                    _open: a.proxy.metrics.connection_opened(),
-                    _alive: a.alive.clone(),
-                    phase: a.phase.clone(),
-                });
-                tokio::spawn(serve_connection(stream, peer, a.proxy.clone(), hold));
-            }
+        if let Err(mpsc::error::SendError(back)) = queue.send(Accepted { stream, peer, hold })
+            && let Ok(stream) = TcpStream::from_std(back.stream)
+        {
+            tokio::spawn(serve_connection(
+                stream,
+                peer,
+                self.proxy.clone(),
+                back.hold,
+            ));
         }
     }
 }
 
-/// An accepting thread, as [`serve`] follows it: `stopped` once it has
-/// closed its listening socket.
-struct ConnThread {
-    stopped: oneshot::Receiver<()>,
-    handle: std::thread::JoinHandle<()>,
+/// A connection counted among its serving thread's open ones until the
+/// connection (or its tunnel) ends.
+struct ThreadLoad(Arc<AtomicUsize>);
+
+impl ThreadLoad {
+    fn count(open: &Arc<AtomicUsize>) -> ThreadLoad {
+        open.fetch_add(1, Ordering::Relaxed);
+        ThreadLoad(open.clone())
+    }
 }
 
-/// Starts `extra` accepting threads on copies of `listener`'s socket. One
-/// that cannot start is logged and left out: the others serve.
+impl Drop for ThreadLoad {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Starts `extra` serving threads besides the calling one; returns every
+/// thread (the calling one first) and the handles to join. One that
+/// cannot start is logged and left out: the others serve.
 fn start_threads(
-    listener: &TcpListener,
-    acceptor: &Arc<Acceptor>,
+    proxy: &Arc<Proxy>,
+    phase: &Stop,
     extra: usize,
-) -> Vec<ConnThread> {
-    use std::os::fd::AsFd;
-    let mut threads = Vec::with_capacity(extra);
+) -> (Vec<ServingThread>, Vec<std::thread::JoinHandle<()>>) {
+    let mut threads = vec![ServingThread {
+        open: Arc::default(),
+        queue: None,
+    }];
+    let mut handles = Vec::with_capacity(extra);
     for i in 1..=extra {
-        let socket = match listener.as_fd().try_clone_to_owned() {
-            Ok(fd) => std::net::TcpListener::from(fd),
+        let (queue, mut incoming) = mpsc::unbounded_channel::<Accepted>();
+        let (proxy, mut phase) = (proxy.clone(), phase.clone());
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(r) => r,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot share the listening socket: fewer threads serve");
+                tracing::warn!(error = %e, "cannot start a serving thread: fewer serve");
                 break;
             }
         };
-        let acceptor = acceptor.clone();
-        let (stopped_tx, stopped) = oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name(format!("robots-proxy-{i}"))
             .spawn(move || {
                 crate::upstream::set_serving_thread(i);
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(r) => r,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot start a serving thread");
-                        return;
-                    }
-                };
                 runtime.block_on(async move {
-                    let mut phase = acceptor.phase.clone();
-                    match TcpListener::from_std(socket) {
-                        Ok(listener) => accept_loop(listener, acceptor).await,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "a serving thread cannot listen");
-                            drop(acceptor);
+                    while let Some(a) = incoming.recv().await {
+                        match TcpStream::from_std(a.stream) {
+                            Ok(stream) => {
+                                tokio::spawn(serve_connection(
+                                    stream,
+                                    a.peer,
+                                    proxy.clone(),
+                                    a.hold,
+                                ));
+                            }
+                            Err(e) => {
+                                tracing::debug!(peer = %a.peer, error = %e,
+                                    "cannot take a connection over: dropped");
+                            }
                         }
                     }
-                    let _ = stopped_tx.send(());
-                    // Its connections finish (or are cut) on it.
+                    // Accepting is over; the connections here finish (or
+                    // are cut).
+                    drop(proxy);
                     let _ = phase.wait_for(|p| *p == Phase::Cut).await;
                 });
                 runtime.shutdown_timeout(Duration::from_secs(1));
             });
         match spawned {
-            Ok(handle) => threads.push(ConnThread { stopped, handle }),
+            Ok(handle) => {
+                threads.push(ServingThread {
+                    open: Arc::default(),
+                    queue: Some(queue),
+                });
+                handles.push(handle);
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot start a serving thread");
+                tracing::warn!(error = %e, "cannot start a serving thread: fewer serve");
                 break;
             }
         }
     }
-    threads
+    (threads, handles)
 }
 
 /// What a client connection holds while it is open: its place under
 /// `max_connections` and `max_connections_per_client`, its count in
-/// `robots_proxy_open_connections`, and the listener's phase. A CONNECT
+/// `robots_proxy_open_connections` and among its serving thread's, and the
+/// listener's phase. A CONNECT
 /// request carries a clone in its extensions, so a tunnel keeps all of it
 /// until it closes, long after hyper has handed the socket over, and
 /// shutdown waits for it.
@@ -287,6 +353,7 @@ pub(crate) struct ConnectionHold {
     _client: ClientSlot,
     _open: ConnectionGuard,
     _alive: watch::Receiver<()>,
+    _thread: ThreadLoad,
     phase: Stop,
 }
 
@@ -384,27 +451,64 @@ where
             Some(t) if !shutting && none_in_flight => Some(Instant::now() + t),
             _ => None,
         };
-        tokio::select! {
-            result = conn.as_mut() => {
+        // The connection is polled on every wake-up, the listener's phase
+        // only once registered and again when it has changed (or the waker
+        // has): polling a registered `changed()` locks the watch's list of
+        // waiters, and a connection wakes several times per request.
+        let probe = stop.clone();
+        let mut phase_changed = std::pin::pin!(changed(stop.as_mut()));
+        let mut requests_changed = std::pin::pin!(changed(requests.as_mut()));
+        let mut idle_over = std::pin::pin!(sleep_until(deadline));
+        let mut registered: Option<std::task::Waker> = None;
+        let event = std::future::poll_fn(|cx| {
+            if let Poll::Ready(result) = conn.as_mut().poll(cx) {
+                return Poll::Ready(Event::Ended(result));
+            }
+            let waker_moved = registered.as_ref().is_none_or(|w| !w.will_wake(cx.waker()));
+            if waker_moved
+                || probe
+                    .as_ref()
+                    .is_some_and(|p| p.has_changed().unwrap_or(true))
+            {
+                registered = Some(cx.waker().clone());
+                if let Poll::Ready(changed) = phase_changed.as_mut().poll(cx) {
+                    return Poll::Ready(Event::Phase(changed));
+                }
+            }
+            if requests_changed.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::InFlight);
+            }
+            if idle_over.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Idle);
+            }
+            Poll::Pending
+        })
+        .await;
+        match event {
+            Event::Ended(result) => {
                 if let Err(e) = &result {
                     tracing::debug!(%peer, error = %e, "{what} ended with an error");
                 }
                 return result.err();
             }
-            changed = changed(stop.as_mut()) => {
-                if changed.is_err() {
-                    // The listener is gone altogether.
-                    return None;
-                }
-            }
-            _ = changed(requests.as_mut()) => {}
-            _ = sleep_until(deadline) => {
+            // The listener is gone altogether.
+            Event::Phase(Err(_)) => return None,
+            Event::Phase(Ok(())) | Event::InFlight => {}
+            Event::Idle => {
                 tracing::debug!(%peer, "{what} idle: closing");
                 shutting = true;
                 shutdown(conn.as_mut());
             }
         }
     }
+}
+
+/// What woke [`drive`] up.
+enum Event<E> {
+    Ended(Result<(), E>),
+    Phase(Result<(), watch::error::RecvError>),
+    InFlight,
+    Idle,
 }
 
 /// Logs a failed accept at most once per [`LIMIT_WARNING_EVERY`], with the

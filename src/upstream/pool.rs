@@ -143,9 +143,10 @@ pub(crate) struct Pool {
     /// it, and reused on another its readiness would have to cross threads
     /// (a wake-up of the other loop and of this one for every read).
     shards: Box<[Mutex<IdleMap>]>,
-    /// `pool_idle_per_host` and `pool_idle_max` divided among the shards
-    /// (rounded up), so an origin sees about as many idle connections as
-    /// configured, however many threads serve.
+    /// `pool_idle_per_host` per shard, as nginx's `keepalive` is per
+    /// worker: a thread serving most of the clients keeps the connections
+    /// it needs. The total, `pool_idle_max`, is shared out among the
+    /// shards (rounded up), so the descriptor budget holds.
     per_host: usize,
     max: usize,
 }
@@ -174,7 +175,7 @@ impl Pool {
     pub(crate) fn for_threads(settings: ClientSettings, threads: usize) -> Arc<Pool> {
         let threads = threads.max(1);
         let pool = Arc::new(Pool {
-            per_host: settings.pool_idle_per_host.div_ceil(threads),
+            per_host: settings.pool_idle_per_host,
             max: settings.pool_idle_max.div_ceil(threads),
             settings,
             shards: (0..threads).map(|_| Mutex::new(IdleMap::new())).collect(),
@@ -623,8 +624,8 @@ mod tests {
     }
 
     /// A connection is registered with the event loop of the thread that
-    /// opened it: it is reused on that serving thread only, and the idle
-    /// limits are shared out among the threads.
+    /// opened it: it is reused on that serving thread only, and the total
+    /// idle limit is shared out among the threads.
     #[tokio::test]
     async fn each_serving_thread_reuses_its_own_connections() {
         let (origin, connections) = origin().await;
@@ -638,7 +639,7 @@ mod tests {
             },
             2,
         );
-        assert_eq!((pool.per_host, pool.max), (2, 512));
+        assert_eq!((pool.per_host, pool.max), (3, 512));
         set_serving_thread(1);
         assert_eq!(fetch(&pool, &origin, "/one").await.0, 200);
         assert_eq!(fetch(&pool, &origin, "/one-again").await.0, 200);
