@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -67,8 +67,10 @@ pub(crate) struct Limits {
 /// runtime's and as many more less one, each an event loop of its own (a
 /// current-thread runtime). Each accepted connection goes to the thread
 /// with the fewest open, and stays there to its end with its requests and
-/// the upstream connections they take, so a request never waits for a
-/// wake-up from another thread.
+/// the upstream connections they take, so a plain-http request never waits
+/// for a wake-up from another thread (https origins and requests with a
+/// body share hyper-util's pooled client, robots.txt fetches and the
+/// response cache's collapsed misses are shared by all threads).
 pub(crate) async fn serve(
     listener: TcpListener,
     proxy: Arc<Proxy>,
@@ -141,6 +143,8 @@ struct Acceptor {
 struct ServingThread {
     open: Arc<AtomicUsize>,
     queue: Option<mpsc::UnboundedSender<Accepted>>,
+    /// Set once its queue was found closed: it no longer takes connections.
+    gone: AtomicBool,
 }
 
 /// A connection handed to another serving thread.
@@ -207,13 +211,19 @@ impl Acceptor {
         }
     }
 
-    /// The thread with the fewest open connections (the first of equals).
+    /// The thread with the fewest open connections; of equals the last,
+    /// so the calling thread, which also accepts for all and runs the
+    /// admin listener and background work, takes the fewest. A thread
+    /// found gone is passed over.
     fn least_loaded(&self) -> &ServingThread {
         let mut best = &self.threads[0];
         let mut fewest = best.open.load(Ordering::Relaxed);
-        for t in &self.threads[1..] {
+        for t in self.threads[1..].iter().rev() {
+            if t.gone.load(Ordering::Relaxed) {
+                continue;
+            }
             let n = t.open.load(Ordering::Relaxed);
-            if n < fewest {
+            if n <= fewest {
                 (best, fewest) = (t, n);
             }
         }
@@ -240,9 +250,12 @@ impl Acceptor {
                 return;
             }
         };
-        if let Err(mpsc::error::SendError(back)) = queue.send(Accepted { stream, peer, hold })
-            && let Ok(stream) = TcpStream::from_std(back.stream)
-        {
+        let Err(mpsc::error::SendError(back)) = queue.send(Accepted { stream, peer, hold }) else {
+            return;
+        };
+        thread.gone.store(true, Ordering::Relaxed);
+        tracing::warn!("a serving thread has ended: the others serve");
+        if let Ok(stream) = TcpStream::from_std(back.stream) {
             tokio::spawn(serve_connection(
                 stream,
                 peer,
@@ -281,25 +294,30 @@ fn start_threads(
     let mut threads = vec![ServingThread {
         open: Arc::default(),
         queue: None,
+        gone: AtomicBool::new(false),
     }];
     let mut handles = Vec::with_capacity(extra);
     for i in 1..=extra {
         let (queue, mut incoming) = mpsc::unbounded_channel::<Accepted>();
         let (proxy, mut phase) = (proxy.clone(), phase.clone());
-        let runtime = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot start a serving thread: fewer serve");
-                break;
-            }
-        };
+        // The runtime is built on the new thread: one that never started
+        // must not be dropped here, on an async thread (Tokio panics).
+        let (started_tx, started) = std::sync::mpsc::sync_channel::<std::io::Result<()>>(1);
         let spawned = std::thread::Builder::new()
             .name(format!("robots-proxy-{i}"))
             .spawn(move || {
                 crate::upstream::set_serving_thread(i);
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = started_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = started_tx.send(Ok(()));
                 runtime.block_on(async move {
                     while let Some(a) = incoming.recv().await {
                         match TcpStream::from_std(a.stream) {
@@ -324,19 +342,25 @@ fn start_threads(
                 });
                 runtime.shutdown_timeout(Duration::from_secs(1));
             });
-        match spawned {
+        // Waits only for the runtime to be built (at start, once per thread).
+        let started = match spawned {
             Ok(handle) => {
-                threads.push(ServingThread {
-                    open: Arc::default(),
-                    queue: Some(queue),
-                });
                 handles.push(handle);
+                started
+                    .recv()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("thread ended")))
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot start a serving thread: fewer serve");
-                break;
-            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "cannot start a serving thread: fewer serve");
+            break;
         }
+        threads.push(ServingThread {
+            open: Arc::default(),
+            queue: Some(queue),
+            gone: AtomicBool::new(false),
+        });
     }
     (threads, handles)
 }
@@ -344,10 +368,9 @@ fn start_threads(
 /// What a client connection holds while it is open: its place under
 /// `max_connections` and `max_connections_per_client`, its count in
 /// `robots_proxy_open_connections` and among its serving thread's, and the
-/// listener's phase. A CONNECT
-/// request carries a clone in its extensions, so a tunnel keeps all of it
-/// until it closes, long after hyper has handed the socket over, and
-/// shutdown waits for it.
+/// listener's phase. A CONNECT request carries a clone in its extensions,
+/// so a tunnel keeps all of it until it closes, long after hyper has
+/// handed the socket over, and shutdown waits for it.
 pub(crate) struct ConnectionHold {
     _slot: OwnedSemaphorePermit,
     _client: ClientSlot,
@@ -456,7 +479,10 @@ where
         // has): polling a registered `changed()` locks the watch's list of
         // waiters, and a connection wakes several times per request.
         let probe = stop.clone();
-        let mut phase_changed = std::pin::pin!(changed(stop.as_mut()));
+        // Unconstrained: out of Tokio's per-task budget, `changed()` would
+        // return Pending without registering, and with the waker unchanged
+        // it would not be polled again.
+        let mut phase_changed = std::pin::pin!(tokio::task::unconstrained(changed(stop.as_mut())));
         let mut requests_changed = std::pin::pin!(changed(requests.as_mut()));
         let mut idle_over = std::pin::pin!(sleep_until(deadline));
         let mut registered: Option<std::task::Waker> = None;
