@@ -15,9 +15,10 @@ pub(crate) static HOP_BY_HOP: [HeaderName; 8] = [
 ];
 
 /// The index of `name` in [`HOP_BY_HOP`], if it is there: a match on the
-/// lower-case name, cheaper than comparing with each `HeaderName`.
-fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
-    Some(match name.as_str() {
+/// lower-case name (as a `HeaderName` is), cheaper than comparing with each
+/// `HeaderName`.
+fn hop_by_hop_index(name: &str) -> Option<usize> {
+    Some(match name {
         "connection" => 0,
         "proxy-connection" => 1,
         "proxy-authorization" => 2,
@@ -38,7 +39,7 @@ fn hop_by_hop_index(name: &HeaderName) -> Option<usize> {
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let mut present = 0u8;
     for name in headers.keys() {
-        if let Some(i) = hop_by_hop_index(name) {
+        if let Some(i) = hop_by_hop_index(name.as_str()) {
             present |= 1 << i;
         }
     }
@@ -47,26 +48,23 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     // HOP_BY_HOP[0] is Connection: remove the headers it lists (names are
     // looked up case-insensitively; invalid ones match nothing). A listed
-    // name that is itself hop-by-hop is in `present` already, and one that
-    // is not a header here (`close`, `keep-alive` without its header)
-    // needs no removal: only the rest are collected, so the usual
-    // `Connection: keep-alive` costs no allocation.
+    // name that is itself hop-by-hop is in `present` already (one written
+    // in upper case is looked up like any other name and removed with
+    // it), and one that is not a header here (`close`, `keep-alive`
+    // without its header) needs no removal: only the rest are collected,
+    // so the usual `Connection: keep-alive` costs no allocation.
     if present & 1 != 0 {
         let mut listed: Vec<HeaderName> = Vec::new();
         for value in headers.get_all(header::CONNECTION) {
             for token in value.as_bytes().split(|&b| b == b',') {
-                let token = token.trim_ascii();
-                if HOP_BY_HOP
-                    .iter()
-                    .any(|h| h.as_str().as_bytes().eq_ignore_ascii_case(token))
-                {
+                let Ok(token) = std::str::from_utf8(token.trim_ascii()) else {
+                    continue;
+                };
+                if hop_by_hop_index(token).is_some() {
                     continue;
                 }
                 // Looked up borrowed first: a name is built (allocated)
                 // only for a header that is really there.
-                let Ok(token) = std::str::from_utf8(token) else {
-                    continue;
-                };
                 if headers.contains_key(token)
                     && let Ok(name) = HeaderName::from_bytes(token.as_bytes())
                 {
@@ -132,9 +130,12 @@ mod tests {
     #[test]
     fn hop_by_hop_index_matches_the_list() {
         for (i, name) in HOP_BY_HOP.iter().enumerate() {
-            assert_eq!(hop_by_hop_index(name), Some(i), "{name}");
+            assert_eq!(hop_by_hop_index(name.as_str()), Some(i), "{name}");
         }
-        assert_eq!(hop_by_hop_index(&header::ACCEPT), None);
-        assert_eq!(hop_by_hop_index(&HeaderName::from_static("x-te")), None);
+        assert_eq!(hop_by_hop_index(header::ACCEPT.as_str()), None);
+        assert_eq!(
+            hop_by_hop_index(HeaderName::from_static("x-te").as_str()),
+            None
+        );
     }
 }

@@ -81,7 +81,6 @@ pub(crate) async fn serve(
     // One receiver per open connection (in its hold): the count of open
     // connections, and `closed()` when the last one is gone.
     let (alive_tx, alive_rx) = watch::channel(());
-    let grace_of = proxy.clone();
     let (threads, handles) = start_threads(&proxy, &phase_rx, limits.threads.saturating_sub(1));
     let acceptor = Acceptor {
         slots: Arc::new(Semaphore::new(
@@ -99,10 +98,11 @@ pub(crate) async fn serve(
         _ = shutdown => {}
         _ = acceptor.run(listener) => {}
     }
-    // The listener is closed: from here on new clients are refused. The
-    // other threads see their queues close and keep serving what they have.
+    // Shutdown begins: the grace in force now applies. The listener is
+    // closed: from here on new clients are refused. The other threads see
+    // their queues close and keep serving what they have.
+    let grace = acceptor.proxy.settings().shutdown_grace;
     drop(acceptor);
-    let grace = grace_of.settings().shutdown_grace;
     let _ = phase_tx.send(Phase::Draining);
     let open = alive_tx.receiver_count();
     if open > 0 {
