@@ -1,23 +1,37 @@
-//! The paths an origin may resolve a request path to.
+//! Readings: the ways an origin may read a request path, applied to the
+//! path and to every rule pattern alike.
 //!
 //! A proxy forwards the request target as sent, but origins do not all read
 //! it the same way: RFC 3986 servers remove dot-segments (`/a/../b` is
-//! `/b`), nginx and Python's `http.server` also merge repeated slashes
-//! (`//b` is `/b`), some servers decode `%2F` to `/` before resolving, and
-//! Java servlet containers drop `;parameters` from segments (`/..;/b` is
-//! `/b`). A rule that disallows `/b` must hold for every such spelling, so a
-//! compliance proxy judges each reading and takes the strictest answer.
+//! `/b`), nginx and Python's `http.server` also merge repeated slashes,
+//! some servers decode `%2F` to `/` before resolving, Java servlet
+//! containers drop `;parameters` from segments (`/..;/b` is `/b`), servers
+//! that route with the WHATWG URL parser (Node's `new URL`, Deno, Bun) read
+//! `\` as `/`, IIS also decodes `%5C` and drops a segment's trailing dots
+//! and spaces (`/private./` is `/private/`), Python's `http.server` decodes
+//! every escape (`/wiki/Special%3A` is `/wiki/Special:`), and applications
+//! read a query's `%2F` and `/` alike. A rule that disallows a resource
+//! must hold for every spelling that reaches it, so a compliance proxy
+//! judges each reading and takes the strictest answer.
 //!
-//! Everything here works on the path part of a request target already
-//! normalised by [`super::normalize`] (so `%2E` has become `.` and `%2f` is
-//! `%2F`); a query is carried over unchanged. Pure functions, no I/O.
+//! A [`Reading`] is a function of a normalised path-and-query. It is
+//! applied to the rules' patterns too, so a rule means in a reading what it
+//! means as written: `Disallow: /wiki/Special%3A` and `Disallow:
+//! /wiki/Special:` both block `/wiki/Special%3ASearch` in the decoded
+//! reading, and an `Allow` written in the very spelling of a request keeps
+//! allowing it in every reading (its image matches the path's image in
+//! full). Without that, a reading could remove an explicit `Allow` (an
+//! `Allow: /foo?u=http://x` no longer matches `/foo?u=http%3A%2F%2Fx`).
+//!
+//! Every reading is idempotent, keeps a path rooted and never above `/`,
+//! and maps a string in normal form (see [`super::normalize`]) to one in
+//! normal form. Pure functions, no I/O.
 
 use std::borrow::Cow;
 
-/// One way an origin may read a path; each is resolved (dot-segments
-/// removed) after its own decoding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reading {
+/// One way an origin may read a path. See the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reading {
     /// RFC 3986 §5.2.4: dot-segments removed, empty segments kept.
     Rfc3986,
     /// Empty and `.` segments dropped, `..` pops (nginx's `merge_slashes`,
@@ -34,9 +48,28 @@ enum Reading {
     ParamsDroppedFirst,
     /// `;parameters` dropped first, then `%2F` decoded, merged.
     ParamsDroppedThenDecoded,
+    /// The WHATWG URL parser's (Node, Deno, Bun): `\` (normalised `%5C`) is
+    /// `/`, then dot-segments removed.
+    Backslash,
+    /// IIS's: `%5C` and `%2F` are `/`, a segment's trailing dots and
+    /// spaces are dropped (`/private./`, `/private%20/`), merged.
+    Windows,
+    /// Every reserved character decoded in the path (Python's
+    /// `http.server`: `unquote`, then `normpath`), merged, and the query's
+    /// delimiters decoded.
+    Decoded,
+    /// The path as sent, the query's delimiters (`%2F %3A %3F %40 %5B
+    /// %5D`) decoded: applications read `?u=http%3A%2F%2Fx` as `?u=http://x`.
+    QueryDecoded,
+    /// ASCII letters of the path lower-cased: a case-insensitive origin.
+    Folded,
+    /// [`Reading::Windows`], then lower-cased: IIS on a case-insensitive
+    /// file system.
+    WindowsFolded,
 }
 
-const READINGS: [Reading; 7] = [
+/// Every reading, in the order they are judged (RFC 3986 first).
+pub const READINGS: [Reading; 13] = [
     Reading::Rfc3986,
     Reading::Merged,
     Reading::SlashDecoded,
@@ -44,22 +77,229 @@ const READINGS: [Reading; 7] = [
     Reading::ParamsDropped,
     Reading::ParamsDroppedFirst,
     Reading::ParamsDroppedThenDecoded,
+    Reading::Backslash,
+    Reading::Windows,
+    Reading::Decoded,
+    Reading::QueryDecoded,
+    Reading::Folded,
+    Reading::WindowsFolded,
 ];
 
-/// True if `path` (the path part only) could resolve to another path: it
-/// holds `//`, a `.` segment candidate (`/.`), an encoded slash (`%2F`) or
-/// a `;`. A single pass; false for almost every real request.
-pub(crate) fn may_resolve_differently(path: &str) -> bool {
-    // A plain loop: paths are short, and a memchr call costs more than it
-    // saves on them.
-    let b = path.as_bytes();
-    b.iter().enumerate().any(|(i, &c)| match c {
-        b'/' => matches!(b.get(i + 1), Some(b'/' | b'.')),
-        b'%' => b.get(i + 1) == Some(&b'2') && matches!(b.get(i + 2), Some(b'F' | b'f')),
-        b';' => true,
-        _ => false,
-    })
+/// What one scan of a path (or pattern) found, so that readings that
+/// cannot change it are skipped without building anything.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Traits(u16);
+
+impl Traits {
+    /// `//` or a `/.` in the path part: dot-segments or empty segments.
+    const SEGMENTS: u16 = 1;
+    /// `%2F` in the path part.
+    const SLASH: u16 = 2;
+    /// `;` in the path part.
+    const PARAMS: u16 = 4;
+    /// `%5C` in the path part.
+    const BACKSLASH: u16 = 8;
+    /// A segment ending in `.` or `%20`.
+    const TRAILING: u16 = 16;
+    /// An escape of a reserved character other than `%2F` in the path.
+    const RESERVED: u16 = 32;
+    /// An escaped delimiter in the query.
+    const QUERY: u16 = 64;
+    /// An upper-case ASCII letter in the path part.
+    const UPPER: u16 = 128;
+
+    /// One pass over `s` (a normalised path-and-query or pattern).
+    pub(crate) fn of(s: &str) -> Traits {
+        let b = s.as_bytes();
+        let mut t = 0u16;
+        let mut in_query = false;
+        let mut i = 0;
+        while i < b.len() {
+            let c = b[i];
+            if in_query {
+                if c == b'%'
+                    && let Some(d) = escaped(b, i)
+                    && QUERY_DELIMITERS.contains(&d)
+                {
+                    t |= Self::QUERY;
+                }
+                i += 1;
+                continue;
+            }
+            match c {
+                b'?' => in_query = true,
+                b'/' => {
+                    if matches!(b.get(i + 1), Some(b'/' | b'.')) {
+                        t |= Self::SEGMENTS;
+                    }
+                }
+                b';' => t |= Self::PARAMS,
+                b'.' => {
+                    if matches!(b.get(i + 1), None | Some(b'/' | b'?' | b'$')) {
+                        t |= Self::TRAILING;
+                    }
+                }
+                b'A'..=b'Z' => t |= Self::UPPER,
+                b'%' => match escaped(b, i) {
+                    Some(b'/') => t |= Self::SLASH,
+                    Some(b'\\') => t |= Self::BACKSLASH,
+                    Some(b' ') => {
+                        if matches!(b.get(i + 3), None | Some(b'/' | b'?' | b'$')) {
+                            t |= Self::TRAILING;
+                        }
+                    }
+                    Some(d) if PATH_RESERVED.contains(&d) => t |= Self::RESERVED,
+                    _ => {}
+                },
+                _ => {}
+            }
+            i += 1;
+        }
+        Traits(t)
+    }
+
+    fn any(self, mask: u16) -> bool {
+        self.0 & mask != 0
+    }
+
+    /// True unless `reading` certainly leaves a string of these traits as
+    /// it is.
+    pub(crate) fn may_change(self, reading: Reading) -> bool {
+        use Reading::*;
+        let mask = match reading {
+            Rfc3986 | Merged => Self::SEGMENTS,
+            SlashDecoded | SlashDecodedMerged => Self::SEGMENTS | Self::SLASH,
+            ParamsDropped | ParamsDroppedFirst | ParamsDroppedThenDecoded => {
+                Self::SEGMENTS | Self::SLASH | Self::PARAMS
+            }
+            Backslash => Self::SEGMENTS | Self::BACKSLASH,
+            Windows => Self::SEGMENTS | Self::SLASH | Self::BACKSLASH | Self::TRAILING,
+            Decoded => Self::SEGMENTS | Self::SLASH | Self::RESERVED | Self::QUERY,
+            QueryDecoded => Self::QUERY,
+            Folded => Self::UPPER,
+            WindowsFolded => {
+                Self::SEGMENTS | Self::SLASH | Self::BACKSLASH | Self::TRAILING | Self::UPPER
+            }
+        };
+        self.any(mask)
+    }
 }
+
+/// The octet `%xx` at `b[i..]` stands for, if it is an escape.
+fn escaped(b: &[u8], i: usize) -> Option<u8> {
+    let h = (*b.get(i + 1)? as char).to_digit(16)?;
+    let l = (*b.get(i + 2)? as char).to_digit(16)?;
+    Some((h * 16 + l) as u8)
+}
+
+/// The general delimiters a query may carry either way.
+const QUERY_DELIMITERS: [u8; 6] = [b'/', b':', b'?', b'@', b'[', b']'];
+
+/// Reserved characters that [`Reading::Decoded`] decodes in a path (`%2F`
+/// is the slash readings' and is decoded there too). Not `?` and `#`
+/// (decoded, they would end the path), `*` and `$` (a URL's are always
+/// encoded, so that only a rule's own are wildcards) or `%`.
+const PATH_RESERVED: [u8; 13] = [
+    b':', b'@', b'!', b'&', b'\'', b'(', b')', b'+', b',', b';', b'=', b'[', b']',
+];
+
+impl Reading {
+    /// True for the readings judged only on origins known to be
+    /// case-insensitive.
+    pub fn folds_case(self) -> bool {
+        matches!(self, Reading::Folded | Reading::WindowsFolded)
+    }
+
+    /// This reading of a normalised path-and-query (rooted).
+    pub fn apply(self, path_and_query: &str) -> Cow<'_, str> {
+        let (path, query) = split_query(path_and_query);
+        let query = match self {
+            Reading::Decoded | Reading::QueryDecoded => decode_query_delimiters(query),
+            _ => Cow::Borrowed(query),
+        };
+        let path = self.apply_path(path);
+        if let (Cow::Borrowed(_), Cow::Borrowed(_)) = (&path, &query) {
+            if path.len() + query.len() == path_and_query.len() {
+                return Cow::Borrowed(path_and_query);
+            }
+        }
+        Cow::Owned(format!("{path}{query}"))
+    }
+
+    /// This reading of a normalised rule pattern: a final `$` stays the
+    /// anchor and `*` is read as any other octet; a pattern that does not
+    /// start with `/` (it starts with `*`) is decoded and folded, not
+    /// resolved, since where its segments start is unknown.
+    pub fn apply_pattern(self, pattern: &str) -> Cow<'_, str> {
+        let (body, anchor) = match pattern.strip_suffix('$') {
+            Some(body) => (body, "$"),
+            None => (pattern, ""),
+        };
+        let read = if body.starts_with('/') {
+            self.apply(body)
+        } else {
+            let (path, query) = split_query(body);
+            let query = match self {
+                Reading::Decoded | Reading::QueryDecoded => decode_query_delimiters(query),
+                _ => Cow::Borrowed(query),
+            };
+            let path = self.decode_only(path);
+            Cow::Owned(format!("{path}{query}"))
+        };
+        if read == body {
+            return Cow::Borrowed(pattern);
+        }
+        Cow::Owned(format!("{read}{anchor}"))
+    }
+
+    /// The path part's reading (no query).
+    fn apply_path(self, path: &str) -> Cow<'_, str> {
+        use Reading::*;
+        let owned = match self {
+            Rfc3986 => remove_dot_segments(path),
+            Merged => merge_segments(path),
+            SlashDecoded => remove_dot_segments(&decode(path, &[b'/'])),
+            SlashDecodedMerged => merge_segments(&decode(path, &[b'/'])),
+            ParamsDropped => merge_segments(&drop_params(&decode(path, &[b'/']))),
+            ParamsDroppedFirst => merge_segments(&drop_params(path)),
+            ParamsDroppedThenDecoded => merge_segments(&decode(&drop_params(path), &[b'/'])),
+            Backslash => remove_dot_segments(&backslashes(path)),
+            Windows => windows(path),
+            Decoded => merge_segments(&decode(path, &DECODED)),
+            QueryDecoded => return Cow::Borrowed(path),
+            Folded => return fold(path),
+            WindowsFolded => fold(&windows(path)).into_owned(),
+        };
+        if owned == path {
+            Cow::Borrowed(path)
+        } else {
+            Cow::Owned(owned)
+        }
+    }
+
+    /// The decoding and folding of this reading, without resolving
+    /// segments (for patterns that do not start with `/`).
+    fn decode_only(self, path: &str) -> Cow<'_, str> {
+        use Reading::*;
+        match self {
+            SlashDecoded | SlashDecodedMerged | ParamsDropped | ParamsDroppedThenDecoded => {
+                decode(path, &[b'/'])
+            }
+            Backslash => backslashes(path),
+            Windows => backslashes(&decode(path, &[b'/'])).into_owned().into(),
+            Decoded => decode(path, &DECODED),
+            Folded => fold(path),
+            WindowsFolded => Cow::Owned(fold(&backslashes(&decode(path, &[b'/']))).into_owned()),
+            Rfc3986 | Merged | ParamsDroppedFirst | QueryDecoded => Cow::Borrowed(path),
+        }
+    }
+}
+
+/// What [`Reading::Decoded`] decodes in a path: the reserved characters
+/// and the slash.
+const DECODED: [u8; 14] = [
+    b'/', b':', b'@', b'!', b'&', b'\'', b'(', b')', b'+', b',', b';', b'=', b'[', b']',
+];
 
 /// Splits a request target into its path and its query (with the `?`).
 fn split_query(path_and_query: &str) -> (&str, &str) {
@@ -69,141 +309,102 @@ fn split_query(path_and_query: &str) -> (&str, &str) {
     }
 }
 
-/// The readings of `path_and_query` that differ from it, without
-/// duplicates, in a fixed order (RFC 3986 first): the path resolved in each
-/// way an origin may resolve it, and the query with its delimiters
-/// decoded or encoded (an application reads `?u=http%3A%2F%2Fx` and
-/// `?u=http://x` alike, while matching compares them as written). Empty in
-/// the common case, which costs one scan of the path and of the query.
-pub fn resolved_forms(path_and_query: &str) -> Vec<String> {
-    let (path, query) = split_query(path_and_query);
-    let mut forms: Vec<String> = Vec::new();
-    let mut add = |form: String| {
-        if form != path_and_query && !forms.contains(&form) {
-            forms.push(form);
-        }
+/// `s` with the escapes of the octets in `set` decoded (either hex case).
+fn decode<'a>(s: &'a str, set: &[u8]) -> Cow<'a, str> {
+    let b = s.as_bytes();
+    let hit = |i: usize| {
+        (b[i] == b'%')
+            .then(|| escaped(b, i))
+            .flatten()
+            .filter(|d| set.contains(d))
     };
-    if may_resolve_differently(path) {
-        for reading in READINGS {
-            let mut form = resolve(path, reading);
-            form.push_str(query);
-            add(form);
-        }
-    }
-    if query.len() > 1 {
-        for form in [
-            decode_query_delimiters(query),
-            encode_query_delimiters(query),
-        ] {
-            if let Cow::Owned(q) = form {
-                add(format!("{path}{q}"));
-            }
-        }
-    }
-    forms
-}
-
-/// The general delimiters a query may carry either way.
-const QUERY_DELIMITERS: [(u8, &str); 6] = [
-    (b'/', "%2F"),
-    (b':', "%3A"),
-    (b'?', "%3F"),
-    (b'@', "%40"),
-    (b'[', "%5B"),
-    (b']', "%5D"),
-];
-
-/// `query` (with its leading `?`) with `%2F %3A %3F %40 %5B %5D` decoded.
-fn decode_query_delimiters(query: &str) -> Cow<'_, str> {
-    if !query.bytes().any(|b| b == b'%') {
-        return Cow::Borrowed(query);
-    }
-    let b = query.as_bytes();
-    let mut out = String::with_capacity(query.len());
-    let (mut i, mut start) = (0, 0);
+    let Some(first) = (0..b.len()).find(|&i| hit(i).is_some()) else {
+        return Cow::Borrowed(s);
+    };
+    let mut out = String::with_capacity(s.len());
+    out.push_str(&s[..first]);
+    let (mut i, mut start) = (first, first);
     while i < b.len() {
-        let decoded = (b[i] == b'%')
-            .then(|| {
-                QUERY_DELIMITERS.iter().find(|(_, enc)| {
-                    b.get(i..i + 3)
-                        .is_some_and(|e| e.eq_ignore_ascii_case(enc.as_bytes()))
-                })
-            })
-            .flatten();
-        match decoded {
-            Some((c, _)) => {
-                out.push_str(&query[start..i]);
-                out.push(char::from(*c));
+        match hit(i) {
+            Some(d) => {
+                out.push_str(&s[start..i]);
+                out.push(char::from(d));
                 i += 3;
                 start = i;
             }
             None => i += 1,
         }
     }
-    if start == 0 {
-        return Cow::Borrowed(query);
-    }
-    out.push_str(&query[start..]);
+    out.push_str(&s[start..]);
     Cow::Owned(out)
 }
 
-/// `query` (with its leading `?`) with its delimiters after the `?`
-/// percent-encoded.
-fn encode_query_delimiters(query: &str) -> Cow<'_, str> {
-    let body = query.get(1..).unwrap_or_default();
-    let delimiter = |b: u8| matches!(b, b'/' | b':' | b'?' | b'@' | b'[' | b']');
-    if !body.bytes().any(delimiter) {
-        return Cow::Borrowed(query);
-    }
-    let mut out = String::with_capacity(query.len() + 8);
-    out.push('?');
-    for c in body.chars() {
-        match QUERY_DELIMITERS.iter().find(|(d, _)| char::from(*d) == c) {
-            Some((_, enc)) => out.push_str(enc),
-            None => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
-
-fn resolve(path: &str, reading: Reading) -> String {
-    match reading {
-        Reading::Rfc3986 => remove_dot_segments(path),
-        Reading::Merged => merge_segments(path),
-        Reading::SlashDecoded => remove_dot_segments(&decode_slashes(path)),
-        Reading::SlashDecodedMerged => merge_segments(&decode_slashes(path)),
-        Reading::ParamsDropped => merge_segments(&drop_params(&decode_slashes(path))),
-        Reading::ParamsDroppedFirst => merge_segments(&drop_params(path)),
-        Reading::ParamsDroppedThenDecoded => merge_segments(&decode_slashes(&drop_params(path))),
+/// `%5C` (either case) read as `/`: in normal form a `\` is always `%5C`.
+fn backslashes(s: &str) -> Cow<'_, str> {
+    match decode(s, &[b'\\']) {
+        Cow::Owned(decoded) => Cow::Owned(decoded.replace('\\', "/")),
+        borrowed => borrowed,
     }
 }
 
-/// `%2F` (either case) decoded to `/`.
-pub(crate) fn decode_slashes(path: &str) -> Cow<'_, str> {
-    let b = path.as_bytes();
-    let is_slash = |i: usize| {
-        b.get(i) == Some(&b'%')
-            && b.get(i + 1) == Some(&b'2')
-            && matches!(b.get(i + 2), Some(b'F' | b'f'))
-    };
-    if !(0..b.len()).any(is_slash) {
+/// `query` (with its leading `?`) with `%2F %3A %3F %40 %5B %5D` decoded.
+fn decode_query_delimiters(query: &str) -> Cow<'_, str> {
+    decode(query, &QUERY_DELIMITERS)
+}
+
+/// ASCII letters lower-cased, escapes (`%C3`) left as they are so the
+/// result stays in normal form (where a `%` always starts an escape).
+fn fold(path: &str) -> Cow<'_, str> {
+    if !path.bytes().any(|b| b.is_ascii_uppercase()) {
         return Cow::Borrowed(path);
     }
     let mut out = String::with_capacity(path.len());
-    let mut i = 0;
-    let mut start = 0;
-    while i < b.len() {
-        if is_slash(i) {
-            out.push_str(&path[start..i]);
-            out.push('/');
-            i += 3;
-            start = i;
+    let mut escape = 0;
+    for c in path.chars() {
+        if escape > 0 {
+            out.push(c);
+            escape -= 1;
         } else {
-            i += 1;
+            if c == '%' {
+                escape = 2;
+            }
+            out.push(c.to_ascii_lowercase());
         }
     }
-    out.push_str(&path[start..]);
     Cow::Owned(out)
+}
+
+/// IIS's reading: `%5C` and `%2F` are slashes, a segment's trailing dots
+/// and spaces are dropped (a segment of nothing else is `.`, except `..`),
+/// merged.
+fn windows(path: &str) -> String {
+    let slashes = decode(path, &[b'/']);
+    let decoded = backslashes(&slashes);
+    let mut trimmed = String::with_capacity(decoded.len());
+    for (i, segment) in decoded.split('/').enumerate() {
+        if i > 0 {
+            trimmed.push('/');
+        }
+        trimmed.push_str(trim_segment(segment));
+    }
+    merge_segments(&trimmed)
+}
+
+fn trim_segment(segment: &str) -> &str {
+    if segment == ".." || segment.is_empty() {
+        return segment;
+    }
+    let mut s = segment;
+    loop {
+        if let Some(rest) = s.strip_suffix('.') {
+            s = rest;
+        } else if let Some(rest) = s.strip_suffix("%20") {
+            s = rest;
+        } else {
+            break;
+        }
+    }
+    if s.is_empty() { "." } else { s }
 }
 
 /// Every segment with its `;parameters` removed (`/a;x=1/b` is `/a/b`,
@@ -285,7 +486,28 @@ fn join(segments: &[&str], trailing_slash: bool) -> String {
 /// The most resolved reading of a path: `%2F` decoded, parameters dropped,
 /// slashes merged, dot-segments removed. Idempotent, and never above `/`.
 pub fn canonical(path: &str) -> String {
-    merge_segments(&drop_params(&decode_slashes(path)))
+    merge_segments(&drop_params(&decode(path, &[b'/'])))
+}
+
+/// The readings of `path_and_query` (normalised) that differ from it,
+/// each with its text, in [`READINGS`] order, without duplicates; the
+/// case-folding ones only for a case-insensitive origin. Empty in the
+/// common case, which costs one scan.
+pub fn readings(path_and_query: &str, case_insensitive: bool) -> Vec<(Reading, String)> {
+    let traits = Traits::of(path_and_query);
+    let mut out: Vec<(Reading, String)> = Vec::new();
+    for reading in READINGS {
+        if (reading.folds_case() && !case_insensitive) || !traits.may_change(reading) {
+            continue;
+        }
+        if let Cow::Owned(form) = reading.apply(path_and_query)
+            && form != path_and_query
+            && !out.iter().any(|(_, f)| *f == form)
+        {
+            out.push((reading, form));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -331,12 +553,13 @@ mod tests {
     }
 
     fn forms(p: &str) -> Vec<String> {
-        resolved_forms(p)
+        readings(p, false).into_iter().map(|(_, f)| f).collect()
     }
 
     #[test]
     fn bypass_spellings_resolve_to_the_disallowed_path() {
-        // As normalisation leaves them: `%2e` is already `.`, `%2f` is `%2F`.
+        // As normalisation leaves them: `%2e` is already `.`, `%2f` is
+        // `%2F`, `\` is `%5C`.
         for (sent, resolved) in [
             ("/public/../private/secret.html", "/private/secret.html"),
             ("/./private/secret.html", "/private/secret.html"),
@@ -347,6 +570,15 @@ mod tests {
             ("/admin%2F", "/admin/"),
             ("/public/..;/private/secret.html", "/private/secret.html"),
             ("/admin;%2F../users", "/admin/users"),
+            ("/public%5C..%5Cprivate/x", "/private/x"),
+            ("/public/..%5Cprivate/x", "/private/x"),
+            ("/a%5C..%5C..%5Cprivate/x", "/private/x"),
+            ("/private./x", "/private/x"),
+            ("/private%20/x", "/private/x"),
+            ("/private.%20./x", "/private/x"),
+            ("/wiki/Special%3ASearch", "/wiki/Special:Search"),
+            ("/%40admin", "/@admin"),
+            ("/report%282024%29", "/report(2024)"),
         ] {
             assert!(
                 forms(sent).iter().any(|f| f == resolved),
@@ -357,27 +589,43 @@ mod tests {
     }
 
     #[test]
-    fn queries_are_carried_over_and_not_resolved() {
+    fn case_is_folded_only_for_case_insensitive_origins() {
+        assert!(forms("/PRIVATE/x").is_empty());
+        let folded = readings("/PRIVATE./x%C3%A9", true);
+        assert!(folded.contains(&(Reading::Folded, "/private./x%C3%A9".into())));
+        assert!(folded.contains(&(Reading::WindowsFolded, "/private/x%C3%A9".into())));
+    }
+
+    #[test]
+    fn queries_are_carried_over_and_decoded_not_resolved() {
         assert_eq!(forms("/a/../b?x=1"), vec!["/b?x=1".to_string()]);
         assert!(
             forms("/a?next=//b/../c")
                 .iter()
                 .all(|f| f.starts_with("/a?"))
         );
-    }
-
-    #[test]
-    fn query_delimiters_are_judged_decoded_and_encoded() {
         assert_eq!(
             forms("/go?url=http%3A%2F%2Fevil.example"),
             vec!["/go?url=http://evil.example".to_string()]
         );
-        assert_eq!(
-            forms("/n?next=/admin"),
-            vec!["/n?next=%2Fadmin".to_string()]
-        );
+        // A query as written is its own decoded reading.
+        assert!(forms("/n?next=/admin").is_empty());
         assert!(forms("/search?q=rust&page=2").is_empty());
         assert!(forms("/a?").is_empty());
+    }
+
+    #[test]
+    fn patterns_are_read_as_paths_with_their_wildcards_kept() {
+        let p = |r: Reading, s: &str| r.apply_pattern(s).into_owned();
+        assert_eq!(p(Reading::Decoded, "/wiki/Special%3A"), "/wiki/Special:");
+        assert_eq!(p(Reading::Decoded, "/a%3A*b$"), "/a:*b$");
+        assert_eq!(p(Reading::QueryDecoded, "/n?next=%2Fadmin"), "/n?next=/admin");
+        assert_eq!(p(Reading::Rfc3986, "/a/../b*"), "/b*");
+        assert_eq!(p(Reading::Merged, "/"), "/");
+        assert_eq!(p(Reading::Merged, "/$"), "/$");
+        assert_eq!(p(Reading::Windows, "*%5Cx"), "*/x");
+        assert_eq!(p(Reading::Folded, "*.PDF$"), "*.pdf$");
+        assert_eq!(p(Reading::Rfc3986, "*/../x"), "*/../x");
     }
 
     #[test]
@@ -389,12 +637,11 @@ mod tests {
             "/.well-known/x",
             "/a.b/c",
             "/a%2Eb",
+            "/caf%C3%A9",
+            "/a?b=http://x/y",
         ] {
-            assert!(forms(p).iter().all(|f| f != p), "{p}");
+            assert!(forms(p).is_empty(), "{p}: {:?}", forms(p));
         }
-        assert!(!may_resolve_differently("/a/b-c.html"));
-        assert!(may_resolve_differently("/a/./b"));
-        assert!(forms("/a/b-c.html").is_empty());
     }
 
     #[test]

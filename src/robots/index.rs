@@ -129,11 +129,12 @@ struct Prefixes {
 }
 
 /// Bits of an entry that hold the text offset. The file is capped at
-/// [`MAX_BYTES`]; normalising grows it at most 9×: an invalid octet is read
-/// as U+FFFD (3 octets), which is encoded as `%EF%BF%BD` (9).
+/// [`MAX_BYTES`]; normalising grows it at most 3×: an octet outside
+/// printable ASCII, valid UTF-8 or not, is encoded as `%XX`. (A reading's
+/// rules are never longer than the rules it reads.)
 const OFFSET_BITS: u32 = 23;
 const OFFSET_MASK: u32 = (1 << OFFSET_BITS) - 1;
-const _: () = assert!(9 * MAX_BYTES <= OFFSET_MASK as usize);
+const _: () = assert!(3 * MAX_BYTES <= OFFSET_MASK as usize);
 /// The pattern is its prefix (`/admin/`, `/admin/$`): reaching it decides.
 const WHOLE: u32 = 1 << OFFSET_BITS;
 /// The pattern ends in `$`.

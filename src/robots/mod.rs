@@ -22,10 +22,13 @@ pub mod normalize;
 pub mod parse;
 pub mod pattern;
 
+use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub use agent::{AgentSpec, product_token};
+pub use canon::Reading;
+use canon::{READINGS, Traits};
 use normalize::Side;
 use parse::Key;
 
@@ -174,7 +177,7 @@ impl Table {
         let mut written = Vec::new();
         for (i, r) in rules.iter().enumerate() {
             // Offsets fit: the file is capped at 500 KiB and normalising
-            // grows it at most 9× (an invalid octet becomes `%EF%BF%BD`).
+            // grows it at most 3× (an octet outside ASCII becomes `%XX`).
             metas.push(Meta {
                 start: text.len() as u32,
                 line_allow: (r.line.min(u32::MAX >> 1) << 1) | u32::from(r.allow),
@@ -443,12 +446,7 @@ impl Robots {
             .collect();
         // Precedence order: longest pattern first; on a tie allow first
         // (RFC 9309 §2.2.2: "the allow SHOULD be used"); then file order.
-        rules.sort_by(|a, b| {
-            b.specificity()
-                .cmp(&a.specificity())
-                .then(b.allow.cmp(&a.allow))
-                .then(a.line.cmp(&b.line))
-        });
+        rules.sort_by(|a, b| precedence(a, b));
         // Several groups may give a delay; the most polite one wins.
         let crawl_delay = groups
             .iter()
@@ -458,6 +456,35 @@ impl Robots {
             });
         AgentRules::new(Table::build(&rules), selection, crawl_delay)
     }
+}
+
+/// Precedence order: longest pattern first; on a tie allow first (RFC 9309
+/// §2.2.2: "the allow SHOULD be used"); then file order.
+fn precedence(a: &RawRule, b: &RawRule) -> std::cmp::Ordering {
+    b.specificity()
+        .cmp(&a.specificity())
+        .then(b.allow.cmp(&a.allow))
+        .then(a.line.cmp(&b.line))
+}
+
+/// The readings (bits in [`READINGS`] order) that change some pattern of
+/// `table`: one scan of the patterns, and a reading applied only to those
+/// it may change.
+fn changed_readings(table: &Table) -> u16 {
+    let mut bits = 0u16;
+    for i in 0..table.len() {
+        let pattern = table.pattern(i);
+        let traits = Traits::of(pattern);
+        for (k, reading) in READINGS.iter().enumerate() {
+            if bits & (1 << k) == 0
+                && traits.may_change(*reading)
+                && reading.apply_pattern(pattern) != pattern
+            {
+                bits |= 1 << k;
+            }
+        }
+    }
+    bits
 }
 
 fn make_rule(allow: bool, line: u32, value: &str) -> RawRule {
@@ -500,6 +527,22 @@ pub struct AgentRules {
     index: Option<Box<index::Index>>,
     selection: Selection,
     crawl_delay: Option<f64>,
+    /// Bit `k` set: reading `READINGS[k]` changes some pattern, so a path
+    /// is judged in it against the rules as that reading reads them.
+    changed: u16,
+    /// Those rules, built the first time a path needs one of them (most
+    /// files have no pattern any reading changes, and most paths need no
+    /// reading).
+    read: OnceLock<Box<[ReadRules]>>,
+}
+
+/// The rules of an [`AgentRules`] as one [`Reading`] reads their patterns.
+#[derive(Clone, Debug)]
+struct ReadRules {
+    reading: Reading,
+    rules: AgentRules,
+    /// For each of `rules`' rules, its index in the rules it was read from.
+    base: Box<[u32]>,
 }
 
 /// The answer for one URL.
@@ -512,6 +555,14 @@ pub struct Verdict<'a> {
 
 impl AgentRules {
     fn new(table: Table, selection: Selection, crawl_delay: Option<f64>) -> AgentRules {
+        let mut rules = AgentRules::unread(table, selection, crawl_delay);
+        rules.changed = changed_readings(&rules.table);
+        rules
+    }
+
+    /// Rules with no reading of their own (a reading's rules: readings are
+    /// idempotent, so reading them again changes nothing).
+    fn unread(table: Table, selection: Selection, crawl_delay: Option<f64>) -> AgentRules {
         let index = if table.len() > INDEX_THRESHOLD {
             index::Index::build(&table).map(Box::new)
         } else {
@@ -522,6 +573,54 @@ impl AgentRules {
             index,
             selection,
             crawl_delay,
+            changed: 0,
+            read: OnceLock::new(),
+        }
+    }
+
+    /// The rules as `reading` reads them, if it changes any pattern.
+    fn read_rules(&self, reading: Reading) -> Option<&ReadRules> {
+        let k = READINGS.iter().position(|r| *r == reading)?;
+        if self.changed & (1 << k) == 0 {
+            return None;
+        }
+        let all = self.read.get_or_init(|| {
+            READINGS
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| self.changed & (1 << k) != 0)
+                .map(|(_, r)| self.build_reading(*r))
+                .collect()
+        });
+        all.iter().find(|r| r.reading == reading)
+    }
+
+    fn build_reading(&self, reading: Reading) -> ReadRules {
+        let mut rows: Vec<(RawRule, u32)> = (0..self.table.len())
+            .map(|i| {
+                let meta = self.table.metas[i];
+                let pattern = reading.apply_pattern(self.table.pattern(i)).into_owned();
+                let value = self.table.value(i);
+                let pattern_len = pattern.len() as u32;
+                let mut text = pattern;
+                if text != value {
+                    text.push_str(value);
+                }
+                let rule = RawRule {
+                    text: text.into_boxed_str(),
+                    pattern_len,
+                    line: meta.line(),
+                    allow: meta.allow(),
+                };
+                (rule, i as u32)
+            })
+            .collect();
+        rows.sort_by(|(a, _), (b, _)| precedence(a, b));
+        let refs: Vec<&RawRule> = rows.iter().map(|(r, _)| r).collect();
+        ReadRules {
+            reading,
+            rules: AgentRules::unread(Table::build(&refs), self.selection, self.crawl_delay),
+            base: rows.iter().map(|(_, i)| *i).collect(),
         }
     }
 
@@ -574,6 +673,11 @@ impl AgentRules {
         std::mem::size_of::<Self>()
             + self.table.memory_usage()
             + self.index.as_ref().map_or(0, |i| i.memory_usage())
+            + self.read.get().map_or(0, |read| {
+                read.iter()
+                    .map(|r| r.rules.memory_usage() + 4 * r.base.len())
+                    .sum()
+            })
     }
 
     /// Bytes of the prefilter index alone (0 for a group scanned in order).
@@ -605,30 +709,83 @@ impl AgentRules {
     }
 
     /// Judges a request path as strictly as any origin could read it: the
-    /// path as sent and every other path it may resolve to (see
-    /// [`canon`]). Disallowed if any of them is; [`Resolved::judged_as`]
-    /// then names the reading that was disallowed when it is not the path
-    /// as sent.
+    /// path as sent and every [`Reading`] of it (see [`canon`]), each
+    /// against the rules as that reading reads them. Disallowed if any of
+    /// them is; [`Resolved::judged_as`] then names the reading's path when
+    /// it is not the path as sent. Case-folding readings are left out: see
+    /// [`AgentRules::check_resolved_in`].
     pub fn check_resolved(&self, path_and_query: &str) -> Resolved<'_> {
+        self.check_resolved_in(path_and_query, false)
+    }
+
+    /// [`AgentRules::check_resolved`], with the case-folding readings too
+    /// when the origin is known to be case-insensitive.
+    pub fn check_resolved_in(&self, path_and_query: &str, case_insensitive: bool) -> Resolved<'_> {
         if !path_and_query.starts_with('/') {
-            return self.check_resolved(&format!("/{path_and_query}"));
+            return self.check_resolved_in(&format!("/{path_and_query}"), case_insensitive);
         }
         let path = normalize::normalize_str(path_and_query, Side::Url);
         let verdict = self.check_normalized(&path);
-        if verdict.allowed {
-            for form in canon::resolved_forms(&path) {
-                let other = self.check_normalized(&form);
-                if !other.allowed {
-                    return Resolved {
-                        verdict: other,
-                        judged_as: Some(form),
-                    };
-                }
+        if !verdict.allowed {
+            return Resolved {
+                verdict,
+                judged_as: None,
+                reading: None,
+            };
+        }
+        let traits = Traits::of(&path);
+        for (k, reading) in READINGS.iter().enumerate() {
+            let rules_read = self.changed & (1 << k) != 0;
+            if (reading.folds_case() && !case_insensitive)
+                || !(rules_read || traits.may_change(*reading))
+            {
+                continue;
+            }
+            let form = reading.apply(&path);
+            if !rules_read && form == path {
+                continue;
+            }
+            let other = self.check_read(*reading, &form);
+            if !other.allowed {
+                return Resolved {
+                    verdict: other,
+                    judged_as: (form != path).then(|| form.into_owned()),
+                    reading: Some(*reading),
+                };
             }
         }
         Resolved {
             verdict,
             judged_as: None,
+            reading: None,
+        }
+    }
+
+    /// Judges `path_and_query` in one reading: the reading of the path
+    /// against the rules as the reading reads them. The verdict's rule is
+    /// one of these rules (as written).
+    pub fn check_reading(&self, reading: Reading, path_and_query: &str) -> Verdict<'_> {
+        let rooted: Cow<'_, str> = if path_and_query.starts_with('/') {
+            Cow::Borrowed(path_and_query)
+        } else {
+            Cow::Owned(format!("/{path_and_query}"))
+        };
+        let path = normalize::normalize_str(&rooted, Side::Url);
+        self.check_read(reading, &reading.apply(&path))
+    }
+
+    /// A normalised path already read by `reading`, against the rules as it
+    /// reads them.
+    fn check_read(&self, reading: Reading, form: &str) -> Verdict<'_> {
+        let Some(read) = self.read_rules(reading) else {
+            return self.check_normalized(form);
+        };
+        let verdict = read.rules.check_normalized(form);
+        Verdict {
+            allowed: verdict.allowed,
+            rule: verdict
+                .rule
+                .and_then(|r| self.rule(read.base[r.index()] as usize)),
         }
     }
 
@@ -669,6 +826,8 @@ pub struct Resolved<'a> {
     /// The normalised reading that was disallowed, when it is not the path
     /// as sent (`/private/x` for `/public/../private/x`).
     pub judged_as: Option<String>,
+    /// The reading that was disallowed, when the path as sent was not.
+    pub reading: Option<Reading>,
 }
 
 /// An owned handle on one rule of shared compiled rules, for answers that
@@ -772,10 +931,10 @@ mod tests {
     }
 
     #[test]
-    fn a_file_that_grows_ninefold_when_normalised_stays_indexed() {
-        // Each invalid octet becomes U+FFFD, encoded as `%EF%BF%BD`.
+    fn a_file_that_grows_threefold_when_normalised_stays_indexed() {
+        // Each octet that is not UTF-8 is percent-encoded: `%FF`.
         let mut txt = b"user-agent: *\n".to_vec();
-        for i in 0..44 {
+        for i in 0..80 {
             txt.extend_from_slice(format!("disallow: /zz{i}").as_bytes());
             txt.extend(std::iter::repeat_n(0xff_u8, 5450));
             txt.push(b'\n');
@@ -788,7 +947,7 @@ mod tests {
         let robots = Robots::parse(&txt);
         let indexed = robots.agent_rules("x");
         assert!(
-            indexed.table.text.len() > 2 << 20,
+            indexed.table.text.len() > 1 << 20,
             "{}",
             indexed.table.text.len()
         );
@@ -797,7 +956,7 @@ mod tests {
             index: None,
             ..indexed.clone()
         };
-        let zz = format!("/zz3{}", "%EF%BF%BD".repeat(5450));
+        let zz = format!("/zz3{}", "%FF".repeat(5450));
         for path in [
             "/index/page.html",
             "/p7/a.x",

@@ -1,8 +1,8 @@
 //! Reading robots.txt bytes into lines of (key, value), leniently.
 //!
 //! What is accepted, and why:
-//! * a leading UTF-8 byte order mark is skipped; invalid UTF-8 is replaced
-//!   (U+FFFD), never rejected;
+//! * a leading UTF-8 byte order mark is skipped; octets that are not valid
+//!   UTF-8 are percent-encoded (`%E9`), never rejected;
 //! * lines end at CR, LF or CRLF; input past [`MAX_BYTES`] is ignored, and a
 //!   line cut by that limit is dropped rather than read half;
 //! * `#` starts a comment; space and tab around keys and values are ignored;
@@ -65,7 +65,7 @@ pub(crate) struct Line<'a> {
 }
 
 /// Prepares raw bytes for [`lines`]: drops a BOM, applies [`MAX_BYTES`]
-/// (dropping a line cut in the middle) and replaces invalid UTF-8.
+/// (dropping a line cut in the middle) and percent-encodes invalid UTF-8.
 /// Returns the text and whether anything was cut off.
 pub(crate) fn prepare(bytes: &[u8]) -> (std::borrow::Cow<'_, str>, bool) {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
@@ -80,7 +80,25 @@ pub(crate) fn prepare(bytes: &[u8]) -> (std::borrow::Cow<'_, str>, bool) {
     } else {
         bytes
     };
-    (String::from_utf8_lossy(bytes), truncated)
+    (encode_invalid_utf8(bytes), truncated)
+}
+
+/// `bytes` as text, each octet that is not part of valid UTF-8
+/// percent-encoded (`/caf\xE9` is `/caf%E9`), as Google's matcher reads a
+/// Latin-1 file: a rule then matches the URL that carries the same octets
+/// (`/caf%E9`), which a replacement character (`%EF%BF%BD`) never would.
+fn encode_invalid_utf8(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(bytes.len() + 16);
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 fn is_ws(c: char) -> bool {
@@ -233,11 +251,11 @@ mod tests {
     }
 
     #[test]
-    fn bom_is_skipped_and_invalid_utf8_replaced() {
-        let (text, cut) = prepare(b"\xEF\xBB\xBFuser-agent: a\n\xFF\xFEdisallow: /x\n");
+    fn bom_is_skipped_and_invalid_utf8_percent_encoded() {
+        let (text, cut) = prepare(b"\xEF\xBB\xBFuser-agent: a\n\xFF\xFEdisallow: /x\xE9\n");
         assert!(!cut);
         assert!(text.starts_with("user-agent"));
-        assert!(text.contains('\u{FFFD}'));
+        assert!(text.contains("%FF%FEdisallow: /x%E9"), "{text}");
     }
 
     #[test]
