@@ -214,7 +214,8 @@ impl App {
             },
         )
         .on_fetch(fetch_metrics(&metrics));
-        let gate = Gate::new(Arc::new(cache), policy);
+        let gate = Gate::new(Arc::new(cache), policy)
+            .with_case_insensitive_hosts(config.robots.case_insensitive_hosts.clone());
         let audit_path = config.audit_path();
         let audit = AuditLog::open(&audit_path, config.audit.log_all).map_err(|source| {
             StartError::Audit {
@@ -413,7 +414,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
 ];
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 32] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 33] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -447,6 +448,10 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 32] {
             "robots.unreachable_retry",
         ),
         (or.stale_max != nr.stale_max, "robots.stale_max"),
+        (
+            or.case_insensitive_hosts != nr.case_insensitive_hosts,
+            "robots.case_insensitive_hosts",
+        ),
         (old.tls.leaf_cache != new.tls.leaf_cache, "tls.leaf_cache"),
         (old.audit_path() != new.audit_path(), "audit.path"),
         (old.ca_dir() != new.ca_dir(), "tls.ca_dir"),

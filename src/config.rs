@@ -110,6 +110,9 @@ pub struct RobotsConfig {
     pub fetch_timeout: Duration,
     /// Redirects followed before robots.txt counts as unavailable.
     pub(crate) max_redirects: u8,
+    /// Origins whose paths are case-insensitive (IIS, Windows and macOS
+    /// file systems): their paths are also judged lower-cased.
+    pub case_insensitive_hosts: Vec<String>,
 }
 
 /// Forwarding to origins.
@@ -315,6 +318,7 @@ impl Default for RobotsConfig {
             stale_max: Duration::from_secs(30 * 24 * 3600),
             fetch_timeout: Duration::from_secs(10),
             max_redirects: 5,
+            case_insensitive_hosts: Vec::new(),
         }
     }
 }
@@ -599,12 +603,20 @@ impl Config {
         if self.tls.leaf_cache == 0 {
             errors.push("key `tls.leaf_cache` must be at least 1".to_string());
         }
-        for host in &self.tls.no_intercept {
-            let h = host.strip_prefix("*.").unwrap_or(host);
-            if h.is_empty() || h.contains(['/', ':', ' ', '*']) {
-                errors.push(format!(
-                    "key `tls.no_intercept`: {host:?} is not a host name or `*.suffix`"
-                ));
+        for (key, hosts) in [
+            ("tls.no_intercept", &self.tls.no_intercept),
+            (
+                "robots.case_insensitive_hosts",
+                &self.robots.case_insensitive_hosts,
+            ),
+        ] {
+            for host in hosts {
+                let h = host.strip_prefix("*.").unwrap_or(host);
+                if h.is_empty() || h.contains(['/', ':', ' ', '*']) {
+                    errors.push(format!(
+                        "key `{key}`: {host:?} is not a host name or `*.suffix`"
+                    ));
+                }
             }
         }
         let acl = |key: &str, nets: &[IpNet]| {

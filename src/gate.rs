@@ -153,11 +153,24 @@ impl Judgement {
 pub struct Gate {
     cache: Arc<RobotsCache>,
     policy: net::Policy,
+    /// `robots.case_insensitive_hosts`: paths there are also judged
+    /// lower-cased.
+    case_insensitive: Vec<String>,
 }
 
 impl Gate {
     pub fn new(cache: Arc<RobotsCache>, policy: net::Policy) -> Gate {
-        Gate { cache, policy }
+        Gate {
+            cache,
+            policy,
+            case_insensitive: Vec::new(),
+        }
+    }
+
+    /// Origins whose paths are case-insensitive (`host` or `*.suffix`).
+    pub fn with_case_insensitive_hosts(mut self, hosts: Vec<String>) -> Gate {
+        self.case_insensitive = hosts;
+        self
     }
 
     /// The destination policy, the same the upstream connections apply.
@@ -196,7 +209,9 @@ impl Gate {
             };
         }
         let (entry, lookup) = self.cache.get(origin, agent).await;
-        let (decision, crawl_delay) = decide(&entry, path_and_query, agent);
+        let folds = !self.case_insensitive.is_empty()
+            && crate::origin::host_listed(&self.case_insensitive, origin.host());
+        let (decision, crawl_delay) = decide(&entry, path_and_query, agent, folds);
         Judgement {
             decision,
             origin: origin.clone(),
@@ -224,10 +239,22 @@ fn unreachable(entry: &Entry, reason: &str) -> Decision {
 /// The pure part: an entry's state applied to a path. Every state decides,
 /// and every state that is not a robots.txt file in force refuses unless
 /// robots.txt itself says nothing applies (4xx).
-fn decide(entry: &Entry, path_and_query: &str, agent: &str) -> (Decision, Option<f64>) {
+fn decide(
+    entry: &Entry,
+    path_and_query: &str,
+    agent: &str,
+    case_insensitive: bool,
+) -> (Decision, Option<f64>) {
     match &entry.state {
-        State::Fresh(rules) => apply(entry, rules, None, path_and_query, agent),
-        State::Stale { rules, reason } => apply(entry, rules, Some(reason), path_and_query, agent),
+        State::Fresh(rules) => apply(entry, rules, None, path_and_query, agent, case_insensitive),
+        State::Stale { rules, reason } => apply(
+            entry,
+            rules,
+            Some(reason),
+            path_and_query,
+            agent,
+            case_insensitive,
+        ),
         State::AllowAll { .. } => (Decision::Allowed { rule: None }, None),
         State::BadTls { reason } => (
             Decision::BadGateway {
@@ -254,12 +281,14 @@ fn decide(entry: &Entry, path_and_query: &str, agent: &str) -> (Decision, Option
 
 /// A robots.txt file's rules applied to a path; `stale` is why a copy
 /// fetched earlier is used, if it is one.
+#[allow(clippy::too_many_arguments)]
 fn apply(
     entry: &Entry,
     compiled: &Compiled,
     stale: Option<&String>,
     path_and_query: &str,
     agent: &str,
+    case_insensitive: bool,
 ) -> (Decision, Option<f64>) {
     let Some(rules) = compiled.get(agent) else {
         // The file was compiled without the agent's rules: a stale copy
@@ -281,7 +310,7 @@ fn apply(
         };
         return (decision, None);
     };
-    let resolved = rules.check_resolved(path_and_query);
+    let resolved = rules.check_resolved_in(path_and_query, case_insensitive);
     let verdict = resolved.verdict;
     let rule = verdict.rule.and_then(|r| RuleRef::new(rules, r));
     let decision = match (verdict.allowed, rule) {
@@ -312,7 +341,7 @@ mod tests {
     }
 
     fn decide_in(state: State, path: &str) -> (Decision, Option<f64>) {
-        decide(&Entry::with_state(state, SECS_30), path, "bot")
+        decide(&Entry::with_state(state, SECS_30), path, "bot", false)
     }
 
     fn text(text: &str) -> String {
@@ -360,7 +389,13 @@ mod tests {
             reason: text("out of file descriptors"),
         };
         assert_eq!(
-            decide(&Entry::with_state(local, Duration::ZERO), "/public", "bot").0,
+            decide(
+                &Entry::with_state(local, Duration::ZERO),
+                "/public",
+                "bot",
+                false
+            )
+            .0,
             Decision::Unreachable {
                 reason: text("out of file descriptors"),
                 retry_after: Duration::from_secs(1),

@@ -201,6 +201,20 @@ pub(crate) fn path_of(uri: &Uri) -> String {
     }
 }
 
+/// True if `host` is on `list`: an entry is a host name (`example.com`,
+/// any case) or `*.suffix`, which matches every name under the suffix but
+/// not the suffix itself.
+pub(crate) fn host_listed(list: &[String], host: &str) -> bool {
+    list.iter().any(|entry| match entry.strip_prefix("*.") {
+        Some(suffix) => {
+            host.len() > suffix.len()
+                && host[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+                && host.as_bytes()[host.len() - suffix.len() - 1] == b'.'
+        }
+        None => entry.eq_ignore_ascii_case(host),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

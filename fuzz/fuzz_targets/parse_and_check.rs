@@ -3,8 +3,10 @@
 //! the input: its own rule values, slices of the input, and fixed ones.
 //! Besides "no panic", it asserts the engine's invariants, and that the
 //! rule index decides as a scan of every rule would, and that judging every
-//! reading of a path (`robots::canon`) is never more permissive than the
-//! path as sent and never resolves above `/`.
+//! reading of a path (`robots::canon`, against the rules as the reading
+//! reads them) is never more permissive than the path as sent, that every
+//! reading is idempotent on paths and patterns and keeps normal form, and
+//! that no reading resolves above `/`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -73,8 +75,13 @@ fuzz_target!(|data: &[u8]| {
             if !v.allowed {
                 assert!(!strict.verdict.allowed, "{url}");
             }
-            if let Some(form) = &strict.judged_as {
-                assert!(!rules.check(form).allowed, "{url} as {form}");
+            if let Some(reading) = strict.reading {
+                assert_eq!(rules.check_reading(reading, &rooted), strict.verdict, "{url}");
+            }
+            // Case folding only adds readings: never more permissive.
+            let folded = rules.check_resolved_in(&rooted, true);
+            if !strict.verdict.allowed {
+                assert!(!folded.verdict.allowed, "{url}");
             }
             let path_only = norm.split('?').next().unwrap_or_default();
             let resolved = canon::canonical(path_only);
@@ -84,8 +91,17 @@ fuzz_target!(|data: &[u8]| {
                 resolved.split('/').all(|s| s != "." && s != ".."),
                 "{url}: {resolved}"
             );
-            for form in canon::resolved_forms(&norm) {
+            for (reading, form) in canon::readings(&norm, true) {
                 assert!(form.starts_with('/'), "{url}: {form}");
+                assert_eq!(reading.apply(&form), form, "{url}: {reading:?} idempotent");
+            }
+            // Every reading of every rule keeps normal form and is idempotent.
+            for rule in rules.rules().take(8) {
+                for reading in canon::READINGS {
+                    let once = reading.apply_pattern(rule.pattern());
+                    assert_eq!(reading.apply_pattern(&once), once, "{reading:?}");
+                    assert_eq!(normalize::normalize_str(&once, Side::Pattern), once);
+                }
             }
             match v.rule {
                 Some(rule) => {

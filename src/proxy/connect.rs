@@ -50,14 +50,7 @@ fn connect_target(req: &Request<Incoming>) -> Result<(String, u16), String> {
 
 /// True if `host` is on the no-intercept list (`example.com` or `*.example.com`).
 pub(crate) fn no_intercept(list: &[String], host: &str) -> bool {
-    list.iter().any(|entry| match entry.strip_prefix("*.") {
-        Some(suffix) => {
-            host.len() > suffix.len()
-                && host.ends_with(suffix)
-                && host.as_bytes()[host.len() - suffix.len() - 1] == b'.'
-        }
-        None => entry.eq_ignore_ascii_case(host),
-    })
+    crate::origin::host_listed(list, host)
 }
 
 /// The client connection's hold, for the tunnel to keep until it closes.

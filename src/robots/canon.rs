@@ -218,10 +218,10 @@ impl Reading {
             _ => Cow::Borrowed(query),
         };
         let path = self.apply_path(path);
-        if let (Cow::Borrowed(_), Cow::Borrowed(_)) = (&path, &query) {
-            if path.len() + query.len() == path_and_query.len() {
-                return Cow::Borrowed(path_and_query);
-            }
+        if let (Cow::Borrowed(_), Cow::Borrowed(_)) = (&path, &query)
+            && path.len() + query.len() == path_and_query.len()
+        {
+            return Cow::Borrowed(path_and_query);
         }
         Cow::Owned(format!("{path}{query}"))
     }
@@ -258,11 +258,11 @@ impl Reading {
         let owned = match self {
             Rfc3986 => remove_dot_segments(path),
             Merged => merge_segments(path),
-            SlashDecoded => remove_dot_segments(&decode(path, &[b'/'])),
-            SlashDecodedMerged => merge_segments(&decode(path, &[b'/'])),
-            ParamsDropped => merge_segments(&drop_params(&decode(path, &[b'/']))),
+            SlashDecoded => remove_dot_segments(&decode(path, b"/")),
+            SlashDecodedMerged => merge_segments(&decode(path, b"/")),
+            ParamsDropped => merge_segments(&drop_params(&decode(path, b"/"))),
             ParamsDroppedFirst => merge_segments(&drop_params(path)),
-            ParamsDroppedThenDecoded => merge_segments(&decode(&drop_params(path), &[b'/'])),
+            ParamsDroppedThenDecoded => merge_segments(&decode(&drop_params(path), b"/")),
             Backslash => remove_dot_segments(&backslashes(path)),
             Windows => windows(path),
             Decoded => merge_segments(&decode(path, &DECODED)),
@@ -283,13 +283,13 @@ impl Reading {
         use Reading::*;
         match self {
             SlashDecoded | SlashDecodedMerged | ParamsDropped | ParamsDroppedThenDecoded => {
-                decode(path, &[b'/'])
+                decode(path, b"/")
             }
             Backslash => backslashes(path),
-            Windows => backslashes(&decode(path, &[b'/'])).into_owned().into(),
+            Windows => Cow::Owned(backslashes(&decode(path, b"/")).into_owned()),
             Decoded => decode(path, &DECODED),
             Folded => fold(path),
-            WindowsFolded => Cow::Owned(fold(&backslashes(&decode(path, &[b'/']))).into_owned()),
+            WindowsFolded => Cow::Owned(fold(&backslashes(&decode(path, b"/"))).into_owned()),
             Rfc3986 | Merged | ParamsDroppedFirst | QueryDecoded => Cow::Borrowed(path),
         }
     }
@@ -341,7 +341,7 @@ fn decode<'a>(s: &'a str, set: &[u8]) -> Cow<'a, str> {
 
 /// `%5C` (either case) read as `/`: in normal form a `\` is always `%5C`.
 fn backslashes(s: &str) -> Cow<'_, str> {
-    match decode(s, &[b'\\']) {
+    match decode(s, b"\\") {
         Cow::Owned(decoded) => Cow::Owned(decoded.replace('\\', "/")),
         borrowed => borrowed,
     }
@@ -378,7 +378,7 @@ fn fold(path: &str) -> Cow<'_, str> {
 /// and spaces are dropped (a segment of nothing else is `.`, except `..`),
 /// merged.
 fn windows(path: &str) -> String {
-    let slashes = decode(path, &[b'/']);
+    let slashes = decode(path, b"/");
     let decoded = backslashes(&slashes);
     let mut trimmed = String::with_capacity(decoded.len());
     for (i, segment) in decoded.split('/').enumerate() {
@@ -486,7 +486,7 @@ fn join(segments: &[&str], trailing_slash: bool) -> String {
 /// The most resolved reading of a path: `%2F` decoded, parameters dropped,
 /// slashes merged, dot-segments removed. Idempotent, and never above `/`.
 pub fn canonical(path: &str) -> String {
-    merge_segments(&drop_params(&decode(path, &[b'/'])))
+    merge_segments(&drop_params(&decode(path, b"/")))
 }
 
 /// The readings of `path_and_query` (normalised) that differ from it,
@@ -619,7 +619,10 @@ mod tests {
         let p = |r: Reading, s: &str| r.apply_pattern(s).into_owned();
         assert_eq!(p(Reading::Decoded, "/wiki/Special%3A"), "/wiki/Special:");
         assert_eq!(p(Reading::Decoded, "/a%3A*b$"), "/a:*b$");
-        assert_eq!(p(Reading::QueryDecoded, "/n?next=%2Fadmin"), "/n?next=/admin");
+        assert_eq!(
+            p(Reading::QueryDecoded, "/n?next=%2Fadmin"),
+            "/n?next=/admin"
+        );
         assert_eq!(p(Reading::Rfc3986, "/a/../b*"), "/b*");
         assert_eq!(p(Reading::Merged, "/"), "/");
         assert_eq!(p(Reading::Merged, "/$"), "/$");
