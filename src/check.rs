@@ -48,14 +48,17 @@ pub(crate) fn invalid_url(url: &str) -> Option<&'static str> {
 /// formatting per URL.
 struct Printer<'r> {
     rules: &'r AgentRules,
+    /// Also judge the case-folding readings (a case-insensitive origin).
+    case_insensitive: bool,
     rendered: Vec<Option<Box<[u8]>>>,
     summary: Summary,
 }
 
 impl<'r> Printer<'r> {
-    fn new(rules: &'r AgentRules) -> Printer<'r> {
+    fn new(rules: &'r AgentRules, case_insensitive: bool) -> Printer<'r> {
         Printer {
             rules,
+            case_insensitive,
             rendered: vec![None; rules.rules().len()],
             summary: Summary::default(),
         }
@@ -68,9 +71,10 @@ impl<'r> Printer<'r> {
             self.summary.invalid += 1;
             return writeln!(out, "INVALID {url}\t{reason}");
         }
-        let resolved = self
-            .rules
-            .check_resolved(crate::robots::normalize::path_and_query(url));
+        let resolved = self.rules.check_resolved_in(
+            crate::robots::normalize::path_and_query(url),
+            self.case_insensitive,
+        );
         match &resolved.judged_as {
             // Rare: disallowed in another reading of the path, named last.
             Some(path) => {
@@ -115,7 +119,17 @@ pub fn check_urls<'u>(
     urls: impl IntoIterator<Item = &'u str>,
     out: &mut impl Write,
 ) -> io::Result<Summary> {
-    let mut printer = Printer::new(rules);
+    check_urls_in(rules, urls, out, false)
+}
+
+/// [`check_urls`], with the case-folding readings when `case_insensitive`.
+pub fn check_urls_in<'u>(
+    rules: &AgentRules,
+    urls: impl IntoIterator<Item = &'u str>,
+    out: &mut impl Write,
+    case_insensitive: bool,
+) -> io::Result<Summary> {
+    let mut printer = Printer::new(rules, case_insensitive);
     for url in urls {
         printer.judge(url, out)?;
     }
@@ -145,12 +159,25 @@ const RUN: usize = 64 * 1024;
 /// checked once per run, not per line.
 pub fn check_lines(
     rules: &AgentRules,
-    mut input: impl Read,
+    input: impl Read,
     out: &mut impl Write,
     threads: usize,
 ) -> io::Result<Summary> {
+    check_lines_in(rules, input, out, threads, false)
+}
+
+/// [`check_lines`], with the case-folding readings when `case_insensitive`.
+pub fn check_lines_in(
+    rules: &AgentRules,
+    mut input: impl Read,
+    out: &mut impl Write,
+    threads: usize,
+    case_insensitive: bool,
+) -> io::Result<Summary> {
     let threads = threads.max(1);
-    let mut printers: Vec<Printer<'_>> = (0..threads).map(|_| Printer::new(rules)).collect();
+    let mut printers: Vec<Printer<'_>> = (0..threads)
+        .map(|_| Printer::new(rules, case_insensitive))
+        .collect();
     let mut buffers: Vec<Vec<u8>> = Vec::new();
     let mut block: Vec<u8> = Vec::new();
     let mut next: Vec<u8> = Vec::new();

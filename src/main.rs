@@ -42,6 +42,10 @@ enum Command {
         /// Take the agent from this config file.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
+        /// The origin's paths are case-insensitive (IIS, Windows, macOS):
+        /// also judge them lower-cased, as `robots.case_insensitive_hosts`.
+        #[arg(long)]
+        case_insensitive: bool,
         /// URLs (absolute or paths); read from stdin, one per line, if none.
         urls: Vec<String>,
     },
@@ -112,6 +116,7 @@ fn main() -> ExitCode {
             robots,
             agent,
             config,
+            case_insensitive,
             urls,
         } => {
             let agent = match (agent, config) {
@@ -125,7 +130,7 @@ fn main() -> ExitCode {
                 },
                 (None, None) => Config::default().agent,
             };
-            run_check(&robots, &agent, &urls)
+            run_check(&robots, &agent, &urls, case_insensitive)
         }
         Command::Config(ConfigCommand::Check { file }) => match Config::load(&file) {
             Ok(_) => {
@@ -423,7 +428,7 @@ async fn shutdown_signal(stop: [io::Result<tokio::signal::unix::Signal>; 2]) {
     tracing::info!("shutting down: no new connections, finishing requests in flight");
 }
 
-fn run_check(path: &Path, agent: &str, urls: &[String]) -> ExitCode {
+fn run_check(path: &Path, agent: &str, urls: &[String], case_insensitive: bool) -> ExitCode {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) => {
@@ -440,9 +445,20 @@ fn run_check(path: &Path, agent: &str, urls: &[String]) -> ExitCode {
     let mut out = BufWriter::with_capacity(64 * 1024, stdout.lock());
     let result = if urls.is_empty() {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        check::check_lines(&rules, io::stdin().lock(), &mut out, threads)
+        check::check_lines_in(
+            &rules,
+            io::stdin().lock(),
+            &mut out,
+            threads,
+            case_insensitive,
+        )
     } else {
-        check::check_urls(&rules, urls.iter().map(String::as_str), &mut out)
+        check::check_urls_in(
+            &rules,
+            urls.iter().map(String::as_str),
+            &mut out,
+            case_insensitive,
+        )
     };
     match result.and_then(|s| out.flush().map(|()| s)) {
         Ok(summary) if summary.invalid > 0 => {

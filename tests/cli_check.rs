@@ -168,3 +168,37 @@ fn the_agent_defaults_to_the_configured_one() {
     assert_eq!(run(&["--config", &path, "/cfg"]).status.code(), Some(1));
     assert_eq!(run(&["--config", &path, "/own"]).status.code(), Some(0));
 }
+
+#[test]
+fn every_reading_is_judged_and_case_folds_only_when_asked() {
+    let f = robots_file("User-agent: *\nDisallow: /private/\nDisallow: /wiki/Special:\n");
+    let (code, out, _) = check(
+        f.path(),
+        "ExampleBot",
+        &[
+            "/public\\..\\private/x",
+            "/private./x",
+            "/wiki/Special%3ASearch",
+            "/PRIVATE/x",
+        ],
+        None,
+    );
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        out,
+        "DISALLOWED /public\\..\\private/x\tline 2: Disallow: /private/\tjudged as /private/x\n\
+         DISALLOWED /private./x\tline 2: Disallow: /private/\tjudged as /private/x\n\
+         DISALLOWED /wiki/Special%3ASearch\tline 3: Disallow: /wiki/Special:\tjudged as /wiki/Special:Search\n\
+         ALLOWED /PRIVATE/x\n"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["check", "--case-insensitive", "--robots"])
+        .arg(f.path())
+        .args(["--agent", "ExampleBot", "/PRIVATE/x"])
+        .output()
+        .expect("run");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "DISALLOWED /PRIVATE/x\tline 2: Disallow: /private/\tjudged as /private/x\n"
+    );
+}

@@ -734,6 +734,11 @@ impl AgentRules {
             };
         }
         let traits = Traits::of(&path);
+        // The last form judged against the rules as written: readings that
+        // differ only where this path has nothing to read (Decoded and
+        // QueryDecoded for a path with an encoded query alone) give the same
+        // form, judged once.
+        let mut last: Option<Cow<'_, str>> = None;
         for (k, reading) in READINGS.iter().enumerate() {
             let rules_read = self.changed & (1 << k) != 0;
             if (reading.folds_case() && !case_insensitive)
@@ -742,7 +747,7 @@ impl AgentRules {
                 continue;
             }
             let form = reading.apply(&path);
-            if !rules_read && form == path {
+            if !rules_read && (form == path || last.as_ref() == Some(&form)) {
                 continue;
             }
             let other = self.check_read(*reading, &form);
@@ -752,6 +757,9 @@ impl AgentRules {
                     judged_as: (form != path).then(|| form.into_owned()),
                     reading: Some(*reading),
                 };
+            }
+            if !rules_read {
+                last = Some(form);
             }
         }
         Resolved {
