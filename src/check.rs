@@ -48,17 +48,16 @@ pub(crate) fn invalid_url(url: &str) -> Option<&'static str> {
 /// formatting per URL.
 struct Printer<'r> {
     rules: &'r AgentRules,
-    /// Also judge the case-folding readings (a case-insensitive origin).
-    case_insensitive: bool,
+    opts: &'r Options,
     rendered: Vec<Option<Box<[u8]>>>,
     summary: Summary,
 }
 
 impl<'r> Printer<'r> {
-    fn new(rules: &'r AgentRules, case_insensitive: bool) -> Printer<'r> {
+    fn new(rules: &'r AgentRules, opts: &'r Options) -> Printer<'r> {
         Printer {
             rules,
-            case_insensitive,
+            opts,
             rendered: vec![None; rules.rules().len()],
             summary: Summary::default(),
         }
@@ -73,8 +72,19 @@ impl<'r> Printer<'r> {
         }
         let resolved = self.rules.check_resolved_in(
             crate::robots::normalize::path_and_query(url),
-            self.case_insensitive,
+            self.opts.case_insensitive,
         );
+        if resolved.verdict.allowed && !self.opts.purposes.is_empty() {
+            let path = crate::robots::normalize::path_and_query(url);
+            for purpose in &self.opts.purposes {
+                if let Some(v) = self.rules.usage(path, purpose)
+                    && v.pref == crate::robots::usage::Pref::Disallowed
+                {
+                    self.summary.disallowed += 1;
+                    return writeln!(out, "DISALLOWED {url}\t{}\tusage {purpose}=n", v.rule);
+                }
+            }
+        }
         match &resolved.judged_as {
             // Rare: disallowed in another reading of the path, named last.
             Some(path) => {
@@ -119,17 +129,27 @@ pub fn check_urls<'u>(
     urls: impl IntoIterator<Item = &'u str>,
     out: &mut impl Write,
 ) -> io::Result<Summary> {
-    check_urls_in(rules, urls, out, false)
+    check_urls_with(rules, urls, out, &Options::default())
 }
 
-/// [`check_urls`], with the case-folding readings when `case_insensitive`.
-pub fn check_urls_in<'u>(
+/// How URLs are judged beyond the rules as sent.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Also judge the case-folding readings (a case-insensitive origin).
+    pub case_insensitive: bool,
+    /// Declared purposes (usage categories such as `train-ai`): a URL whose
+    /// usage preference for one of them is `n` is disallowed.
+    pub purposes: Vec<String>,
+}
+
+/// [`check_urls`] with [`Options`].
+pub fn check_urls_with<'u>(
     rules: &AgentRules,
     urls: impl IntoIterator<Item = &'u str>,
     out: &mut impl Write,
-    case_insensitive: bool,
+    opts: &Options,
 ) -> io::Result<Summary> {
-    let mut printer = Printer::new(rules, case_insensitive);
+    let mut printer = Printer::new(rules, opts);
     for url in urls {
         printer.judge(url, out)?;
     }
@@ -163,21 +183,19 @@ pub fn check_lines(
     out: &mut impl Write,
     threads: usize,
 ) -> io::Result<Summary> {
-    check_lines_in(rules, input, out, threads, false)
+    check_lines_with(rules, input, out, threads, &Options::default())
 }
 
-/// [`check_lines`], with the case-folding readings when `case_insensitive`.
-pub fn check_lines_in(
+/// [`check_lines`] with [`Options`].
+pub fn check_lines_with(
     rules: &AgentRules,
     mut input: impl Read,
     out: &mut impl Write,
     threads: usize,
-    case_insensitive: bool,
+    opts: &Options,
 ) -> io::Result<Summary> {
     let threads = threads.max(1);
-    let mut printers: Vec<Printer<'_>> = (0..threads)
-        .map(|_| Printer::new(rules, case_insensitive))
-        .collect();
+    let mut printers: Vec<Printer<'_>> = (0..threads).map(|_| Printer::new(rules, opts)).collect();
     let mut buffers: Vec<Vec<u8>> = Vec::new();
     let mut block: Vec<u8> = Vec::new();
     let mut next: Vec<u8> = Vec::new();

@@ -46,6 +46,11 @@ enum Command {
         /// also judge them lower-cased, as `robots.case_insensitive_hosts`.
         #[arg(long)]
         case_insensitive: bool,
+        /// A declared purpose (usage category: train-ai, search, ai-input):
+        /// a URL whose Content-Usage or Content-Signal preference for it is
+        /// `n` is DISALLOWED. Repeatable.
+        #[arg(long = "purpose", value_name = "CATEGORY")]
+        purposes: Vec<String>,
         /// URLs (absolute or paths); read from stdin, one per line, if none.
         urls: Vec<String>,
     },
@@ -117,6 +122,7 @@ fn main() -> ExitCode {
             agent,
             config,
             case_insensitive,
+            purposes,
             urls,
         } => {
             let agent = match (agent, config) {
@@ -130,7 +136,11 @@ fn main() -> ExitCode {
                 },
                 (None, None) => Config::default().agent,
             };
-            run_check(&robots, &agent, &urls, case_insensitive)
+            let opts = check::Options {
+                case_insensitive,
+                purposes,
+            };
+            run_check(&robots, &agent, &urls, &opts)
         }
         Command::Config(ConfigCommand::Check { file }) => match Config::load(&file) {
             Ok(_) => {
@@ -428,7 +438,7 @@ async fn shutdown_signal(stop: [io::Result<tokio::signal::unix::Signal>; 2]) {
     tracing::info!("shutting down: no new connections, finishing requests in flight");
 }
 
-fn run_check(path: &Path, agent: &str, urls: &[String], case_insensitive: bool) -> ExitCode {
+fn run_check(path: &Path, agent: &str, urls: &[String], opts: &check::Options) -> ExitCode {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) => {
@@ -445,20 +455,9 @@ fn run_check(path: &Path, agent: &str, urls: &[String], case_insensitive: bool) 
     let mut out = BufWriter::with_capacity(64 * 1024, stdout.lock());
     let result = if urls.is_empty() {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        check::check_lines_in(
-            &rules,
-            io::stdin().lock(),
-            &mut out,
-            threads,
-            case_insensitive,
-        )
+        check::check_lines_with(&rules, io::stdin().lock(), &mut out, threads, opts)
     } else {
-        check::check_urls_in(
-            &rules,
-            urls.iter().map(String::as_str),
-            &mut out,
-            case_insensitive,
-        )
+        check::check_urls_with(&rules, urls.iter().map(String::as_str), &mut out, opts)
     };
     match result.and_then(|s| out.flush().map(|()| s)) {
         Ok(summary) if summary.invalid > 0 => {

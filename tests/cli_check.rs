@@ -202,3 +202,43 @@ fn every_reading_is_judged_and_case_folds_only_when_asked() {
         "DISALLOWED /PRIVATE/x\tline 2: Disallow: /private/\tjudged as /private/x\n"
     );
 }
+
+#[test]
+fn a_declared_purpose_disallows_what_the_site_prefers_not_used_for_it() {
+    let f = robots_file(
+        "User-Agent: *\nAllow: /\nDisallow: /never/\nContent-Usage: train-ai=n\nContent-Usage: /ai-ok/ train-ai=y\n",
+    );
+    let run = |purpose: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+            .args(["check", "--robots"])
+            .arg(f.path())
+            .args(purpose)
+            .args([
+                "--agent",
+                "ExampleBot",
+                "/test",
+                "/never/test",
+                "/ai-ok/test",
+            ])
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, out) = run(&["--purpose", "train-ai"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        out,
+        "DISALLOWED /test\tline 4: Content-Usage: train-ai=n\tusage train-ai=n\n\
+         DISALLOWED /never/test\tline 3: Disallow: /never/\n\
+         ALLOWED /ai-ok/test\tline 2: Allow: /\n"
+    );
+    // Without the purpose, only the crawl rules decide.
+    let (_, out) = run(&["--purpose", "search"]);
+    assert!(
+        out.starts_with("ALLOWED /test\tline 2: Allow: /\n"),
+        "{out}"
+    );
+}

@@ -1050,3 +1050,115 @@ fn rule_display_names_line_and_value_as_written() {
         Some("line 4: Allow: x".to_owned())
     );
 }
+
+// --- Usage preferences (draft-ietf-aipref-attach-04, draft-ietf-aipref-vocab-08).
+
+use robots_proxy::robots::usage::{Kind, Pref};
+
+/// The usage preference for `category` at `path`, after the path is
+/// judged crawlable (preferences apply only to what may be crawled).
+fn usage(text: &str, agent: &str, path: &str, category: &str) -> Option<(Pref, u32)> {
+    let r = Robots::parse(text.as_bytes()).agent_rules(agent);
+    if !r.check(path).allowed {
+        return None;
+    }
+    r.usage(path, category).map(|v| (v.pref, v.rule.line()))
+}
+
+#[test]
+fn attach_example_header_form_in_robots_txt() {
+    // §1.2: the same statement as the header, for a whole group.
+    let txt = "User-Agent: *\nAllow: /\nContent-Usage: train-ai=n\n";
+    assert_eq!(
+        usage(txt, "bot", "/any", "train-ai"),
+        Some((Pref::Disallowed, 3))
+    );
+    assert_eq!(usage(txt, "bot", "/any", "search"), None);
+}
+
+const ATTACH_EXAMPLE: &str = "User-Agent: *\nAllow: /\nDisallow: /never/\nContent-Usage: train-ai=n\nContent-Usage: /ai-ok/ train-ai=y\n\nUser-Agent: ExampleBot\nAllow: /\nContent-Usage: train-ai=y\n";
+
+#[test]
+fn attach_example_table_of_paths() {
+    // §3.4, the table: /test yes train-ai=n; /never/test no N/A;
+    // /ai-ok/test yes train-ai=y.
+    assert_eq!(
+        usage(ATTACH_EXAMPLE, "other", "/test", "train-ai"),
+        Some((Pref::Disallowed, 4))
+    );
+    assert_eq!(
+        usage(ATTACH_EXAMPLE, "other", "/never/test", "train-ai"),
+        None
+    );
+    assert!(
+        !Robots::parse(ATTACH_EXAMPLE.as_bytes())
+            .agent_rules("other")
+            .check("/never/test")
+            .allowed
+    );
+    assert_eq!(
+        usage(ATTACH_EXAMPLE, "other", "/ai-ok/test", "train-ai"),
+        Some((Pref::Allowed, 5))
+    );
+}
+
+#[test]
+fn attach_example_examplebot_uses_its_own_group() {
+    assert_eq!(
+        usage(ATTACH_EXAMPLE, "ExampleBot", "/test", "train-ai"),
+        Some((Pref::Allowed, 9))
+    );
+    assert_eq!(
+        usage(ATTACH_EXAMPLE, "ExampleBot/2.0", "/never/test", "train-ai"),
+        Some((Pref::Allowed, 9))
+    );
+}
+
+#[test]
+fn content_usage_lines_may_be_interleaved_and_do_not_end_a_group() {
+    let txt = "user-agent: a\ncontent-usage: search=n\nuser-agent: b\ndisallow: /x\n";
+    // The usage line is a rule: `b` starts a new group.
+    assert_eq!(usage(txt, "a", "/x", "search"), Some((Pref::Disallowed, 2)));
+    assert_eq!(usage(txt, "b", "/y", "search"), None);
+    // Before any user-agent line: no group, ignored.
+    assert_eq!(
+        usage(
+            "content-usage: train-ai=n\nuser-agent: *\nallow: /\n",
+            "x",
+            "/",
+            "train-ai"
+        ),
+        None
+    );
+}
+
+#[test]
+fn content_signal_as_cloudflare_publishes_it() {
+    let txt = "# As a condition of accessing this website, you agree to abide by the following\n# content signals: ...\nUser-Agent: *\nContent-Signal: search=yes, ai-train=no\nAllow: /\n";
+    assert_eq!(
+        usage(txt, "bot", "/page", "train-ai"),
+        Some((Pref::Disallowed, 4))
+    );
+    assert_eq!(
+        usage(txt, "bot", "/page", "search"),
+        Some((Pref::Allowed, 4))
+    );
+    assert_eq!(usage(txt, "bot", "/page", "ai-input"), None);
+    let r = Robots::parse(txt.as_bytes());
+    assert_eq!(r.usage_rules()[0].kind(), Kind::ContentSignal);
+}
+
+#[test]
+fn malformed_usage_lines_are_kept_and_reported_never_a_parse_failure() {
+    let txt = "user-agent: *\ncontent-usage: train-ai=maybe\ncontent-usage: /a TRAIN-AI=n\ndisallow: /private\n";
+    let r = Robots::parse(txt.as_bytes());
+    assert_eq!(r.usage_rules().len(), 2);
+    assert!(
+        r.usage_rules()
+            .iter()
+            .all(|u| !u.statement().problems().is_empty())
+    );
+    let rules = r.agent_rules("x");
+    assert!(!rules.check("/private").allowed);
+    assert_eq!(rules.usage("/a", "train-ai"), None);
+}

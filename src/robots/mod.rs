@@ -21,6 +21,7 @@ mod index;
 pub mod normalize;
 pub mod parse;
 pub mod pattern;
+pub mod usage;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -255,6 +256,8 @@ struct Group {
     start: u32,
     end: u32,
     crawl_delay: Option<f64>,
+    /// Indices into [`Robots::usage`] (usage lines are few).
+    usage: Vec<u32>,
 }
 
 /// A parsed robots.txt file.
@@ -262,6 +265,8 @@ struct Group {
 pub struct Robots {
     groups: Vec<Group>,
     rules: Vec<RawRule>,
+    /// `Content-Usage` and `Content-Signal` lines, in file order.
+    usage: Vec<usage::UsageRule>,
     sitemaps: Vec<Box<str>>,
     truncated: bool,
 }
@@ -298,6 +303,7 @@ impl Robots {
                             start: at,
                             end: at,
                             crawl_delay: None,
+                            usage: Vec::new(),
                         });
                         rules_started = false;
                     }
@@ -329,6 +335,21 @@ impl Robots {
                     {
                         group.crawl_delay.get_or_insert(delay);
                     }
+                }
+                Key::ContentUsage | Key::ContentSignal => {
+                    let Some(group) = robots.groups.last_mut() else {
+                        continue;
+                    };
+                    rules_started = true;
+                    let kind = if line.key == Key::ContentUsage {
+                        usage::Kind::ContentUsage
+                    } else {
+                        usage::Kind::ContentSignal
+                    };
+                    group.usage.push(robots.usage.len() as u32);
+                    robots
+                        .usage
+                        .push(usage::UsageRule::parse(kind, line.number, line.value));
                 }
                 Key::Sitemap => {
                     if !line.value.is_empty() {
@@ -378,6 +399,11 @@ impl Robots {
             + self.groups.capacity() * std::mem::size_of::<Group>()
             + self.groups.iter().map(agents).sum::<usize>()
             + self.rules.iter().map(RawRule::memory_usage).sum::<usize>()
+            + self
+                .usage
+                .iter()
+                .map(usage::UsageRule::memory_usage)
+                .sum::<usize>()
             + self.sitemaps.iter().map(|s| 16 + s.len()).sum::<usize>()
     }
 
@@ -454,7 +480,18 @@ impl Robots {
             .fold(None, |acc: Option<f64>, d| {
                 Some(acc.map_or(d, |a| a.max(d)))
             });
-        AgentRules::new(Table::build(&rules), selection, crawl_delay)
+        let mut compiled = AgentRules::new(Table::build(&rules), selection, crawl_delay);
+        compiled.usage = groups
+            .iter()
+            .flat_map(|g| g.usage.iter())
+            .filter_map(|&i| self.usage.get(i as usize).cloned())
+            .collect();
+        compiled
+    }
+
+    /// Every `Content-Usage` and `Content-Signal` line, in file order.
+    pub fn usage_rules(&self) -> &[usage::UsageRule] {
+        &self.usage
     }
 }
 
@@ -534,6 +571,8 @@ pub struct AgentRules {
     /// files have no pattern any reading changes, and most paths need no
     /// reading).
     read: OnceLock<Box<[ReadRules]>>,
+    /// The selected groups' usage preference lines (most files have none).
+    usage: Box<[usage::UsageRule]>,
 }
 
 /// The rules of an [`AgentRules`] as one [`Reading`] reads their patterns.
@@ -575,7 +614,31 @@ impl AgentRules {
             crawl_delay,
             changed: 0,
             read: OnceLock::new(),
+            usage: Box::default(),
         }
+    }
+
+    /// The usage preference for `category` (`train-ai`, `search`, …) that
+    /// the selected groups state for `path_and_query`, with the rule that
+    /// states it; `None` when no line states one (unknown, which allows).
+    /// Usage preferences apply only to what may be crawled: callers judge
+    /// the path with [`AgentRules::check`] first.
+    pub fn usage(&self, path_and_query: &str, category: &str) -> Option<usage::UsageVerdict<'_>> {
+        if self.usage.is_empty() {
+            return None;
+        }
+        let rooted: Cow<'_, str> = if path_and_query.starts_with('/') {
+            Cow::Borrowed(path_and_query)
+        } else {
+            Cow::Owned(format!("/{path_and_query}"))
+        };
+        let path = normalize::normalize_str(&rooted, Side::Url);
+        usage::decide(&self.usage, &path, category)
+    }
+
+    /// The selected groups' usage preference lines.
+    pub fn usage_rules(&self) -> &[usage::UsageRule] {
+        &self.usage
     }
 
     /// The rules as `reading` reads them, if it changes any pattern.
@@ -673,6 +736,11 @@ impl AgentRules {
         std::mem::size_of::<Self>()
             + self.table.memory_usage()
             + self.index.as_ref().map_or(0, |i| i.memory_usage())
+            + self
+                .usage
+                .iter()
+                .map(usage::UsageRule::memory_usage)
+                .sum::<usize>()
             + self.read.get().map_or(0, |read| {
                 read.iter()
                     .map(|r| r.rules.memory_usage() + 4 * r.base.len())

@@ -28,13 +28,17 @@ pub(crate) enum Key {
     Disallow,
     Sitemap,
     CrawlDelay,
+    /// `Content-Usage` (draft-ietf-aipref-attach).
+    ContentUsage,
+    /// `Content-Signal` (Cloudflare).
+    ContentSignal,
     Unknown,
 }
 
 impl Key {
     /// Classifies a key, case-insensitively, accepting Google's typos.
     pub(crate) fn classify(key: &str) -> Key {
-        // Longest accepted key is 11 bytes; longer ones are unknown.
+        // Longest accepted key is 14 bytes; longer ones are unknown.
         if key.len() > 16 {
             return Key::Unknown;
         }
@@ -50,6 +54,8 @@ impl Key {
             }
             b"sitemap" | b"site-map" => Key::Sitemap,
             b"crawl-delay" | b"crawldelay" | b"crawl delay" | b"crawl_delay" => Key::CrawlDelay,
+            b"content-usage" => Key::ContentUsage,
+            b"content-signal" => Key::ContentSignal,
             _ => Key::Unknown,
         }
     }
