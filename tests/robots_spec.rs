@@ -1162,3 +1162,45 @@ fn malformed_usage_lines_are_kept_and_reported_never_a_parse_failure() {
     assert!(!rules.check("/private").allowed);
     assert_eq!(rules.usage("/a", "train-ai"), None);
 }
+
+// --- Where the project differs from public suites, decided by RFC 9309's
+// --- grammar (README: "Reading robots.txt").
+
+/// A NUL is a control character, which `UTF8-char-noctl` excludes: such a
+/// value does not conform, and is read leniently (Postel) like any other
+/// octet outside printable ASCII, percent-encoded. It neither ends the line
+/// nor the group.
+#[test]
+fn a_nul_inside_a_value_is_read_as_an_encoded_octet() {
+    let r = rules("user-agent: *\ndisallow: /a\0b\ndisallow: /c\n", "x");
+    assert!(!r.check("/a%00b").allowed);
+    assert!(r.check("/a").allowed);
+    assert!(r.check("/ab").allowed);
+    assert!(!r.check("/c").allowed);
+    let r = rules("user-agent: foo\0bar\ndisallow: /x\n", "foo");
+    assert!(!r.check("/x").allowed);
+}
+
+/// `identifier = 1*(%x2d / %x41-5a / %x5f / %x61-7a)`: no digits. A product
+/// token is the leading identifier, on the crawler's side and in the
+/// `User-agent` line alike, so `AB42bot` is `ab` on both (as Google's
+/// matcher reads it).
+#[test]
+fn a_product_token_ends_at_its_first_digit() {
+    assert_eq!(product_token("AB42bot/1.0"), "ab");
+    let txt = "user-agent: AB42bot\ndisallow: /x\n\nuser-agent: *\ndisallow: /\n";
+    assert!(!rules(txt, "AB42bot").check("/x").allowed);
+    assert!(rules(txt, "AB42bot").check("/y").allowed);
+    assert!(rules(txt, "AB").check("/y").allowed);
+    assert!(!rules(txt, "ABC").check("/y").allowed);
+}
+
+/// Matching is defined on the path as written (RFC 9309 §2.2.2), so
+/// `Allow: /dir/index.html` allows that file, not `/dir/` (google/robotstxt
+/// adds `/dir/$` for `index.htm*`; its documented behaviour does not).
+#[test]
+fn an_allowed_index_file_does_not_allow_its_directory() {
+    let txt = "user-agent: *\ndisallow: /dir/\nallow: /dir/index.html\n";
+    assert!(rules(txt, "x").check("/dir/index.html").allowed);
+    assert!(!rules(txt, "x").check("/dir/").allowed);
+}
