@@ -134,6 +134,12 @@ pub(crate) fn settings_from(
             .iter()
             .map(|h| h.to_ascii_lowercase())
             .collect(),
+        allow_bodies_for: config
+            .upstream
+            .allow_bodies_for
+            .iter()
+            .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+            .collect(),
         acl,
         auth,
         politeness,
@@ -407,6 +413,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
     "upstream.response_timeout",
     "audit.log_all",
     "tls.no_intercept",
+    "upstream.allow_bodies_for",
     "politeness.*",
     "access.*",
     "log.level",

@@ -129,6 +129,10 @@ pub struct UpstreamConfig {
     pub(crate) pool_idle_timeout: Duration,
     /// Extra PEM files of trust anchors for upstream TLS.
     pub ca_files: Vec<PathBuf>,
+    /// Hosts (`example.com` or `*.example.com`) whose GET, HEAD, DELETE
+    /// and OPTIONS requests may carry a body (search APIs that take GET
+    /// bodies); elsewhere such a request is refused with 400.
+    pub allow_bodies_for: Vec<String>,
 }
 
 /// The audit log of blocked (and optionally all) requests.
@@ -328,6 +332,7 @@ impl Default for UpstreamConfig {
             pool_idle_max: 1024,
             pool_idle_timeout: Duration::from_secs(90),
             ca_files: Vec::new(),
+            allow_bodies_for: Vec::new(),
         }
     }
 }
@@ -599,12 +604,17 @@ impl Config {
         if self.tls.leaf_cache == 0 {
             errors.push("key `tls.leaf_cache` must be at least 1".to_string());
         }
-        for host in &self.tls.no_intercept {
-            let h = host.strip_prefix("*.").unwrap_or(host);
-            if h.is_empty() || h.contains(['/', ':', ' ', '*']) {
-                errors.push(format!(
-                    "key `tls.no_intercept`: {host:?} is not a host name or `*.suffix`"
-                ));
+        for (key, hosts) in [
+            ("tls.no_intercept", &self.tls.no_intercept),
+            ("upstream.allow_bodies_for", &self.upstream.allow_bodies_for),
+        ] {
+            for host in hosts {
+                let h = host.strip_prefix("*.").unwrap_or(host);
+                if h.is_empty() || h.contains(['/', ':', ' ', '*']) {
+                    errors.push(format!(
+                        "key `{key}`: {host:?} is not a host name or `*.suffix`"
+                    ));
+                }
             }
         }
         let acl = |key: &str, nets: &[IpNet]| {

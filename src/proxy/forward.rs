@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Body as _;
 
@@ -87,6 +87,25 @@ pub(super) fn frame_request_body(req: &mut Request<Body>) {
     );
 }
 
+/// True for a request whose method defines no meaning for a body (RFC
+/// 9110: GET §9.3.1, HEAD §9.3.2, DELETE §9.3.5; OPTIONS §9.3.7 allows
+/// one with a Content-Type but defines no use for it, and CORS preflights
+/// never send one) and which carries one anyway: a Content-Length above
+/// zero or a chunked body (`Content-Length: 0` is no body). Many origins
+/// (Python's `BaseHTTPRequestHandler` apps among them) never read such a
+/// body, and read it as the next request on the connection instead: a
+/// path the proxy never judged, fetched without an audit line, its
+/// response handed to whichever request comes next on that connection.
+pub(crate) fn undefined_body(req: &Request<Body>) -> bool {
+    let method = req.method();
+    let bodyless = method == Method::GET
+        || method == Method::HEAD
+        || method == Method::DELETE
+        || method == Method::OPTIONS;
+    let body = req.body();
+    bodyless && !body.is_end_stream() && body.size_hint().exact() != Some(0)
+}
+
 /// The Transfer-Encoding of a message, if it is anything but `chunked`
 /// alone. hyper undoes only chunked; Transfer-Encoding is hop-by-hop and
 /// removed, so a body under another coding (`gzip, chunked`) would reach
@@ -136,6 +155,14 @@ pub(crate) async fn forward(
     timeout: Duration,
 ) -> Response<Body> {
     strip_hop_by_hop(req.headers_mut());
+    if undefined_body(&req) {
+        // Only for an origin in `upstream.allow_bodies_for`: should it
+        // ignore the body after all and read it as a request, the
+        // connection ends after this exchange, so no response to it can be
+        // taken for the next request's.
+        req.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     frame_request_body(&mut req);
     if let Some(via) = via {
         add_via(req.headers_mut(), via);

@@ -51,6 +51,9 @@ pub struct Settings {
     pub(crate) shutdown_grace: Duration,
     /// Hosts tunnelled without interception.
     pub(crate) no_intercept: Vec<String>,
+    /// `upstream.allow_bodies_for`: hosts whose GET, HEAD, DELETE and
+    /// OPTIONS requests may carry a body.
+    pub(crate) allow_bodies_for: Vec<String>,
     /// Clients allowed to connect.
     pub(crate) acl: ClientAcl,
     /// Proxy authentication, if users are configured.
@@ -332,6 +335,21 @@ impl Proxy {
             judgement.decision = Decision::RateLimited {
                 retry_after,
                 limit: Limit::UserQuota,
+            };
+        }
+        // A body on a method that defines none: refused unless the origin
+        // is named in `upstream.allow_bodies_for` (forward::undefined_body).
+        if judgement.decision.is_allowed()
+            && forward::undefined_body(&req)
+            && !connect::no_intercept(&settings.allow_bodies_for, origin.host())
+        {
+            judgement.decision = Decision::BadRequest {
+                reason: format!(
+                    "a {} request with a body (an origin that ignores it would read it as \
+                     another request); upstream.allow_bodies_for does not name {}",
+                    req.method(),
+                    origin.host()
+                ),
             };
         }
         // Cache: only what robots.txt allowed; a hit takes no Crawl-delay

@@ -130,6 +130,11 @@ pub(crate) fn blocked(j: &Judgement) -> Response<Body> {
         ),
         Decision::Refused { reason } => return refused(reason),
         Decision::BadGateway { .. } => (StatusCode::BAD_GATEWAY, "Upstream error", None),
+        Decision::BadRequest { .. } => (
+            StatusCode::BAD_REQUEST,
+            "Request not forwarded: its body could reach the origin as another request",
+            None,
+        ),
         Decision::Allowed { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "Allowed", None),
     };
     let mut body = format!(
