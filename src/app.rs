@@ -124,6 +124,7 @@ pub(crate) fn settings_from(
             })
             .collect(),
         response_timeout: config.upstream.response_timeout,
+        max_informational: config.upstream.max_informational,
         via: config.via,
         header_timeout: config.client_header_timeout,
         tunnel_idle_timeout: config.tunnel_idle_timeout,
@@ -345,6 +346,7 @@ fn fetch_settings(config: &Config) -> FetchSettings {
         user_agent: config.fetch_user_agent(),
         timeout: config.robots.fetch_timeout,
         max_redirects: config.robots.max_redirects,
+        max_informational: config.upstream.max_informational,
     }
 }
 
@@ -414,6 +416,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
     "audit.log_all",
     "tls.no_intercept",
     "upstream.allow_bodies_for",
+    "upstream.max_informational",
     "politeness.*",
     "access.*",
     "log.level",

@@ -133,6 +133,10 @@ pub struct UpstreamConfig {
     /// and OPTIONS requests may carry a body (search APIs that take GET
     /// bodies); elsewhere such a request is refused with 400.
     pub allow_bodies_for: Vec<String>,
+    /// Informational (1xx) responses an origin may send before its final
+    /// one (forwarded requests and robots.txt fetches); more ends the
+    /// request: 502, or robots.txt unreachable.
+    pub max_informational: usize,
 }
 
 /// The audit log of blocked (and optionally all) requests.
@@ -333,6 +337,7 @@ impl Default for UpstreamConfig {
             pool_idle_timeout: Duration::from_secs(90),
             ca_files: Vec::new(),
             allow_bodies_for: Vec::new(),
+            max_informational: 10,
         }
     }
 }

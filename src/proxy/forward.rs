@@ -13,6 +13,7 @@ use super::phases::{Failed, Outcome};
 use super::respond;
 use crate::body::Body;
 use crate::origin::{Origin, Scheme};
+use crate::upstream::informational::{Flooded, capped};
 use crate::upstream::{ErrorKind, HttpClient, Pool, UpstreamError};
 
 pub(crate) use crate::headers::strip_hop_by_hop;
@@ -145,7 +146,8 @@ fn drop_overridden_length(headers: &mut HeaderMap) {
 /// A plain `http` request without a body goes over `upstream`, driven in
 /// this task; others over the pooled `client`. Upstream failures become 502
 /// (or 403 for a refused private destination), a response that does not
-/// start within `timeout` a 504.
+/// start within `timeout` a 504, more than `max_informational` 1xx
+/// responses before it a 502.
 pub(crate) async fn forward(
     client: &HttpClient,
     upstream: &Arc<Pool>,
@@ -153,6 +155,7 @@ pub(crate) async fn forward(
     mut req: Request<Body>,
     via: Option<&HeaderValue>,
     timeout: Duration,
+    max_informational: usize,
 ) -> Response<Body> {
     strip_hop_by_hop(req.headers_mut());
     if undefined_body(&req) {
@@ -189,12 +192,14 @@ pub(crate) async fn forward(
                 Some(pq) => Uri::from(pq.clone()),
                 None => Uri::from_static("/"),
             };
-            match tokio::time::timeout(timeout, upstream.send(origin, req)).await {
-                Ok(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
-                Ok(Err(e)) => {
+            let sent = capped(req, max_informational, |req| upstream.send(origin, req));
+            match tokio::time::timeout(timeout, sent).await {
+                Ok(Ok(Ok(resp))) => Ok(resp.map(BodyExt::boxed)),
+                Ok(Ok(Err(e))) => {
                     let e = e.for_host(target.host().unwrap_or_default());
                     Err(upstream_error(&e, &target))
                 }
+                Ok(Err(flooded)) => Err(upstream_flooded(flooded, &target)),
                 Err(_) => Err(upstream_timeout(&target, timeout)),
             }
         }
@@ -203,12 +208,14 @@ pub(crate) async fn forward(
             if !host_is_derived {
                 req.headers_mut().remove(header::HOST);
             }
-            match tokio::time::timeout(timeout, client.request(req)).await {
-                Ok(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
-                Ok(Err(e)) => {
+            let sent = capped(req, max_informational, |req| client.request(req));
+            match tokio::time::timeout(timeout, sent).await {
+                Ok(Ok(Ok(resp))) => Ok(resp.map(BodyExt::boxed)),
+                Ok(Ok(Err(e))) => {
                     let e = UpstreamError::new(e, target.host().unwrap_or_default());
                     Err(upstream_error(&e, &target))
                 }
+                Ok(Err(flooded)) => Err(upstream_flooded(flooded, &target)),
                 Err(_) => Err(upstream_timeout(&target, timeout)),
             }
         }
@@ -254,6 +261,15 @@ fn upstream_timeout(target: &Uri, timeout: Duration) -> Response<Body> {
             "Upstream timeout: no response from {target} within {}\n",
             humantime::format_duration(timeout)
         ),
+    ))
+}
+
+/// The answer to a request the origin sent too many 1xx responses to.
+fn upstream_flooded(flooded: Flooded, target: &Uri) -> Response<Body> {
+    tracing::debug!(%target, "{flooded}");
+    upstream_failed(respond::text(
+        StatusCode::BAD_GATEWAY,
+        format!("Upstream error for {target}: {flooded}\n"),
     ))
 }
 

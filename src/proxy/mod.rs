@@ -40,6 +40,9 @@ pub struct Settings {
     /// Client User-Agent product token → robots token.
     pub(crate) agent_map: HashMap<String, String>,
     pub(crate) response_timeout: Duration,
+    /// `upstream.max_informational`: 1xx responses allowed before the
+    /// final one; more is a 502.
+    pub(crate) max_informational: usize,
     /// Whether forwarded messages get a `Via` header.
     pub(crate) via: bool,
     /// `client_header_timeout`: for new client connections, and inside
@@ -603,6 +606,7 @@ impl Proxy {
             req,
             settings.via.then_some(&self.via),
             timeout,
+            settings.max_informational,
         )
         .await;
         self.metrics.observe_upstream(start.elapsed());
