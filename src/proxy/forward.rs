@@ -68,6 +68,21 @@ fn host_header(uri: &Uri) -> HeaderValue {
     respond::header_value(&text)
 }
 
+/// Writes a target whose host ends in a dot (`http://localhost.:8081/`)
+/// as its origin's host, without it: the origin is the name without the
+/// dot (robots.txt is fetched from it, with that `Host`), and the request
+/// goes with the same `Host`, not with another name for the same site
+/// that a virtual-host origin may serve otherwise.
+pub(crate) fn drop_trailing_dot(req: &mut Request<Body>, origin: &Origin) {
+    if !req.uri().host().is_some_and(|h| h.ends_with('.')) {
+        return;
+    }
+    let path = crate::origin::path_of(req.uri());
+    if let Ok(uri) = origin.url(&path).parse::<Uri>() {
+        *req.uri_mut() = uri;
+    }
+}
+
 /// Makes a request body of unknown length (the client's own was chunked:
 /// its Transfer-Encoding, hop-by-hop, is gone by now) go out chunked.
 /// hyper's client would otherwise send it chunked for most methods but as

@@ -579,9 +579,10 @@ impl Proxy {
         settings: &Settings,
         client: SocketAddr,
         origin: &Origin,
-        req: Request<Body>,
+        mut req: Request<Body>,
         held: Duration,
     ) -> (Answer, Option<String>) {
+        forward::drop_trailing_dot(&mut req, origin);
         let timeout = settings.response_timeout;
         if upgrade::is_upgrade(req.headers()) {
             let upgrade = upgrade::UpgradeSettings {
