@@ -128,6 +128,7 @@ pub(crate) fn settings_from(
         via: config.via,
         header_timeout: config.client_header_timeout,
         tunnel_idle_timeout: config.tunnel_idle_timeout,
+        max_streams_per_tunnel: config.max_streams_per_tunnel,
         shutdown_grace: config.shutdown_grace,
         no_intercept: config
             .tls
@@ -250,10 +251,12 @@ impl App {
         } else {
             None
         };
-        let proxy = Arc::new(
-            Proxy::new(gate, upstreams, audit, metrics, minter, settings).with_cache(cache),
-        );
         let max_connections = config.max_connections(crate::limits::open_files());
+        let proxy = Arc::new(
+            Proxy::new(gate, upstreams, audit, metrics, minter, settings)
+                .with_cache(cache)
+                .with_requests_per_client(config.max_requests_per_client(max_connections)),
+        );
         Ok(App {
             proxy,
             listener,
@@ -409,6 +412,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
     "via",
     "client_header_timeout",
     "tunnel_idle_timeout",
+    "max_streams_per_tunnel",
     "shutdown_grace",
     "robots.fetch_timeout",
     "robots.max_redirects",
@@ -423,7 +427,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
 ];
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 32] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 33] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -437,6 +441,10 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 32] {
         (
             old.max_connections_per_client != new.max_connections_per_client,
             "max_connections_per_client",
+        ),
+        (
+            old.max_requests_per_client != new.max_requests_per_client,
+            "max_requests_per_client",
         ),
         (old.admin.listen != new.admin.listen, "admin.listen"),
         (
