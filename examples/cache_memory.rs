@@ -294,6 +294,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 user_agent: "robots-proxy-bench".into(),
                 timeout: Duration::from_secs(10),
                 max_redirects: 5,
+                max_informational: 10,
             },
             CacheSettings {
                 capacity: origins,

@@ -124,15 +124,23 @@ pub(crate) fn settings_from(
             })
             .collect(),
         response_timeout: config.upstream.response_timeout,
+        max_informational: config.upstream.max_informational,
         via: config.via,
         header_timeout: config.client_header_timeout,
         tunnel_idle_timeout: config.tunnel_idle_timeout,
+        max_streams_per_tunnel: config.max_streams_per_tunnel,
         shutdown_grace: config.shutdown_grace,
         no_intercept: config
             .tls
             .no_intercept
             .iter()
             .map(|h| h.to_ascii_lowercase())
+            .collect(),
+        allow_bodies_for: config
+            .upstream
+            .allow_bodies_for
+            .iter()
+            .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
             .collect(),
         acl,
         auth,
@@ -244,10 +252,12 @@ impl App {
         } else {
             None
         };
-        let proxy = Arc::new(
-            Proxy::new(gate, upstreams, audit, metrics, minter, settings).with_cache(cache),
-        );
         let max_connections = config.max_connections(crate::limits::open_files());
+        let proxy = Arc::new(
+            Proxy::new(gate, upstreams, audit, metrics, minter, settings)
+                .with_cache(cache)
+                .with_requests_per_client(config.max_requests_per_client(max_connections)),
+        );
         Ok(App {
             proxy,
             listener,
@@ -340,6 +350,7 @@ fn fetch_settings(config: &Config) -> FetchSettings {
         user_agent: config.fetch_user_agent(),
         timeout: config.robots.fetch_timeout,
         max_redirects: config.robots.max_redirects,
+        max_informational: config.upstream.max_informational,
     }
 }
 
@@ -402,19 +413,22 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
     "via",
     "client_header_timeout",
     "tunnel_idle_timeout",
+    "max_streams_per_tunnel",
     "shutdown_grace",
     "robots.fetch_timeout",
     "robots.max_redirects",
     "upstream.response_timeout",
     "audit.log_all",
     "tls.no_intercept",
+    "upstream.allow_bodies_for",
+    "upstream.max_informational",
     "politeness.*",
     "access.*",
     "log.level",
 ];
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 33] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 34] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -428,6 +442,10 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 33] {
         (
             old.max_connections_per_client != new.max_connections_per_client,
             "max_connections_per_client",
+        ),
+        (
+            old.max_requests_per_client != new.max_requests_per_client,
+            "max_requests_per_client",
         ),
         (old.admin.listen != new.admin.listen, "admin.listen"),
         (

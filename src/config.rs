@@ -52,6 +52,13 @@ pub struct Config {
     /// at accept. 0: a quarter of `max_connections`, at least 8 (see
     /// [`Config::max_connections_per_client`]).
     pub max_connections_per_client: usize,
+    /// Requests in flight at once from one address (judged, forwarded, or
+    /// streaming their response); more wait their turn. 0:
+    /// `max_connections_per_client` as resolved (see
+    /// [`Config::max_requests_per_client`]).
+    pub max_requests_per_client: usize,
+    /// Concurrent HTTP/2 streams inside one intercepted tunnel.
+    pub max_streams_per_tunnel: u32,
     /// Time a client has to send a request's headers, counted from the
     /// connection's start or the end of the previous response: idle
     /// keep-alive connections close after it too. The same on the proxy
@@ -132,6 +139,14 @@ pub struct UpstreamConfig {
     pub(crate) pool_idle_timeout: Duration,
     /// Extra PEM files of trust anchors for upstream TLS.
     pub ca_files: Vec<PathBuf>,
+    /// Hosts (`example.com` or `*.example.com`) whose GET, HEAD, DELETE
+    /// and OPTIONS requests may carry a body (search APIs that take GET
+    /// bodies); elsewhere such a request is refused with 400.
+    pub allow_bodies_for: Vec<String>,
+    /// Informational (1xx) responses an origin may send before its final
+    /// one (forwarded requests and robots.txt fetches); more ends the
+    /// request: 502, or robots.txt unreachable.
+    pub max_informational: usize,
 }
 
 /// The audit log of blocked (and optionally all) requests.
@@ -289,6 +304,8 @@ impl Default for Config {
             workers: 0,
             max_connections: 0,
             max_connections_per_client: 0,
+            max_requests_per_client: 0,
+            max_streams_per_tunnel: 100,
             client_header_timeout: Duration::from_secs(30),
             tunnel_idle_timeout: Duration::from_secs(5 * 60),
             agents: BTreeMap::new(),
@@ -332,6 +349,8 @@ impl Default for UpstreamConfig {
             pool_idle_max: 1024,
             pool_idle_timeout: Duration::from_secs(90),
             ca_files: Vec::new(),
+            allow_bodies_for: Vec::new(),
+            max_informational: 10,
         }
     }
 }
@@ -518,6 +537,16 @@ impl Config {
         (max_connections / 4).max(8)
     }
 
+    /// `max_requests_per_client`; when it is 0, the connections one
+    /// address may open (`max_connections_per_client` as resolved): an
+    /// HTTP/1.1 client never waits, an HTTP/2 one gets the same share.
+    pub(crate) fn max_requests_per_client(&self, max_connections: usize) -> usize {
+        if self.max_requests_per_client != 0 {
+            return self.max_requests_per_client;
+        }
+        self.max_connections_per_client(max_connections)
+    }
+
     /// Parses TOML text; `origin` names the source in errors.
     pub(crate) fn from_toml(text: &str, origin: &Path) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Invalid {
@@ -600,6 +629,9 @@ impl Config {
         if self.admin.max_connections == 0 {
             errors.push("key `admin.max_connections` must be at least 1".to_string());
         }
+        if self.max_streams_per_tunnel == 0 {
+            errors.push("key `max_streams_per_tunnel` must be at least 1".to_string());
+        }
         if self.tls.leaf_cache == 0 {
             errors.push("key `tls.leaf_cache` must be at least 1".to_string());
         }
@@ -609,6 +641,7 @@ impl Config {
                 "robots.case_insensitive_hosts",
                 &self.robots.case_insensitive_hosts,
             ),
+            ("upstream.allow_bodies_for", &self.upstream.allow_bodies_for),
         ] {
             for host in hosts {
                 let h = host.strip_prefix("*.").unwrap_or(host);

@@ -30,6 +30,7 @@ use crate::body::empty_body;
 use crate::origin::Origin;
 use crate::robots::Robots;
 use crate::robots::parse::MAX_BYTES;
+use crate::upstream::informational::capped;
 use crate::upstream::{ErrorKind, HttpClient, UpstreamError};
 
 /// What a robots.txt fetch concluded.
@@ -72,6 +73,10 @@ pub struct FetchSettings {
     pub user_agent: String,
     pub timeout: Duration,
     pub max_redirects: u8,
+    /// 1xx responses allowed before the final one; more makes robots.txt
+    /// unreachable, as a network error would
+    /// ([`crate::upstream::informational`]).
+    pub max_informational: usize,
 }
 
 /// Fetches `origin`'s robots.txt. Never fails: errors are an [`Outcome`].
@@ -140,9 +145,17 @@ async fn fetch_chain(
                 );
             }
         };
-        let response = match client.request(request).await {
-            Ok(r) => r,
-            Err(e) => {
+        let sent = capped(request, settings.max_informational, |r| client.request(r)).await;
+        let response = match sent {
+            Ok(Ok(r)) => r,
+            Err(flooded) => {
+                return (
+                    Outcome::Unreachable(format!("fetching {url}: {flooded}")),
+                    None,
+                    None,
+                );
+            }
+            Ok(Err(e)) => {
                 let e = UpstreamError::new(e, url.host().unwrap_or_default());
                 if e.kind() == ErrorKind::Refused {
                     // Nothing was sent: no connect error to tell.

@@ -32,6 +32,10 @@ pub enum Decision {
     Refused { reason: String },
     /// The origin failed TLS verification: 502 with the reason.
     BadGateway { reason: String },
+    /// Allowed by robots.txt, but not forwarded as sent (a body on a
+    /// method that defines none, which an origin may read as a second
+    /// request): 400 with the reason.
+    BadRequest { reason: String },
 }
 
 impl Decision {
@@ -44,6 +48,7 @@ impl Decision {
             Decision::RateLimited { .. } => "rate_limited",
             Decision::Refused { .. } => "refused",
             Decision::BadGateway { .. } => "bad_gateway",
+            Decision::BadRequest { .. } => "bad_request",
         }
     }
 
@@ -101,6 +106,7 @@ impl Decision {
             ),
             Decision::Refused { reason } => reason.clone(),
             Decision::BadGateway { reason } => format!("upstream TLS failed: {reason}"),
+            Decision::BadRequest { reason } => reason.clone(),
         }
     }
 }

@@ -39,14 +39,23 @@ impl ConnectionPolicy {
     /// An HTTP/1.1 or HTTP/2 server (inside intercepted tunnels). HTTP/2
     /// has no header timeout of its own: the proxy's connection driver
     /// closes a connection with no request in flight for `header_timeout`.
-    pub(crate) fn auto(&self) -> hyper_util::server::conn::auto::Builder<TokioExecutor> {
+    /// At most `max_streams` HTTP/2 streams are open at once (the client
+    /// is told in its SETTINGS and waits for one to end before it opens
+    /// another).
+    pub(crate) fn auto(
+        &self,
+        max_streams: u32,
+    ) -> hyper_util::server::conn::auto::Builder<TokioExecutor> {
         let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(self.header_timeout)
             .keep_alive(true);
-        builder.http2().timer(TokioTimer::new());
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(max_streams);
         builder
     }
 }

@@ -769,6 +769,7 @@ mod tests {
                 user_agent: "t".into(),
                 timeout: Duration::from_secs(1),
                 max_redirects: 5,
+                max_informational: 10,
             },
             CacheSettings {
                 capacity,

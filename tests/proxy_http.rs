@@ -561,3 +561,39 @@ async fn log_all_records_allowed_requests_too() {
     assert_eq!(audit[0]["decision"], "allowed");
     assert_eq!(audit[0]["rule"], "Allow: /yes");
 }
+
+/// A host written with its trailing dot is the same origin as without:
+/// robots.txt and the request itself reach the origin with one `Host`.
+#[tokio::test]
+async fn a_trailing_dot_host_is_sent_as_the_origin_it_names() {
+    let origin = Origin::start().await;
+    origin.robots("User-agent: *\nDisallow: /private\n");
+    let proxy = Proxy::start().await;
+    let port = origin.addr.port();
+    let url = format!("http://localhost.:{port}/page");
+    let req = http::Request::get(&url)
+        .header("host", format!("localhost.:{port}"))
+        .body(bytes::Bytes::new())
+        .expect("request");
+    let resp = proxy.request(req).await;
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert_eq!(origin.hits("/robots.txt"), 1);
+    assert_eq!(origin.hits("/page"), 1);
+    let hosts: Vec<String> = origin
+        .seen_headers
+        .lock()
+        .expect("seen")
+        .iter()
+        .map(|h| {
+            h.get_all("host")
+                .iter()
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .collect();
+    assert_eq!(
+        hosts,
+        [format!("localhost:{port}"), format!("localhost:{port}")]
+    );
+}

@@ -207,9 +207,11 @@ where
     let Tunnel { caller, stop, hold } = tunnel;
     let client = caller.client;
     let origin = Arc::new(origin);
+    let settings = proxy.settings();
     let policy = ConnectionPolicy {
-        header_timeout: proxy.settings().header_timeout,
+        header_timeout: settings.header_timeout,
     };
+    let max_streams = settings.max_streams_per_tunnel;
     let in_flight = InFlight::default();
     let counter = in_flight.clone();
     let counts = proxy.clone();
@@ -227,7 +229,7 @@ where
             Ok::<_, std::convert::Infallible>(InFlight::track(guard, resp))
         }
     });
-    let builder = policy.auto();
+    let builder = policy.auto(max_streams);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     let ended = drive(
         conn,

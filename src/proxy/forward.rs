@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Body as _;
 
@@ -13,6 +13,7 @@ use super::phases::{Failed, Outcome};
 use super::respond;
 use crate::body::Body;
 use crate::origin::{Origin, Scheme};
+use crate::upstream::informational::{Flooded, capped};
 use crate::upstream::{ErrorKind, HttpClient, Pool, UpstreamError};
 
 pub(crate) use crate::headers::strip_hop_by_hop;
@@ -67,6 +68,21 @@ fn host_header(uri: &Uri) -> HeaderValue {
     respond::header_value(&text)
 }
 
+/// Writes a target whose host ends in a dot (`http://localhost.:8081/`)
+/// as its origin's host, without it: the origin is the name without the
+/// dot (robots.txt is fetched from it, with that `Host`), and the request
+/// goes with the same `Host`, not with another name for the same site
+/// that a virtual-host origin may serve otherwise.
+pub(crate) fn drop_trailing_dot(req: &mut Request<Body>, origin: &Origin) {
+    if !req.uri().host().is_some_and(|h| h.ends_with('.')) {
+        return;
+    }
+    let path = crate::origin::path_of(req.uri());
+    if let Ok(uri) = origin.url(&path).parse::<Uri>() {
+        *req.uri_mut() = uri;
+    }
+}
+
 /// Makes a request body of unknown length (the client's own was chunked:
 /// its Transfer-Encoding, hop-by-hop, is gone by now) go out chunked.
 /// hyper's client would otherwise send it chunked for most methods but as
@@ -85,6 +101,25 @@ pub(super) fn frame_request_body(req: &mut Request<Body>) {
         header::TRANSFER_ENCODING,
         HeaderValue::from_static("chunked"),
     );
+}
+
+/// True for a request whose method defines no meaning for a body (RFC
+/// 9110: GET §9.3.1, HEAD §9.3.2, DELETE §9.3.5; OPTIONS §9.3.7 allows
+/// one with a Content-Type but defines no use for it, and CORS preflights
+/// never send one) and which carries one anyway: a Content-Length above
+/// zero or a chunked body (`Content-Length: 0` is no body). Many origins
+/// (Python's `BaseHTTPRequestHandler` apps among them) never read such a
+/// body, and read it as the next request on the connection instead: a
+/// path the proxy never judged, fetched without an audit line, its
+/// response handed to whichever request comes next on that connection.
+pub(crate) fn undefined_body(req: &Request<Body>) -> bool {
+    let method = req.method();
+    let bodyless = method == Method::GET
+        || method == Method::HEAD
+        || method == Method::DELETE
+        || method == Method::OPTIONS;
+    let body = req.body();
+    bodyless && !body.is_end_stream() && body.size_hint().exact() != Some(0)
 }
 
 /// The Transfer-Encoding of a message, if it is anything but `chunked`
@@ -126,7 +161,8 @@ fn drop_overridden_length(headers: &mut HeaderMap) {
 /// A plain `http` request without a body goes over `upstream`, driven in
 /// this task; others over the pooled `client`. Upstream failures become 502
 /// (or 403 for a refused private destination), a response that does not
-/// start within `timeout` a 504.
+/// start within `timeout` a 504, more than `max_informational` 1xx
+/// responses before it a 502.
 pub(crate) async fn forward(
     client: &HttpClient,
     upstream: &Arc<Pool>,
@@ -134,8 +170,17 @@ pub(crate) async fn forward(
     mut req: Request<Body>,
     via: Option<&HeaderValue>,
     timeout: Duration,
+    max_informational: usize,
 ) -> Response<Body> {
     strip_hop_by_hop(req.headers_mut());
+    if undefined_body(&req) {
+        // Only for an origin in `upstream.allow_bodies_for`: should it
+        // ignore the body after all and read it as a request, the
+        // connection ends after this exchange, so no response to it can be
+        // taken for the next request's.
+        req.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     frame_request_body(&mut req);
     if let Some(via) = via {
         add_via(req.headers_mut(), via);
@@ -162,12 +207,14 @@ pub(crate) async fn forward(
                 Some(pq) => Uri::from(pq.clone()),
                 None => Uri::from_static("/"),
             };
-            match tokio::time::timeout(timeout, upstream.send(origin, req)).await {
-                Ok(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
-                Ok(Err(e)) => {
+            let sent = capped(req, max_informational, |req| upstream.send(origin, req));
+            match tokio::time::timeout(timeout, sent).await {
+                Ok(Ok(Ok(resp))) => Ok(resp.map(BodyExt::boxed)),
+                Ok(Ok(Err(e))) => {
                     let e = e.for_host(target.host().unwrap_or_default());
                     Err(upstream_error(&e, &target))
                 }
+                Ok(Err(flooded)) => Err(upstream_flooded(flooded, &target)),
                 Err(_) => Err(upstream_timeout(&target, timeout)),
             }
         }
@@ -176,12 +223,14 @@ pub(crate) async fn forward(
             if !host_is_derived {
                 req.headers_mut().remove(header::HOST);
             }
-            match tokio::time::timeout(timeout, client.request(req)).await {
-                Ok(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
-                Ok(Err(e)) => {
+            let sent = capped(req, max_informational, |req| client.request(req));
+            match tokio::time::timeout(timeout, sent).await {
+                Ok(Ok(Ok(resp))) => Ok(resp.map(BodyExt::boxed)),
+                Ok(Ok(Err(e))) => {
                     let e = UpstreamError::new(e, target.host().unwrap_or_default());
                     Err(upstream_error(&e, &target))
                 }
+                Ok(Err(flooded)) => Err(upstream_flooded(flooded, &target)),
                 Err(_) => Err(upstream_timeout(&target, timeout)),
             }
         }
@@ -227,6 +276,15 @@ fn upstream_timeout(target: &Uri, timeout: Duration) -> Response<Body> {
             "Upstream timeout: no response from {target} within {}\n",
             humantime::format_duration(timeout)
         ),
+    ))
+}
+
+/// The answer to a request the origin sent too many 1xx responses to.
+fn upstream_flooded(flooded: Flooded, target: &Uri) -> Response<Body> {
+    tracing::debug!(%target, "{flooded}");
+    upstream_failed(respond::text(
+        StatusCode::BAD_GATEWAY,
+        format!("Upstream error for {target}: {flooded}\n"),
     ))
 }
 

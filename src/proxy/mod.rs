@@ -7,6 +7,7 @@ pub(crate) mod io;
 pub(crate) mod phases;
 pub(crate) mod respond;
 pub(crate) mod server;
+pub(crate) mod slots;
 pub(crate) mod upgrade;
 
 use std::collections::HashMap;
@@ -40,6 +41,9 @@ pub struct Settings {
     /// Client User-Agent product token → robots token.
     pub(crate) agent_map: HashMap<String, String>,
     pub(crate) response_timeout: Duration,
+    /// `upstream.max_informational`: 1xx responses allowed before the
+    /// final one; more is a 502.
+    pub(crate) max_informational: usize,
     /// Whether forwarded messages get a `Via` header.
     pub(crate) via: bool,
     /// `client_header_timeout`: for new client connections, and inside
@@ -47,10 +51,16 @@ pub struct Settings {
     pub(crate) header_timeout: Duration,
     /// `tunnel_idle_timeout`: for new blind tunnels.
     pub(crate) tunnel_idle_timeout: Duration,
+    /// `max_streams_per_tunnel`: concurrent HTTP/2 streams in an
+    /// intercepted tunnel, for new tunnels.
+    pub(crate) max_streams_per_tunnel: u32,
     /// `shutdown_grace`: read when shutdown begins.
     pub(crate) shutdown_grace: Duration,
     /// Hosts tunnelled without interception.
     pub(crate) no_intercept: Vec<String>,
+    /// `upstream.allow_bodies_for`: hosts whose GET, HEAD, DELETE and
+    /// OPTIONS requests may carry a body.
+    pub(crate) allow_bodies_for: Vec<String>,
     /// Clients allowed to connect.
     pub(crate) acl: ClientAcl,
     /// Proxy authentication, if users are configured.
@@ -99,6 +109,8 @@ pub struct Proxy {
     settings: RwLock<Arc<Settings>>,
     /// The response cache, when `cache.enabled` (see [`Proxy::with_cache`]).
     cache: Option<crate::cache::ResponseCache>,
+    /// Requests in flight per client address (`max_requests_per_client`).
+    client_slots: Arc<slots::ClientSlots>,
     /// `Via` value, with an instance id used for loop detection.
     via: HeaderValue,
     instance: String,
@@ -138,6 +150,7 @@ impl Proxy {
             upstream_tls,
             settings: RwLock::new(Arc::new(settings)),
             cache: None,
+            client_slots: slots::ClientSlots::new(usize::MAX),
             via,
             instance,
         }
@@ -146,6 +159,13 @@ impl Proxy {
     /// The proxy with a response cache: the cache phase of [`phases`].
     pub(crate) fn with_cache(mut self, cache: Option<crate::cache::ResponseCache>) -> Proxy {
         self.cache = cache;
+        self
+    }
+
+    /// The proxy with at most `limit` requests in flight per client
+    /// address ([`slots`]).
+    pub(crate) fn with_requests_per_client(mut self, limit: usize) -> Proxy {
+        self.client_slots = slots::ClientSlots::new(limit);
         self
     }
 
@@ -298,8 +318,42 @@ impl Proxy {
     }
 
     /// The phases from judge to forward for a request with an absolute URI
-    /// on `origin`; plain HTTP and intercepted requests alike.
+    /// on `origin`; plain HTTP and intercepted requests alike. The request
+    /// holds one of its client's slots ([`slots`]) from here until its
+    /// response body is sent; one that waited `response_timeout` for one
+    /// gets 429.
     pub(crate) async fn serve(
+        &self,
+        settings: &Settings,
+        caller: &Caller,
+        origin: Origin,
+        path: &str,
+        req: Request<Body>,
+    ) -> Answer {
+        let slot = tokio::time::timeout(
+            settings.response_timeout,
+            self.client_slots.acquire(caller.client.ip()),
+        )
+        .await;
+        let Ok(slot) = slot else {
+            return Answer::new(
+                Outcome::RateLimited,
+                respond::too_many(
+                    Duration::from_secs(1),
+                    &format!(
+                        "Too many requests in flight from this address (max_requests_per_client \
+                         = {}); retry when some have finished\n",
+                        self.client_slots.limit()
+                    ),
+                ),
+            );
+        };
+        let answer = self.serve_judged(settings, caller, origin, path, req).await;
+        Answer::new(answer.outcome, slot.hold_until_sent(answer.resp))
+    }
+
+    /// [`Proxy::serve`] once the request holds its client's slot.
+    async fn serve_judged(
         &self,
         settings: &Settings,
         caller: &Caller,
@@ -332,6 +386,21 @@ impl Proxy {
             judgement.decision = Decision::RateLimited {
                 retry_after,
                 limit: Limit::UserQuota,
+            };
+        }
+        // A body on a method that defines none: refused unless the origin
+        // is named in `upstream.allow_bodies_for` (forward::undefined_body).
+        if judgement.decision.is_allowed()
+            && forward::undefined_body(&req)
+            && !connect::no_intercept(&settings.allow_bodies_for, origin.host())
+        {
+            judgement.decision = Decision::BadRequest {
+                reason: format!(
+                    "a {} request with a body (an origin that ignores it would read it as \
+                     another request); upstream.allow_bodies_for does not name {}",
+                    req.method(),
+                    origin.host()
+                ),
             };
         }
         // Cache: only what robots.txt allowed; a hit takes no Crawl-delay
@@ -558,9 +627,10 @@ impl Proxy {
         settings: &Settings,
         client: SocketAddr,
         origin: &Origin,
-        req: Request<Body>,
+        mut req: Request<Body>,
         held: Duration,
     ) -> (Answer, Option<String>) {
+        forward::drop_trailing_dot(&mut req, origin);
         let timeout = settings.response_timeout;
         if upgrade::is_upgrade(req.headers()) {
             let upgrade = upgrade::UpgradeSettings {
@@ -585,6 +655,7 @@ impl Proxy {
             req,
             settings.via.then_some(&self.via),
             timeout,
+            settings.max_informational,
         )
         .await;
         self.metrics.observe_upstream(start.elapsed());

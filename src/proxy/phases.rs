@@ -138,6 +138,7 @@ pub(crate) fn outcome_of(decision: &Decision) -> Outcome {
         Decision::RateLimited { .. } => Outcome::RateLimited,
         Decision::Refused { .. } => Outcome::Refused,
         Decision::BadGateway { .. } => Outcome::UpstreamError,
+        Decision::BadRequest { .. } => Outcome::BadRequest,
     }
 }
 

@@ -69,28 +69,107 @@ pub(crate) fn refused(reason: &str) -> Response<Body> {
     );
     resp.headers_mut().insert(
         DECISION_HEADER,
-        header_value(&format!("refused; reason=\"{reason}\"")),
+        header_value(&params_line("refused".into(), &[("reason", reason)])),
     );
     resp
 }
 
-/// The one-line form of a judgement for the decision header.
+/// The longest decision header value: a robots.txt line can be as long
+/// as the file (500 KiB), and servers and clients refuse headers far
+/// shorter than that (nginx: 4 or 8 KiB for the whole response head).
+const DECISION_MAX: usize = 1024;
+
+/// Marks a decision header whose strings were cut to [`DECISION_MAX`].
+const TRUNCATED: &str = "; truncated";
+
+/// `text` as the content of an RFC 8941 sf-string (without its quotes):
+/// `\` and `"` backslash-escaped, so text from a robots.txt file cannot
+/// close the string and add parameters of its own; octets an sf-string
+/// cannot hold (controls, non-ASCII) percent-encoded as in a URL, which
+/// is what rule paths are (a `%` already in the text is left as it is).
+fn sf_string(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        match b {
+            b'\\' | b'"' => {
+                out.push('\\');
+                out.push(char::from(b));
+            }
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// The longest prefix of escaped sf-string content `s` within `max`
+/// octets that does not cut an escape (`\x`, `%XX`) in two.
+fn cut_escaped(s: &str, max: usize) -> &str {
+    let bytes = s.as_bytes();
+    let mut end = 0;
+    while end < bytes.len() {
+        let step = match bytes[end] {
+            b'\\' => 2,
+            b'%' => 3,
+            _ => 1,
+        };
+        if end + step > max {
+            break;
+        }
+        end += step;
+    }
+    &s[..end.min(s.len())]
+}
+
+/// `head` followed by `; key="value"` for each param, the values as
+/// sf-strings; beyond [`DECISION_MAX`] the values are cut (each to an equal
+/// share of what is left, ending in `...`) and `; truncated` added.
+fn params_line(mut head: String, params: &[(&str, &str)]) -> String {
+    let escaped: Vec<String> = params.iter().map(|(_, v)| sf_string(v)).collect();
+    let overhead: usize = params.iter().map(|(k, _)| k.len() + 5).sum();
+    let full: usize = escaped.iter().map(String::len).sum();
+    let fits = head.len() + overhead + full <= DECISION_MAX;
+    let share = DECISION_MAX
+        .saturating_sub(head.len() + overhead + TRUNCATED.len())
+        .checked_div(params.len())
+        .unwrap_or(0);
+    for ((key, _), value) in params.iter().zip(&escaped) {
+        let value = if fits || value.len() <= share {
+            value.clone()
+        } else {
+            format!("{}...", cut_escaped(value, share.saturating_sub(3)))
+        };
+        head.push_str(&format!("; {key}=\"{value}\""));
+    }
+    if !fits {
+        head.push_str(TRUNCATED);
+    }
+    head
+}
+
+/// The one-line form of a judgement for the decision header: RFC 8941
+/// parameters, their strings escaped, at most [`DECISION_MAX`] octets.
 pub(crate) fn decision_line(j: &Judgement) -> String {
-    let mut line = format!(
+    let head = format!(
         "{}; agent={}; robots={}",
         j.decision.name(),
         j.agent,
         j.robots_url()
     );
+    let rule = j.decision.rule().map(|r| r.to_string());
+    let reason;
+    let mut params: Vec<(&str, &str)> = Vec::with_capacity(2);
     if let Some(path) = j.decision.judged_as() {
-        line.push_str(&format!("; judged_as=\"{path}\""));
+        params.push(("judged_as", path));
     }
-    if let Some(rule) = j.decision.rule() {
-        line.push_str(&format!("; rule=\"{rule}\""));
-    } else {
-        line.push_str(&format!("; reason=\"{}\"", j.decision.reason()));
+    match &rule {
+        Some(rule) => params.push(("rule", rule)),
+        None => {
+            reason = j.decision.reason();
+            params.push(("reason", &reason));
+        }
     }
-    line
+    params_line(head, &params)
 }
 
 /// The response for a judgement that does not forward.
@@ -130,6 +209,11 @@ pub(crate) fn blocked(j: &Judgement) -> Response<Body> {
         ),
         Decision::Refused { reason } => return refused(reason),
         Decision::BadGateway { .. } => (StatusCode::BAD_GATEWAY, "Upstream error", None),
+        Decision::BadRequest { .. } => (
+            StatusCode::BAD_REQUEST,
+            "Request not forwarded: its body could reach the origin as another request",
+            None,
+        ),
         Decision::Allowed { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "Allowed", None),
     };
     let mut body = format!(
@@ -161,4 +245,22 @@ pub(crate) fn blocked(j: &Judgement) -> Response<Body> {
             .insert(RETRY_AFTER, HeaderValue::from(retry_secs(retry)));
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_are_escaped_and_cut_whole() {
+        assert_eq!(sf_string(r#"/x"; a=\"#), r#"/x\"; a=\\"#);
+        assert_eq!(sf_string("/caf\u{e9}\t"), "/caf%C3%A9%09");
+        assert_eq!(cut_escaped(r#"ab\"c"#, 3), "ab");
+        assert_eq!(cut_escaped("a%C3%A9", 5), "a%C3");
+        let long = "x".repeat(5000);
+        let line = params_line("disallowed".into(), &[("judged_as", "/p"), ("rule", &long)]);
+        assert!(line.len() <= DECISION_MAX, "{}", line.len());
+        assert!(line.ends_with(r#"..."; truncated"#), "{line}");
+        assert!(line.contains(r#"; judged_as="/p";"#), "{line}");
+    }
 }

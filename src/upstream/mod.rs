@@ -4,6 +4,7 @@
 pub(crate) mod client;
 pub(crate) mod dial;
 pub(crate) mod error;
+pub(crate) mod informational;
 pub(crate) mod pool;
 
 pub use client::{ClientSettings, HttpClient, build_client, build_fetch_client};

@@ -225,6 +225,14 @@ impl Pool {
     /// Keeps `conn` for reuse, within the per-origin limit (the origin's
     /// oldest goes first) and the total one (the oldest of the origin used
     /// longest ago goes first).
+    ///
+    /// Bytes no request asked for (an origin that read a request's body as
+    /// another request, and answered it) never make it here: hyper's
+    /// client ends a connection that holds unread bytes once its response
+    /// is read, or that receives any while idle (`ready` drives it before
+    /// reuse). Bytes that arrive after the next request was written cannot
+    /// be told from that request's answer: the proxy refuses to forward the
+    /// bodies that cause them (`proxy::forward::undefined_body`).
     fn put(&self, conn: Box<Conn>) {
         if conn.driver.is_none() || conn.sender.is_closed() || self.per_host == 0 || self.max == 0 {
             return;
@@ -790,6 +798,26 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         assert_eq!(accepted(&connections), 3);
+    }
+
+    /// An origin that answers twice to one request (it read the request's
+    /// body as another request): the connection holds bytes no request
+    /// asked for, and is closed instead of pooled, so the second answer is
+    /// never taken for the next request's (hyper's client does it; this
+    /// holds it to that).
+    #[tokio::test]
+    async fn a_connection_with_bytes_after_its_response_is_not_pooled() {
+        let (origin, connections) = raw_origin(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok\
+              HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecret",
+            Duration::from_secs(60),
+        )
+        .await;
+        let pool = pool(4, Duration::from_secs(60));
+        assert_eq!(fetch(&pool, &origin, "/x").await, (200, "ok".into()));
+        assert_eq!(pool.idle_count(), 0);
+        assert_eq!(fetch(&pool, &origin, "/y").await, (200, "ok".into()));
+        assert_eq!(accepted(&connections), 2);
     }
 
     /// Idle connections are not polled by requests; the sweeper notices

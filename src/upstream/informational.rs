@@ -1,0 +1,71 @@
+//! A cap on the informational (1xx) responses an origin may send before
+//! its final one.
+//!
+//! hyper's HTTP/1 client reads and skips 1xx responses by itself, as many
+//! as come: an origin that sends `100 Continue` without end holds the
+//! request (and the task serving it) until `upstream.response_timeout`,
+//! or a robots.txt fetch until `robots.fetch_timeout`. hyper reports each
+//! one to a callback a request may carry (`hyper::ext::on_informational`);
+//! counting them there, and racing the request against the count passing
+//! the cap, ends the request (and drops its connection) at once. HTTP/2
+//! origins are not counted: hyper gives no such callback there (h2 reads
+//! informational HEADERS frames itself), and `response_timeout` bounds them.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use http::Request;
+use tokio::sync::Notify;
+
+/// The origin sent more than `limit` informational responses to one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Flooded {
+    pub(crate) limit: usize,
+}
+
+impl std::fmt::Display for Flooded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the origin sent more than {} informational (1xx) responses before its answer",
+            self.limit
+        )
+    }
+}
+
+struct Count {
+    seen: AtomicUsize,
+    over: Notify,
+}
+
+/// Sends `req` with `send`, ended with `Err` once the origin has sent more
+/// than `limit` informational responses to it (the request's future is
+/// dropped then, and with it the connection hyper was reading them from).
+pub(crate) async fn capped<B, F, T>(
+    mut req: Request<B>,
+    limit: usize,
+    send: impl FnOnce(Request<B>) -> F,
+) -> Result<T, Flooded>
+where
+    F: Future<Output = T>,
+{
+    let count = Arc::new(Count {
+        seen: AtomicUsize::new(0),
+        over: Notify::new(),
+    });
+    let counter = count.clone();
+    hyper::ext::on_informational(&mut req, move |_| {
+        if counter.seen.fetch_add(1, Ordering::Relaxed) == limit {
+            // Stored if nobody waits yet: the race below sees it.
+            counter.over.notify_one();
+        }
+    });
+    tokio::select! {
+        // The request first: polling it is what makes hyper read (and
+        // report) the informational responses.
+        biased;
+        sent = send(req) => Ok(sent),
+        () = count.over.notified() => Err(Flooded { limit }),
+    }
+}
