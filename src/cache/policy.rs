@@ -4,6 +4,8 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Uri};
 
+use super::date;
+
 /// Name this cache gives itself in `Cache-Status`.
 pub const CACHE_NAME: &str = "robots-proxy";
 
@@ -198,16 +200,21 @@ pub fn storable_headers(headers: &HeaderMap) -> HeaderMap {
     out
 }
 
-/// Merges the headers of a 304 into stored ones (RFC 9111 §4.3.4): each
-/// field the 304 carries replaces the stored one, except those that
-/// describe the stored body.
+/// Merges the headers of a 304 into stored ones (RFC 9111 §3.2, §4.3.4):
+/// each field the 304 carries replaces the stored one (Content-Type
+/// included), except those that describe the stored bytes (a 304 cannot
+/// re-encode or re-frame them: Content-Length, Content-Encoding,
+/// Transfer-Encoding, Content-Range) and Set-Cookie: a cookie the origin
+/// sets on a revalidation is the requesting client's, never the shared
+/// response's (see [`set_cookies`]).
 pub fn merge_304(stored: &HeaderMap, fresh: &HeaderMap) -> HeaderMap {
-    const KEEP: [&str; 5] = [
+    const KEEP: [&str; 6] = [
         "content-length",
         "content-encoding",
         "transfer-encoding",
         "content-range",
-        "content-type",
+        "set-cookie",
+        "set-cookie2",
     ];
     let fresh = storable_headers(fresh);
     let mut out = stored.clone();
@@ -221,6 +228,64 @@ pub fn merge_304(stored: &HeaderMap, fresh: &HeaderMap) -> HeaderMap {
         }
     }
     out
+}
+
+/// The cookies a response sets: forwarded to the client that caused the
+/// response, never stored for others.
+pub fn set_cookies(headers: &HeaderMap) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
+    headers
+        .iter()
+        .filter(|(n, _)| *n == header::SET_COOKIE || n.as_str() == "set-cookie2")
+}
+
+/// Whether a 304 answering the cache's own conditional selects the stored
+/// response it was asked about (RFC 9111 §4.3.4): a strong ETag selects a
+/// stored response with the same strong ETag, a weak one a stored response
+/// whose ETag matches it weakly; without an ETag, the stored response is
+/// the one the request asked about unless both carry Last-Modified and
+/// they differ. Anything else selects nothing: merging it would serve the
+/// stored body under another representation's validator.
+pub fn selects(stored: &HeaderMap, not_modified: &HeaderMap) -> bool {
+    let text = |h: &HeaderMap, n: HeaderName| {
+        h.get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.trim().to_string())
+    };
+    match (text(not_modified, header::ETAG), text(stored, header::ETAG)) {
+        (Some(new), Some(old)) => match new.strip_prefix("W/") {
+            Some(weak) => old.trim_start_matches("W/") == weak,
+            None => !old.starts_with("W/") && old == new,
+        },
+        (Some(_), None) => false,
+        (None, _) => match (
+            text(not_modified, header::LAST_MODIFIED),
+            text(stored, header::LAST_MODIFIED),
+        ) {
+            (Some(new), Some(old)) => {
+                new == old
+                    || matches!((date::parse(&new), date::parse(&old)), (Some(a), Some(b)) if a == b)
+            }
+            _ => true,
+        },
+    }
+}
+
+/// Whether a 304's ETag is one the client itself asked about in
+/// If-None-Match (weak comparison): then the 304 is the client's answer.
+pub fn answers_client(req: &HeaderMap, not_modified: &HeaderMap) -> bool {
+    let Some(etag) = not_modified
+        .get(header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().trim_start_matches("W/"))
+    else {
+        return false;
+    };
+    req.get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .any(|t| t == "*" || t.trim_start_matches("W/") == etag)
 }
 
 /// Whether a client's conditional GET is satisfied by stored headers:
@@ -258,10 +323,7 @@ pub fn not_modified(req: &HeaderMap, stored: &HeaderMap) -> bool {
     if ims == lm {
         return true;
     }
-    let parse = |s: &str| {
-        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc2822).ok()
-    };
-    matches!((parse(&ims), parse(&lm)), (Some(i), Some(l)) if l <= i)
+    matches!((date::parse(&ims), date::parse(&lm)), (Some(i), Some(l)) if l <= i)
 }
 
 /// A Cache-Status value: `robots-proxy; hit`, `robots-proxy;
@@ -423,6 +485,39 @@ mod tests {
     }
 
     #[test]
+    fn a_304_selects_a_stored_response_by_its_validator() {
+        let h = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, HeaderValue::from_static(v));
+            }
+            h
+        };
+        let strong = h(&[("etag", "\"a\"")]);
+        let weak = h(&[("etag", "W/\"a\"")]);
+        assert!(selects(&strong, &strong));
+        assert!(!selects(&strong, &h(&[("etag", "\"b\"")])));
+        assert!(
+            !selects(&weak, &strong),
+            "strong comparison needs two strong tags"
+        );
+        assert!(selects(&strong, &weak));
+        assert!(selects(&weak, &weak));
+        assert!(!selects(&weak, &h(&[("etag", "W/\"b\"")])));
+        assert!(!selects(&HeaderMap::new(), &strong));
+        assert!(selects(&strong, &HeaderMap::new()));
+        let lm = |d| h(&[("last-modified", d)]);
+        assert!(selects(
+            &lm("Mon, 01 Jan 2024 00:00:00 GMT"),
+            &lm("Mon, 01 Jan 2024 00:00:00 GMT")
+        ));
+        assert!(!selects(
+            &lm("Mon, 01 Jan 2024 00:00:00 GMT"),
+            &lm("Tue, 02 Jan 2024 00:00:00 GMT")
+        ));
+    }
+
+    #[test]
     fn vary_star_and_names() {
         let mut h = HeaderMap::new();
         h.append(
@@ -453,7 +548,11 @@ mod tests {
         fresh.insert("content-length", HeaderValue::from_static("0"));
         fresh.insert("cache-control", HeaderValue::from_static("max-age=60"));
         fresh.insert("connection", HeaderValue::from_static("close"));
+        fresh.insert("content-type", HeaderValue::from_static("text/html"));
+        fresh.insert("set-cookie", HeaderValue::from_static("id=client-a"));
         let m = merge_304(&stored, &fresh);
+        assert_eq!(m["content-type"], "text/html");
+        assert!(m.get("set-cookie").is_none());
         assert_eq!(m["content-length"], "10");
         assert_eq!(m["cache-control"], "max-age=60");
         assert_eq!(m.get_all("link").iter().count(), 2);

@@ -399,6 +399,20 @@ impl Store {
         urls.iter().map(|u| self.purge_url(u)).sum()
     }
 
+    /// Removes one object (the origin made it unstorable); returns whether
+    /// it was still there.
+    pub fn remove(&self, key: &ObjKey) -> bool {
+        let victim = {
+            let mut ix = self.lock();
+            let v = ix.remove(key).map(|m| (*key, m));
+            self.publish(&ix);
+            v
+        };
+        let removed = victim.is_some();
+        self.delete_files(victim);
+        removed
+    }
+
     /// Drops an object that failed verification.
     pub fn discard(&self, key: &ObjKey) {
         let victim = {

@@ -72,7 +72,7 @@ async fn fetch(
     cache: &ResponseCache,
     r: &http::request::Parts,
     user: Option<&str>,
-    origin: impl FnOnce(&HeaderMap) -> Response<Body>,
+    mut origin: impl FnMut(&HeaderMap) -> Response<Body>,
 ) -> (http::response::Parts, Bytes, bool) {
     match cache.lookup(r, user).await {
         Lookup::Hit(resp) | Lookup::Unavailable(resp) => {
@@ -83,7 +83,19 @@ async fn fetch(
             let mut headers = r.headers.clone();
             p.add_conditional_headers(&mut headers);
             let upstream = origin(&headers);
-            let (parts, body) = read(cache.complete(p, upstream).await).await;
+            let resp = match cache.complete(p, upstream).await {
+                Completed::Response(r) => r,
+                Completed::Refetch(p, _) => {
+                    p.remove_conditional_headers(&mut headers);
+                    let upstream = origin(&headers);
+                    cache
+                        .complete(*p, upstream)
+                        .await
+                        .into_response()
+                        .expect("a refetch is completed")
+                }
+            };
+            let (parts, body) = read(resp).await;
             (parts, body, true)
         }
         Lookup::Bypass => panic!("bypassed"),
@@ -1101,7 +1113,14 @@ async fn an_object_over_the_cap_is_not_stored_but_arrives_whole() {
     let mut up = Response::new(generated(3 << 20, pattern));
     up.headers_mut()
         .insert("cache-control", "max-age=60".parse().expect("v"));
-    let (_, body) = read(cache.complete(p, up).await).await;
+    let (_, body) = read(
+        cache
+            .complete(p, up)
+            .await
+            .into_response()
+            .expect("response"),
+    )
+    .await;
     assert_eq!(body.len(), 3 << 20);
     assert!(
         body.iter()
@@ -1125,7 +1144,11 @@ async fn an_object_over_the_cap_is_not_stored_but_arrives_whole() {
         .insert("cache-control", "max-age=60".parse().expect("v"));
     up.headers_mut()
         .insert("content-length", (2u64 << 20).into());
-    let r = cache.complete(p, up).await;
+    let r = cache
+        .complete(p, up)
+        .await
+        .into_response()
+        .expect("response");
     assert_eq!(
         r.headers()["cache-status"],
         "robots-proxy; fwd=uri-miss; fwd-status=200"
@@ -1147,7 +1170,12 @@ async fn a_64_mib_body_streams_to_disk_and_back() {
     let mut up = Response::new(generated(n, pattern));
     up.headers_mut()
         .insert("cache-control", "max-age=60".parse().expect("v"));
-    let mut body = cache.complete(p, up).await.into_body();
+    let mut body = cache
+        .complete(p, up)
+        .await
+        .into_response()
+        .expect("response")
+        .into_body();
     let mut total = 0u64;
     while let Some(f) = body.frame().await {
         let f = f.expect("frame");
@@ -1200,7 +1228,13 @@ async fn a_client_that_leaves_does_not_stop_the_storing() {
     let mut up = Response::new(generated(1 << 20, pattern));
     up.headers_mut()
         .insert("cache-control", "max-age=60".parse().expect("v"));
-    drop(cache.complete(p, up).await);
+    drop(
+        cache
+            .complete(p, up)
+            .await
+            .into_response()
+            .expect("response"),
+    );
     // The lock is released once stored: the next lookup waits for it.
     let Lookup::Hit(r) = cache.lookup(&get(URL, &[]), None).await else {
         panic!("hit");
@@ -1228,7 +1262,9 @@ async fn followers_wait_for_the_leader_then_hit() {
             leader,
             resp(200, &[("cache-control", "max-age=60")], "once"),
         )
-        .await;
+        .await
+        .into_response()
+        .expect("response");
     read(r).await;
     let (p, body) = follower.await.expect("follower");
     assert_eq!(body, "once");
@@ -1257,7 +1293,9 @@ async fn followers_go_themselves_after_the_lock_timeout_or_an_unstorable_answer(
     read(
         cache
             .complete(leader, resp(200, &[("cache-control", "no-store")], "x"))
-            .await,
+            .await
+            .into_response()
+            .expect("response"),
     )
     .await;
     let got = follower.await.expect("follower");
