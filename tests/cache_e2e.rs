@@ -298,6 +298,52 @@ async fn a_304_that_selects_nothing_stored_is_refetched_whole() {
 }
 
 #[tokio::test]
+async fn variants_per_url_and_objects_are_capped_and_disk_is_counted_in_blocks() {
+    let origin = Origin::start().await;
+    origin.robots("User-agent: *\nAllow: /\n");
+    origin.route(
+        "/ua",
+        Reply::ok("per agent")
+            .header("cache-control", "max-age=600")
+            .header("vary", "User-Agent"),
+    );
+    let proxy = Proxy::start_with(|c| {
+        enable(c, CacheMode::Rfc9111);
+        c.cache.max_variants = 4;
+        c.cache.max_objects = 6;
+    })
+    .await;
+    let objects = |m: &str| metric(m, "robots_proxy_response_cache_objects{tier=\"disk\"}");
+    for i in 0..6 {
+        let ua = format!("scraper-{i}/1.0");
+        let r = proxy
+            .request(get_with(&origin.url("/ua"), &[("user-agent", ua.as_str())]))
+            .await;
+        assert!(cache_status(&r).ends_with("stored"), "{r:?}");
+    }
+    let m = proxy.admin_get("/metrics").await.body;
+    assert_eq!(objects(&m), Some(4.0), "at most 4 variants of one URL");
+    for i in 0..5 {
+        let path = format!("/page/{i}");
+        origin.route(
+            &path,
+            Reply::ok("page").header("cache-control", "max-age=600"),
+        );
+        proxy.get(&origin.url(&path)).await;
+    }
+    let m = proxy.admin_get("/metrics").await.body;
+    assert_eq!(objects(&m), Some(6.0), "at most 6 objects");
+    // Two files of one 4 KiB block each per small object.
+    assert_eq!(
+        metric(&m, "robots_proxy_response_cache_bytes{tier=\"disk\"}"),
+        Some(6.0 * 8192.0)
+    );
+    // The newest are the ones kept.
+    let r = proxy.get(&origin.url("/page/4")).await;
+    assert_eq!(cache_status(&r), "robots-proxy; hit");
+}
+
+#[tokio::test]
 async fn a_post_invalidates_and_robots_txt_is_applied_before_the_cache() {
     let origin = Origin::start().await;
     origin.robots("User-agent: *\nAllow: /\n");

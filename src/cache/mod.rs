@@ -291,7 +291,13 @@ impl ResponseCache {
     /// creating it, and rebuilds its index from the files there.
     pub fn open(cfg: &CacheConfig, dir: &Path) -> std::io::Result<ResponseCache> {
         let stats = Arc::new(Stats::default());
-        let store = Store::open(dir, cfg.memory_size, cfg.disk_size, stats.clone())?;
+        let limits = store::Limits {
+            memory_size: cfg.memory_size,
+            disk_size: cfg.disk_size,
+            max_objects: cfg.max_objects,
+            max_variants: cfg.max_variants,
+        };
+        let store = Store::open(dir, &limits, stats.clone())?;
         Ok(ResponseCache {
             inner: Arc::new(Inner {
                 cfg: cfg.clone(),
@@ -381,9 +387,16 @@ impl ResponseCache {
         let hit_params = if may_wait { "hit" } else { "hit; collapsed" };
         match mode {
             CacheMode::Offline => {
-                let found = self
+                let found = match self
                     .find(&primary_key(&url, None, false), &req.headers)
-                    .or_else(|| self.find(&primary_key(&url, user, true), &req.headers));
+                    .await
+                {
+                    Some(f) => Some(f),
+                    None => {
+                        self.find(&primary_key(&url, user, true), &req.headers)
+                            .await
+                    }
+                };
                 if let Some(f) = found
                     && let Some(r) = self
                         .serve(&f, head, &req.headers, "hit; detail=offline", now)
@@ -395,7 +408,7 @@ impl ResponseCache {
             }
             CacheMode::StoreAll => {
                 let primary = primary_key(&url, user, true);
-                let found = self.find(&primary, &req.headers);
+                let found = self.find(&primary, &req.headers).await;
                 let mut fwd = "uri-miss";
                 if let Some(f) = &found {
                     fwd = "stale";
@@ -415,11 +428,15 @@ impl ResponseCache {
             CacheMode::Rfc9111 => {
                 let primary = primary_key(&url, None, false);
                 let vary = self.inner.store.vary_of(&primary);
-                let found = vary.as_ref().and_then(|v| {
-                    self.inner
-                        .store
-                        .get(&obj_key(&variant_key(&primary, v, &req.headers)))
-                });
+                let found = match &vary {
+                    Some(v) => {
+                        self.inner
+                            .store
+                            .get(&obj_key(&variant_key(&primary, v, &req.headers)))
+                            .await
+                    }
+                    None => None,
+                };
                 let mut fwd = if vary.is_some() || self.inner.store.has_url(&url) {
                     "vary-miss"
                 } else {
@@ -484,11 +501,12 @@ impl ResponseCache {
         }
     }
 
-    fn find(&self, primary: &str, headers: &HeaderMap) -> Option<Found> {
+    async fn find(&self, primary: &str, headers: &HeaderMap) -> Option<Found> {
         let vary = self.inner.store.vary_of(primary)?;
         self.inner
             .store
             .get(&obj_key(&variant_key(primary, &vary, headers)))
+            .await
     }
 
     #[allow(clippy::too_many_arguments)]

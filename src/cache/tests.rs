@@ -21,6 +21,8 @@ fn config(mode: CacheMode) -> CacheConfig {
         max_object_size: 8 << 20,
         store_all_ttl: Duration::from_secs(3600),
         lock_timeout: Duration::from_secs(5),
+        max_objects: 100_000,
+        max_variants: 32,
     }
 }
 
@@ -1071,12 +1073,87 @@ async fn both_tiers_evict_by_bytes() {
             .await,
         Lookup::Hit(_)
     ));
-    // Disk usage on the file system agrees with the count.
+    // Disk usage on the file system agrees with the count, in blocks.
     let on_disk: u64 = object_files(dir.path())
         .iter()
-        .map(|p| p.metadata().expect("md").len())
+        .map(|p| store::on_disk(p.metadata().expect("md").len()))
         .sum();
     assert_eq!(on_disk, cache.counters().disk_bytes);
+}
+
+async fn store_fresh(cache: &ResponseCache, url: &str, headers: &[(&str, &str)]) {
+    let (_, _, origin) = fetch(cache, &get(url, headers), None, |_| {
+        resp(
+            200,
+            &[("cache-control", "max-age=600"), ("vary", "User-Agent")],
+            "small",
+        )
+    })
+    .await;
+    assert!(origin, "{url} was stored already");
+}
+
+async fn is_hit(cache: &ResponseCache, url: &str, headers: &[(&str, &str)]) -> bool {
+    matches!(cache.lookup(&get(url, headers), None).await, Lookup::Hit(_))
+}
+
+#[tokio::test]
+async fn the_index_is_bounded_by_count_and_evicts_with_the_files() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(CacheMode::Rfc9111);
+    cfg.max_objects = 5;
+    let cache = open(dir.path(), &cfg);
+    for i in 0..8 {
+        store_fresh(&cache, &format!("http://example.test/{i}"), &[]).await;
+    }
+    let c = cache.counters();
+    assert_eq!((c.disk_objects, c.evictions_disk), (5, 3), "{c:?}");
+    assert_eq!(object_files(dir.path()).len(), 10, "a meta and a body each");
+    assert!(!is_hit(&cache, "http://example.test/2", &[]).await);
+    assert!(is_hit(&cache, "http://example.test/3", &[]).await);
+    // One small object takes two files of one 4 KiB block each.
+    assert_eq!(c.disk_bytes, 5 * 2 * 4096);
+    // Reopened with a smaller budget: the newest are indexed, the rest
+    // deleted before anything is served.
+    drop(cache);
+    cfg.max_objects = 2;
+    let cache = open(dir.path(), &cfg);
+    assert_eq!(cache.counters().disk_objects, 2);
+    assert_eq!(object_files(dir.path()).len(), 4);
+    assert!(is_hit(&cache, "http://example.test/7", &[]).await);
+    assert!(is_hit(&cache, "http://example.test/6", &[]).await);
+    assert!(!is_hit(&cache, "http://example.test/5", &[]).await);
+}
+
+#[tokio::test]
+async fn variants_per_url_are_capped_oldest_first() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(CacheMode::Rfc9111);
+    cfg.max_variants = 3;
+    let cache = open(dir.path(), &cfg);
+    let uas = ["a/1", "b/1", "c/1", "d/1", "e/1"];
+    for (i, ua) in uas.iter().enumerate() {
+        store_fresh(&cache, URL, &[("user-agent", ua)]).await;
+        // Distinct stored_at seconds: the oldest is the first stored.
+        if i + 1 < uas.len() {
+            cache.advance_clock(Duration::from_secs(1));
+        }
+    }
+    assert_eq!(cache.counters().disk_objects, 3);
+    assert_eq!(
+        cache.describe(URL)["stored"].as_array().map(Vec::len),
+        Some(3)
+    );
+    for (ua, kept) in [("a/1", false), ("b/1", false), ("c/1", true), ("e/1", true)] {
+        assert_eq!(
+            is_hit(&cache, URL, &[("user-agent", ua)]).await,
+            kept,
+            "{ua}"
+        );
+    }
+    // Other URLs are not affected.
+    store_fresh(&cache, "http://example.test/other", &[]).await;
+    assert_eq!(cache.counters().disk_objects, 4);
 }
 
 /// A body of `n` bytes made in 64 KiB chunks as it is read, never whole.
