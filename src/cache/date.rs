@@ -27,6 +27,21 @@ pub fn parse(s: &str) -> Option<i64> {
     imf_fixdate(s).or_else(|| rfc850(s)).or_else(|| asctime(s))
 }
 
+/// Seconds since the epoch in IMF-fixdate: `Sun, 06 Nov 1994 08:49:37 GMT`.
+pub fn format(unix: i64) -> Option<String> {
+    let t = OffsetDateTime::from_unix_timestamp(unix).ok()?;
+    let day = DAYS[t.weekday().number_days_from_monday() as usize];
+    let month = MONTHS[u8::from(t.month()) as usize - 1];
+    Some(format!(
+        "{day}, {:02} {month} {:04} {:02}:{:02}:{:02} GMT",
+        t.day(),
+        t.year(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    ))
+}
+
 fn digits(s: &str) -> Option<u32> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -145,6 +160,8 @@ mod tests {
         assert_eq!(parse("Sun, 06 Nov 1994 08:49:37 GMT"), Some(T));
         assert_eq!(parse("Sun Nov  6 08:49:37 1994"), Some(T));
         assert_eq!(parse(" Sun, 06 Nov 1994 08:49:37 GMT "), Some(T));
+        assert_eq!(format(T).as_deref(), Some("Sun, 06 Nov 1994 08:49:37 GMT"));
+        assert_eq!(format(0).as_deref(), Some("Thu, 01 Jan 1970 00:00:00 GMT"));
         // RFC 850 with a year in the past century (more than 50 years ahead).
         assert_eq!(parse("Sunday, 06-Nov-94 08:49:37 GMT"), Some(T));
         assert_eq!(

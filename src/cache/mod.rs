@@ -762,7 +762,7 @@ impl ResponseCache {
         let preq = policy_request(Method::GET, &p.url, &p.headers, &vary)?;
         let policy = CachePolicy::new_options(
             &preq,
-            &policy::policy_response(parts),
+            &policy::policy_response(parts, now),
             now,
             CacheOptions::default(),
         );
@@ -827,6 +827,7 @@ impl ResponseCache {
         let mut merged = Response::new(());
         *merged.status_mut() = StatusCode::from_u16(meta.status).unwrap_or(StatusCode::OK);
         *merged.headers_mut() = meta.headers.clone();
+        policy::normalise_for_policy(merged.headers_mut(), now);
         meta.policy = CachePolicy::new_options(&preq, &merged, now, CacheOptions::default());
         meta.stored_at = unix_now(now);
         let d = Directives::parse(&parts.headers);

@@ -572,6 +572,86 @@ async fn hostile_headers_are_a_miss_or_clamped_never_a_panic() {
     assert!(!matches!(cache.lookup(&r, None).await, Lookup::Hit(_)));
 }
 
+/// Headers the policy crate alone would misread (RFC 9111 §4.2.3, §5.1,
+/// §5.2, §5.3; RFC 9110 §5.6.7): whether a second GET is a hit.
+#[tokio::test]
+async fn freshness_follows_rfc_9111_whatever_the_spelling_of_the_headers() {
+    let now = SystemTime::now();
+    let secs = |d: u64| Duration::from_secs(d);
+    let rfc850 = |t: SystemTime| {
+        let d = time::OffsetDateTime::from(t);
+        let day = [
+            "Monday",
+            "Tuesday",
+            "Wednesday",
+            "Thursday",
+            "Friday",
+            "Saturday",
+            "Sunday",
+        ][d.weekday().number_days_from_monday() as usize];
+        let fixdate = httpdate(t);
+        // "Sun, 06 Nov 1994 08:49:37 GMT" -> "Sunday, 06-Nov-94 08:49:37 GMT"
+        let f: Vec<&str> = fixdate.split(' ').collect();
+        format!("{day}, {}-{}-{} {} GMT", f[1], f[2], &f[3][2..], f[4])
+    };
+    type Case = (&'static str, Vec<(&'static str, String)>, bool);
+    let cases: Vec<Case> = vec![
+        (
+            "MAX-AGE is max-age",
+            vec![("cache-control", "MAX-AGE=3600".into())],
+            true,
+        ),
+        (
+            "No-CaChE is no-cache",
+            vec![
+                ("cache-control", "max-age=3600, No-CaChE".into()),
+                ("etag", "\"e\"".into()),
+            ],
+            false,
+        ),
+        (
+            "the first Age of a list counts",
+            vec![
+                ("cache-control", "max-age=3600".into()),
+                ("age", "7200, 0".into()),
+                ("etag", "\"e\"".into()),
+            ],
+            false,
+        ),
+        (
+            "an invalid Expires is already expired",
+            vec![
+                ("expires", httpdate(now + secs(3600)).replacen(' ', "  ", 1)),
+                ("etag", "\"e\"".into()),
+            ],
+            false,
+        ),
+        (
+            "an RFC 850 Expires is a date",
+            vec![("expires", rfc850(now + secs(3600)))],
+            true,
+        ),
+        (
+            "Date counts in the age",
+            vec![
+                ("cache-control", "max-age=3600".into()),
+                ("date", httpdate(now - secs(7200))),
+                ("etag", "\"e\"".into()),
+            ],
+            false,
+        ),
+    ];
+    for (i, (what, headers, hit)) in cases.into_iter().enumerate() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let cache = open(dir.path(), &config(CacheMode::Rfc9111));
+        let url = format!("http://example.test/{i}");
+        let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        fetch(&cache, &get(&url, &[]), None, |_| resp(200, &h, "x")).await;
+        let second = cache.lookup(&get(&url, &[]), None).await;
+        assert_eq!(matches!(second, Lookup::Hit(_)), hit, "{what}: {second:?}");
+    }
+}
+
 #[tokio::test]
 async fn client_no_cache_on_a_fresh_response_is_fwd_request() {
     let dir = tempfile::tempdir().expect("tmp");
