@@ -275,6 +275,12 @@ pub struct CacheConfig {
     /// response before going to the origin themselves.
     #[serde(deserialize_with = "duration")]
     pub lock_timeout: Duration,
+    /// Objects indexed (and stored) at most: the index's memory budget,
+    /// least recently used evicted with their files.
+    pub max_objects: usize,
+    /// Objects kept per URL (Vary variants, store-all users), the oldest
+    /// evicted first.
+    pub max_variants: usize,
 }
 
 impl Default for CacheConfig {
@@ -287,6 +293,8 @@ impl Default for CacheConfig {
             max_object_size: 16 << 20,
             store_all_ttl: Duration::from_secs(24 * 3600),
             lock_timeout: Duration::from_secs(5),
+            max_objects: 200_000,
+            max_variants: 32,
         }
     }
 }
@@ -676,6 +684,12 @@ impl Config {
         if self.cache.max_object_size == 0 {
             errors.push("key `cache.max_object_size` must be at least 1".to_string());
         }
+        if self.cache.max_objects == 0 {
+            errors.push("key `cache.max_objects` must be at least 1".to_string());
+        }
+        if self.cache.max_variants == 0 {
+            errors.push("key `cache.max_variants` must be at least 1".to_string());
+        }
         if self.cache.disk_size < self.cache.max_object_size {
             errors
                 .push("key `cache.disk_size` is smaller than `cache.max_object_size`".to_string());
@@ -852,6 +866,11 @@ mod tests {
         assert_eq!(c.cache.mode, CacheMode::Rfc9111);
         assert_eq!(c.cache.memory_size, 64 << 20);
         assert_eq!(c.cache.lock_timeout, Duration::from_secs(5));
+        assert_eq!((c.cache.max_objects, c.cache.max_variants), (200_000, 32));
+        let err = parse("[cache]\nmax_variants = 0\n")
+            .expect_err("no variants")
+            .to_string();
+        assert!(err.contains("`cache.max_variants`"), "{err}");
         let c = parse("[cache]\nenabled = true\nmode = \"store-all\"\nstore_all_ttl = \"2h\"\n")
             .expect("valid");
         assert_eq!(c.cache.mode, CacheMode::StoreAll);

@@ -46,7 +46,11 @@ async fn through(cache: &ResponseCache, client: &Http, url: &str) -> (String, St
             p.add_conditional_headers(req.headers_mut());
             let upstream = client.request(req).await.expect("origin answers");
             let upstream = upstream.map(|b| b.boxed());
-            cache.complete(p, upstream).await
+            cache
+                .complete(p, upstream)
+                .await
+                .into_response()
+                .expect("no revalidation here")
         }
         other => panic!("{other:?}"),
     };

@@ -169,6 +169,180 @@ async fn vary_keys_variants_and_a_304_refreshes_the_stored_response() {
     assert_eq!(last["if-none-match"], "\"v1\"");
 }
 
+/// A GET with the given client headers.
+fn get_with(url: &str, headers: &[(&str, &str)]) -> Request<Bytes> {
+    let mut b = Request::get(url);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(Bytes::new()).expect("req")
+}
+
+/// A stored response that must be revalidated on every request.
+fn validated(body: &'static str, etag: &str) -> Reply {
+    Reply::ok(body)
+        .header("cache-control", "no-cache")
+        .header("etag", etag)
+        .header("content-type", "text/plain")
+}
+
+#[tokio::test]
+async fn a_304s_cookie_is_its_clients_only_and_its_content_type_is_stored() {
+    let origin = Origin::start().await;
+    origin.robots("User-agent: *\nAllow: /\n");
+    origin.route("/r", validated("shared body", "\"v1\""));
+    let proxy = cached_proxy().await;
+    assert_eq!(proxy.get(&origin.url("/r")).await.body, "shared body");
+    // Client A's revalidation: the origin sets A's cookie, a new
+    // Content-Type and makes the response fresh.
+    origin.route(
+        "/r",
+        Reply::status(304)
+            .header("etag", "\"v1\"")
+            .header("cache-control", "max-age=60")
+            .header("content-type", "text/html")
+            .header("set-cookie", "session=client-a"),
+    );
+    let a = proxy.get(&origin.url("/r")).await;
+    assert_eq!((a.status, a.body.as_str()), (200, "shared body"));
+    assert_eq!(cache_status(&a), "robots-proxy; fwd=stale; fwd-status=304");
+    assert_eq!(a.header("set-cookie"), Some("session=client-a"));
+    assert_eq!(a.header("content-type"), Some("text/html"));
+    // Client B: a hit, without A's cookie, with the updated Content-Type.
+    let b = proxy.get(&origin.url("/r")).await;
+    assert_eq!((b.status, b.body.as_str()), (200, "shared body"));
+    assert_eq!(cache_status(&b), "robots-proxy; hit");
+    assert_eq!(b.header("set-cookie"), None, "{b:?}");
+    assert_eq!(b.header("content-type"), Some("text/html"));
+    assert_eq!(origin.hits("/r"), 2);
+}
+
+#[tokio::test]
+async fn a_private_or_no_store_304_answers_its_client_and_drops_the_stored_response() {
+    let origin = Origin::start().await;
+    origin.robots("User-agent: *\nAllow: /\n");
+    let proxy = cached_proxy().await;
+    for (path, cc) in [
+        ("/private", "private, max-age=60"),
+        ("/nostore", "no-store"),
+    ] {
+        origin.route(path, validated("was shared", "\"v1\""));
+        proxy.get(&origin.url(path)).await;
+        origin.route(
+            path,
+            Reply::status(304)
+                .header("etag", "\"v1\"")
+                .header("cache-control", cc),
+        );
+        let r = proxy.get(&origin.url(path)).await;
+        assert_eq!((r.status, r.body.as_str()), (200, "was shared"), "{path}");
+        assert_eq!(r.header("cache-control"), Some(cc));
+        // Nothing stored any more: the next request is a plain miss.
+        origin.route(path, Reply::ok("new").header("cache-control", cc));
+        let r = proxy.get(&origin.url(path)).await;
+        assert_eq!(r.body, "new");
+        assert_eq!(
+            cache_status(&r),
+            "robots-proxy; fwd=uri-miss; fwd-status=200",
+            "{path}"
+        );
+        assert_eq!(origin.hits(path), 3);
+    }
+}
+
+#[tokio::test]
+async fn a_304_that_selects_nothing_stored_is_refetched_whole() {
+    let origin = Origin::start().await;
+    origin.robots("User-agent: *\nAllow: /\n");
+    let proxy = cached_proxy().await;
+    // A strong ETag that differs, a weak one that does not match: the
+    // origin's 304 names a representation the cache does not have.
+    for (path, other) in [("/strong", "\"v2\""), ("/weak", "W/\"v2\"")] {
+        origin.route(path, validated("version one", "\"v1\""));
+        proxy.get(&origin.url(path)).await;
+        origin.route(
+            path,
+            validated("version two", other).if_none_match(Reply::status(304).header("etag", other)),
+        );
+        for _ in 0..2 {
+            let r = proxy.get(&origin.url(path)).await;
+            assert_eq!((r.status, r.body.as_str()), (200, "version two"), "{path}");
+        }
+        let seen = origin.seen_headers.lock().expect("seen").clone();
+        // 1 store, then per GET: the revalidation and the unconditional
+        // refetch (the first stores version two, which the second
+        // revalidates: its 304 now selects it).
+        let conditional: Vec<bool> = seen[seen.len() - 3..]
+            .iter()
+            .map(|h| h.contains_key("if-none-match"))
+            .collect();
+        assert_eq!(conditional, [true, false, true], "{path}");
+        assert_eq!(origin.hits(path), 4, "{path}");
+    }
+    // A client's own conditional that the 304 answers gets the 304.
+    origin.route("/own", validated("version one", "\"v1\""));
+    proxy.get(&origin.url("/own")).await;
+    origin.route(
+        "/own",
+        validated("version two", "\"v2\"")
+            .if_none_match(Reply::status(304).header("etag", "\"v2\"")),
+    );
+    let r = proxy
+        .request(get_with(
+            &origin.url("/own"),
+            &[("if-none-match", "\"v2\"")],
+        ))
+        .await;
+    assert_eq!((r.status, r.body.as_str()), (304, ""));
+    assert_eq!(origin.hits("/own"), 2);
+}
+
+#[tokio::test]
+async fn variants_per_url_and_objects_are_capped_and_disk_is_counted_in_blocks() {
+    let origin = Origin::start().await;
+    origin.robots("User-agent: *\nAllow: /\n");
+    origin.route(
+        "/ua",
+        Reply::ok("per agent")
+            .header("cache-control", "max-age=600")
+            .header("vary", "User-Agent"),
+    );
+    let proxy = Proxy::start_with(|c| {
+        enable(c, CacheMode::Rfc9111);
+        c.cache.max_variants = 4;
+        c.cache.max_objects = 6;
+    })
+    .await;
+    let objects = |m: &str| metric(m, "robots_proxy_response_cache_objects{tier=\"disk\"}");
+    for i in 0..6 {
+        let ua = format!("scraper-{i}/1.0");
+        let r = proxy
+            .request(get_with(&origin.url("/ua"), &[("user-agent", ua.as_str())]))
+            .await;
+        assert!(cache_status(&r).ends_with("stored"), "{r:?}");
+    }
+    let m = proxy.admin_get("/metrics").await.body;
+    assert_eq!(objects(&m), Some(4.0), "at most 4 variants of one URL");
+    for i in 0..5 {
+        let path = format!("/page/{i}");
+        origin.route(
+            &path,
+            Reply::ok("page").header("cache-control", "max-age=600"),
+        );
+        proxy.get(&origin.url(&path)).await;
+    }
+    let m = proxy.admin_get("/metrics").await.body;
+    assert_eq!(objects(&m), Some(6.0), "at most 6 objects");
+    // Two files of one 4 KiB block each per small object.
+    assert_eq!(
+        metric(&m, "robots_proxy_response_cache_bytes{tier=\"disk\"}"),
+        Some(6.0 * 8192.0)
+    );
+    // The newest are the ones kept.
+    let r = proxy.get(&origin.url("/page/4")).await;
+    assert_eq!(cache_status(&r), "robots-proxy; hit");
+}
+
 #[tokio::test]
 async fn a_post_invalidates_and_robots_txt_is_applied_before_the_cache() {
     let origin = Origin::start().await;

@@ -33,6 +33,7 @@
 //!   robots cache or its origin).
 
 mod body;
+mod date;
 mod metrics;
 pub mod policy;
 mod store;
@@ -144,6 +145,29 @@ impl std::fmt::Debug for Lookup {
     }
 }
 
+/// What the cache makes of an origin response ([`ResponseCache::complete`]).
+pub enum Completed {
+    /// The client's answer (stored while it streams, when storable).
+    Response(Response<Body>),
+    /// A 304 to the cache's revalidation selected no stored response
+    /// (RFC 9111 §4.3.4: another ETag): forward the request once more
+    /// without conditional headers ([`Pending::remove_conditional_headers`])
+    /// and complete it again; a second 304 is passed on as it is. The 304
+    /// comes along, for a caller that cannot refetch. (Boxed: a rare
+    /// answer, and the common one stays small.)
+    Refetch(Box<Pending>, Response<Body>),
+}
+
+impl Completed {
+    /// The response, for callers that never revalidate (and tests).
+    pub fn into_response(self) -> Option<Response<Body>> {
+        match self {
+            Completed::Response(r) => Some(r),
+            Completed::Refetch(..) => None,
+        }
+    }
+}
+
 /// A request the cache is waiting an origin response for.
 pub struct Pending {
     url: String,
@@ -179,6 +203,21 @@ impl Pending {
             for v in self.conditional.get_all(name) {
                 headers.append(name.clone(), v.clone());
             }
+        }
+    }
+
+    /// Removes every conditional header from a request to refetch
+    /// ([`Completed::Refetch`]): the client's own too, so that the origin
+    /// answers with a whole response the cache can store.
+    pub fn remove_conditional_headers(&self, headers: &mut HeaderMap) {
+        for name in [
+            header::IF_NONE_MATCH,
+            header::IF_MODIFIED_SINCE,
+            header::IF_MATCH,
+            header::IF_UNMODIFIED_SINCE,
+            header::IF_RANGE,
+        ] {
+            headers.remove(name);
         }
     }
 
@@ -252,7 +291,13 @@ impl ResponseCache {
     /// creating it, and rebuilds its index from the files there.
     pub fn open(cfg: &CacheConfig, dir: &Path) -> std::io::Result<ResponseCache> {
         let stats = Arc::new(Stats::default());
-        let store = Store::open(dir, cfg.memory_size, cfg.disk_size, stats.clone())?;
+        let limits = store::Limits {
+            memory_size: cfg.memory_size,
+            disk_size: cfg.disk_size,
+            max_objects: cfg.max_objects,
+            max_variants: cfg.max_variants,
+        };
+        let store = Store::open(dir, &limits, stats.clone())?;
         Ok(ResponseCache {
             inner: Arc::new(Inner {
                 cfg: cfg.clone(),
@@ -342,9 +387,16 @@ impl ResponseCache {
         let hit_params = if may_wait { "hit" } else { "hit; collapsed" };
         match mode {
             CacheMode::Offline => {
-                let found = self
+                let found = match self
                     .find(&primary_key(&url, None, false), &req.headers)
-                    .or_else(|| self.find(&primary_key(&url, user, true), &req.headers));
+                    .await
+                {
+                    Some(f) => Some(f),
+                    None => {
+                        self.find(&primary_key(&url, user, true), &req.headers)
+                            .await
+                    }
+                };
                 if let Some(f) = found
                     && let Some(r) = self
                         .serve(&f, head, &req.headers, "hit; detail=offline", now)
@@ -356,7 +408,7 @@ impl ResponseCache {
             }
             CacheMode::StoreAll => {
                 let primary = primary_key(&url, user, true);
-                let found = self.find(&primary, &req.headers);
+                let found = self.find(&primary, &req.headers).await;
                 let mut fwd = "uri-miss";
                 if let Some(f) = &found {
                     fwd = "stale";
@@ -376,11 +428,15 @@ impl ResponseCache {
             CacheMode::Rfc9111 => {
                 let primary = primary_key(&url, None, false);
                 let vary = self.inner.store.vary_of(&primary);
-                let found = vary.as_ref().and_then(|v| {
-                    self.inner
-                        .store
-                        .get(&obj_key(&variant_key(&primary, v, &req.headers)))
-                });
+                let found = match &vary {
+                    Some(v) => {
+                        self.inner
+                            .store
+                            .get(&obj_key(&variant_key(&primary, v, &req.headers)))
+                            .await
+                    }
+                    None => None,
+                };
                 let mut fwd = if vary.is_some() || self.inner.store.has_url(&url) {
                     "vary-miss"
                 } else {
@@ -445,11 +501,12 @@ impl ResponseCache {
         }
     }
 
-    fn find(&self, primary: &str, headers: &HeaderMap) -> Option<Found> {
+    async fn find(&self, primary: &str, headers: &HeaderMap) -> Option<Found> {
         let vary = self.inner.store.vary_of(primary)?;
         self.inner
             .store
             .get(&obj_key(&variant_key(primary, &vary, headers)))
+            .await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -604,23 +661,38 @@ impl ResponseCache {
     }
 
     /// Takes the origin's response to a [`Pending`] request: a 304 to a
-    /// revalidation refreshes the stored response and serves it; a
-    /// storable response is stored while it streams to the client (never
-    /// held whole; past `max_object_size` storing stops and the partial
-    /// file is dropped, the client still gets every byte). Adds
-    /// Cache-Status.
-    pub async fn complete(&self, mut p: Pending, upstream: Response<Body>) -> Response<Body> {
+    /// revalidation refreshes the stored response and serves it (or asks
+    /// for a refetch when it selects none); a storable response is stored
+    /// while it streams to the client (never held whole; past
+    /// `max_object_size` storing stops and the partial file is dropped,
+    /// the client still gets every byte). Adds Cache-Status.
+    pub async fn complete(&self, mut p: Pending, upstream: Response<Body>) -> Completed {
         let now = self.now();
         let (mut parts, body) = upstream.into_parts();
-        if let Some(found) = p.stale.take()
-            && parts.status == StatusCode::NOT_MODIFIED
-            && let Some(resp) = self.refresh(&p, &found, &parts, now).await
+        if parts.status == StatusCode::NOT_MODIFIED
+            && let Some(found) = p.stale.take()
         {
-            bump(&self.inner.stats.revalidated);
-            if let Some(l) = p.lock.take() {
-                l.done(LockState::Stored);
+            if policy::selects(&found.meta.headers, &parts.headers) {
+                if let Some(resp) = self.refresh(&p, &found, &parts, now).await {
+                    bump(&self.inner.stats.revalidated);
+                    if let Some(l) = p.lock.take() {
+                        l.done(LockState::Stored);
+                    }
+                    return Completed::Response(resp);
+                }
+            } else if !policy::answers_client(&p.headers, &parts.headers) {
+                // Nothing stored is what the origin says is current: its
+                // 304 has no body to give this client. Ask for the whole
+                // response (once: `stale` is gone now).
+                p.conditional.clear();
+                parts.headers.insert(
+                    CACHE_STATUS.clone(),
+                    cache_status(&format!("fwd={}; fwd-status=304", p.fwd)),
+                );
+                return Completed::Refetch(Box::new(p), Response::from_parts(parts, body));
             }
-            return resp;
+            // Otherwise the 304 answers the client's own conditional: it
+            // goes on as it is, and the stored response stays as it was.
         }
         let mut params = format!("fwd={}; fwd-status={}", p.fwd, parts.status.as_u16());
         if p.collapsed {
@@ -635,7 +707,7 @@ impl ResponseCache {
             parts
                 .headers
                 .insert(CACHE_STATUS.clone(), cache_status(&params));
-            return Response::from_parts(parts, body);
+            return Completed::Response(Response::from_parts(parts, body));
         };
         params.push_str("; stored");
         parts
@@ -651,7 +723,7 @@ impl ResponseCache {
         let stats = self.inner.stats.clone();
         let lock = p.lock.take();
         tokio::spawn(tee(body, tx, writer, cap, exact, key, meta, lock, stats));
-        Response::from_parts(parts, client_body)
+        Completed::Response(Response::from_parts(parts, client_body))
     }
 
     /// What to store for an origin response, if anything: its key and
@@ -690,7 +762,7 @@ impl ResponseCache {
         let preq = policy_request(Method::GET, &p.url, &p.headers, &vary)?;
         let policy = CachePolicy::new_options(
             &preq,
-            &policy::policy_response(parts),
+            &policy::policy_response(parts, now),
             now,
             CacheOptions::default(),
         );
@@ -735,9 +807,13 @@ impl ResponseCache {
         Some((key, meta))
     }
 
-    /// Serves a stored response refreshed by a 304 (RFC 9111 §4.3.4).
-    /// `None` when the 304 does not select it (a different strong ETag)
-    /// or its body failed verification.
+    /// Serves a stored response refreshed by a 304 that selected it (RFC
+    /// 9111 §4.3.4); `None` when its body failed verification. The 304's
+    /// Set-Cookie goes to this client only. A 304 carrying `no-store` or
+    /// `private` makes the updated response one a shared cache must not
+    /// store (RFC 9111 §3, §5.2.2.5, §5.2.2.7): this client is answered
+    /// with it and the stored response is removed, not kept under the
+    /// headers the origin no longer sends.
     async fn refresh(
         &self,
         p: &Pending,
@@ -745,32 +821,17 @@ impl ResponseCache {
         parts: &http::response::Parts,
         now: SystemTime,
     ) -> Option<Response<Body>> {
-        let strong = |h: &HeaderMap| {
-            h.get(header::ETAG)
-                .and_then(|v| v.to_str().ok())
-                .map(str::trim)
-                .filter(|e| !e.starts_with("W/"))
-                .map(str::to_string)
-        };
-        if let Some(new) = strong(&parts.headers) {
-            let old = found
-                .meta
-                .headers
-                .get(header::ETAG)
-                .and_then(|v| v.to_str().ok())
-                .map(|e| e.trim().trim_start_matches("W/").to_string());
-            if old.as_deref() != Some(new.as_str()) {
-                return None;
-            }
-        }
         let mut meta = (*found.meta).clone();
         meta.headers = merge_304(&meta.headers, &parts.headers);
         let preq = policy_request(Method::GET, &p.url, &p.headers, &meta.vary)?;
         let mut merged = Response::new(());
         *merged.status_mut() = StatusCode::from_u16(meta.status).unwrap_or(StatusCode::OK);
         *merged.headers_mut() = meta.headers.clone();
+        policy::normalise_for_policy(merged.headers_mut(), now);
         meta.policy = CachePolicy::new_options(&preq, &merged, now, CacheOptions::default());
         meta.stored_at = unix_now(now);
+        let d = Directives::parse(&parts.headers);
+        let keep = !d.has("no-store") && !d.has("private");
         // The client's own conditional may be satisfied too: 304 to it.
         let not_modified = meta.status == 200 && policy::not_modified(&p.headers, &meta.headers);
         let body = if p.head || not_modified {
@@ -778,12 +839,19 @@ impl ResponseCache {
         } else {
             self.inner.store.open_body(found).await?
         };
-        self.inner.store.update_meta(found.key, meta.clone()).await;
+        if keep {
+            self.inner.store.update_meta(found.key, meta.clone()).await;
+        } else if self.inner.store.remove(&found.key) {
+            bump(&self.inner.stats.invalidations);
+        }
         let params = format!(
             "fwd=stale; fwd-status=304{}",
             if p.collapsed { "; collapsed" } else { "" }
         );
         let mut resp = self.stored_response(&meta, body, &params, now);
+        for (name, value) in policy::set_cookies(&parts.headers) {
+            resp.headers_mut().append(name.clone(), value.clone());
+        }
         if not_modified {
             *resp.status_mut() = StatusCode::NOT_MODIFIED;
             resp.headers_mut().remove(header::CONTENT_LENGTH);

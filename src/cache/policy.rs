@@ -2,7 +2,11 @@
 //! the Cache-Status header (RFC 9211).
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use std::time::SystemTime;
+
 use http::{Method, Uri};
+
+use super::date;
 
 /// Name this cache gives itself in `Cache-Status`.
 pub const CACHE_NAME: &str = "robots-proxy";
@@ -109,6 +113,7 @@ pub fn policy_request(
             out.append(name.clone(), v.clone());
         }
     }
+    lower_directive_names(&mut out, header::CACHE_CONTROL);
     for name in vary {
         let Ok(name) = HeaderName::from_bytes(name.as_bytes()) else {
             continue;
@@ -140,21 +145,128 @@ pub fn policy_request(
 /// any larger value); a bigger one would overflow the policy's arithmetic.
 pub const MAX_AGE_HEADER: u64 = 1 << 31;
 
-/// The response as the cache policy sees it: its status and headers, with
-/// an Age that is not a number made 0 and one too large clamped.
-pub fn policy_response(parts: &http::response::Parts) -> http::Response<()> {
+/// The response as the cache policy sees it: its status and headers as
+/// [`normalise_for_policy`] makes them, received at `now`.
+pub fn policy_response(parts: &http::response::Parts, now: SystemTime) -> http::Response<()> {
     let mut r = http::Response::new(());
     *r.status_mut() = parts.status;
     *r.headers_mut() = parts.headers.clone();
-    if let Some(v) = parts.headers.get(header::AGE) {
-        let age = v
-            .to_str()
-            .ok()
-            .and_then(|s| s.trim().parse::<u128>().ok())
-            .map_or(0, |a| a.min(u128::from(MAX_AGE_HEADER)) as u64);
-        r.headers_mut().insert(header::AGE, HeaderValue::from(age));
-    }
+    normalise_for_policy(r.headers_mut(), now);
     r
+}
+
+/// Rewrites response headers so that the policy crate reads them as RFC
+/// 9111 says (its own parsing is case-sensitive, takes only RFC 2822
+/// dates and ignores Date for the age), received at `now`:
+/// * Cache-Control directive names lower-cased (§5.2: case-insensitive);
+/// * Age: the first value of a list (§5.1), clamped to 2^31 s; one that
+///   is not a number is 0;
+/// * the apparent age (§4.2.3): Age raised to `now` minus Date when that
+///   is larger (the crate counts Age and the time since `now` only);
+/// * Expires, Date, Last-Modified in any of the three HTTP-date forms
+///   (RFC 9110 §5.6.7) written as IMF-fixdate; an invalid Expires as a
+///   date long past (§5.3: "already expired"), an invalid Date or
+///   Last-Modified dropped (then the response time stands for Date, and
+///   no heuristic freshness comes from a date that is not one).
+///
+/// Only the policy's view changes: clients get the headers as received.
+pub fn normalise_for_policy(headers: &mut HeaderMap, now: SystemTime) {
+    lower_directive_names(headers, header::CACHE_CONTROL);
+    let first_date = |h: &HeaderMap, name: &HeaderName| {
+        h.get(name).map(|v| v.to_str().ok().and_then(date::parse))
+    };
+    match first_date(headers, &header::EXPIRES) {
+        Some(Some(t)) => set_date(headers, header::EXPIRES, t),
+        Some(None) => set_date(headers, header::EXPIRES, 0),
+        None => {}
+    }
+    let mut date_value = None;
+    for name in [header::DATE, header::LAST_MODIFIED] {
+        match first_date(headers, &name) {
+            Some(Some(t)) => {
+                if name == header::DATE {
+                    date_value = Some(t);
+                }
+                set_date(headers, name, t);
+            }
+            Some(None) => {
+                headers.remove(name);
+            }
+            None => {}
+        }
+    }
+    let age = headers.get(header::AGE).map(|v| {
+        v.to_str()
+            .ok()
+            .and_then(|s| s.split(',').next())
+            .and_then(|s| s.trim().parse::<u128>().ok())
+            .map_or(0, |a| a.min(u128::from(MAX_AGE_HEADER)) as u64)
+    });
+    let apparent = date_value.map(|d| {
+        let now = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        now.saturating_sub(d).clamp(0, MAX_AGE_HEADER as i64) as u64
+    });
+    match (age, apparent) {
+        (None, None | Some(0)) => {}
+        (a, b) => {
+            let corrected = a.unwrap_or(0).max(b.unwrap_or(0));
+            headers.insert(header::AGE, HeaderValue::from(corrected));
+        }
+    }
+}
+
+fn set_date(headers: &mut HeaderMap, name: HeaderName, unix: i64) {
+    if let Some(v) = date::format(unix).and_then(|s| HeaderValue::from_str(&s).ok()) {
+        headers.insert(name, v);
+    }
+}
+
+/// Lower-cases the directive names in every `name` field, leaving values
+/// (quoted strings included) as they are.
+pub fn lower_directive_names(headers: &mut HeaderMap, name: HeaderName) {
+    let needs = headers
+        .get_all(&name)
+        .iter()
+        .any(|v| v.as_bytes().iter().any(u8::is_ascii_uppercase));
+    if !needs {
+        return;
+    }
+    let values: Vec<HeaderValue> = headers
+        .get_all(&name)
+        .iter()
+        .map(|v| {
+            let mut out = Vec::with_capacity(v.len());
+            // In a name: from the start or a comma outside quotes to `=`.
+            let (mut in_name, mut quoted, mut escaped) = (true, false, false);
+            for &b in v.as_bytes() {
+                if quoted {
+                    if escaped {
+                        escaped = false;
+                    } else if b == b'\\' {
+                        escaped = true;
+                    } else if b == b'"' {
+                        quoted = false;
+                    }
+                    out.push(b);
+                    continue;
+                }
+                match b {
+                    b',' => in_name = true,
+                    b'=' => in_name = false,
+                    b'"' => quoted = true,
+                    _ => {}
+                }
+                out.push(if in_name { b.to_ascii_lowercase() } else { b });
+            }
+            HeaderValue::from_bytes(&out).unwrap_or_else(|_| v.clone())
+        })
+        .collect();
+    headers.remove(&name);
+    for v in values {
+        headers.append(name.clone(), v);
+    }
 }
 
 /// Cache-Control directives of a request or response, lower-case names.
@@ -198,16 +310,21 @@ pub fn storable_headers(headers: &HeaderMap) -> HeaderMap {
     out
 }
 
-/// Merges the headers of a 304 into stored ones (RFC 9111 §4.3.4): each
-/// field the 304 carries replaces the stored one, except those that
-/// describe the stored body.
+/// Merges the headers of a 304 into stored ones (RFC 9111 §3.2, §4.3.4):
+/// each field the 304 carries replaces the stored one (Content-Type
+/// included), except those that describe the stored bytes (a 304 cannot
+/// re-encode or re-frame them: Content-Length, Content-Encoding,
+/// Transfer-Encoding, Content-Range) and Set-Cookie: a cookie the origin
+/// sets on a revalidation is the requesting client's, never the shared
+/// response's (see [`set_cookies`]).
 pub fn merge_304(stored: &HeaderMap, fresh: &HeaderMap) -> HeaderMap {
-    const KEEP: [&str; 5] = [
+    const KEEP: [&str; 6] = [
         "content-length",
         "content-encoding",
         "transfer-encoding",
         "content-range",
-        "content-type",
+        "set-cookie",
+        "set-cookie2",
     ];
     let fresh = storable_headers(fresh);
     let mut out = stored.clone();
@@ -221,6 +338,64 @@ pub fn merge_304(stored: &HeaderMap, fresh: &HeaderMap) -> HeaderMap {
         }
     }
     out
+}
+
+/// The cookies a response sets: forwarded to the client that caused the
+/// response, never stored for others.
+pub fn set_cookies(headers: &HeaderMap) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
+    headers
+        .iter()
+        .filter(|(n, _)| *n == header::SET_COOKIE || n.as_str() == "set-cookie2")
+}
+
+/// Whether a 304 answering the cache's own conditional selects the stored
+/// response it was asked about (RFC 9111 §4.3.4): a strong ETag selects a
+/// stored response with the same strong ETag, a weak one a stored response
+/// whose ETag matches it weakly; without an ETag, the stored response is
+/// the one the request asked about unless both carry Last-Modified and
+/// they differ. Anything else selects nothing: merging it would serve the
+/// stored body under another representation's validator.
+pub fn selects(stored: &HeaderMap, not_modified: &HeaderMap) -> bool {
+    let text = |h: &HeaderMap, n: HeaderName| {
+        h.get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.trim().to_string())
+    };
+    match (text(not_modified, header::ETAG), text(stored, header::ETAG)) {
+        (Some(new), Some(old)) => match new.strip_prefix("W/") {
+            Some(weak) => old.trim_start_matches("W/") == weak,
+            None => !old.starts_with("W/") && old == new,
+        },
+        (Some(_), None) => false,
+        (None, _) => match (
+            text(not_modified, header::LAST_MODIFIED),
+            text(stored, header::LAST_MODIFIED),
+        ) {
+            (Some(new), Some(old)) => {
+                new == old
+                    || matches!((date::parse(&new), date::parse(&old)), (Some(a), Some(b)) if a == b)
+            }
+            _ => true,
+        },
+    }
+}
+
+/// Whether a 304's ETag is one the client itself asked about in
+/// If-None-Match (weak comparison): then the 304 is the client's answer.
+pub fn answers_client(req: &HeaderMap, not_modified: &HeaderMap) -> bool {
+    let Some(etag) = not_modified
+        .get(header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().trim_start_matches("W/"))
+    else {
+        return false;
+    };
+    req.get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .any(|t| t == "*" || t.trim_start_matches("W/") == etag)
 }
 
 /// Whether a client's conditional GET is satisfied by stored headers:
@@ -258,10 +433,7 @@ pub fn not_modified(req: &HeaderMap, stored: &HeaderMap) -> bool {
     if ims == lm {
         return true;
     }
-    let parse = |s: &str| {
-        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc2822).ok()
-    };
-    matches!((parse(&ims), parse(&lm)), (Some(i), Some(l)) if l <= i)
+    matches!((date::parse(&ims), date::parse(&lm)), (Some(i), Some(l)) if l <= i)
 }
 
 /// A Cache-Status value: `robots-proxy; hit`, `robots-proxy;
@@ -423,6 +595,75 @@ mod tests {
     }
 
     #[test]
+    fn a_304_selects_a_stored_response_by_its_validator() {
+        let h = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, HeaderValue::from_static(v));
+            }
+            h
+        };
+        let strong = h(&[("etag", "\"a\"")]);
+        let weak = h(&[("etag", "W/\"a\"")]);
+        assert!(selects(&strong, &strong));
+        assert!(!selects(&strong, &h(&[("etag", "\"b\"")])));
+        assert!(
+            !selects(&weak, &strong),
+            "strong comparison needs two strong tags"
+        );
+        assert!(selects(&strong, &weak));
+        assert!(selects(&weak, &weak));
+        assert!(!selects(&weak, &h(&[("etag", "W/\"b\"")])));
+        assert!(!selects(&HeaderMap::new(), &strong));
+        assert!(selects(&strong, &HeaderMap::new()));
+        let lm = |d| h(&[("last-modified", d)]);
+        assert!(selects(
+            &lm("Mon, 01 Jan 2024 00:00:00 GMT"),
+            &lm("Mon, 01 Jan 2024 00:00:00 GMT")
+        ));
+        assert!(!selects(
+            &lm("Mon, 01 Jan 2024 00:00:00 GMT"),
+            &lm("Tue, 02 Jan 2024 00:00:00 GMT")
+        ));
+    }
+
+    #[test]
+    fn the_policy_reads_directives_ages_and_dates_as_rfc_9111_says() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "cache-control",
+            HeaderValue::from_static("No-CaChE, MAX-AGE=60, Private=\"Set-Cookie, X-Y\""),
+        );
+        h.insert("age", HeaderValue::from_static("7200, 0"));
+        h.insert(
+            "expires",
+            HeaderValue::from_static("Sun,  06 Nov 1994 08:49:37 GMT"),
+        );
+        h.insert(
+            "last-modified",
+            HeaderValue::from_static("Sunday, 06-Nov-94 08:49:37 GMT"),
+        );
+        h.insert("date", HeaderValue::from_static("yesterday"));
+        let now = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+        normalise_for_policy(&mut h, now);
+        assert_eq!(
+            h["cache-control"],
+            "no-cache, max-age=60, private=\"Set-Cookie, X-Y\""
+        );
+        assert_eq!(h["age"], "7200");
+        assert_eq!(h["expires"], "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(h["last-modified"], "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert!(h.get("date").is_none());
+        // The apparent age: received 100 s after its Date.
+        let mut h = HeaderMap::new();
+        h.insert("date", HeaderValue::from_static("Sun Sep  9 01:45:00 2001"));
+        h.insert("age", HeaderValue::from_static("10"));
+        normalise_for_policy(&mut h, now);
+        assert_eq!(h["date"], "Sun, 09 Sep 2001 01:45:00 GMT");
+        assert_eq!(h["age"], "100");
+    }
+
+    #[test]
     fn vary_star_and_names() {
         let mut h = HeaderMap::new();
         h.append(
@@ -453,7 +694,11 @@ mod tests {
         fresh.insert("content-length", HeaderValue::from_static("0"));
         fresh.insert("cache-control", HeaderValue::from_static("max-age=60"));
         fresh.insert("connection", HeaderValue::from_static("close"));
+        fresh.insert("content-type", HeaderValue::from_static("text/html"));
+        fresh.insert("set-cookie", HeaderValue::from_static("id=client-a"));
         let m = merge_304(&stored, &fresh);
+        assert_eq!(m["content-type"], "text/html");
+        assert!(m.get("set-cookie").is_none());
         assert_eq!(m["content-length"], "10");
         assert_eq!(m["cache-control"], "max-age=60");
         assert_eq!(m.get_all("link").iter().count(), 2);

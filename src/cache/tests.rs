@@ -21,6 +21,8 @@ fn config(mode: CacheMode) -> CacheConfig {
         max_object_size: 8 << 20,
         store_all_ttl: Duration::from_secs(3600),
         lock_timeout: Duration::from_secs(5),
+        max_objects: 100_000,
+        max_variants: 32,
     }
 }
 
@@ -72,7 +74,7 @@ async fn fetch(
     cache: &ResponseCache,
     r: &http::request::Parts,
     user: Option<&str>,
-    origin: impl FnOnce(&HeaderMap) -> Response<Body>,
+    mut origin: impl FnMut(&HeaderMap) -> Response<Body>,
 ) -> (http::response::Parts, Bytes, bool) {
     match cache.lookup(r, user).await {
         Lookup::Hit(resp) | Lookup::Unavailable(resp) => {
@@ -83,7 +85,19 @@ async fn fetch(
             let mut headers = r.headers.clone();
             p.add_conditional_headers(&mut headers);
             let upstream = origin(&headers);
-            let (parts, body) = read(cache.complete(p, upstream).await).await;
+            let resp = match cache.complete(p, upstream).await {
+                Completed::Response(r) => r,
+                Completed::Refetch(p, _) => {
+                    p.remove_conditional_headers(&mut headers);
+                    let upstream = origin(&headers);
+                    cache
+                        .complete(*p, upstream)
+                        .await
+                        .into_response()
+                        .expect("a refetch is completed")
+                }
+            };
+            let (parts, body) = read(resp).await;
             (parts, body, true)
         }
         Lookup::Bypass => panic!("bypassed"),
@@ -556,6 +570,86 @@ async fn hostile_headers_are_a_miss_or_clamped_never_a_panic() {
     // The 2^64 Age counts as 2^31 s: stale at once.
     let r = get("http://example.test/h0", &[]);
     assert!(!matches!(cache.lookup(&r, None).await, Lookup::Hit(_)));
+}
+
+/// Headers the policy crate alone would misread (RFC 9111 §4.2.3, §5.1,
+/// §5.2, §5.3; RFC 9110 §5.6.7): whether a second GET is a hit.
+#[tokio::test]
+async fn freshness_follows_rfc_9111_whatever_the_spelling_of_the_headers() {
+    let now = SystemTime::now();
+    let secs = |d: u64| Duration::from_secs(d);
+    let rfc850 = |t: SystemTime| {
+        let d = time::OffsetDateTime::from(t);
+        let day = [
+            "Monday",
+            "Tuesday",
+            "Wednesday",
+            "Thursday",
+            "Friday",
+            "Saturday",
+            "Sunday",
+        ][d.weekday().number_days_from_monday() as usize];
+        let fixdate = httpdate(t);
+        // "Sun, 06 Nov 1994 08:49:37 GMT" -> "Sunday, 06-Nov-94 08:49:37 GMT"
+        let f: Vec<&str> = fixdate.split(' ').collect();
+        format!("{day}, {}-{}-{} {} GMT", f[1], f[2], &f[3][2..], f[4])
+    };
+    type Case = (&'static str, Vec<(&'static str, String)>, bool);
+    let cases: Vec<Case> = vec![
+        (
+            "MAX-AGE is max-age",
+            vec![("cache-control", "MAX-AGE=3600".into())],
+            true,
+        ),
+        (
+            "No-CaChE is no-cache",
+            vec![
+                ("cache-control", "max-age=3600, No-CaChE".into()),
+                ("etag", "\"e\"".into()),
+            ],
+            false,
+        ),
+        (
+            "the first Age of a list counts",
+            vec![
+                ("cache-control", "max-age=3600".into()),
+                ("age", "7200, 0".into()),
+                ("etag", "\"e\"".into()),
+            ],
+            false,
+        ),
+        (
+            "an invalid Expires is already expired",
+            vec![
+                ("expires", httpdate(now + secs(3600)).replacen(' ', "  ", 1)),
+                ("etag", "\"e\"".into()),
+            ],
+            false,
+        ),
+        (
+            "an RFC 850 Expires is a date",
+            vec![("expires", rfc850(now + secs(3600)))],
+            true,
+        ),
+        (
+            "Date counts in the age",
+            vec![
+                ("cache-control", "max-age=3600".into()),
+                ("date", httpdate(now - secs(7200))),
+                ("etag", "\"e\"".into()),
+            ],
+            false,
+        ),
+    ];
+    for (i, (what, headers, hit)) in cases.into_iter().enumerate() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let cache = open(dir.path(), &config(CacheMode::Rfc9111));
+        let url = format!("http://example.test/{i}");
+        let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        fetch(&cache, &get(&url, &[]), None, |_| resp(200, &h, "x")).await;
+        let second = cache.lookup(&get(&url, &[]), None).await;
+        assert_eq!(matches!(second, Lookup::Hit(_)), hit, "{what}: {second:?}");
+    }
 }
 
 #[tokio::test]
@@ -1059,12 +1153,87 @@ async fn both_tiers_evict_by_bytes() {
             .await,
         Lookup::Hit(_)
     ));
-    // Disk usage on the file system agrees with the count.
+    // Disk usage on the file system agrees with the count, in blocks.
     let on_disk: u64 = object_files(dir.path())
         .iter()
-        .map(|p| p.metadata().expect("md").len())
+        .map(|p| store::on_disk(p.metadata().expect("md").len()))
         .sum();
     assert_eq!(on_disk, cache.counters().disk_bytes);
+}
+
+async fn store_fresh(cache: &ResponseCache, url: &str, headers: &[(&str, &str)]) {
+    let (_, _, origin) = fetch(cache, &get(url, headers), None, |_| {
+        resp(
+            200,
+            &[("cache-control", "max-age=600"), ("vary", "User-Agent")],
+            "small",
+        )
+    })
+    .await;
+    assert!(origin, "{url} was stored already");
+}
+
+async fn is_hit(cache: &ResponseCache, url: &str, headers: &[(&str, &str)]) -> bool {
+    matches!(cache.lookup(&get(url, headers), None).await, Lookup::Hit(_))
+}
+
+#[tokio::test]
+async fn the_index_is_bounded_by_count_and_evicts_with_the_files() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(CacheMode::Rfc9111);
+    cfg.max_objects = 5;
+    let cache = open(dir.path(), &cfg);
+    for i in 0..8 {
+        store_fresh(&cache, &format!("http://example.test/{i}"), &[]).await;
+    }
+    let c = cache.counters();
+    assert_eq!((c.disk_objects, c.evictions_disk), (5, 3), "{c:?}");
+    assert_eq!(object_files(dir.path()).len(), 10, "a meta and a body each");
+    assert!(!is_hit(&cache, "http://example.test/2", &[]).await);
+    assert!(is_hit(&cache, "http://example.test/3", &[]).await);
+    // One small object takes two files of one 4 KiB block each.
+    assert_eq!(c.disk_bytes, 5 * 2 * 4096);
+    // Reopened with a smaller budget: the newest are indexed, the rest
+    // deleted before anything is served.
+    drop(cache);
+    cfg.max_objects = 2;
+    let cache = open(dir.path(), &cfg);
+    assert_eq!(cache.counters().disk_objects, 2);
+    assert_eq!(object_files(dir.path()).len(), 4);
+    assert!(is_hit(&cache, "http://example.test/7", &[]).await);
+    assert!(is_hit(&cache, "http://example.test/6", &[]).await);
+    assert!(!is_hit(&cache, "http://example.test/5", &[]).await);
+}
+
+#[tokio::test]
+async fn variants_per_url_are_capped_oldest_first() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut cfg = config(CacheMode::Rfc9111);
+    cfg.max_variants = 3;
+    let cache = open(dir.path(), &cfg);
+    let uas = ["a/1", "b/1", "c/1", "d/1", "e/1"];
+    for (i, ua) in uas.iter().enumerate() {
+        store_fresh(&cache, URL, &[("user-agent", ua)]).await;
+        // Distinct stored_at seconds: the oldest is the first stored.
+        if i + 1 < uas.len() {
+            cache.advance_clock(Duration::from_secs(1));
+        }
+    }
+    assert_eq!(cache.counters().disk_objects, 3);
+    assert_eq!(
+        cache.describe(URL)["stored"].as_array().map(Vec::len),
+        Some(3)
+    );
+    for (ua, kept) in [("a/1", false), ("b/1", false), ("c/1", true), ("e/1", true)] {
+        assert_eq!(
+            is_hit(&cache, URL, &[("user-agent", ua)]).await,
+            kept,
+            "{ua}"
+        );
+    }
+    // Other URLs are not affected.
+    store_fresh(&cache, "http://example.test/other", &[]).await;
+    assert_eq!(cache.counters().disk_objects, 4);
 }
 
 /// A body of `n` bytes made in 64 KiB chunks as it is read, never whole.
@@ -1101,7 +1270,14 @@ async fn an_object_over_the_cap_is_not_stored_but_arrives_whole() {
     let mut up = Response::new(generated(3 << 20, pattern));
     up.headers_mut()
         .insert("cache-control", "max-age=60".parse().expect("v"));
-    let (_, body) = read(cache.complete(p, up).await).await;
+    let (_, body) = read(
+        cache
+            .complete(p, up)
+            .await
+            .into_response()
+            .expect("response"),
+    )
+    .await;
     assert_eq!(body.len(), 3 << 20);
     assert!(
         body.iter()
@@ -1125,7 +1301,11 @@ async fn an_object_over_the_cap_is_not_stored_but_arrives_whole() {
         .insert("cache-control", "max-age=60".parse().expect("v"));
     up.headers_mut()
         .insert("content-length", (2u64 << 20).into());
-    let r = cache.complete(p, up).await;
+    let r = cache
+        .complete(p, up)
+        .await
+        .into_response()
+        .expect("response");
     assert_eq!(
         r.headers()["cache-status"],
         "robots-proxy; fwd=uri-miss; fwd-status=200"
@@ -1147,7 +1327,12 @@ async fn a_64_mib_body_streams_to_disk_and_back() {
     let mut up = Response::new(generated(n, pattern));
     up.headers_mut()
         .insert("cache-control", "max-age=60".parse().expect("v"));
-    let mut body = cache.complete(p, up).await.into_body();
+    let mut body = cache
+        .complete(p, up)
+        .await
+        .into_response()
+        .expect("response")
+        .into_body();
     let mut total = 0u64;
     while let Some(f) = body.frame().await {
         let f = f.expect("frame");
@@ -1200,7 +1385,13 @@ async fn a_client_that_leaves_does_not_stop_the_storing() {
     let mut up = Response::new(generated(1 << 20, pattern));
     up.headers_mut()
         .insert("cache-control", "max-age=60".parse().expect("v"));
-    drop(cache.complete(p, up).await);
+    drop(
+        cache
+            .complete(p, up)
+            .await
+            .into_response()
+            .expect("response"),
+    );
     // The lock is released once stored: the next lookup waits for it.
     let Lookup::Hit(r) = cache.lookup(&get(URL, &[]), None).await else {
         panic!("hit");
@@ -1228,7 +1419,9 @@ async fn followers_wait_for_the_leader_then_hit() {
             leader,
             resp(200, &[("cache-control", "max-age=60")], "once"),
         )
-        .await;
+        .await
+        .into_response()
+        .expect("response");
     read(r).await;
     let (p, body) = follower.await.expect("follower");
     assert_eq!(body, "once");
@@ -1257,7 +1450,9 @@ async fn followers_go_themselves_after_the_lock_timeout_or_an_unstorable_answer(
     read(
         cache
             .complete(leader, resp(200, &[("cache-control", "no-store")], "x"))
-            .await,
+            .await
+            .into_response()
+            .expect("response"),
     )
     .await;
     let got = follower.await.expect("follower");

@@ -23,7 +23,7 @@ use hyper::body::Incoming;
 use crate::access::{AuthOutcome, ClientAcl, ProxyAuth};
 use crate::audit::AuditLog;
 use crate::body::Body;
-use crate::cache::Lookup;
+use crate::cache::{Completed, Lookup};
 use crate::gate::{Decision, Gate, Judgement, Limit};
 use crate::metrics::{self, Metrics};
 use crate::origin::Origin;
@@ -507,27 +507,71 @@ impl Proxy {
             }
             return answer;
         };
+        // A revalidation may have to be sent again without its
+        // conditionals (a 304 that selects nothing stored): its head is
+        // kept for that. A GET or HEAD has no body to keep.
+        let mut refetch = pending.is_revalidation().then(|| {
+            let mut head = Request::new(crate::body::empty_body());
+            *head.method_mut() = req.method().clone();
+            *head.uri_mut() = req.uri().clone();
+            *head.version_mut() = req.version();
+            *head.headers_mut() = req.headers().clone();
+            pending.remove_conditional_headers(head.headers_mut());
+            head
+        });
         pending.add_conditional_headers(req.headers_mut());
-        let answer = self
-            .forward_judged(settings, caller, origin, req, held, &mut judgement)
-            .await;
-        if answer.outcome != Outcome::Allowed {
-            // The proxy's own 502/504: nothing to store.
-            return answer;
+        let mut held = held;
+        let mut pending = pending;
+        loop {
+            let answer = self
+                .forward_judged(settings, caller, origin, req, held, &mut judgement)
+                .await;
+            if answer.outcome != Outcome::Allowed {
+                // The proxy's own 502/504: nothing to store.
+                return answer;
+            }
+            match self.complete_cached(cache, pending, answer.resp).await {
+                Ok(resp) => return Answer::new(answer.outcome, resp),
+                Err((again, resp)) => match refetch.take() {
+                    Some(r) => {
+                        // A second origin request: a Crawl-delay slot of its
+                        // own, or the 304 as it came when none is left.
+                        held = self.politeness(settings, &mut judgement).await;
+                        if !judgement.decision.is_allowed() {
+                            return Answer::new(answer.outcome, resp);
+                        }
+                        (req, pending) = (r, again);
+                    }
+                    // Only a revalidation is refetched: not reached.
+                    None => return Answer::new(answer.outcome, resp),
+                },
+            }
         }
-        let mut resp = answer.resp;
-        // The hold and this proxy's Via are this response's, not the
-        // stored one's: a hit gets the Via of its own time.
+    }
+
+    /// Hands an origin response to the cache. The hold and this proxy's
+    /// Via are this response's, not the stored one's (a hit gets the Via
+    /// of its own time): taken off before, put back after. `Err` when the
+    /// cache asks for a refetch, with the origin's response as it came.
+    async fn complete_cached(
+        &self,
+        cache: &crate::cache::ResponseCache,
+        pending: crate::cache::Pending,
+        mut resp: Response<Body>,
+    ) -> Result<Response<Body>, (crate::cache::Pending, Response<Body>)> {
         let delay = resp.headers_mut().remove(respond::DELAY_HEADER);
         let via = self.remove_own_via(resp.headers_mut());
-        let mut resp = cache.complete(pending, resp).await;
+        let mut resp = match cache.complete(pending, resp).await {
+            Completed::Response(resp) => resp,
+            Completed::Refetch(p, resp) => return Err((*p, resp)),
+        };
         if let Some(d) = delay {
             resp.headers_mut().insert(respond::DELAY_HEADER, d);
         }
         if via {
             forward::add_via(resp.headers_mut(), &self.via);
         }
-        Answer::new(answer.outcome, resp)
+        Ok(resp)
     }
 
     /// The forward phase for a judged request: a name that resolved to a

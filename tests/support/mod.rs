@@ -35,6 +35,8 @@ pub struct Reply {
     pub headers: Vec<(String, String)>,
     pub body: Bytes,
     pub delay: Duration,
+    /// Answered instead to a request with If-None-Match.
+    pub conditional: Option<Box<Reply>>,
 }
 
 impl Reply {
@@ -44,6 +46,7 @@ impl Reply {
             headers: Vec::new(),
             body: body.into(),
             delay: Duration::ZERO,
+            conditional: None,
         }
     }
     pub fn status(status: u16) -> Reply {
@@ -52,6 +55,7 @@ impl Reply {
             headers: Vec::new(),
             body: Bytes::new(),
             delay: Duration::ZERO,
+            conditional: None,
         }
     }
     pub fn redirect(to: &str) -> Reply {
@@ -59,6 +63,11 @@ impl Reply {
     }
     pub fn header(mut self, k: &str, v: &str) -> Reply {
         self.headers.push((k.into(), v.into()));
+        self
+    }
+    /// What a request with If-None-Match gets instead of this reply.
+    pub fn if_none_match(mut self, reply: Reply) -> Reply {
+        self.conditional = Some(Box::new(reply));
         self
     }
     pub fn delay(mut self, d: Duration) -> Reply {
@@ -129,8 +138,13 @@ impl Origin {
                                     .or_else(|| routes.get(req.uri().path()))
                                     .cloned()
                             };
+                            let conditional = req.headers().contains_key("if-none-match");
                             let _ = req.into_body().collect().await;
-                            let reply = reply.unwrap_or_else(|| Reply::ok(format!("page {key}")));
+                            let mut reply =
+                                reply.unwrap_or_else(|| Reply::ok(format!("page {key}")));
+                            if let Some(c) = reply.conditional.take().filter(|_| conditional) {
+                                reply = *c;
+                            }
                             if !reply.delay.is_zero() {
                                 tokio::time::sleep(reply.delay).await;
                             }

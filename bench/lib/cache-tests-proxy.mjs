@@ -1,0 +1,14 @@
+// Preloaded into the cache-tests client by bench/cache-tests: Node's
+// fetch ignores HTTP_PROXY, so every request goes through undici's
+// ProxyAgent (the suite's own undici, from CACHE_TESTS_DIR/node_modules)
+// to the forward proxy at CACHE_TESTS_PROXY.
+import { pathToFileURL } from 'node:url'
+import { join } from 'node:path'
+import { createRequire } from 'node:module'
+
+const dir = process.env.CACHE_TESTS_DIR
+const proxy = process.env.CACHE_TESTS_PROXY
+const require = createRequire(pathToFileURL(join(dir, 'package.json')))
+const undici = await import(pathToFileURL(require.resolve('undici')))
+undici.setGlobalDispatcher(new undici.ProxyAgent(proxy))
+globalThis.fetch = undici.fetch
