@@ -150,6 +150,10 @@ pub struct UserConfig {
     /// worth); unlimited when unset.
     #[serde(default)]
     pub max_rps: Option<f64>,
+    /// Usage categories this user's requests are for, added to
+    /// `usage.purposes` (a request may add more, never drop these).
+    #[serde(default)]
+    pub purposes: Vec<String>,
 }
 
 /// Bad proxy-auth configuration, or a failure to hash.

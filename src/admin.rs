@@ -48,6 +48,9 @@ pub(crate) struct AdminSettings {
     pub(crate) politeness: Arc<Politeness>,
     /// `client_header_timeout`, for new admin connections.
     pub(crate) header_timeout: Duration,
+    /// `usage.purposes` and `usage.mode`, for /explain's usage field.
+    pub(crate) purposes: Vec<String>,
+    pub(crate) usage_mode: crate::config::UsageMode,
 }
 
 /// Everything the admin listener needs.
@@ -165,8 +168,9 @@ fn parse_url(s: &str) -> Result<(Origin, String), String> {
     Ok((origin, path_of(&uri)))
 }
 
-/// `GET /explain?url=URL&agent=TOKEN`: the decision and why, fetching
-/// robots.txt if needed.
+/// `GET /explain?url=URL&agent=TOKEN&purpose=CATEGORY`: the decision and
+/// why, fetching robots.txt if needed; with `purpose` (comma-separated, added
+/// to `usage.purposes`), the usage preference that disallows one of them.
 async fn explain(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
     let q = query(uri);
     let Some(url) = q.get("url") else {
@@ -185,6 +189,19 @@ async fn explain(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
         return error(StatusCode::BAD_REQUEST, "agent has no product token");
     }
     let j = proxy.gate().judge(&origin, &path, &agent).await;
+    let mut purposes = settings.purposes.clone();
+    if let Some(p) = q.get("purpose") {
+        purposes.extend(
+            p.split(',')
+                .map(|p| p.trim().to_ascii_lowercase())
+                .filter(|p| crate::config::is_category(p)),
+        );
+    }
+    let usage = if j.decision.is_allowed() {
+        proxy.gate().usage(&j, &purposes)
+    } else {
+        None
+    };
     let rule = j.decision.rule();
     // This origin's politeness state for the agent, if it has any.
     let politeness = settings
@@ -212,6 +229,17 @@ async fn explain(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
             "fetch_reason": j.entry_state().and_then(|s| s.reason()),
             "cache_age_secs": j.entry.as_ref().map(|e| e.age().as_secs()),
             "crawl_delay": j.crawl_delay,
+            "purposes": purposes,
+            "usage": usage.as_ref().map(|n| json!({
+                "purpose": n.purpose,
+                "preference": "n",
+                "rule_line": n.line,
+                "rule": n.text,
+                "mode": match settings.usage_mode {
+                    crate::config::UsageMode::Enforce => "enforce",
+                    crate::config::UsageMode::Annotate => "annotate",
+                },
+            })),
             "politeness": politeness,
             "response_cache": proxy.response_cache().map(|c| c.describe(url)),
         }),

@@ -146,6 +146,15 @@ pub(crate) fn settings_from(
         auth,
         politeness,
         politeness_config: pconf,
+        purposes: config.usage.purposes.clone(),
+        user_purposes: config
+            .access
+            .users
+            .iter()
+            .filter(|u| !u.purposes.is_empty())
+            .map(|u| (u.name.clone(), u.purposes.clone()))
+            .collect(),
+        usage_mode: config.usage.mode,
     })
 }
 
@@ -336,6 +345,8 @@ impl ProxyView for Proxy {
             agent: s.agent.clone(),
             politeness: s.politeness.clone(),
             header_timeout: s.header_timeout,
+            purposes: s.purposes.clone(),
+            usage_mode: s.usage_mode,
         }
     }
 
@@ -424,6 +435,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
     "upstream.max_informational",
     "politeness.*",
     "access.*",
+    "usage.*",
     "log.level",
 ];
 

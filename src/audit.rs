@@ -45,6 +45,10 @@ pub(crate) struct Record<'a> {
     /// `unavailable`, `bypass`), when it is enabled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) cache: Option<&'a str>,
+    /// A usage preference of `n` for a declared purpose (`train-ai=n`),
+    /// whether it refused the request or only annotated it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) usage: Option<String>,
 }
 
 impl<'a> Record<'a> {
@@ -57,6 +61,14 @@ impl<'a> Record<'a> {
         decision: &'a str,
     ) -> Record<'a> {
         let rule = judgement.decision.rule();
+        let usage = match &judgement.decision {
+            crate::gate::Decision::UsageDisallowed(note) => Some(note),
+            _ => judgement.usage.as_ref(),
+        };
+        let refused_by_usage = matches!(
+            judgement.decision,
+            crate::gate::Decision::UsageDisallowed(_)
+        );
         Record {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
             client: client.to_string(),
@@ -66,14 +78,21 @@ impl<'a> Record<'a> {
             agent: &judgement.agent,
             decision,
             reason: judgement.decision.reason(),
-            rule_line: rule.map(|r| r.line()),
-            rule: rule.map(|r| r.text()),
+            rule_line: match usage {
+                Some(n) if refused_by_usage => Some(n.line),
+                _ => rule.map(|r| r.line()),
+            },
+            rule: match usage {
+                Some(n) if refused_by_usage => Some(n.text.to_string()),
+                _ => rule.map(|r| r.text()),
+            },
             judged_as: judgement.decision.judged_as(),
             robots_url: judgement.robots_url(),
             fetch_status: judgement.entry.as_ref().and_then(|e| e.status),
             fetch_outcome: judgement.entry_state().map(|s| s.name()),
             cache_age_secs: judgement.entry.as_ref().map(|e| e.age().as_secs()),
             cache: None,
+            usage: usage.map(|n| format!("{}=n", n.purpose)),
         }
     }
 }

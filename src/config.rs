@@ -80,6 +80,7 @@ pub struct Config {
     pub access: AccessConfig,
     pub log: LogConfig,
     pub cache: CacheConfig,
+    pub usage: UsageConfig,
     /// For tests only, not read from files: addresses the destination
     /// policy counts as public, so a loopback origin can stand for a
     /// public one while `allow_private_destinations` is off.
@@ -226,6 +227,40 @@ pub struct AccessConfig {
     pub(crate) auth_failures_per_minute: u32,
 }
 
+/// Declared purposes, judged against the sites' usage preferences
+/// (`Content-Usage`, `Content-Signal`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UsageConfig {
+    /// Usage categories every request is for (`train-ai`, `search`,
+    /// `ai-input`); a user's and a request's own are added to them.
+    pub purposes: Vec<String>,
+    /// What a preference of `n` for a declared purpose does.
+    pub mode: UsageMode,
+}
+
+/// `usage.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageMode {
+    /// 403 with the preference line, before anything is fetched.
+    #[default]
+    Enforce,
+    /// Forward, and add `X-Robots-Proxy-Usage` to the response and the
+    /// audit line.
+    Annotate,
+}
+
+/// True for a usage category label as the vocabulary writes them:
+/// lower-case letters, digits, `_ - . *`, starting with a letter or `*`.
+pub(crate) fn is_category(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.first()
+        .is_some_and(|c| c.is_ascii_lowercase() || *c == b'*')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"_-.*".contains(c))
+}
+
 /// Log output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -326,6 +361,7 @@ impl Default for Config {
             access: AccessConfig::default(),
             log: LogConfig::default(),
             cache: CacheConfig::default(),
+            usage: UsageConfig::default(),
             treat_as_public: Vec::new(),
         }
     }
@@ -656,6 +692,23 @@ impl Config {
                 if h.is_empty() || h.contains(['/', ':', ' ', '*']) {
                     errors.push(format!(
                         "key `{key}`: {host:?} is not a host name or `*.suffix`"
+                    ));
+                }
+            }
+        }
+        for p in &self.usage.purposes {
+            if !is_category(p) {
+                errors.push(format!(
+                    "key `usage.purposes`: {p:?} is not a usage category (lower-case, as `train-ai`)"
+                ));
+            }
+        }
+        for u in &self.access.users {
+            for p in &u.purposes {
+                if !is_category(p) {
+                    errors.push(format!(
+                        "key `access.users` ({}): purpose {p:?} is not a usage category",
+                        u.name
                     ));
                 }
             }

@@ -36,6 +36,9 @@ pub enum Decision {
     /// method that defines none, which an origin may read as a second
     /// request): 400 with the reason.
     BadRequest { reason: String },
+    /// Crawlable, but the site's usage preference for a declared purpose
+    /// is `n` (`usage.mode = "enforce"`).
+    UsageDisallowed(UsageNote),
 }
 
 impl Decision {
@@ -49,6 +52,7 @@ impl Decision {
             Decision::Refused { .. } => "refused",
             Decision::BadGateway { .. } => "bad_gateway",
             Decision::BadRequest { .. } => "bad_request",
+            Decision::UsageDisallowed(_) => "usage_disallowed",
         }
     }
 
@@ -107,8 +111,27 @@ impl Decision {
             Decision::Refused { reason } => reason.clone(),
             Decision::BadGateway { reason } => format!("upstream TLS failed: {reason}"),
             Decision::BadRequest { reason } => reason.clone(),
+            Decision::UsageDisallowed(note) => format!(
+                "usage preference {}=n for a declared purpose, by {}",
+                note.purpose, note.rule
+            ),
         }
     }
+}
+
+/// A usage preference of `n` for a declared purpose: which purpose, and
+/// the robots.txt line (or response header) that states it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsageNote {
+    pub purpose: Box<str>,
+    /// 1-based line in robots.txt; 0 for the origin's `Content-Usage`
+    /// response header.
+    pub line: u32,
+    /// The line without its number (`Content-Usage: train-ai=n`), or the
+    /// header (`Content-Usage: train-ai=n (response header)`).
+    pub text: Box<str>,
+    /// `line 4: Content-Usage: train-ai=n`.
+    pub rule: Box<str>,
 }
 
 /// What a [`Decision::RateLimited`] request waits for.
@@ -134,6 +157,9 @@ pub struct Judgement {
     pub(crate) lookup: Option<Lookup>,
     /// Crawl-delay of the selected group, for politeness.
     pub(crate) crawl_delay: Option<f64>,
+    /// A usage preference of `n` for a declared purpose, noted and
+    /// forwarded (`usage.mode = "annotate"`).
+    pub(crate) usage: Option<UsageNote>,
 }
 
 impl Judgement {
@@ -212,6 +238,7 @@ impl Gate {
                 entry: None,
                 lookup: None,
                 crawl_delay: None,
+                usage: None,
             };
         }
         let (entry, lookup) = self.cache.get(origin, agent).await;
@@ -226,7 +253,38 @@ impl Gate {
             entry: Some(entry),
             lookup: Some(lookup),
             crawl_delay,
+            usage: None,
         }
+    }
+}
+
+impl Gate {
+    /// The first declared purpose whose usage preference in the robots.txt
+    /// that allowed `judgement` is `n`, with its line. `None` when no
+    /// purpose is disallowed (or the decision did not come from a file).
+    pub(crate) fn usage(&self, judgement: &Judgement, purposes: &[String]) -> Option<UsageNote> {
+        let entry = judgement.entry.as_ref()?;
+        let compiled = match &entry.state {
+            State::Fresh(rules) | State::Stale { rules, .. } => rules,
+            _ => return None,
+        };
+        let rules = compiled.get(&judgement.agent)?;
+        purposes.iter().find_map(|purpose| {
+            let v = rules.usage(&judgement.path, purpose)?;
+            (v.pref == crate::robots::usage::Pref::Disallowed).then(|| {
+                let rule = v.rule.to_string();
+                let text = rule
+                    .split_once(": ")
+                    .map_or(rule.as_str(), |(_, t)| t)
+                    .into();
+                UsageNote {
+                    purpose: purpose.as_str().into(),
+                    line: v.rule.line(),
+                    text,
+                    rule: rule.into(),
+                }
+            })
+        })
     }
 }
 

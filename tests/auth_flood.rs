@@ -168,6 +168,7 @@ async fn a_user_over_max_rps_gets_429_with_retry_after_and_an_audit_line() {
             agent: None,
             // One request per 100 s: the second one is over.
             max_rps: Some(0.01),
+            purposes: Vec::new(),
         }];
     })
     .await;

@@ -23,6 +23,7 @@ fn user(name: &str, password: &str, agent: Option<&str>) -> UserConfig {
         password_hash: cheap(password),
         agent: agent.map(Into::into),
         max_rps: None,
+        purposes: Vec::new(),
     }
 }
 
@@ -155,6 +156,7 @@ fn default_hash_format_and_cache_saves_the_slow_path() {
         password_hash: phc,
         agent: None,
         max_rps: None,
+        purposes: Vec::new(),
     }])
     .unwrap();
     let h = basic("carol:correct horse");
@@ -203,6 +205,7 @@ fn config_errors() {
             password_hash: bad.into(),
             agent: None,
             max_rps: None,
+            purposes: Vec::new(),
         }]);
         assert!(
             matches!(&e, AuthError::BadHash { user, .. } if user == "z"),

@@ -400,6 +400,7 @@ async fn proxy_auth_challenges_strips_credentials_and_applies_the_users_agent() 
             password_hash: hash,
             agent: Some("strictbot".into()),
             max_rps: None,
+            purposes: Vec::new(),
         }];
     })
     .await;

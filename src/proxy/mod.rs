@@ -65,13 +65,48 @@ pub struct Settings {
     pub(crate) acl: ClientAcl,
     /// Proxy authentication, if users are configured.
     pub(crate) auth: Option<Arc<ProxyAuth>>,
+    /// `usage.purposes`: usage categories every request is for.
+    pub(crate) purposes: Vec<String>,
+    /// `[[access.users]] purposes`, by user name.
+    pub(crate) user_purposes: HashMap<String, Vec<String>>,
+    /// `usage.mode`.
+    pub(crate) usage_mode: crate::config::UsageMode,
     /// Crawl-delay enforcement.
     pub politeness: Arc<Politeness>,
     /// What `politeness` was built from (kept across reloads when unchanged).
     pub(crate) politeness_config: crate::politeness::PolitenessConfig,
 }
 
+/// The request header that adds purposes for one request (removed before
+/// the request is forwarded).
+pub(crate) const PURPOSE_HEADER: &str = "robots-proxy-purpose";
+
 impl Settings {
+    /// The purposes a request is for: the configured ones, its user's, and
+    /// those its `Robots-Proxy-Purpose` header adds (a request can add
+    /// purposes, never drop one: fewer purposes would mean fewer blocks).
+    /// Empty, without allocating, when none is declared anywhere.
+    pub(crate) fn purposes_for(
+        &self,
+        user: Option<&str>,
+        header: Option<&HeaderValue>,
+    ) -> Vec<String> {
+        let mut all = self.purposes.clone();
+        if let Some(own) = user.and_then(|u| self.user_purposes.get(u)) {
+            all.extend(own.iter().cloned());
+        }
+        if let Some(v) = header.and_then(|v| v.to_str().ok()) {
+            all.extend(
+                v.split(',')
+                    .map(|p| p.trim().to_ascii_lowercase())
+                    .filter(|p| crate::config::is_category(p)),
+            );
+        }
+        all.sort();
+        all.dedup();
+        all
+    }
+
     /// The robots token for a request. Precedence: the authenticated
     /// user's configured token, then a mapping of the client's own
     /// User-Agent product token, then the default agent.
@@ -403,6 +438,129 @@ impl Proxy {
                 ),
             };
         }
+        // Usage preferences for the declared purposes, on what robots.txt
+        // allowed; the purpose header never reaches the origin.
+        let mut req = req;
+        let purposes =
+            settings.purposes_for(caller.user.as_deref(), req.headers().get(PURPOSE_HEADER));
+        req.headers_mut().remove(PURPOSE_HEADER);
+        if judgement.decision.is_allowed()
+            && !purposes.is_empty()
+            && let Some(note) = self.gate.usage(&judgement, &purposes)
+        {
+            match settings.usage_mode {
+                crate::config::UsageMode::Enforce => {
+                    judgement.decision = Decision::UsageDisallowed(note);
+                }
+                crate::config::UsageMode::Annotate => judgement.usage = Some(note),
+            }
+        }
+        if purposes.is_empty() {
+            return self
+                .serve_allowed(settings, caller, &origin, req, judgement)
+                .await;
+        }
+        // Kept for the response's own Content-Usage header (only when a
+        // purpose is declared: the common request pays nothing).
+        let judged = judgement.clone();
+        let method = req.method().clone();
+        let mut answer = self
+            .serve_allowed(settings, caller, &origin, req, judgement)
+            .await;
+        if let Some(note) = &judged.usage {
+            let line = respond::usage_line(note, &judged.robots_url());
+            answer
+                .resp
+                .headers_mut()
+                .insert(respond::USAGE_HEADER, respond::header_value(&line));
+        }
+        self.apply_content_usage(settings, caller, judged, &method, &purposes, answer)
+    }
+
+    /// The origin's `Content-Usage` response header, applied like the
+    /// robots.txt lines: a forwarded (or cached) response whose header
+    /// says `n` for a declared purpose is withheld with a 403 and an audit
+    /// line saying it was fetched and withheld (`enforce`), or annotated
+    /// (`annotate`).
+    fn apply_content_usage(
+        &self,
+        settings: &Settings,
+        caller: &Caller,
+        mut judged: Judgement,
+        method: &Method,
+        purposes: &[String],
+        mut answer: Answer,
+    ) -> Answer {
+        let Some(value) = answer
+            .resp
+            .headers()
+            .get(http::header::HeaderName::from_static("content-usage"))
+            .and_then(|v| v.to_str().ok())
+        else {
+            return answer;
+        };
+        let statement = crate::robots::usage::parse_statement(value);
+        let Some(purpose) = purposes
+            .iter()
+            .find(|p| statement.get(p) == Some(crate::robots::usage::Pref::Disallowed))
+        else {
+            return answer;
+        };
+        let mode = settings.usage_mode;
+        let text = format!(
+            "Content-Usage: {value} (the origin's response header{})",
+            if mode == crate::config::UsageMode::Enforce {
+                "; fetched and withheld"
+            } else {
+                ""
+            }
+        );
+        let note = crate::gate::UsageNote {
+            purpose: purpose.as_str().into(),
+            line: 0,
+            rule: text.clone().into(),
+            text: text.into(),
+        };
+        match mode {
+            crate::config::UsageMode::Annotate => {
+                let line = respond::usage_line(&note, &judged.robots_url());
+                answer
+                    .resp
+                    .headers_mut()
+                    .append(respond::USAGE_HEADER, respond::header_value(&line));
+                judged.usage = Some(note);
+                // The annotation is evidence: recorded whatever log_all.
+                if let Err(refusal) =
+                    self.record(caller, &judged, method.as_str(), Recorded::Request)
+                {
+                    return refusal;
+                }
+                answer
+            }
+            crate::config::UsageMode::Enforce => {
+                tracing::info!(url = %judged.url(), purpose = %purpose,
+                    "response withheld: its Content-Usage header disallows a declared purpose");
+                judged.decision = Decision::UsageDisallowed(note);
+                // The response (and its body) is dropped unread.
+                match self.record(caller, &judged, method.as_str(), Recorded::Request) {
+                    Err(blocked) => blocked,
+                    Ok(()) => Answer::new(Outcome::Refused, respond::refused("usage preference")),
+                }
+            }
+        }
+    }
+
+    /// The cache, politeness, record and forward phases of a judged
+    /// request.
+    async fn serve_allowed(
+        &self,
+        settings: &Settings,
+        caller: &Caller,
+        origin: &Origin,
+        req: Request<Body>,
+        mut judgement: Judgement,
+    ) -> Answer {
+        let origin = origin.clone();
         // Cache: only what robots.txt allowed; a hit takes no Crawl-delay
         // slot. Boxed: kept inline, the cache's futures would make every
         // request's future larger, and hyper moves it (measured: +20%

@@ -139,6 +139,7 @@ pub(crate) fn outcome_of(decision: &Decision) -> Outcome {
         Decision::Refused { .. } => Outcome::Refused,
         Decision::BadGateway { .. } => Outcome::UpstreamError,
         Decision::BadRequest { .. } => Outcome::BadRequest,
+        Decision::UsageDisallowed(_) => Outcome::Disallowed,
     }
 }
 
@@ -216,7 +217,9 @@ impl Proxy {
         if !self.audit.is_writable() {
             return Err(Answer::audit_unavailable());
         }
-        if blocked || tunnel || self.audit.log_all() {
+        // An annotated usage preference is evidence: recorded whatever
+        // log_all says.
+        if blocked || tunnel || self.audit.log_all() || judgement.usage.is_some() {
             let name = if tunnel && !blocked {
                 "tunnelled"
             } else {

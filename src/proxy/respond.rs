@@ -9,6 +9,8 @@ use crate::robots_cache::State;
 
 /// Header carrying a decision's reason in one line.
 pub(crate) const DECISION_HEADER: &str = "x-robots-proxy-decision";
+/// Added to a forwarded response by `usage.mode = "annotate"`.
+pub(crate) const USAGE_HEADER: &str = "x-robots-proxy-usage";
 
 /// Header on a forwarded response saying how long the request was held for
 /// Crawl-delay, in seconds (`1.980`).
@@ -156,7 +158,10 @@ pub(crate) fn decision_line(j: &Judgement) -> String {
         j.agent,
         j.robots_url()
     );
-    let rule = j.decision.rule().map(|r| r.to_string());
+    let rule = match &j.decision {
+        Decision::UsageDisallowed(note) => Some(note.rule.to_string()),
+        d => d.rule().map(|r| r.to_string()),
+    };
     let reason;
     let mut params: Vec<(&str, &str)> = Vec::with_capacity(2);
     if let Some(path) = j.decision.judged_as() {
@@ -170,6 +175,18 @@ pub(crate) fn decision_line(j: &Judgement) -> String {
         }
     }
     params_line(head, &params)
+}
+
+/// `X-Robots-Proxy-Usage: train-ai=n; robots=<url>; line=4`: what
+/// `usage.mode = "annotate"` adds to a forwarded response (line 0: the
+/// origin's own `Content-Usage` header).
+pub(crate) fn usage_line(note: &crate::gate::UsageNote, robots_url: &str) -> String {
+    format!(
+        "{}=n; robots=\"{}\"; line={}",
+        note.purpose,
+        sf_string(robots_url),
+        note.line
+    )
 }
 
 /// The response for a judgement that does not forward.
@@ -214,6 +231,11 @@ pub(crate) fn blocked(j: &Judgement) -> Response<Body> {
             "Request not forwarded: its body could reach the origin as another request",
             None,
         ),
+        Decision::UsageDisallowed(_) => (
+            StatusCode::FORBIDDEN,
+            "Blocked by a usage preference in robots.txt: the site prefers its content not be used for a purpose this request declares",
+            None,
+        ),
         Decision::Allowed { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "Allowed", None),
     };
     let mut body = format!(
@@ -227,9 +249,13 @@ pub(crate) fn blocked(j: &Judgement) -> Response<Body> {
             "Judged as:  {path} (the path the origin may resolve it to)\n"
         ));
     }
-    match j.decision.rule() {
-        Some(rule) => body.push_str(&format!("Rule:       {rule}\n")),
-        None => body.push_str(&format!("Reason:     {}\n", j.decision.reason())),
+    match (&j.decision, j.decision.rule()) {
+        (Decision::UsageDisallowed(note), _) => body.push_str(&format!(
+            "Purpose:    {} (declared)\nUsage:      {}=n\nRule:       {}\n",
+            note.purpose, note.purpose, note.rule
+        )),
+        (_, Some(rule)) => body.push_str(&format!("Rule:       {rule}\n")),
+        (_, None) => body.push_str(&format!("Reason:     {}\n", j.decision.reason())),
     }
     if let Decision::Unreachable { retry_after, .. } = &j.decision {
         body.push_str(&format!(
