@@ -12,6 +12,7 @@ use crate::admin::{AdminSettings, AdminState, ProxyView};
 use crate::audit::AuditLog;
 use crate::config::{Config, PolitenessMode};
 use crate::fetch::{FetchSettings, Outcome};
+use crate::fetch_budget::FetchBudget;
 use crate::gate::Gate;
 use crate::metrics::{self, Metrics};
 use crate::net::Policy;
@@ -230,7 +231,11 @@ impl App {
                 agents: judged_agents(&config),
             },
         )
-        .on_fetch(fetch_metrics(&metrics));
+        .on_fetch(fetch_metrics(&metrics))
+        .with_fetch_budget(FetchBudget::with_gauges(
+            config.robots_fetch_budget_mib(),
+            metrics.fetch_budget_gauges(),
+        ));
         let gate = Gate::new(Arc::new(cache), policy)
             .with_case_insensitive_hosts(config.robots.case_insensitive_hosts.clone());
         let audit_path = config.audit_path();
@@ -440,7 +445,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
 ];
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 34] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 35] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -470,6 +475,10 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 34] {
         ),
         (or.cache_entries != nr.cache_entries, "robots.cache_entries"),
         (or.cache_max_mib != nr.cache_max_mib, "robots.cache_max_mib"),
+        (
+            or.fetch_budget_mib != nr.fetch_budget_mib,
+            "robots.fetch_budget_mib",
+        ),
         (or.default_ttl != nr.default_ttl, "robots.default_ttl"),
         (or.min_ttl != nr.min_ttl, "robots.min_ttl"),
         (or.max_ttl != nr.max_ttl, "robots.max_ttl"),

@@ -98,6 +98,10 @@ pub struct RobotsConfig {
     /// Memory budget for cached rules in MiB; least recently used origins
     /// are dropped beyond it (large files count for more than small ones).
     pub(crate) cache_max_mib: usize,
+    /// MiB of robots.txt files being fetched, decoded, parsed and
+    /// compiled at once; 0: a quarter of `cache_max_mib`, at least 8 (see
+    /// [`Config::robots_fetch_budget_mib`]).
+    pub fetch_budget_mib: usize,
     /// How long a fetched robots.txt is used without `Cache-Control: max-age`.
     #[serde(deserialize_with = "duration")]
     pub default_ttl: Duration,
@@ -372,6 +376,7 @@ impl Default for RobotsConfig {
         RobotsConfig {
             cache_entries: 100_000,
             cache_max_mib: 224,
+            fetch_budget_mib: 0,
             default_ttl: Duration::from_secs(24 * 3600),
             min_ttl: Duration::from_secs(60),
             max_ttl: Duration::from_secs(7 * 24 * 3600),
@@ -579,6 +584,15 @@ impl Config {
             return self.max_connections_per_client;
         }
         (max_connections / 4).max(8)
+    }
+
+    /// `robots.fetch_budget_mib`; when it is 0, a quarter of the robots
+    /// cache's memory budget (56 MiB with the default 224), at least 8.
+    pub(crate) fn robots_fetch_budget_mib(&self) -> usize {
+        if self.robots.fetch_budget_mib != 0 {
+            return self.robots.fetch_budget_mib;
+        }
+        (self.robots.cache_max_mib / 4).max(8)
     }
 
     /// `max_requests_per_client`; when it is 0, the connections one

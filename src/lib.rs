@@ -12,6 +12,7 @@ pub mod cache;
 pub mod check;
 pub mod config;
 pub mod fetch;
+pub mod fetch_budget;
 pub mod gate;
 pub(crate) mod headers;
 pub mod limits;

@@ -243,6 +243,8 @@ struct Inner {
     audit_write_failures: Counter,
     politeness_hold: Histogram,
     politeness_waiting: Gauge,
+    /// robots.txt fetch budget: KiB in use, most ever in use.
+    fetch_budget: (Gauge, Gauge),
     /// The response cache whose counters are exposed, once attached.
     response_cache: Arc<OnceLock<crate::cache::ResponseCache>>,
 }
@@ -361,6 +363,17 @@ impl Metrics {
             politeness_waiting.clone(),
         );
 
+        let budget_family = Family::<Labels1, Gauge>::default();
+        let fetch_budget = (
+            budget_family.get_or_create_owned(&[("state", "in_use")]),
+            budget_family.get_or_create_owned(&[("state", "peak")]),
+        );
+        registry.register(
+            "robots_proxy_robots_fetch_budget_kib",
+            "KiB of robots.txt fetches reserved (robots.fetch_budget_mib): in use now, and the most ever",
+            budget_family,
+        );
+
         let response_cache = Arc::new(OnceLock::new());
         registry.register_collector(Box::new(crate::cache::CacheCollector::new(
             response_cache.clone(),
@@ -381,6 +394,7 @@ impl Metrics {
                 audit_write_failures,
                 politeness_hold,
                 politeness_waiting,
+                fetch_budget,
                 response_cache,
             }),
         }
@@ -400,6 +414,11 @@ impl Metrics {
             status,
         )
         .inc();
+    }
+
+    /// The gauges the robots.txt fetch budget reports to.
+    pub(crate) fn fetch_budget_gauges(&self) -> (Gauge, Gauge) {
+        self.inner.fetch_budget.clone()
     }
 
     /// Counts one robots.txt cache event.

@@ -303,6 +303,9 @@ pub struct RobotsCache {
     settings: CacheSettings,
     /// Called after every fetch (metrics).
     on_fetch: Option<FetchHook>,
+    /// Bytes of files being fetched and compiled at once
+    /// (`robots.fetch_budget_mib`), if bounded.
+    budget: Option<Arc<crate::fetch_budget::FetchBudget>>,
     /// The agents entries are compiled for (changed by a reload).
     agents: RwLock<Arc<[Arc<str>]>>,
     /// Entries for other agents (`/explain` questions), few and small.
@@ -342,7 +345,14 @@ impl RobotsCache {
             )),
             settings,
             on_fetch: None,
+            budget: None,
         }
+    }
+
+    /// Fetches wait for `budget` before they read a body.
+    pub fn with_fetch_budget(mut self, budget: Arc<crate::fetch_budget::FetchBudget>) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// The settings of the fetches started from now on.
@@ -616,14 +626,21 @@ impl RobotsCache {
         previous: Option<Arc<Entry>>,
         agents: Arc<[Arc<str>]>,
     ) -> Entry {
-        let fetched = fetch::fetch(&self.client, origin, &self.fetch_settings()).await;
+        let settings = self.fetch_settings();
+        let (fetched, reservation) =
+            fetch::fetch(&self.client, origin, &settings, self.budget.as_ref()).await;
         if let Some(cb) = &self.on_fetch {
             cb(&fetched);
         }
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.entry_from(previous.as_deref(), fetched, &agents))
-            .await
-            .unwrap_or_else(|_| self.poisoned())
+        tokio::task::spawn_blocking(move || {
+            let entry = this.entry_from(previous.as_deref(), fetched, &agents);
+            // The parsed file is gone, its rules compiled into `entry`.
+            drop(reservation);
+            entry
+        })
+        .await
+        .unwrap_or_else(|_| self.poisoned())
     }
 
     fn poisoned(&self) -> Entry {
