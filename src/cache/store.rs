@@ -47,7 +47,7 @@
 //! file's name) are read, and then only their index fields; the rest are
 //! deleted.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -387,6 +387,26 @@ pub(crate) struct Store {
     stats: Arc<Stats>,
 }
 
+/// Stored responses are the clients' traffic: readable by the proxy's
+/// user only, as the CA's key is.
+const FILE_MODE: u32 = 0o600;
+const DIR_MODE: u32 = 0o700;
+
+/// Creates `dir` and its missing parents with [`DIR_MODE`].
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+}
+
+/// Sets [`DIR_MODE`] on an existing directory.
+fn make_private(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE))
+}
+
 pub(crate) fn unix_now(now: SystemTime) -> u64 {
     now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
@@ -405,11 +425,16 @@ impl Store {
     pub fn open(dir: &Path, limits: &Limits, stats: Arc<Stats>) -> std::io::Result<Store> {
         let objects = dir.join("objects");
         let tmp = dir.join("tmp");
-        std::fs::create_dir_all(&objects)?;
+        create_private_dir(&objects)?;
         if tmp.exists() {
             std::fs::remove_dir_all(&tmp)?;
         }
-        std::fs::create_dir_all(&tmp)?;
+        create_private_dir(&tmp)?;
+        // A cache made by an earlier version (0755): closing its top
+        // directories closes every file below them.
+        for d in [dir, objects.as_path()] {
+            make_private(d)?;
+        }
         let small_max = (limits.memory_size / 8).min(256 * 1024);
         let store = Store {
             objects,
@@ -445,12 +470,13 @@ impl Store {
     }
 
     /// Rebuilds the index: the newest `max_objects` meta files (by the
-    /// sequence number in their body's name) are read, only for their
-    /// index fields; older ones, bodies no meta names and anything
-    /// unreadable are deleted.
+    /// sequence number in their body's name) are read, oldest first, only
+    /// for their index fields; older ones, bodies no meta names and
+    /// anything unreadable are deleted. What it holds besides the index
+    /// is 40 bytes per file (keys and numbers, no names).
     fn scan(&self) -> std::io::Result<()> {
-        let mut metas = Vec::new();
-        let mut bodies = HashSet::new();
+        let mut metas: Vec<ObjKey> = Vec::new();
+        let mut bodies: Vec<(ObjKey, u64)> = Vec::new();
         for top in std::fs::read_dir(&self.objects)? {
             let top = top?;
             let shard = top.file_name().to_string_lossy().into_owned();
@@ -463,78 +489,64 @@ impl Store {
             }
             for entry in std::fs::read_dir(top.path())? {
                 let entry = entry?;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if !name.starts_with(&shard) {
-                    let _ = std::fs::remove_file(entry.path());
-                } else if let Some(stem) = name.strip_suffix(".meta") {
-                    metas.push((0, stem.to_string(), entry.path()));
-                } else if name.ends_with(".body") {
-                    bodies.insert(name);
-                } else {
-                    let _ = std::fs::remove_file(entry.path());
-                }
-            }
-        }
-        // Over the budget: the oldest go unread. A body's name carries the
-        // store's sequence number (it only grows, across restarts too), so
-        // the newest objects are known from the listing alone.
-        if metas.len() > self.max_objects {
-            let mut newest: HashMap<&str, u64> = HashMap::new();
-            for b in &bodies {
-                let Some((stem, seq)) = b.strip_suffix(".body").and_then(|n| n.split_once('-'))
-                else {
-                    continue;
-                };
-                let seq = u64::from_str_radix(seq, 16).unwrap_or(0);
-                let e = newest.entry(stem).or_default();
-                *e = (*e).max(seq);
-            }
-            for (order, stem, _) in metas.iter_mut() {
-                *order = newest.get(stem.as_str()).copied().unwrap_or(0);
-            }
-            metas.sort_unstable_by_key(|(order, _, _)| std::cmp::Reverse(*order));
-            for (_, _, path) in metas.drain(self.max_objects..) {
-                let _ = std::fs::remove_file(path);
-                self.stats.evictions_disk.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        let mut good = Vec::new();
-        let mut used = HashSet::new();
-        for (_, stem, path) in metas {
-            let bytes = std::fs::read(&path).ok();
-            let head = bytes.as_deref().and_then(decode_meta_head);
-            let valid = head.as_ref().and_then(|m| {
-                let key = parse_hex(&stem)?;
-                let seq = body_seq(&key, &m.body_file)?;
-                let len = std::fs::metadata(self.file(&m.body_file)).ok()?.len();
-                (len == m.body_len).then_some((key, seq))
-            });
-            match (head, valid) {
-                (Some(m), Some((key, seq))) => {
-                    let meta_len = bytes.as_ref().map_or(0, |b| b.len() as u64);
-                    used.insert(m.body_file.clone());
-                    good.push((key, seq, m, meta_len));
-                }
-                (m, _) => {
-                    self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
-                    let _ = std::fs::remove_file(&path);
-                    if let Some(m) = m {
-                        if m.body_file.starts_with(&stem) {
-                            let _ = std::fs::remove_file(self.file(&m.body_file));
-                        }
-                        bodies.remove(&m.body_file);
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                let meta = name.strip_suffix(".meta").and_then(parse_hex);
+                let body = name.strip_suffix(".body").and_then(|n| {
+                    let (key, _) = n.split_once('-')?;
+                    let key = parse_hex(key)?;
+                    Some((key, body_seq(&key, &name)?))
+                });
+                match (meta, body) {
+                    _ if !name.starts_with(&shard) => {
+                        let _ = std::fs::remove_file(entry.path());
+                    }
+                    (Some(k), _) => metas.push(k),
+                    (_, Some(b)) => bodies.push(b),
+                    _ => {
+                        let _ = std::fs::remove_file(entry.path());
                     }
                 }
             }
         }
-        for b in bodies.difference(&used) {
-            let _ = std::fs::remove_file(self.file(b));
+        // A body's name carries the store's sequence number (it only
+        // grows, across restarts too): the newest objects are known from
+        // the listing alone, and the oldest over the budget go unread.
+        bodies.sort_unstable();
+        let newest = |key: &ObjKey| {
+            let end = bodies.partition_point(|(k, _)| k <= key);
+            end.checked_sub(1)
+                .and_then(|i| bodies.get(i))
+                .filter(|(k, _)| k == key)
+                .map_or(0, |(_, seq)| *seq)
+        };
+        let mut order: Vec<(u64, ObjKey)> = metas.iter().map(|k| (newest(k), *k)).collect();
+        drop(metas);
+        order.sort_unstable();
+        let over = order.len().saturating_sub(self.max_objects);
+        for (_, key) in order.drain(..over) {
+            let _ = std::fs::remove_file(self.meta_path(&key));
+            self.stats.evictions_disk.fetch_add(1, Ordering::Relaxed);
         }
-        good.sort_by_key(|(_, _, m, _)| m.stored_at);
         let victims = {
             let mut ix = self.lock();
             let mut victims = Vec::new();
-            for (key, seq, m, meta_len) in good {
+            for (_, key) in order {
+                let path = self.meta_path(&key);
+                let bytes = std::fs::read(&path).ok();
+                let head = bytes.as_deref().and_then(decode_meta_head);
+                let valid = head.as_ref().and_then(|m| {
+                    let seq = body_seq(&key, &m.body_file)?;
+                    let len = std::fs::metadata(self.file(&m.body_file)).ok()?.len();
+                    (len == m.body_len).then_some(seq)
+                });
+                let (Some(m), Some(seq)) = (head, valid) else {
+                    // Its body, if any, goes with the unindexed ones below.
+                    self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
+                    let _ = std::fs::remove_file(&path);
+                    continue;
+                };
+                let meta_len = bytes.map_or(0, |b| b.len() as u64);
                 victims.extend(self.insert(
                     &mut ix,
                     key,
@@ -546,6 +558,11 @@ impl Store {
                     meta_len,
                     m.stored_at,
                 ));
+            }
+            for (key, seq) in &bodies {
+                if ix.disk.peek(key).map(|e| e.seq) != Some(*seq) {
+                    let _ = std::fs::remove_file(self.file(&body_name(key, *seq)));
+                }
             }
             victims.extend(self.evict(&mut ix));
             victims
@@ -902,7 +919,9 @@ impl Store {
     pub async fn writer(self: &Arc<Self>) -> std::io::Result<BodyWriter> {
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let path = self.tmp.join(format!("{n:016x}.body.tmp"));
-        let file = tokio::fs::File::create(&path).await?;
+        let mut opts = tokio::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true).mode(FILE_MODE);
+        let file = opts.open(&path).await?;
         Ok(BodyWriter {
             store: self.clone(),
             path,
@@ -926,7 +945,7 @@ impl Store {
         meta.body_file = body_name(&key, seq);
         let body_path = self.file(&meta.body_file);
         if let Some(shard) = body_path.parent() {
-            std::fs::create_dir_all(shard)?;
+            create_private_dir(shard)?;
         }
         std::fs::rename(tmp_body, &body_path)?;
         // Meta files and the index change together, one object at a time,
@@ -968,7 +987,15 @@ impl Store {
         let bytes = encode_meta(meta)?;
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let tmp = self.tmp.join(format!("{n:016x}.meta.tmp"));
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(FILE_MODE)
+                .open(&tmp)?
+        };
         f.write_all(&bytes)?;
         drop(f);
         std::fs::rename(&tmp, self.meta_path(key))?;

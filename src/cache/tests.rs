@@ -1005,6 +1005,35 @@ async fn a_stored_response_survives_a_restart() {
     assert_eq!(cache.counters().memory_objects, 1);
 }
 
+#[tokio::test]
+async fn cache_files_are_the_proxy_users_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tmp");
+    let mode = |p: &Path| p.metadata().expect("md").permissions().mode() & 0o777;
+    // A cache directory left open by an earlier version is closed.
+    std::fs::create_dir_all(dir.path().join("cache/objects")).expect("mkdir");
+    std::fs::set_permissions(
+        dir.path().join("cache"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
+    let cache = open(dir.path(), &config(CacheMode::Rfc9111));
+    fetch(&cache, &get(URL, &[]), None, |_| {
+        resp(200, &[("cache-control", "max-age=60")], "private")
+    })
+    .await;
+    for d in ["cache", "cache/objects", "cache/tmp"] {
+        assert_eq!(mode(&dir.path().join(d)), 0o700, "{d}");
+    }
+    let files = object_files(dir.path());
+    assert_eq!(files.len(), 2);
+    for f in &files {
+        assert_eq!(mode(f), 0o600, "{f:?}");
+        let shard = f.parent().expect("shard");
+        assert_eq!(mode(shard), 0o700, "{shard:?}");
+    }
+}
+
 /// Every file under `cache/objects/` (its shard directories included).
 fn object_files(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
