@@ -445,7 +445,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
 ];
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 35] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 37] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -524,6 +524,8 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 35] {
         ),
         (oc.store_all_ttl != nc.store_all_ttl, "cache.store_all_ttl"),
         (oc.lock_timeout != nc.lock_timeout, "cache.lock_timeout"),
+        (oc.max_objects != nc.max_objects, "cache.max_objects"),
+        (oc.max_variants != nc.max_variants, "cache.max_variants"),
     ]
 }
 
