@@ -565,6 +565,12 @@ async fn a_response_with_two_different_content_lengths_is_a_502() {
 
 // --- Request framing -----------------------------------------------------
 
+/// A proxy that forwards bodies on GET, HEAD, DELETE and OPTIONS to the
+/// loopback origins of these tests.
+async fn bodies_allowed() -> Proxy {
+    Proxy::start_with(|c| c.upstream.allow_bodies_for = vec!["127.0.0.1".into()]).await
+}
+
 /// The body of a recorded request: what follows its head.
 fn body_of(request: &str) -> &str {
     request.split_once("\r\n\r\n").map_or("", |(_, b)| b)
@@ -576,11 +582,13 @@ fn has_header(request: &str, line: &str) -> bool {
 }
 
 /// hyper's client sends a GET (or HEAD) body of unknown length as no body
-/// at all unless told its framing.
+/// at all unless told its framing. (A body on these methods is forwarded to
+/// origins in `upstream.allow_bodies_for` only, on a connection of its own:
+/// tests/request_bodies.rs.)
 #[tokio::test]
 async fn a_request_body_is_forwarded_whatever_the_method_and_framing() {
     let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
-    let proxy = Proxy::start().await;
+    let proxy = bodies_allowed().await;
     for method in ["GET", "HEAD", "OPTIONS", "DELETE"] {
         let head = format!(
             "{method} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
@@ -599,6 +607,7 @@ async fn a_request_body_is_forwarded_whatever_the_method_and_framing() {
             "{seen}"
         );
         assert!(has_header(&seen, "transfer-encoding: chunked"), "{seen}");
+        assert!(has_header(&seen, "connection: close"), "{seen}");
         assert!(
             !seen.to_ascii_lowercase().contains("content-length"),
             "{seen}"
@@ -624,7 +633,7 @@ async fn a_request_body_is_forwarded_whatever_the_method_and_framing() {
 #[tokio::test]
 async fn a_request_with_content_length_and_chunked_reaches_the_origin_with_one_framing() {
     let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
-    let proxy = Proxy::start().await;
+    let proxy = bodies_allowed().await;
     for (method, framing) in [
         ("POST", "Content-Length: 5\r\nTransfer-Encoding: chunked"),
         ("POST", "Transfer-Encoding: chunked\r\nContent-Length: 5"),
@@ -686,11 +695,12 @@ async fn ambiguous_request_framing_is_400() {
 }
 
 /// curl through the proxy: the chunked response reaches it whole, and a
-/// GET it sends with a chunked body reaches the origin with that body.
+/// GET it sends with a chunked body reaches the origin (one in
+/// `upstream.allow_bodies_for`) with that body.
 #[tokio::test]
 async fn curl_gets_the_whole_chunked_response_and_its_get_body_arrives() {
     let origin = RawOrigin::start(CL_AND_CHUNKED).await;
-    let proxy = Proxy::start().await;
+    let proxy = bodies_allowed().await;
     let out = tokio::process::Command::new("curl")
         .args(["-sS", "--max-time", "10", "-x"])
         .arg(format!("http://{}", proxy.addr))
@@ -777,12 +787,13 @@ async fn options_star_and_authority_form_to_the_proxy_are_400() {
 }
 
 /// HTTP/2 inside a tunnel (prior knowledge, plain): a GET whose body comes
-/// in DATA frames with no length reaches the HTTP/1.1 origin with it.
+/// in DATA frames with no length reaches the HTTP/1.1 origin (one in
+/// `upstream.allow_bodies_for`) with it.
 #[tokio::test]
 async fn an_http2_get_body_inside_a_tunnel_reaches_the_origin() {
     use http_body_util::BodyExt;
     let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
-    let proxy = Proxy::start().await;
+    let proxy = bodies_allowed().await;
     let tunnel = connect(&proxy, &origin.addr.to_string())
         .await
         .expect("tunnel");

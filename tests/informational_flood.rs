@@ -97,6 +97,19 @@ async fn a_flood_of_100_continue_is_a_502() {
         .expect("answered without waiting for response_timeout");
     assert_eq!(resp.status, 502, "{}", resp.body);
     assert!(resp.body.contains("informational"), "{}", resp.body);
+    // A WebSocket upgrade: a connection of its own.
+    let upgrade = Request::get(&url)
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .body(Bytes::new())
+        .expect("request");
+    let resp = tokio::time::timeout(NO_HANG, proxy.request(upgrade))
+        .await
+        .expect("answered without waiting for response_timeout");
+    assert_eq!(resp.status, 502, "{}", resp.body);
+    assert!(resp.body.contains("informational"), "{}", resp.body);
 }
 
 #[tokio::test]

@@ -312,3 +312,50 @@ async fn an_allowed_get_body_is_forwarded_on_a_connection_of_its_own() {
         "the body was read as a request: {lines:?}"
     );
 }
+
+/// After the 400 the client connection is not desynchronised: the refused
+/// body is never read as a request of its own, and the next request on the
+/// connection gets its own answer (or the connection is closed).
+#[tokio::test]
+async fn the_refused_body_is_not_read_as_the_next_request() {
+    let origin = BodyIgnoringOrigin::start().await;
+    let proxy = Proxy::start().await;
+    let host = origin.addr.to_string();
+    let secret = origin.url("/private/secret");
+    let inner = format!("GET {secret} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    let req = format!(
+        "GET {} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\r\n{inner}",
+        origin.url("/public"),
+        inner.len()
+    );
+    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
+    client.write_all(req.as_bytes()).await.expect("write");
+    assert_eq!(read_response(&mut client).await.status(), 400);
+    let next = format!(
+        "GET {} HTTP/1.1\r\nHost: {host}\r\n\r\n",
+        origin.url("/next")
+    );
+    if client.write_all(next.as_bytes()).await.is_ok() {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(BOUND, async {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = client.read(&mut chunk).await {
+                if n == 0 || {
+                    rest.extend_from_slice(&chunk[..n]);
+                    find(&rest, b"page /next").is_some()
+                } {
+                    break;
+                }
+            }
+        });
+        read.await.expect("an answer or a close within the bound");
+        let rest = String::from_utf8_lossy(&rest);
+        assert!(
+            rest.is_empty() || rest.starts_with("HTTP/1.1 200"),
+            "{rest}"
+        );
+    }
+    // The secret's URL was neither judged nor fetched.
+    assert!(proxy.audit().iter().all(|l| l["url"] != secret.as_str()));
+    assert!(origin.lines().iter().all(|l| !l.contains("/private")));
+}

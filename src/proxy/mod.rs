@@ -840,6 +840,7 @@ impl Proxy {
                 connect_timeout: self.upstream.settings().connect_timeout,
                 response_timeout: timeout,
                 tunnel_idle_timeout: settings.tunnel_idle_timeout,
+                max_informational: settings.max_informational,
                 tls: &self.upstream_tls,
                 via: settings.via.then_some(&self.via),
                 peer: client,

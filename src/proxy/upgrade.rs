@@ -25,6 +25,7 @@ use crate::body::Body;
 use crate::net;
 use crate::origin::{Origin, Scheme};
 use crate::upstream::dial::url_host;
+use crate::upstream::informational::capped;
 use crate::upstream::{ErrorKind, UpstreamError, connect_upstream};
 
 /// True if `headers` ask to switch to WebSocket (RFC 9110 §7.8, RFC 6455):
@@ -72,6 +73,9 @@ pub(crate) struct UpgradeSettings<'a> {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) tunnel_idle_timeout: Duration,
+    /// `upstream.max_informational`: 1xx responses before the answer (101
+    /// is the answer here, not one of them).
+    pub(crate) max_informational: usize,
     /// Upstream TLS for `https` origins (its ALPN is replaced by
     /// `http/1.1`: an upgrade is an HTTP/1.1 mechanism).
     pub(crate) tls: &'a Arc<rustls::ClientConfig>,
@@ -118,7 +122,7 @@ pub(crate) async fn forward(
     let exchange = async {
         let tcp = connect_upstream(origin, s.policy, s.connect_timeout).await?;
         match origin.scheme() {
-            Scheme::Http => send(TokioIo::new(tcp), req, &host).await,
+            Scheme::Http => send(TokioIo::new(tcp), req, &host, s.max_informational).await,
             Scheme::Https => {
                 let mut config = (**s.tls).clone();
                 config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -128,7 +132,7 @@ pub(crate) async fn forward(
                     .connect(name, tcp)
                     .await
                     .map_err(|e| UpstreamError::new(e, &host))?;
-                send(TokioIo::new(tls), req, &host).await
+                send(TokioIo::new(tls), req, &host, s.max_informational).await
             }
         }
     };
@@ -188,11 +192,13 @@ pub(crate) async fn forward(
     resp.map(|b| b.boxed())
 }
 
-/// One request on a new HTTP/1.1 connection that may be upgraded.
+/// One request on a new HTTP/1.1 connection that may be upgraded; more
+/// than `max_informational` 1xx responses before the answer are an error.
 async fn send<IO>(
     io: IO,
     req: Request<Body>,
     host: &str,
+    max_informational: usize,
 ) -> Result<Response<hyper::body::Incoming>, UpstreamError>
 where
     IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
@@ -205,10 +211,10 @@ where
             tracing::debug!(error = %e, "upgrade connection ended with an error");
         }
     });
-    sender
-        .send_request(req)
-        .await
-        .map_err(|e| UpstreamError::new(e, host))
+    match capped(req, max_informational, |req| sender.send_request(req)).await {
+        Ok(sent) => sent.map_err(|e| UpstreamError::new(e, host)),
+        Err(flooded) => Err(UpstreamError::new(flooded, host)),
+    }
 }
 
 #[cfg(test)]

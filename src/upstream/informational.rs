@@ -34,6 +34,8 @@ impl std::fmt::Display for Flooded {
     }
 }
 
+impl std::error::Error for Flooded {}
+
 struct Count {
     seen: AtomicUsize,
     over: Notify,
