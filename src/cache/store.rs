@@ -726,20 +726,21 @@ impl Store {
         }
         let meta = Arc::new(meta);
         let meta_len = bytes.map_or(0, |b| b.len() as u64);
-        self.hold(key, seq, &meta, meta_len, None);
+        self.hold(key, seq, &meta, meta_len * META_MEMORY_FACTOR, None);
         Some(Found { key: *key, meta })
     }
 
     /// Puts an object's parsed meta (and small body) in the memory tier,
-    /// if it is still the indexed one.
-    fn hold(&self, key: &ObjKey, seq: u64, meta: &Arc<Meta>, meta_len: u64, body: Option<Bytes>) {
+    /// if it is still the indexed one; `meta_cost` is what the meta counts
+    /// for (its file's length times [`META_MEMORY_FACTOR`]).
+    fn hold(&self, key: &ObjKey, seq: u64, meta: &Arc<Meta>, meta_cost: u64, body: Option<Bytes>) {
         let victims = {
             let mut ix = self.lock();
             if ix.disk.peek(key).map(|e| e.seq) != Some(seq) {
                 return;
             }
             ix.drop_hot(key);
-            let cost = meta_len * META_MEMORY_FACTOR + body.as_ref().map_or(0, |b| b.len() as u64);
+            let cost = meta_cost + body.as_ref().map_or(0, |b| b.len() as u64);
             ix.mem_bytes += cost;
             ix.mem_bodies += u64::from(body.is_some());
             ix.mem.put(
@@ -968,14 +969,17 @@ impl Store {
         let Some(seq) = body_seq(&found.key, &found.meta.body_file) else {
             return;
         };
-        let meta_len = {
+        // The meta is held already (the lookup put it there), counted for
+        // what its file's length made it; gone meanwhile, the body is not
+        // kept either.
+        let meta_cost = {
             let ix = self.lock();
-            match ix.disk.peek(&found.key) {
-                Some(e) => e.size.saturating_sub(on_disk(e.body_len)),
+            match ix.mem.peek(&found.key) {
+                Some(h) => h.cost - h.body.as_ref().map_or(0, |b| b.len() as u64),
                 None => return,
             }
         };
-        self.hold(&found.key, seq, &found.meta, meta_len, Some(bytes));
+        self.hold(&found.key, seq, &found.meta, meta_cost, Some(bytes));
     }
 
     /// A writer for a new body in `tmp/`.
@@ -1041,7 +1045,7 @@ impl Store {
         // A victim may be the object just stored (larger than the whole
         // disk tier): its files go like any other's.
         self.delete_files(victims);
-        self.hold(&key, seq, &meta, meta_len, small);
+        self.hold(&key, seq, &meta, meta_len * META_MEMORY_FACTOR, small);
         Ok(())
     }
 
@@ -1090,7 +1094,13 @@ impl Store {
                 store.publish(&ix);
                 ix.mem.peek(&key).and_then(|h| h.body.clone())
             };
-            store.hold(&key, seq, &Arc::new(meta), meta_len, body);
+            store.hold(
+                &key,
+                seq,
+                &Arc::new(meta),
+                meta_len * META_MEMORY_FACTOR,
+                body,
+            );
             Ok::<(), std::io::Error>(())
         })
         .await;

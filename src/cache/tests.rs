@@ -1003,6 +1003,16 @@ async fn a_stored_response_survives_a_restart() {
     assert_eq!(body, "persisted");
     assert_eq!(status_of(&p), "robots-proxy; hit");
     assert_eq!(cache.counters().memory_objects, 1);
+    // The memory tier counts the meta read back and the body it kept.
+    let meta_len = object_files(dir.path())
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "meta"))
+        .map(|p| p.metadata().expect("md").len())
+        .expect("a meta file");
+    assert_eq!(
+        cache.counters().memory_bytes,
+        meta_len * 10 + "persisted".len() as u64
+    );
 }
 
 #[tokio::test]
