@@ -413,7 +413,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
 ];
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 32] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 34] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -480,6 +480,8 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 32] {
         ),
         (oc.store_all_ttl != nc.store_all_ttl, "cache.store_all_ttl"),
         (oc.lock_timeout != nc.lock_timeout, "cache.lock_timeout"),
+        (oc.max_objects != nc.max_objects, "cache.max_objects"),
+        (oc.max_variants != nc.max_variants, "cache.max_variants"),
     ]
 }
 
