@@ -301,9 +301,10 @@ pub enum CacheMode {
 pub struct CacheConfig {
     pub enabled: bool,
     pub mode: CacheMode,
-    /// Bytes of small responses kept in memory (on disk too).
+    /// Bytes of recently used responses kept in memory (parsed headers,
+    /// small bodies; all are on disk too).
     pub memory_size: u64,
-    /// Bytes of responses kept on disk.
+    /// Bytes of responses kept on disk, in whole 4 KiB blocks per file.
     pub disk_size: u64,
     /// Larger responses are forwarded but not stored.
     pub max_object_size: u64,

@@ -301,7 +301,7 @@ impl ResponseCache {
         Ok(ResponseCache {
             inner: Arc::new(Inner {
                 cfg: cfg.clone(),
-                store: Arc::new(store),
+                store,
                 stats,
                 locks: Arc::default(),
                 lock_ids: AtomicU64::new(0),
@@ -849,6 +849,12 @@ impl ResponseCache {
             if p.collapsed { "; collapsed" } else { "" }
         );
         let mut resp = self.stored_response(&meta, body, &params, now);
+        // This client's cookies, as the origin just set them: they replace
+        // any stored under the same name (store-all keeps Set-Cookie;
+        // Set-Cookie2 is stored as any header).
+        for (name, _) in policy::set_cookies(&parts.headers) {
+            resp.headers_mut().remove(name);
+        }
         for (name, value) in policy::set_cookies(&parts.headers) {
             resp.headers_mut().append(name.clone(), value.clone());
         }

@@ -45,7 +45,7 @@
 //! (variants and users), the oldest evicted first. At start only the
 //! newest `max_objects` meta files (by the sequence number in their body
 //! file's name) are read, and then only their index fields; the rest are
-//! deleted.
+//! deleted by a thread of its own after the cache opened.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -351,6 +351,13 @@ fn body_seq(key: &ObjKey, name: &str) -> Option<u64> {
     u64::from_str_radix(seq, 16).ok()
 }
 
+/// A file the start-up scan did not index, deleted by [`Store::sweep`].
+enum Leftover {
+    /// A meta over `max_objects` (its body is a `Body` too).
+    Meta(ObjKey),
+    Body(ObjKey, u64),
+}
+
 /// The fields of a meta file the index needs (the rest is skipped, not
 /// parsed, at start).
 #[derive(Deserialize)]
@@ -385,6 +392,8 @@ pub(crate) struct Store {
     small_max: u64,
     seq: AtomicU64,
     stats: Arc<Stats>,
+    /// The start-up sweep's thread, while it may run.
+    sweeper: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// Stored responses are the clients' traffic: readable by the proxy's
@@ -422,7 +431,7 @@ pub(crate) struct Limits {
 impl Store {
     /// Opens (creating) `dir`, empties its `tmp/` and rebuilds the index
     /// from `objects/`.
-    pub fn open(dir: &Path, limits: &Limits, stats: Arc<Stats>) -> std::io::Result<Store> {
+    pub fn open(dir: &Path, limits: &Limits, stats: Arc<Stats>) -> std::io::Result<Arc<Store>> {
         let objects = dir.join("objects");
         let tmp = dir.join("tmp");
         create_private_dir(&objects)?;
@@ -460,8 +469,11 @@ impl Store {
                     .map_or(0, |d| d.as_nanos() as u64),
             ),
             stats,
+            sweeper: Mutex::new(None),
         };
-        store.scan()?;
+        let leftovers = store.scan()?;
+        let store = Arc::new(store);
+        store.sweep(leftovers);
         Ok(store)
     }
 
@@ -474,7 +486,7 @@ impl Store {
     /// for their index fields; older ones, bodies no meta names and
     /// anything unreadable are deleted. What it holds besides the index
     /// is 40 bytes per file (keys and numbers, no names).
-    fn scan(&self) -> std::io::Result<()> {
+    fn scan(&self) -> std::io::Result<Vec<Leftover>> {
         let mut metas: Vec<ObjKey> = Vec::new();
         let mut bodies: Vec<(ObjKey, u64)> = Vec::new();
         for top in std::fs::read_dir(&self.objects)? {
@@ -524,8 +536,9 @@ impl Store {
         drop(metas);
         order.sort_unstable();
         let over = order.len().saturating_sub(self.max_objects);
+        let mut leftovers: Vec<Leftover> = Vec::new();
         for (_, key) in order.drain(..over) {
-            let _ = std::fs::remove_file(self.meta_path(&key));
+            leftovers.push(Leftover::Meta(key));
             self.stats.evictions_disk.fetch_add(1, Ordering::Relaxed);
         }
         let victims = {
@@ -561,14 +574,64 @@ impl Store {
             }
             for (key, seq) in &bodies {
                 if ix.disk.peek(key).map(|e| e.seq) != Some(*seq) {
-                    let _ = std::fs::remove_file(self.file(&body_name(key, *seq)));
+                    leftovers.push(Leftover::Body(*key, *seq));
                 }
             }
             victims.extend(self.evict(&mut ix));
             victims
         };
         self.delete_files(victims);
-        Ok(())
+        Ok(leftovers)
+    }
+
+    /// Deletes what the start-up scan left out of the index, on a thread
+    /// of its own: after a budget was lowered that can be most of the
+    /// files, and the proxy should not wait for it to listen. A meta is
+    /// deleted only while its key is still unindexed (under the commit
+    /// lock: a new object may have been stored under it meanwhile); a
+    /// body's name is never reused, so an unindexed one stays unindexed.
+    fn sweep(self: &Arc<Self>, leftovers: Vec<Leftover>) {
+        if leftovers.is_empty() {
+            return;
+        }
+        let store = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("cache-sweep".into())
+            .spawn(move || {
+                for l in leftovers {
+                    match l {
+                        Leftover::Meta(key) => {
+                            let _commit =
+                                store.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
+                            if !store.lock().disk.contains(&key) {
+                                let _ = std::fs::remove_file(store.meta_path(&key));
+                            }
+                        }
+                        Leftover::Body(key, seq) => {
+                            let _ = std::fs::remove_file(store.file(&body_name(&key, seq)));
+                        }
+                    }
+                }
+            });
+        match spawned {
+            Ok(handle) => *self.sweeper.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle),
+            Err(e) => {
+                tracing::warn!(error = %e, "cache: could not start deleting files over the budget");
+            }
+        }
+    }
+
+    /// Waits for the start-up sweep to end (tests that count files).
+    #[cfg(test)]
+    pub fn join_sweep(&self) {
+        let handle = self
+            .sweeper
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
     }
 
     /// Indexes an object (replacing `key`'s previous one), keeping at most
@@ -663,20 +726,21 @@ impl Store {
         }
         let meta = Arc::new(meta);
         let meta_len = bytes.map_or(0, |b| b.len() as u64);
-        self.hold(key, seq, &meta, meta_len, None);
+        self.hold(key, seq, &meta, meta_len * META_MEMORY_FACTOR, None);
         Some(Found { key: *key, meta })
     }
 
     /// Puts an object's parsed meta (and small body) in the memory tier,
-    /// if it is still the indexed one.
-    fn hold(&self, key: &ObjKey, seq: u64, meta: &Arc<Meta>, meta_len: u64, body: Option<Bytes>) {
+    /// if it is still the indexed one; `meta_cost` is what the meta counts
+    /// for (its file's length times [`META_MEMORY_FACTOR`]).
+    fn hold(&self, key: &ObjKey, seq: u64, meta: &Arc<Meta>, meta_cost: u64, body: Option<Bytes>) {
         let victims = {
             let mut ix = self.lock();
             if ix.disk.peek(key).map(|e| e.seq) != Some(seq) {
                 return;
             }
             ix.drop_hot(key);
-            let cost = meta_len * META_MEMORY_FACTOR + body.as_ref().map_or(0, |b| b.len() as u64);
+            let cost = meta_cost + body.as_ref().map_or(0, |b| b.len() as u64);
             ix.mem_bytes += cost;
             ix.mem_bodies += u64::from(body.is_some());
             ix.mem.put(
@@ -905,14 +969,17 @@ impl Store {
         let Some(seq) = body_seq(&found.key, &found.meta.body_file) else {
             return;
         };
-        let meta_len = {
+        // The meta is held already (the lookup put it there), counted for
+        // what its file's length made it; gone meanwhile, the body is not
+        // kept either.
+        let meta_cost = {
             let ix = self.lock();
-            match ix.disk.peek(&found.key) {
-                Some(e) => e.size.saturating_sub(on_disk(e.body_len)),
+            match ix.mem.peek(&found.key) {
+                Some(h) => h.cost - h.body.as_ref().map_or(0, |b| b.len() as u64),
                 None => return,
             }
         };
-        self.hold(&found.key, seq, &found.meta, meta_len, Some(bytes));
+        self.hold(&found.key, seq, &found.meta, meta_cost, Some(bytes));
     }
 
     /// A writer for a new body in `tmp/`.
@@ -978,7 +1045,7 @@ impl Store {
         // A victim may be the object just stored (larger than the whole
         // disk tier): its files go like any other's.
         self.delete_files(victims);
-        self.hold(&key, seq, &meta, meta_len, small);
+        self.hold(&key, seq, &meta, meta_len * META_MEMORY_FACTOR, small);
         Ok(())
     }
 
@@ -1027,7 +1094,13 @@ impl Store {
                 store.publish(&ix);
                 ix.mem.peek(&key).and_then(|h| h.body.clone())
             };
-            store.hold(&key, seq, &Arc::new(meta), meta_len, body);
+            store.hold(
+                &key,
+                seq,
+                &Arc::new(meta),
+                meta_len * META_MEMORY_FACTOR,
+                body,
+            );
             Ok::<(), std::io::Error>(())
         })
         .await;

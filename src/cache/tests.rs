@@ -1003,6 +1003,16 @@ async fn a_stored_response_survives_a_restart() {
     assert_eq!(body, "persisted");
     assert_eq!(status_of(&p), "robots-proxy; hit");
     assert_eq!(cache.counters().memory_objects, 1);
+    // The memory tier counts the meta read back and the body it kept.
+    let meta_len = object_files(dir.path())
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "meta"))
+        .map(|p| p.metadata().expect("md").len())
+        .expect("a meta file");
+    assert_eq!(
+        cache.counters().memory_bytes,
+        meta_len * 10 + "persisted".len() as u64
+    );
 }
 
 #[tokio::test]
@@ -1087,6 +1097,7 @@ async fn temp_files_truncated_and_corrupted_bodies_are_never_served() {
     );
     assert_eq!(cache.counters().disk_objects, 0);
     assert_eq!(cache.counters().corrupt, 1);
+    cache.inner.store.join_sweep();
     assert!(object_files(dir.path()).is_empty());
 
     // Corrupted in place (same length) while running: a miss, and deleted.
@@ -1228,6 +1239,8 @@ async fn the_index_is_bounded_by_count_and_evicts_with_the_files() {
     cfg.max_objects = 2;
     let cache = open(dir.path(), &cfg);
     assert_eq!(cache.counters().disk_objects, 2);
+    // The files over the budget are deleted after the cache opened.
+    cache.inner.store.join_sweep();
     assert_eq!(object_files(dir.path()).len(), 4);
     assert!(is_hit(&cache, "http://example.test/7", &[]).await);
     assert!(is_hit(&cache, "http://example.test/6", &[]).await);
