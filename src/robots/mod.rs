@@ -582,6 +582,13 @@ struct ReadRules {
     rules: AgentRules,
     /// For each of `rules`' rules, its index in the rules it was read from.
     base: Box<[u32]>,
+    /// The rules (indices into `rules`) whose pattern the reading changed.
+    /// A path the reading leaves as it is can be judged differently only
+    /// if one of them matches it: every other rule, and its precedence, is
+    /// the same as in the rules as written, and a changed rule as written
+    /// cannot match a path the reading leaves alone (its literal text holds
+    /// what the reading rewrites).
+    changed: Box<[u32]>,
 }
 
 /// The answer for one URL.
@@ -680,10 +687,18 @@ impl AgentRules {
             .collect();
         rows.sort_by(|(a, _), (b, _)| precedence(a, b));
         let refs: Vec<&RawRule> = rows.iter().map(|(r, _)| r).collect();
+        let rules = AgentRules::unread(Table::build(&refs), self.selection, self.crawl_delay);
+        let changed = rows
+            .iter()
+            .enumerate()
+            .filter(|(k, (_, i))| rules.table.pattern(*k) != self.table.pattern(*i as usize))
+            .map(|(k, _)| k as u32)
+            .collect();
         ReadRules {
             reading,
-            rules: AgentRules::unread(Table::build(&refs), self.selection, self.crawl_delay),
+            rules,
             base: rows.iter().map(|(_, i)| *i).collect(),
+            changed,
         }
     }
 
@@ -816,6 +831,17 @@ impl AgentRules {
             }
             let form = reading.apply(&path);
             if !rules_read && (form == path || last.as_ref() == Some(&form)) {
+                continue;
+            }
+            if rules_read
+                && form == path
+                && self.read_rules(*reading).is_some_and(|read| {
+                    !read
+                        .changed
+                        .iter()
+                        .any(|&k| pattern::matches(read.rules.table.pattern(k as usize), &form))
+                })
+            {
                 continue;
             }
             let other = self.check_read(*reading, &form);
