@@ -1,10 +1,14 @@
 //! The body type used on both sides of the proxy, and small constructors.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
 use http::{Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::{Frame, SizeHint};
 
 /// Body type used on both sides of the proxy: streams, never buffered whole.
 pub(crate) type Body = BoxBody<Bytes, hyper::Error>;
@@ -36,4 +40,47 @@ pub(crate) fn text(status: StatusCode, body: impl Into<String>) -> Response<Body
     resp.headers_mut()
         .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
+}
+
+/// `resp` with a body that keeps `guard` until hyper drops the body (sent,
+/// or abandoned with its connection): what a request holds, such as its
+/// client's slot or its place in the in-flight count, is held while its
+/// response streams.
+pub(crate) fn hold_until_dropped<G: Send + Sync + Unpin + 'static>(
+    resp: Response<Body>,
+    guard: G,
+) -> Response<Body> {
+    resp.map(|body| {
+        Holding {
+            body,
+            _guard: guard,
+        }
+        .boxed()
+    })
+}
+
+/// A body that keeps a guard until it is dropped.
+struct Holding<G> {
+    body: Body,
+    _guard: G,
+}
+
+impl<G: Unpin> hyper::body::Body for Holding<G> {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }

@@ -9,12 +9,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{Method, Request, Response};
-use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
@@ -591,14 +590,7 @@ impl InFlight {
 
     /// A response whose body keeps `guard` until it is dropped.
     pub(crate) fn track(guard: InFlightGuard, resp: Response<Body>) -> Response<Body> {
-        use http_body_util::BodyExt;
-        resp.map(|body| {
-            Tracked {
-                body,
-                _guard: guard,
-            }
-            .boxed()
-        })
+        crate::body::hold_until_dropped(resp, guard)
     }
 
     fn subscribe(&self) -> watch::Receiver<usize> {
@@ -612,32 +604,6 @@ pub(crate) struct InFlightGuard(Arc<watch::Sender<usize>>);
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
         self.0.send_modify(|n| *n = n.saturating_sub(1));
-    }
-}
-
-/// A response body counted as in flight until hyper drops it.
-struct Tracked {
-    body: Body,
-    _guard: InFlightGuard,
-}
-
-impl hyper::body::Body for Tracked {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }
 

@@ -14,14 +14,9 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use http::Response;
-use http_body_util::BodyExt;
-use hyper::body::{Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::body::Body;
@@ -87,7 +82,7 @@ pub(crate) struct Slot {
 impl Slot {
     /// `resp` with a body that keeps this slot until it is dropped.
     pub(crate) fn hold_until_sent(self, resp: Response<Body>) -> Response<Body> {
-        resp.map(|body| Holding { body, _slot: self }.boxed())
+        crate::body::hold_until_dropped(resp, self)
     }
 }
 
@@ -102,32 +97,6 @@ impl Drop for Slot {
         {
             by_client.remove(&self.ip);
         }
-    }
-}
-
-/// A response body that keeps a [`Slot`] until hyper drops it.
-struct Holding {
-    body: Body,
-    _slot: Slot,
-}
-
-impl hyper::body::Body for Holding {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }
 

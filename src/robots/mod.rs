@@ -126,19 +126,25 @@ impl fmt::Display for Rule<'_> {
             self.line(),
             if self.is_allow() { "Allow" } else { "Disallow" },
         )?;
-        let value = self.value();
-        if !value.chars().any(char::is_control) {
-            return f.write_str(value);
-        }
-        for c in value.chars() {
-            if c.is_control() {
-                write!(f, "{}", c.escape_default())?;
-            } else {
-                fmt::Write::write_char(f, c)?;
-            }
-        }
-        Ok(())
+        write_escaped(f, self.value())
     }
+}
+
+/// Writes `text` (a robots.txt value: anyone's text) with its control
+/// characters escaped (`\u{1b}`), so terminals, logs and 403 bodies show
+/// them instead of obeying them.
+pub(crate) fn write_escaped(f: &mut fmt::Formatter<'_>, text: &str) -> fmt::Result {
+    if !text.chars().any(char::is_control) {
+        return f.write_str(text);
+    }
+    for c in text.chars() {
+        if c.is_control() {
+            write!(f, "{}", c.escape_default())?;
+        } else {
+            fmt::Write::write_char(f, c)?;
+        }
+    }
+    Ok(())
 }
 
 /// Where a compiled rule's pattern starts in its table, its line and its

@@ -260,14 +260,7 @@ impl fmt::Display for UsageRule {
     /// escaped.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "line {}: {}: ", self.line, self.kind.as_str())?;
-        for c in self.value.chars() {
-            if c.is_control() {
-                write!(f, "{}", c.escape_default())?;
-            } else {
-                fmt::Write::write_char(f, c)?;
-            }
-        }
-        Ok(())
+        super::write_escaped(f, &self.value)
     }
 }
 
