@@ -79,7 +79,10 @@ pub struct Settings {
 
 /// The request header that adds purposes for one request (removed before
 /// the request is forwarded).
-pub(crate) const PURPOSE_HEADER: &str = "robots-proxy-purpose";
+/// A constant name: looked up on every request, and a `&str` name is parsed
+/// on each use.
+pub(crate) static PURPOSE_HEADER: http::header::HeaderName =
+    http::header::HeaderName::from_static("robots-proxy-purpose");
 
 impl Settings {
     /// The purposes a request is for: the configured ones, its user's, and
@@ -365,11 +368,16 @@ impl Proxy {
         path: &str,
         req: Request<Body>,
     ) -> Answer {
-        let slot = tokio::time::timeout(
-            settings.response_timeout,
-            self.client_slots.acquire(caller.client.ip()),
-        )
-        .await;
+        let slot = match self.client_slots.try_acquire(caller.client.ip()) {
+            Some(slot) => Ok(slot),
+            None => {
+                tokio::time::timeout(
+                    settings.response_timeout,
+                    self.client_slots.acquire(caller.client.ip()),
+                )
+                .await
+            }
+        };
         let Ok(slot) = slot else {
             return Answer::new(
                 Outcome::RateLimited,
@@ -441,9 +449,10 @@ impl Proxy {
         // Usage preferences for the declared purposes, on what robots.txt
         // allowed; the purpose header never reaches the origin.
         let mut req = req;
-        let purposes =
-            settings.purposes_for(caller.user.as_deref(), req.headers().get(PURPOSE_HEADER));
-        req.headers_mut().remove(PURPOSE_HEADER);
+        let purposes = settings.purposes_for(
+            caller.user.as_deref(),
+            req.headers_mut().remove(&PURPOSE_HEADER).as_ref(),
+        );
         if judgement.decision.is_allowed()
             && !purposes.is_empty()
             && let Some(note) = self.gate.usage(&judgement, &purposes)
@@ -460,12 +469,28 @@ impl Proxy {
                 .serve_allowed(settings, caller, &origin, req, judgement)
                 .await;
         }
-        // Kept for the response's own Content-Usage header (only when a
-        // purpose is declared: the common request pays nothing).
+        // Boxed, as the cache path: kept inline, the judgement and purposes
+        // this path keeps across its await would make every request's
+        // future larger, and hyper moves it.
+        Box::pin(self.serve_for_purposes(settings, caller, &origin, req, judgement, purposes)).await
+    }
+
+    /// [`Proxy::serve_allowed`] for a request that declares purposes: the
+    /// response carries the annotation, and its own `Content-Usage` header
+    /// is applied.
+    async fn serve_for_purposes(
+        &self,
+        settings: &Settings,
+        caller: &Caller,
+        origin: &Origin,
+        req: Request<Body>,
+        judgement: Judgement,
+        purposes: Vec<String>,
+    ) -> Answer {
         let judged = judgement.clone();
         let method = req.method().clone();
         let mut answer = self
-            .serve_allowed(settings, caller, &origin, req, judgement)
+            .serve_allowed(settings, caller, origin, req, judgement)
             .await;
         if let Some(note) = &judged.usage {
             let line = respond::usage_line(note, &judged.robots_url());

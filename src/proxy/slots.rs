@@ -26,7 +26,9 @@ use crate::body::Body;
 /// one of its permits.
 pub(crate) struct ClientSlots {
     limit: usize,
-    by_client: Mutex<HashMap<IpAddr, Arc<Semaphore>>>,
+    /// Looked up twice per request: foldhash (lru's hasher, randomly
+    /// seeded), not SipHash.
+    by_client: Mutex<HashMap<IpAddr, Arc<Semaphore>, lru::DefaultHasher>>,
 }
 
 impl ClientSlots {
@@ -41,14 +43,30 @@ impl ClientSlots {
         self.limit
     }
 
+    /// One of `ip`'s slots if one is free now (a free permit means nobody
+    /// waits: tokio hands released permits to waiters first), without the
+    /// timer a wait needs.
+    pub(crate) fn try_acquire(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+        let ip = crate::net::client_key(ip);
+        let permit = self.semaphore(ip).try_acquire_owned().ok()?;
+        Some(Slot {
+            permit: Some(permit),
+            ip,
+            slots: self.clone(),
+        })
+    }
+
+    fn semaphore(&self, ip: IpAddr) -> Arc<Semaphore> {
+        self.lock()
+            .entry(ip)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.limit)))
+            .clone()
+    }
+
     /// Waits for one of `ip`'s slots (in arrival order).
     pub(crate) async fn acquire(self: &Arc<Self>, ip: IpAddr) -> Slot {
         let ip = crate::net::client_key(ip);
-        let semaphore = self
-            .lock()
-            .entry(ip)
-            .or_insert_with(|| Arc::new(Semaphore::new(self.limit)))
-            .clone();
+        let semaphore = self.semaphore(ip);
         // Never closed: an error cannot happen; a slot without a permit
         // would only be unbounded, not wrong.
         let permit = semaphore.acquire_owned().await.ok();
@@ -65,7 +83,9 @@ impl ClientSlots {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Arc<Semaphore>>> {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Arc<Semaphore>, lru::DefaultHasher>> {
         self.by_client
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
