@@ -38,7 +38,8 @@ pub enum Decision {
     BadRequest { reason: String },
     /// Crawlable, but the site's usage preference for a declared purpose
     /// is `n` (`usage.mode = "enforce"`).
-    UsageDisallowed(UsageNote),
+    /// Boxed: rare, and every request's future carries a `Decision`.
+    UsageDisallowed(Box<UsageNote>),
 }
 
 impl Decision {
@@ -159,7 +160,7 @@ pub struct Judgement {
     pub(crate) crawl_delay: Option<f64>,
     /// A usage preference of `n` for a declared purpose, noted and
     /// forwarded (`usage.mode = "annotate"`).
-    pub(crate) usage: Option<UsageNote>,
+    pub(crate) usage: Option<Box<UsageNote>>,
 }
 
 impl Judgement {
@@ -262,7 +263,11 @@ impl Gate {
     /// The first declared purpose whose usage preference in the robots.txt
     /// that allowed `judgement` is `n`, with its line. `None` when no
     /// purpose is disallowed (or the decision did not come from a file).
-    pub(crate) fn usage(&self, judgement: &Judgement, purposes: &[String]) -> Option<UsageNote> {
+    pub(crate) fn usage(
+        &self,
+        judgement: &Judgement,
+        purposes: &[String],
+    ) -> Option<Box<UsageNote>> {
         let entry = judgement.entry.as_ref()?;
         let compiled = match &entry.state {
             State::Fresh(rules) | State::Stale { rules, .. } => rules,
@@ -277,12 +282,12 @@ impl Gate {
                     .split_once(": ")
                     .map_or(rule.as_str(), |(_, t)| t)
                     .into();
-                UsageNote {
+                Box::new(UsageNote {
                     purpose: purpose.as_str().into(),
                     line: v.rule.line(),
                     text,
                     rule: rule.into(),
-                }
+                })
             })
         })
     }

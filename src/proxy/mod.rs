@@ -84,6 +84,10 @@ pub struct Settings {
 pub(crate) static PURPOSE_HEADER: http::header::HeaderName =
     http::header::HeaderName::from_static("robots-proxy-purpose");
 
+/// The origin's usage preferences for a response (draft-ietf-aipref-attach).
+static CONTENT_USAGE: http::header::HeaderName =
+    http::header::HeaderName::from_static("content-usage");
+
 impl Settings {
     /// The purposes a request is for: the configured ones, its user's, and
     /// those its `Robots-Proxy-Purpose` header adds (a request can add
@@ -519,7 +523,7 @@ impl Proxy {
         let Some(value) = answer
             .resp
             .headers()
-            .get(http::header::HeaderName::from_static("content-usage"))
+            .get(&CONTENT_USAGE)
             .and_then(|v| v.to_str().ok())
         else {
             return answer;
@@ -540,12 +544,12 @@ impl Proxy {
                 ""
             }
         );
-        let note = crate::gate::UsageNote {
+        let note = Box::new(crate::gate::UsageNote {
             purpose: purpose.as_str().into(),
             line: 0,
             rule: text.clone().into(),
             text: text.into(),
-        };
+        });
         match mode {
             crate::config::UsageMode::Annotate => {
                 let line = respond::usage_line(&note, &judged.robots_url());

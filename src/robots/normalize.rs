@@ -173,12 +173,14 @@ pub fn normalize_str(s: &str, side: Side) -> Cow<'_, str> {
 }
 
 /// The copying pass, from offset `i`.
+/// Appends `%XX` (upper-case hex) for the octet `b`.
+pub(crate) fn push_enc(out: &mut String, b: u8) {
+    out.push('%');
+    out.push(HEX[(b >> 4) as usize] as char);
+    out.push(HEX[(b & 15) as usize] as char);
+}
+
 fn normalize_from(s: &[u8], side: Side, mut i: usize, out: &mut String) {
-    fn push_enc(out: &mut String, b: u8) {
-        out.push('%');
-        out.push(HEX[(b >> 4) as usize] as char);
-        out.push(HEX[(b & 15) as usize] as char);
-    }
     let n = s.len();
     while i < n {
         let b = s[i];

@@ -100,8 +100,8 @@ fn encode_invalid_utf8(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
     let mut out = String::with_capacity(bytes.len() + 16);
     for chunk in bytes.utf8_chunks() {
         out.push_str(chunk.valid());
-        for b in chunk.invalid() {
-            out.push_str(&format!("%{b:02X}"));
+        for &b in chunk.invalid() {
+            super::normalize::push_enc(&mut out, b);
         }
     }
     std::borrow::Cow::Owned(out)

@@ -36,16 +36,6 @@ pub enum Pref {
     Disallowed,
 }
 
-impl Pref {
-    /// `y` or `n`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Pref::Allowed => "y",
-            Pref::Disallowed => "n",
-        }
-    }
-}
-
 /// Which line a statement was read from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -174,15 +164,6 @@ pub fn parse_signal(value: &str) -> Statement {
         statement.set(category, Some(pref));
     }
     statement
-}
-
-/// Most restrictive combination of two preferences (vocab §5.1).
-pub fn combine(a: Option<Pref>, b: Option<Pref>) -> Option<Pref> {
-    match (a, b) {
-        (Some(Pref::Disallowed), _) | (_, Some(Pref::Disallowed)) => Some(Pref::Disallowed),
-        (Some(Pref::Allowed), _) | (_, Some(Pref::Allowed)) => Some(Pref::Allowed),
-        (None, None) => None,
-    }
 }
 
 /// One `Content-Usage` or `Content-Signal` line of a group.
