@@ -63,6 +63,9 @@ where
             counter.over.notify_one();
         }
     });
+    // A waker of its own, not a look at the count after each poll of the
+    // request: the pooled client reads responses in its connection's task,
+    // so the callback runs there and the request may never be polled again.
     tokio::select! {
         // The request first: polling it is what makes hyper read (and
         // report) the informational responses.
