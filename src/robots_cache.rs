@@ -515,7 +515,9 @@ impl RobotsCache {
         match next {
             Next::Ready(entry) => (entry, Lookup::Hit),
             Next::Wait(flight, lookup) => (flight.await, lookup),
-            Next::OtherAgent => self.get_other_agent(origin, token).await,
+            // Boxed: rare (an `/explain` question), and its fetch kept
+            // inline would make every request's future larger.
+            Next::OtherAgent => Box::pin(self.get_other_agent(origin, token)).await,
         }
     }
 

@@ -211,6 +211,12 @@ impl Proxy {
         self
     }
 
+    /// The queue of requests in flight from `ip`'s address
+    /// (`max_requests_per_client`), taken once per client connection.
+    pub(crate) fn client_queue(&self, ip: std::net::IpAddr) -> Arc<slots::ClientQueue> {
+        self.client_slots.queue(ip)
+    }
+
     /// The response cache, if enabled.
     pub fn response_cache(&self) -> Option<&crate::cache::ResponseCache> {
         self.cache.as_ref()
@@ -244,6 +250,7 @@ impl Proxy {
         &self,
         settings: &Settings,
         client: SocketAddr,
+        queue: Arc<slots::ClientQueue>,
         req: &Request<Incoming>,
     ) -> Result<Caller, Answer> {
         if !settings.acl.allows(client.ip()) {
@@ -259,6 +266,7 @@ impl Proxy {
         let Some(auth) = &settings.auth else {
             return Ok(Caller {
                 client,
+                queue,
                 user: None,
                 user_agent: None,
             });
@@ -269,6 +277,7 @@ impl Proxy {
         {
             AuthOutcome::Ok { user, agent } => Ok(Caller {
                 client,
+                queue,
                 user: Some(user.into()),
                 user_agent: agent.map(|a| product_token(&a)),
             }),
@@ -307,11 +316,12 @@ impl Proxy {
     pub(crate) async fn handle(
         self: Arc<Self>,
         client: SocketAddr,
+        queue: Arc<slots::ClientQueue>,
         req: Request<Incoming>,
     ) -> Response<Body> {
         // One read of the reloadable settings per request.
         let settings = self.settings();
-        let caller = match self.admit(&settings, client, &req).await {
+        let caller = match self.admit(&settings, client, queue, &req).await {
             Ok(c) => c,
             Err(answer) => return self.finish(answer),
         };
@@ -372,15 +382,9 @@ impl Proxy {
         path: &str,
         req: Request<Body>,
     ) -> Answer {
-        let slot = match self.client_slots.try_acquire(caller.client.ip()) {
+        let slot = match caller.queue.try_acquire() {
             Some(slot) => Ok(slot),
-            None => {
-                tokio::time::timeout(
-                    settings.response_timeout,
-                    self.client_slots.acquire(caller.client.ip()),
-                )
-                .await
-            }
+            None => tokio::time::timeout(settings.response_timeout, caller.queue.acquire()).await,
         };
         let Ok(slot) = slot else {
             return Answer::new(
@@ -390,7 +394,7 @@ impl Proxy {
                     &format!(
                         "Too many requests in flight from this address (max_requests_per_client \
                          = {}); retry when some have finished\n",
-                        self.client_slots.limit()
+                        caller.queue.limit()
                     ),
                 ),
             );

@@ -44,6 +44,8 @@ pub(crate) use crate::metrics::Decision as Outcome;
 #[derive(Clone, Debug)]
 pub(crate) struct Caller {
     pub(crate) client: SocketAddr,
+    /// The client address's requests in flight ([`super::slots`]).
+    pub(crate) queue: std::sync::Arc<super::slots::ClientQueue>,
     pub(crate) user: Option<Arc<str>>,
     /// Token configured for the user, overriding the others.
     pub(crate) user_agent: Option<String>,

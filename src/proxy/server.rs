@@ -397,14 +397,15 @@ async fn serve_connection(
         header_timeout: proxy.settings().header_timeout,
     };
     let counts = proxy.clone();
+    let queue = proxy.client_queue(peer.ip());
     let service = service_fn(move |mut req: Request<Incoming>| {
         // A tunnel or an upgraded connection keeps the client connection's
         // slot and its part in shutdown until it closes.
         if req.method() == Method::CONNECT || super::upgrade::is_upgrade(req.headers()) {
             req.extensions_mut().insert(hold.clone());
         }
-        let proxy = proxy.clone();
-        async move { Ok::<_, std::convert::Infallible>(proxy.handle(peer, req).await) }
+        let (proxy, queue) = (proxy.clone(), queue.clone());
+        async move { Ok::<_, std::convert::Infallible>(proxy.handle(peer, queue, req).await) }
     });
     let conn = policy
         .http1()

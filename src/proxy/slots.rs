@@ -14,21 +14,20 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use http::Response;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::body::Body;
 
-/// One semaphore per client address (an IPv6 client by its /64, as for
-/// `max_connections_per_client`), kept while a request holds or awaits
-/// one of its permits.
+/// The queues of the client addresses connected now (an IPv6 client by its
+/// /64, as for `max_connections_per_client`).
 pub(crate) struct ClientSlots {
     limit: usize,
-    /// Looked up twice per request: foldhash (lru's hasher, randomly
-    /// seeded), not SipHash.
-    by_client: Mutex<HashMap<IpAddr, Arc<Semaphore>, lru::DefaultHasher>>,
+    /// Looked up once per connection; an entry lives while a connection
+    /// or a request of its address holds the queue.
+    by_client: Mutex<HashMap<IpAddr, Weak<ClientQueue>, lru::DefaultHasher>>,
 }
 
 impl ClientSlots {
@@ -39,45 +38,25 @@ impl ClientSlots {
         })
     }
 
-    pub(crate) fn limit(&self) -> usize {
-        self.limit
-    }
-
-    /// One of `ip`'s slots if one is free now (a free permit means nobody
-    /// waits: tokio hands released permits to waiters first), without the
-    /// timer a wait needs.
-    pub(crate) fn try_acquire(self: &Arc<Self>, ip: IpAddr) -> Option<Slot> {
+    /// The queue of `ip`'s address, shared by all its connections: taken
+    /// once per connection, so that a request's slot costs no lookup.
+    pub(crate) fn queue(self: &Arc<Self>, ip: IpAddr) -> Arc<ClientQueue> {
         let ip = crate::net::client_key(ip);
-        let permit = self.semaphore(ip).try_acquire_owned().ok()?;
-        Some(Slot {
-            permit: Some(permit),
-            ip,
-            slots: self.clone(),
-        })
-    }
-
-    fn semaphore(&self, ip: IpAddr) -> Arc<Semaphore> {
-        self.lock()
-            .entry(ip)
-            .or_insert_with(|| Arc::new(Semaphore::new(self.limit)))
-            .clone()
-    }
-
-    /// Waits for one of `ip`'s slots (in arrival order).
-    pub(crate) async fn acquire(self: &Arc<Self>, ip: IpAddr) -> Slot {
-        let ip = crate::net::client_key(ip);
-        let semaphore = self.semaphore(ip);
-        // Never closed: an error cannot happen; a slot without a permit
-        // would only be unbounded, not wrong.
-        let permit = semaphore.acquire_owned().await.ok();
-        Slot {
-            permit,
-            ip,
-            slots: self.clone(),
+        let mut by_client = self.lock();
+        if let Some(queue) = by_client.get(&ip).and_then(Weak::upgrade) {
+            return queue;
         }
+        let queue = Arc::new(ClientQueue {
+            semaphore: Semaphore::new(self.limit),
+            limit: self.limit,
+            ip,
+            slots: self.clone(),
+        });
+        by_client.insert(ip, Arc::downgrade(&queue));
+        queue
     }
 
-    /// Addresses with a request holding or awaiting a slot.
+    /// Addresses with a connection or a request holding their queue.
     #[cfg(test)]
     fn tracked(&self) -> usize {
         self.lock().len()
@@ -85,18 +64,84 @@ impl ClientSlots {
 
     fn lock(
         &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Arc<Semaphore>, lru::DefaultHasher>> {
+    ) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Weak<ClientQueue>, lru::DefaultHasher>> {
         self.by_client
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
-/// One request's slot under its address's limit, given back on drop.
-pub(crate) struct Slot {
-    permit: Option<OwnedSemaphorePermit>,
+/// One client address's slots, held by its connections and its requests
+/// in flight; forgotten when the last of them is gone.
+pub(crate) struct ClientQueue {
+    semaphore: Semaphore,
+    limit: usize,
     ip: IpAddr,
     slots: Arc<ClientSlots>,
+}
+
+impl std::fmt::Debug for ClientQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientQueue")
+            .field("ip", &self.ip)
+            .field("free", &self.semaphore.available_permits())
+            .finish()
+    }
+}
+
+impl ClientQueue {
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// A slot if one is free now (a free permit means nobody waits: tokio
+    /// hands released permits to waiters first), without the timer a wait
+    /// needs.
+    pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<Slot> {
+        self.semaphore.try_acquire().ok()?.forget();
+        Some(Slot {
+            queue: self.clone(),
+            held: true,
+        })
+    }
+
+    /// Waits for a slot (in arrival order).
+    pub(crate) async fn acquire(self: &Arc<Self>) -> Slot {
+        // Never closed: an error cannot happen; a slot without a permit
+        // would only be unbounded, not wrong.
+        let held = match self.semaphore.acquire().await {
+            Ok(permit) => {
+                permit.forget();
+                true
+            }
+            Err(_) => false,
+        };
+        Slot {
+            queue: self.clone(),
+            held,
+        }
+    }
+}
+
+impl Drop for ClientQueue {
+    fn drop(&mut self) {
+        let mut by_client = self.slots.lock();
+        // Another connection of the address may have made a new queue
+        // since this one's last holder let go: remove only a dead entry.
+        if by_client
+            .get(&self.ip)
+            .is_some_and(|w| w.strong_count() == 0)
+        {
+            by_client.remove(&self.ip);
+        }
+    }
+}
+
+/// One request's slot under its address's limit, given back on drop.
+pub(crate) struct Slot {
+    queue: Arc<ClientQueue>,
+    /// False only for a slot of a closed semaphore (which never happens).
+    held: bool,
 }
 
 impl Slot {
@@ -108,14 +153,8 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut by_client = self.slots.lock();
-        drop(self.permit.take());
-        // Only the map holds it now: nobody holds or awaits a permit.
-        if by_client
-            .get(&self.ip)
-            .is_some_and(|s| Arc::strong_count(s) == 1)
-        {
-            by_client.remove(&self.ip);
+        if self.held {
+            self.queue.semaphore.add_permits(1);
         }
     }
 }
@@ -129,15 +168,20 @@ mod tests {
         let slots = ClientSlots::new(2);
         let a: IpAddr = "127.0.0.1".parse().expect("ip");
         let b: IpAddr = "127.0.0.2".parse().expect("ip");
-        let first = slots.acquire(a).await;
-        let second = slots.acquire(a).await;
-        let other = slots.acquire(b).await;
-        let mut third = Box::pin(slots.acquire(a));
+        let (qa, qb) = (slots.queue(a), slots.queue(b));
+        let first = qa.acquire().await;
+        let second = slots.queue(a).try_acquire().expect("a free slot");
+        let other = qb.acquire().await;
+        assert!(qa.try_acquire().is_none());
+        let mut third = Box::pin(qa.acquire());
         assert!(futures_util::poll!(third.as_mut()).is_pending());
         drop(first);
         let third = third.await;
+        drop((qa, qb));
+        // The requests in flight keep their addresses' queues.
         assert_eq!(slots.tracked(), 2);
         drop((second, third, other));
         assert_eq!(slots.tracked(), 0);
+        assert_eq!(slots.queue(a).try_acquire().map(|_| ()), Some(()));
     }
 }
