@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use robots_proxy::check;
+use robots_proxy::cli::check;
 use robots_proxy::robots::Robots;
 
 const REALISTIC: &[u8] = include_bytes!("data/realistic-robots.txt");

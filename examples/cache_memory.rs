@@ -27,11 +27,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use robots_proxy::fetch::FetchSettings;
-use robots_proxy::gate::Gate;
-use robots_proxy::origin::{Origin, Scheme};
+use robots_proxy::http::origin::{Origin, Scheme};
+use robots_proxy::judge::Gate;
+use robots_proxy::judge::fetch::FetchSettings;
+use robots_proxy::judge::store::{CacheSettings, RobotsCache};
 use robots_proxy::robots::Robots;
-use robots_proxy::robots_cache::{CacheSettings, RobotsCache};
 use robots_proxy::upstream::{ClientSettings, build_client};
 
 /// The system allocator, counting live bytes.
@@ -277,10 +277,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .and_then(|v| v.parse().ok());
     let live_per_origin = runtime.block_on(async {
-        let tls = robots_proxy::tls::client_config(&[])?;
+        let tls = robots_proxy::upstream::tls::client_config(&[])?;
         let client = build_client(
             &ClientSettings {
-                policy: robots_proxy::net::Policy::new(false),
+                policy: robots_proxy::http::destination::Policy::new(false),
                 connect_timeout: Duration::from_secs(10),
                 pool_idle_per_host: 32,
                 pool_idle_max: 1024,
@@ -309,7 +309,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 agents: vec![agent.to_string()],
             },
         ));
-        let gate = Gate::new(cache.clone(), robots_proxy::net::Policy::new(false));
+        let gate = Gate::new(cache.clone(), robots_proxy::http::destination::Policy::new(false));
         let host = |i: usize| format!("www.site{i:06}.example.com");
 
         let base = Snapshot::now();

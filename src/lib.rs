@@ -2,28 +2,22 @@
 //!
 //! The binary is a thin shell over this library; tests and benches use it
 //! directly.
+//!
+//! The folders are the layers, each using only those below it (checked by
+//! `.ci/layering`), from the bottom: `robots` (pure), `http`, `tls`,
+//! `upstream`, `judge`, `admit`, `response_cache`, `ops`, `server`,
+//! `proxy`, `config`, `app`, `cli`.
 #![forbid(unsafe_code)]
-pub mod access;
-pub(crate) mod admin;
+pub mod admit;
 pub mod app;
-pub(crate) mod audit;
-pub(crate) mod body;
-pub mod cache;
-pub mod check;
+pub mod cli;
 pub mod config;
-pub mod fetch;
-pub mod fetch_budget;
-pub mod gate;
-pub(crate) mod headers;
-pub mod limits;
-pub(crate) mod listen;
-pub mod metrics;
-pub mod net;
-pub mod origin;
-pub mod politeness;
+pub mod http;
+pub mod judge;
+pub mod ops;
 pub mod proxy;
+pub mod response_cache;
 pub mod robots;
-pub mod robots_cache;
-pub mod systemd;
+pub(crate) mod server;
 pub mod tls;
 pub mod upstream;

@@ -10,8 +10,8 @@ use http::Request;
 use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use robots_proxy::cache::{Lookup, ResponseCache};
 use robots_proxy::config::{CacheConfig, CacheMode};
+use robots_proxy::response_cache::{Lookup, ResponseCache};
 use support::{Origin, Reply};
 
 /// The proxy's body type.
@@ -32,7 +32,7 @@ fn cache(dir: &std::path::Path, lock_timeout: Duration) -> ResponseCache {
         lock_timeout,
         ..CacheConfig::default()
     };
-    ResponseCache::open(&cfg, &dir.join("cache")).expect("open cache")
+    ResponseCache::open(&cfg.settings(), &dir.join("cache")).expect("open cache")
 }
 
 /// One request through the cache to the origin; returns the body and the

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use robots_proxy::limits;
+use robots_proxy::ops::limits;
 use support::Origin;
 
 /// The binary running `run`, the address it logged and its whole

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use base64::Engine as _;
 use http::HeaderValue;
-use robots_proxy::access::{
+use robots_proxy::admit::{
     AuthError, AuthOutcome, Params, ProxyAuth, UserConfig, challenge_response, hash_password,
     hash_password_with,
 };
@@ -256,18 +256,18 @@ fn futures_and_types_fit_a_hyper_service() {
     send_sync(&a);
     let h = basic("bob:hunter2");
     send(a.check_async(LOCAL, Some(&h)));
-    send_sync(&robots_proxy::access::ClientAcl::default());
-    let m = robots_proxy::metrics::Metrics::new();
+    send_sync(&robots_proxy::admit::ClientAcl::default());
+    let m = robots_proxy::ops::metrics::Metrics::new();
     send_sync(&m);
     send(m.connection_opened());
-    let p = robots_proxy::politeness::Politeness::new(Default::default());
+    let p = robots_proxy::judge::politeness::Politeness::new(Default::default());
     send_sync(&p);
     send(p.acquire("k", Some(1.0)));
 }
 
 #[tokio::test]
 async fn the_verification_allowance_counts_an_ipv6_client_by_its_slash_64() {
-    let a = Arc::new(auth().with_limits(Arc::new(robots_proxy::access::AuthLimits::new(2))));
+    let a = Arc::new(auth().with_limits(Arc::new(robots_proxy::admit::AuthLimits::new(2))));
     let wrong = basic("bob:nope");
     let from = |s: &str| -> std::net::IpAddr { s.parse().expect("ip") };
     assert_eq!(

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use robots_proxy::politeness::{Mode, Politeness, PolitenessConfig, RateLimited};
+use robots_proxy::judge::politeness::{Mode, Politeness, PolitenessConfig, RateLimited};
 use tokio::time::{Instant, advance};
 
 const KEY: &str = "https://example.com:443 examplebot";

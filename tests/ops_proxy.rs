@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::Bytes;
 use http::Request;
-use robots_proxy::access::{Params, UserConfig, hash_password_with};
+use robots_proxy::admit::{Params, UserConfig, hash_password_with};
 use robots_proxy::config::PolitenessMode;
 use support::{Conn, HeldOrigin, Origin, Proxy, metric};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -14,9 +14,9 @@ fn child_sends_notifications() {
     if std::env::var_os(CHILD_FLAG).is_none() {
         return;
     }
-    robots_proxy::systemd::notify_ready();
-    robots_proxy::systemd::notify_reloading();
-    robots_proxy::systemd::notify_stopping();
+    robots_proxy::ops::systemd::notify_ready();
+    robots_proxy::ops::systemd::notify_reloading();
+    robots_proxy::ops::systemd::notify_stopping();
 }
 
 #[test]
@@ -68,9 +68,9 @@ fn child_notifies_with_warnings_shown() {
         .with_writer(std::io::stderr)
         .with_max_level(tracing::Level::WARN)
         .init();
-    robots_proxy::systemd::notify_ready();
-    robots_proxy::systemd::notify_reloading();
-    robots_proxy::systemd::notify_stopping();
+    robots_proxy::ops::systemd::notify_ready();
+    robots_proxy::ops::systemd::notify_reloading();
+    robots_proxy::ops::systemd::notify_stopping();
     println!("all notifications sent");
 }
 

@@ -243,7 +243,7 @@ async fn wrong_host_certificate_is_rejected_by_the_client() {
     let (addr, server) = intercepting_server(m.clone(), "10.0.0.1", 1).await;
     let name = ServerName::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST).into());
     let err = connect(&connector, addr, name).await.unwrap_err();
-    let reason = tls::upstream_error_reason(&err, "127.0.0.1");
+    let reason = robots_proxy::upstream::tls::upstream_error_reason(&err, "127.0.0.1");
     eprintln!("reason: {reason}");
     assert!(reason.contains("name mismatch"), "{reason}");
     assert!(reason.ends_with("is for 10.0.0.1"), "{reason}");
@@ -492,7 +492,7 @@ async fn https_origin(minter: Arc<Minter>) -> SocketAddr {
 /// private destinations allowed for the loopback origins here.
 fn http_client(config: ClientConfig) -> robots_proxy::upstream::HttpClient {
     let settings = robots_proxy::upstream::ClientSettings {
-        policy: robots_proxy::net::Policy::new(true),
+        policy: robots_proxy::http::destination::Policy::new(true),
         connect_timeout: std::time::Duration::from_secs(5),
         pool_idle_per_host: 0,
         pool_idle_max: 0,
@@ -514,7 +514,9 @@ async fn upstream_trusts_a_loopback_server_through_an_extra_ca_file() {
         .parse()
         .unwrap();
 
-    let (config, stats) = tls::client_config_with(std::slice::from_ref(&ca_file), false).unwrap();
+    let (config, stats) =
+        robots_proxy::upstream::tls::client_config_with(std::slice::from_ref(&ca_file), false)
+            .unwrap();
     assert_eq!(stats.extra, 2);
     assert!(stats.webpki > 100, "{stats:?}");
     let resp = http_client(config).get(uri.clone()).await.unwrap();
@@ -524,14 +526,15 @@ async fn upstream_trusts_a_loopback_server_through_an_extra_ca_file() {
     assert_eq!(&body[..], b"upstream ok");
 
     // The full config (with the system store) works too.
-    let config = tls::client_config(std::slice::from_ref(&ca_file)).unwrap();
+    let config =
+        robots_proxy::upstream::tls::client_config(std::slice::from_ref(&ca_file)).unwrap();
     let resp = http_client(config).get(uri.clone()).await.unwrap();
     assert_eq!(resp.status(), 200);
 
     // Without the file the proxy's own roots do not know the issuer.
-    let config = tls::client_config(&[]).unwrap();
+    let config = robots_proxy::upstream::tls::client_config(&[]).unwrap();
     let err = http_client(config).get(uri).await.unwrap_err();
-    let reason = tls::upstream_error_reason(&err, "localhost");
+    let reason = robots_proxy::upstream::tls::upstream_error_reason(&err, "localhost");
     eprintln!("reason: {reason}");
     assert!(reason.contains("UnknownIssuer"), "{reason}");
     assert!(
@@ -576,7 +579,7 @@ async fn upstream_error_reasons_for_expired_and_refused() {
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
         .unwrap_err();
-    let reason = tls::upstream_error_reason(&err, "localhost");
+    let reason = robots_proxy::upstream::tls::upstream_error_reason(&err, "localhost");
     eprintln!("reason: {reason}");
     assert!(reason.contains("expired at 2021-01-01"), "{reason}");
 
@@ -584,10 +587,14 @@ async fn upstream_error_reasons_for_expired_and_refused() {
     let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = closed.local_addr().unwrap().port();
     drop(closed);
-    let client = http_client(tls::client_config_with(&[], false).unwrap().0);
+    let client = http_client(
+        robots_proxy::upstream::tls::client_config_with(&[], false)
+            .unwrap()
+            .0,
+    );
     let uri: hyper::Uri = format!("https://localhost:{port}/").parse().unwrap();
     let err = client.get(uri).await.unwrap_err();
-    let reason = tls::upstream_error_reason(&err, "localhost");
+    let reason = robots_proxy::upstream::tls::upstream_error_reason(&err, "localhost");
     eprintln!("reason: {reason}");
     assert_eq!(reason, "connection refused by localhost");
 }
@@ -597,18 +604,20 @@ fn extra_ca_files_must_hold_certificates() {
     let tmp = tempfile::tempdir().unwrap();
     let empty = tmp.path().join("empty.pem");
     std::fs::write(&empty, "# nothing here\n").unwrap();
-    let err = tls::client_config_with(std::slice::from_ref(&empty), false).unwrap_err();
+    let err = robots_proxy::upstream::tls::client_config_with(std::slice::from_ref(&empty), false)
+        .unwrap_err();
     assert!(matches!(err, TlsError::NoCertificate { .. }), "{err:?}");
     assert!(err.to_string().contains("empty.pem"), "{err}");
 
     // A key file given by mistake.
     let dir = tmp.path().join("ca");
     Ca::generate().unwrap().write(&dir).unwrap();
-    let err = tls::client_config_with(&[dir.join("ca.key")], false).unwrap_err();
+    let err =
+        robots_proxy::upstream::tls::client_config_with(&[dir.join("ca.key")], false).unwrap_err();
     assert!(matches!(err, TlsError::NoCertificate { .. }), "{err:?}");
 
     let missing = tmp.path().join("missing.pem");
-    let err = tls::client_config_with(&[missing], false).unwrap_err();
+    let err = robots_proxy::upstream::tls::client_config_with(&[missing], false).unwrap_err();
     assert!(matches!(err, TlsError::Missing { .. }), "{err:?}");
     assert!(err.to_string().contains("missing.pem"), "{err}");
 }
@@ -630,7 +639,7 @@ async fn upstream_name_mismatch_lists_the_certificate_names() {
         .connect(ServerName::try_from("www.example.test").unwrap(), tcp)
         .await
         .unwrap_err();
-    let reason = tls::upstream_error_reason(&err, "www.example.test");
+    let reason = robots_proxy::upstream::tls::upstream_error_reason(&err, "www.example.test");
     eprintln!("reason: {reason}");
     assert_eq!(
         reason,
@@ -716,7 +725,10 @@ async fn a_client_without_the_ca_is_recognised_in_the_error() {
     let err = connect(&connector, addr, ServerName::try_from("localhost").unwrap())
         .await
         .unwrap_err();
-    assert!(tls::upstream_error_reason(&err, "localhost").contains("UnknownIssuer"));
+    assert!(
+        robots_proxy::upstream::tls::upstream_error_reason(&err, "localhost")
+            .contains("UnknownIssuer")
+    );
     let server_err = server.await.unwrap().pop().unwrap().unwrap_err();
     assert!(server_err.client_distrusts_ca(), "{server_err:?}");
     assert!(

@@ -10,7 +10,7 @@ mod support;
 use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderValue, Request};
-use robots_proxy::access::{Params, UserConfig, hash_password_with};
+use robots_proxy::admit::{Params, UserConfig, hash_password_with};
 use robots_proxy::config::UsageMode;
 use support::{Origin, Proxy, Reply};
 

@@ -19,14 +19,14 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use super::io::Prefixed;
 use super::phases::{Answer, Caller, Outcome, Recorded};
 use super::respond;
-use super::server::{ConnectionHold, ConnectionPolicy, InFlight, Phase, Stop, drive};
 use super::{Proxy, Settings};
-use crate::body::{Body, empty_body};
-use crate::gate::Decision;
-use crate::origin::{Origin, Scheme};
+use crate::http::body::{Body, empty_body};
+use crate::http::origin::{Origin, Scheme};
+use crate::judge::Decision;
+use crate::server::io::Prefixed;
+use crate::server::{ConnectionHold, ConnectionPolicy, InFlight, Phase, Stop, drive};
 use crate::upstream::{ErrorKind, connect_upstream};
 
 /// How long a client may take to start talking inside a tunnel (and to
@@ -42,7 +42,7 @@ fn connect_target(req: &Request<Incoming>) -> Result<(String, u16), String> {
         .uri()
         .authority()
         .ok_or_else(|| "CONNECT needs host:port".to_string())?;
-    let port = crate::origin::authority_port(authority.as_str())
+    let port = crate::http::origin::authority_port(authority.as_str())
         .map_err(|e| e.to_string())?
         .ok_or_else(|| "CONNECT needs an explicit port".to_string())?;
     Ok((authority.host().to_string(), port))
@@ -50,7 +50,7 @@ fn connect_target(req: &Request<Incoming>) -> Result<(String, u16), String> {
 
 /// True if `host` is on the no-intercept list (`example.com` or `*.example.com`).
 pub(crate) fn no_intercept(list: &[String], host: &str) -> bool {
-    crate::origin::host_listed(list, host)
+    crate::http::origin::host_listed(list, host)
 }
 
 /// The client connection's hold, for the tunnel to keep until it closes.
@@ -219,7 +219,7 @@ where
         let (proxy, origin, caller) = (proxy.clone(), origin.clone(), caller.clone());
         if let Some(hold) = hold
             .as_ref()
-            .filter(|_| super::upgrade::is_upgrade(req.headers()))
+            .filter(|_| crate::http::headers::is_upgrade(req.headers()))
         {
             req.extensions_mut().insert(hold.clone());
         }
@@ -243,7 +243,7 @@ where
     if ended
         .as_ref()
         .and_then(|e| e.downcast_ref::<hyper::Error>())
-        .is_some_and(super::server::answered_malformed)
+        .is_some_and(crate::server::answered_malformed)
     {
         counts.count(Outcome::BadRequest);
     }
@@ -312,7 +312,7 @@ fn refuse_inner(req: &Request<Incoming>) -> Option<Response<Body>> {
         _ => {}
     }
     if let Some(authority) = uri.authority()
-        && let Err(e) = crate::origin::authority_port(authority.as_str())
+        && let Err(e) = crate::http::origin::authority_port(authority.as_str())
     {
         return bad(format!("Bad request URL: {e}\n"));
     }
@@ -323,7 +323,9 @@ fn refuse_inner(req: &Request<Incoming>) -> Option<Response<Body>> {
     if let Some(host) = req.headers().get(HOST).filter(|h| !h.is_empty()) {
         let port = http::uri::Authority::try_from(host.as_bytes())
             .map_err(|e| e.to_string())
-            .and_then(|a| crate::origin::authority_port(a.as_str()).map_err(|e| e.to_string()));
+            .and_then(|a| {
+                crate::http::origin::authority_port(a.as_str()).map_err(|e| e.to_string())
+            });
         if let Err(e) = port {
             return bad(format!("Bad Host header: {e}\n"));
         }
@@ -393,7 +395,7 @@ fn sniffed_tunnel(
     proxy: Arc<Proxy>,
     caller: Caller,
     origin: Origin,
-    judgement: crate::gate::Judgement,
+    judgement: crate::judge::Judgement,
     handshake: Duration,
     req: Request<Incoming>,
 ) -> Response<Body> {

@@ -11,12 +11,12 @@ use hyper::body::Body as _;
 
 use super::phases::{Failed, Outcome};
 use super::respond;
-use crate::body::Body;
-use crate::origin::{Origin, Scheme};
+use crate::http::body::Body;
+use crate::http::origin::{Origin, Scheme};
 use crate::upstream::informational::{Flooded, capped};
 use crate::upstream::{ErrorKind, HttpClient, Pool, UpstreamError};
 
-pub(crate) use crate::headers::strip_hop_by_hop;
+pub(crate) use crate::http::headers::strip_hop_by_hop;
 
 /// Appends our `Via` entry.
 pub(crate) fn add_via(headers: &mut HeaderMap, via: &HeaderValue) {
@@ -77,7 +77,7 @@ pub(crate) fn drop_trailing_dot(req: &mut Request<Body>, origin: &Origin) {
     if !req.uri().host().is_some_and(|h| h.ends_with('.')) {
         return;
     }
-    let path = crate::origin::path_of(req.uri());
+    let path = crate::http::origin::path_of(req.uri());
     if let Ok(uri) = origin.url(&path).parse::<Uri>() {
         *req.uri_mut() = uri;
     }

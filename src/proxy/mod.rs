@@ -3,10 +3,8 @@
 
 pub(crate) mod connect;
 pub(crate) mod forward;
-pub(crate) mod io;
 pub(crate) mod phases;
 pub(crate) mod respond;
-pub(crate) mod server;
 pub(crate) mod slots;
 pub(crate) mod upgrade;
 
@@ -20,14 +18,14 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use crate::access::{AuthOutcome, ClientAcl, ProxyAuth};
-use crate::audit::AuditLog;
-use crate::body::Body;
-use crate::cache::{Completed, Lookup};
-use crate::gate::{Decision, Gate, Judgement, Limit};
-use crate::metrics::{self, Metrics};
-use crate::origin::Origin;
-use crate::politeness::Politeness;
+use crate::admit::{AuthOutcome, ClientAcl, ProxyAuth};
+use crate::http::body::Body;
+use crate::http::origin::Origin;
+use crate::judge::politeness::Politeness;
+use crate::judge::{Decision, Gate, Judgement, Limit};
+use crate::ops::audit::AuditLog;
+use crate::ops::metrics::{self, Metrics};
+use crate::response_cache::{Completed, Lookup};
 use crate::robots::product_token;
 use crate::tls::Minter;
 use crate::upstream::{self, HttpClient};
@@ -70,11 +68,11 @@ pub struct Settings {
     /// `[[access.users]] purposes`, by user name.
     pub(crate) user_purposes: HashMap<String, Vec<String>>,
     /// `usage.mode`.
-    pub(crate) usage_mode: crate::config::UsageMode,
+    pub(crate) usage_mode: crate::judge::UsageMode,
     /// Crawl-delay enforcement.
     pub politeness: Arc<Politeness>,
     /// What `politeness` was built from (kept across reloads when unchanged).
-    pub(crate) politeness_config: crate::politeness::PolitenessConfig,
+    pub(crate) politeness_config: crate::judge::politeness::PolitenessConfig,
 }
 
 /// The request header that adds purposes for one request (removed before
@@ -106,7 +104,7 @@ impl Settings {
             all.extend(
                 v.split(',')
                     .map(|p| p.trim().to_ascii_lowercase())
-                    .filter(|p| crate::config::is_category(p)),
+                    .filter(|p| crate::robots::usage::is_category(p)),
             );
         }
         all.sort();
@@ -150,7 +148,7 @@ pub struct Proxy {
     pub(crate) upstream_tls: Arc<rustls::ClientConfig>,
     settings: RwLock<Arc<Settings>>,
     /// The response cache, when `cache.enabled` (see [`Proxy::with_cache`]).
-    cache: Option<crate::cache::ResponseCache>,
+    cache: Option<crate::response_cache::ResponseCache>,
     /// Requests in flight per client address (`max_requests_per_client`).
     client_slots: Arc<slots::ClientSlots>,
     /// `Via` value, with an instance id used for loop detection.
@@ -199,7 +197,10 @@ impl Proxy {
     }
 
     /// The proxy with a response cache: the cache phase of [`phases`].
-    pub(crate) fn with_cache(mut self, cache: Option<crate::cache::ResponseCache>) -> Proxy {
+    pub(crate) fn with_cache(
+        mut self,
+        cache: Option<crate::response_cache::ResponseCache>,
+    ) -> Proxy {
         self.cache = cache;
         self
     }
@@ -211,14 +212,8 @@ impl Proxy {
         self
     }
 
-    /// The queue of requests in flight from `ip`'s address
-    /// (`max_requests_per_client`), taken once per client connection.
-    pub(crate) fn client_queue(&self, ip: std::net::IpAddr) -> Arc<slots::ClientQueue> {
-        self.client_slots.queue(ip)
-    }
-
     /// The response cache, if enabled.
-    pub fn response_cache(&self) -> Option<&crate::cache::ResponseCache> {
+    pub fn response_cache(&self) -> Option<&crate::response_cache::ResponseCache> {
         self.cache.as_ref()
     }
 
@@ -303,7 +298,7 @@ impl Proxy {
                 }
                 Err(Answer::new(
                     Outcome::Refused,
-                    crate::access::challenge_response(respond::full(
+                    crate::admit::challenge_response(respond::full(
                         "Proxy authentication required\n",
                     )),
                 ))
@@ -340,7 +335,48 @@ impl Proxy {
         };
         self.finish(answer)
     }
+}
 
+impl crate::server::Handler for Proxy {
+    type Connection = Arc<slots::ClientQueue>;
+
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    fn admits(&self, ip: std::net::IpAddr) -> bool {
+        self.settings().acl.allows(ip)
+    }
+
+    fn shutdown_grace(&self) -> Duration {
+        self.settings().shutdown_grace
+    }
+
+    fn header_timeout(&self) -> Duration {
+        self.settings().header_timeout
+    }
+
+    /// The client address's queue of requests in flight
+    /// (`max_requests_per_client`), taken once per connection.
+    fn connection(&self, peer: SocketAddr) -> Arc<slots::ClientQueue> {
+        self.client_slots.queue(peer.ip())
+    }
+
+    fn handle(
+        self: Arc<Self>,
+        peer: SocketAddr,
+        queue: Arc<slots::ClientQueue>,
+        req: Request<Incoming>,
+    ) -> impl std::future::Future<Output = Response<Body>> + Send {
+        Proxy::handle(self, peer, queue, req)
+    }
+
+    fn count_malformed(&self) {
+        self.count(Outcome::BadRequest);
+    }
+}
+
+impl Proxy {
     /// The frame phase of a plain request: a method the proxy forwards,
     /// not a loop, an absolute-form target with a usable origin.
     // The Err is the response itself, built once and moved to `finish`.
@@ -466,10 +502,10 @@ impl Proxy {
             && let Some(note) = self.gate.usage(&judgement, &purposes)
         {
             match settings.usage_mode {
-                crate::config::UsageMode::Enforce => {
+                crate::judge::UsageMode::Enforce => {
                     judgement.decision = Decision::UsageDisallowed(note);
                 }
-                crate::config::UsageMode::Annotate => judgement.usage = Some(note),
+                crate::judge::UsageMode::Annotate => judgement.usage = Some(note),
             }
         }
         if purposes.is_empty() {
@@ -542,20 +578,20 @@ impl Proxy {
         let mode = settings.usage_mode;
         let text = format!(
             "Content-Usage: {value} (the origin's response header{})",
-            if mode == crate::config::UsageMode::Enforce {
+            if mode == crate::judge::UsageMode::Enforce {
                 "; fetched and withheld"
             } else {
                 ""
             }
         );
-        let note = Box::new(crate::gate::UsageNote {
+        let note = Box::new(crate::judge::UsageNote {
             purpose: purpose.as_str().into(),
             line: 0,
             rule: text.clone().into(),
             text: text.into(),
         });
         match mode {
-            crate::config::UsageMode::Annotate => {
+            crate::judge::UsageMode::Annotate => {
                 let line = respond::usage_line(&note, &judged.robots_url());
                 answer
                     .resp
@@ -570,7 +606,7 @@ impl Proxy {
                 }
                 answer
             }
-            crate::config::UsageMode::Enforce => {
+            crate::judge::UsageMode::Enforce => {
                 tracing::info!(url = %judged.url(), purpose = %purpose,
                     "response withheld: its Content-Usage header disallows a declared purpose");
                 judged.decision = Decision::UsageDisallowed(note);
@@ -653,7 +689,7 @@ impl Proxy {
         origin: &Origin,
         req: Request<Body>,
         mut judgement: Judgement,
-        cache: &crate::cache::ResponseCache,
+        cache: &crate::response_cache::ResponseCache,
     ) -> Answer {
         let (parts, body) = req.into_parts();
         let found = cache.lookup(&parts, caller.user.as_deref()).await;
@@ -693,7 +729,7 @@ impl Proxy {
                 .await;
             if answer.outcome == Outcome::Allowed {
                 cache.invalidate(&method, &uri, answer.resp.status(), answer.resp.headers());
-                crate::cache::ResponseCache::mark_bypass(&mut answer.resp);
+                crate::response_cache::ResponseCache::mark_bypass(&mut answer.resp);
             }
             return answer;
         };
@@ -701,7 +737,7 @@ impl Proxy {
         // conditionals (a 304 that selects nothing stored): its head is
         // kept for that. A GET or HEAD has no body to keep.
         let mut refetch = pending.is_revalidation().then(|| {
-            let mut head = Request::new(crate::body::empty_body());
+            let mut head = Request::new(crate::http::body::empty_body());
             *head.method_mut() = req.method().clone();
             *head.uri_mut() = req.uri().clone();
             *head.version_mut() = req.version();
@@ -745,10 +781,10 @@ impl Proxy {
     /// cache asks for a refetch, with the origin's response as it came.
     async fn complete_cached(
         &self,
-        cache: &crate::cache::ResponseCache,
-        pending: crate::cache::Pending,
+        cache: &crate::response_cache::ResponseCache,
+        pending: crate::response_cache::Pending,
         mut resp: Response<Body>,
-    ) -> Result<Response<Body>, (crate::cache::Pending, Response<Body>)> {
+    ) -> Result<Response<Body>, (crate::response_cache::Pending, Response<Body>)> {
         let delay = resp.headers_mut().remove(respond::DELAY_HEADER);
         let via = self.remove_own_via(resp.headers_mut());
         let mut resp = match cache.complete(pending, resp).await {
@@ -866,7 +902,7 @@ impl Proxy {
     ) -> (Answer, Option<String>) {
         forward::drop_trailing_dot(&mut req, origin);
         let timeout = settings.response_timeout;
-        if upgrade::is_upgrade(req.headers()) {
+        if crate::http::headers::is_upgrade(req.headers()) {
             let upgrade = upgrade::UpgradeSettings {
                 policy: self.gate.policy(),
                 connect_timeout: self.upstream.settings().connect_timeout,
@@ -904,7 +940,7 @@ impl Proxy {
     }
 
     fn count_lookup(&self, judgement: &Judgement) {
-        use crate::robots_cache::{Lookup, State};
+        use crate::judge::store::{Lookup, State};
         let event = match (judgement.lookup, judgement.entry_state()) {
             (Some(Lookup::Hit), Some(State::Stale { .. })) => metrics::CacheEvent::Stale,
             (Some(Lookup::Hit), _) => metrics::CacheEvent::Hit,
@@ -931,10 +967,10 @@ pub(crate) fn refuse_method(method: &Method) -> Option<Response<Body>> {
 
 /// The politeness key of a judged request: its origin and robots agent.
 pub(crate) fn politeness_key(judgement: &Judgement) -> String {
-    crate::politeness::key(&judgement.origin, &judgement.agent)
+    crate::judge::politeness::key(&judgement.origin, &judgement.agent)
 }
 
-pub(crate) use crate::origin::path_of;
+pub(crate) use crate::http::origin::path_of;
 
 /// A random-enough instance id without another dependency: the std's
 /// randomly keyed hasher over the process id and the time.

@@ -34,10 +34,10 @@ use std::sync::Arc;
 use http::{Response, StatusCode};
 
 use super::{Proxy, respond};
-use crate::audit::Record;
-use crate::body::Body;
-use crate::gate::{Decision, Judgement};
-pub(crate) use crate::metrics::Decision as Outcome;
+use crate::http::body::Body;
+use crate::judge::{Decision, Judgement};
+use crate::ops::audit::Record;
+pub(crate) use crate::ops::metrics::Decision as Outcome;
 
 /// Who sent a request: the client's address, the authenticated user and
 /// the robots token configured for that user.

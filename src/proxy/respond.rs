@@ -3,9 +3,9 @@
 use http::header::{ALLOW, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
-use crate::body::{Body, full_body};
-use crate::gate::{Decision, Judgement, Limit};
-use crate::robots_cache::State;
+use crate::http::body::{Body, full_body};
+use crate::judge::store::State;
+use crate::judge::{Decision, Judgement, Limit};
 
 /// Header carrying a decision's reason in one line.
 pub(crate) const DECISION_HEADER: &str = "x-robots-proxy-decision";
@@ -21,7 +21,7 @@ pub(crate) fn full(text: &str) -> Body {
     full_body(text.to_string())
 }
 
-pub(crate) use crate::body::text;
+pub(crate) use crate::http::body::text;
 
 /// A header value from arbitrary text: non-visible-ASCII characters become `?`.
 pub(crate) fn header_value(s: &str) -> HeaderValue {
@@ -180,7 +180,7 @@ pub(crate) fn decision_line(j: &Judgement) -> String {
 /// `X-Robots-Proxy-Usage: train-ai=n; robots=<url>; line=4`: what
 /// `usage.mode = "annotate"` adds to a forwarded response (line 0: the
 /// origin's own `Content-Usage` header).
-pub(crate) fn usage_line(note: &crate::gate::UsageNote, robots_url: &str) -> String {
+pub(crate) fn usage_line(note: &crate::judge::UsageNote, robots_url: &str) -> String {
     format!(
         "{}=n; robots=\"{}\"; line={}",
         note.purpose,

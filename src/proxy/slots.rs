@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, Weak};
 use http::Response;
 use tokio::sync::Semaphore;
 
-use crate::body::Body;
+use crate::http::body::Body;
 
 /// The queues of the client addresses connected now (an IPv6 client by its
 /// /64, as for `max_connections_per_client`).
@@ -41,7 +41,7 @@ impl ClientSlots {
     /// The queue of `ip`'s address, shared by all its connections: taken
     /// once per connection, so that a request's slot costs no lookup.
     pub(crate) fn queue(self: &Arc<Self>, ip: IpAddr) -> Arc<ClientQueue> {
-        let ip = crate::net::client_key(ip);
+        let ip = crate::http::destination::client_key(ip);
         let mut by_client = self.lock();
         if let Some(queue) = by_client.get(&ip).and_then(Weak::upgrade) {
             return queue;
@@ -147,7 +147,7 @@ pub(crate) struct Slot {
 impl Slot {
     /// `resp` with a body that keeps this slot until it is dropped.
     pub(crate) fn hold_until_sent(self, resp: Response<Body>) -> Response<Body> {
-        crate::body::hold_until_dropped(resp, self)
+        crate::http::body::hold_until_dropped(resp, self)
     }
 }
 

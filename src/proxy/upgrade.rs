@@ -20,42 +20,13 @@ use super::forward::{
 };
 use super::phases::{Failed, Outcome};
 use super::respond;
-use super::server::ConnectionHold;
-use crate::body::Body;
-use crate::net;
-use crate::origin::{Origin, Scheme};
+use crate::http::body::Body;
+use crate::http::destination;
+use crate::http::origin::{Origin, Scheme};
+use crate::server::ConnectionHold;
 use crate::upstream::dial::url_host;
 use crate::upstream::informational::capped;
 use crate::upstream::{ErrorKind, UpstreamError, connect_upstream};
-
-/// True if `headers` ask to switch to WebSocket (RFC 9110 §7.8, RFC 6455):
-/// `Upgrade: websocket`, and `upgrade` among the `Connection` options.
-/// Other protocols (`h2c`, custom ones) are not forwarded as upgrades:
-/// after the switch nothing could be judged.
-pub(crate) fn is_upgrade(headers: &HeaderMap) -> bool {
-    names_websocket(headers)
-        && headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|o| o.trim().eq_ignore_ascii_case("upgrade"))
-}
-
-/// True if the `Upgrade` header names WebSocket.
-fn names_websocket(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::UPGRADE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|p| {
-            let p = p.trim();
-            p.get(..9)
-                .is_some_and(|n| n.eq_ignore_ascii_case("websocket"))
-                && p[9..].trim_start().is_empty()
-        })
-}
 
 /// Strips hop-by-hop headers but keeps the WebSocket upgrade itself
 /// (`Upgrade: websocket`, `Connection: upgrade`); any other protocol the
@@ -69,7 +40,7 @@ fn keep_upgrade(headers: &mut HeaderMap) {
 
 /// How an upgrade is forwarded.
 pub(crate) struct UpgradeSettings<'a> {
-    pub(crate) policy: &'a net::Policy,
+    pub(crate) policy: &'a destination::Policy,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) tunnel_idle_timeout: Duration,
@@ -158,7 +129,7 @@ pub(crate) async fn forward(
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         return relay_response(resp.map(|b| b.boxed()), &target, s.via);
     }
-    if !names_websocket(resp.headers()) {
+    if !crate::http::headers::names_websocket(resp.headers()) {
         return upstream_failed(respond::text(
             StatusCode::BAD_GATEWAY,
             format!(
@@ -220,6 +191,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::headers::is_upgrade;
 
     #[test]
     fn only_websocket_is_an_upgrade() {

@@ -471,6 +471,16 @@ impl Parser<'_> {
     }
 }
 
+/// True for a usage category label as the vocabulary writes them:
+/// lower-case letters, digits, `_ - . *`, starting with a letter or `*`.
+pub fn is_category(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.first()
+        .is_some_and(|c| c.is_ascii_lowercase() || *c == b'*')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"_-.*".contains(c))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

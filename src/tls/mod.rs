@@ -5,15 +5,15 @@
 //! - [`Minter`]: signs per-host leaf certificates with that CA, caches one
 //!   [`rustls::ServerConfig`] per host and terminates the client's TLS after
 //!   a CONNECT ([`Minter::accept`]).
-//! - [`upstream`]: the client side: trust roots and
-//!   human-readable reasons for failed upstream handshakes.
+//!
+//! The client side (trust roots for origins, reasons for failed upstream
+//! handshakes) is [`crate::upstream::tls`].
 //!
 //! Every rustls config here is built with the ring provider explicitly:
 //! rustls is compiled without a process-wide default provider.
 
 pub mod ca;
 pub(crate) mod mint;
-pub(crate) mod upstream;
 
 use std::io;
 use std::path::PathBuf;
@@ -21,9 +21,6 @@ use std::sync::Arc;
 
 pub use ca::Ca;
 pub use mint::{DEFAULT_CAPACITY, Minter, MinterStats};
-pub use upstream::{
-    RootStats, client_config, client_config_with, is_tls_failure, upstream_error_reason,
-};
 
 /// The crypto provider every config in this module is built with.
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -113,7 +110,7 @@ pub enum TlsError {
 }
 
 impl TlsError {
-    fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
         let path = path.into();
         if source.kind() == io::ErrorKind::NotFound {
             TlsError::Missing { path }

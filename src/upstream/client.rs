@@ -9,8 +9,9 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::body::Body;
-use crate::net::{GuardedConnector, Policy};
+use crate::http::body::Body;
+use crate::http::destination::Policy;
+use crate::upstream::guarded::GuardedConnector;
 
 /// The upstream client: HTTP/1.1 and HTTP/2 (by ALPN), http and https.
 pub type HttpClient = Client<HttpsConnector<GuardedConnector>, Body>;

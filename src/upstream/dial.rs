@@ -5,8 +5,8 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 use super::error::{ErrorKind, UpstreamError};
-use crate::net;
-use crate::origin::Origin;
+use crate::http::destination;
+use crate::http::origin::Origin;
 
 /// Connects to an origin's address, applying the destination policy to
 /// every resolved address. The addresses are tried in turn, each with an
@@ -14,11 +14,11 @@ use crate::origin::Origin;
 /// does not answer leaves time for the next.
 pub(crate) async fn connect_upstream(
     origin: &Origin,
-    policy: &net::Policy,
+    policy: &destination::Policy,
     timeout: Duration,
 ) -> Result<TcpStream, UpstreamError> {
     let host = url_host(origin);
-    let usable = net::resolve(origin.host(), origin.port(), policy)
+    let usable = crate::upstream::guarded::resolve(origin.host(), origin.port(), policy)
         .await
         .map_err(|e| UpstreamError::classified(e, &host, ErrorKind::Dns))?;
     let share = timeout / u32::try_from(usable.len()).unwrap_or(u32::MAX).max(1);

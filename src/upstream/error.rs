@@ -5,7 +5,7 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::io;
 
-use crate::net;
+use crate::http::destination;
 
 /// What failed on the way to an origin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,9 +68,9 @@ impl UpstreamError {
 
     fn describe(&self, host: &str) -> String {
         let err: &(dyn StdError + 'static) = &*self.source;
-        match net::find_private_destination(err) {
+        match destination::find_private_destination(err) {
             Some(p) => p.to_string(),
-            None => crate::tls::upstream_error_reason(err, host),
+            None => crate::upstream::tls::upstream_error_reason(err, host),
         }
     }
 
@@ -79,7 +79,7 @@ impl UpstreamError {
     }
 
     /// The short reason for a client: for [`ErrorKind::Refused`] the
-    /// policy's, else [`crate::tls::upstream_error_reason`]'s
+    /// policy's, else [`crate::upstream::tls::upstream_error_reason`]'s
     /// ("connection refused by X", "certificate not trusted: ...").
     pub(crate) fn reason(&self) -> &str {
         &self.reason
@@ -87,7 +87,7 @@ impl UpstreamError {
 
     /// For [`ErrorKind::Local`], the resource the proxy is short of.
     pub(crate) fn shortage(&self) -> Option<&'static str> {
-        net::local_shortage(&*self.source)
+        destination::local_shortage(&*self.source)
     }
 
     /// The whole cause chain on one line, for the log.
@@ -111,19 +111,20 @@ impl StdError for UpstreamError {
 
 /// The kind an error's causes show, if any.
 fn kind_of(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
-    if net::find_private_destination(err).is_some() {
+    if destination::find_private_destination(err).is_some() {
         return Some(ErrorKind::Refused);
     }
-    if net::local_shortage(err).is_some() {
+    if destination::local_shortage(err).is_some() {
         return Some(ErrorKind::Local);
     }
-    if crate::tls::is_tls_failure(err) {
+    if crate::upstream::tls::is_tls_failure(err) {
         return Some(ErrorKind::Tls);
     }
-    if net::causes(err).any(|e| e.to_string() == "dns error") {
+    if destination::causes(err).any(|e| e.to_string() == "dns error") {
         return Some(ErrorKind::Dns);
     }
-    let io_kind = net::causes(err).find_map(|e| e.downcast_ref::<io::Error>().map(io::Error::kind));
+    let io_kind =
+        destination::causes(err).find_map(|e| e.downcast_ref::<io::Error>().map(io::Error::kind));
     match io_kind {
         Some(io::ErrorKind::TimedOut) => return Some(ErrorKind::Timeout),
         Some(
@@ -135,7 +136,7 @@ fn kind_of(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
         ) => return Some(ErrorKind::Connect),
         _ => {}
     }
-    net::causes(err)
+    destination::causes(err)
         .filter_map(|e| e.downcast_ref::<hyper_util::client::legacy::Error>())
         .any(|e| e.is_connect())
         .then_some(ErrorKind::Connect)
@@ -144,7 +145,7 @@ fn kind_of(err: &(dyn StdError + 'static)) -> Option<ErrorKind> {
 /// An error and its causes on one line: `a: b: c`.
 pub fn error_chain(err: &(dyn StdError + 'static)) -> String {
     let mut out = err.to_string();
-    for e in net::causes(err).skip(1) {
+    for e in destination::causes(err).skip(1) {
         let s = e.to_string();
         if !out.contains(&s) {
             out.push_str(": ");

@@ -4,8 +4,10 @@
 pub(crate) mod client;
 pub(crate) mod dial;
 pub(crate) mod error;
+pub(crate) mod guarded;
 pub(crate) mod informational;
 pub(crate) mod pool;
+pub mod tls;
 
 pub use client::{ClientSettings, HttpClient, build_client, build_fetch_client};
 pub(crate) use dial::connect_upstream;

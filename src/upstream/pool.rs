@@ -31,8 +31,8 @@ use tokio::net::TcpStream;
 use super::client::ClientSettings;
 use super::dial::{connect_upstream, url_host};
 use super::error::{ErrorKind, UpstreamError};
-use crate::body::Body;
-use crate::origin::Origin;
+use crate::http::body::Body;
+use crate::http::origin::Origin;
 
 /// One upstream HTTP/1.1 connection: the handle requests are sent on, and
 /// the state machine that must be polled for anything to move. Kept boxed:
@@ -518,8 +518,8 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
-    use crate::body::{empty_body, full_body};
-    use crate::origin::Scheme;
+    use crate::http::body::{empty_body, full_body};
+    use crate::http::origin::Scheme;
 
     /// A loopback origin that counts the connections it accepts. `/close`
     /// answers with `Connection: close`, `/empty` with 204, `/big` with
@@ -571,7 +571,7 @@ mod tests {
 
     fn pool_with_max(idle_per_origin: usize, max: usize, idle_timeout: Duration) -> Arc<Pool> {
         Pool::new(ClientSettings {
-            policy: crate::net::Policy::new(true),
+            policy: crate::http::destination::Policy::new(true),
             connect_timeout: Duration::from_secs(5),
             pool_idle_per_host: idle_per_origin,
             pool_idle_max: max,
@@ -639,7 +639,7 @@ mod tests {
         let (origin, connections) = origin().await;
         let pool = Pool::for_threads(
             ClientSettings {
-                policy: crate::net::Policy::new(true),
+                policy: crate::http::destination::Policy::new(true),
                 connect_timeout: Duration::from_secs(5),
                 pool_idle_per_host: 3,
                 pool_idle_max: 1024,
@@ -878,7 +878,7 @@ mod tests {
     #[tokio::test]
     async fn refused_and_failed_connects_are_errors() {
         let refusing = Pool::new(ClientSettings {
-            policy: crate::net::Policy::new(false),
+            policy: crate::http::destination::Policy::new(false),
             connect_timeout: Duration::from_secs(5),
             pool_idle_per_host: 4,
             pool_idle_max: 1024,

@@ -18,8 +18,8 @@ use futures_util::future::{BoxFuture, Shared};
 use lru::LruCache;
 use tokio::time::Instant;
 
-use crate::fetch::{self, FetchSettings, Fetched, Outcome};
-use crate::origin::Origin;
+use crate::http::origin::Origin;
+use crate::judge::fetch::{self, FetchSettings, Fetched, Outcome};
 use crate::robots::{AgentRules, Robots};
 use crate::upstream::HttpClient;
 
@@ -305,7 +305,7 @@ pub struct RobotsCache {
     on_fetch: Option<FetchHook>,
     /// Bytes of files being fetched and compiled at once
     /// (`robots.fetch_budget_mib`), if bounded.
-    budget: Option<Arc<crate::fetch_budget::FetchBudget>>,
+    budget: Option<Arc<crate::judge::fetch_budget::FetchBudget>>,
     /// The agents entries are compiled for (changed by a reload).
     agents: RwLock<Arc<[Arc<str>]>>,
     /// Entries for other agents (`/explain` questions), few and small.
@@ -350,7 +350,10 @@ impl RobotsCache {
     }
 
     /// Fetches wait for `budget` before they read a body.
-    pub fn with_fetch_budget(mut self, budget: Arc<crate::fetch_budget::FetchBudget>) -> Self {
+    pub fn with_fetch_budget(
+        mut self,
+        budget: Arc<crate::judge::fetch_budget::FetchBudget>,
+    ) -> Self {
         self.budget = Some(budget);
         self
     }
@@ -765,16 +768,16 @@ mod tests {
         // A cap below the first step wins.
         assert_eq!(retry_delay(Duration::from_secs(10), 1, None).as_secs(), 10);
     }
-    use crate::origin::Scheme;
+    use crate::http::origin::Scheme;
     use crate::upstream::{ClientSettings, build_client};
 
     fn cache(max_bytes: usize, capacity: usize) -> RobotsCache {
-        let tls = crate::tls::client_config_with(&[], false)
+        let tls = crate::upstream::tls::client_config_with(&[], false)
             .map(|(c, _)| c)
             .expect("tls config");
         let client = build_client(
             &ClientSettings {
-                policy: crate::net::Policy::new(false),
+                policy: crate::http::destination::Policy::new(false),
                 connect_timeout: Duration::from_secs(1),
                 pool_idle_per_host: 1,
                 pool_idle_max: 1,

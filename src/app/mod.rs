@@ -1,24 +1,27 @@
 //! Building a running proxy from a [`Config`]: the wiring `main` and the
 //! integration tests share, and configuration reload.
 
+pub(crate) mod admin;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::net::TcpListener;
 
-use crate::access::{AuthLimits, ClientAcl, ProxyAuth};
-use crate::admin::{AdminSettings, AdminState, ProxyView};
-use crate::audit::AuditLog;
+use crate::admit::{AuthLimits, ClientAcl, ProxyAuth};
+use crate::app::admin::{AdminSettings, AdminState, ProxyView};
 use crate::config::{Config, PolitenessMode};
-use crate::fetch::{FetchSettings, Outcome};
-use crate::fetch_budget::FetchBudget;
-use crate::gate::Gate;
-use crate::metrics::{self, Metrics};
-use crate::net::Policy;
-use crate::politeness::{Mode, Politeness, PolitenessConfig};
-use crate::proxy::{Proxy, Settings, Upstreams, server};
-use crate::robots_cache::{CacheSettings, RobotsCache};
+use crate::http::destination::Policy;
+use crate::judge::Gate;
+use crate::judge::fetch::{FetchSettings, Outcome};
+use crate::judge::fetch_budget::FetchBudget;
+use crate::judge::politeness::{Mode, Politeness, PolitenessConfig};
+use crate::judge::store::{CacheSettings, RobotsCache};
+use crate::ops::audit::AuditLog;
+use crate::ops::metrics::{self, Metrics};
+use crate::proxy::{Proxy, Settings, Upstreams};
+use crate::server;
 use crate::tls::{Ca, Minter};
 use crate::upstream::{ClientSettings, build_client, build_fetch_client};
 
@@ -38,11 +41,11 @@ pub enum StartError {
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
     #[error("key `access.allow_clients`: {0}")]
-    Acl(#[from] crate::access::AclError),
+    Acl(#[from] crate::admit::AclError),
     #[error("key `admin.allow_clients`: {0}")]
-    AdminAcl(crate::access::AclError),
+    AdminAcl(crate::admit::AclError),
     #[error("key `access.users`: {0}")]
-    Auth(#[from] crate::access::AuthError),
+    Auth(#[from] crate::admit::AuthError),
     #[error("cannot open the response cache {path}: {source}")]
     Cache {
         path: std::path::PathBuf,
@@ -159,7 +162,7 @@ pub(crate) fn settings_from(
     })
 }
 
-fn fetch_metrics(m: &Metrics) -> impl Fn(&crate::fetch::Fetched) + Send + Sync + 'static {
+fn fetch_metrics(m: &Metrics) -> impl Fn(&crate::judge::fetch::Fetched) + Send + Sync + 'static {
     let m = m.clone();
     move |f| {
         let outcome = match &f.outcome {
@@ -180,7 +183,7 @@ impl App {
     /// gate, and binds the listeners.
     pub async fn bind(config: Config) -> Result<App, StartError> {
         let metrics = Metrics::new();
-        let tls = crate::tls::client_config(&config.upstream.ca_files)?;
+        let tls = crate::upstream::tls::client_config(&config.upstream.ca_files)?;
         // Bound first: the destination policy refuses these addresses.
         let listener =
             TcpListener::bind(config.listen)
@@ -259,14 +262,14 @@ impl App {
         };
         let cache = if config.cache.enabled {
             let path = config.state_dir().join("cache");
-            let cache = crate::cache::ResponseCache::open(&config.cache, &path)
+            let cache = crate::response_cache::ResponseCache::open(&config.cache.settings(), &path)
                 .map_err(|source| StartError::Cache { path, source })?;
             metrics.attach_response_cache(cache.clone());
             Some(cache)
         } else {
             None
         };
-        let max_connections = config.max_connections(crate::limits::open_files());
+        let max_connections = config.max_connections(crate::ops::limits::open_files());
         let proxy = Arc::new(
             Proxy::new(gate, upstreams, audit, metrics, minter, settings)
                 .with_cache(cache)
@@ -304,7 +307,7 @@ impl App {
             threads: self.config.worker_threads(),
         };
         let ready = Arc::new(AtomicBool::new(true));
-        let admin_limits = crate::admin::Limits {
+        let admin_limits = crate::app::admin::Limits {
             allow: self.admin_acl,
             max_connections: self.config.admin.max_connections,
         };
@@ -314,7 +317,7 @@ impl App {
                 metrics: self.proxy.metrics.clone(),
                 ready: ready.clone(),
             };
-            tokio::spawn(crate::admin::serve(listener, state, admin_limits))
+            tokio::spawn(crate::app::admin::serve(listener, state, admin_limits))
         });
         let ready_flag = ready.clone();
         let cut = server::serve(
@@ -355,7 +358,7 @@ impl ProxyView for Proxy {
         }
     }
 
-    fn response_cache(&self) -> Option<&crate::cache::ResponseCache> {
+    fn response_cache(&self) -> Option<&crate::response_cache::ResponseCache> {
         Proxy::response_cache(self)
     }
 }
@@ -547,7 +550,7 @@ mod tests {
             Outcome::LocalError("the proxy is out of file descriptors".into()),
             Outcome::Unreachable("connection refused".into()),
         ] {
-            hook(&crate::fetch::Fetched {
+            hook(&crate::judge::fetch::Fetched {
                 outcome,
                 status: None,
                 max_age: None,
@@ -567,7 +570,7 @@ mod tests {
     /// either applied by a reload or reported as needing a restart.
     #[test]
     fn every_configuration_key_is_reloaded_or_named_as_needing_a_restart() {
-        let text = include_str!("../config/robots-proxy.toml");
+        let text = include_str!("../../config/robots-proxy.toml");
         let defaults = Config::default();
         let restart: Vec<&str> = restart_table(&defaults, &defaults)
             .iter()

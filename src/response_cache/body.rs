@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Frame, SizeHint};
 use tokio::sync::mpsc;
 
-use crate::body::Body;
+use crate::http::body::Body;
 
 /// Frames in flight between the producing task and the client.
 pub(crate) const CHANNEL_FRAMES: usize = 4;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::Instant;
 
-use crate::metrics::{ConnRefusal, Metrics};
+use crate::ops::metrics::{ConnRefusal, Metrics};
 
 /// How often reaching a connection limit, or refusing connections at
 /// accept, is logged, at most (per reason).

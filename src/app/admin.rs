@@ -16,14 +16,14 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::access::ClientAcl;
-use crate::body::{Body, full_body, text};
-use crate::gate::Gate;
-use crate::listen::{ConnectionPolicy, RefusalLog};
-use crate::metrics::{ConnRefusal, Metrics};
-use crate::origin::{Origin, path_of};
-use crate::politeness::Politeness;
+use crate::admit::ClientAcl;
+use crate::http::body::{Body, full_body, text};
+use crate::http::origin::{Origin, path_of};
+use crate::judge::Gate;
+use crate::judge::politeness::Politeness;
+use crate::ops::metrics::{ConnRefusal, Metrics};
 use crate::robots::product_token;
+use crate::server::listen::{ConnectionPolicy, RefusalLog};
 
 /// What the admin endpoints see of the running proxy.
 pub(crate) trait ProxyView: Send + Sync {
@@ -35,7 +35,7 @@ pub(crate) trait ProxyView: Send + Sync {
     /// The reloadable settings the admin endpoints read, as they are now.
     fn admin_settings(&self) -> AdminSettings;
     /// The response cache, if enabled: /explain describes, /purge empties it.
-    fn response_cache(&self) -> Option<&crate::cache::ResponseCache> {
+    fn response_cache(&self) -> Option<&crate::response_cache::ResponseCache> {
         None
     }
 }
@@ -50,7 +50,7 @@ pub(crate) struct AdminSettings {
     pub(crate) header_timeout: Duration,
     /// `usage.purposes` and `usage.mode`, for /explain's usage field.
     pub(crate) purposes: Vec<String>,
-    pub(crate) usage_mode: crate::config::UsageMode,
+    pub(crate) usage_mode: crate::judge::UsageMode,
 }
 
 /// Everything the admin listener needs.
@@ -146,7 +146,7 @@ pub(crate) async fn handle(state: &AdminState, req: Request<Incoming>) -> Respon
             let mut resp = Response::new(full_body(metrics.encode()));
             resp.headers_mut().insert(
                 CONTENT_TYPE,
-                HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+                HeaderValue::from_static(crate::ops::metrics::CONTENT_TYPE),
             );
             resp
         }
@@ -194,7 +194,7 @@ async fn explain(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
         purposes.extend(
             p.split(',')
                 .map(|p| p.trim().to_ascii_lowercase())
-                .filter(|p| crate::config::is_category(p)),
+                .filter(|p| crate::robots::usage::is_category(p)),
         );
     }
     let usage = if j.decision.is_allowed() {
@@ -206,7 +206,7 @@ async fn explain(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
     // This origin's politeness state for the agent, if it has any.
     let politeness = settings
         .politeness
-        .next_slot(&crate::politeness::key(&j.origin, &j.agent))
+        .next_slot(&crate::judge::politeness::key(&j.origin, &j.agent))
         .map(|(interval, next)| {
             json!({
                 "interval_secs": interval.as_secs_f64(),
@@ -236,8 +236,8 @@ async fn explain(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
                 "rule_line": n.line,
                 "rule": n.text,
                 "mode": match settings.usage_mode {
-                    crate::config::UsageMode::Enforce => "enforce",
-                    crate::config::UsageMode::Annotate => "annotate",
+                    crate::judge::UsageMode::Enforce => "enforce",
+                    crate::judge::UsageMode::Annotate => "annotate",
                 },
             })),
             "politeness": politeness,

@@ -15,7 +15,7 @@ use std::time::{Instant, SystemTime};
 
 use serde::Serialize;
 
-use crate::gate::Judgement;
+use crate::judge::Judgement;
 
 /// One audit line.
 #[derive(Debug, Serialize)]
@@ -62,12 +62,12 @@ impl<'a> Record<'a> {
     ) -> Record<'a> {
         let rule = judgement.decision.rule();
         let usage = match &judgement.decision {
-            crate::gate::Decision::UsageDisallowed(note) => Some(note),
+            crate::judge::Decision::UsageDisallowed(note) => Some(note),
             _ => judgement.usage.as_ref(),
         };
         let refused_by_usage = matches!(
             judgement.decision,
-            crate::gate::Decision::UsageDisallowed(_)
+            crate::judge::Decision::UsageDisallowed(_)
         );
         Record {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),

@@ -53,8 +53,7 @@ use http_cache_semantics::{BeforeRequest, CacheOptions, CachePolicy};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::body::{Body, empty_body};
-use crate::config::{CacheConfig, CacheMode};
+use crate::http::body::{Body, empty_body};
 use policy::{
     CACHE_STATUS, Directives, cache_status, cache_url, merge_304, origin_of, policy_request,
     primary_key, storable_headers, variant_key, vary_names,
@@ -268,8 +267,42 @@ enum Acquired {
     Follower(watch::Receiver<LockState>),
 }
 
+/// How the response cache decides what to store and serve (`cache.mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CacheMode {
+    /// RFC 9111 shared-cache semantics.
+    Rfc9111,
+    /// Every 200 GET stored for `store_all_ttl` whatever its headers,
+    /// kept per proxy user (a developer's record/replay mode).
+    StoreAll,
+    /// Answer only from the cache; a miss is 504.
+    Offline,
+}
+
+/// The response cache's settings (from `[cache]`, see
+/// `crate::config::CacheConfig`).
+#[derive(Clone, Debug)]
+pub struct CacheSettings {
+    pub mode: CacheMode,
+    /// Bytes of recently used responses kept in memory.
+    pub memory_size: u64,
+    /// Bytes of responses kept on disk, in whole 4 KiB blocks per file.
+    pub disk_size: u64,
+    /// Larger responses are forwarded but not stored.
+    pub max_object_size: u64,
+    /// How long `store-all` keeps a response.
+    pub store_all_ttl: Duration,
+    /// How long concurrent misses of one URL wait for the first one's.
+    pub lock_timeout: Duration,
+    /// Objects indexed (and stored) at most.
+    pub max_objects: usize,
+    /// Objects kept per URL (Vary variants, store-all users).
+    pub max_variants: usize,
+}
+
 struct Inner {
-    cfg: CacheConfig,
+    cfg: CacheSettings,
     store: Arc<Store>,
     stats: Arc<Stats>,
     locks: Locks,
@@ -289,7 +322,7 @@ const NOT_IN_CACHE: &str = "the response is not in the cache";
 impl ResponseCache {
     /// Opens the cache stored in `dir` (normally `<state_dir>/cache`),
     /// creating it, and rebuilds its index from the files there.
-    pub fn open(cfg: &CacheConfig, dir: &Path) -> std::io::Result<ResponseCache> {
+    pub fn open(cfg: &CacheSettings, dir: &Path) -> std::io::Result<ResponseCache> {
         let stats = Arc::new(Stats::default());
         let limits = store::Limits {
             memory_size: cfg.memory_size,
@@ -643,7 +676,7 @@ impl ResponseCache {
     fn unavailable(&self, why: &str) -> Response<Body> {
         bump(&self.inner.stats.unavailable);
         // The proxy's own plain-text answer (no-store, like every other).
-        let mut resp = crate::body::text(
+        let mut resp = crate::http::body::text(
             StatusCode::GATEWAY_TIMEOUT,
             format!("robots-proxy: {why}: {NOT_IN_CACHE} (504, RFC 9111 section 5.2.1.7)\n"),
         );

@@ -246,7 +246,7 @@ struct Inner {
     /// robots.txt fetch budget: KiB in use, most ever in use.
     fetch_budget: (Gauge, Gauge),
     /// The response cache whose counters are exposed, once attached.
-    response_cache: Arc<OnceLock<crate::cache::ResponseCache>>,
+    response_cache: Arc<OnceLock<crate::response_cache::ResponseCache>>,
 }
 
 impl fmt::Debug for Metrics {
@@ -375,7 +375,7 @@ impl Metrics {
         );
 
         let response_cache = Arc::new(OnceLock::new());
-        registry.register_collector(Box::new(crate::cache::CacheCollector::new(
+        registry.register_collector(Box::new(crate::response_cache::CacheCollector::new(
             response_cache.clone(),
         )));
 
@@ -477,7 +477,7 @@ impl Metrics {
     }
 
     /// Exposes the response cache's counters (`robots_proxy_response_cache_*`).
-    pub fn attach_response_cache(&self, cache: crate::cache::ResponseCache) {
+    pub fn attach_response_cache(&self, cache: crate::response_cache::ResponseCache) {
         let _ = self.inner.response_cache.set(cache);
     }
 

@@ -225,7 +225,7 @@ pub struct AccessConfig {
     /// Client networks allowed to connect.
     pub allow_clients: Vec<IpNet>,
     /// Basic proxy authentication; off when empty.
-    pub users: Vec<crate::access::UserConfig>,
+    pub users: Vec<crate::admit::UserConfig>,
     /// Password verifications (wrong passwords, unknown users, first use
     /// of a credential) per client address and minute; 0 = no limit.
     pub(crate) auth_failures_per_minute: u32,
@@ -243,27 +243,8 @@ pub struct UsageConfig {
     pub mode: UsageMode,
 }
 
-/// `usage.mode`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum UsageMode {
-    /// 403 with the preference line, before anything is fetched.
-    #[default]
-    Enforce,
-    /// Forward, and add `X-Robots-Proxy-Usage` to the response and the
-    /// audit line.
-    Annotate,
-}
-
-/// True for a usage category label as the vocabulary writes them:
-/// lower-case letters, digits, `_ - . *`, starting with a letter or `*`.
-pub(crate) fn is_category(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.first()
-        .is_some_and(|c| c.is_ascii_lowercase() || *c == b'*')
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"_-.*".contains(c))
-}
+pub use crate::judge::UsageMode;
+pub(crate) use crate::robots::usage::is_category;
 
 /// Log output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -282,18 +263,7 @@ pub struct LogConfig {
     pub level: String,
 }
 
-/// How the response cache decides what to store and serve.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CacheMode {
-    /// RFC 9111 shared-cache semantics.
-    Rfc9111,
-    /// Every 200 GET stored for `store_all_ttl` whatever its headers,
-    /// kept per proxy user (a developer's record/replay mode).
-    StoreAll,
-    /// Answer only from the cache; a miss is 504.
-    Offline,
-}
+pub use crate::response_cache::CacheMode;
 
 /// The shared response cache (RFC 9111), under `<state_dir>/cache/`.
 #[derive(Clone, Debug, Deserialize)]
@@ -321,6 +291,22 @@ pub struct CacheConfig {
     /// Objects kept per URL (Vary variants, store-all users), the oldest
     /// evicted first.
     pub max_variants: usize,
+}
+
+impl CacheConfig {
+    /// The response cache's own settings.
+    pub fn settings(&self) -> crate::response_cache::CacheSettings {
+        crate::response_cache::CacheSettings {
+            mode: self.mode,
+            memory_size: self.memory_size,
+            disk_size: self.disk_size,
+            max_object_size: self.max_object_size,
+            store_all_ttl: self.store_all_ttl,
+            lock_timeout: self.lock_timeout,
+            max_objects: self.max_objects,
+            max_variants: self.max_variants,
+        }
+    }
 }
 
 impl Default for CacheConfig {
@@ -729,14 +715,14 @@ impl Config {
             }
         }
         let acl = |key: &str, nets: &[IpNet]| {
-            crate::access::ClientAcl::new(nets.iter().map(|n| n.to_string()))
+            crate::admit::ClientAcl::new(nets.iter().map(|n| n.to_string()))
                 .err()
                 .map(|e| format!("key `{key}`: {e}"))
         };
         errors.extend(acl("access.allow_clients", &self.access.allow_clients));
         errors.extend(acl("admin.allow_clients", &self.admin.allow_clients));
         errors.extend(
-            crate::access::check_users(&self.access.users)
+            crate::admit::check_users(&self.access.users)
                 .into_iter()
                 .map(|e| format!("key `access.users`: {e}")),
         );

@@ -9,12 +9,9 @@ use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 
 use super::*;
-use crate::body::full_body;
-use crate::config::{CacheConfig, CacheMode};
-
-fn config(mode: CacheMode) -> CacheConfig {
-    CacheConfig {
-        enabled: true,
+use crate::http::body::full_body;
+fn config(mode: CacheMode) -> CacheSettings {
+    CacheSettings {
         mode,
         memory_size: 1 << 20,
         disk_size: 64 << 20,
@@ -26,7 +23,7 @@ fn config(mode: CacheMode) -> CacheConfig {
     }
 }
 
-fn open(dir: &Path, cfg: &CacheConfig) -> ResponseCache {
+fn open(dir: &Path, cfg: &CacheSettings) -> ResponseCache {
     ResponseCache::open(cfg, &dir.join("cache")).expect("open cache")
 }
 

@@ -3,6 +3,9 @@
 //! upgrades (CONNECT), and graceful shutdown that lets in-flight requests
 //! finish, inside intercepted tunnels as well.
 
+pub(crate) mod io;
+pub(crate) mod listen;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -20,12 +23,32 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
-use super::Proxy;
-use super::phases::Outcome;
-use crate::body::Body;
-use crate::listen::LIMIT_WARNING_EVERY;
-pub(crate) use crate::listen::{ConnectionPolicy, RefusalLog};
-use crate::metrics::{ConnRefusal, ConnectionGuard};
+use crate::http::body::Body;
+use crate::ops::metrics::{ConnRefusal, ConnectionGuard, Metrics};
+use crate::server::listen::LIMIT_WARNING_EVERY;
+pub(crate) use crate::server::listen::{ConnectionPolicy, RefusalLog};
+
+/// What the server serves, seen from below: the proxy implements it, so
+/// that accepting and driving connections know nothing of the phases.
+pub(crate) trait Handler: Send + Sync + 'static {
+    /// What a connection gives each of its requests (taken once, when it
+    /// is accepted).
+    type Connection: Clone + Send + Sync + 'static;
+    fn metrics(&self) -> &Metrics;
+    /// True if `ip` may use the proxy now (`access.allow_clients`).
+    fn admits(&self, ip: IpAddr) -> bool;
+    fn shutdown_grace(&self) -> Duration;
+    fn header_timeout(&self) -> Duration;
+    fn connection(&self, peer: SocketAddr) -> Self::Connection;
+    fn handle(
+        self: Arc<Self>,
+        peer: SocketAddr,
+        connection: Self::Connection,
+        req: Request<Incoming>,
+    ) -> impl Future<Output = Response<Body>> + Send;
+    /// Counts a request hyper answered itself (malformed: 400, 431, 505).
+    fn count_malformed(&self);
+}
 
 /// Where a listener is in its life; every connection and tunnel watches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,9 +93,9 @@ pub(crate) struct Limits {
 /// for a wake-up from another thread (https origins and requests with a
 /// body share hyper-util's pooled client, robots.txt fetches and the
 /// response cache's collapsed misses are shared by all threads).
-pub(crate) async fn serve(
+pub(crate) async fn serve<H: Handler>(
     listener: TcpListener,
-    proxy: Arc<Proxy>,
+    proxy: Arc<H>,
     shutdown: impl Future<Output = ()>,
     limits: Limits,
 ) -> usize {
@@ -87,7 +110,7 @@ pub(crate) async fn serve(
         )),
         max_connections: limits.max_connections,
         per_client: PerClient::new(limits.per_client),
-        refusals: RefusalLog::new(proxy.metrics.clone()),
+        refusals: RefusalLog::new(proxy.metrics().clone()),
         phase: phase_rx,
         alive: alive_rx,
         proxy,
@@ -100,7 +123,7 @@ pub(crate) async fn serve(
     // Shutdown begins: the grace in force now applies. The listener is
     // closed: from here on new clients are refused. The other threads see
     // their queues close and keep serving what they have.
-    let grace = acceptor.proxy.settings().shutdown_grace;
+    let grace = acceptor.proxy.shutdown_grace();
     drop(acceptor);
     let _ = phase_tx.send(Phase::Draining);
     let open = alive_tx.receiver_count();
@@ -124,8 +147,8 @@ pub(crate) async fn serve(
 }
 
 /// Accepting and admitting connections, and handing them to threads.
-struct Acceptor {
-    proxy: Arc<Proxy>,
+struct Acceptor<H> {
+    proxy: Arc<H>,
     slots: Arc<Semaphore>,
     max_connections: usize,
     per_client: PerClient,
@@ -153,7 +176,7 @@ struct Accepted {
     hold: Arc<ConnectionHold>,
 }
 
-impl Acceptor {
+impl<H: Handler> Acceptor<H> {
     /// Accepts until dropped (the caller's `select!` ends it).
     async fn run(&self, listener: TcpListener) {
         let mut warned: Option<Instant> = None;
@@ -162,7 +185,7 @@ impl Acceptor {
             let slot = match self.slots.clone().try_acquire_owned() {
                 Ok(slot) => slot,
                 Err(_) => {
-                    self.proxy.metrics.connection_limit_reached();
+                    self.proxy.metrics().connection_limit_reached();
                     if warned.is_none_or(|t| t.elapsed() >= LIMIT_WARNING_EVERY) {
                         warned = Some(Instant::now());
                         tracing::warn!(
@@ -188,7 +211,7 @@ impl Acceptor {
             };
             // Admission before work: nothing is read from a client that
             // may not use the proxy, and its slot is free again.
-            if !self.proxy.settings().acl.allows(peer.ip()) {
+            if !self.proxy.admits(peer.ip()) {
                 self.refusals.refuse(ConnRefusal::NotAllowed, peer);
                 continue;
             }
@@ -201,7 +224,7 @@ impl Acceptor {
             let hold = Arc::new(ConnectionHold {
                 _slot: slot,
                 _client: client_slot,
-                _open: self.proxy.metrics.connection_opened(),
+                _open: self.proxy.metrics().connection_opened(),
                 _alive: self.alive.clone(),
                 _thread: ThreadLoad::count(&thread.open),
                 phase: self.phase.clone(),
@@ -285,8 +308,8 @@ impl Drop for ThreadLoad {
 /// Starts `extra` serving threads besides the calling one; returns every
 /// thread (the calling one first) and the handles to join. One that
 /// cannot start is logged and left out: the others serve.
-fn start_threads(
-    proxy: &Arc<Proxy>,
+fn start_threads<H: Handler>(
+    proxy: &Arc<H>,
     phase: &Stop,
     extra: usize,
 ) -> (Vec<ServingThread>, Vec<std::thread::JoinHandle<()>>) {
@@ -386,26 +409,26 @@ impl ConnectionHold {
     }
 }
 
-async fn serve_connection(
+async fn serve_connection<H: Handler>(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
-    proxy: Arc<Proxy>,
+    proxy: Arc<H>,
     hold: Arc<ConnectionHold>,
 ) {
     let stop = hold.stop();
     let policy = ConnectionPolicy {
-        header_timeout: proxy.settings().header_timeout,
+        header_timeout: proxy.header_timeout(),
     };
     let counts = proxy.clone();
-    let queue = proxy.client_queue(peer.ip());
+    let connection = proxy.connection(peer);
     let service = service_fn(move |mut req: Request<Incoming>| {
         // A tunnel or an upgraded connection keeps the client connection's
         // slot and its part in shutdown until it closes.
-        if req.method() == Method::CONNECT || super::upgrade::is_upgrade(req.headers()) {
+        if req.method() == Method::CONNECT || crate::http::headers::is_upgrade(req.headers()) {
             req.extensions_mut().insert(hold.clone());
         }
-        let (proxy, queue) = (proxy.clone(), queue.clone());
-        async move { Ok::<_, std::convert::Infallible>(proxy.handle(peer, queue, req).await) }
+        let (proxy, connection) = (proxy.clone(), connection.clone());
+        async move { Ok::<_, std::convert::Infallible>(proxy.handle(peer, connection, req).await) }
     });
     let conn = policy
         .http1()
@@ -421,7 +444,7 @@ async fn serve_connection(
     )
     .await;
     if ended.is_some_and(|e| answered_malformed(&e)) {
-        counts.count(Outcome::BadRequest);
+        counts.count_malformed();
     }
 }
 
@@ -591,7 +614,7 @@ impl InFlight {
 
     /// A response whose body keeps `guard` until it is dropped.
     pub(crate) fn track(guard: InFlightGuard, resp: Response<Body>) -> Response<Body> {
-        crate::body::hold_until_dropped(resp, guard)
+        crate::http::body::hold_until_dropped(resp, guard)
     }
 
     fn subscribe(&self) -> watch::Receiver<usize> {
@@ -609,7 +632,7 @@ impl Drop for InFlightGuard {
 }
 
 /// Connections open per client address (an IPv6 client by its /64, see
-/// [`crate::net::client_key`]), for `max_connections_per_client`.
+/// [`crate::http::destination::client_key`]), for `max_connections_per_client`.
 #[derive(Clone)]
 pub(crate) struct PerClient {
     limit: usize,
@@ -626,7 +649,7 @@ impl PerClient {
 
     /// A place for one more connection from `ip`; `None` at the limit.
     pub(crate) fn take(&self, ip: IpAddr) -> Option<ClientSlot> {
-        let ip = crate::net::client_key(ip);
+        let ip = crate::http::destination::client_key(ip);
         let mut counts = lock(&self.counts);
         let n = counts.entry(ip).or_default();
         if *n >= self.limit {

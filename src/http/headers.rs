@@ -83,6 +83,35 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// True if `headers` ask to switch to WebSocket (RFC 9110 §7.8, RFC 6455):
+/// `Upgrade: websocket`, and `upgrade` among the `Connection` options.
+/// Other protocols (`h2c`, custom ones) are not forwarded as upgrades:
+/// after the switch nothing could be judged.
+pub(crate) fn is_upgrade(headers: &http::HeaderMap) -> bool {
+    names_websocket(headers)
+        && headers
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|o| o.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// True if the `Upgrade` header names WebSocket.
+pub(crate) fn names_websocket(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| {
+            let p = p.trim();
+            p.get(..9)
+                .is_some_and(|n| n.eq_ignore_ascii_case("websocket"))
+                && p[9..].trim_start().is_empty()
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use http::HeaderValue;

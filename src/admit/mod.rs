@@ -306,7 +306,7 @@ impl AuthLimits {
                 l.retain_recent();
             }
         }
-        let client = crate::net::client_key(client);
+        let client = crate::http::destination::client_key(client);
         limiter.check_key(&client).map_err(|not_until| {
             let first = self
                 .logged

@@ -297,12 +297,12 @@ impl Directives {
 }
 
 /// Headers never stored or served from the cache: hop-by-hop ones
-/// (the proxy's own rule, [`crate::headers::strip_hop_by_hop`]: RFC 9110
+/// (the proxy's own rule, [`crate::http::headers::strip_hop_by_hop`]: RFC 9110
 /// §7.6.1 and those named by Connection), Proxy-Authenticate, and
 /// Age/Cache-Status, which the cache writes itself.
 pub fn storable_headers(headers: &HeaderMap) -> HeaderMap {
     let mut out = headers.clone();
-    crate::headers::strip_hop_by_hop(&mut out);
+    crate::http::headers::strip_hop_by_hop(&mut out);
     for name in [header::PROXY_AUTHENTICATE, header::AGE] {
         out.remove(name);
     }

@@ -357,7 +357,7 @@ impl Politeness {
 }
 
 /// The politeness key of requests to `origin` judged as `agent`.
-pub(crate) fn key(origin: &crate::origin::Origin, agent: &str) -> String {
+pub(crate) fn key(origin: &crate::http::origin::Origin, agent: &str) -> String {
     format!("{origin} {agent}")
 }
 

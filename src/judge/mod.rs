@@ -1,13 +1,31 @@
 //! The one place a request is judged: origin + path + agent → decision,
 //! with the reason that produced it.
 
+pub mod fetch;
+pub(crate) mod fetch_budget;
+pub mod politeness;
+pub mod store;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::net;
-use crate::origin::Origin;
+use crate::http::destination;
+use crate::http::origin::Origin;
+use crate::judge::store::{Compiled, Entry, Lookup, RobotsCache, State};
 use crate::robots::{Rule, RuleRef};
-use crate::robots_cache::{Compiled, Entry, Lookup, RobotsCache, State};
+
+/// What a usage preference that disallows a declared purpose does
+/// (`usage.mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UsageMode {
+    /// 403 with the preference line, before anything is fetched.
+    #[default]
+    Enforce,
+    /// Forward, and add `X-Robots-Proxy-Usage` to the response and the
+    /// audit line.
+    Annotate,
+}
 
 /// What happens to a request.
 #[derive(Clone, Debug, PartialEq)]
@@ -185,14 +203,14 @@ impl Judgement {
 /// Judges requests against robots.txt and the destination policy.
 pub struct Gate {
     cache: Arc<RobotsCache>,
-    policy: net::Policy,
+    policy: destination::Policy,
     /// `robots.case_insensitive_hosts`: paths there are also judged
     /// lower-cased.
     case_insensitive: Vec<String>,
 }
 
 impl Gate {
-    pub fn new(cache: Arc<RobotsCache>, policy: net::Policy) -> Gate {
+    pub fn new(cache: Arc<RobotsCache>, policy: destination::Policy) -> Gate {
         Gate {
             cache,
             policy,
@@ -207,7 +225,7 @@ impl Gate {
     }
 
     /// The destination policy, the same the upstream connections apply.
-    pub(crate) fn policy(&self) -> &net::Policy {
+    pub(crate) fn policy(&self) -> &destination::Policy {
         &self.policy
     }
 
@@ -217,7 +235,7 @@ impl Gate {
 
     /// Refuses IP-literal destinations the policy forbids before
     /// robots.txt is fetched. Names are checked where they are resolved,
-    /// at connect time (see [`net::GuardedConnector`]).
+    /// at connect time (see [`crate::upstream::guarded::GuardedConnector`]).
     pub(crate) fn destination_refusal(&self, origin: &Origin) -> Option<String> {
         let ip = origin.ip()?;
         let addr = std::net::SocketAddr::new(ip, origin.port());
@@ -244,7 +262,7 @@ impl Gate {
         }
         let (entry, lookup) = self.cache.get(origin, agent).await;
         let folds = !self.case_insensitive.is_empty()
-            && crate::origin::host_listed(&self.case_insensitive, origin.host());
+            && crate::http::origin::host_listed(&self.case_insensitive, origin.host());
         let (decision, crawl_delay) = decide(&entry, path_and_query, agent, folds);
         Judgement {
             decision,

@@ -28,9 +28,9 @@ use http::header::{
 use http::{Request, StatusCode, Uri};
 use http_body_util::BodyExt;
 
-use crate::body::empty_body;
-use crate::fetch_budget::{FetchBudget, Reservation};
-use crate::origin::Origin;
+use crate::http::body::empty_body;
+use crate::http::origin::Origin;
+use crate::judge::fetch_budget::{FetchBudget, Reservation};
 use crate::robots::Robots;
 use crate::robots::parse::MAX_BYTES;
 use crate::upstream::informational::capped;
@@ -84,7 +84,7 @@ pub struct FetchSettings {
 
 /// Fetches `origin`'s robots.txt. Never fails: errors are an [`Outcome`].
 /// With a `budget`, a file's body is read only once what it may hold is
-/// reserved ([`crate::fetch_budget`]); the reservation comes back with the
+/// reserved ([`crate::judge::fetch_budget`]); the reservation comes back with the
 /// result, to be kept until the entry is built from it.
 pub(crate) async fn fetch(
     client: &HttpClient,

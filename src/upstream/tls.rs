@@ -25,7 +25,7 @@ use rustls::{CertificateError, ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, TrustAnchor, UnixTime};
 
-use super::{ALPN, TlsError, provider};
+use crate::tls::{ALPN, TlsError, provider};
 
 /// How many trust anchors came from where, for the startup log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -146,7 +146,7 @@ pub(crate) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, Tl
 /// mismatched certificate: the origin is not who it should be, which is a
 /// bad gateway rather than an unreachable origin.
 pub fn is_tls_failure(err: &(dyn StdError + 'static)) -> bool {
-    crate::net::causes(err).any(|e| e.downcast_ref::<rustls::Error>().is_some())
+    crate::http::destination::causes(err).any(|e| e.downcast_ref::<rustls::Error>().is_some())
 }
 
 /// A short human reason why a connection to `host` failed, for a 502 body:
@@ -156,14 +156,16 @@ pub fn is_tls_failure(err: &(dyn StdError + 'static)) -> bool {
 /// Walks the `source()` chain (and the payload of `io::Error`s, which
 /// `source()` skips) looking for the rustls error first.
 pub fn upstream_error_reason(err: &(dyn StdError + 'static), host: &str) -> String {
-    if let Some(tls) = crate::net::causes(err).find_map(|e| e.downcast_ref::<rustls::Error>()) {
+    if let Some(tls) =
+        crate::http::destination::causes(err).find_map(|e| e.downcast_ref::<rustls::Error>())
+    {
         return describe_tls(tls, host);
     }
-    if crate::net::causes(err).any(|e| e.to_string() == "dns error") {
+    if crate::http::destination::causes(err).any(|e| e.to_string() == "dns error") {
         return format!("DNS lookup for {host} failed");
     }
-    if let Some(kind) =
-        crate::net::causes(err).find_map(|e| e.downcast_ref::<io::Error>().map(|e| e.kind()))
+    if let Some(kind) = crate::http::destination::causes(err)
+        .find_map(|e| e.downcast_ref::<io::Error>().map(|e| e.kind()))
     {
         let what = match kind {
             io::ErrorKind::ConnectionRefused => Some(format!("connection refused by {host}")),
@@ -179,7 +181,7 @@ pub fn upstream_error_reason(err: &(dyn StdError + 'static), host: &str) -> Stri
         }
     }
     let mut text: Vec<String> = Vec::new();
-    for e in crate::net::causes(err) {
+    for e in crate::http::destination::causes(err) {
         let s = e.to_string();
         // Wrappers often repeat their source's message.
         if !text.last().is_some_and(|last| last.contains(&s)) {

@@ -65,7 +65,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::Stats;
 use super::body::{self, READ_CHUNK};
-use crate::body::{Body, full_body};
+use crate::http::body::{Body, full_body};
 
 /// Object key: SHA-256 of the key text (primary key and Vary'd values).
 pub(crate) type ObjKey = [u8; 32];

@@ -1,0 +1,478 @@
+//! The command line: `run`, `check`, `config check`, `ca init`,
+//! `hash-password` and the rest; `src/main.rs` only calls [`main`].
+
+pub mod check;
+
+use std::io::{self, BufWriter, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::app::App;
+use crate::config::{Config, LogFormat};
+use crate::proxy::Proxy;
+use crate::robots::Robots;
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+/// A caching forward HTTP(S) proxy that enforces robots.txt.
+#[derive(Parser)]
+#[command(name = "robots-proxy", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy (defaults: listen on 127.0.0.1:3128, agent robots-proxy).
+    Run(RunArgs),
+    /// Judge URLs against a robots.txt file: prints ALLOWED/DISALLOWED per URL.
+    ///
+    /// Exit status: 0 if every URL is allowed, 1 if any is disallowed,
+    /// 2 on a usage or I/O error.
+    Check {
+        /// The robots.txt file to read.
+        #[arg(long, value_name = "FILE")]
+        robots: PathBuf,
+        /// Product token (ExampleBot) or whole User-Agent string; default:
+        /// the `agent` of `--config`, else the built-in `robots-proxy`.
+        #[arg(long, value_name = "TOKEN")]
+        agent: Option<String>,
+        /// Take the agent from this config file.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The origin's paths are case-insensitive (IIS, Windows, macOS):
+        /// also judge them lower-cased, as `robots.case_insensitive_hosts`.
+        #[arg(long)]
+        case_insensitive: bool,
+        /// A declared purpose (usage category: train-ai, search, ai-input):
+        /// a URL whose Content-Usage or Content-Signal preference for it is
+        /// `n` is DISALLOWED. Repeatable.
+        #[arg(long = "purpose", value_name = "CATEGORY")]
+        purposes: Vec<String>,
+        /// URLs (absolute or paths); read from stdin, one per line, if none.
+        urls: Vec<String>,
+    },
+    /// Configuration tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Certificate authority for HTTPS interception.
+    #[command(subcommand)]
+    Ca(CaCommand),
+    /// Print an Argon2id hash of a password (read from stdin) for `access.users`.
+    HashPassword,
+}
+
+#[derive(Subcommand)]
+enum CaCommand {
+    /// Create a new CA: DIR/ca.pem (trust this) and DIR/ca.key (mode 0600).
+    Init {
+        /// Directory for the CA files.
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a configuration file without starting the proxy.
+    Check {
+        /// The TOML file.
+        file: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// TOML configuration file; command-line flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Listen address.
+    #[arg(long, value_name = "ADDR", value_parser = crate::config::parse_listen)]
+    listen: Option<SocketAddr>,
+    /// Robots product token to obey.
+    #[arg(long, value_name = "TOKEN")]
+    agent: Option<String>,
+    /// Audit log file (JSON lines).
+    #[arg(long, value_name = "PATH")]
+    audit_log: Option<PathBuf>,
+    /// Allow private, loopback and link-local destinations.
+    #[arg(long)]
+    allow_private_destinations: bool,
+    /// Admin listener address (health, metrics, explain).
+    #[arg(long, value_name = "ADDR", value_parser = crate::config::parse_listen)]
+    admin_listen: Option<SocketAddr>,
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long)]
+    log_json: bool,
+    /// CA directory for HTTPS interception (created on first start).
+    #[arg(long, value_name = "DIR")]
+    ca_dir: Option<PathBuf>,
+    /// Extra trusted CA certificates (PEM) for upstream TLS; repeatable.
+    #[arg(long, value_name = "FILE")]
+    upstream_ca: Vec<PathBuf>,
+}
+
+/// Parses the command line and runs the command.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check {
+            robots,
+            agent,
+            config,
+            case_insensitive,
+            purposes,
+            urls,
+        } => {
+            let agent = match (agent, config) {
+                (Some(agent), _) => agent,
+                (None, Some(file)) => match Config::load(&file) {
+                    Ok(c) => c.agent,
+                    Err(e) => {
+                        eprintln!("robots-proxy check: {e:#}");
+                        return ExitCode::from(2);
+                    }
+                },
+                (None, None) => Config::default().agent,
+            };
+            let opts = check::Options {
+                case_insensitive,
+                purposes,
+            };
+            run_check(&robots, &agent, &urls, &opts)
+        }
+        Command::Config(ConfigCommand::Check { file }) => match Config::load(&file) {
+            Ok(_) => {
+                println!("{}: ok", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("robots-proxy: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Ca(CaCommand::Init { dir }) => ca_init(&dir),
+        Command::HashPassword => hash_password(),
+        Command::Run(args) => match run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                // Each cause once: an error whose text already holds its
+                // source is not followed by it again.
+                let error: &(dyn std::error::Error + 'static) = e.as_ref();
+                eprintln!("robots-proxy: {}", crate::upstream::error_chain(error));
+                ExitCode::from(1)
+            }
+        },
+    }
+}
+
+fn load_config(args: &RunArgs) -> anyhow::Result<Config> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    if let Some(agent) = &args.agent {
+        anyhow::ensure!(
+            !crate::robots::product_token(agent).is_empty(),
+            "--agent {agent:?} has no product token (letters, '-', '_')"
+        );
+        config.agent = agent.clone();
+    }
+    if let Some(path) = &args.audit_log {
+        config.audit.path = Some(path.clone());
+    }
+    if args.allow_private_destinations {
+        config.allow_private_destinations = true;
+    }
+    if let Some(admin) = args.admin_listen {
+        config.admin.listen = Some(admin);
+    }
+    if args.log_json {
+        config.log.format = LogFormat::Json;
+    }
+    if let Some(dir) = &args.ca_dir {
+        config.tls.ca_dir = Some(dir.clone());
+    }
+    config
+        .upstream
+        .ca_files
+        .extend(args.upstream_ca.iter().cloned());
+    Ok(config)
+}
+
+/// Changes the log filter of the running process (`log.level` on reload).
+type LogLevel =
+    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>;
+
+/// Installs the log subscriber. Returns the handle that changes its
+/// filter, unless `RUST_LOG` set it (which then overrides `log.level`).
+fn init_logging(config: &Config) -> Option<LogLevel> {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let from_env = EnvFilter::try_from_default_env().ok();
+    let reloadable = from_env.is_none();
+    let filter = from_env
+        .or_else(|| EnvFilter::try_new(&config.log.level).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    let output = tracing_subscriber::fmt::layer()
+        .with_ansi(io::stderr().is_terminal())
+        .with_writer(io::stderr);
+    let registry = tracing_subscriber::registry().with(filter);
+    match config.log.format {
+        LogFormat::Json => registry.with(output.json()).init(),
+        LogFormat::Human => registry.with(output).init(),
+    }
+    reloadable.then_some(handle)
+}
+
+/// Applies a reloaded `log.level` (already validated with the config).
+fn apply_log_level(handle: Option<&LogLevel>, old: &str, new: &str) {
+    if old == new {
+        return;
+    }
+    let Some(handle) = handle else {
+        tracing::warn!("log.level changed, but RUST_LOG is set and overrides it");
+        return;
+    };
+    match tracing_subscriber::EnvFilter::try_new(new) {
+        Ok(filter) => match handle.reload(filter) {
+            Ok(()) => tracing::info!(level = new, "log level changed"),
+            Err(e) => tracing::error!("cannot change the log level: {e}"),
+        },
+        Err(e) => tracing::error!("log.level {new:?} is not a valid filter: {e}"),
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = load_config(&args)?;
+    let log_level = init_logging(&config);
+    let (before, open_files) = crate::ops::limits::raise_open_files();
+    if before != open_files {
+        tracing::debug!(from = ?before, to = ?open_files, "raised the open-file limit");
+    }
+    let workers = config.worker_threads();
+    // This thread's runtime serves connections, the admin listener and the
+    // background work; `App::serve` starts `workers` - 1 more threads,
+    // each serving connections on an event loop of its own.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let app = App::bind(config).await?;
+        let (ca_pem, created) = &app.ca;
+        if *created {
+            tracing::info!(ca = %ca_pem.display(),
+                "created a new CA for HTTPS interception: clients must trust this file");
+        } else {
+            tracing::info!(ca = %ca_pem.display(), "HTTPS interception CA");
+        }
+        let max_connections = app.max_connections;
+        let needed = max_connections.saturating_mul(2).saturating_add(64);
+        if open_files.is_some_and(|n| usize::try_from(n).is_ok_and(|n| n < needed)) {
+            tracing::warn!(open_files = ?open_files, max_connections,
+                "the open-file limit is low for max_connections: raise LimitNOFILE / ulimit -n");
+        }
+        // Handlers are registered before the "listening" line and READY=1:
+        // a SIGHUP or SIGTERM sent right after (systemctl reload/stop, or a
+        // script that waits for the line) must not meet the default action,
+        // which kills the process.
+        use tokio::signal::unix::{SignalKind, signal};
+        let hup = signal(SignalKind::hangup());
+        let stop = [SignalKind::terminate(), SignalKind::interrupt()].map(signal);
+        tracing::info!(listen = %app.local_addr(), agent = %app.config.agent,
+            workers, max_connections,
+            audit_log = %app.proxy.audit.path().display(),
+            admin = ?app.admin_addr(), "robots-proxy listening");
+        spawn_reloader(args, app.proxy.clone(), app.config.clone(), log_level, hup);
+        spawn_sweeper(app.proxy.clone());
+        crate::ops::systemd::notify_ready();
+        let cut = app.serve(shutdown_signal(stop)).await;
+        if cut > 0 {
+            tracing::warn!(
+                connections = cut,
+                "grace period over; closing remaining connections"
+            );
+        }
+        tracing::info!("stopped");
+        Ok(())
+    })
+}
+
+/// SIGHUP: re-read the configuration (same file and flags) and apply it;
+/// an invalid one is rejected and the running one stays. The keys that
+/// need a restart are those whose new value differs from the one the
+/// process started with (the value still in force).
+fn spawn_reloader(
+    args: RunArgs,
+    proxy: Arc<Proxy>,
+    started: Config,
+    log_level: Option<LogLevel>,
+    hup: io::Result<tokio::signal::unix::Signal>,
+) {
+    let mut level = started.log.level.clone();
+    tokio::spawn(async move {
+        let Ok(mut hup) = hup else {
+            tracing::warn!("cannot listen for SIGHUP: reload disabled");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            crate::ops::systemd::notify_reloading();
+            match load_config(&args) {
+                Err(e) => {
+                    let e = one_line(&format!("{e:#}"));
+                    tracing::error!("reload rejected, keeping the running configuration: {e}")
+                }
+                Ok(new) => match crate::app::reload(&proxy, &started, &new) {
+                    Ok(restart) => {
+                        apply_log_level(log_level.as_ref(), &level, &new.log.level);
+                        level = new.log.level;
+                        if !restart.is_empty() {
+                            tracing::warn!(keys = ?restart, "these changes need a restart to apply");
+                        }
+                        tracing::info!("configuration reloaded");
+                    }
+                    Err(e) => {
+                        tracing::error!("reload rejected, keeping the running configuration: {e}")
+                    }
+                },
+            }
+            crate::ops::systemd::notify_ready();
+        }
+    });
+}
+
+/// A multi-line error message as one log line. The TOML parser's message
+/// spans several lines (position, excerpt, caret marker, reason); in a log
+/// (journald takes one entry per line) only the first would carry the
+/// "reload rejected" context. The excerpt and reason are kept, the caret and
+/// gutter-only lines dropped: `..., column 8; 9 | mode = "x"; unknown variant ...`.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| l.chars().any(|c| !matches!(c, '|' | '^' | ' ' | '\t')))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Drops idle politeness state once a minute.
+fn spawn_sweeper(proxy: Arc<Proxy>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        loop {
+            tick.tick().await;
+            proxy.settings().politeness.sweep();
+        }
+    });
+}
+
+fn ca_init(dir: &Path) -> ExitCode {
+    let cert = dir.join(crate::tls::ca::CERT_FILE);
+    let key = dir.join(crate::tls::ca::KEY_FILE);
+    // Either file alone is enough to refuse: never overwrite a private key.
+    if let Some(existing) = [&cert, &key].into_iter().find(|p| p.exists()) {
+        eprintln!(
+            "robots-proxy ca init: {} already exists; remove ca.pem and ca.key first to replace the CA",
+            existing.display()
+        );
+        return ExitCode::from(2);
+    }
+    match crate::tls::Ca::generate().and_then(|ca| ca.write(dir).map(|()| ca)) {
+        Ok(ca) => {
+            println!(
+                "{}\nSHA-256 fingerprint {}",
+                cert.display(),
+                ca.fingerprint_sha256()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("robots-proxy ca init: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn hash_password() -> ExitCode {
+    let mut line = String::new();
+    if let Err(e) = io::stdin().read_line(&mut line) {
+        eprintln!("robots-proxy hash-password: {e}");
+        return ExitCode::from(2);
+    }
+    let password = line.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        eprintln!("robots-proxy hash-password: empty password (write it on stdin)");
+        return ExitCode::from(2);
+    }
+    match crate::admit::hash_password(password) {
+        Ok(hash) => {
+            println!("{hash}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("robots-proxy hash-password: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Completes on the first SIGTERM or SIGINT (handlers registered by the caller).
+async fn shutdown_signal(stop: [io::Result<tokio::signal::unix::Signal>; 2]) {
+    let mut signals: Vec<_> = stop.into_iter().filter_map(Result::ok).collect();
+    if signals.is_empty() {
+        tracing::warn!("cannot listen for SIGTERM or SIGINT: stop with SIGKILL");
+        std::future::pending::<()>().await;
+    }
+    futures_util::future::select_all(signals.iter_mut().map(|s| Box::pin(s.recv()))).await;
+    crate::ops::systemd::notify_stopping();
+    tracing::info!("shutting down: no new connections, finishing requests in flight");
+}
+
+fn run_check(path: &Path, agent: &str, urls: &[String], opts: &check::Options) -> ExitCode {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("robots-proxy check: cannot read {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    if crate::robots::product_token(agent).is_empty() {
+        eprintln!("robots-proxy check: --agent {agent:?} has no product token (letters, '-', '_')");
+        return ExitCode::from(2);
+    }
+    let rules = Robots::parse(&bytes).agent_rules(agent);
+    let stdout = io::stdout();
+    let mut out = BufWriter::with_capacity(64 * 1024, stdout.lock());
+    let result = if urls.is_empty() {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        check::check_lines_with(&rules, io::stdin().lock(), &mut out, threads, opts)
+    } else {
+        check::check_urls_with(&rules, urls.iter().map(String::as_str), &mut out, opts)
+    };
+    match result.and_then(|s| out.flush().map(|()| s)) {
+        Ok(summary) if summary.invalid > 0 => {
+            eprintln!(
+                "robots-proxy check: {} line(s) were not a path or an http(s) URL (INVALID)",
+                summary.invalid
+            );
+            ExitCode::from(2)
+        }
+        Ok(summary) if summary.disallowed > 0 => ExitCode::from(1),
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("robots-proxy check: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! The vocabulary every layer speaks: origins, bodies, headers and the
+//! destination policy (which addresses the proxy may reach).
+
+pub(crate) mod body;
+pub mod destination;
+pub(crate) mod headers;
+pub mod origin;

@@ -1,0 +1,7 @@
+//! What the request path reports to: the audit log and the metrics; and
+//! the process's dealings with its host (systemd, descriptor limits).
+
+pub(crate) mod audit;
+pub mod limits;
+pub mod metrics;
+pub mod systemd;
