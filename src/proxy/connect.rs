@@ -2,11 +2,7 @@
 //! judged by path; blind tunnels (host-level decision only) for hosts on
 //! the no-intercept list; plain HTTP inside a tunnel is judged as http.
 
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,8 +12,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
-use tokio::time::Instant;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 use super::phases::{Answer, Caller, Outcome, Recorded};
 use super::respond;
@@ -58,20 +53,21 @@ fn connection_hold(req: &Request<Incoming>) -> Option<Arc<ConnectionHold>> {
     req.extensions().get::<Arc<ConnectionHold>>().cloned()
 }
 
-/// Handles a CONNECT request, and finishes it (see [`super::phases`]):
-/// here for a bad target, a refusal, a blind tunnel or an intercepted
-/// one; once the client speaks for a tunnel whose port may not be TLS.
+/// The phases of a CONNECT request, up to its answer (finished by
+/// [`Proxy::handle`], see [`super::phases`]): a bad target, a refusal, a
+/// blind tunnel or an intercepted one; the answer to a tunnel whose port
+/// may not be TLS is counted once the client speaks in it.
 pub(crate) async fn handle(
     proxy: Arc<Proxy>,
     settings: Arc<Settings>,
     caller: Caller,
     req: Request<Incoming>,
-) -> Response<Body> {
+) -> Answer {
     let https = match connect_target(&req).and_then(|(host, port)| {
         Origin::new(Scheme::Https, &host, Some(port)).map_err(|e| e.to_string())
     }) {
         Ok(o) => o,
-        Err(e) => return proxy.finish(Answer::bad_request(format!("Bad CONNECT: {e}\n"))),
+        Err(e) => return Answer::bad_request(format!("Bad CONNECT: {e}\n")),
     };
     let agent = settings
         .agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT))
@@ -79,7 +75,7 @@ pub(crate) async fn handle(
     if proxy.gate.destination_refusal(&https).is_some() {
         // Judging gives the refusal its audit line before the tunnel opens.
         let judgement = proxy.gate.judge(&https, "/", &agent).await;
-        return proxy.finish(proxy.record_blocked(&caller, &judgement, "CONNECT"));
+        return proxy.record_blocked(&caller, &judgement, "CONNECT");
     }
     let minter = proxy.minter.clone();
     if no_intercept(&settings.no_intercept, https.host()) {
@@ -95,10 +91,7 @@ pub(crate) async fn handle(
         let tunnel = Tunnel { caller, stop, hold };
         intercept(task_proxy, tunnel, https, upgraded, minter).await;
     });
-    proxy.finish(Answer::new(
-        Outcome::Intercepted,
-        Response::new(empty_body()),
-    ))
+    Answer::new(Outcome::Intercepted, Response::new(empty_body()))
 }
 
 /// The client's side of an accepted CONNECT, once hyper hands it over.
@@ -225,7 +218,7 @@ where
         }
         let guard = counter.start();
         async move {
-            let resp = proxy.finish(inner_request(&proxy, &caller, &origin, req).await);
+            let resp = proxy.handle_in_tunnel(&caller, &origin, req).await;
             Ok::<_, std::convert::Infallible>(InFlight::track(guard, resp))
         }
     });
@@ -249,8 +242,9 @@ where
     }
 }
 
-/// The phases of a request inside a tunnel, up to its answer.
-async fn inner_request(
+/// The phases of a request inside a tunnel, up to its answer (finished by
+/// [`Proxy::handle_in_tunnel`]).
+pub(super) async fn inner_request(
     proxy: &Proxy,
     caller: &Caller,
     origin: &Origin,
@@ -341,7 +335,7 @@ async fn tunnel(
     origin: Origin,
     agent: &str,
     req: Request<Incoming>,
-) -> Response<Body> {
+) -> Answer {
     let mut judgement = proxy.gate.judge(&origin, "/", agent).await;
     if matches!(judgement.decision, Decision::BadGateway { .. }) {
         // robots.txt over TLS failed: perhaps a plain-HTTP port (CONNECT
@@ -351,7 +345,7 @@ async fn tunnel(
     }
     // Allowed at host level, it is recorded as `tunnelled`: paths go unchecked.
     if let Err(answer) = proxy.record(&caller, &judgement, "CONNECT", Recorded::Tunnel) {
-        return proxy.finish(answer);
+        return answer;
     }
     let timeout = proxy.upstream.settings().connect_timeout;
     let upstream = match connect_upstream(&origin, proxy.gate.policy(), timeout).await {
@@ -360,16 +354,16 @@ async fn tunnel(
             // A name that resolved to a refused address: recorded as the
             // refusal it is (the line above said the tunnel would open).
             let reason = e.reason().to_string();
-            return proxy.finish(proxy.refuse(&caller, &mut judgement, "CONNECT", reason));
+            return proxy.refuse(&caller, &mut judgement, "CONNECT", reason);
         }
         Err(e) => {
-            return proxy.finish(Answer::new(
+            return Answer::new(
                 Outcome::UpstreamError,
                 respond::text(
                     StatusCode::BAD_GATEWAY,
                     format!("Cannot connect to {}: {e}\n", origin.authority()),
                 ),
-            ));
+            );
         }
     };
     let hold = connection_hold(&req);
@@ -379,10 +373,10 @@ async fn tunnel(
         let stop = hold.as_ref().map(|h| h.stop());
         let _hold = hold;
         if let Some(client_io) = upgraded(req).await {
-            relay(client_io, upstream, idle, stop, client).await;
+            crate::server::relay::relay(client_io, upstream, idle, stop, client).await;
         }
     });
-    proxy.finish(Answer::new(Outcome::Tunnelled, Response::new(empty_body())))
+    Answer::new(Outcome::Tunnelled, Response::new(empty_body()))
 }
 
 /// A tunnel whose https robots.txt could not be fetched over TLS: opened,
@@ -398,7 +392,7 @@ fn sniffed_tunnel(
     judgement: crate::judge::Judgement,
     handshake: Duration,
     req: Request<Incoming>,
-) -> Response<Body> {
+) -> Answer {
     let hold = connection_hold(&req);
     tokio::spawn(async move {
         let stop = hold.as_ref().map(|h| h.stop());
@@ -421,121 +415,7 @@ fn sniffed_tunnel(
             _ => proxy.count(Outcome::Intercepted),
         }
     });
-    Response::new(empty_body())
-}
-
-/// Copies bytes both ways until either side closes, no byte has passed in
-/// either direction for `idle`, or the shutdown grace is over.
-pub(super) async fn relay<A, B>(
-    client_io: A,
-    upstream: B,
-    idle: Duration,
-    stop: Option<Stop>,
-    peer: SocketAddr,
-) where
-    A: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
-{
-    let activity = Activity::new();
-    let mut client_io = Touching::new(client_io, &activity);
-    let mut upstream = Touching::new(upstream, &activity);
-    let cut = async {
-        match stop {
-            Some(mut stop) => {
-                let _ = stop.wait_for(|p| *p == Phase::Cut).await;
-            }
-            None => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::io::copy_bidirectional(&mut client_io, &mut upstream) => {}
-        _ = activity.quiet_for(idle) => {
-            tracing::debug!(client = %peer, "blind tunnel idle: closing");
-        }
-        _ = cut => tracing::debug!(client = %peer, "blind tunnel closed: shutdown grace period over"),
-    }
-}
-
-/// When bytes last moved through a tunnel.
-struct Activity {
-    start: Instant,
-    /// Milliseconds from `start` to the last byte.
-    last: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Activity {
-        Activity {
-            start: Instant::now(),
-            last: AtomicU64::new(0),
-        }
-    }
-
-    fn touch(&self) {
-        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last.fetch_max(ms, Ordering::Relaxed);
-    }
-
-    /// Completes once no byte has moved for `idle`.
-    async fn quiet_for(&self, idle: Duration) {
-        loop {
-            let last = self.start + Duration::from_millis(self.last.load(Ordering::Relaxed));
-            let deadline = last + idle;
-            if Instant::now() >= deadline {
-                return;
-            }
-            tokio::time::sleep_until(deadline).await;
-        }
-    }
-}
-
-/// An IO object that records in an [`Activity`] every byte read or written.
-struct Touching<'a, IO> {
-    io: IO,
-    activity: &'a Activity,
-}
-
-impl<'a, IO> Touching<'a, IO> {
-    fn new(io: IO, activity: &'a Activity) -> Self {
-        Touching { io, activity }
-    }
-}
-
-impl<IO: AsyncRead + Unpin> AsyncRead for Touching<'_, IO> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.touch();
-        }
-        polled
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Touching<'_, IO> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.io).poll_write(cx, data);
-        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        polled
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
+    Answer::counted_later(Response::new(empty_body()))
 }
 
 #[cfg(test)]

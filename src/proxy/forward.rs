@@ -9,7 +9,7 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Body as _;
 
-use super::phases::{Failed, Outcome};
+use super::phases::Forwarded;
 use super::respond;
 use crate::http::body::Body;
 use crate::http::origin::{Origin, Scheme};
@@ -171,7 +171,7 @@ pub(crate) async fn forward(
     via: Option<&HeaderValue>,
     timeout: Duration,
     max_informational: usize,
-) -> Response<Body> {
+) -> Forwarded {
     strip_hop_by_hop(req.headers_mut());
     if undefined_body(&req) {
         // Only for an origin in `upstream.allow_bodies_for`: should it
@@ -197,7 +197,7 @@ pub(crate) async fn forward(
     // client that reads nothing until its upload is done and an origin that
     // answers at length before reading it would wait on each other.
     // `Err` is the answer for a request that got no response.
-    let sent: Result<Response<Body>, Response<Body>> = match origin.scheme() {
+    let sent: Result<Response<Body>, Forwarded> = match origin.scheme() {
         Scheme::Http if req.body().is_end_stream() => {
             if !host_is_derived {
                 let host = host_header(req.uri());
@@ -248,10 +248,10 @@ pub(super) fn relay_response(
     resp: Response<Body>,
     target: &Uri,
     via: Option<&HeaderValue>,
-) -> Response<Body> {
+) -> Forwarded {
     let (mut parts, body) = resp.into_parts();
     if let Some(coding) = other_transfer_coding(&parts.headers) {
-        return upstream_failed(respond::text(
+        return Forwarded::upstream_failed(respond::text(
             StatusCode::BAD_GATEWAY,
             format!(
                 "Upstream error for {target}: the response has Transfer-Encoding {coding:?}, \
@@ -265,12 +265,12 @@ pub(super) fn relay_response(
         add_via(&mut parts.headers, via);
     }
     parts.version = http::Version::HTTP_11;
-    Response::from_parts(parts, body)
+    Forwarded::Response(Response::from_parts(parts, body))
 }
 
 /// The answer to a request whose response did not start within `timeout`.
-fn upstream_timeout(target: &Uri, timeout: Duration) -> Response<Body> {
-    upstream_failed(respond::text(
+fn upstream_timeout(target: &Uri, timeout: Duration) -> Forwarded {
+    Forwarded::upstream_failed(respond::text(
         StatusCode::GATEWAY_TIMEOUT,
         format!(
             "Upstream timeout: no response from {target} within {}\n",
@@ -280,28 +280,22 @@ fn upstream_timeout(target: &Uri, timeout: Duration) -> Response<Body> {
 }
 
 /// The answer to a request the origin sent too many 1xx responses to.
-fn upstream_flooded(flooded: Flooded, target: &Uri) -> Response<Body> {
+fn upstream_flooded(flooded: Flooded, target: &Uri) -> Forwarded {
     tracing::debug!(%target, "{flooded}");
-    upstream_failed(respond::text(
+    Forwarded::upstream_failed(respond::text(
         StatusCode::BAD_GATEWAY,
         format!("Upstream error for {target}: {flooded}\n"),
     ))
 }
 
-/// A response of the proxy's own for an allowed request the origin gave no
-/// usable response to: counted as `upstream_error`, not `allowed`.
-pub(super) fn upstream_failed(resp: Response<Body>) -> Response<Body> {
-    Failed::mark(Outcome::UpstreamError, resp)
-}
-
 /// The answer to a request that got no response from `target`: 403 for a
 /// refused private destination, else 502 with the reason.
-fn upstream_error(e: &UpstreamError, target: &Uri) -> Response<Body> {
+fn upstream_error(e: &UpstreamError, target: &Uri) -> Forwarded {
     if e.kind() == ErrorKind::Refused {
-        return Failed::refused(e.reason());
+        return Forwarded::Refused(e.reason().to_string());
     }
     tracing::debug!(%target, error = %e.chain(), "upstream request failed");
-    upstream_failed(respond::text(
+    Forwarded::upstream_failed(respond::text(
         StatusCode::BAD_GATEWAY,
         format!("Upstream error for {target}: {}\n", e.reason()),
     ))

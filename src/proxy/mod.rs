@@ -4,6 +4,7 @@
 pub(crate) mod connect;
 pub(crate) mod forward;
 pub(crate) mod phases;
+mod pipeline;
 pub(crate) mod respond;
 pub(crate) mod slots;
 pub(crate) mod upgrade;
@@ -11,9 +12,9 @@ pub(crate) mod upgrade;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use http::header::{HeaderValue, PROXY_AUTHORIZATION, USER_AGENT, VIA};
+use http::header::{HeaderValue, PROXY_AUTHORIZATION, VIA};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -22,14 +23,13 @@ use crate::admit::{AuthOutcome, ClientAcl, ProxyAuth};
 use crate::http::body::Body;
 use crate::http::origin::Origin;
 use crate::judge::politeness::Politeness;
-use crate::judge::{Decision, Gate, Judgement, Limit};
+use crate::judge::{Gate, Judgement};
 use crate::ops::audit::AuditLog;
 use crate::ops::metrics::{self, Metrics};
-use crate::response_cache::{Completed, Lookup};
 use crate::robots::product_token;
 use crate::tls::Minter;
 use crate::upstream::{self, HttpClient};
-use phases::{Answer, Caller, Failed, Outcome, Recorded};
+use phases::{Answer, Caller, Outcome};
 
 /// Settings that a reload may change.
 #[derive(Clone)]
@@ -83,7 +83,7 @@ pub(crate) static PURPOSE_HEADER: http::header::HeaderName =
     http::header::HeaderName::from_static("robots-proxy-purpose");
 
 /// The origin's usage preferences for a response (draft-ietf-aipref-attach).
-static CONTENT_USAGE: http::header::HeaderName =
+pub(crate) static CONTENT_USAGE: http::header::HeaderName =
     http::header::HeaderName::from_static("content-usage");
 
 impl Settings {
@@ -307,7 +307,8 @@ impl Proxy {
     }
 
     /// Handles one request from a client connection: the phases of
-    /// [`phases`], ended by [`Proxy::finish`].
+    /// [`phases`], ended by [`Proxy::finish`], the one exit of every
+    /// request.
     pub(crate) async fn handle(
         self: Arc<Self>,
         client: SocketAddr,
@@ -316,24 +317,34 @@ impl Proxy {
     ) -> Response<Body> {
         // One read of the reloadable settings per request.
         let settings = self.settings();
-        let caller = match self.admit(&settings, client, queue, &req).await {
-            Ok(c) => c,
-            Err(answer) => return self.finish(answer),
-        };
-        if req.method() == Method::CONNECT {
-            // Boxed: the tunnel's future is large, and kept inline it would
-            // make every plain request's future (moved on each call) as large.
-            // A CONNECT is finished where its fate is known.
-            return Box::pin(connect::handle(self, settings, caller, req)).await;
-        }
-        let answer = match self.frame(&req) {
-            Ok((origin, path)) => {
-                self.serve(&settings, &caller, origin, &path, req.map(|b| b.boxed()))
-                    .await
-            }
+        let answer = match self.admit(&settings, client, queue, &req).await {
             Err(answer) => answer,
+            // Boxed: the tunnel's future is large, and kept inline it would
+            // make every plain request's future (moved on each call) as
+            // large.
+            Ok(caller) if req.method() == Method::CONNECT => {
+                Box::pin(connect::handle(self.clone(), settings, caller, req)).await
+            }
+            Ok(caller) => match self.frame(&req) {
+                Ok((origin, path)) => {
+                    self.serve(&settings, &caller, origin, &path, req.map(|b| b.boxed()))
+                        .await
+                }
+                Err(answer) => answer,
+            },
         };
         self.finish(answer)
+    }
+
+    /// Handles one request inside an intercepted tunnel for `origin`: the
+    /// phases from frame on, ended by [`Proxy::finish`].
+    pub(crate) async fn handle_in_tunnel(
+        &self,
+        caller: &Caller,
+        origin: &Origin,
+        req: Request<Incoming>,
+    ) -> Response<Body> {
+        self.finish(connect::inner_request(self, caller, origin, req).await)
     }
 }
 
@@ -405,423 +416,6 @@ impl Proxy {
         Ok((origin, path_of(req.uri())))
     }
 
-    /// The phases from judge to forward for a request with an absolute URI
-    /// on `origin`; plain HTTP and intercepted requests alike. The request
-    /// holds one of its client's slots ([`slots`]) from here until its
-    /// response body is sent; one that waited `response_timeout` for one
-    /// gets 429.
-    pub(crate) async fn serve(
-        &self,
-        settings: &Settings,
-        caller: &Caller,
-        origin: Origin,
-        path: &str,
-        req: Request<Body>,
-    ) -> Answer {
-        let slot = match caller.queue.try_acquire() {
-            Some(slot) => Ok(slot),
-            None => tokio::time::timeout(settings.response_timeout, caller.queue.acquire()).await,
-        };
-        let Ok(slot) = slot else {
-            return Answer::new(
-                Outcome::RateLimited,
-                respond::too_many(
-                    Duration::from_secs(1),
-                    &format!(
-                        "Too many requests in flight from this address (max_requests_per_client \
-                         = {}); retry when some have finished\n",
-                        caller.queue.limit()
-                    ),
-                ),
-            );
-        };
-        let answer = self.serve_judged(settings, caller, origin, path, req).await;
-        Answer::new(answer.outcome, slot.hold_until_sent(answer.resp))
-    }
-
-    /// [`Proxy::serve`] once the request holds its client's slot.
-    async fn serve_judged(
-        &self,
-        settings: &Settings,
-        caller: &Caller,
-        origin: Origin,
-        path: &str,
-        req: Request<Body>,
-    ) -> Answer {
-        if let Some(coding) = forward::other_transfer_coding(req.headers()) {
-            return Answer::new(
-                Outcome::BadRequest,
-                respond::text(
-                    StatusCode::NOT_IMPLEMENTED,
-                    format!(
-                        "robots-proxy cannot forward a body sent with Transfer-Encoding {coding:?}: \
-                         only chunked is supported\n"
-                    ),
-                ),
-            );
-        }
-        // Judge.
-        let agent = settings.agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT));
-        let mut judgement = self.gate.judge(&origin, path, agent).await;
-        self.count_lookup(&judgement);
-        // The user's own quota, after robots.txt (a disallowed request is
-        // refused whatever the quota) and before Crawl-delay books a slot.
-        if judgement.decision.is_allowed()
-            && let (Some(auth), Some(user)) = (&settings.auth, caller.user.as_deref())
-            && let Some(retry_after) = auth.quota_wait(user)
-        {
-            judgement.decision = Decision::RateLimited {
-                retry_after,
-                limit: Limit::UserQuota,
-            };
-        }
-        // A body on a method that defines none: refused unless the origin
-        // is named in `upstream.allow_bodies_for` (forward::undefined_body).
-        if judgement.decision.is_allowed()
-            && forward::undefined_body(&req)
-            && !connect::no_intercept(&settings.allow_bodies_for, origin.host())
-        {
-            judgement.decision = Decision::BadRequest {
-                reason: format!(
-                    "a {} request with a body (an origin that ignores it would read it as \
-                     another request); upstream.allow_bodies_for does not name {}",
-                    req.method(),
-                    origin.host()
-                ),
-            };
-        }
-        // Usage preferences for the declared purposes, on what robots.txt
-        // allowed; the purpose header never reaches the origin.
-        let mut req = req;
-        let purposes = settings.purposes_for(
-            caller.user.as_deref(),
-            req.headers_mut().remove(&PURPOSE_HEADER).as_ref(),
-        );
-        if judgement.decision.is_allowed()
-            && !purposes.is_empty()
-            && let Some(note) = self.gate.usage(&judgement, &purposes)
-        {
-            match settings.usage_mode {
-                crate::judge::UsageMode::Enforce => {
-                    judgement.decision = Decision::UsageDisallowed(note);
-                }
-                crate::judge::UsageMode::Annotate => judgement.usage = Some(note),
-            }
-        }
-        if purposes.is_empty() {
-            return self
-                .serve_allowed(settings, caller, &origin, req, judgement)
-                .await;
-        }
-        // Boxed, as the cache path: kept inline, the judgement and purposes
-        // this path keeps across its await would make every request's
-        // future larger, and hyper moves it.
-        Box::pin(self.serve_for_purposes(settings, caller, &origin, req, judgement, purposes)).await
-    }
-
-    /// [`Proxy::serve_allowed`] for a request that declares purposes: the
-    /// response carries the annotation, and its own `Content-Usage` header
-    /// is applied.
-    async fn serve_for_purposes(
-        &self,
-        settings: &Settings,
-        caller: &Caller,
-        origin: &Origin,
-        req: Request<Body>,
-        judgement: Judgement,
-        purposes: Vec<String>,
-    ) -> Answer {
-        let judged = judgement.clone();
-        let method = req.method().clone();
-        let mut answer = self
-            .serve_allowed(settings, caller, origin, req, judgement)
-            .await;
-        if let Some(note) = &judged.usage {
-            let line = respond::usage_line(note, &judged.robots_url());
-            answer
-                .resp
-                .headers_mut()
-                .insert(respond::USAGE_HEADER, respond::header_value(&line));
-        }
-        self.apply_content_usage(settings, caller, judged, &method, &purposes, answer)
-    }
-
-    /// The origin's `Content-Usage` response header, applied like the
-    /// robots.txt lines: a forwarded (or cached) response whose header
-    /// says `n` for a declared purpose is withheld with a 403 and an audit
-    /// line saying it was fetched and withheld (`enforce`), or annotated
-    /// (`annotate`).
-    fn apply_content_usage(
-        &self,
-        settings: &Settings,
-        caller: &Caller,
-        mut judged: Judgement,
-        method: &Method,
-        purposes: &[String],
-        mut answer: Answer,
-    ) -> Answer {
-        let Some(value) = answer
-            .resp
-            .headers()
-            .get(&CONTENT_USAGE)
-            .and_then(|v| v.to_str().ok())
-        else {
-            return answer;
-        };
-        let statement = crate::robots::usage::parse_statement(value);
-        let Some(purpose) = purposes
-            .iter()
-            .find(|p| statement.get(p) == Some(crate::robots::usage::Pref::Disallowed))
-        else {
-            return answer;
-        };
-        let mode = settings.usage_mode;
-        let text = format!(
-            "Content-Usage: {value} (the origin's response header{})",
-            if mode == crate::judge::UsageMode::Enforce {
-                "; fetched and withheld"
-            } else {
-                ""
-            }
-        );
-        let note = Box::new(crate::judge::UsageNote {
-            purpose: purpose.as_str().into(),
-            line: 0,
-            rule: text.clone().into(),
-            text: text.into(),
-        });
-        match mode {
-            crate::judge::UsageMode::Annotate => {
-                let line = respond::usage_line(&note, &judged.robots_url());
-                answer
-                    .resp
-                    .headers_mut()
-                    .append(respond::USAGE_HEADER, respond::header_value(&line));
-                judged.usage = Some(note);
-                // The annotation is evidence: recorded whatever log_all.
-                if let Err(refusal) =
-                    self.record(caller, &judged, method.as_str(), Recorded::Request)
-                {
-                    return refusal;
-                }
-                answer
-            }
-            crate::judge::UsageMode::Enforce => {
-                tracing::info!(url = %judged.url(), purpose = %purpose,
-                    "response withheld: its Content-Usage header disallows a declared purpose");
-                judged.decision = Decision::UsageDisallowed(note);
-                // The response (and its body) is dropped unread.
-                match self.record(caller, &judged, method.as_str(), Recorded::Request) {
-                    Err(blocked) => blocked,
-                    Ok(()) => Answer::new(Outcome::Refused, respond::refused("usage preference")),
-                }
-            }
-        }
-    }
-
-    /// The cache, politeness, record and forward phases of a judged
-    /// request.
-    async fn serve_allowed(
-        &self,
-        settings: &Settings,
-        caller: &Caller,
-        origin: &Origin,
-        req: Request<Body>,
-        mut judgement: Judgement,
-    ) -> Answer {
-        // Cache: only what robots.txt allowed; a hit takes no Crawl-delay
-        // slot. Boxed: kept inline, the cache's futures would make every
-        // request's future larger, and hyper moves it (measured: +20%
-        // instructions per request with the cache off).
-        if judgement.decision.is_allowed()
-            && let Some(cache) = &self.cache
-        {
-            return Box::pin(self.serve_cached(settings, caller, origin, req, judgement, cache))
-                .await;
-        }
-        let held = match self
-            .hold_and_record(
-                settings,
-                caller,
-                &mut judgement,
-                req.method().as_str(),
-                None,
-            )
-            .await
-        {
-            Ok(held) => held,
-            Err(answer) => return answer,
-        };
-        self.forward_judged(settings, caller, origin, req, held, &mut judgement)
-            .await
-    }
-
-    /// The politeness and record phases: waits for a Crawl-delay slot (or
-    /// makes the decision `rate_limited`), then writes the audit line, with
-    /// the cache's outcome when the cache was asked. `Err` ends the request.
-    async fn hold_and_record(
-        &self,
-        settings: &Settings,
-        caller: &Caller,
-        judgement: &mut Judgement,
-        method: &str,
-        cache_label: Option<&str>,
-    ) -> Result<Duration, Answer> {
-        let held = self.politeness(settings, judgement).await;
-        self.record_cached(caller, judgement, method, Recorded::Request, cache_label)?;
-        if !held.is_zero() {
-            self.metrics.observe_hold(held);
-            tracing::info!(url = %judgement.url(), agent = %judgement.agent,
-                held_secs = held.as_secs_f64(), "held for Crawl-delay");
-        }
-        Ok(held)
-    }
-
-    /// The cache, politeness, record and forward phases of an allowed
-    /// request when the response cache is on: a hit (or an offline 504)
-    /// is answered here; a miss or revalidation is held for Crawl-delay,
-    /// recorded, forwarded with the conditional headers and stored while
-    /// it streams; a successful unsafe request invalidates what it names.
-    async fn serve_cached(
-        &self,
-        settings: &Settings,
-        caller: &Caller,
-        origin: &Origin,
-        req: Request<Body>,
-        mut judgement: Judgement,
-        cache: &crate::response_cache::ResponseCache,
-    ) -> Answer {
-        let (parts, body) = req.into_parts();
-        let found = cache.lookup(&parts, caller.user.as_deref()).await;
-        let mut req = Request::from_parts(parts, body);
-        let pending = match found {
-            Lookup::Hit(mut resp) => {
-                if settings.via {
-                    forward::add_via(resp.headers_mut(), &self.via);
-                }
-                return self.answer_cached(caller, &judgement, req.method(), "hit", resp);
-            }
-            Lookup::Unavailable(resp) => {
-                return self.answer_cached(caller, &judgement, req.method(), "unavailable", resp);
-            }
-            Lookup::Miss(pending) => Some(("miss", pending)),
-            Lookup::Revalidate(pending) => Some(("revalidate", pending)),
-            Lookup::Bypass => None,
-        };
-        let label = pending.as_ref().map_or("bypass", |(label, _)| *label);
-        let held = match self
-            .hold_and_record(
-                settings,
-                caller,
-                &mut judgement,
-                req.method().as_str(),
-                Some(label),
-            )
-            .await
-        {
-            Ok(held) => held,
-            Err(answer) => return answer,
-        };
-        let Some((_, pending)) = pending else {
-            let (method, uri) = (req.method().clone(), req.uri().clone());
-            let mut answer = self
-                .forward_judged(settings, caller, origin, req, held, &mut judgement)
-                .await;
-            if answer.outcome == Outcome::Allowed {
-                cache.invalidate(&method, &uri, answer.resp.status(), answer.resp.headers());
-                crate::response_cache::ResponseCache::mark_bypass(&mut answer.resp);
-            }
-            return answer;
-        };
-        // A revalidation may have to be sent again without its
-        // conditionals (a 304 that selects nothing stored): its head is
-        // kept for that. A GET or HEAD has no body to keep.
-        let mut refetch = pending.is_revalidation().then(|| {
-            let mut head = Request::new(crate::http::body::empty_body());
-            *head.method_mut() = req.method().clone();
-            *head.uri_mut() = req.uri().clone();
-            *head.version_mut() = req.version();
-            *head.headers_mut() = req.headers().clone();
-            pending.remove_conditional_headers(head.headers_mut());
-            head
-        });
-        pending.add_conditional_headers(req.headers_mut());
-        let mut held = held;
-        let mut pending = pending;
-        loop {
-            let answer = self
-                .forward_judged(settings, caller, origin, req, held, &mut judgement)
-                .await;
-            if answer.outcome != Outcome::Allowed {
-                // The proxy's own 502/504: nothing to store.
-                return answer;
-            }
-            match self.complete_cached(cache, pending, answer.resp).await {
-                Ok(resp) => return Answer::new(answer.outcome, resp),
-                Err((again, resp)) => match refetch.take() {
-                    Some(r) => {
-                        // A second origin request: a Crawl-delay slot of its
-                        // own, or the 304 as it came when none is left.
-                        held = self.politeness(settings, &mut judgement).await;
-                        if !judgement.decision.is_allowed() {
-                            return Answer::new(answer.outcome, resp);
-                        }
-                        (req, pending) = (r, again);
-                    }
-                    // Only a revalidation is refetched: not reached.
-                    None => return Answer::new(answer.outcome, resp),
-                },
-            }
-        }
-    }
-
-    /// Hands an origin response to the cache. The hold and this proxy's
-    /// Via are this response's, not the stored one's (a hit gets the Via
-    /// of its own time): taken off before, put back after. `Err` when the
-    /// cache asks for a refetch, with the origin's response as it came.
-    async fn complete_cached(
-        &self,
-        cache: &crate::response_cache::ResponseCache,
-        pending: crate::response_cache::Pending,
-        mut resp: Response<Body>,
-    ) -> Result<Response<Body>, (crate::response_cache::Pending, Response<Body>)> {
-        let delay = resp.headers_mut().remove(respond::DELAY_HEADER);
-        let via = self.remove_own_via(resp.headers_mut());
-        let mut resp = match cache.complete(pending, resp).await {
-            Completed::Response(resp) => resp,
-            Completed::Refetch(p, resp) => return Err((*p, resp)),
-        };
-        if let Some(d) = delay {
-            resp.headers_mut().insert(respond::DELAY_HEADER, d);
-        }
-        if via {
-            forward::add_via(resp.headers_mut(), &self.via);
-        }
-        Ok(resp)
-    }
-
-    /// The forward phase for a judged request: a name that resolved to a
-    /// refused address at connect time is a refusal like any other, with
-    /// its audit line.
-    async fn forward_judged(
-        &self,
-        settings: &Settings,
-        caller: &Caller,
-        origin: &Origin,
-        req: Request<Body>,
-        held: Duration,
-        judgement: &mut Judgement,
-    ) -> Answer {
-        let method = req.method().clone();
-        let (answer, refusal) = self
-            .forward(settings, caller.client, origin, req, held)
-            .await;
-        match refusal {
-            Some(reason) => self.refuse(caller, judgement, method.as_str(), reason),
-            None => answer,
-        }
-    }
-
     /// Takes this proxy's own `Via` entry out of response headers; whether
     /// there was one.
     fn remove_own_via(&self, headers: &mut http::HeaderMap) -> bool {
@@ -834,109 +428,6 @@ impl Proxy {
             headers.append(VIA, v);
         }
         true
-    }
-
-    /// A request the cache answered (a hit, or an offline/only-if-cached
-    /// 504): recorded like any, never forwarded.
-    fn answer_cached(
-        &self,
-        caller: &Caller,
-        judgement: &Judgement,
-        method: &Method,
-        label: &str,
-        resp: Response<Body>,
-    ) -> Answer {
-        if let Err(answer) = self.record_cached(
-            caller,
-            judgement,
-            method.as_str(),
-            Recorded::Request,
-            Some(label),
-        ) {
-            return answer;
-        }
-        Answer::new(Outcome::Allowed, resp)
-    }
-
-    /// The politeness phase: waits for the origin's Crawl-delay slot, or
-    /// turns the decision into `rate_limited`. Returns how long the request
-    /// was held. Most origins have no Crawl-delay: no key is built then.
-    async fn politeness(&self, settings: &Settings, judgement: &mut Judgement) -> Duration {
-        if !judgement.decision.is_allowed()
-            || settings
-                .politeness
-                .effective_interval(judgement.crawl_delay)
-                .is_none()
-        {
-            return Duration::ZERO;
-        }
-        let key = politeness_key(judgement);
-        let _waiting = self.metrics.politeness_waiting();
-        match settings
-            .politeness
-            .acquire(&key, judgement.crawl_delay)
-            .await
-        {
-            Ok(waited) => waited,
-            Err(limited) => {
-                judgement.decision = Decision::RateLimited {
-                    retry_after: limited.retry_after,
-                    limit: Limit::CrawlDelay,
-                };
-                Duration::ZERO
-            }
-        }
-    }
-
-    /// The forward phase: the request goes to the origin (upgraded
-    /// connections relayed); a response the proxy had to make itself is
-    /// counted as the failure it is, and a destination refused at connect
-    /// time comes back with its reason.
-    async fn forward(
-        &self,
-        settings: &Settings,
-        client: SocketAddr,
-        origin: &Origin,
-        mut req: Request<Body>,
-        held: Duration,
-    ) -> (Answer, Option<String>) {
-        forward::drop_trailing_dot(&mut req, origin);
-        let timeout = settings.response_timeout;
-        if crate::http::headers::is_upgrade(req.headers()) {
-            let upgrade = upgrade::UpgradeSettings {
-                policy: self.gate.policy(),
-                connect_timeout: self.upstream.settings().connect_timeout,
-                response_timeout: timeout,
-                tunnel_idle_timeout: settings.tunnel_idle_timeout,
-                max_informational: settings.max_informational,
-                tls: &self.upstream_tls,
-                via: settings.via.then_some(&self.via),
-                peer: client,
-            };
-            // Boxed: the upgrade's future (its own TLS connection) is
-            // several times the size of a plain forward's, and kept inline
-            // it would be part of, and moved with, every request's future.
-            return Failed::answer(Box::pin(upgrade::forward(origin, req, upgrade)).await);
-        }
-        let start = Instant::now();
-        let mut resp = forward::forward(
-            &self.client,
-            &self.upstream,
-            origin,
-            req,
-            settings.via.then_some(&self.via),
-            timeout,
-            settings.max_informational,
-        )
-        .await;
-        self.metrics.observe_upstream(start.elapsed());
-        if !held.is_zero() {
-            resp.headers_mut().insert(
-                respond::DELAY_HEADER,
-                respond::header_value(&format!("{:.3}", held.as_secs_f64())),
-            );
-        }
-        Failed::answer(resp)
     }
 
     fn count_lookup(&self, judgement: &Judgement) {

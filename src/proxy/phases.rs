@@ -56,11 +56,28 @@ pub(crate) struct Caller {
 pub(crate) struct Answer {
     pub(crate) outcome: Outcome,
     pub(crate) resp: Response<Body>,
+    /// A CONNECT answered before its fate is known (a tunnel whose port
+    /// may not be TLS): counted once the client speaks in it, not by
+    /// [`Proxy::finish`].
+    counted_later: bool,
 }
 
 impl Answer {
     pub(crate) fn new(outcome: Outcome, resp: Response<Body>) -> Answer {
-        Answer { outcome, resp }
+        Answer {
+            outcome,
+            resp,
+            counted_later: false,
+        }
+    }
+
+    /// The answer to a CONNECT whose outcome is counted when it is known.
+    pub(crate) fn counted_later(resp: Response<Body>) -> Answer {
+        Answer {
+            outcome: Outcome::Intercepted,
+            resp,
+            counted_later: true,
+        }
     }
 
     /// A 400 of the proxy's own with `text` as its body.
@@ -88,46 +105,23 @@ impl Answer {
     }
 }
 
-/// Marks a response the forwarding code made itself because the origin
-/// gave none (refused destination, connect or TLS failure, timeout, a
-/// response that cannot be relayed): the label it is counted under
-/// instead of `allowed`, and for a destination refused at connect time
-/// (a name that resolves to a private address) the reason, which the
-/// forward phase records like any refusal.
-#[derive(Clone, Debug)]
-pub(crate) struct Failed {
-    pub(crate) outcome: Outcome,
-    pub(crate) refusal: Option<String>,
+/// What the forward phase brought back: the origin's response, a
+/// response the proxy made itself because the origin gave none (refused
+/// upgrade target, connect or TLS failure, timeout, a response that cannot
+/// be relayed) with the label it is counted under instead of `allowed`, or
+/// a destination the policy refused at connect time (a name that resolved
+/// to a private address), which the pipeline records like any refusal.
+pub(crate) enum Forwarded {
+    Response(Response<Body>),
+    Failed(Outcome, Response<Body>),
+    Refused(String),
 }
 
-impl Failed {
-    /// `resp` marked as a failure counted under `outcome`.
-    pub(crate) fn mark(outcome: Outcome, mut resp: Response<Body>) -> Response<Body> {
-        resp.extensions_mut().insert(Failed {
-            outcome,
-            refusal: None,
-        });
-        resp
-    }
-
-    /// The 403 for a destination the policy refused at connect time.
-    pub(crate) fn refused(reason: &str) -> Response<Body> {
-        let mut resp = respond::refused(reason);
-        resp.extensions_mut().insert(Failed {
-            outcome: Outcome::Refused,
-            refusal: Some(reason.to_string()),
-        });
-        resp
-    }
-
-    /// The answer for what the forward phase returned: a marked failure,
-    /// or the origin's response to an allowed request; with the reason of
-    /// a refusal at connect time.
-    pub(crate) fn answer(mut resp: Response<Body>) -> (Answer, Option<String>) {
-        match resp.extensions_mut().remove::<Failed>() {
-            Some(f) => (Answer::new(f.outcome, resp), f.refusal),
-            None => (Answer::new(Outcome::Allowed, resp), None),
-        }
+impl Forwarded {
+    /// A 502/504 of the proxy's own for an allowed request the origin gave
+    /// no usable response to: counted as `upstream_error`.
+    pub(crate) fn upstream_failed(resp: Response<Body>) -> Forwarded {
+        Forwarded::Failed(Outcome::UpstreamError, resp)
     }
 }
 
@@ -252,7 +246,9 @@ impl Proxy {
     /// The finish phase: counts the request under its one label and
     /// returns the response to send.
     pub(crate) fn finish(&self, answer: Answer) -> Response<Body> {
-        self.count(answer.outcome);
+        if !answer.counted_later {
+            self.count(answer.outcome);
+        }
         answer.resp
     }
 

@@ -14,16 +14,14 @@ use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
 
-use super::connect::relay;
-use super::forward::{
-    add_via, frame_request_body, relay_response, strip_hop_by_hop, upstream_failed,
-};
-use super::phases::{Failed, Outcome};
+use super::forward::{add_via, frame_request_body, relay_response, strip_hop_by_hop};
+use super::phases::{Forwarded, Outcome};
 use super::respond;
 use crate::http::body::Body;
 use crate::http::destination;
 use crate::http::origin::{Origin, Scheme};
 use crate::server::ConnectionHold;
+use crate::server::relay::relay;
 use crate::upstream::dial::url_host;
 use crate::upstream::informational::capped;
 use crate::upstream::{ErrorKind, UpstreamError, connect_upstream};
@@ -62,7 +60,7 @@ pub(crate) async fn forward(
     origin: &Origin,
     mut req: Request<Body>,
     s: UpgradeSettings<'_>,
-) -> Response<Body> {
+) -> Forwarded {
     let client_side = hyper::upgrade::on(&mut req);
     let hold = req.extensions().get::<Arc<ConnectionHold>>().cloned();
     keep_upgrade(req.headers_mut());
@@ -78,7 +76,7 @@ pub(crate) async fn forward(
                 req.headers_mut().insert(header::HOST, host);
             }
             Err(_) => {
-                return Failed::mark(
+                return Forwarded::Failed(
                     Outcome::BadRequest,
                     respond::text(StatusCode::BAD_REQUEST, "Bad request target\n"),
                 );
@@ -110,17 +108,17 @@ pub(crate) async fn forward(
     let mut resp = match tokio::time::timeout(s.response_timeout, exchange).await {
         Ok(Ok(resp)) => resp,
         Ok(Err(e)) if e.kind() == ErrorKind::Refused => {
-            return Failed::refused(e.reason());
+            return Forwarded::Refused(e.reason().to_string());
         }
         Ok(Err(e)) => {
             tracing::debug!(%target, error = %e, "upgrade request failed");
-            return upstream_failed(respond::text(
+            return Forwarded::upstream_failed(respond::text(
                 StatusCode::BAD_GATEWAY,
                 format!("Upstream error for {target}: {e}\n"),
             ));
         }
         Err(_) => {
-            return upstream_failed(respond::text(
+            return Forwarded::upstream_failed(respond::text(
                 StatusCode::GATEWAY_TIMEOUT,
                 format!("Upstream timeout: no answer to the upgrade from {target}\n"),
             ));
@@ -130,7 +128,7 @@ pub(crate) async fn forward(
         return relay_response(resp.map(|b| b.boxed()), &target, s.via);
     }
     if !crate::http::headers::names_websocket(resp.headers()) {
-        return upstream_failed(respond::text(
+        return Forwarded::upstream_failed(respond::text(
             StatusCode::BAD_GATEWAY,
             format!(
                 "Upstream error for {target}: it switched to a protocol other than WebSocket\n"
@@ -160,7 +158,7 @@ pub(crate) async fn forward(
     if let Some(via) = s.via {
         add_via(resp.headers_mut(), via);
     }
-    resp.map(|b| b.boxed())
+    Forwarded::Response(resp.map(|b| b.boxed()))
 }
 
 /// One request on a new HTTP/1.1 connection that may be upgraded; more

@@ -280,6 +280,34 @@ pub enum CacheMode {
     Offline,
 }
 
+/// What the response cache did with a request, as the audit line says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Answered from the cache.
+    Hit,
+    /// Not in the cache, and the cache may not go to the origin (offline
+    /// mode, `only-if-cached`): a 504 of the cache's own.
+    Unavailable,
+    /// Not in the cache: fetched and stored.
+    Miss,
+    /// Stored but stale: revalidated with the origin.
+    Revalidate,
+    /// Not for the cache (a method or request it does not handle).
+    Bypass,
+}
+
+impl CacheOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheOutcome::Hit => "hit",
+            CacheOutcome::Unavailable => "unavailable",
+            CacheOutcome::Miss => "miss",
+            CacheOutcome::Revalidate => "revalidate",
+            CacheOutcome::Bypass => "bypass",
+        }
+    }
+}
+
 /// The response cache's settings (from `[cache]`, see
 /// `crate::config::CacheConfig`).
 #[derive(Clone, Debug)]

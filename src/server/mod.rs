@@ -5,6 +5,7 @@
 
 pub(crate) mod io;
 pub(crate) mod listen;
+pub(crate) mod relay;
 
 use std::collections::HashMap;
 use std::future::Future;

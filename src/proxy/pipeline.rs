@@ -1,0 +1,511 @@
+//! The pipeline of a request for a path: plain HTTP and requests inside an
+//! intercepted tunnel alike, from its client's slot to its answer. Each
+//! phase is a function of the request's context ([`Ctx`]) that lets the
+//! request go on or ends it with an [`Answer`]; [`Proxy::run`] reads as
+//! the phases in their order (see [`super::phases`]).
+
+use std::time::{Duration, Instant};
+
+use http::header::USER_AGENT;
+use http::{Method, Request, Response, StatusCode};
+
+use super::phases::{Answer, Caller, Forwarded, Outcome, Recorded};
+use super::{CONTENT_USAGE, PURPOSE_HEADER, Proxy, Settings, forward, respond, upgrade};
+use crate::http::body::Body;
+use crate::http::origin::Origin;
+use crate::judge::{Decision, Judgement, Limit, UsageMode};
+use crate::response_cache::{CacheOutcome, Completed, Lookup, Pending, ResponseCache};
+
+/// One request's state from its judgement to its answer: what the phases
+/// after judge read, and what they add to it.
+pub(crate) struct Ctx<'a> {
+    pub(crate) settings: &'a Settings,
+    /// Who sent it (address, user, the user's robots token).
+    pub(crate) caller: &'a Caller,
+    /// Origin, path and agent as judged, and the decision: a later phase
+    /// may still turn it into a refusal (the user's quota, Crawl-delay, a
+    /// destination refused at connect time).
+    pub(crate) judgement: Judgement,
+    pub(crate) method: Method,
+    /// The usage purposes the request is for (empty, unallocated, when
+    /// none is declared).
+    pub(crate) purposes: Vec<String>,
+    /// What the response cache did with it, when it was asked.
+    pub(crate) cache: Option<CacheOutcome>,
+    /// How long it was held for its origin's Crawl-delay.
+    pub(crate) held: Duration,
+}
+
+/// What the cache phase found.
+enum Cached {
+    /// Answered from the cache (a hit, or an offline 504): nothing goes to
+    /// the origin.
+    Answered(Answer),
+    /// On to politeness, record and forward; with what the cache needs to
+    /// store the response (a miss or a revalidation).
+    Continue(Request<Body>, Option<Pending>),
+}
+
+impl Proxy {
+    /// The phases from the client's slot to the answer, for a request with
+    /// an absolute URI on `origin`. The request holds one of its client's
+    /// slots ([`super::slots`]) from here until its response body is sent;
+    /// one that waited `response_timeout` for one gets 429.
+    pub(crate) async fn serve(
+        &self,
+        settings: &Settings,
+        caller: &Caller,
+        origin: Origin,
+        path: &str,
+        req: Request<Body>,
+    ) -> Answer {
+        let slot = match caller.queue.try_acquire() {
+            Some(slot) => Ok(slot),
+            None => tokio::time::timeout(settings.response_timeout, caller.queue.acquire()).await,
+        };
+        let Ok(slot) = slot else {
+            return Answer::new(
+                Outcome::RateLimited,
+                respond::too_many(
+                    Duration::from_secs(1),
+                    &format!(
+                        "Too many requests in flight from this address (max_requests_per_client \
+                         = {}); retry when some have finished\n",
+                        caller.queue.limit()
+                    ),
+                ),
+            );
+        };
+        let answer = self.run(settings, caller, origin, path, req).await;
+        Answer::new(answer.outcome, slot.hold_until_sent(answer.resp))
+    }
+
+    /// The phases in their order: judge, cache, politeness, record,
+    /// forward (and store), then the usage preferences of the response.
+    async fn run(
+        &self,
+        settings: &Settings,
+        caller: &Caller,
+        origin: Origin,
+        path: &str,
+        req: Request<Body>,
+    ) -> Answer {
+        if let Some(coding) = forward::other_transfer_coding(req.headers()) {
+            return Answer::new(
+                Outcome::BadRequest,
+                respond::text(
+                    StatusCode::NOT_IMPLEMENTED,
+                    format!(
+                        "robots-proxy cannot forward a body sent with Transfer-Encoding {coding:?}: \
+                         only chunked is supported\n"
+                    ),
+                ),
+            );
+        }
+        let (mut ctx, req) = self.judge(settings, caller, &origin, path, req).await;
+        if ctx.purposes.is_empty() {
+            return self.after_judge(&mut ctx, req).await;
+        }
+        // The judgement as it was when the response's own usage
+        // preferences are applied (politeness may change the decision).
+        let judged = ctx.judgement.clone();
+        let answer = self.after_judge(&mut ctx, req).await;
+        self.response_usage(&ctx, judged, answer)
+    }
+
+    /// The cache, politeness, record and forward phases of a judged
+    /// request.
+    async fn after_judge(&self, ctx: &mut Ctx<'_>, req: Request<Body>) -> Answer {
+        // Cache: only what robots.txt allowed; a hit takes no Crawl-delay
+        // slot. Boxed: kept inline, the cache's futures would make every
+        // request's future larger, and hyper moves it.
+        let (req, pending) = match &self.cache {
+            Some(cache) if ctx.judgement.decision.is_allowed() => {
+                match Box::pin(self.cache_lookup(ctx, cache, req)).await {
+                    Cached::Answered(answer) => return answer,
+                    Cached::Continue(req, pending) => (req, pending),
+                }
+            }
+            _ => (req, None),
+        };
+        self.politeness(ctx).await;
+        if let Err(answer) = self.record_request(ctx) {
+            return answer;
+        }
+        match (&self.cache, pending) {
+            (Some(cache), Some(pending)) => {
+                Box::pin(self.forward_and_store(ctx, cache, req, pending)).await
+            }
+            (Some(cache), None) if ctx.cache == Some(CacheOutcome::Bypass) => {
+                let (method, uri) = (req.method().clone(), req.uri().clone());
+                let mut answer = self.forward_phase(ctx, req).await;
+                if answer.outcome == Outcome::Allowed {
+                    cache.invalidate(&method, &uri, answer.resp.status(), answer.resp.headers());
+                    ResponseCache::mark_bypass(&mut answer.resp);
+                }
+                answer
+            }
+            _ => self.forward_phase(ctx, req).await,
+        }
+    }
+
+    /// The judge phase: robots.txt and the destination policy for origin,
+    /// path and agent; then the user's quota (a disallowed request is
+    /// refused whatever the quota, and the quota is spent before Crawl-delay
+    /// books a slot), a body on a method that defines none, and the usage
+    /// preferences for the declared purposes. The purpose header never
+    /// reaches the origin.
+    async fn judge<'a>(
+        &self,
+        settings: &'a Settings,
+        caller: &'a Caller,
+        origin: &Origin,
+        path: &str,
+        mut req: Request<Body>,
+    ) -> (Ctx<'a>, Request<Body>) {
+        let agent = settings.agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT));
+        let mut judgement = self.gate.judge(origin, path, agent).await;
+        self.count_lookup(&judgement);
+        if judgement.decision.is_allowed()
+            && let (Some(auth), Some(user)) = (&settings.auth, caller.user.as_deref())
+            && let Some(retry_after) = auth.quota_wait(user)
+        {
+            judgement.decision = Decision::RateLimited {
+                retry_after,
+                limit: Limit::UserQuota,
+            };
+        }
+        // A body on a method that defines none: refused unless the origin
+        // is named in `upstream.allow_bodies_for` (forward::undefined_body).
+        if judgement.decision.is_allowed()
+            && forward::undefined_body(&req)
+            && !crate::http::origin::host_listed(&settings.allow_bodies_for, origin.host())
+        {
+            judgement.decision = Decision::BadRequest {
+                reason: format!(
+                    "a {} request with a body (an origin that ignores it would read it as \
+                     another request); upstream.allow_bodies_for does not name {}",
+                    req.method(),
+                    origin.host()
+                ),
+            };
+        }
+        let purposes = settings.purposes_for(
+            caller.user.as_deref(),
+            req.headers_mut().remove(&PURPOSE_HEADER).as_ref(),
+        );
+        if judgement.decision.is_allowed()
+            && !purposes.is_empty()
+            && let Some(note) = self.gate.usage(&judgement, &purposes)
+        {
+            match settings.usage_mode {
+                UsageMode::Enforce => judgement.decision = Decision::UsageDisallowed(note),
+                UsageMode::Annotate => judgement.usage = Some(note),
+            }
+        }
+        let ctx = Ctx {
+            settings,
+            caller,
+            judgement,
+            method: req.method().clone(),
+            purposes,
+            cache: None,
+            held: Duration::ZERO,
+        };
+        (ctx, req)
+    }
+
+    /// The cache phase: a hit (or an offline/only-if-cached 504) is
+    /// recorded like any request and answered here; a miss or revalidation
+    /// goes on with what the cache needs to store the response.
+    async fn cache_lookup(
+        &self,
+        ctx: &mut Ctx<'_>,
+        cache: &ResponseCache,
+        req: Request<Body>,
+    ) -> Cached {
+        let (parts, body) = req.into_parts();
+        let found = cache.lookup(&parts, ctx.caller.user.as_deref()).await;
+        let req = Request::from_parts(parts, body);
+        let (outcome, pending) = match found {
+            Lookup::Hit(mut resp) => {
+                if ctx.settings.via {
+                    forward::add_via(resp.headers_mut(), &self.via);
+                }
+                ctx.cache = Some(CacheOutcome::Hit);
+                return Cached::Answered(self.answer_cached(ctx, resp));
+            }
+            Lookup::Unavailable(resp) => {
+                ctx.cache = Some(CacheOutcome::Unavailable);
+                return Cached::Answered(self.answer_cached(ctx, resp));
+            }
+            Lookup::Miss(pending) => (CacheOutcome::Miss, Some(pending)),
+            Lookup::Revalidate(pending) => (CacheOutcome::Revalidate, Some(pending)),
+            Lookup::Bypass => (CacheOutcome::Bypass, None),
+        };
+        ctx.cache = Some(outcome);
+        Cached::Continue(req, pending)
+    }
+
+    /// A request the cache answered: recorded like any, never forwarded.
+    fn answer_cached(&self, ctx: &Ctx<'_>, resp: Response<Body>) -> Answer {
+        if let Err(answer) = self.record_request(ctx) {
+            return answer;
+        }
+        Answer::new(Outcome::Allowed, resp)
+    }
+
+    /// The politeness phase: waits for the origin's Crawl-delay slot, or
+    /// turns the decision into `rate_limited`; sets how long the request
+    /// was held. Most origins have no Crawl-delay: no key is built then.
+    async fn politeness(&self, ctx: &mut Ctx<'_>) {
+        ctx.held = Duration::ZERO;
+        let politeness = &ctx.settings.politeness;
+        let judgement = &mut ctx.judgement;
+        if !judgement.decision.is_allowed()
+            || politeness
+                .effective_interval(judgement.crawl_delay)
+                .is_none()
+        {
+            return;
+        }
+        let key = super::politeness_key(judgement);
+        let _waiting = self.metrics.politeness_waiting();
+        match politeness.acquire(&key, judgement.crawl_delay).await {
+            Ok(waited) => ctx.held = waited,
+            Err(limited) => {
+                judgement.decision = Decision::RateLimited {
+                    retry_after: limited.retry_after,
+                    limit: Limit::CrawlDelay,
+                };
+            }
+        }
+    }
+
+    /// The record phase of a request for a path: its audit line, with what
+    /// the cache did, before anything is forwarded. `Err` ends the request
+    /// (blocked, or the audit log cannot be written).
+    #[allow(clippy::result_large_err)]
+    fn record_request(&self, ctx: &Ctx<'_>) -> Result<(), Answer> {
+        self.record_cached(
+            ctx.caller,
+            &ctx.judgement,
+            ctx.method.as_str(),
+            Recorded::Request,
+            ctx.cache.map(CacheOutcome::as_str),
+        )?;
+        if !ctx.held.is_zero() {
+            self.metrics.observe_hold(ctx.held);
+            tracing::info!(url = %ctx.judgement.url(), agent = %ctx.judgement.agent,
+                held_secs = ctx.held.as_secs_f64(), "held for Crawl-delay");
+        }
+        Ok(())
+    }
+
+    /// The forward phase: the request goes to the origin. A response the
+    /// proxy had to make itself is counted as the failure it is; a
+    /// destination refused at connect time (a name that resolved to a
+    /// refused address after robots.txt was judged) is a refusal like any
+    /// other, with its audit line.
+    async fn forward_phase(&self, ctx: &mut Ctx<'_>, req: Request<Body>) -> Answer {
+        match self.forward(ctx, req).await {
+            Forwarded::Response(resp) => Answer::new(Outcome::Allowed, resp),
+            Forwarded::Failed(outcome, resp) => Answer::new(outcome, resp),
+            Forwarded::Refused(reason) => {
+                self.refuse(ctx.caller, &mut ctx.judgement, ctx.method.as_str(), reason)
+            }
+        }
+    }
+
+    /// Sends the request to its origin (upgraded connections relayed).
+    async fn forward(&self, ctx: &Ctx<'_>, mut req: Request<Body>) -> Forwarded {
+        let (settings, origin) = (ctx.settings, &ctx.judgement.origin);
+        forward::drop_trailing_dot(&mut req, origin);
+        let timeout = settings.response_timeout;
+        if crate::http::headers::is_upgrade(req.headers()) {
+            let upgrade = upgrade::UpgradeSettings {
+                policy: self.gate.policy(),
+                connect_timeout: self.upstream.settings().connect_timeout,
+                response_timeout: timeout,
+                tunnel_idle_timeout: settings.tunnel_idle_timeout,
+                max_informational: settings.max_informational,
+                tls: &self.upstream_tls,
+                via: settings.via.then_some(&self.via),
+                peer: ctx.caller.client,
+            };
+            // Boxed: the upgrade's future (its own TLS connection) is
+            // several times the size of a plain forward's, and kept inline
+            // it would be part of, and moved with, every request's future.
+            return Box::pin(upgrade::forward(origin, req, upgrade)).await;
+        }
+        let start = Instant::now();
+        let mut forwarded = forward::forward(
+            &self.client,
+            &self.upstream,
+            origin,
+            req,
+            settings.via.then_some(&self.via),
+            timeout,
+            settings.max_informational,
+        )
+        .await;
+        self.metrics.observe_upstream(start.elapsed());
+        if !ctx.held.is_zero()
+            && let Forwarded::Response(resp) | Forwarded::Failed(_, resp) = &mut forwarded
+        {
+            resp.headers_mut().insert(
+                respond::DELAY_HEADER,
+                respond::header_value(&format!("{:.3}", ctx.held.as_secs_f64())),
+            );
+        }
+        forwarded
+    }
+
+    /// The forward phase of a cache miss or revalidation, and the store
+    /// phase: sent with the cache's conditional headers, stored while it
+    /// streams to the client. A revalidation may have to be sent again
+    /// without its conditionals (a 304 that selects nothing stored): its
+    /// head is kept for that (a GET or HEAD has no body to keep), and the
+    /// second origin request takes a Crawl-delay slot of its own.
+    async fn forward_and_store(
+        &self,
+        ctx: &mut Ctx<'_>,
+        cache: &ResponseCache,
+        mut req: Request<Body>,
+        pending: Pending,
+    ) -> Answer {
+        let mut refetch = pending.is_revalidation().then(|| {
+            let mut head = Request::new(crate::http::body::empty_body());
+            *head.method_mut() = req.method().clone();
+            *head.uri_mut() = req.uri().clone();
+            *head.version_mut() = req.version();
+            *head.headers_mut() = req.headers().clone();
+            pending.remove_conditional_headers(head.headers_mut());
+            head
+        });
+        pending.add_conditional_headers(req.headers_mut());
+        let mut pending = pending;
+        loop {
+            let answer = self.forward_phase(ctx, req).await;
+            if answer.outcome != Outcome::Allowed {
+                // The proxy's own 502/504: nothing to store.
+                return answer;
+            }
+            match self.store(cache, pending, answer.resp).await {
+                Ok(resp) => return Answer::new(answer.outcome, resp),
+                Err((again, resp)) => match refetch.take() {
+                    Some(r) => {
+                        // A second origin request: a Crawl-delay slot of its
+                        // own, or the 304 as it came when none is left.
+                        self.politeness(ctx).await;
+                        if !ctx.judgement.decision.is_allowed() {
+                            return Answer::new(answer.outcome, resp);
+                        }
+                        (req, pending) = (r, again);
+                    }
+                    // Only a revalidation is refetched: not reached.
+                    None => return Answer::new(answer.outcome, resp),
+                },
+            }
+        }
+    }
+
+    /// The store phase: hands an origin response to the cache. The hold
+    /// and this proxy's Via are this response's, not the stored one's (a
+    /// hit gets the Via of its own time): taken off before, put back after.
+    /// `Err` when the cache asks for a refetch, with the origin's response
+    /// as it came.
+    async fn store(
+        &self,
+        cache: &ResponseCache,
+        pending: Pending,
+        mut resp: Response<Body>,
+    ) -> Result<Response<Body>, (Pending, Response<Body>)> {
+        let delay = resp.headers_mut().remove(respond::DELAY_HEADER);
+        let via = self.remove_own_via(resp.headers_mut());
+        let mut resp = match cache.complete(pending, resp).await {
+            Completed::Response(resp) => resp,
+            Completed::Refetch(p, resp) => return Err((*p, resp)),
+        };
+        if let Some(d) = delay {
+            resp.headers_mut().insert(respond::DELAY_HEADER, d);
+        }
+        if via {
+            forward::add_via(resp.headers_mut(), &self.via);
+        }
+        Ok(resp)
+    }
+
+    /// The usage phase of a response, for a request that declares
+    /// purposes: the annotation of an annotated robots.txt preference, and
+    /// the origin's own `Content-Usage` response header applied like the
+    /// robots.txt lines: a response whose header says `n` for a declared
+    /// purpose is withheld with a 403 and an audit line saying it was
+    /// fetched and withheld (`enforce`), or annotated (`annotate`).
+    fn response_usage(&self, ctx: &Ctx<'_>, mut judged: Judgement, mut answer: Answer) -> Answer {
+        if let Some(note) = &judged.usage {
+            let line = respond::usage_line(note, &judged.robots_url());
+            answer
+                .resp
+                .headers_mut()
+                .insert(respond::USAGE_HEADER, respond::header_value(&line));
+        }
+        let Some(value) = answer
+            .resp
+            .headers()
+            .get(&CONTENT_USAGE)
+            .and_then(|v| v.to_str().ok())
+        else {
+            return answer;
+        };
+        let statement = crate::robots::usage::parse_statement(value);
+        let Some(purpose) = ctx
+            .purposes
+            .iter()
+            .find(|p| statement.get(p) == Some(crate::robots::usage::Pref::Disallowed))
+        else {
+            return answer;
+        };
+        let mode = ctx.settings.usage_mode;
+        let text = format!(
+            "Content-Usage: {value} (the origin's response header{})",
+            if mode == UsageMode::Enforce {
+                "; fetched and withheld"
+            } else {
+                ""
+            }
+        );
+        let note = Box::new(crate::judge::UsageNote {
+            purpose: purpose.as_str().into(),
+            line: 0,
+            rule: text.clone().into(),
+            text: text.into(),
+        });
+        let method = ctx.method.as_str();
+        match mode {
+            UsageMode::Annotate => {
+                let line = respond::usage_line(&note, &judged.robots_url());
+                answer
+                    .resp
+                    .headers_mut()
+                    .append(respond::USAGE_HEADER, respond::header_value(&line));
+                judged.usage = Some(note);
+                // The annotation is evidence: recorded whatever log_all.
+                if let Err(refusal) = self.record(ctx.caller, &judged, method, Recorded::Request) {
+                    return refusal;
+                }
+                answer
+            }
+            UsageMode::Enforce => {
+                tracing::info!(url = %judged.url(), purpose = %purpose,
+                    "response withheld: its Content-Usage header disallows a declared purpose");
+                judged.decision = Decision::UsageDisallowed(note);
+                // The response (and its body) is dropped unread.
+                match self.record(ctx.caller, &judged, method, Recorded::Request) {
+                    Err(blocked) => blocked,
+                    Ok(()) => Answer::new(Outcome::Refused, respond::refused("usage preference")),
+                }
+            }
+        }
+    }
+}
