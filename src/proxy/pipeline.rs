@@ -37,6 +37,8 @@ pub(crate) struct Ctx<'a> {
 }
 
 /// What the cache phase found.
+// Returned once per request, from a boxed future, and taken apart at once.
+#[allow(clippy::large_enum_variant)]
 enum Cached {
     /// Answered from the cache (a hit, or an offline 504): nothing goes to
     /// the origin.
