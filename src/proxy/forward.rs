@@ -13,7 +13,7 @@ use super::phases::Forwarded;
 use super::respond;
 use crate::http::body::Body;
 use crate::http::origin::{Origin, Scheme};
-use crate::upstream::informational::{Flooded, capped};
+use crate::upstream::informational::{Flooded, capped, capped_inline};
 use crate::upstream::{ErrorKind, HttpClient, Pool, UpstreamError};
 
 pub(crate) use crate::http::headers::strip_hop_by_hop;
@@ -207,7 +207,7 @@ pub(crate) async fn forward(
                 Some(pq) => Uri::from(pq.clone()),
                 None => Uri::from_static("/"),
             };
-            let sent = capped(req, max_informational, |req| upstream.send(origin, req));
+            let sent = capped_inline(req, max_informational, |req| upstream.send(origin, req));
             match tokio::time::timeout(timeout, sent).await {
                 Ok(Ok(Ok(resp))) => Ok(resp.map(BodyExt::boxed)),
                 Ok(Ok(Err(e))) => {
