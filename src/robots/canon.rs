@@ -108,26 +108,24 @@ impl Traits {
     /// An upper-case ASCII letter in the path part.
     const UPPER: u16 = 128;
 
-    /// One pass over `s` (a normalised path-and-query or pattern).
+    /// One pass over `s` (a normalised path-and-query or pattern). Octets
+    /// no trait depends on (most of a path: letters, digits) are skipped
+    /// by one table look each.
     pub(crate) fn of(s: &str) -> Traits {
         let b = s.as_bytes();
         let mut t = 0u16;
-        let mut in_query = false;
         let mut i = 0;
         while i < b.len() {
             let c = b[i];
-            if in_query {
-                if c == b'%'
-                    && let Some(d) = escaped(b, i)
-                    && QUERY_DELIMITERS.contains(&d)
-                {
-                    t |= Self::QUERY;
-                }
+            if !PATH_OCTETS[usize::from(c)] {
                 i += 1;
                 continue;
             }
             match c {
-                b'?' => in_query = true,
+                b'?' => {
+                    t |= Self::of_query(&b[i + 1..]);
+                    break;
+                }
                 b'/' => {
                     if matches!(b.get(i + 1), Some(b'/' | b'.')) {
                         t |= Self::SEGMENTS;
@@ -156,6 +154,14 @@ impl Traits {
             i += 1;
         }
         Traits(t)
+    }
+
+    /// The query's part: an escaped delimiter.
+    fn of_query(b: &[u8]) -> u16 {
+        let escapes_delimiter = b.iter().enumerate().any(|(i, &c)| {
+            c == b'%' && escaped(b, i).is_some_and(|d| QUERY_DELIMITERS.contains(&d))
+        });
+        if escapes_delimiter { Self::QUERY } else { 0 }
     }
 
     fn any(self, mask: u16) -> bool {
@@ -191,6 +197,22 @@ fn escaped(b: &[u8], i: usize) -> Option<u8> {
     let l = (*b.get(i + 2)? as char).to_digit(16)?;
     Some((h * 16 + l) as u8)
 }
+
+/// The octets of a path part that [`Traits::of`] looks at.
+static PATH_OCTETS: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'?' as usize] = true;
+    t[b'/' as usize] = true;
+    t[b';' as usize] = true;
+    t[b'.' as usize] = true;
+    t[b'%' as usize] = true;
+    let mut c = b'A';
+    while c <= b'Z' {
+        t[c as usize] = true;
+        c += 1;
+    }
+    t
+};
 
 /// The general delimiters a query may carry either way.
 const QUERY_DELIMITERS: [u8; 6] = [b'/', b':', b'?', b'@', b'[', b']'];
