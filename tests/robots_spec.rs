@@ -1164,7 +1164,7 @@ fn malformed_usage_lines_are_kept_and_reported_never_a_parse_failure() {
 }
 
 // --- Where the project differs from public suites, decided by RFC 9309's
-// --- grammar (README: "Reading robots.txt").
+// --- grammar (docs/design.md: "Reading robots.txt where the public test suites differ").
 
 /// A NUL is a control character, which `UTF8-char-noctl` excludes: such a
 /// value does not conform, and is read leniently (Postel) like any other

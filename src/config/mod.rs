@@ -527,7 +527,7 @@ impl Config {
     /// origins, and two thirds of a forwarded request's CPU is the
     /// kernel's: on two cores shared with the load, a second thread
     /// forwards 11% more at 32 connections but serves a quarter fewer
-    /// cache hits, with a six times longer tail (README, Performance).
+    /// cache hits, with a six times longer tail (docs/performance.md).
     pub fn worker_threads(&self) -> usize {
         if self.workers != 0 {
             return self.workers;

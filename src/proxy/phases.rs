@@ -7,21 +7,29 @@
 //! 1. **admit**: client ACL and proxy authentication ([`Proxy::admit`]);
 //! 2. **frame**: a target the proxy can judge (absolute form, a real port,
 //!    not a loop, a method it forwards);
-//! 3. **judge**: origin, path and agent against robots.txt and the
-//!    destination policy, then the user's `max_rps` quota;
-//! 4. **cache** (when `cache.enabled`): the response cache's lookup, for
+//! 3. **slot**: one of the client address's requests in flight
+//!    ([`super::slots`]), held until the response body is sent;
+//! 4. **judge**: origin, path and agent against robots.txt and the
+//!    destination policy, then the user's `max_rps` quota, a body on a
+//!    method that defines none, the usage preferences;
+//! 5. **cache** (when `cache.enabled`): the response cache's lookup, for
 //!    an allowed request only (robots.txt is applied before the cache). A
 //!    hit (or an offline/only-if-cached 504) skips politeness and forward:
 //!    it takes no Crawl-delay slot, and goes to record and finish;
-//! 5. **politeness**: a Crawl-delay slot for the origin, for what goes to
+//! 6. **politeness**: a Crawl-delay slot for the origin, for what goes to
 //!    it (a miss, a revalidation, a request the cache does not handle);
-//! 6. **record**: the audit line ([`Proxy::record`]), written before
+//! 7. **record**: the audit line ([`Proxy::record`]), written before
 //!    anything is forwarded, so nothing leaves without its record;
-//! 7. **forward**: to the origin (plain, upgraded, or a blind tunnel); a
-//!    cache miss is stored while it streams to the client, and a
-//!    successful unsafe request invalidates what the cache holds for it;
-//! 8. **finish** ([`Proxy::finish`]): counts the request under exactly one
+//! 8. **forward**: to the origin (plain, upgraded, or a blind tunnel);
+//! 9. **store**: a cache miss is stored while it streams to the client,
+//!    and a successful unsafe request invalidates what the cache holds for
+//!    it; then the response's own `Content-Usage` for declared purposes;
+//! 10. **finish** ([`Proxy::finish`]): counts the request under exactly one
 //!    `robots_proxy_requests_total` label.
+//!
+//! Admit and frame are [`Proxy::handle`]'s (`mod.rs`), CONNECT's are
+//! `connect.rs`'s; slot to store are `pipeline.rs`'s, where
+//! [`Proxy::run`](super::pipeline) reads as them in order.
 //!
 //! `record` is the only writer of audit lines, and `finish` (or `count`,
 //! its form for a CONNECT whose answer went out before its fate was known,
