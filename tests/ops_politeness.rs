@@ -6,13 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use robots_proxy::judge::politeness::{Mode, Politeness, PolitenessConfig, RateLimited};
+use robots_proxy::judge::politeness::{Mode, Politeness, PolitenessSettings, RateLimited};
 use tokio::time::{Instant, advance};
 
 const KEY: &str = "https://example.com:443 examplebot";
 
 fn politeness(mode: Mode) -> Arc<Politeness> {
-    Arc::new(Politeness::new(PolitenessConfig {
+    Arc::new(Politeness::new(PolitenessSettings {
         mode,
         default_interval: None,
         max_tracked: 1000,
@@ -131,10 +131,10 @@ async fn no_delay_touches_no_state() {
 
 #[tokio::test(start_paused = true)]
 async fn default_interval_applies_without_crawl_delay() {
-    let p = Politeness::new(PolitenessConfig {
+    let p = Politeness::new(PolitenessSettings {
         mode: Mode::Reject,
         default_interval: Some(ms(300)),
-        ..PolitenessConfig::default()
+        ..PolitenessSettings::default()
     });
     p.acquire(KEY, None).await.unwrap();
     let err = p.acquire(KEY, None).await.unwrap_err();
@@ -150,10 +150,10 @@ async fn default_interval_applies_without_crawl_delay() {
 
 #[tokio::test(start_paused = true)]
 async fn huge_crawl_delay_is_clamped() {
-    let p = Politeness::new(PolitenessConfig {
+    let p = Politeness::new(PolitenessSettings {
         mode: Mode::Reject,
         max_crawl_delay: Duration::from_secs(2),
-        ..PolitenessConfig::default()
+        ..PolitenessSettings::default()
     });
     p.acquire(KEY, Some(86_400.0)).await.unwrap();
     let err = p.acquire(KEY, Some(86_400.0)).await.unwrap_err();
@@ -162,7 +162,7 @@ async fn huge_crawl_delay_is_clamped() {
 
 #[tokio::test(start_paused = true)]
 async fn tracked_keys_stay_bounded() {
-    let p = Politeness::new(PolitenessConfig {
+    let p = Politeness::new(PolitenessSettings {
         mode: Mode::Reject,
         default_interval: None,
         max_tracked: 1_000,
@@ -187,7 +187,7 @@ async fn tracked_keys_stay_bounded() {
 
 #[tokio::test(start_paused = true)]
 async fn idle_keys_are_swept() {
-    let p = Politeness::new(PolitenessConfig {
+    let p = Politeness::new(PolitenessSettings {
         mode: Mode::Reject,
         default_interval: None,
         max_tracked: 1_000,
@@ -221,12 +221,12 @@ async fn idle_keys_are_swept() {
 
 #[tokio::test(start_paused = true)]
 async fn delay_mode_holds_at_most_max_queue_requests_per_key() {
-    let p = Arc::new(Politeness::new(PolitenessConfig {
+    let p = Arc::new(Politeness::new(PolitenessSettings {
         mode: Mode::Delay {
             max_wait: Duration::from_secs(3600),
             max_queue: 2,
         },
-        ..PolitenessConfig::default()
+        ..PolitenessSettings::default()
     }));
     // The first goes at once; two more are held; a fourth is refused.
     p.acquire(KEY, Some(10.0)).await.unwrap();

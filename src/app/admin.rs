@@ -62,8 +62,8 @@ pub(crate) struct AdminState {
     pub(crate) ready: Arc<AtomicBool>,
 }
 
-/// Limits of the admin listener, applied at accept.
-pub(crate) struct Limits {
+/// AdminLimits of the admin listener, applied at accept.
+pub(crate) struct AdminLimits {
     /// `admin.allow_clients`: others are closed at accept.
     pub(crate) allow: ClientAcl,
     /// `admin.max_connections`: beyond it new connections are closed at
@@ -73,7 +73,7 @@ pub(crate) struct Limits {
 
 /// Serves admin requests until the task is aborted. Connections get the
 /// proxy's header timeout (`client_header_timeout`).
-pub(crate) async fn serve(listener: TcpListener, state: AdminState, limits: Limits) {
+pub(crate) async fn serve(listener: TcpListener, state: AdminState, limits: AdminLimits) {
     let slots = Arc::new(Semaphore::new(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
@@ -206,7 +206,7 @@ async fn explain(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
     // This origin's politeness state for the agent, if it has any.
     let politeness = settings
         .politeness
-        .next_slot(&crate::judge::politeness::key(&j.origin, &j.agent))
+        .next_slot(&j.politeness_key())
         .map(|(interval, next)| {
             json!({
                 "interval_secs": interval.as_secs_f64(),

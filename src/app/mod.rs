@@ -11,12 +11,12 @@ use tokio::net::TcpListener;
 
 use crate::admit::{AuthLimits, ClientAcl, ProxyAuth};
 use crate::app::admin::{AdminSettings, AdminState, ProxyView};
-use crate::config::{Config, PolitenessMode};
+use crate::config::Config;
 use crate::http::destination::Policy;
 use crate::judge::Gate;
-use crate::judge::fetch::{FetchSettings, Outcome};
+use crate::judge::fetch::{Concluded, FetchSettings};
 use crate::judge::fetch_budget::FetchBudget;
-use crate::judge::politeness::{Mode, Politeness, PolitenessConfig};
+use crate::judge::politeness::Politeness;
 use crate::judge::store::{CacheSettings, RobotsCache};
 use crate::ops::audit::AuditLog;
 use crate::ops::metrics::{self, Metrics};
@@ -72,23 +72,6 @@ pub struct App {
     pub(crate) admin_acl: ClientAcl,
 }
 
-fn politeness_config(config: &Config) -> PolitenessConfig {
-    let p = &config.politeness;
-    PolitenessConfig {
-        mode: match p.mode {
-            PolitenessMode::Delay => Mode::Delay {
-                max_wait: p.max_wait,
-                max_queue: p.max_queue,
-            },
-            PolitenessMode::Reject => Mode::Reject,
-        },
-        default_interval: (!p.default_interval.is_zero()).then_some(p.default_interval),
-        max_tracked: p.max_tracked.max(1),
-        max_crawl_delay: p.max_crawl_delay,
-        ..PolitenessConfig::default()
-    }
-}
-
 /// The reloadable part of a configuration. `previous` keeps the politeness
 /// state when its settings did not change.
 pub(crate) fn settings_from(
@@ -110,7 +93,7 @@ pub(crate) fn settings_from(
             ProxyAuth::new(config.access.users.iter().cloned())?.with_limits(limits),
         ))
     };
-    let pconf = politeness_config(config);
+    let pconf = config.politeness.settings();
     let politeness = match previous {
         Some(prev) if prev.politeness_config == pconf => prev.politeness.clone(),
         _ => Arc::new(Politeness::new(pconf.clone())),
@@ -166,13 +149,13 @@ fn fetch_metrics(m: &Metrics) -> impl Fn(&crate::judge::fetch::Fetched) + Send +
     let m = m.clone();
     move |f| {
         let outcome = match &f.outcome {
-            Outcome::Parsed(_) => metrics::FetchOutcome::Ok,
-            Outcome::RedirectLimit(_) => metrics::FetchOutcome::RedirectLimit,
-            Outcome::Unavailable(_) => metrics::FetchOutcome::Unavailable,
-            Outcome::Unreachable(_) | Outcome::BadTls(_) => metrics::FetchOutcome::Unreachable,
+            Concluded::Parsed(_) => metrics::FetchOutcome::Ok,
+            Concluded::RedirectLimit(_) => metrics::FetchOutcome::RedirectLimit,
+            Concluded::Unavailable(_) => metrics::FetchOutcome::Unavailable,
+            Concluded::Unreachable(_) | Concluded::BadTls(_) => metrics::FetchOutcome::Unreachable,
             // Nothing was fetched: the destination policy refused it.
-            Outcome::Refused(_) => metrics::FetchOutcome::Refused,
-            Outcome::LocalError(_) => metrics::FetchOutcome::LocalError,
+            Concluded::Refused(_) => metrics::FetchOutcome::Refused,
+            Concluded::LocalError(_) => metrics::FetchOutcome::LocalError,
         };
         m.robots_fetch(outcome, f.status);
     }
@@ -301,13 +284,13 @@ impl App {
     /// after the grace period. The admin listener (if any) serves alongside
     /// and reports not-ready once shutdown begins.
     pub async fn serve(self, shutdown: impl std::future::Future<Output = ()>) -> usize {
-        let limits = server::Limits {
+        let limits = server::AcceptLimits {
             max_connections: self.max_connections,
             per_client: self.max_connections_per_client,
             threads: self.config.worker_threads(),
         };
         let ready = Arc::new(AtomicBool::new(true));
-        let admin_limits = crate::app::admin::Limits {
+        let admin_limits = crate::app::admin::AdminLimits {
             allow: self.admin_acl,
             max_connections: self.config.admin.max_connections,
         };
@@ -547,8 +530,8 @@ mod tests {
         let m = Metrics::new();
         let hook = fetch_metrics(&m);
         for outcome in [
-            Outcome::LocalError("the proxy is out of file descriptors".into()),
-            Outcome::Unreachable("connection refused".into()),
+            Concluded::LocalError("the proxy is out of file descriptors".into()),
+            Concluded::Unreachable("connection refused".into()),
         ] {
             hook(&crate::judge::fetch::Fetched {
                 outcome,

@@ -401,6 +401,26 @@ impl Default for TlsConfig {
     }
 }
 
+impl PolitenessConfig {
+    /// Crawl-delay enforcement's own settings.
+    pub(crate) fn settings(&self) -> crate::judge::politeness::PolitenessSettings {
+        use crate::judge::politeness::{Mode, PolitenessSettings};
+        PolitenessSettings {
+            mode: match self.mode {
+                PolitenessMode::Delay => Mode::Delay {
+                    max_wait: self.max_wait,
+                    max_queue: self.max_queue,
+                },
+                PolitenessMode::Reject => Mode::Reject,
+            },
+            default_interval: (!self.default_interval.is_zero()).then_some(self.default_interval),
+            max_tracked: self.max_tracked.max(1),
+            max_crawl_delay: self.max_crawl_delay,
+            ..PolitenessSettings::default()
+        }
+    }
+}
+
 impl Default for PolitenessConfig {
     fn default() -> Self {
         PolitenessConfig {

@@ -38,7 +38,7 @@ use crate::upstream::{ErrorKind, HttpClient, UpstreamError};
 
 /// What a robots.txt fetch concluded.
 #[derive(Debug)]
-pub(crate) enum Outcome {
+pub(crate) enum Concluded {
     /// A 2xx response, parsed.
     Parsed(Robots),
     /// 4xx (not 429), or a redirect without a usable `Location`: no
@@ -61,7 +61,7 @@ pub(crate) enum Outcome {
 /// A finished fetch.
 #[derive(Debug)]
 pub(crate) struct Fetched {
-    pub(crate) outcome: Outcome,
+    pub(crate) outcome: Concluded,
     /// Final HTTP status, if a response arrived.
     pub(crate) status: Option<u16>,
     /// `Cache-Control: max-age` of the final response.
@@ -82,7 +82,7 @@ pub struct FetchSettings {
     pub max_informational: usize,
 }
 
-/// Fetches `origin`'s robots.txt. Never fails: errors are an [`Outcome`].
+/// Fetches `origin`'s robots.txt. Never fails: errors are an [`Concluded`].
 /// With a `budget`, a file's body is read only once what it may hold is
 /// reserved ([`crate::judge::fetch_budget`]); the reservation comes back with the
 /// result, to be kept until the entry is built from it.
@@ -101,7 +101,7 @@ pub(crate) async fn fetch(
     let (outcome, status, hint) = match result {
         Ok(r) => r,
         Err(_) => (
-            Outcome::Unreachable(format!(
+            Concluded::Unreachable(format!(
                 "timed out after {} fetching {}",
                 humantime::format_duration(settings.timeout),
                 origin.robots_url()
@@ -113,7 +113,7 @@ pub(crate) async fn fetch(
     // The answer's own lifetime: for how long it holds (2xx, 4xx), or when
     // to ask again (429, 5xx).
     let (max_age, retry_after) = match outcome {
-        Outcome::Unreachable(_) => (None, hint),
+        Concluded::Unreachable(_) => (None, hint),
         _ => (hint, None),
     };
     let fetched = Fetched {
@@ -198,12 +198,12 @@ async fn fetch_chain(
     budget: Option<&Arc<FetchBudget>>,
     reservation: &mut Option<Reservation>,
     waited: &BudgetWait,
-) -> (Outcome, Option<u16>, Option<Duration>) {
+) -> (Concluded, Option<u16>, Option<Duration>) {
     let mut url: Uri = match origin.robots_url().parse() {
         Ok(u) => u,
         Err(e) => {
             return (
-                Outcome::Unreachable(format!("bad robots.txt URL: {e}")),
+                Concluded::Unreachable(format!("bad robots.txt URL: {e}")),
                 None,
                 None,
             );
@@ -220,7 +220,7 @@ async fn fetch_chain(
             Ok(r) => r,
             Err(e) => {
                 return (
-                    Outcome::Unreachable(format!("bad request: {e}")),
+                    Concluded::Unreachable(format!("bad request: {e}")),
                     None,
                     None,
                 );
@@ -231,7 +231,7 @@ async fn fetch_chain(
             Ok(Ok(r)) => r,
             Err(flooded) => {
                 return (
-                    Outcome::Unreachable(format!("fetching {url}: {flooded}")),
+                    Concluded::Unreachable(format!("fetching {url}: {flooded}")),
                     None,
                     None,
                 );
@@ -245,7 +245,7 @@ async fn fetch_chain(
                     } else {
                         format!("robots.txt redirected to {url}: {}", e.reason())
                     };
-                    return (Outcome::Refused(reason), None, None);
+                    return (Concluded::Refused(reason), None, None);
                 }
                 if let Some(shortage) = e.shortage() {
                     let reason = format!(
@@ -253,12 +253,12 @@ async fn fetch_chain(
                         e.chain()
                     );
                     warn_local_error(&reason);
-                    return (Outcome::LocalError(reason), None, None);
+                    return (Concluded::LocalError(reason), None, None);
                 }
                 let reason = e.reason();
                 if e.kind() == ErrorKind::Tls {
                     return (
-                        Outcome::BadTls(format!("fetching {url}: {reason}")),
+                        Concluded::BadTls(format!("fetching {url}: {reason}")),
                         None,
                         None,
                     );
@@ -266,7 +266,7 @@ async fn fetch_chain(
                 // The short reason for clients, the whole chain for the log.
                 tracing::debug!(%url, error = %e.chain(), "robots.txt fetch failed");
                 return (
-                    Outcome::Unreachable(format!("fetching {url}: {reason}")),
+                    Concluded::Unreachable(format!("fetching {url}: {reason}")),
                     None,
                     None,
                 );
@@ -277,7 +277,7 @@ async fn fetch_chain(
         if status.is_redirection() {
             if hops >= settings.max_redirects {
                 return (
-                    Outcome::RedirectLimit(format!(
+                    Concluded::RedirectLimit(format!(
                         "more than {} redirects fetching {}",
                         settings.max_redirects,
                         origin.robots_url()
@@ -299,7 +299,7 @@ async fn fetch_chain(
                 }
                 None => {
                     return (
-                        Outcome::Unavailable(format!(
+                        Concluded::Unavailable(format!(
                             "{status} from {url} without a usable Location"
                         )),
                         code,
@@ -314,7 +314,7 @@ async fn fetch_chain(
                 Ok(c) => c,
                 Err(e) => {
                     return (
-                        Outcome::Unreachable(format!("cannot decode {url}: {e}")),
+                        Concluded::Unreachable(format!("cannot decode {url}: {e}")),
                         code,
                         None,
                     );
@@ -338,14 +338,14 @@ async fn fetch_chain(
                     match parse_off_the_workers(body, codings, cut).await {
                         Ok(outcome) => (outcome, code, max_age),
                         Err(e) => (
-                            Outcome::Unreachable(format!("cannot decode {url}: {e}")),
+                            Concluded::Unreachable(format!("cannot decode {url}: {e}")),
                             code,
                             None,
                         ),
                     }
                 }
                 Err(e) => (
-                    Outcome::Unreachable(format!("reading {url}: {e}")),
+                    Concluded::Unreachable(format!("reading {url}: {e}")),
                     code,
                     None,
                 ),
@@ -353,14 +353,14 @@ async fn fetch_chain(
         }
         if status.is_client_error() && status != StatusCode::TOO_MANY_REQUESTS {
             return (
-                Outcome::Unavailable(format!("{status} from {url}")),
+                Concluded::Unavailable(format!("{status} from {url}")),
                 code,
                 max_age,
             );
         }
         let retry = retry_after(response.headers(), std::time::SystemTime::now());
         return (
-            Outcome::Unreachable(format!("{status} from {url}")),
+            Concluded::Unreachable(format!("{status} from {url}")),
             code,
             retry,
         );
@@ -398,7 +398,7 @@ async fn parse_off_the_workers(
     body: Bytes,
     codings: Vec<Coding>,
     cut: bool,
-) -> Result<Outcome, String> {
+) -> Result<Concluded, String> {
     let work = move || {
         if codings.is_empty() {
             return Ok(Robots::parse(&body));
@@ -407,8 +407,8 @@ async fn parse_off_the_workers(
         Ok(Robots::parse(&text))
     };
     match tokio::task::spawn_blocking(work).await {
-        Ok(result) => result.map(Outcome::Parsed),
-        Err(e) => Ok(Outcome::Unreachable(format!(
+        Ok(result) => result.map(Concluded::Parsed),
+        Err(e) => Ok(Concluded::Unreachable(format!(
             "internal error parsing robots.txt: {e}"
         ))),
     }

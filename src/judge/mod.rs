@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::http::destination;
 use crate::http::origin::Origin;
-use crate::judge::store::{Compiled, Entry, Lookup, RobotsCache, State};
+use crate::judge::store::{Compiled, Entry, RobotsCache, State, StoreLookup};
 use crate::robots::{Rule, RuleRef};
 
 /// What a usage preference that disallows a declared purpose does
@@ -27,6 +27,29 @@ pub enum UsageMode {
     Annotate,
 }
 
+/// Why robots.txt could not be had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The origin: an error status, a network failure, a timeout.
+    Origin,
+    /// The proxy ran short of file descriptors, memory or local ports: not
+    /// the origin's fault, and the next request fetches again.
+    LocalShortage,
+}
+
+/// How the robots store served a judgement's entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreEvent {
+    /// A fresh entry.
+    Hit,
+    /// A copy kept past its expiry because it could not be refreshed.
+    Stale,
+    /// No entry: fetched.
+    Miss,
+    /// An expired entry, fetched again.
+    Expired,
+}
+
 /// What happens to a request.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
@@ -39,10 +62,12 @@ pub enum Decision {
         rule: RuleRef,
         judged_as: Option<Box<str>>,
     },
-    /// robots.txt could not be fetched and no copy is usable: all disallowed.
+    /// robots.txt could not be fetched and no copy is usable: all
+    /// disallowed; `cause` says whose fault it is.
     Unreachable {
         reason: String,
         retry_after: Duration,
+        cause: Cause,
     },
     /// Not yet: the origin's Crawl-delay, or the user's `max_rps` quota.
     RateLimited { retry_after: Duration, limit: Limit },
@@ -173,7 +198,7 @@ pub struct Judgement {
     pub(crate) agent: String,
     /// The robots.txt entry consulted (none for policy refusals).
     pub entry: Option<Arc<Entry>>,
-    pub(crate) lookup: Option<Lookup>,
+    pub(crate) lookup: Option<StoreLookup>,
     /// Crawl-delay of the selected group, for politeness.
     pub(crate) crawl_delay: Option<f64>,
     /// A usage preference of `n` for a declared purpose, noted and
@@ -197,6 +222,22 @@ impl Judgement {
     /// made before robots.txt).
     pub(crate) fn entry_state(&self) -> Option<&State> {
         self.entry.as_ref().map(|e| &e.state)
+    }
+
+    /// The Crawl-delay schedule this request books a slot of.
+    pub(crate) fn politeness_key(&self) -> politeness::Key {
+        politeness::Key::new(&self.origin, &self.agent)
+    }
+
+    /// How the robots store served this judgement (none for a refusal
+    /// made before the store was asked).
+    pub(crate) fn store_event(&self) -> Option<StoreEvent> {
+        Some(match (self.lookup?, self.entry_state()) {
+            (StoreLookup::Hit, Some(State::Stale { .. })) => StoreEvent::Stale,
+            (StoreLookup::Hit, _) => StoreEvent::Hit,
+            (StoreLookup::Miss, _) => StoreEvent::Miss,
+            (StoreLookup::Expired, _) => StoreEvent::Expired,
+        })
     }
 }
 
@@ -314,7 +355,12 @@ impl Gate {
 /// All disallowed because robots.txt cannot be fetched: retry when the
 /// entry is due to be fetched again.
 fn unreachable(entry: &Entry, reason: &str) -> Decision {
+    let cause = match entry.state {
+        State::LocalError { .. } => Cause::LocalShortage,
+        _ => Cause::Origin,
+    };
     Decision::Unreachable {
+        cause,
         reason: reason.to_string(),
         retry_after: entry
             .expires
@@ -393,6 +439,7 @@ fn apply(
             None => Decision::Unreachable {
                 reason,
                 retry_after: Duration::from_secs(1),
+                cause: Cause::Origin,
             },
         };
         return (decision, None);
@@ -462,6 +509,7 @@ mod tests {
         let down = Decision::Unreachable {
             reason: text("503 from origin"),
             retry_after: SECS_30,
+            cause: Cause::Origin,
         };
         let disallow = || State::DisallowAll {
             reason: text("503 from origin"),
@@ -486,6 +534,7 @@ mod tests {
             Decision::Unreachable {
                 reason: text("out of file descriptors"),
                 retry_after: Duration::from_secs(1),
+                cause: Cause::LocalShortage,
             }
         );
         for path in ["/public", "/robots.txt"] {
@@ -518,6 +567,7 @@ mod tests {
         let Decision::Unreachable {
             reason,
             retry_after,
+            ..
         } = d
         else {
             panic!("{d:?}");
@@ -531,6 +581,7 @@ mod tests {
         let Decision::Unreachable {
             reason,
             retry_after,
+            ..
         } = decide_in(stale, "/public").0
         else {
             panic!("a stale copy without the agent");

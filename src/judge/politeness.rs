@@ -50,7 +50,7 @@ pub enum Mode {
 
 /// Politeness settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolitenessConfig {
+pub struct PolitenessSettings {
     /// Delay or reject early requests.
     pub mode: Mode,
     /// Minimum interval between requests per key even without a
@@ -65,9 +65,9 @@ pub struct PolitenessConfig {
     pub max_crawl_delay: Duration,
 }
 
-impl Default for PolitenessConfig {
+impl Default for PolitenessSettings {
     fn default() -> Self {
-        PolitenessConfig {
+        PolitenessSettings {
             mode: Mode::Delay {
                 max_wait: Duration::from_secs(600),
                 max_queue: 64,
@@ -148,7 +148,7 @@ const MAX_SHARDS: usize = 16;
 
 impl Politeness {
     /// Builds the limiter; `max_tracked` of 0 is taken as 1.
-    pub fn new(config: PolitenessConfig) -> Self {
+    pub fn new(config: PolitenessSettings) -> Self {
         let max_tracked = config.max_tracked.max(1);
         // One shard per at least 64 keys, so tiny limits stay exact-ish LRU.
         let n = (max_tracked / 64).clamp(1, MAX_SHARDS);
@@ -356,9 +356,23 @@ impl Politeness {
     }
 }
 
-/// The politeness key of requests to `origin` judged as `agent`.
-pub(crate) fn key(origin: &crate::http::origin::Origin, agent: &str) -> String {
-    format!("{origin} {agent}")
+/// The key of one Crawl-delay schedule: an origin and the robots agent
+/// its requests are judged as. Used as the `&str` it derefs to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Key(Box<str>);
+
+impl Key {
+    pub fn new(origin: &crate::http::origin::Origin, agent: &str) -> Key {
+        Key(format!("{origin} {agent}").into())
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
 }
 
 #[cfg(test)]
@@ -366,7 +380,7 @@ mod tests {
     use super::*;
 
     fn p(mode: Mode, default_interval: Option<Duration>) -> Politeness {
-        Politeness::new(PolitenessConfig {
+        Politeness::new(PolitenessSettings {
             mode,
             default_interval,
             max_tracked: 1000,
@@ -457,7 +471,7 @@ mod tests {
 
     #[test]
     fn idle_entries_go_before_active_ones() {
-        let pol = Politeness::new(PolitenessConfig {
+        let pol = Politeness::new(PolitenessSettings {
             mode: Mode::Reject,
             default_interval: None,
             max_tracked: 2,

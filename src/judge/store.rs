@@ -19,7 +19,7 @@ use lru::LruCache;
 use tokio::time::Instant;
 
 use crate::http::origin::Origin;
-use crate::judge::fetch::{self, FetchSettings, Fetched, Outcome};
+use crate::judge::fetch::{self, Concluded, FetchSettings, Fetched};
 use crate::robots::{AgentRules, Robots};
 use crate::upstream::HttpClient;
 
@@ -178,7 +178,7 @@ impl Entry {
 
 /// How a lookup was served (for metrics).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Lookup {
+pub(crate) enum StoreLookup {
     Hit,
     Miss,
     Expired,
@@ -212,7 +212,7 @@ enum Next {
     /// A usable entry.
     Ready(Arc<Entry>),
     /// Wait for this fetch.
-    Wait(Flight, Lookup),
+    Wait(Flight, StoreLookup),
     /// The agent's rules are not compiled in entries: the side cache.
     OtherAgent,
 }
@@ -403,7 +403,7 @@ impl RobotsCache {
         self: &Arc<Self>,
         origin: &Origin,
         token: &str,
-    ) -> (Arc<Entry>, Lookup) {
+    ) -> (Arc<Entry>, StoreLookup) {
         let key = (origin.clone(), Box::from(token));
         let previous = match self.others.lock() {
             Ok(mut others) => others.get(&key).cloned(),
@@ -412,12 +412,12 @@ impl RobotsCache {
         if let Some(entry) = &previous
             && entry.expires > Instant::now()
         {
-            return (entry.clone(), Lookup::Hit);
+            return (entry.clone(), StoreLookup::Hit);
         }
         let agents: Arc<[Arc<str>]> = Arc::from([Arc::from(token)]);
         let entry = Arc::new(self.fetch_entry(origin, previous.clone(), agents).await);
         if matches!(entry.state, State::LocalError { .. }) {
-            return (entry, Lookup::Miss);
+            return (entry, StoreLookup::Miss);
         }
         if let Ok(mut others) = self.others.lock() {
             others.put(key, entry.clone());
@@ -432,9 +432,9 @@ impl RobotsCache {
             }
         }
         let lookup = if previous.is_some() {
-            Lookup::Expired
+            StoreLookup::Expired
         } else {
-            Lookup::Miss
+            StoreLookup::Miss
         };
         (entry, lookup)
     }
@@ -489,7 +489,7 @@ impl RobotsCache {
         let entry = Arc::new(self.entry_from(
             None,
             Fetched {
-                outcome: Outcome::Parsed(robots),
+                outcome: Concluded::Parsed(robots),
                 status: Some(200),
                 max_age: None,
                 retry_after: None,
@@ -510,13 +510,13 @@ impl RobotsCache {
         self: &Arc<Self>,
         origin: &Origin,
         token: &str,
-    ) -> (Arc<Entry>, Lookup) {
+    ) -> (Arc<Entry>, StoreLookup) {
         let next = match self.slots.lock() {
             Ok(mut slots) => self.next_step(&mut slots, origin, token),
-            Err(_) => return (Arc::new(self.poisoned()), Lookup::Miss),
+            Err(_) => return (Arc::new(self.poisoned()), StoreLookup::Miss),
         };
         match next {
-            Next::Ready(entry) => (entry, Lookup::Hit),
+            Next::Ready(entry) => (entry, StoreLookup::Hit),
             Next::Wait(flight, lookup) => (flight.await, lookup),
             // Boxed: rare (an `/explain` question), and its fetch kept
             // inline would make every request's future larger.
@@ -550,9 +550,9 @@ impl RobotsCache {
                     return Next::Ready(entry.clone());
                 }
                 let lookup = if slot.entry.is_some() {
-                    Lookup::Expired
+                    StoreLookup::Expired
                 } else {
-                    Lookup::Miss
+                    StoreLookup::Miss
                 };
                 match &slot.flight {
                     Some(f) => Next::Wait(f.clone(), lookup),
@@ -576,7 +576,7 @@ impl RobotsCache {
                 if let Some((_, old)) = evicted {
                     slots.forget(&old);
                 }
-                Next::Wait(f, Lookup::Miss)
+                Next::Wait(f, StoreLookup::Miss)
             }
         }
     }
@@ -652,7 +652,7 @@ impl RobotsCache {
         self.entry_from(
             None,
             Fetched {
-                outcome: Outcome::Unreachable("internal error fetching robots.txt".into()),
+                outcome: Concluded::Unreachable("internal error fetching robots.txt".into()),
                 status: None,
                 max_age: None,
                 retry_after: None,
@@ -675,30 +675,32 @@ impl RobotsCache {
         // Failed fetches in a row, this one included if it failed; the
         // proxy's own shortage neither counts nor resets.
         let failures = match &fetched.outcome {
-            Outcome::Unreachable(_) => previous.map_or(0, |p| p.failures).saturating_add(1),
-            Outcome::LocalError(_) => previous.map_or(0, |p| p.failures),
+            Concluded::Unreachable(_) => previous.map_or(0, |p| p.failures).saturating_add(1),
+            Concluded::LocalError(_) => previous.map_or(0, |p| p.failures),
             _ => 0,
         };
         let fresh = |state, expires| (state, expires, wall, now);
         let (state, expires, fetched_at, fetched_instant) = match fetched.outcome {
-            Outcome::Parsed(robots) => fresh(
+            Concluded::Parsed(robots) => fresh(
                 State::Fresh(Compiled::new(&robots, agents)),
                 now + ttl(fetched.max_age),
             ),
-            Outcome::Unavailable(reason) | Outcome::RedirectLimit(reason) => {
+            Concluded::Unavailable(reason) | Concluded::RedirectLimit(reason) => {
                 fresh(State::AllowAll { reason }, now + ttl(fetched.max_age))
             }
-            Outcome::Refused(reason) => fresh(State::Refused { reason }, now + s.unreachable_retry),
-            Outcome::BadTls(reason) => fresh(State::BadTls { reason }, now + s.unreachable_retry),
+            Concluded::Refused(reason) => {
+                fresh(State::Refused { reason }, now + s.unreachable_retry)
+            }
+            Concluded::BadTls(reason) => fresh(State::BadTls { reason }, now + s.unreachable_retry),
             // The proxy's own shortage: a usable copy is used, else all is
             // disallowed, for the requests waiting now only (due at once).
-            Outcome::LocalError(reason) => match previous_good {
+            Concluded::LocalError(reason) => match previous_good {
                 Some((rules, at, at_wall)) if now.duration_since(at) <= s.stale_max => {
                     (State::Stale { rules, reason }, now, at_wall, at)
                 }
                 _ => fresh(State::LocalError { reason }, now),
             },
-            Outcome::Unreachable(reason) => {
+            Concluded::Unreachable(reason) => {
                 let retry = now + retry_delay(s.unreachable_retry, failures, fetched.retry_after);
                 match previous_good {
                     Some((rules, at, at_wall)) if now.duration_since(at) <= s.stale_max => {
@@ -867,7 +869,7 @@ mod tests {
     fn a_local_error_is_due_at_once_and_keeps_a_good_copy() {
         let c = cache(usize::MAX, 10);
         let local = || Fetched {
-            outcome: Outcome::LocalError("the proxy is out of file descriptors".into()),
+            outcome: Concluded::LocalError("the proxy is out of file descriptors".into()),
             status: None,
             max_age: None,
             retry_after: None,
@@ -879,7 +881,7 @@ mod tests {
         let good = c.entry_from(
             None,
             Fetched {
-                outcome: Outcome::Parsed(robots(2)),
+                outcome: Concluded::Parsed(robots(2)),
                 status: Some(200),
                 max_age: None,
                 retry_after: None,
@@ -892,7 +894,7 @@ mod tests {
         assert!(kept.expires <= Instant::now());
     }
 
-    fn fetched(outcome: Outcome, max_age: Option<Duration>) -> Fetched {
+    fn fetched(outcome: Concluded, max_age: Option<Duration>) -> Fetched {
         Fetched {
             outcome,
             status: None,
@@ -912,7 +914,11 @@ mod tests {
         let agents = c.agents();
         let secs = Duration::from_secs;
         let parsed = |max_age| {
-            let e = c.entry_from(None, fetched(Outcome::Parsed(robots(1)), max_age), &agents);
+            let e = c.entry_from(
+                None,
+                fetched(Concluded::Parsed(robots(1)), max_age),
+                &agents,
+            );
             e.expires - Instant::now()
         };
         assert_eq!(parsed(Some(secs(30))), secs(30));
@@ -920,8 +926,8 @@ mod tests {
         assert_eq!(parsed(Some(secs(3600))), secs(60), "max_ttl");
         assert_eq!(parsed(None), secs(60), "default_ttl");
 
-        let good = c.entry_from(None, fetched(Outcome::Parsed(robots(1)), None), &agents);
-        let down = || fetched(Outcome::Unreachable("503 from origin".into()), None);
+        let good = c.entry_from(None, fetched(Concluded::Parsed(robots(1)), None), &agents);
+        let down = || fetched(Concluded::Unreachable("503 from origin".into()), None);
         tokio::time::advance(secs(60)).await;
         assert_eq!(good.age(), secs(60));
         let stale = c.entry_from(Some(&good), down(), &agents);

@@ -29,7 +29,7 @@ type Labels2 = [(&'static str, &'static str); 2];
 
 /// What the proxy did with one client request (`decision` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Decision {
+pub(crate) enum Outcome {
     /// Robots.txt allowed the URL; forwarded.
     Allowed,
     /// Robots.txt disallowed the URL; refused with 403.
@@ -57,36 +57,36 @@ pub(crate) enum Decision {
     Error,
 }
 
-impl Decision {
+impl Outcome {
     /// Every variant, in label order.
-    pub(crate) const ALL: [Decision; 11] = [
-        Decision::Allowed,
-        Decision::Disallowed,
-        Decision::Unreachable,
-        Decision::RateLimited,
-        Decision::Refused,
-        Decision::Tunnelled,
-        Decision::Intercepted,
-        Decision::BadRequest,
-        Decision::LoopDetected,
-        Decision::UpstreamError,
-        Decision::Error,
+    pub(crate) const ALL: [Outcome; 11] = [
+        Outcome::Allowed,
+        Outcome::Disallowed,
+        Outcome::Unreachable,
+        Outcome::RateLimited,
+        Outcome::Refused,
+        Outcome::Tunnelled,
+        Outcome::Intercepted,
+        Outcome::BadRequest,
+        Outcome::LoopDetected,
+        Outcome::UpstreamError,
+        Outcome::Error,
     ];
 
     /// The label value.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
-            Decision::Allowed => "allowed",
-            Decision::Disallowed => "disallowed",
-            Decision::Unreachable => "unreachable",
-            Decision::RateLimited => "rate_limited",
-            Decision::Refused => "refused",
-            Decision::Tunnelled => "tunnelled",
-            Decision::Intercepted => "intercepted",
-            Decision::BadRequest => "bad_request",
-            Decision::LoopDetected => "loop_detected",
-            Decision::UpstreamError => "upstream_error",
-            Decision::Error => "error",
+            Outcome::Allowed => "allowed",
+            Outcome::Disallowed => "disallowed",
+            Outcome::Unreachable => "unreachable",
+            Outcome::RateLimited => "rate_limited",
+            Outcome::Refused => "refused",
+            Outcome::Tunnelled => "tunnelled",
+            Outcome::Intercepted => "intercepted",
+            Outcome::BadRequest => "bad_request",
+            Outcome::LoopDetected => "loop_detected",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Error => "error",
         }
     }
 }
@@ -166,6 +166,18 @@ pub(crate) enum CacheEvent {
     Expired,
 }
 
+impl From<crate::judge::StoreEvent> for CacheEvent {
+    fn from(event: crate::judge::StoreEvent) -> CacheEvent {
+        use crate::judge::StoreEvent;
+        match event {
+            StoreEvent::Hit => CacheEvent::Hit,
+            StoreEvent::Stale => CacheEvent::Stale,
+            StoreEvent::Miss => CacheEvent::Miss,
+            StoreEvent::Expired => CacheEvent::Expired,
+        }
+    }
+}
+
 impl CacheEvent {
     /// Every variant, in label order.
     pub(crate) const ALL: [CacheEvent; 4] = [
@@ -229,7 +241,7 @@ pub struct Metrics {
 
 struct Inner {
     registry: Registry,
-    requests: [Counter; Decision::ALL.len()],
+    requests: [Counter; Outcome::ALL.len()],
     fetch_family: Family<Labels2, Counter>,
     /// `[outcome][status_class]`; the usual pairs are filled in `new` so
     /// they show as 0 from the start, odd ones (ok/5xx) appear when used.
@@ -270,7 +282,7 @@ impl Metrics {
         // Counter names are registered without `_total`: the encoder adds it.
         let requests_family = Family::<Labels1, Counter>::default();
         let requests =
-            Decision::ALL.map(|d| requests_family.get_or_create_owned(&[("decision", d.as_str())]));
+            Outcome::ALL.map(|d| requests_family.get_or_create_owned(&[("decision", d.as_str())]));
         registry.register(
             "robots_proxy_requests",
             "Client requests by what the proxy decided",
@@ -401,7 +413,7 @@ impl Metrics {
     }
 
     /// Counts one client request.
-    pub(crate) fn request(&self, decision: Decision) {
+    pub(crate) fn request(&self, decision: Outcome) {
         self.inner.requests[decision as usize].inc();
     }
 
@@ -557,7 +569,7 @@ mod tests {
     #[test]
     fn all_label_values_start_at_zero() {
         let text = Metrics::new().encode();
-        for d in Decision::ALL {
+        for d in Outcome::ALL {
             let s = format!("robots_proxy_requests_total{{decision=\"{}\"}}", d.as_str());
             assert_eq!(sample(&text, &s), Some(0.0), "{s}");
         }
@@ -588,9 +600,9 @@ mod tests {
     #[test]
     fn counters_count() {
         let m = Metrics::new();
-        m.request(Decision::Allowed);
-        m.request(Decision::Allowed);
-        m.request(Decision::RateLimited);
+        m.request(Outcome::Allowed);
+        m.request(Outcome::Allowed);
+        m.request(Outcome::RateLimited);
         m.robots_fetch(FetchOutcome::Ok, Some(200));
         m.robots_fetch(FetchOutcome::Unavailable, Some(404));
         m.robots_fetch(FetchOutcome::Unreachable, None);

@@ -21,7 +21,7 @@ use crate::http::body::{Body, empty_body};
 use crate::http::origin::{Origin, Scheme};
 use crate::judge::Decision;
 use crate::server::io::Prefixed;
-use crate::server::{ConnectionHold, ConnectionPolicy, InFlight, Phase, Stop, drive};
+use crate::server::{ConnectionHold, ConnectionPolicy, InFlight, Lifecycle, Stop, drive};
 use crate::upstream::{ErrorKind, connect_upstream};
 
 /// How long a client may take to start talking inside a tunnel (and to
@@ -120,7 +120,7 @@ async fn stopping(stop: Option<&Stop>) {
     match stop {
         Some(stop) => {
             let mut stop = stop.clone();
-            let _ = stop.wait_for(|p| *p != Phase::Serving).await;
+            let _ = stop.wait_for(|p| *p != Lifecycle::Serving).await;
         }
         None => std::future::pending().await,
     }

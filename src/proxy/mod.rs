@@ -25,7 +25,7 @@ use crate::http::origin::Origin;
 use crate::judge::politeness::Politeness;
 use crate::judge::{Gate, Judgement};
 use crate::ops::audit::AuditLog;
-use crate::ops::metrics::{self, Metrics};
+use crate::ops::metrics::Metrics;
 use crate::robots::product_token;
 use crate::tls::Minter;
 use crate::upstream::{self, HttpClient};
@@ -72,7 +72,7 @@ pub struct Settings {
     /// Crawl-delay enforcement.
     pub politeness: Arc<Politeness>,
     /// What `politeness` was built from (kept across reloads when unchanged).
-    pub(crate) politeness_config: crate::judge::politeness::PolitenessConfig,
+    pub(crate) politeness_config: crate::judge::politeness::PolitenessSettings,
 }
 
 /// The request header that adds purposes for one request (removed before
@@ -431,15 +431,9 @@ impl Proxy {
     }
 
     fn count_lookup(&self, judgement: &Judgement) {
-        use crate::judge::store::{Lookup, State};
-        let event = match (judgement.lookup, judgement.entry_state()) {
-            (Some(Lookup::Hit), Some(State::Stale { .. })) => metrics::CacheEvent::Stale,
-            (Some(Lookup::Hit), _) => metrics::CacheEvent::Hit,
-            (Some(Lookup::Miss), _) => metrics::CacheEvent::Miss,
-            (Some(Lookup::Expired), _) => metrics::CacheEvent::Expired,
-            (None, _) => return,
-        };
-        self.metrics.cache_event(event);
+        if let Some(event) = judgement.store_event() {
+            self.metrics.cache_event(event.into());
+        }
     }
 }
 
@@ -454,11 +448,6 @@ pub(crate) fn refuse_method(method: &Method) -> Option<Response<Body>> {
              headers included, back in a response",
         )
     })
-}
-
-/// The politeness key of a judged request: its origin and robots agent.
-pub(crate) fn politeness_key(judgement: &Judgement) -> String {
-    crate::judge::politeness::key(&judgement.origin, &judgement.agent)
 }
 
 pub(crate) use crate::http::origin::path_of;

@@ -25,7 +25,7 @@
 //!    and a successful unsafe request invalidates what the cache holds for
 //!    it; then the response's own `Content-Usage` for declared purposes;
 //! 10. **finish** ([`Proxy::finish`]): counts the request under exactly one
-//!    `robots_proxy_requests_total` label.
+//!     `robots_proxy_requests_total` label.
 //!
 //! Admit and frame are [`Proxy::handle`]'s (`mod.rs`), CONNECT's are
 //! `connect.rs`'s; slot to store are `pipeline.rs`'s, where
@@ -45,7 +45,7 @@ use super::{Proxy, respond};
 use crate::http::body::Body;
 use crate::judge::{Decision, Judgement};
 use crate::ops::audit::Record;
-pub(crate) use crate::ops::metrics::Decision as Outcome;
+pub(crate) use crate::ops::metrics::Outcome;
 
 /// Who sent a request: the client's address, the authenticated user and
 /// the robots token configured for that user.

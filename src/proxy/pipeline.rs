@@ -271,7 +271,7 @@ impl Proxy {
         {
             return;
         }
-        let key = super::politeness_key(judgement);
+        let key = judgement.politeness_key();
         let _waiting = self.metrics.politeness_waiting();
         match politeness.acquire(&key, judgement.crawl_delay).await {
             Ok(waited) => ctx.held = waited,

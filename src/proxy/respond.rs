@@ -4,8 +4,7 @@ use http::header::{ALLOW, HeaderValue, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use crate::http::body::{Body, full_body};
-use crate::judge::store::State;
-use crate::judge::{Decision, Judgement, Limit};
+use crate::judge::{Cause, Decision, Judgement, Limit};
 
 /// Header carrying a decision's reason in one line.
 pub(crate) const DECISION_HEADER: &str = "x-robots-proxy-decision";
@@ -202,15 +201,15 @@ pub(crate) fn blocked(j: &Judgement) -> Response<Body> {
     };
     let (status, title, retry) = match &j.decision {
         Decision::Disallowed { .. } => (StatusCode::FORBIDDEN, "Blocked by robots.txt", None),
-        Decision::Unreachable { retry_after, .. }
-            if matches!(j.entry_state(), Some(State::LocalError { .. })) =>
-        {
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "robots.txt not fetched: the proxy is short of a local resource (not the origin's fault); retry shortly",
-                Some(*retry_after),
-            )
-        }
+        Decision::Unreachable {
+            retry_after,
+            cause: Cause::LocalShortage,
+            ..
+        } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "robots.txt not fetched: the proxy is short of a local resource (not the origin's fault); retry shortly",
+            Some(*retry_after),
+        ),
         Decision::Unreachable { retry_after, .. } => (
             StatusCode::SERVICE_UNAVAILABLE,
             "robots.txt unreachable: all paths disallowed until it can be fetched",

@@ -53,7 +53,7 @@ pub(crate) trait Handler: Send + Sync + 'static {
 
 /// Where a listener is in its life; every connection and tunnel watches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Phase {
+pub(crate) enum Lifecycle {
     Serving,
     /// Shutdown began: finish the requests in flight, then close.
     Draining,
@@ -61,12 +61,12 @@ pub(crate) enum Phase {
     Cut,
 }
 
-/// A connection's view of its listener's [`Phase`].
-pub(crate) type Stop = watch::Receiver<Phase>;
+/// A connection's view of its listener's [`Lifecycle`].
+pub(crate) type Stop = watch::Receiver<Lifecycle>;
 
-/// Limits applied when a connection is accepted.
+/// AcceptLimits applied when a connection is accepted.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Limits {
+pub(crate) struct AcceptLimits {
     /// Client connections open at once; beyond it accepting pauses.
     pub(crate) max_connections: usize,
     /// Client connections open at once from one address; beyond it new
@@ -98,9 +98,9 @@ pub(crate) async fn serve<H: Handler>(
     listener: TcpListener,
     proxy: Arc<H>,
     shutdown: impl Future<Output = ()>,
-    limits: Limits,
+    limits: AcceptLimits,
 ) -> usize {
-    let (phase_tx, phase_rx) = watch::channel(Phase::Serving);
+    let (phase_tx, phase_rx) = watch::channel(Lifecycle::Serving);
     // One receiver per open connection (in its hold): the count of open
     // connections, and `closed()` when the last one is gone.
     let (alive_tx, alive_rx) = watch::channel(());
@@ -126,7 +126,7 @@ pub(crate) async fn serve<H: Handler>(
     // their queues close and keep serving what they have.
     let grace = acceptor.proxy.shutdown_grace();
     drop(acceptor);
-    let _ = phase_tx.send(Phase::Draining);
+    let _ = phase_tx.send(Lifecycle::Draining);
     let open = alive_tx.receiver_count();
     if open > 0 {
         tracing::info!(
@@ -139,7 +139,7 @@ pub(crate) async fn serve<H: Handler>(
         Ok(()) => 0,
         Err(_) => alive_tx.receiver_count(),
     };
-    let _ = phase_tx.send(Phase::Cut);
+    let _ = phase_tx.send(Lifecycle::Cut);
     // The threads drop what is left on them (the cut connections) and end.
     for handle in handles {
         let _ = tokio::task::spawn_blocking(move || handle.join()).await;
@@ -361,7 +361,7 @@ fn start_threads<H: Handler>(
                     // Accepting is over; the connections here finish (or
                     // are cut).
                     drop(proxy);
-                    let _ = phase.wait_for(|p| *p == Phase::Cut).await;
+                    let _ = phase.wait_for(|p| *p == Lifecycle::Cut).await;
                 });
                 runtime.shutdown_timeout(Duration::from_secs(1));
             });
@@ -482,12 +482,12 @@ where
     loop {
         let phase = stop
             .as_mut()
-            .map_or(Phase::Serving, |s| *s.borrow_and_update());
-        if phase == Phase::Cut {
+            .map_or(Lifecycle::Serving, |s| *s.borrow_and_update());
+        if phase == Lifecycle::Cut {
             tracing::debug!(%peer, "{what} closed: shutdown grace period over");
             return None;
         }
-        if phase == Phase::Draining && !shutting {
+        if phase == Lifecycle::Draining && !shutting {
             shutting = true;
             shutdown(conn.as_mut());
         }
@@ -522,7 +522,7 @@ where
             {
                 registered = Some(cx.waker().clone());
                 if let Poll::Ready(changed) = phase_changed.as_mut().poll(cx) {
-                    return Poll::Ready(Event::Phase(changed));
+                    return Poll::Ready(Event::Lifecycle(changed));
                 }
             }
             if requests_changed.as_mut().poll(cx).is_ready() {
@@ -542,8 +542,8 @@ where
                 return result.err();
             }
             // The listener is gone altogether.
-            Event::Phase(Err(_)) => return None,
-            Event::Phase(Ok(())) | Event::InFlight => {}
+            Event::Lifecycle(Err(_)) => return None,
+            Event::Lifecycle(Ok(())) | Event::InFlight => {}
             Event::Idle => {
                 tracing::debug!(%peer, "{what} idle: closing");
                 shutting = true;
@@ -556,7 +556,7 @@ where
 /// What woke [`drive`] up.
 enum Event<E> {
     Ended(Result<(), E>),
-    Phase(Result<(), watch::error::RecvError>),
+    Lifecycle(Result<(), watch::error::RecvError>),
     InFlight,
     Idle,
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use super::{Phase, Stop};
+use super::{Lifecycle, Stop};
 
 /// Copies bytes both ways until either side closes, no byte has passed in
 /// either direction for `idle`, or the shutdown grace is over.
@@ -31,7 +31,7 @@ pub(crate) async fn relay<A, B>(
     let cut = async {
         match stop {
             Some(mut stop) => {
-                let _ = stop.wait_for(|p| *p == Phase::Cut).await;
+                let _ = stop.wait_for(|p| *p == Lifecycle::Cut).await;
             }
             None => std::future::pending().await,
         }
