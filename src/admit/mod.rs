@@ -9,127 +9,32 @@
 //! Argon2 run. The cache holds one entry per configured user, so it is
 //! bounded by the user list, and it is dropped with the `ProxyAuth` on reload.
 
+mod acl;
+mod limits;
+mod password;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::num::NonZeroU32;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-/// Argon2 cost parameters for [`hash_password_with`].
-pub use argon2::Params;
-use argon2::password_hash::phc::{Output, PasswordHash, Salt};
-use argon2::password_hash::{CustomizedPasswordHasher, PasswordHasher};
+use argon2::password_hash::PasswordHasher;
+use argon2::password_hash::phc::PasswordHash;
 use argon2::{Algorithm, Argon2, Block, Version};
 use base64::Engine as _;
 use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::{DefaultDirectRateLimiter, RateLimiter};
 use http::header::{HeaderName, HeaderValue, PROXY_AUTHENTICATE};
 use http::{Response, StatusCode};
-use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use ring::hmac;
 use ring::rand::SystemRandom;
 
-// ---------------------------------------------------------------------------
-// Client ACL
-// ---------------------------------------------------------------------------
-
-/// A bad client allow list.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AclError {
-    /// An entry is neither a CIDR network nor an IP address.
-    #[error("client allow list entry {entry:?} is not a CIDR network or IP address")]
-    BadEntry {
-        /// The entry as written.
-        entry: String,
-    },
-    /// The list is empty, which would refuse every client.
-    #[error("client allow list is empty: it would refuse every client")]
-    Empty,
-}
-
-/// Client address allow list; the default admits loopback only.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientAcl {
-    nets: Vec<IpNet>,
-}
-
-impl Default for ClientAcl {
-    fn default() -> Self {
-        Self::loopback()
-    }
-}
-
-impl ClientAcl {
-    /// 127.0.0.0/8 and ::1/128.
-    pub(crate) fn loopback() -> Self {
-        ClientAcl {
-            nets: vec![
-                IpNet::V4(Ipv4Net::new_assert([127, 0, 0, 0].into(), 8)),
-                IpNet::V6(Ipv6Net::new_assert(std::net::Ipv6Addr::LOCALHOST, 128)),
-            ],
-        }
-    }
-
-    /// Parses entries such as `10.0.0.0/8`, `2001:db8::/32` or a bare
-    /// address (a single host). Host bits are ignored (`10.1.2.3/8` is
-    /// `10.0.0.0/8`). IPv4-mapped IPv6 entries (`::ffff:10.0.0.0/104`) are
-    /// stored as IPv4. `0.0.0.0/0` and `::/0` admit everyone.
-    pub(crate) fn new<I, S>(entries: I) -> Result<Self, AclError>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let mut nets = Vec::new();
-        for entry in entries {
-            let entry = entry.as_ref();
-            let s = entry.trim();
-            let net = s
-                .parse::<IpNet>()
-                .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-                .map_err(|_| AclError::BadEntry {
-                    entry: entry.to_owned(),
-                })?;
-            nets.push(canonical_net(net).trunc());
-        }
-        if nets.is_empty() {
-            return Err(AclError::Empty);
-        }
-        Ok(ClientAcl {
-            nets: IpNet::aggregate(&nets),
-        })
-    }
-
-    /// Whether `ip` may use the proxy. An IPv4-mapped IPv6 peer
-    /// (`::ffff:127.0.0.1`, as a dual-stack `[::]` listener reports IPv4
-    /// clients) is judged as the IPv4 address.
-    pub(crate) fn allows(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        self.nets.iter().any(|n| n.contains(&ip))
-    }
-
-    /// The networks admitted (aggregated).
-    #[cfg(test)]
-    pub(crate) fn networks(&self) -> &[IpNet] {
-        &self.nets
-    }
-}
-
-/// `::ffff:a.b.c.d/p` (p >= 96) as `a.b.c.d/(p-96)`; other nets unchanged.
-fn canonical_net(net: IpNet) -> IpNet {
-    if let IpNet::V6(v6) = net
-        && v6.prefix_len() >= 96
-        && let Some(v4) = v6.addr().to_ipv4_mapped()
-        && let Ok(n) = Ipv4Net::new(v4, v6.prefix_len() - 96)
-    {
-        return IpNet::V4(n);
-    }
-    net
-}
-
-// ---------------------------------------------------------------------------
-// Proxy authentication
-// ---------------------------------------------------------------------------
+pub use acl::{AclError, ClientAcl};
+pub use limits::AuthLimits;
+use limits::user_quota;
+pub use password::{Params, hash_password, hash_password_with};
+use password::{hash_settings, parse_hash, verify};
 
 /// Value of the `Proxy-Authenticate` header sent with 407.
 pub(crate) const PROXY_AUTHENTICATE_VALUE: &str = "Basic realm=\"robots-proxy\"";
@@ -227,103 +132,6 @@ pub enum AuthOutcome {
         /// once, for fail2ban).
         first: bool,
     },
-}
-
-/// Bounds on the work unauthenticated clients can cause: Argon2 needs
-/// tens of MiB and milliseconds per verification, so a flood of wrong
-/// passwords must neither run many at once nor many per address.
-pub struct AuthLimits {
-    /// Verifications running at once (one per CPU).
-    running: Arc<tokio::sync::Semaphore>,
-    /// Verifications per client address, an IPv6 one by its /64 (first use
-    /// of a credential, wrong passwords, unknown users; cached credentials
-    /// cost none).
-    per_client: Option<DefaultKeyedRateLimiter<IpAddr>>,
-    /// One log line per address and window.
-    logged: Option<DefaultKeyedRateLimiter<IpAddr>>,
-    per_minute: u32,
-    clock: DefaultClock,
-    /// Argon2 working memory, reused: at most one buffer per running
-    /// verification. (Allocated per verification, glibc kept every 19 MiB
-    /// buffer: its dynamic mmap threshold moves such blocks to the heap,
-    /// where the aligned allocation is not reused.)
-    memory: std::sync::Mutex<Vec<Vec<Block>>>,
-}
-
-impl AuthLimits {
-    /// `per_minute` verifications per client address (a burst of as many);
-    /// 0 turns the per-address limit off.
-    pub fn new(per_minute: u32) -> AuthLimits {
-        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-        let (per_client, logged) = match NonZeroU32::new(per_minute) {
-            Some(n) => (
-                Some(RateLimiter::keyed(Quota::per_minute(n))),
-                Some(RateLimiter::keyed(Quota::per_minute(NonZeroU32::MIN))),
-            ),
-            None => (None, None),
-        };
-        AuthLimits {
-            running: Arc::new(tokio::sync::Semaphore::new(cpus)),
-            per_client,
-            logged,
-            per_minute,
-            clock: DefaultClock::default(),
-            memory: std::sync::Mutex::new(Vec::new()),
-        }
-    }
-
-    /// A working-memory buffer for one verification (empty when new).
-    fn take_memory(&self) -> Vec<Block> {
-        self.memory
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()
-            .unwrap_or_default()
-    }
-
-    fn give_memory(&self, buffer: Vec<Block>) {
-        self.memory
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(buffer);
-    }
-
-    /// The per-address limit this was built with.
-    pub(crate) fn per_minute(&self) -> u32 {
-        self.per_minute
-    }
-
-    /// Takes one verification from `client`'s allowance, or says how long
-    /// to wait. Keeps the per-address state bounded by forgetting
-    /// addresses whose allowance is whole again.
-    fn take(&self, client: IpAddr) -> Result<(), AuthOutcome> {
-        let Some(limiter) = &self.per_client else {
-            return Ok(());
-        };
-        if limiter.len() > 4096 {
-            limiter.retain_recent();
-            if let Some(l) = &self.logged {
-                l.retain_recent();
-            }
-        }
-        let client = crate::http::destination::client_key(client);
-        limiter.check_key(&client).map_err(|not_until| {
-            let first = self
-                .logged
-                .as_ref()
-                .is_some_and(|l| l.check_key(&client).is_ok());
-            AuthOutcome::Throttled {
-                retry_after: not_until.wait_time_from(self.clock.now()),
-                first,
-            }
-        })
-    }
-}
-
-impl Default for AuthLimits {
-    fn default() -> Self {
-        AuthLimits::new(30)
-    }
 }
 
 struct User {
@@ -576,56 +384,6 @@ impl ProxyAuth {
     }
 }
 
-/// Argon2 verification of `password` against `hash` (whose algorithm,
-/// version and cost are `settings`), in `memory` (grown as needed, kept by
-/// the caller for the next one). The outputs are compared in constant time
-/// (`Output`'s equality).
-fn verify(
-    hash: &PasswordHash,
-    settings: &(Algorithm, Version, Params),
-    password: &str,
-    memory: &mut Vec<Block>,
-) -> bool {
-    let (Some(salt), Some(expected)) = (&hash.salt, &hash.hash) else {
-        return false;
-    };
-    let (algorithm, version, params) = settings.clone();
-    let blocks = params.block_count();
-    if memory.len() < blocks {
-        memory.resize(blocks, Block::new());
-    }
-    let mut buffer = [0u8; Output::MAX_LENGTH];
-    let Some(out) = buffer.get_mut(..expected.len()) else {
-        return false;
-    };
-    let argon2 = Argon2::new(algorithm, version, params);
-    if argon2
-        .hash_password_into_with_memory(password.as_bytes(), salt, out, &mut memory[..blocks])
-        .is_err()
-    {
-        return false;
-    }
-    Output::new(out).is_ok_and(|out| out == *expected)
-}
-
-/// The governor quota for `max_rps`: one request every `1/rps` seconds,
-/// with a burst of one second's worth.
-fn user_quota(user: &str, rps: f64) -> Result<Quota, AuthError> {
-    let bad = || AuthError::BadRate {
-        user: user.to_string(),
-        value: rps,
-    };
-    if !(rps.is_finite() && rps > 0.0) {
-        return Err(bad());
-    }
-    let period = Duration::try_from_secs_f64(1.0 / rps).map_err(|_| bad())?;
-    let burst =
-        NonZeroU32::new(rps.ceil().min(f64::from(u32::MAX)) as u32).unwrap_or(NonZeroU32::MIN);
-    Ok(Quota::with_period(period)
-        .ok_or_else(bad)?
-        .allow_burst(burst))
-}
-
 /// `user NUL password`: NUL cannot occur in a user name that came through a
 /// header, so two different pairs never give the same input.
 fn cache_input(user: &str, password: &str) -> Vec<u8> {
@@ -656,53 +414,6 @@ fn decode_basic(value: &[u8]) -> Option<(String, String)> {
     Some((user.to_owned(), password.to_owned()))
 }
 
-fn parse_hash(user: &str, s: &str) -> Result<PasswordHash, AuthError> {
-    let bad = |reason: String| AuthError::BadHash {
-        user: user.to_owned(),
-        reason,
-    };
-    let hash = PasswordHash::new(s.trim()).map_err(|e| bad(e.to_string()))?;
-    hash_settings(user, &hash)?;
-    if hash.salt.is_none() || hash.hash.is_none() {
-        return Err(bad("no salt or no hash output".to_owned()));
-    }
-    Ok(hash)
-}
-
-/// Algorithm, version and cost of a parsed hash, checked to be Argon2.
-fn hash_settings(
-    user: &str,
-    hash: &PasswordHash,
-) -> Result<(Algorithm, Version, Params), AuthError> {
-    let bad = |reason: String| AuthError::BadHash {
-        user: user.to_owned(),
-        reason,
-    };
-    let algorithm = Algorithm::try_from(hash.algorithm.as_str()).map_err(|e| bad(e.to_string()))?;
-    let version = match hash.version {
-        Some(v) => Version::try_from(v).map_err(|e| bad(e.to_string()))?,
-        None => Version::default(),
-    };
-    let params = Params::try_from(hash).map_err(|e| bad(e.to_string()))?;
-    Ok((algorithm, version, params))
-}
-
-/// Hashes a password for the config (`robots-proxy hash-password`):
-/// Argon2id, v19, m=19 MiB, t=2, p=1 (the OWASP minimum), random salt.
-pub fn hash_password(password: &str) -> Result<String, AuthError> {
-    hash_password_with(password, Params::default())
-}
-
-/// [`hash_password`] with explicit cost parameters (tests use cheap ones).
-pub fn hash_password_with(password: &str, params: Params) -> Result<String, AuthError> {
-    let salt_bytes = argon2::password_hash::try_generate_salt().map_err(|_| AuthError::Random)?;
-    let salt = Salt::new(&salt_bytes).map_err(|e| AuthError::Hash(e.to_string()))?;
-    Argon2::default()
-        .hash_password_customized(password.as_bytes(), salt.as_ref(), None, None, params)
-        .map(|h| h.to_string())
-        .map_err(|e| AuthError::Hash(e.to_string()))
-}
-
 /// The `Proxy-Authenticate` challenge header for a 407 response.
 pub(crate) fn challenge_header() -> (HeaderName, HeaderValue) {
     (
@@ -727,6 +438,7 @@ pub fn challenge_response<B>(body: B) -> Response<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ipnet::IpNet;
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn ip(s: &str) -> IpAddr {

@@ -1,0 +1,129 @@
+//! What a client can make the proxy spend on authentication (Argon2 runs
+//! at once and per address: [`AuthLimits`]), and the per-user request
+//! quota (`max_rps`, GCRA through governor).
+
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use argon2::Block;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+
+use super::{AuthError, AuthOutcome};
+
+/// Bounds on the work unauthenticated clients can cause: Argon2 needs
+/// tens of MiB and milliseconds per verification, so a flood of wrong
+/// passwords must neither run many at once nor many per address.
+pub struct AuthLimits {
+    /// Verifications running at once (one per CPU).
+    pub(super) running: Arc<tokio::sync::Semaphore>,
+    /// Verifications per client address, an IPv6 one by its /64 (first use
+    /// of a credential, wrong passwords, unknown users; cached credentials
+    /// cost none).
+    per_client: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    /// One log line per address and window.
+    logged: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    per_minute: u32,
+    clock: DefaultClock,
+    /// Argon2 working memory, reused: at most one buffer per running
+    /// verification. (Allocated per verification, glibc kept every 19 MiB
+    /// buffer: its dynamic mmap threshold moves such blocks to the heap,
+    /// where the aligned allocation is not reused.)
+    memory: std::sync::Mutex<Vec<Vec<Block>>>,
+}
+
+impl AuthLimits {
+    /// `per_minute` verifications per client address (a burst of as many);
+    /// 0 turns the per-address limit off.
+    pub fn new(per_minute: u32) -> AuthLimits {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        let (per_client, logged) = match NonZeroU32::new(per_minute) {
+            Some(n) => (
+                Some(RateLimiter::keyed(Quota::per_minute(n))),
+                Some(RateLimiter::keyed(Quota::per_minute(NonZeroU32::MIN))),
+            ),
+            None => (None, None),
+        };
+        AuthLimits {
+            running: Arc::new(tokio::sync::Semaphore::new(cpus)),
+            per_client,
+            logged,
+            per_minute,
+            clock: DefaultClock::default(),
+            memory: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A working-memory buffer for one verification (empty when new).
+    pub(super) fn take_memory(&self) -> Vec<Block> {
+        self.memory
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default()
+    }
+
+    pub(super) fn give_memory(&self, buffer: Vec<Block>) {
+        self.memory
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(buffer);
+    }
+
+    /// The per-address limit this was built with.
+    pub(crate) fn per_minute(&self) -> u32 {
+        self.per_minute
+    }
+
+    /// Takes one verification from `client`'s allowance, or says how long
+    /// to wait. Keeps the per-address state bounded by forgetting
+    /// addresses whose allowance is whole again.
+    pub(super) fn take(&self, client: IpAddr) -> Result<(), AuthOutcome> {
+        let Some(limiter) = &self.per_client else {
+            return Ok(());
+        };
+        if limiter.len() > 4096 {
+            limiter.retain_recent();
+            if let Some(l) = &self.logged {
+                l.retain_recent();
+            }
+        }
+        let client = crate::http::destination::client_key(client);
+        limiter.check_key(&client).map_err(|not_until| {
+            let first = self
+                .logged
+                .as_ref()
+                .is_some_and(|l| l.check_key(&client).is_ok());
+            AuthOutcome::Throttled {
+                retry_after: not_until.wait_time_from(self.clock.now()),
+                first,
+            }
+        })
+    }
+}
+
+impl Default for AuthLimits {
+    fn default() -> Self {
+        AuthLimits::new(30)
+    }
+}
+
+/// The governor quota for `max_rps`: one request every `1/rps` seconds,
+/// with a burst of one second's worth.
+pub(super) fn user_quota(user: &str, rps: f64) -> Result<Quota, AuthError> {
+    let bad = || AuthError::BadRate {
+        user: user.to_string(),
+        value: rps,
+    };
+    if !(rps.is_finite() && rps > 0.0) {
+        return Err(bad());
+    }
+    let period = Duration::try_from_secs_f64(1.0 / rps).map_err(|_| bad())?;
+    let burst =
+        NonZeroU32::new(rps.ceil().min(f64::from(u32::MAX)) as u32).unwrap_or(NonZeroU32::MIN);
+    Ok(Quota::with_period(period)
+        .ok_or_else(bad)?
+        .allow_burst(burst))
+}
