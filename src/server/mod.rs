@@ -3,17 +3,21 @@
 //! upgrades (CONNECT), and graceful shutdown that lets in-flight requests
 //! finish, inside intercepted tunnels as well.
 
+mod drive;
 pub(crate) mod io;
 pub(crate) mod listen;
+mod per_client;
 pub(crate) mod relay;
+mod threads;
 
-use std::collections::HashMap;
+pub(crate) use drive::{InFlight, answered_malformed, drive};
+use per_client::{ClientSlot, PerClient};
+use threads::{ServingThread, ThreadLoad, start_threads};
+
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::Poll;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use http::{Method, Request, Response};
@@ -160,16 +164,6 @@ struct Acceptor<H> {
     threads: Vec<ServingThread>,
 }
 
-/// A serving thread as the acceptor sees it: its open connections, and
-/// where to send it new ones (`None` for the calling thread, which spawns
-/// them itself).
-struct ServingThread {
-    open: Arc<AtomicUsize>,
-    queue: Option<mpsc::UnboundedSender<Accepted>>,
-    /// Set once its queue was found closed: it no longer takes connections.
-    gone: AtomicBool,
-}
-
 /// A connection handed to another serving thread.
 struct Accepted {
     stream: std::net::TcpStream,
@@ -289,105 +283,6 @@ impl<H: Handler> Acceptor<H> {
     }
 }
 
-/// A connection counted among its serving thread's open ones until the
-/// connection (or its tunnel) ends.
-struct ThreadLoad(Arc<AtomicUsize>);
-
-impl ThreadLoad {
-    fn count(open: &Arc<AtomicUsize>) -> ThreadLoad {
-        open.fetch_add(1, Ordering::Relaxed);
-        ThreadLoad(open.clone())
-    }
-}
-
-impl Drop for ThreadLoad {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Starts `extra` serving threads besides the calling one; returns every
-/// thread (the calling one first) and the handles to join. One that
-/// cannot start is logged and left out: the others serve.
-fn start_threads<H: Handler>(
-    proxy: &Arc<H>,
-    phase: &Stop,
-    extra: usize,
-) -> (Vec<ServingThread>, Vec<std::thread::JoinHandle<()>>) {
-    let mut threads = vec![ServingThread {
-        open: Arc::default(),
-        queue: None,
-        gone: AtomicBool::new(false),
-    }];
-    let mut handles = Vec::with_capacity(extra);
-    for i in 1..=extra {
-        let (queue, mut incoming) = mpsc::unbounded_channel::<Accepted>();
-        let (proxy, mut phase) = (proxy.clone(), phase.clone());
-        // The runtime is built on the new thread: one that never started
-        // must not be dropped here, on an async thread (Tokio panics).
-        let (started_tx, started) = std::sync::mpsc::sync_channel::<std::io::Result<()>>(1);
-        let spawned = std::thread::Builder::new()
-            .name(format!("robots-proxy-{i}"))
-            .spawn(move || {
-                crate::upstream::set_serving_thread(i);
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let _ = started_tx.send(Err(e));
-                        return;
-                    }
-                };
-                let _ = started_tx.send(Ok(()));
-                runtime.block_on(async move {
-                    while let Some(a) = incoming.recv().await {
-                        match TcpStream::from_std(a.stream) {
-                            Ok(stream) => {
-                                tokio::spawn(serve_connection(
-                                    stream,
-                                    a.peer,
-                                    proxy.clone(),
-                                    a.hold,
-                                ));
-                            }
-                            Err(e) => {
-                                tracing::debug!(peer = %a.peer, error = %e,
-                                    "cannot take a connection over: dropped");
-                            }
-                        }
-                    }
-                    // Accepting is over; the connections here finish (or
-                    // are cut).
-                    drop(proxy);
-                    let _ = phase.wait_for(|p| *p == Lifecycle::Cut).await;
-                });
-                runtime.shutdown_timeout(Duration::from_secs(1));
-            });
-        // Waits only for the runtime to be built (at start, once per thread).
-        let started = match spawned {
-            Ok(handle) => {
-                handles.push(handle);
-                started
-                    .recv()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("thread ended")))
-            }
-            Err(e) => Err(e),
-        };
-        if let Err(e) = started {
-            tracing::warn!(error = %e, "cannot start a serving thread: fewer serve");
-            break;
-        }
-        threads.push(ServingThread {
-            open: Arc::default(),
-            queue: Some(queue),
-            gone: AtomicBool::new(false),
-        });
-    }
-    (threads, handles)
-}
-
 /// What a client connection holds while it is open: its place under
 /// `max_connections` and `max_connections_per_client`, its count in
 /// `robots_proxy_open_connections` and among its serving thread's, and the
@@ -449,118 +344,6 @@ async fn serve_connection<H: Handler>(
     }
 }
 
-/// True if hyper ended a connection on a request it could not parse, after
-/// answering it itself (400, 431 for headers too large, 505): an answer of
-/// the proxy's that its service never saw, counted here.
-pub(crate) fn answered_malformed(e: &hyper::Error) -> bool {
-    e.is_parse() || e.is_parse_too_large()
-}
-
-/// Drives a served connection to its end. When its listener starts
-/// draining, the connection shuts down gracefully (requests in flight
-/// finish, then it closes); when the grace is over it is dropped. With
-/// `idle`, it also shuts down gracefully once no request has been in
-/// flight for that long (HTTP/2 has no header timeout of its own).
-/// Returns the error the connection ended with, if any.
-pub(crate) async fn drive<C, E>(
-    conn: C,
-    shutdown: fn(Pin<&mut C>),
-    stop: Option<Stop>,
-    idle: Option<(Duration, &InFlight)>,
-    peer: SocketAddr,
-    what: &'static str,
-) -> Option<E>
-where
-    C: Future<Output = Result<(), E>>,
-    E: std::fmt::Display,
-{
-    tokio::pin!(conn);
-    let mut stop = stop;
-    let mut requests = idle.map(|(_, f)| f.subscribe());
-    let idle = idle.map(|(t, _)| t);
-    let mut shutting = false;
-    loop {
-        let phase = stop
-            .as_mut()
-            .map_or(Lifecycle::Serving, |s| *s.borrow_and_update());
-        if phase == Lifecycle::Cut {
-            tracing::debug!(%peer, "{what} closed: shutdown grace period over");
-            return None;
-        }
-        if phase == Lifecycle::Draining && !shutting {
-            shutting = true;
-            shutdown(conn.as_mut());
-        }
-        let none_in_flight = requests
-            .as_mut()
-            .is_some_and(|rx| *rx.borrow_and_update() == 0);
-        let deadline = match idle {
-            Some(t) if !shutting && none_in_flight => Some(Instant::now() + t),
-            _ => None,
-        };
-        // The connection is polled on every wake-up, the listener's phase
-        // only once registered and again when it has changed (or the waker
-        // has): polling a registered `changed()` locks the watch's list of
-        // waiters, and a connection wakes several times per request.
-        let probe = stop.clone();
-        // Unconstrained: out of Tokio's per-task budget, `changed()` would
-        // return Pending without registering, and with the waker unchanged
-        // it would not be polled again.
-        let mut phase_changed = std::pin::pin!(tokio::task::unconstrained(changed(stop.as_mut())));
-        let mut requests_changed = std::pin::pin!(changed(requests.as_mut()));
-        let mut idle_over = std::pin::pin!(sleep_until(deadline));
-        let mut registered: Option<std::task::Waker> = None;
-        let event = std::future::poll_fn(|cx| {
-            if let Poll::Ready(result) = conn.as_mut().poll(cx) {
-                return Poll::Ready(Event::Ended(result));
-            }
-            let waker_moved = registered.as_ref().is_none_or(|w| !w.will_wake(cx.waker()));
-            if waker_moved
-                || probe
-                    .as_ref()
-                    .is_some_and(|p| p.has_changed().unwrap_or(true))
-            {
-                registered = Some(cx.waker().clone());
-                if let Poll::Ready(changed) = phase_changed.as_mut().poll(cx) {
-                    return Poll::Ready(Event::Lifecycle(changed));
-                }
-            }
-            if requests_changed.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Event::InFlight);
-            }
-            if idle_over.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Event::Idle);
-            }
-            Poll::Pending
-        })
-        .await;
-        match event {
-            Event::Ended(result) => {
-                if let Err(e) = &result {
-                    tracing::debug!(%peer, error = %e, "{what} ended with an error");
-                }
-                return result.err();
-            }
-            // The listener is gone altogether.
-            Event::Lifecycle(Err(_)) => return None,
-            Event::Lifecycle(Ok(())) | Event::InFlight => {}
-            Event::Idle => {
-                tracing::debug!(%peer, "{what} idle: closing");
-                shutting = true;
-                shutdown(conn.as_mut());
-            }
-        }
-    }
-}
-
-/// What woke [`drive`] up.
-enum Event<E> {
-    Ended(Result<(), E>),
-    Lifecycle(Result<(), watch::error::RecvError>),
-    InFlight,
-    Idle,
-}
-
 /// Logs a failed accept at most once per [`LIMIT_WARNING_EVERY`], with the
 /// number left unlogged since: out of descriptors, accept fails 20 times a
 /// second until one is freed.
@@ -576,112 +359,4 @@ fn warn_accept_failed(e: &std::io::Error) {
         "accept failed: new clients wait in the listen queue (retrying every 50 ms)");
     *at = Some(Instant::now());
     *skipped = 0;
-}
-
-/// The next change of `rx` (`Err` once its sender is gone); never, without
-/// one. (The count of requests in flight cannot lose its sender while
-/// [`drive`] runs: the caller lends the [`InFlight`].)
-async fn changed<T>(rx: Option<&mut watch::Receiver<T>>) -> Result<(), watch::error::RecvError> {
-    match rx {
-        Some(rx) => rx.changed().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Counts a connection's requests in flight, from the service call to the
-/// end of the response body.
-#[derive(Clone)]
-pub(crate) struct InFlight(Arc<watch::Sender<usize>>);
-
-impl Default for InFlight {
-    fn default() -> Self {
-        InFlight(Arc::new(watch::Sender::new(0)))
-    }
-}
-
-impl InFlight {
-    /// Counts one request until the guard is dropped.
-    pub(crate) fn start(&self) -> InFlightGuard {
-        self.0.send_modify(|n| *n += 1);
-        InFlightGuard(self.0.clone())
-    }
-
-    /// A response whose body keeps `guard` until it is dropped.
-    pub(crate) fn track(guard: InFlightGuard, resp: Response<Body>) -> Response<Body> {
-        crate::http::body::hold_until_dropped(resp, guard)
-    }
-
-    fn subscribe(&self) -> watch::Receiver<usize> {
-        self.0.subscribe()
-    }
-}
-
-/// One request in flight; see [`InFlight`].
-pub(crate) struct InFlightGuard(Arc<watch::Sender<usize>>);
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        self.0.send_modify(|n| *n = n.saturating_sub(1));
-    }
-}
-
-/// Connections open per client address (an IPv6 client by its /64, see
-/// [`crate::http::destination::client_key`]), for `max_connections_per_client`.
-#[derive(Clone)]
-pub(crate) struct PerClient {
-    limit: usize,
-    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
-}
-
-impl PerClient {
-    pub(crate) fn new(limit: usize) -> PerClient {
-        PerClient {
-            limit: limit.max(1),
-            counts: Arc::default(),
-        }
-    }
-
-    /// A place for one more connection from `ip`; `None` at the limit.
-    pub(crate) fn take(&self, ip: IpAddr) -> Option<ClientSlot> {
-        let ip = crate::http::destination::client_key(ip);
-        let mut counts = lock(&self.counts);
-        let n = counts.entry(ip).or_default();
-        if *n >= self.limit {
-            return None;
-        }
-        *n += 1;
-        Some(ClientSlot {
-            ip,
-            counts: self.counts.clone(),
-        })
-    }
-}
-
-/// One connection's place under its address's limit, given back on drop.
-pub(crate) struct ClientSlot {
-    ip: IpAddr,
-    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
-}
-
-impl Drop for ClientSlot {
-    fn drop(&mut self) {
-        let mut counts = lock(&self.counts);
-        if let Some(n) = counts.get_mut(&self.ip) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                counts.remove(&self.ip);
-            }
-        }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
