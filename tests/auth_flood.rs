@@ -31,7 +31,7 @@ fn kib(pid: u32, field: &str) -> u64 {
 /// cost: 19 MiB per verification) and `per_minute` verifications per
 /// address.
 fn alice_config(setup: &Setup, per_minute: u32) {
-    let hash = robots_proxy::admit::hash_password("right").expect("hash");
+    let hash = robots_proxy::config::hash_password("right").expect("hash");
     setup.write_config(
         "floodbot",
         &format!(
@@ -156,13 +156,13 @@ async fn an_address_over_its_allowance_gets_429_without_verifying() {
 async fn a_user_over_max_rps_gets_429_with_retry_after_and_an_audit_line() {
     let origin = Origin::start().await;
     origin.robots("User-agent: *\nDisallow: /private\n");
-    let cheap = robots_proxy::admit::hash_password_with(
+    let cheap = robots_proxy::config::hash_password_with(
         "pw",
-        robots_proxy::admit::Params::new(8, 1, 1, None).expect("params"),
+        robots_proxy::config::PasswordParams::new(8, 1, 1, None).expect("params"),
     )
     .expect("hash");
     let proxy = support::Proxy::start_with(move |c| {
-        c.access.users = vec![robots_proxy::admit::UserConfig {
+        c.access.users = vec![robots_proxy::config::UserConfig {
             name: "slow".into(),
             password_hash: cheap,
             agent: None,

@@ -6,8 +6,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use robots_proxy::ops::limits;
 use support::Origin;
+use support::binary::open_files;
 
 /// The binary running `run`, the address it logged and its whole
 /// "listening" log line.
@@ -165,14 +165,14 @@ fn config_check_accepts_the_shipped_example_and_rejects_unknown_keys() {
 /// connections.
 #[test]
 fn the_binary_raises_its_open_file_limit_and_derives_max_connections() {
-    let hard = limits::of_process(None).expect("own limits").hard;
+    let hard = open_files(None).expect("own limits").hard;
     let mut command = Command::new("sh");
     command
         .args(["-c", "ulimit -S -n 256 && exec \"$0\" \"$@\""])
         .arg(env!("CARGO_BIN_EXE_robots-proxy"))
         .args(["run", "--listen", "127.0.0.1:0"]);
     let mut running = start_command(command);
-    let soft = limits::of_process(Some(running.child.id()))
+    let soft = open_files(Some(running.child.id()))
         .expect("the proxy's limits")
         .soft;
     let _ = running.child.kill();

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::Bytes;
 use http::Request;
-use robots_proxy::admit::{Params, UserConfig, hash_password_with};
-use robots_proxy::config::PolitenessMode;
+use robots_proxy::config::{PasswordParams, PolitenessMode, UserConfig, hash_password_with};
 use support::{Conn, HeldOrigin, Origin, Proxy, metric};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -393,7 +392,8 @@ async fn proxy_auth_challenges_strips_credentials_and_applies_the_users_agent() 
         .robots("User-agent: *\nDisallow: /private\n\nUser-agent: strictbot\nDisallow: /shared\n");
     // Argon2 at minimum cost: the proxy verifies whatever parameters the
     // PHC string names, and default-cost hashing is slow in debug builds.
-    let hash = hash_password_with("pw", Params::new(8, 1, 1, None).expect("params")).unwrap();
+    let hash =
+        hash_password_with("pw", PasswordParams::new(8, 1, 1, None).expect("params")).unwrap();
     let proxy = Proxy::start_with(move |c| {
         c.access.users = vec![UserConfig {
             name: "alice".into(),

@@ -10,8 +10,7 @@ mod support;
 use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderValue, Request};
-use robots_proxy::admit::{Params, UserConfig, hash_password_with};
-use robots_proxy::config::UsageMode;
+use robots_proxy::config::{PasswordParams, UsageMode, UserConfig, hash_password_with};
 use support::{Origin, Proxy, Reply};
 
 const ROBOTS: &str = "User-Agent: *\nAllow: /\nDisallow: /never/\nContent-Usage: train-ai=n\nContent-Usage: /ai-ok/ train-ai=y\n";
@@ -164,7 +163,8 @@ async fn the_origins_content_usage_header_withholds_the_response_in_enforce() {
 async fn a_request_cannot_drop_its_users_purpose() {
     let origin = Origin::start().await;
     origin.robots(ROBOTS);
-    let hash = hash_password_with("pw", Params::new(8, 1, 1, None).expect("params")).expect("hash");
+    let hash = hash_password_with("pw", PasswordParams::new(8, 1, 1, None).expect("params"))
+        .expect("hash");
     let proxy = Proxy::start_with(|c| {
         c.access.users = vec![UserConfig {
             name: "trainer".into(),

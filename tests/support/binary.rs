@@ -212,6 +212,34 @@ impl Running {
     }
 }
 
+/// An open-file limit: soft and hard, `None` meaning unlimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFiles {
+    pub soft: Option<u64>,
+    pub hard: Option<u64>,
+}
+
+/// The open-file limit of process `pid` (`None`: this process), from the
+/// "Max open files" line of `/proc/PID/limits`; `None` if unreadable.
+pub fn open_files(pid: Option<u32>) -> Option<OpenFiles> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/limits"),
+        None => "/proc/self/limits".to_owned(),
+    };
+    let text = std::fs::read_to_string(path).ok()?;
+    let rest = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))?;
+    let mut values = rest.split_whitespace().map(|v| match v {
+        "unlimited" => Some(None),
+        n => n.parse::<u64>().ok().map(Some),
+    });
+    Some(OpenFiles {
+        soft: values.next()??,
+        hard: values.next()??,
+    })
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         // Only this test's own child, by its handle.

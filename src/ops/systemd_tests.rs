@@ -14,9 +14,9 @@ fn child_sends_notifications() {
     if std::env::var_os(CHILD_FLAG).is_none() {
         return;
     }
-    robots_proxy::ops::systemd::notify_ready();
-    robots_proxy::ops::systemd::notify_reloading();
-    robots_proxy::ops::systemd::notify_stopping();
+    super::notify_ready();
+    super::notify_reloading();
+    super::notify_stopping();
 }
 
 #[test]
@@ -28,7 +28,11 @@ fn notifications_reach_the_socket() {
         .unwrap();
     // Output captured so the child's own test summary stays out of ours.
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_sends_notifications", "--test-threads=1"])
+        .args([
+            "--exact",
+            "ops::systemd::tests::child_sends_notifications",
+            "--test-threads=1",
+        ])
         .env(CHILD_FLAG, "1")
         .env("NOTIFY_SOCKET", &path)
         .output()
@@ -68,9 +72,9 @@ fn child_notifies_with_warnings_shown() {
         .with_writer(std::io::stderr)
         .with_max_level(tracing::Level::WARN)
         .init();
-    robots_proxy::ops::systemd::notify_ready();
-    robots_proxy::ops::systemd::notify_reloading();
-    robots_proxy::ops::systemd::notify_stopping();
+    super::notify_ready();
+    super::notify_reloading();
+    super::notify_stopping();
     println!("all notifications sent");
 }
 
@@ -80,7 +84,7 @@ fn notify_child(socket: Option<&std::path::Path>) -> (bool, String) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
-        "child_notifies_with_warnings_shown",
+        "ops::systemd::tests::child_notifies_with_warnings_shown",
         "--test-threads=1",
         "--nocapture",
     ])

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use robots_proxy::judge::politeness::{Mode, Politeness, PolitenessConfig, RateLimited};
 use tokio::time::{Instant, advance};
+
+use super::{Mode, Politeness, PolitenessConfig, RateLimited};
 
 const KEY: &str = "https://example.com:443 examplebot";
 

@@ -1,16 +1,18 @@
 //! Proxy authentication outcomes, config validation and the 407 helper.
+//! `auth`, `basic` and `LOCAL` serve the tests of the layers above too.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use base64::Engine as _;
 use http::HeaderValue;
-use robots_proxy::admit::{
-    AuthError, AuthOutcome, Params, ProxyAuth, UserConfig, challenge_response, hash_password,
-    hash_password_with,
+
+use super::{
+    AuthError, AuthLimits, AuthOutcome, Params, ProxyAuth, UserConfig, challenge_response,
+    hash_password, hash_password_with,
 };
 
-const LOCAL: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+pub(crate) const LOCAL: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
 /// Argon2 at the minimum cost, so debug-build tests stay fast.
 fn cheap(password: &str) -> String {
@@ -27,12 +29,12 @@ fn user(name: &str, password: &str, agent: Option<&str>) -> UserConfig {
     }
 }
 
-fn basic(credentials: &str) -> HeaderValue {
+pub(crate) fn basic(credentials: &str) -> HeaderValue {
     let b64 = base64::engine::general_purpose::STANDARD.encode(credentials);
     HeaderValue::from_str(&format!("Basic {b64}")).unwrap()
 }
 
-fn auth() -> ProxyAuth {
+pub(crate) fn auth() -> ProxyAuth {
     ProxyAuth::new([
         user("alice", "s3cret:with:colons", Some("ExampleBot/1.2")),
         user("bob", "hunter2", None),
@@ -248,26 +250,9 @@ fn challenge() {
     assert_eq!(*r.body(), "auth required");
 }
 
-#[test]
-fn futures_and_types_fit_a_hyper_service() {
-    fn send_sync<T: Send + Sync>(_: &T) {}
-    fn send<T: Send>(_: T) {}
-    let a = Arc::new(auth());
-    send_sync(&a);
-    let h = basic("bob:hunter2");
-    send(a.check_async(LOCAL, Some(&h)));
-    send_sync(&robots_proxy::admit::ClientAcl::default());
-    let m = robots_proxy::ops::metrics::Metrics::new();
-    send_sync(&m);
-    send(m.connection_opened());
-    let p = robots_proxy::judge::politeness::Politeness::new(Default::default());
-    send_sync(&p);
-    send(p.acquire("k", Some(1.0)));
-}
-
 #[tokio::test]
 async fn the_verification_allowance_counts_an_ipv6_client_by_its_slash_64() {
-    let a = Arc::new(auth().with_limits(Arc::new(robots_proxy::admit::AuthLimits::new(2))));
+    let a = Arc::new(auth().with_limits(Arc::new(AuthLimits::new(2))));
     let wrong = basic("bob:nope");
     let from = |s: &str| -> std::net::IpAddr { s.parse().expect("ip") };
     assert_eq!(

@@ -1,38 +1,102 @@
 //! Collapsed forwarding with real sockets: the cache module in front of a
 //! slow, counting loopback origin, 20 concurrent requests of one URL.
 
-mod support;
-
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::Request;
-use http_body_util::BodyExt;
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use robots_proxy::config::{CacheConfig, CacheMode};
-use robots_proxy::response_cache::{Lookup, ResponseCache};
-use support::{Origin, Reply};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
 
-/// The proxy's body type.
-type Body = http_body_util::combinators::BoxBody<bytes::Bytes, hyper::Error>;
+use super::config;
+use crate::http::body::{Body, empty_body};
+use crate::response_cache::{CacheMode, CacheSettings, Lookup, ResponseCache};
 
 type Http = Client<hyper_util::client::legacy::connect::HttpConnector, Body>;
 
-fn empty_body() -> Body {
-    http_body_util::Empty::new()
-        .map_err(|never| match never {})
-        .boxed()
+/// A loopback origin answering `path` with `body` and `Cache-Control:
+/// cache_control` after `delay`, counting the requests of every path.
+struct Origin {
+    addr: SocketAddr,
+    hits: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Origin {
+    async fn start(
+        path: &'static str,
+        body: &'static str,
+        cache_control: &'static str,
+        delay: Duration,
+    ) -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
+        let addr = listener.local_addr().expect("addr");
+        let hits: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let counted = hits.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let counted = counted.clone();
+                let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let seen = req.uri().path().to_string();
+                    *counted
+                        .lock()
+                        .expect("hits")
+                        .entry(seen.clone())
+                        .or_default() += 1;
+                    async move {
+                        tokio::time::sleep(delay).await;
+                        let mut resp =
+                            Response::new(Full::new(Bytes::from_static(if seen == path {
+                                body.as_bytes()
+                            } else {
+                                b""
+                            })));
+                        if seen == path {
+                            resp.headers_mut().insert(
+                                http::header::CACHE_CONTROL,
+                                http::HeaderValue::from_static(cache_control),
+                            );
+                        } else {
+                            *resp.status_mut() = http::StatusCode::NOT_FOUND;
+                        }
+                        Ok::<_, Infallible>(resp)
+                    }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc),
+                );
+            }
+        });
+        Origin { addr, hits }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn hits(&self, path: &str) -> usize {
+        self.hits
+            .lock()
+            .expect("hits")
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
 }
 
 fn cache(dir: &std::path::Path, lock_timeout: Duration) -> ResponseCache {
-    let cfg = CacheConfig {
-        enabled: true,
-        mode: CacheMode::Rfc9111,
+    let cfg = CacheSettings {
         lock_timeout,
-        ..CacheConfig::default()
+        ..config(CacheMode::Rfc9111)
     };
-    ResponseCache::open(&cfg.settings(), &dir.join("cache")).expect("open cache")
+    ResponseCache::open(&cfg, &dir.join("cache")).expect("open cache")
 }
 
 /// One request through the cache to the origin; returns the body and the
@@ -83,13 +147,13 @@ async fn twenty(cache: &ResponseCache, url: &str) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_concurrent_misses_make_one_origin_request() {
-    let origin = Origin::start().await;
-    origin.route(
+    let origin = Origin::start(
         "/slow",
-        Reply::ok("the one answer")
-            .header("cache-control", "max-age=60")
-            .delay(Duration::from_millis(500)),
-    );
+        "the one answer",
+        "max-age=60",
+        Duration::from_millis(500),
+    )
+    .await;
     let dir = tempfile::tempdir().expect("tmp");
     let cache = cache(dir.path(), Duration::from_secs(5));
     let got = twenty(&cache, &origin.url("/slow")).await;
@@ -106,13 +170,7 @@ async fn twenty_concurrent_misses_make_one_origin_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unstorable_answer_sends_the_waiting_requests_to_the_origin() {
-    let origin = Origin::start().await;
-    origin.route(
-        "/private",
-        Reply::ok("mine")
-            .header("cache-control", "private")
-            .delay(Duration::from_millis(300)),
-    );
+    let origin = Origin::start("/private", "mine", "private", Duration::from_millis(300)).await;
     let dir = tempfile::tempdir().expect("tmp");
     let cache = cache(dir.path(), Duration::from_secs(5));
     let got = twenty(&cache, &origin.url("/private")).await;
@@ -123,13 +181,7 @@ async fn an_unstorable_answer_sends_the_waiting_requests_to_the_origin() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_go_to_the_origin_after_the_lock_timeout() {
-    let origin = Origin::start().await;
-    origin.route(
-        "/slower",
-        Reply::ok("late")
-            .header("cache-control", "max-age=60")
-            .delay(Duration::from_millis(1500)),
-    );
+    let origin = Origin::start("/slower", "late", "max-age=60", Duration::from_millis(1500)).await;
     let dir = tempfile::tempdir().expect("tmp");
     let cache = cache(dir.path(), Duration::from_millis(200));
     let started = std::time::Instant::now();
