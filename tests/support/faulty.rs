@@ -2,9 +2,6 @@
 //! HTTP/1.1 server (keep-alive, GET without bodies) that answers most
 //! requests and resets, hangs on, or answers garbage to the ones its plan
 //! picks. It counts every request it sees per path.
-//!
-//! Use it with `#[path = "support/faulty.rs"] mod faulty;`.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

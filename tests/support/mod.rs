@@ -1,9 +1,14 @@
 //! Shared test servers: loopback origins with counters, misbehaving raw
 //! TCP servers, a proxy started on port 0, and a proxy-aware client.
+//!
+//! Every test binary but `robots` includes this module
+//! (`#[path = "../support/mod.rs"] mod support;` in its main.rs).
+// Each binary uses a part of it; what one does not use is not dead code.
 #![allow(dead_code)]
 
 pub mod binary;
 pub mod events;
+pub mod faulty;
 pub mod nginx;
 pub mod tls;
 
@@ -284,7 +289,7 @@ pub fn test_config(dir: &std::path::Path) -> Config {
     c.shutdown_grace = Duration::from_secs(5);
     // One serving thread, this test's runtime: tests that move tokio's
     // clock, or capture the events of their own thread, need the proxy's
-    // connections there. tests/serving_threads.rs covers more.
+    // connections there. tests/ops/serving_threads.rs covers more.
     c.workers = 1;
     c
 }
