@@ -9,8 +9,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsConnector;
@@ -21,16 +21,13 @@ fn minter() -> Minter {
     Minter::new(Ca::generate().unwrap(), 16).unwrap()
 }
 
-/// A rustls client that trusts only `ca`.
-fn client_trusting(ca: &CertificateDer<'static>, alpn: &[&[u8]]) -> TlsConnector {
-    let mut roots = RootCertStore::empty();
-    roots.add(ca.clone()).unwrap();
-    let mut config = ClientConfig::builder_with_provider(tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+/// A TLS client with the proxy's own upstream trust: the built-in roots
+/// and `ca_pem` as an extra CA file.
+fn client_trusting(ca_pem: &str) -> TlsConnector {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ca.pem");
+    std::fs::write(&file, ca_pem).unwrap();
+    let (config, _) = super::tls::client_config_with(&[file], false).unwrap();
     TlsConnector::from(Arc::new(config))
 }
 
@@ -72,7 +69,7 @@ async fn wrong_host_certificate_is_rejected_by_the_client() {
     // Without SNI the client checks the CONNECT host's certificate against
     // the IP it wanted: a mismatch must fail, proving names are checked.
     let m = Arc::new(minter());
-    let connector = client_trusting(m.ca().cert_der(), &[]);
+    let connector = client_trusting(&m.ca().cert_pem());
     let (addr, server) = intercepting_server(m.clone(), "10.0.0.1").await;
     let name = ServerName::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST).into());
     let err = connect(&connector, addr, name).await.unwrap_err();
@@ -195,7 +192,7 @@ async fn upstream_error_reasons_for_expired_and_refused() {
         let _ = acceptor.accept(tcp).await;
     });
 
-    let connector = client_trusting(ca_cert.der(), &[]);
+    let connector = client_trusting(&ca_cert.pem());
     let tcp = TcpStream::connect(addr).await.unwrap();
     let err = connector
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
@@ -249,7 +246,7 @@ async fn upstream_name_mismatch_lists_the_certificate_names() {
         let (tcp, _) = listener.accept().await.unwrap();
         let _ = acceptor.accept(tcp).await;
     });
-    let connector = client_trusting(m.ca().cert_der(), &[]);
+    let connector = client_trusting(&m.ca().cert_pem());
     let tcp = TcpStream::connect(addr).await.unwrap();
     let err = connector
         .connect(ServerName::try_from("www.example.test").unwrap(), tcp)
@@ -267,7 +264,7 @@ async fn upstream_name_mismatch_lists_the_certificate_names() {
 async fn a_client_without_the_ca_is_recognised_in_the_error() {
     let m = Arc::new(minter());
     let other_ca = Ca::generate().unwrap();
-    let connector = client_trusting(other_ca.cert_der(), &[]);
+    let connector = client_trusting(&other_ca.cert_pem());
     let (addr, server) = intercepting_server(m, "localhost").await;
     let err = connect(&connector, addr, ServerName::try_from("localhost").unwrap())
         .await

@@ -10,7 +10,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 
-use crate::support::{Origin, Proxy, Reply, counting_listener, metric};
+use crate::support::{
+    Origin, Proxy, Reply, admin, counting_listener, metric, percent, robots_fetches, status_kib,
+};
 
 const ROBOTS: &[u8] = b"User-agent: *\nDisallow: /private\n";
 
@@ -47,14 +49,6 @@ async fn origin_with_encoded_robots(coding: &str, body: Vec<u8>) -> Origin {
         Reply::ok(body).header("content-encoding", coding),
     );
     origin
-}
-
-fn percent(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
-}
-
-fn explain(body: &str) -> serde_json::Value {
-    serde_json::from_str(body).expect("explain answers JSON")
 }
 
 // ---------------------------------------------------------------------------
@@ -121,16 +115,6 @@ async fn an_encoding_that_cannot_be_decoded_makes_robots_txt_unreachable() {
     }
 }
 
-/// The process's peak resident memory, in KiB.
-fn peak_rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM")
-}
-
 /// 256 MiB of zeros after a rule, gzipped to about 256 KiB: the decision
 /// comes from the first 500 KiB, and decoding costs about that much.
 #[tokio::test]
@@ -145,9 +129,9 @@ async fn a_gzip_bomb_is_judged_by_its_first_500_kib_within_bounded_memory() {
     assert!(bomb.len() < 2 << 20, "{}", bomb.len());
     let origin = origin_with_encoded_robots("gzip", bomb).await;
     let proxy = Proxy::start().await;
-    let before = peak_rss_kib();
+    let before = status_kib(None, "VmHWM");
     let resp = proxy.get(&origin.url("/private/x")).await;
-    let grown_mib = (peak_rss_kib() - before) / 1024;
+    let grown_mib = (status_kib(None, "VmHWM") - before) / 1024;
     // Decoding the whole file would take 256 MiB at least.
     assert!(grown_mib < 64, "peak memory grew by {grown_mib} MiB");
     assert_eq!(resp.status, 403, "{}", resp.body);
@@ -189,7 +173,7 @@ async fn a_robots_redirect_to_a_refused_address_is_never_connected_to() {
         let proxy = Proxy::start_with(|c| {
             c.allow_private_destinations = false;
             c.treat_as_public = vec![public];
-            c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+            admin(c);
         })
         .await;
         let resp = proxy.get(&origin.url("/page")).await;
@@ -208,10 +192,7 @@ async fn a_robots_redirect_to_a_refused_address_is_never_connected_to() {
         let audit = proxy.audit();
         assert_eq!(audit.len(), 1, "{target}: {audit:?}");
         assert_eq!(audit[0]["decision"], "refused", "{target}");
-        let r = proxy
-            .admin_get(&format!("/explain?url={}", percent(&origin.url("/page"))))
-            .await;
-        let j = explain(&r.body);
+        let j = proxy.explain(&origin.url("/page")).await;
         assert_eq!(j["decision"], "refused", "{j:#}");
         let reason = j["reason"].as_str().unwrap_or_default();
         assert!(reason.contains("refused by destination policy"), "{j:#}");
@@ -239,7 +220,7 @@ async fn a_refused_robots_fetch_is_counted_as_refused_not_as_unreachable_or_cach
     let proxy = Proxy::start_with(|c| {
         c.allow_private_destinations = false;
         c.treat_as_public = vec![public];
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
     })
     .await;
     for _ in 0..2 {
@@ -253,15 +234,8 @@ async fn a_refused_robots_fetch_is_counted_as_refused_not_as_unreachable_or_cach
     }
     assert_eq!(origin.hits("/robots.txt"), 1, "the refusal is remembered");
     assert_eq!(accepts.load(Ordering::SeqCst), 0);
-    let text = proxy.admin_get("/metrics").await.body;
-    let fetches = |outcome: &str| {
-        metric(
-            &text,
-            &format!(
-                "robots_proxy_robots_fetches_total{{outcome=\"{outcome}\",status_class=\"none\"}}"
-            ),
-        )
-    };
+    let text = proxy.metrics().await;
+    let fetches = |outcome: &str| robots_fetches(&text, outcome, "none");
     assert_eq!(fetches("refused"), Some(1.0), "{text}");
     assert_eq!(fetches("unreachable"), Some(0.0), "{text}");
     assert_eq!(
@@ -281,25 +255,15 @@ async fn the_redirect_limit_is_counted_only_when_reached() {
     looping.route("/robots.txt", Reply::redirect(&looping.url("/robots.txt")));
     let nowhere = Origin::start().await;
     nowhere.route("/robots.txt", Reply::status(302));
-    let proxy = Proxy::start_with(|c| {
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
-    })
-    .await;
+    let proxy = Proxy::with_admin().await;
     for origin in [&looping, &nowhere] {
         let resp = proxy.get(&origin.url("/page")).await;
         assert_eq!(resp.status, 200, "{}", resp.body);
     }
     assert!(looping.hits("/robots.txt") > 1);
     assert_eq!(nowhere.hits("/robots.txt"), 1);
-    let text = proxy.admin_get("/metrics").await.body;
-    let fetches = |outcome: &str| {
-        metric(
-            &text,
-            &format!(
-                "robots_proxy_robots_fetches_total{{outcome=\"{outcome}\",status_class=\"3xx\"}}"
-            ),
-        )
-    };
+    let text = proxy.metrics().await;
+    let fetches = |outcome: &str| robots_fetches(&text, outcome, "3xx");
     assert_eq!(fetches("redirect_limit"), Some(1.0), "{text}");
     assert_eq!(fetches("unavailable"), Some(1.0), "{text}");
 }
@@ -337,11 +301,10 @@ async fn a_robots_redirect_to_the_metadata_address_is_refused_at_once() {
 /// is not purged) or the proxy listener.
 #[tokio::test]
 async fn the_proxys_own_listeners_are_refused_even_when_private_destinations_are_allowed() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow:\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow:\n").await;
     let proxy = Proxy::start_with(|c| {
         c.allow_private_destinations = true;
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
     })
     .await;
     let admin = proxy.admin_addr.expect("admin listener");

@@ -5,23 +5,17 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 use crate::support;
-use crate::support::{Origin, Proxy};
+use crate::support::raw::{exchange, find, until_close};
+use crate::support::tls::connect;
+use crate::support::{Origin, Proxy, serve_tcp};
 
 /// The robots.txt every raw origin serves.
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
-
-/// How long a raw exchange may take before the test fails (a bound, not a wait).
-const BOUND: Duration = Duration::from_secs(10);
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
 
 /// Reads one request (head, then the body as its own head frames it) and
 /// returns its exact bytes; `None` once the peer has closed.
@@ -74,36 +68,30 @@ struct RawOrigin {
 
 impl RawOrigin {
     async fn start(reply: &'static [u8]) -> RawOrigin {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
-        let addr = listener.local_addr().expect("addr");
         let requests: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
         let seen = requests.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let seen = seen.clone();
-                tokio::spawn(async move {
-                    while let Some(request) = read_request(&mut stream).await {
-                        if request.starts_with(b"GET /robots.txt ") {
-                            let answer = format!(
-                                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{ROBOTS}",
-                                ROBOTS.len()
-                            );
-                            if stream.write_all(answer.as_bytes()).await.is_err() {
-                                return;
-                            }
-                            continue;
+        let addr = serve_tcp(move |mut stream| {
+            let seen = seen.clone();
+            async move {
+                while let Some(request) = read_request(&mut stream).await {
+                    if request.starts_with(b"GET /robots.txt ") {
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{ROBOTS}",
+                            ROBOTS.len()
+                        );
+                        if stream.write_all(answer.as_bytes()).await.is_err() {
+                            return;
                         }
-                        seen.lock().expect("requests").push(request);
-                        let _ = stream.write_all(reply).await;
-                        let _ = stream.shutdown().await;
-                        return;
+                        continue;
                     }
-                });
+                    seen.lock().expect("requests").push(request);
+                    let _ = stream.write_all(reply).await;
+                    let _ = stream.shutdown().await;
+                    return;
+                }
             }
-        });
+        })
+        .await;
         RawOrigin { addr, requests }
     }
 
@@ -119,81 +107,6 @@ impl RawOrigin {
             .iter()
             .map(|r| String::from_utf8_lossy(r).into_owned())
             .collect()
-    }
-}
-
-/// A response read off a raw socket.
-#[derive(Debug)]
-struct RawResp {
-    text: String,
-}
-
-impl RawResp {
-    fn status(&self) -> u16 {
-        self.text
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// The value of the first header `name` (lower case), if any.
-    fn header(&self, name: &str) -> Option<String> {
-        let head = self.text.split("\r\n\r\n").next()?;
-        head.lines().skip(1).find_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-        })
-    }
-}
-
-/// Writes `request` and reads until the peer closes (what was read before an
-/// error counts).
-async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, request: &[u8]) -> RawResp {
-    stream.write_all(request).await.expect("write request");
-    let mut out = Vec::new();
-    let read = async {
-        let mut chunk = [0u8; 4096];
-        loop {
-            match stream.read(&mut chunk).await {
-                Ok(n) if n > 0 => out.extend_from_slice(&chunk[..n]),
-                _ => return,
-            }
-        }
-    };
-    tokio::time::timeout(BOUND, read)
-        .await
-        .expect("the proxy answers and closes");
-    RawResp {
-        text: String::from_utf8_lossy(&out).into_owned(),
-    }
-}
-
-/// Sends raw bytes to the proxy on a new connection.
-async fn raw(proxy: &Proxy, request: &str) -> RawResp {
-    let mut s = TcpStream::connect(proxy.addr).await.expect("connect proxy");
-    exchange(&mut s, request.as_bytes()).await
-}
-
-/// Opens a CONNECT tunnel; the stream after a 2xx, else the response head.
-async fn connect(proxy: &Proxy, target: &str) -> Result<TcpStream, String> {
-    let mut s = TcpStream::connect(proxy.addr).await.expect("connect proxy");
-    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
-        .await
-        .expect("write CONNECT");
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match tokio::time::timeout(BOUND, s.read(&mut byte)).await {
-            Ok(Ok(1)) => head.push(byte[0]),
-            _ => break,
-        }
-    }
-    let text = String::from_utf8_lossy(&head).into_owned();
-    if text.starts_with("HTTP/1.1 200") {
-        Ok(s)
-    } else {
-        Err(text)
     }
 }
 
@@ -214,8 +127,7 @@ async fn tls_tunnel(
 /// judged against, and sent to, port 80.
 #[tokio::test]
 async fn an_absolute_form_target_with_a_bad_port_is_400_and_goes_nowhere() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     let proxy = Proxy::start_with(|c| c.audit.log_all = true).await;
     let port = origin.addr.port();
     for bad in [
@@ -225,8 +137,7 @@ async fn an_absolute_form_target_with_a_bad_port_is_400_and_goes_nowhere() {
         format!("+{port}"),
         "0".to_string(),
     ] {
-        let resp = raw(
-            &proxy,
+        let resp = until_close(proxy.addr,
             &format!("GET http://127.0.0.1:{bad}/x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"),
         )
         .await;
@@ -242,8 +153,8 @@ async fn an_absolute_form_target_with_a_bad_port_is_400_and_goes_nowhere() {
 #[tokio::test]
 async fn an_empty_port_is_the_default_port() {
     let proxy = Proxy::start().await;
-    let resp = raw(
-        &proxy,
+    let resp = until_close(
+        proxy.addr,
         "GET http://127.0.0.1:/x HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
     )
     .await;
@@ -282,8 +193,7 @@ async fn a_connect_target_with_a_bad_or_missing_port_is_400() {
 /// form): a bad port there is a bad request too.
 #[tokio::test]
 async fn a_bad_port_inside_a_tunnel_is_400() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     let proxy = Proxy::start().await;
     let port = origin.addr.port();
     for request in [
@@ -300,7 +210,7 @@ async fn a_bad_port_inside_a_tunnel_is_400() {
         let mut tunnel = connect(&proxy, &origin.addr.to_string())
             .await
             .expect("tunnel");
-        let resp = exchange(&mut tunnel, request.as_bytes()).await;
+        let resp = exchange(&mut tunnel, &request).await;
         assert_eq!(resp.status(), 400, "{request}: {resp:?}");
     }
     assert_eq!(origin.hits("/x"), 0);
@@ -321,10 +231,8 @@ async fn a_bad_port_inside_a_tunnel_is_400() {
 /// against, and sent to, the host the tunnel connects to.
 #[tokio::test]
 async fn an_absolute_form_for_another_host_inside_a_tunnel_is_judged_as_the_tunnels() {
-    let origin = Origin::start().await;
-    origin.robots(ROBOTS);
-    let other = Origin::start().await;
-    other.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots(ROBOTS).await;
+    let other = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     let proxy = Proxy::start().await;
     let send = |path: &'static str| {
         let (proxy, origin, other) = (&proxy, &origin, &other);
@@ -337,7 +245,7 @@ async fn an_absolute_form_for_another_host_inside_a_tunnel_is_judged_as_the_tunn
                 other.url(path),
                 other.addr
             );
-            exchange(&mut tunnel, request.as_bytes()).await
+            exchange(&mut tunnel, request).await
         }
     };
     let blocked = send("/private/x").await;
@@ -438,11 +346,10 @@ async fn connect_options_star_and_trace_inside_an_intercepted_tunnel_are_answere
 /// TRACE would have the origin echo the request, headers included.
 #[tokio::test]
 async fn trace_is_405_and_never_reaches_the_origin() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     let proxy = Proxy::start().await;
-    let resp = raw(
-        &proxy,
+    let resp = until_close(
+        proxy.addr,
         &format!(
             "TRACE {} HTTP/1.1\r\nHost: {}\r\nCookie: secret\r\nConnection: close\r\n\r\n",
             origin.url("/x"),
@@ -466,8 +373,8 @@ async fn head_options_and_unknown_methods_are_judged_and_forwarded_as_sent() {
     let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
     let proxy = Proxy::start_with(|c| c.audit.log_all = true).await;
     for method in ["HEAD", "OPTIONS", "PURGE"] {
-        let resp = raw(
-            &proxy,
+        let resp = until_close(
+            proxy.addr,
             &format!(
                 "{method} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
                 origin.url("/private/x"),
@@ -476,8 +383,8 @@ async fn head_options_and_unknown_methods_are_judged_and_forwarded_as_sent() {
         )
         .await;
         assert_eq!(resp.status(), 403, "{method}: {resp:?}");
-        let resp = raw(
-            &proxy,
+        let resp = until_close(
+            proxy.addr,
             &format!(
                 "{method} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
                 origin.url("/open"),
@@ -595,8 +502,8 @@ async fn a_request_body_is_forwarded_whatever_the_method_and_framing() {
             origin.url("/x"),
             origin.addr
         );
-        let chunked = raw(
-            &proxy,
+        let chunked = until_close(
+            proxy.addr,
             &format!("{head}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
         )
         .await;
@@ -614,7 +521,8 @@ async fn a_request_body_is_forwarded_whatever_the_method_and_framing() {
         );
         assert_eq!(body_of(&seen), "5\r\nhello\r\n0\r\n\r\n", "{method}");
 
-        let length = raw(&proxy, &format!("{head}Content-Length: 5\r\n\r\nhello")).await;
+        let length =
+            until_close(proxy.addr, &format!("{head}Content-Length: 5\r\n\r\nhello")).await;
         assert_eq!(length.status(), 200, "{method}: {length:?}");
         let seen = origin.requests().pop().unwrap_or_default();
         assert!(has_header(&seen, "content-length: 5"), "{seen}");
@@ -644,8 +552,7 @@ async fn a_request_with_content_length_and_chunked_reaches_the_origin_with_one_f
             origin.url("/private/y"),
             origin.addr
         );
-        let resp = raw(
-            &proxy,
+        let resp = until_close(proxy.addr,
             &format!(
                 "{method} {} HTTP/1.1\r\nHost: {}\r\n{framing}\r\n\r\n3\r\nabc\r\n0\r\n\r\n{smuggled}",
                 origin.url("/x"),
@@ -679,8 +586,8 @@ async fn ambiguous_request_framing_is_400() {
         "Transfer-Encoding: gzip",
         "Transfer-Encoding: chunked, gzip",
     ] {
-        let resp = raw(
-            &proxy,
+        let resp = until_close(
+            proxy.addr,
             &format!(
                 "POST {} HTTP/1.1\r\nHost: {}\r\n{framing}\r\nConnection: close\r\n\r\nhello6",
                 origin.url("/x"),
@@ -733,8 +640,7 @@ async fn a_request_with_a_transfer_coding_other_than_chunked_is_501() {
         "chunked, chunked",
         "chunked\r\nTransfer-Encoding: chunked",
     ] {
-        let resp = raw(
-            &proxy,
+        let resp = until_close(proxy.addr,
             &format!(
                 "POST {} HTTP/1.1\r\nHost: {}\r\nTransfer-Encoding: {coding}\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
                 origin.url("/x"),
@@ -769,8 +675,8 @@ async fn options_star_and_authority_form_to_the_proxy_are_400() {
     let proxy = Proxy::start().await;
     for target in ["*".to_string(), origin.addr.to_string()] {
         for method in ["OPTIONS", "GET"] {
-            let resp = raw(
-                &proxy,
+            let resp = until_close(
+                proxy.addr,
                 &format!(
                     "{method} {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
                     origin.addr

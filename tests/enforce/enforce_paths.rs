@@ -9,12 +9,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
 use crate::support;
 use crate::support::nginx::{DIRECT, Nginx};
 use crate::support::tls::{proxy_trusting, tls_origin, try_https_get};
-use crate::support::{Proxy, Resp};
+use crate::support::{Proxy, Resp, serve_tcp};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\nDisallow: /admin/\n";
 
@@ -46,42 +45,36 @@ type Heads = Arc<Mutex<Vec<String>>>;
 /// [`ROBOTS`] at `/robots.txt` and `page` elsewhere, one request per
 /// connection.
 async fn raw_origin() -> (SocketAddr, Heads) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
     let lines: Heads = Arc::default();
     let seen = lines.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                return;
-            };
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
+    let addr = serve_tcp(move |mut s| {
+        let seen = seen.clone();
+        async move {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
                 }
-                let text = String::from_utf8_lossy(&head).into_owned();
-                let line = text.lines().next().unwrap_or_default().to_string();
-                seen.lock().expect("lines").push(line.clone());
-                let body = if line.starts_with("GET /robots.txt ") {
-                    ROBOTS
-                } else {
-                    "page"
-                };
-                let resp = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = s.write_all(resp.as_bytes()).await;
-                let _ = s.shutdown().await;
-            });
+            }
+            let text = String::from_utf8_lossy(&head).into_owned();
+            let line = text.lines().next().unwrap_or_default().to_string();
+            seen.lock().expect("lines").push(line.clone());
+            let body = if line.starts_with("GET /robots.txt ") {
+                ROBOTS
+            } else {
+                "page"
+            };
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = s.write_all(resp.as_bytes()).await;
+            let _ = s.shutdown().await;
         }
-    });
+    })
+    .await;
     (addr, lines)
 }
 
@@ -181,10 +174,7 @@ async fn no_bypass_spelling_reaches_a_raw_origin_and_allowed_paths_pass_unchange
 #[tokio::test]
 async fn the_403_the_audit_line_and_explain_name_the_resolved_path_and_rule() {
     let (addr, _lines) = raw_origin().await;
-    let proxy = Proxy::start_with(|c| {
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
-    })
-    .await;
+    let proxy = Proxy::with_admin().await;
     let resp = proxy
         .get(&format!("http://{addr}/public/%2e%2e/private/secret.html"))
         .await;
@@ -216,13 +206,7 @@ async fn the_403_the_audit_line_and_explain_name_the_resolved_path_and_rule() {
     );
 
     let url = format!("http://{addr}/public/..%2Fprivate/secret.html");
-    let explain = proxy
-        .admin_get(&format!(
-            "/explain?url={}",
-            form_urlencoded::byte_serialize(url.as_bytes()).collect::<String>()
-        ))
-        .await;
-    let json: serde_json::Value = serde_json::from_str(&explain.body).expect("json");
+    let json = proxy.explain(&url).await;
     assert_eq!(json["decision"], "disallowed", "{json}");
     assert_eq!(json["judged_as"], "/private/secret.html", "{json}");
     assert_eq!(json["rule_line"], 2, "{json}");

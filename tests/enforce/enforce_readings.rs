@@ -9,10 +9,8 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
 use crate::support::Proxy;
+use crate::support::raw::until_close;
 
 /// A child process killed when dropped.
 struct Server {
@@ -68,21 +66,20 @@ fn spawn(program: &str, args: &[&str]) -> Option<Server> {
 /// Sends `GET <target> HTTP/1.1` to `to` byte for byte (no client
 /// normalises the target) and returns the status and body.
 async fn raw_get(to: SocketAddr, target: &str, host: SocketAddr) -> (u16, String) {
-    let mut s = TcpStream::connect(to).await.expect("connect");
     let req = format!("GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.expect("write");
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).await.expect("read");
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let status = text
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_default();
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
+    let resp = until_close(to, req).await;
+    (resp.status(), resp.body().to_string())
+}
+
+/// The WHATWG-URL origin (Node, tests/support/origins/whatwg-origin.js).
+fn node_origin() -> Option<Server> {
+    spawn(
+        "node",
+        &[concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/support/origins/whatwg-origin.js"
+        )],
+    )
 }
 
 /// The spellings a WHATWG router reads as `/private/x`.
@@ -96,13 +93,7 @@ const BACKSLASH_BYPASSES: [&str; 5] = [
 
 #[tokio::test]
 async fn backslash_spellings_reach_a_node_origin_directly_but_never_through_the_proxy() {
-    let Some(node) = spawn(
-        "node",
-        &[concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/support/origins/whatwg-origin.js"
-        )],
-    ) else {
+    let Some(node) = node_origin() else {
         return;
     };
     // Asked directly, the origin serves the secret: the bypass is real.
@@ -190,13 +181,7 @@ async fn reserved_characters_encoded_reach_python_http_server_but_never_through_
 
 #[tokio::test]
 async fn case_folds_only_on_origins_configured_case_insensitive() {
-    let Some(node) = spawn(
-        "node",
-        &[concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/support/origins/whatwg-origin.js"
-        )],
-    ) else {
+    let Some(node) = node_origin() else {
         return;
     };
     let url = format!("http://{}/PRIVATE/x", node.addr);

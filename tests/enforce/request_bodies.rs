@@ -7,20 +7,13 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 use crate::support;
-use crate::support::Proxy;
-
-/// How long a raw exchange may take before the test fails (a bound, not a wait).
-const BOUND: Duration = Duration::from_secs(10);
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
+use crate::support::raw::{BOUND, RawResp, find, read_answer, read_response};
+use crate::support::{Proxy, serve_tcp};
 
 /// An origin that parses requests the way Python's `BaseHTTPRequestHandler`
 /// apps do when they never read a body: a `GET`'s `Content-Length` is
@@ -34,15 +27,9 @@ struct BodyIgnoringOrigin {
 
 impl BodyIgnoringOrigin {
     async fn start() -> BodyIgnoringOrigin {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
         let lines: Arc<Mutex<Vec<String>>> = Arc::default();
         let log = lines.clone();
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve(stream, log.clone()));
-            }
-        });
+        let addr = serve_tcp(move |stream| serve(stream, log.clone())).await;
         BodyIgnoringOrigin { addr, lines }
     }
 
@@ -107,71 +94,6 @@ async fn serve(mut stream: TcpStream, log: Arc<Mutex<Vec<String>>>) {
     }
 }
 
-/// A response read off a raw connection (framed by Content-Length).
-struct RawResp {
-    head: String,
-    body: String,
-}
-
-impl RawResp {
-    fn status(&self) -> u16 {
-        self.head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0)
-    }
-
-    fn header(&self, name: &str) -> Option<String> {
-        self.head.lines().find_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-        })
-    }
-}
-
-async fn read_response(stream: &mut TcpStream) -> RawResp {
-    read_answer(stream, false).await
-}
-
-/// A response, without reading a body when it answers a HEAD.
-async fn read_answer(stream: &mut TcpStream, to_head: bool) -> RawResp {
-    let read = async {
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        let end = loop {
-            if let Some(i) = find(&buf, b"\r\n\r\n") {
-                break i + 4;
-            }
-            let n = stream.read(&mut chunk).await.expect("read");
-            assert!(n > 0, "connection closed before a response");
-            buf.extend_from_slice(&chunk[..n]);
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-        let length = head
-            .lines()
-            .find_map(|l| {
-                let (n, v) = l.split_once(':')?;
-                n.eq_ignore_ascii_case("content-length")
-                    .then(|| v.trim().parse::<usize>().ok())?
-            })
-            .unwrap_or(0);
-        let length = if to_head { 0 } else { length };
-        while buf.len() < end + length {
-            let n = stream.read(&mut chunk).await.expect("read");
-            assert!(n > 0, "connection closed inside a response");
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        RawResp {
-            head,
-            body: String::from_utf8_lossy(&buf[end..end + length]).into_owned(),
-        }
-    };
-    tokio::time::timeout(BOUND, read)
-        .await
-        .expect("a response within the bound")
-}
-
 /// A GET of `target` whose body is a request for `/private/secret`.
 fn smuggling_get(target: &str, host: &str) -> String {
     let inner = format!("GET /private/secret HTTP/1.1\r\nHost: {host}\r\n\r\n");
@@ -184,12 +106,12 @@ fn smuggling_get(target: &str, host: &str) -> String {
 /// The answer to a refused body: 400 saying why, not stored by caches, an
 /// audit line naming the decision; nothing of it reached the origin.
 fn assert_refused(resp: &RawResp, proxy: &Proxy, url: &str) {
-    assert_eq!(resp.status(), 400, "{}{}", resp.head, resp.body);
-    assert!(resp.body.contains("body"), "{}", resp.body);
+    assert_eq!(resp.status(), 400, "{}", resp.text);
+    assert!(resp.body().contains("body"), "{}", resp.body());
     assert!(
-        resp.body.contains("upstream.allow_bodies_for"),
+        resp.body().contains("upstream.allow_bodies_for"),
         "{}",
-        resp.body
+        resp.body()
     );
     assert_eq!(resp.header("cache-control").as_deref(), Some("no-store"));
     let decision = resp.header("x-robots-proxy-decision").unwrap_or_default();
@@ -246,7 +168,7 @@ async fn a_get_body_holding_a_request_is_refused_and_never_reaches_the_origin() 
     let empty = format!("GET {url} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n");
     client.write_all(empty.as_bytes()).await.expect("write");
     let resp = read_response(&mut client).await;
-    assert_eq!((resp.status(), resp.body.as_str()), (200, "page /public"));
+    assert_eq!((resp.status(), resp.body()), (200, "page /public"));
 
     // Another client's request gets its own answer.
     let other = proxy.get(&origin.url("/other")).await;
@@ -301,7 +223,7 @@ async fn an_allowed_get_body_is_forwarded_on_a_connection_of_its_own() {
         .await
         .expect("write");
     let resp = read_response(&mut client).await;
-    assert_eq!((resp.status(), resp.body.as_str()), (200, "page /search"));
+    assert_eq!((resp.status(), resp.body()), (200, "page /search"));
     for path in ["/a", "/b", "/c"] {
         let resp = proxy.get(&origin.url(path)).await;
         assert_eq!(resp.body, format!("page {path}"));

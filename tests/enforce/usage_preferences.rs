@@ -5,27 +5,18 @@
 //! line (`enforce`) or forwarded with `X-Robots-Proxy-Usage` (`annotate`),
 //! and audited either way.
 
-use base64::Engine;
-use bytes::Bytes;
-use http::{HeaderValue, Request};
-use robots_proxy::config::{PasswordParams, UsageMode, UserConfig, hash_password_with};
+use robots_proxy::config::{UsageMode, UserConfig};
 
-use crate::support::{Origin, Proxy, Reply};
+use crate::support::{Origin, Proxy, Reply, basic, get_with, user};
 
 const ROBOTS: &str = "User-Agent: *\nAllow: /\nDisallow: /never/\nContent-Usage: train-ai=n\nContent-Usage: /ai-ok/ train-ai=y\n";
 
-fn get(url: &str, purpose: Option<&str>) -> Request<Bytes> {
-    let mut b = Request::get(url);
-    if let Some(p) = purpose {
-        b = b.header("Robots-Proxy-Purpose", p);
-    }
-    b.body(Bytes::new()).expect("request")
-}
+/// The request header that declares purposes.
+const PURPOSE: &str = "Robots-Proxy-Purpose";
 
 #[tokio::test]
 async fn enforce_refuses_before_fetching_and_names_the_line() {
-    let origin = Origin::start().await;
-    origin.robots(ROBOTS);
+    let origin = Origin::with_robots(ROBOTS).await;
     let proxy = Proxy::start_with(|c| c.usage.purposes = vec!["train-ai".into()]).await;
 
     let resp = proxy.get(&origin.url("/test")).await;
@@ -66,8 +57,7 @@ async fn enforce_refuses_before_fetching_and_names_the_line() {
 
 #[tokio::test]
 async fn annotate_forwards_with_the_preference_in_a_header_and_the_audit_line() {
-    let origin = Origin::start().await;
-    origin.robots(ROBOTS);
+    let origin = Origin::with_robots(ROBOTS).await;
     let proxy = Proxy::start_with(|c| {
         c.usage.purposes = vec!["train-ai".into()];
         c.usage.mode = UsageMode::Annotate;
@@ -95,13 +85,18 @@ async fn annotate_forwards_with_the_preference_in_a_header_and_the_audit_line() 
 
 #[tokio::test]
 async fn the_purpose_header_adds_a_purpose_and_never_reaches_the_origin() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nContent-Signal: search=yes, ai-train=no, ai-input=no\n");
+    let origin = Origin::with_robots(
+        "User-agent: *\nContent-Signal: search=yes, ai-train=no, ai-input=no\n",
+    )
+    .await;
     let proxy = Proxy::start().await;
     // No purpose declared: the preferences do not apply.
     assert_eq!(proxy.get(&origin.url("/a")).await.status, 200);
     let resp = proxy
-        .request(get(&origin.url("/b"), Some("search, ai-input")))
+        .request(get_with(
+            &origin.url("/b"),
+            &[(PURPOSE, "search, ai-input")],
+        ))
         .await;
     assert_eq!(resp.status, 403, "{}", resp.body);
     assert!(
@@ -109,7 +104,9 @@ async fn the_purpose_header_adds_a_purpose_and_never_reaches_the_origin() {
             .contains("Content-Signal: search=yes, ai-train=no, ai-input=no")
     );
     assert_eq!(origin.hits("/b"), 0);
-    let resp = proxy.request(get(&origin.url("/c"), Some("search"))).await;
+    let resp = proxy
+        .request(get_with(&origin.url("/c"), &[(PURPOSE, "search")]))
+        .await;
     assert_eq!(resp.status, 200);
     let seen = origin.seen_headers.lock().expect("seen").clone();
     assert!(
@@ -120,8 +117,7 @@ async fn the_purpose_header_adds_a_purpose_and_never_reaches_the_origin() {
 
 #[tokio::test]
 async fn the_origins_content_usage_header_withholds_the_response_in_enforce() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     origin.route(
         "/doc",
         Reply::ok("SECRET body").header("Content-Usage", "train-ai=n"),
@@ -160,25 +156,20 @@ async fn the_origins_content_usage_header_withholds_the_response_in_enforce() {
 
 #[tokio::test]
 async fn a_request_cannot_drop_its_users_purpose() {
-    let origin = Origin::start().await;
-    origin.robots(ROBOTS);
-    let hash = hash_password_with("pw", PasswordParams::new(8, 1, 1, None).expect("params"))
-        .expect("hash");
+    let origin = Origin::with_robots(ROBOTS).await;
     let proxy = Proxy::start_with(|c| {
         c.access.users = vec![UserConfig {
-            name: "trainer".into(),
-            password_hash: hash,
-            agent: None,
-            max_rps: None,
             purposes: vec!["train-ai".into()],
+            ..user("trainer", "pw")
         }];
     })
     .await;
-    let mut req = get(&origin.url("/test"), Some("search"));
-    let b64 = base64::engine::general_purpose::STANDARD.encode("trainer:pw");
-    req.headers_mut().insert(
-        "proxy-authorization",
-        HeaderValue::from_str(&format!("Basic {b64}")).expect("value"),
+    let req = get_with(
+        &origin.url("/test"),
+        &[
+            (PURPOSE, "search"),
+            ("proxy-authorization", &basic("trainer:pw")),
+        ],
     );
     let resp = proxy.request(req).await;
     assert_eq!(resp.status, 403, "{}", resp.body);

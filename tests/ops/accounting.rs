@@ -6,70 +6,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::tls::{https_get, tls_origin};
-use crate::support::{Origin, Proxy, Reply, metric};
-
-fn count(metrics: &str, decision: &str) -> f64 {
-    metric(
-        metrics,
-        &format!("robots_proxy_requests_total{{decision=\"{decision}\"}}"),
-    )
-    .unwrap_or_else(|| panic!("no requests_total for {decision} in:\n{metrics}"))
-}
-
-/// Sends raw bytes to the proxy and returns the status line's code.
-async fn raw_status(proxy: &Proxy, request: &str) -> u16 {
-    let mut s = TcpStream::connect(proxy.addr).await.expect("connect");
-    s.write_all(request.as_bytes()).await.expect("write");
-    let mut buf = vec![0u8; 1024];
-    let n = s.read(&mut buf).await.expect("read");
-    let text = String::from_utf8_lossy(&buf[..n]);
-    text.get(9..12)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {text:?}"))
-}
-
-/// An origin that answers `/robots.txt` properly and every other path with
-/// bytes that are not HTTP.
-async fn garbage_origin() -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let Ok(n) = s.read(&mut buf).await else {
-                    return;
-                };
-                let robots = buf[..n].starts_with(b"GET /robots.txt ");
-                let answer: Vec<u8> = if robots {
-                    let body = "User-agent: *\nAllow: /\n";
-                    format!(
-                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                        body.len()
-                    )
-                    .into_bytes()
-                } else {
-                    b"\x00\x01 not http at all\r\n\r\n".to_vec()
-                };
-                let _ = s.write_all(&answer).await;
-            });
-        }
-    });
-    addr
-}
+use crate::support::{Origin, Proxy, Reply, admin, garbage_origin, raw, requests_total};
 
 #[tokio::test]
 async fn each_answer_is_counted_once_under_its_own_label() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /private\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     origin.route("/slow", Reply::ok("late").delay(Duration::from_secs(30)));
     let garbage = garbage_origin().await;
     let proxy = Proxy::start_with(|c| {
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
         c.audit.log_all = true;
         c.upstream.response_timeout = Duration::from_millis(300);
     })
@@ -89,9 +36,14 @@ async fn each_answer_is_counted_once_under_its_own_label() {
     // Not a request the proxy can judge: no HTTP at all (hyper answers it
     // before the proxy's service sees it), origin form, TRACE, a CONNECT
     // without a port.
-    assert_eq!(raw_status(&proxy, "GARBAGE\r\n\r\n").await, 400);
     assert_eq!(
-        raw_status(&proxy, "GET /page HTTP/1.1\r\nHost: x\r\n\r\n").await,
+        raw::request(proxy.addr, "GARBAGE\r\n\r\n").await.status(),
+        400
+    );
+    assert_eq!(
+        raw::request(proxy.addr, "GET /page HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .status(),
         400
     );
     let trace = Request::builder()
@@ -101,11 +53,12 @@ async fn each_answer_is_counted_once_under_its_own_label() {
         .expect("request");
     assert_eq!(proxy.request(trace).await.status, 405);
     assert_eq!(
-        raw_status(
-            &proxy,
+        raw::request(
+            proxy.addr,
             "CONNECT example.com HTTP/1.1\r\nHost: example.com\r\n\r\n"
         )
-        .await,
+        .await
+        .status(),
         400
     );
     // Already through this proxy: 508.
@@ -116,7 +69,7 @@ async fn each_answer_is_counted_once_under_its_own_label() {
         .expect("request");
     assert_eq!(proxy.request(looped).await.status, 508);
 
-    let metrics = proxy.admin_get("/metrics").await.body;
+    let metrics = proxy.metrics().await;
     for (label, n) in [
         ("allowed", 1.0),
         ("disallowed", 1.0),
@@ -128,7 +81,7 @@ async fn each_answer_is_counted_once_under_its_own_label() {
         ("tunnelled", 0.0),
         ("intercepted", 0.0),
     ] {
-        assert_eq!(count(&metrics, label), n, "{label}:\n{metrics}");
+        assert_eq!(requests_total(&metrics, label), n, "{label}:\n{metrics}");
     }
     // One audit line per judged request (log_all), none for the answers
     // given before anything was judged.
@@ -148,7 +101,7 @@ async fn an_intercepted_connect_and_each_request_in_it_count_once() {
     let ca_file = o.ca_file.clone();
     let proxy = Proxy::start_with(move |c| {
         c.upstream.ca_files = vec![ca_file];
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
         c.audit.log_all = true;
     })
     .await;
@@ -165,11 +118,11 @@ async fn an_intercepted_connect_and_each_request_in_it_count_once() {
             .status,
         403
     );
-    let metrics = proxy.admin_get("/metrics").await.body;
-    assert_eq!(count(&metrics, "intercepted"), 2.0, "{metrics}");
-    assert_eq!(count(&metrics, "allowed"), 1.0, "{metrics}");
-    assert_eq!(count(&metrics, "disallowed"), 1.0, "{metrics}");
-    assert_eq!(count(&metrics, "tunnelled"), 0.0, "{metrics}");
+    let metrics = proxy.metrics().await;
+    assert_eq!(requests_total(&metrics, "intercepted"), 2.0, "{metrics}");
+    assert_eq!(requests_total(&metrics, "allowed"), 1.0, "{metrics}");
+    assert_eq!(requests_total(&metrics, "disallowed"), 1.0, "{metrics}");
+    assert_eq!(requests_total(&metrics, "tunnelled"), 0.0, "{metrics}");
     let audit = proxy.audit();
     assert_eq!(audit.len(), 2, "{audit:#?}");
     assert!(audit.iter().all(|l| l["method"] == "GET"), "{audit:#?}");

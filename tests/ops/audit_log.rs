@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{Origin, Proxy};
+use crate::support::{Origin, Proxy, json_lines};
 
 /// A tmpfs of `size` mounted on `dir` for the test's lifetime.
 struct Tmpfs(PathBuf);
@@ -55,15 +55,6 @@ fn fill(dir: &Path) -> PathBuf {
     path
 }
 
-/// Lines of the audit file; panics on one that is not a whole JSON object.
-fn lines(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("torn audit line {l:?}: {e}")))
-        .collect()
-}
-
 fn count(lines: &[serde_json::Value], decision: &str) -> usize {
     lines.iter().filter(|l| l["decision"] == decision).count()
 }
@@ -76,8 +67,7 @@ async fn a_full_disk_never_lets_an_answer_out_without_its_line_nor_leaves_a_torn
         return;
     };
     let audit = mnt.join("audit.jsonl");
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /private\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     let path = audit.clone();
     let proxy = Proxy::start_with(move |c| {
         c.audit.path = Some(path);
@@ -105,7 +95,7 @@ async fn a_full_disk_never_lets_an_answer_out_without_its_line_nor_leaves_a_torn
         refused > 0,
         "the disk filled up: some requests were refused"
     );
-    let written = lines(&audit);
+    let written = json_lines(&audit);
     assert_eq!(
         count(&written, "disallowed"),
         blocked,
@@ -131,7 +121,7 @@ async fn a_full_disk_never_lets_an_answer_out_without_its_line_nor_leaves_a_torn
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(recovered, "writes resume once there is space");
-    let written = lines(&audit);
+    let written = json_lines(&audit);
     assert_eq!(
         written.last().map(|l| l["url"].clone()),
         Some(origin.url("/private/after").into())
@@ -140,14 +130,13 @@ async fn a_full_disk_never_lets_an_answer_out_without_its_line_nor_leaves_a_torn
 
 #[tokio::test]
 async fn a_deleted_audit_file_or_directory_is_noticed_and_recreated() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /private\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     let dir = tempfile::tempdir().expect("tempdir");
     let audit = dir.path().join("logs").join("audit.jsonl");
     let path = audit.clone();
     let proxy = Proxy::start_with(move |c| c.audit.path = Some(path)).await;
     assert_eq!(proxy.get(&origin.url("/private/1")).await.status, 403);
-    assert_eq!(lines(&audit).len(), 1);
+    assert_eq!(json_lines(&audit).len(), 1);
     for remove_dir in [false, true] {
         if remove_dir {
             std::fs::remove_dir_all(audit.parent().expect("dir")).expect("rm -r");
@@ -167,7 +156,7 @@ async fn a_deleted_audit_file_or_directory_is_noticed_and_recreated() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(back, "recreated (directory removed: {remove_dir})");
-        let written = lines(&audit);
+        let written = json_lines(&audit);
         assert_eq!(written.len(), 1, "{written:?}");
         assert_eq!(written[0]["decision"], "disallowed");
     }

@@ -1,12 +1,23 @@
 //! The `check` command as a user runs it.
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Output, Stdio};
 
-fn robots_file(text: &str) -> tempfile::NamedTempFile {
-    let mut f = tempfile::NamedTempFile::new().expect("tempfile");
-    f.write_all(text.as_bytes()).expect("write");
-    f
+use crate::support::binary::{TextFile, command, run};
+
+fn robots_file(text: &str) -> TextFile {
+    TextFile::new("robots.txt", text)
+}
+
+/// `check --robots <robots> args…`, run to its end.
+fn check_args(robots: &Path, args: &[&str]) -> Output {
+    command()
+        .args(["check", "--robots"])
+        .arg(robots)
+        .args(args)
+        .output()
+        .expect("run")
 }
 
 fn check(
@@ -15,7 +26,7 @@ fn check(
     urls: &[&str],
     stdin: Option<&str>,
 ) -> (Option<i32>, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+    let mut child = command()
         .args(["check", "--robots"])
         .arg(robots)
         .args(["--agent", agent])
@@ -44,7 +55,7 @@ const ROBOTS: &str = "User-agent: *\nDisallow: /private\nAllow: /private/ok\n";
 fn urls_as_arguments_print_one_line_each_with_the_deciding_rule() {
     let f = robots_file(ROBOTS);
     let (code, out, _) = check(
-        f.path(),
+        &f.path,
         "ExampleBot",
         &["/public", "https://example.com/private/x?y", "/private/ok"],
         None,
@@ -61,7 +72,7 @@ fn urls_as_arguments_print_one_line_each_with_the_deciding_rule() {
 #[test]
 fn all_allowed_exits_zero() {
     let f = robots_file(ROBOTS);
-    let (code, out, _) = check(f.path(), "ExampleBot", &["/a", ""], None);
+    let (code, out, _) = check(&f.path, "ExampleBot", &["/a", ""], None);
     assert_eq!(code, Some(0));
     assert_eq!(out, "ALLOWED /a\nALLOWED \n");
 }
@@ -69,7 +80,7 @@ fn all_allowed_exits_zero() {
 #[test]
 fn urls_from_stdin_crlf_and_empty_lines() {
     let f = robots_file(ROBOTS);
-    let (code, out, _) = check(f.path(), "ExampleBot", &[], Some("/a\r\n/private\n\n"));
+    let (code, out, _) = check(&f.path, "ExampleBot", &[], Some("/a\r\n/private\n\n"));
     assert_eq!(code, Some(1));
     assert_eq!(
         out,
@@ -81,13 +92,13 @@ fn urls_from_stdin_crlf_and_empty_lines() {
 fn full_user_agent_string_uses_its_product_token() {
     let f = robots_file("User-agent: examplebot\nDisallow: /\n");
     let (code, _, _) = check(
-        f.path(),
+        &f.path,
         "Mozilla/5.0 (compatible; ExampleBot/0.1; https://www.example.com/bot.html)",
         &["/x"],
         None,
     );
     assert_eq!(code, Some(1));
-    let (code, _, _) = check(f.path(), "ExampleBot/0.1", &["/x"], None);
+    let (code, _, _) = check(&f.path, "ExampleBot/0.1", &["/x"], None);
     assert_eq!(code, Some(1));
 }
 
@@ -102,14 +113,11 @@ fn missing_file_and_bad_usage_exit_two_with_a_message() {
     assert_eq!(code, Some(2));
     assert!(err.contains("/nonexistent/robots.txt"), "{err}");
     let f = robots_file(ROBOTS);
-    let (code, _, err) = check(f.path(), "/// ", &["/"], None);
+    let (code, _, err) = check(&f.path, "/// ", &["/"], None);
     assert_eq!(code, Some(2));
     assert!(err.contains("product token"), "{err}");
     // No --robots.
-    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
-        .args(["check", "--agent", "x"])
-        .output()
-        .expect("run");
+    let out = run(&["check", "--agent", "x"]);
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -117,7 +125,7 @@ fn missing_file_and_bad_usage_exit_two_with_a_message() {
 fn lines_that_are_not_urls_are_invalid_and_exit_two_after_the_rest() {
     let f = robots_file(ROBOTS);
     let (code, out, err) = check(
-        f.path(),
+        &f.path,
         "ExampleBot",
         &[],
         Some("not a url\nmailto:x@example.com\nx.com/private\n/private\nhttps://example.com/a\n"),
@@ -137,7 +145,7 @@ fn lines_that_are_not_urls_are_invalid_and_exit_two_after_the_rest() {
 #[test]
 fn a_path_is_judged_as_origins_resolve_it_as_the_proxy_does() {
     let f = robots_file(ROBOTS);
-    let (code, out, _) = check(f.path(), "ExampleBot", &["/public/../private/x"], None);
+    let (code, out, _) = check(&f.path, "ExampleBot", &["/public/../private/x"], None);
     assert_eq!(code, Some(1));
     assert_eq!(
         out,
@@ -150,30 +158,22 @@ fn the_agent_defaults_to_the_configured_one() {
     let f = robots_file(
         "User-agent: robots-proxy\nDisallow: /own\n\nUser-agent: cfgbot\nDisallow: /cfg\n",
     );
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
-            .args(["check", "--robots"])
-            .arg(f.path())
-            .args(args)
-            .output()
-            .expect("run")
-    };
+    let run = |args: &[&str]| check_args(&f.path, args);
     // Built-in default: robots-proxy's own group.
     assert_eq!(run(&["/own"]).status.code(), Some(1));
     assert_eq!(run(&["/cfg"]).status.code(), Some(0));
     // From the config file.
-    let mut config = tempfile::NamedTempFile::new().expect("config");
-    config.write_all(b"agent = \"cfgbot\"\n").expect("write");
-    let path = config.path().to_str().expect("utf-8 path").to_string();
-    assert_eq!(run(&["--config", &path, "/cfg"]).status.code(), Some(1));
-    assert_eq!(run(&["--config", &path, "/own"]).status.code(), Some(0));
+    let config = TextFile::new("robots-proxy.toml", "agent = \"cfgbot\"\n");
+    let path = config.path.to_str().expect("utf-8 path");
+    assert_eq!(run(&["--config", path, "/cfg"]).status.code(), Some(1));
+    assert_eq!(run(&["--config", path, "/own"]).status.code(), Some(0));
 }
 
 #[test]
 fn every_reading_is_judged_and_case_folds_only_when_asked() {
     let f = robots_file("User-agent: *\nDisallow: /private/\nDisallow: /wiki/Special:\n");
     let (code, out, _) = check(
-        f.path(),
+        &f.path,
         "ExampleBot",
         &[
             "/public\\..\\private/x",
@@ -191,9 +191,9 @@ fn every_reading_is_judged_and_case_folds_only_when_asked() {
          DISALLOWED /wiki/Special%3ASearch\tline 3: Disallow: /wiki/Special:\tjudged as /wiki/Special:Search\n\
          ALLOWED /PRIVATE/x\n"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+    let out = command()
         .args(["check", "--case-insensitive", "--robots"])
-        .arg(f.path())
+        .arg(&f.path)
         .args(["--agent", "ExampleBot", "/PRIVATE/x"])
         .output()
         .expect("run");
@@ -209,19 +209,17 @@ fn a_declared_purpose_disallows_what_the_site_prefers_not_used_for_it() {
         "User-Agent: *\nAllow: /\nDisallow: /never/\nContent-Usage: train-ai=n\nContent-Usage: /ai-ok/ train-ai=y\n",
     );
     let run = |purpose: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
-            .args(["check", "--robots"])
-            .arg(f.path())
-            .args(purpose)
-            .args([
+        let args = [
+            purpose,
+            &[
                 "--agent",
                 "ExampleBot",
                 "/test",
                 "/never/test",
                 "/ai-ok/test",
-            ])
-            .output()
-            .expect("run");
+            ],
+        ];
+        let out = check_args(&f.path, &args.concat());
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).into_owned(),

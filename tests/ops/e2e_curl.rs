@@ -1,59 +1,16 @@
 //! End to end: the real binary, started as a user would, driven by curl -x.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use crate::support;
 use crate::support::Origin;
-use crate::support::binary::open_files;
+use crate::support::binary::{Running, TextFile, command, open_files, run};
 
-/// The binary running `run`, the address it logged and its whole
-/// "listening" log line.
-struct Running {
-    child: Child,
-    addr: String,
-    listening: String,
-}
-
-fn start(args: &[&str]) -> Running {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_robots-proxy"));
-    command.arg("run").args(args);
-    start_command(command)
-}
-
-fn start_command(mut command: Command) -> Running {
-    let mut child = command
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start robots-proxy");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let (addr, listening) = loop {
-        let line = lines
-            .next()
-            .expect("proxy exited before listening")
-            .expect("read stderr");
-        if let Some(i) = line.find("listen=") {
-            let rest = &line[i + "listen=".len()..];
-            let end = rest.find(|c: char| c.is_whitespace()).unwrap_or(rest.len());
-            // Strip ANSI colour codes if any.
-            let addr: String = rest[..end]
-                .chars()
-                .filter(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-                .collect();
-            break (addr.trim_start_matches(':').to_string(), line);
-        }
-    };
-    // Keep draining stderr so the proxy never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Running {
-        child,
-        addr,
-        listening,
-    }
+/// The binary started with `run args`.
+async fn start(args: &[&str]) -> Running {
+    let mut command = command();
+    command.env("RUST_LOG", "info").arg("run").args(args);
+    Running::start(command).await
 }
 
 fn curl(proxy: &str, url: &str) -> (String, String) {
@@ -70,8 +27,7 @@ fn curl(proxy: &str, url: &str) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn curl_through_the_binary_allowed_and_blocked_then_clean_sigterm() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /private\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     origin.route("/public", support::Reply::ok("public page"));
     let dir = tempfile::tempdir().expect("tempdir");
     let audit = dir.path().join("audit.jsonl");
@@ -81,8 +37,9 @@ async fn curl_through_the_binary_allowed_and_blocked_then_clean_sigterm() {
         "--allow-private-destinations",
         "--audit-log",
         audit.to_str().expect("utf8 path"),
-    ]);
-    let addr = running.addr.clone();
+    ])
+    .await;
+    let addr = running.addr.to_string();
     let (public, private) = (origin.url("/public"), origin.url("/private/page"));
     let ((code_ok, body_ok), (code_no, body_no)) =
         tokio::task::spawn_blocking(move || (curl(&addr, &public), curl(&addr, &private)))
@@ -98,37 +55,18 @@ async fn curl_through_the_binary_allowed_and_blocked_then_clean_sigterm() {
     assert!(lines.contains("\"decision\":\"disallowed\""));
 
     // SIGTERM: a clean exit with status 0.
-    let status = Command::new("kill")
-        .args(["-TERM", &running.child.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success());
-    let mut waited = 0;
-    let exit = loop {
-        if let Some(s) = running.child.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(waited < 100, "proxy did not exit after SIGTERM");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        waited += 1;
-    };
+    running.signal("TERM");
+    let exit = running.wait_exit().await;
     assert!(exit.success(), "{exit:?}");
 }
 
 #[test]
 fn run_with_a_bad_config_names_key_and_line() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("bad.toml");
-    std::fs::write(
-        &path,
+    let bad = TextFile::new(
+        "bad.toml",
         "listen = \"127.0.0.1:0\"\n[robots]\nfetch_timeout = \"fast\"\n",
-    )
-    .expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
-        .args(["run", "--config"])
-        .arg(&path)
-        .output()
-        .expect("run");
+    );
+    let out = bad.run(&["run", "--config"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("line 3") && err.contains("fast"), "{err}");
@@ -137,23 +75,17 @@ fn run_with_a_bad_config_names_key_and_line() {
 #[test]
 fn config_check_accepts_the_shipped_example_and_rejects_unknown_keys() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/robots-proxy.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
-        .args(["config", "check", example])
-        .output()
-        .expect("run");
+    let out = run(&["config", "check", example]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("bad.toml");
-    std::fs::write(&path, "[admin]\nlisten = \"127.0.0.1:9000\"\nport = 3\n").expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
-        .args(["config", "check"])
-        .arg(&path)
-        .output()
-        .expect("run");
+    let bad = TextFile::new(
+        "bad.toml",
+        "[admin]\nlisten = \"127.0.0.1:9000\"\nport = 3\n",
+    );
+    let out = bad.run(&["config", "check"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("line 3") && err.contains("port"), "{err}");
@@ -162,15 +94,16 @@ fn config_check_accepts_the_shipped_example_and_rejects_unknown_keys() {
 /// Started with the usual soft open-file limit of a shell (here 256), the
 /// proxy raises it to the hard limit and allows a quarter of it as client
 /// connections.
-#[test]
-fn the_binary_raises_its_open_file_limit_and_derives_max_connections() {
+#[tokio::test]
+async fn the_binary_raises_its_open_file_limit_and_derives_max_connections() {
     let hard = open_files(None).expect("own limits").hard;
     let mut command = Command::new("sh");
     command
+        .env("RUST_LOG", "info")
         .args(["-c", "ulimit -S -n 256 && exec \"$0\" \"$@\""])
         .arg(env!("CARGO_BIN_EXE_robots-proxy"))
         .args(["run", "--listen", "127.0.0.1:0"]);
-    let mut running = start_command(command);
+    let mut running = Running::start(command).await;
     let soft = open_files(Some(running.child.id()))
         .expect("the proxy's limits")
         .soft;
@@ -197,23 +130,16 @@ fn the_binary_raises_its_open_file_limit_and_derives_max_connections() {
 /// at once; `run` says each start error once.
 #[test]
 fn config_check_is_as_strict_as_run_and_reports_every_error() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("bad.toml");
-    std::fs::write(
-        &path,
+    let bad = TextFile::new(
+        "bad.toml",
         "listen = \"127.0.0.1:3999\"\n\
          [admin]\nlisten = \"127.0.0.1:3999\"\n\
          [access]\nallow_clients = []\n\
          [[access.users]]\nname = \"a:b\"\npassword_hash = \"$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA\"\n\
          [[access.users]]\nname = \"plain\"\npassword_hash = \"secret\"\n\
          [log]\nlevel = \"verbose\"\n",
-    )
-    .expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
-        .args(["config", "check"])
-        .arg(&path)
-        .output()
-        .expect("run");
+    );
+    let out = bad.run(&["config", "check"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     for key in [
@@ -226,11 +152,7 @@ fn config_check_is_as_strict_as_run_and_reports_every_error() {
         assert!(err.contains(key), "{key} missing in: {err}");
     }
     // The same file stops `run` before it binds anything, with the same words.
-    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
-        .args(["run", "--config"])
-        .arg(&path)
-        .output()
-        .expect("run");
+    let out = bad.run(&["run", "--config"]);
     assert_ne!(out.status.code(), Some(0));
     let run_err = String::from_utf8_lossy(&out.stderr);
     assert!(run_err.contains("`log.level`"), "{run_err}");
@@ -249,18 +171,11 @@ fn config_check_is_as_strict_as_run_and_reports_every_error() {
 /// (file and flag), and means the IPv4 loopback.
 #[test]
 fn localhost_is_a_listen_address() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("localhost.toml");
-    std::fs::write(
-        &path,
+    let file = TextFile::new(
+        "localhost.toml",
         "listen = \"localhost:3128\"\n[admin]\nlisten = \"localhost:9128\"\n",
-    )
-    .expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
-        .args(["config", "check"])
-        .arg(&path)
-        .output()
-        .expect("run");
+    );
+    let out = file.run(&["config", "check"]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -271,10 +186,7 @@ fn localhost_is_a_listen_address() {
     // the address it resolved to.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = taken.local_addr().expect("addr").port();
-    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
-        .args(["run", "--listen", &format!("localhost:{port}")])
-        .output()
-        .expect("run");
+    let out = run(&["run", "--listen", &format!("localhost:{port}")]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -287,10 +199,7 @@ fn localhost_is_a_listen_address() {
 fn a_start_error_is_said_once() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = taken.local_addr().expect("addr");
-    let out = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
-        .args(["run", "--listen", &addr.to_string()])
-        .output()
-        .expect("run");
+    let out = run(&["run", "--listen", &addr.to_string()]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     let line = err.lines().last().unwrap_or_default();

@@ -4,28 +4,19 @@
 
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use bytes::Bytes;
-use http::Request;
-use robots_proxy::config::{PasswordParams, PolitenessMode, UserConfig, hash_password_with};
+use robots_proxy::config::{PolitenessMode, UserConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{Conn, HeldOrigin, Origin, Proxy, metric};
+use crate::support::{
+    Conn, HeldOrigin, Origin, Proxy, admin, basic, get_with, metric, percent, requests_total,
+    until_refused, user,
+};
+
+/// The User-Agent of the requests here.
+const CURL: (&str, &str) = ("user-agent", "curl/8.0");
 
 /// Generous upper bound for anything that must merely not hang.
 const NO_HANG: Duration = Duration::from_secs(10);
-
-async fn with_admin() -> Proxy {
-    Proxy::start_with(|c| c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"))).await
-}
-
-fn requests(text: &str, decision: &str) -> f64 {
-    metric(
-        text,
-        &format!("robots_proxy_requests_total{{decision=\"{decision}\"}}"),
-    )
-    .unwrap_or_else(|| panic!("no requests_total for {decision} in:\n{text}"))
-}
 
 fn cache_events(text: &str, event: &str) -> f64 {
     metric(
@@ -35,21 +26,13 @@ fn cache_events(text: &str, event: &str) -> f64 {
     .unwrap_or_else(|| panic!("no cache event {event} in:\n{text}"))
 }
 
-fn json(body: &str) -> serde_json::Value {
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
-}
-
-fn percent(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
-}
-
 // ---------------------------------------------------------------------------
 // Admin listener
 // ---------------------------------------------------------------------------
 
 #[tokio::test]
 async fn admin_healthz_and_readyz_answer_200() {
-    let proxy = with_admin().await;
+    let proxy = Proxy::with_admin().await;
     let health = proxy.admin_get("/healthz").await;
     assert_eq!(health.status, 200, "{health:?}");
     assert_eq!(health.body, "ok\n");
@@ -60,7 +43,7 @@ async fn admin_healthz_and_readyz_answer_200() {
 
 #[tokio::test]
 async fn admin_unknown_path_is_404_wrong_method_405_and_bad_parameters_400() {
-    let proxy = with_admin().await;
+    let proxy = Proxy::with_admin().await;
     let unknown = proxy.admin_get("/nope").await;
     assert_eq!(unknown.status, 404, "{unknown:?}");
     assert!(unknown.body.contains("/explain"), "{}", unknown.body);
@@ -78,20 +61,19 @@ async fn admin_unknown_path_is_404_wrong_method_405_and_bad_parameters_400() {
     ] {
         let r = proxy.admin_get(path).await;
         assert_eq!(r.status, 400, "{path}: {r:?}");
-        assert!(json(&r.body)["error"].is_string(), "{path}: {}", r.body);
+        assert!(r.json()["error"].is_string(), "{path}: {}", r.body);
     }
     for path in ["/purge", "/purge?origin=%3A%2F%2F"] {
         let r = proxy.admin_post(path).await;
         assert_eq!(r.status, 400, "{path}: {r:?}");
-        assert!(json(&r.body)["error"].is_string(), "{path}: {}", r.body);
+        assert!(r.json()["error"].is_string(), "{path}: {}", r.body);
     }
 }
 
 #[tokio::test]
 async fn admin_metrics_count_decisions_fetches_cache_events_latency_and_connections() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /private\n");
-    let proxy = with_admin().await;
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
+    let proxy = Proxy::with_admin().await;
 
     let before = proxy.admin_get("/metrics").await;
     assert_eq!(before.status, 200);
@@ -103,8 +85,8 @@ async fn admin_metrics_count_decisions_fetches_cache_events_latency_and_connecti
         before.headers
     );
     let before = before.body;
-    assert_eq!(requests(&before, "allowed"), 0.0);
-    assert_eq!(requests(&before, "disallowed"), 0.0);
+    assert_eq!(requests_total(&before, "allowed"), 0.0);
+    assert_eq!(requests_total(&before, "disallowed"), 0.0);
     assert_eq!(
         metric(&before, "robots_proxy_robots_cache_entries"),
         Some(0.0)
@@ -117,10 +99,10 @@ async fn admin_metrics_count_decisions_fetches_cache_events_latency_and_connecti
     let mut held = Conn::open(proxy.addr).await;
     assert_eq!(held.get(&origin.url("/public2")).await.status, 200);
 
-    let after = proxy.admin_get("/metrics").await.body;
-    assert_eq!(requests(&after, "allowed"), 2.0, "{after}");
-    assert_eq!(requests(&after, "disallowed"), 1.0, "{after}");
-    assert_eq!(requests(&after, "rate_limited"), 0.0, "{after}");
+    let after = proxy.metrics().await;
+    assert_eq!(requests_total(&after, "allowed"), 2.0, "{after}");
+    assert_eq!(requests_total(&after, "disallowed"), 1.0, "{after}");
+    assert_eq!(requests_total(&after, "rate_limited"), 0.0, "{after}");
     assert_eq!(
         metric(
             &after,
@@ -155,7 +137,7 @@ async fn admin_metrics_count_decisions_fetches_cache_events_latency_and_connecti
     drop(held);
     let deadline = Instant::now() + NO_HANG;
     loop {
-        let text = proxy.admin_get("/metrics").await.body;
+        let text = proxy.metrics().await;
         if metric(&text, "robots_proxy_open_connections") == Some(0.0) {
             break;
         }
@@ -169,11 +151,8 @@ async fn admin_metrics_count_decisions_fetches_cache_events_latency_and_connecti
 
 #[tokio::test]
 async fn admin_explain_fetches_robots_once_names_the_rule_and_selects_the_agent_group() {
-    let origin = Origin::start().await;
-    origin.robots(
-        "User-agent: *\nDisallow: /private\nCrawl-delay: 3\n\nUser-agent: friendlybot\nAllow: /private\n",
-    );
-    let proxy = with_admin().await;
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\nCrawl-delay: 3\n\nUser-agent: friendlybot\nAllow: /private\n",).await;
+    let proxy = Proxy::with_admin().await;
     let url = origin.url("/private/page?q=1");
 
     let r = proxy
@@ -184,7 +163,7 @@ async fn admin_explain_fetches_robots_once_names_the_rule_and_selects_the_agent_
         r.header("content-type")
             .is_some_and(|c| c.starts_with("application/json"))
     );
-    let j = json(&r.body);
+    let j = r.json();
     assert_eq!(j["decision"], "disallowed", "{j:#}");
     assert_eq!(j["agent"], "robots-proxy", "default agent: {j:#}");
     assert_eq!(j["robots_url"], origin.url("/robots.txt"), "{j:#}");
@@ -206,7 +185,7 @@ async fn admin_explain_fetches_robots_once_names_the_rule_and_selects_the_agent_
             percent("FriendlyBot/2.0 (+https://friendly.test)")
         ))
         .await;
-    let j = json(&r.body);
+    let j = r.json();
     assert_eq!(j["agent"], "friendlybot", "{j:#}");
     assert_eq!(j["decision"], "allowed", "{j:#}");
     assert_eq!(j["rule_line"], 6, "{j:#}");
@@ -222,11 +201,11 @@ async fn admin_explain_fetches_robots_once_names_the_rule_and_selects_the_agent_
     let again = proxy
         .admin_get(&format!("/explain?url={}&agent=friendlybot", percent(&url)))
         .await;
-    assert_eq!(json(&again.body)["decision"], "allowed");
+    assert_eq!(again.json()["decision"], "allowed");
     let r = proxy
         .admin_get(&format!("/explain?url={}", percent(&url)))
         .await;
-    assert_eq!(json(&r.body)["decision"], "disallowed");
+    assert_eq!(r.json()["decision"], "disallowed");
     assert_eq!(
         origin.hits("/robots.txt"),
         2,
@@ -237,9 +216,8 @@ async fn admin_explain_fetches_robots_once_names_the_rule_and_selects_the_agent_
 
 #[tokio::test]
 async fn admin_purge_drops_the_cached_robots_so_the_next_request_refetches() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /private\n");
-    let proxy = with_admin().await;
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
+    let proxy = Proxy::with_admin().await;
     assert_eq!(proxy.get(&origin.url("/a")).await.status, 200);
     assert_eq!(proxy.get(&origin.url("/b")).await.status, 200);
     assert_eq!(origin.hits("/robots.txt"), 1);
@@ -250,7 +228,7 @@ async fn admin_purge_drops_the_cached_robots_so_the_next_request_refetches() {
         .admin_post(&format!("/purge?origin={}", percent(&origin.url("/"))))
         .await;
     assert_eq!(r.status, 200, "{r:?}");
-    let j = json(&r.body);
+    let j = r.json();
     assert_eq!(j["purged"], true, "{j:#}");
     assert_eq!(j["origin"], format!("http://{}", origin.addr), "{j:#}");
 
@@ -262,7 +240,7 @@ async fn admin_purge_drops_the_cached_robots_so_the_next_request_refetches() {
     let again = proxy
         .admin_post("/purge?origin=http%3A%2F%2Fnever-seen.test")
         .await;
-    assert_eq!(json(&again.body)["purged"], false, "{}", again.body);
+    assert_eq!(again.json()["purged"], false, "{}", again.body);
 }
 
 // ---------------------------------------------------------------------------
@@ -271,8 +249,7 @@ async fn admin_purge_drops_the_cached_robots_so_the_next_request_refetches() {
 
 #[tokio::test]
 async fn crawl_delay_spaces_sequential_requests_in_delay_mode() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nCrawl-delay: 0.5\n");
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 0.5\n").await;
     let proxy = Proxy::start().await;
     // Slots are granted 0.5 s apart, all after t0, so three requests span
     // at least 1 s however long each takes (sleeps never end early).
@@ -299,11 +276,7 @@ async fn crawl_delay_in_reject_mode_answers_429_with_retry_after_and_audits_rate
     let r = proxy.get(&origin.url("/two")).await;
     assert!(t0.elapsed() < Duration::from_secs(2), "reject mode waited");
     assert_eq!(r.status, 429, "{r:?}");
-    let retry: u64 = r
-        .header("retry-after")
-        .expect("Retry-After")
-        .parse()
-        .expect("seconds");
+    let retry: u64 = r.parsed("retry-after").expect("Retry-After");
     assert!((1..=3).contains(&retry), "Retry-After {retry}");
     assert!(
         r.header("x-robots-proxy-decision")
@@ -323,8 +296,7 @@ async fn crawl_delay_in_reject_mode_answers_429_with_retry_after_and_audits_rate
 
 #[tokio::test]
 async fn crawl_delay_beyond_max_wait_is_429_at_once_in_delay_mode() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nCrawl-delay: 5\n");
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 5\n").await;
     let proxy = Proxy::start_with(|c| {
         c.politeness.mode = PolitenessMode::Delay;
         c.politeness.max_wait = Duration::from_millis(200);
@@ -336,11 +308,7 @@ async fn crawl_delay_beyond_max_wait_is_429_at_once_in_delay_mode() {
     // Refused at once rather than held for the 5 s slot.
     assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
     assert_eq!(r.status, 429, "{r:?}");
-    let retry: u64 = r
-        .header("retry-after")
-        .expect("Retry-After")
-        .parse()
-        .unwrap();
+    let retry: u64 = r.parsed("retry-after").expect("Retry-After");
     assert!((4..=5).contains(&retry), "Retry-After {retry}");
     assert_eq!(origin.hits("/two"), 0);
     assert_eq!(proxy.audit()[0]["decision"], "rate_limited");
@@ -348,8 +316,7 @@ async fn crawl_delay_beyond_max_wait_is_429_at_once_in_delay_mode() {
 
 #[tokio::test]
 async fn default_interval_applies_without_crawl_delay() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /private\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     let proxy = Proxy::start_with(|c| {
         c.politeness.mode = PolitenessMode::Reject;
         c.politeness.default_interval = Duration::from_secs(3);
@@ -368,62 +335,38 @@ async fn default_interval_applies_without_crawl_delay() {
 // Proxy authentication and the client ACL
 // ---------------------------------------------------------------------------
 
-fn basic(credentials: &str) -> String {
-    format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(credentials)
-    )
-}
-
-fn get_with_auth(url: &str, auth: Option<&str>) -> Request<Bytes> {
-    let mut req = Request::get(url).header("user-agent", "curl/8.0");
-    if let Some(a) = auth {
-        req = req.header("proxy-authorization", a);
-    }
-    req.body(Bytes::new()).expect("request")
-}
-
 #[tokio::test]
 async fn proxy_auth_challenges_strips_credentials_and_applies_the_users_agent() {
     let origin = Origin::start().await;
     // `*` allows /shared; the user's mapped agent, strictbot, does not.
     origin
         .robots("User-agent: *\nDisallow: /private\n\nUser-agent: strictbot\nDisallow: /shared\n");
-    // Argon2 at minimum cost: the proxy verifies whatever parameters the
-    // PHC string names, and default-cost hashing is slow in debug builds.
-    let hash =
-        hash_password_with("pw", PasswordParams::new(8, 1, 1, None).expect("params")).unwrap();
     let proxy = Proxy::start_with(move |c| {
         c.access.users = vec![UserConfig {
-            name: "alice".into(),
-            password_hash: hash,
             agent: Some("strictbot".into()),
-            max_rps: None,
-            purposes: Vec::new(),
+            ..user("alice", "pw")
         }];
     })
     .await;
 
-    let none = proxy
-        .request(get_with_auth(&origin.url("/page"), None))
-        .await;
+    let none = proxy.request(get_with(&origin.url("/page"), &[CURL])).await;
     assert_eq!(none.status, 407, "{none:?}");
     assert_eq!(
         none.header("proxy-authenticate"),
         Some("Basic realm=\"robots-proxy\"")
     );
     let wrong = proxy
-        .request(get_with_auth(
+        .request(get_with(
             &origin.url("/page"),
-            Some(&basic("alice:nope")),
+            &[CURL, ("proxy-authorization", &basic("alice:nope"))],
         ))
         .await;
     assert_eq!(wrong.status, 407, "{wrong:?}");
     assert!(wrong.header("proxy-authenticate").is_some());
     let unknown = proxy
-        .request(get_with_auth(
+        .request(get_with(
             &origin.url("/page"),
-            Some(&basic("mallory:pw")),
+            &[CURL, ("proxy-authorization", &basic("mallory:pw"))],
         ))
         .await;
     assert_eq!(unknown.status, 407, "{unknown:?}");
@@ -432,7 +375,10 @@ async fn proxy_auth_challenges_strips_credentials_and_applies_the_users_agent() 
 
     let good = basic("alice:pw");
     let ok = proxy
-        .request(get_with_auth(&origin.url("/page"), Some(&good)))
+        .request(get_with(
+            &origin.url("/page"),
+            &[CURL, ("proxy-authorization", &good)],
+        ))
         .await;
     assert_eq!(ok.status, 200, "{ok:?}");
     assert_eq!(ok.body, "page /page");
@@ -449,7 +395,10 @@ async fn proxy_auth_challenges_strips_credentials_and_applies_the_users_agent() 
     }
 
     let blocked = proxy
-        .request(get_with_auth(&origin.url("/shared/doc"), Some(&good)))
+        .request(get_with(
+            &origin.url("/shared/doc"),
+            &[CURL, ("proxy-authorization", &good)],
+        ))
         .await;
     assert_eq!(blocked.status, 403, "{blocked:?}");
     assert!(blocked.body.contains("strictbot"), "{}", blocked.body);
@@ -464,11 +413,10 @@ async fn proxy_auth_challenges_strips_credentials_and_applies_the_users_agent() 
 
 #[tokio::test]
 async fn client_outside_allow_clients_is_closed_at_accept_and_the_origin_is_never_contacted() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /private\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     let proxy = Proxy::start_with(|c| {
         c.access.allow_clients = vec!["10.0.0.0/8".parse().expect("net")];
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
     })
     .await;
     // Closed before a byte is read: no answer at all, not even a 403.
@@ -489,7 +437,7 @@ async fn client_outside_allow_clients_is_closed_at_accept_and_the_origin_is_neve
     );
     assert_eq!(origin.hits("/robots.txt"), 0);
     assert_eq!(origin.hits("/page"), 0);
-    let metrics = proxy.admin_get("/metrics").await.body;
+    let metrics = proxy.metrics().await;
     assert_eq!(
         metric(
             &metrics,
@@ -509,7 +457,7 @@ async fn graceful_shutdown_finishes_the_request_in_flight_and_refuses_new_connec
     let origin = Origin::start().await;
     let held = HeldOrigin::start().await;
     let mut proxy = Proxy::start_with(|c| {
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
         c.shutdown_grace = Duration::from_secs(30);
     })
     .await;
@@ -520,38 +468,22 @@ async fn graceful_shutdown_finishes_the_request_in_flight_and_refuses_new_connec
     assert_eq!(idle.get(&origin.url("/warm")).await.status, 200);
 
     // A request in flight: the origin holds it until released.
-    let slow_url = held.url("/slow");
-    let in_flight = tokio::spawn(async move {
-        let mut conn = Conn::open(addr).await;
-        conn.get(&slow_url).await
-    });
-    held.arrival().await;
+    let in_flight = held.hold(addr, "/slow").await;
 
     let shutdown_started = Instant::now();
     proxy.stop();
 
     // New connections are refused once the listener is closed (shortly
     // after the stop signal).
-    let deadline = Instant::now() + NO_HANG;
-    loop {
-        match tokio::net::TcpStream::connect(addr).await {
-            // Reset: the handshake raced the listener's close.
-            Err(e) => {
-                assert!(
-                    matches!(
-                        e.kind(),
-                        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset
-                    ),
-                    "{e}"
-                );
-                break;
-            }
-            Ok(_) => {
-                assert!(Instant::now() < deadline, "still accepting after shutdown");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
+    let refused = until_refused(addr).await;
+    // Reset: the handshake raced the listener's close.
+    assert!(
+        matches!(
+            refused.kind(),
+            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset
+        ),
+        "{refused}"
+    );
     // The idle connection is closed by the server while the request in
     // flight is still held.
     tokio::time::timeout(NO_HANG, &mut idle.task)
@@ -569,17 +501,11 @@ async fn graceful_shutdown_finishes_the_request_in_flight_and_refuses_new_connec
     assert!(!in_flight.is_finished());
 
     held.release();
-    let resp = tokio::time::timeout(NO_HANG, in_flight)
-        .await
-        .expect("in-flight request hangs")
-        .expect("request task");
+    let resp = in_flight.outcome().await.expect("response");
     assert_eq!(resp.status, 200, "{resp:?}");
     assert_eq!(resp.body, "released /slow");
 
-    let cut = tokio::time::timeout(NO_HANG, &mut proxy.done)
-        .await
-        .expect("serve does not return")
-        .expect("serve task");
+    let cut = proxy.finished().await;
     assert_eq!(cut, 0, "connections cut off");
     // Returned on its own, long before the 30 s grace period ran out.
     assert!(shutdown_started.elapsed() < Duration::from_secs(20));
@@ -592,7 +518,7 @@ async fn at_max_connections_a_new_client_waits_until_one_closes() {
     let origin = Origin::start().await;
     let proxy = Proxy::start_with(|c| {
         c.max_connections = 1;
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
     })
     .await;
     let mut first = Conn::open(proxy.addr).await;
@@ -603,7 +529,7 @@ async fn at_max_connections_a_new_client_waits_until_one_closes() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!second.is_finished(), "served beyond max_connections");
     assert_eq!(origin.hits("/second"), 0);
-    let metrics = proxy.admin_get("/metrics").await.body;
+    let metrics = proxy.metrics().await;
     assert_eq!(
         metric(&metrics, "robots_proxy_connection_limit_reached_total"),
         Some(1.0),

@@ -3,35 +3,28 @@
 //! shutdown, and the `hash-password` and `ca init` commands.
 
 use std::io::Write as _;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
 
-use bytes::Bytes;
-use http::Request;
-
-use crate::support;
-use crate::support::binary::{NO_HANG, Setup};
-use crate::support::{Conn, HeldOrigin, Origin};
+use crate::support::binary::{NO_HANG, Running, Setup, command};
+use crate::support::{Conn, HeldOrigin, InFlight, Origin, get_with, until_refused};
 
 /// robots.txt with a different rule per agent.
 const ROBOTS: &str = "User-agent: alphabot\nDisallow: /a\n\nUser-agent: betabot\nDisallow: /b\n";
 
-fn get_as(url: &str, user_agent: &str) -> Request<Bytes> {
-    Request::get(url)
-        .header("user-agent", user_agent)
-        .body(Bytes::new())
-        .expect("request")
+/// An origin serving [`ROBOTS`], the binary judging as alphabot, and a
+/// keep-alive client connection to it.
+async fn alphabot() -> (Origin, Setup, Running, Conn) {
+    let origin = Origin::with_robots(ROBOTS).await;
+    let setup = Setup::with_config("alphabot", "");
+    let proxy = setup.start().await;
+    let conn = Conn::open(proxy.addr).await;
+    (origin, setup, proxy, conn)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_applies_new_agent_and_mapping_on_an_open_keep_alive_connection() {
-    let origin = Origin::start().await;
-    origin.robots(ROBOTS);
-    let setup = Setup::new();
-    setup.write_config("alphabot", "");
-    let mut proxy = setup.start().await;
+    let (origin, setup, mut proxy, mut conn) = alphabot().await;
 
-    let mut conn = Conn::open(proxy.addr).await;
     assert_eq!(conn.get(&origin.url("/a/1")).await.status, 403);
     assert_eq!(conn.get(&origin.url("/b/1")).await.status, 200);
 
@@ -47,10 +40,20 @@ async fn sighup_applies_new_agent_and_mapping_on_an_open_keep_alive_connection()
     setup.write_config("betabot", "[agents]\n\"python-requests\" = \"alphabot\"\n");
     proxy.reload("configuration reloaded").await;
     let ua = "python-requests/2.32";
-    assert_eq!(conn.send(get_as(&origin.url("/a/3"), ua)).await.status, 403);
-    assert_eq!(conn.send(get_as(&origin.url("/b/3"), ua)).await.status, 200);
     assert_eq!(
-        conn.send(get_as(&origin.url("/b/4"), "curl/8"))
+        conn.send(get_with(&origin.url("/a/3"), &[("user-agent", ua)]))
+            .await
+            .status,
+        403
+    );
+    assert_eq!(
+        conn.send(get_with(&origin.url("/b/3"), &[("user-agent", ua)]))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        conn.send(get_with(&origin.url("/b/4"), &[("user-agent", "curl/8")]))
             .await
             .status,
         403
@@ -69,7 +72,12 @@ async fn sighup_applies_new_agent_and_mapping_on_an_open_keep_alive_connection()
         "one fetch per new set of agents"
     );
     assert_eq!(conn.get(&origin.url("/b/5")).await.status, 403);
-    assert_eq!(conn.send(get_as(&origin.url("/b/6"), ua)).await.status, 200);
+    assert_eq!(
+        conn.send(get_with(&origin.url("/b/6"), &[("user-agent", ua)]))
+            .await
+            .status,
+        200
+    );
     assert_eq!(
         origin.hits("/robots.txt"),
         3,
@@ -83,12 +91,7 @@ async fn sighup_applies_new_agent_and_mapping_on_an_open_keep_alive_connection()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_with_an_invalid_config_keeps_the_running_one_and_names_key_and_line() {
-    let origin = Origin::start().await;
-    origin.robots(ROBOTS);
-    let setup = Setup::new();
-    setup.write_config("alphabot", "");
-    let mut proxy = setup.start().await;
-    let mut conn = Conn::open(proxy.addr).await;
+    let (origin, setup, mut proxy, mut conn) = alphabot().await;
     assert_eq!(conn.get(&origin.url("/a/1")).await.status, 403);
 
     // A syntax-level error (bad enum value) on line 9; the agent change
@@ -121,12 +124,7 @@ async fn sighup_with_an_invalid_config_keeps_the_running_one_and_names_key_and_l
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reopens_the_audit_log_after_rotation() {
-    let origin = Origin::start().await;
-    origin.robots(ROBOTS);
-    let setup = Setup::new();
-    setup.write_config("alphabot", "");
-    let mut proxy = setup.start().await;
-    let mut conn = Conn::open(proxy.addr).await;
+    let (origin, setup, mut proxy, mut conn) = alphabot().await;
 
     assert_eq!(conn.get(&origin.url("/a/before")).await.status, 403);
     let audit = setup.audit_path();
@@ -155,24 +153,17 @@ async fn sighup_reopens_the_audit_log_after_rotation() {
 async fn sigterm_finishes_the_request_in_flight_refuses_new_connections_and_exits_zero() {
     let origin = Origin::start().await;
     let held = HeldOrigin::start().await;
-    let setup = Setup::new();
-    setup.write_config("alphabot", "");
+    let setup = Setup::with_config("alphabot", "");
     let mut proxy = setup.start().await;
     let addr = proxy.addr;
 
     let mut idle = Conn::open(addr).await;
     assert_eq!(idle.get(&origin.url("/warm")).await.status, 200);
-    let url = held.url("/slow");
-    let in_flight = tokio::spawn(async move { Conn::open(addr).await.get(&url).await });
-    held.arrival().await;
+    let in_flight = held.hold(addr, "/slow").await;
 
     proxy.signal("TERM");
     proxy.wait_for("shutting down").await;
-    let deadline = Instant::now() + NO_HANG;
-    while tokio::net::TcpStream::connect(addr).await.is_ok() {
-        assert!(Instant::now() < deadline, "still accepting after SIGTERM");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_refused(addr).await;
     tokio::time::timeout(NO_HANG, &mut idle.task)
         .await
         .expect("idle connection left open during shutdown")
@@ -181,10 +172,7 @@ async fn sigterm_finishes_the_request_in_flight_refuses_new_connections_and_exit
     assert!(proxy.is_running(), "exited with a request in flight");
 
     held.release();
-    let resp = tokio::time::timeout(NO_HANG, in_flight)
-        .await
-        .expect("in-flight request hangs")
-        .expect("request task");
+    let resp = in_flight.outcome().await.expect("response");
     assert_eq!(resp.status, 200, "{resp:?}");
     assert_eq!(resp.body, "released /slow");
 
@@ -195,29 +183,10 @@ async fn sigterm_finishes_the_request_in_flight_refuses_new_connections_and_exit
     assert!(!log.contains("grace period over"), "{log}");
 }
 
-/// Sends a request the held origin never answers, and returns once the
-/// origin has it: the request is in flight.
-async fn request_in_flight(
-    addr: std::net::SocketAddr,
-    held: &HeldOrigin,
-) -> tokio::task::JoinHandle<Result<support::Resp, hyper::Error>> {
-    let url = held.url("/never");
-    let in_flight = tokio::spawn(async move {
-        let mut conn = Conn::open(addr).await;
-        conn.try_send(Request::get(url).body(Bytes::new()).expect("req"))
-            .await
-    });
-    held.arrival().await;
-    in_flight
-}
-
 /// The client of a request cut at the end of the grace period sees its
 /// connection closed, not an answer.
-async fn assert_cut(in_flight: tokio::task::JoinHandle<Result<support::Resp, hyper::Error>>) {
-    let result = tokio::time::timeout(NO_HANG, in_flight)
-        .await
-        .expect("client hangs")
-        .expect("task");
+async fn assert_cut(in_flight: InFlight) {
+    let result = in_flight.outcome().await;
     assert!(result.is_err(), "{result:?}");
 }
 
@@ -228,7 +197,7 @@ async fn sigterm_cuts_a_request_still_running_when_the_grace_period_ends() {
     // A short grace period.
     setup.write_config_with_grace("alphabot", "500ms");
     let mut proxy = setup.start().await;
-    let in_flight = request_in_flight(proxy.addr, &held).await;
+    let in_flight = held.hold(proxy.addr, "/never").await;
 
     proxy.signal("TERM");
     let status = proxy.wait_exit().await;
@@ -257,7 +226,7 @@ async fn sighup_applies_a_shorter_shutdown_grace() {
         .collect();
     assert!(restart.is_empty(), "{restart:?}");
 
-    let in_flight = request_in_flight(proxy.addr, &held).await;
+    let in_flight = held.hold(proxy.addr, "/never").await;
     proxy.signal("TERM");
     // Within NO_HANG: the reloaded 300 ms, not the hour it started with.
     let status = proxy.wait_exit().await;
@@ -321,8 +290,7 @@ async fn sighup_applies_log_level_and_names_only_keys_not_in_force() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sd_notify_reports_ready_reloading_and_stopping_once_each() {
     use std::os::unix::net::UnixDatagram;
-    let setup = Setup::new();
-    setup.write_config("alphabot", "");
+    let setup = Setup::with_config("alphabot", "");
     let socket_path = setup.dir.path().join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).expect("bind notify socket");
     socket.set_read_timeout(Some(NO_HANG)).expect("timeout");
@@ -365,7 +333,7 @@ async fn sd_notify_reports_ready_reloading_and_stopping_once_each() {
 
 #[test]
 fn hash_password_reads_stdin_and_prints_a_verifiable_argon2id_phc_string() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+    let mut child = command()
         .arg("hash-password")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -396,7 +364,7 @@ fn hash_password_reads_stdin_and_prints_a_verifiable_argon2id_phc_string() {
     // The newline is not part of the password.
     assert!(argon.verify_password(b"correct horse\n", &parsed).is_err());
 
-    let empty = Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+    let empty = command()
         .arg("hash-password")
         .stdin(Stdio::null())
         .output()
@@ -411,7 +379,7 @@ fn ca_init_creates_a_0600_key_and_refuses_to_replace_an_existing_ca() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("new").join("ca");
     let run = || {
-        Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        command()
             .args(["ca", "init", "--dir"])
             .arg(&dir)
             .output()

@@ -8,24 +8,14 @@ use bytes::Bytes;
 use http::Request;
 
 use crate::support::events::Events;
-use crate::support::{Conn, Origin, Proxy, metric};
+use crate::support::{Conn, Origin, Proxy, admin, metric};
 
 async fn proxy_with_admin(max_wait: Duration) -> Proxy {
     Proxy::start_with(move |c| {
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
         c.politeness.max_wait = max_wait;
     })
     .await
-}
-
-async fn metrics(proxy: &Proxy) -> String {
-    proxy.admin_get("/metrics").await.body
-}
-
-async fn explain(proxy: &Proxy, url: &str) -> serde_json::Value {
-    let q: String = form_urlencoded::byte_serialize(url.as_bytes()).collect();
-    let body = proxy.admin_get(&format!("/explain?url={q}")).await.body;
-    serde_json::from_str(&body).expect("explain json")
 }
 
 #[tokio::test]
@@ -45,22 +35,21 @@ async fn a_held_request_carries_its_delay_and_is_measured() {
         .and_then(|v| v.parse().ok())
         .expect("delay header");
     assert!(held > 0.0 && held <= 1.0, "{held}");
-    let text = metrics(&proxy).await;
+    let text = proxy.metrics().await;
     assert_eq!(
         metric(&text, "robots_proxy_politeness_hold_seconds_count"),
         Some(1.0),
         "{text}"
     );
     assert_eq!(metric(&text, "robots_proxy_politeness_waiting"), Some(0.0));
-    let j = explain(&proxy, &origin.url("/c")).await;
+    let j = proxy.explain(&origin.url("/c")).await;
     assert_eq!(j["politeness"]["interval_secs"], 1.0, "{j:#}");
 }
 
 #[tokio::test]
 async fn a_client_that_gives_up_while_held_gives_its_slot_back() {
     let mut events = Events::capture();
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nCrawl-delay: 20\n");
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 20\n").await;
     let proxy = proxy_with_admin(Duration::from_secs(60)).await;
     assert_eq!(proxy.get(&origin.url("/first")).await.status, 200);
 
@@ -74,22 +63,22 @@ async fn a_client_that_gives_up_while_held_gives_its_slot_back() {
     });
     events.next("held for a Crawl-delay slot").await;
     assert_eq!(
-        metric(&metrics(&proxy).await, "robots_proxy_politeness_waiting"),
+        metric(&proxy.metrics().await, "robots_proxy_politeness_waiting"),
         Some(1.0),
         "the second request is held"
     );
-    let booked = explain(&proxy, &origin.url("/x")).await["politeness"]["next_slot_in_secs"]
+    let booked = proxy.explain(&origin.url("/x")).await["politeness"]["next_slot_in_secs"]
         .as_f64()
         .expect("next slot");
     assert!(booked > 20.0, "two slots booked: {booked}");
     client.abort();
     events.next("Crawl-delay slot given back").await;
     assert_eq!(
-        metric(&metrics(&proxy).await, "robots_proxy_politeness_waiting"),
+        metric(&proxy.metrics().await, "robots_proxy_politeness_waiting"),
         Some(0.0),
         "the held request ended with its client"
     );
-    let next = explain(&proxy, &origin.url("/x")).await["politeness"]["next_slot_in_secs"]
+    let next = proxy.explain(&origin.url("/x")).await["politeness"]["next_slot_in_secs"]
         .as_f64()
         .expect("next slot");
     assert!(next <= 20.0, "the slot was given back: next in {next} s");

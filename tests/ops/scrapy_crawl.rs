@@ -43,10 +43,10 @@ async fn scrapy_gets_every_allowed_page_of_a_crawl_delay_site() {
         eprintln!("skipping: Scrapy is not installed (pip install scrapy)");
         return;
     }
-    let origin = Origin::start().await;
-    origin.robots(&format!(
+    let origin = Origin::with_robots(&format!(
         "User-agent: *\nCrawl-delay: {CRAWL_DELAY}\nDisallow: /private\n"
-    ));
+    ))
+    .await;
     let mut index = String::from("<html><body>");
     for i in 0..PAGES {
         index.push_str(&format!("<a href=\"/page/{i}\">page {i}</a> "));

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::{Conn, HeldOrigin, Origin, Proxy};
+use crate::support::{Conn, HeldOrigin, Origin, Proxy, until_refused};
 
 /// Threads of this process named as the proxy names its extra serving
 /// threads (the first serving thread is the runtime `App::serve` runs on).
@@ -74,40 +74,22 @@ async fn every_serving_thread_serves_drains_and_ends_with_the_proxy() {
     // for all of them, then every serving thread ends.
     let mut in_flight = Vec::new();
     for i in 0..6 {
-        let url = held.url(&format!("/slow-{i}"));
-        in_flight.push(tokio::spawn(async move {
-            let mut conn = Conn::open(addr).await;
-            conn.get(&url).await
-        }));
-        held.arrival().await;
+        in_flight.push(held.hold(addr, &format!("/slow-{i}")).await);
     }
     proxy.stop();
     // Refused once the listener has closed; the requests, on whichever
     // threads took them, are still held meanwhile.
-    let deadline = tokio::time::Instant::now() + NO_HANG;
-    while tokio::net::TcpStream::connect(addr).await.is_ok() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still accepting after shutdown"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_refused(addr).await;
     assert!(
         !proxy.done.is_finished(),
         "serve returned with requests in flight"
     );
     held.release();
     for r in in_flight {
-        let resp = tokio::time::timeout(NO_HANG, r)
-            .await
-            .expect("request in flight hung")
-            .expect("request task");
+        let resp = r.outcome().await.expect("response");
         assert_eq!(resp.status, 200, "{}", resp.body);
     }
-    let cut = tokio::time::timeout(NO_HANG, &mut proxy.done)
-        .await
-        .expect("serve did not return")
-        .expect("serve task");
+    let cut = proxy.finished().await;
     assert_eq!(cut, 0, "every request finished within the grace");
     threads_gone().await;
 
@@ -121,30 +103,13 @@ async fn every_serving_thread_serves_drains_and_ends_with_the_proxy() {
     })
     .await;
     let addr = proxy.addr;
-    let url = held.url("/never");
-    let stuck = tokio::spawn(async move {
-        let mut conn = Conn::open(addr).await;
-        conn.try_send(
-            http::Request::get(&url)
-                .body(bytes::Bytes::new())
-                .expect("req"),
-        )
-        .await
-    });
-    held.arrival().await;
+    let stuck = held.hold(addr, "/never").await;
     assert_eq!(serving_threads(), 1);
     proxy.stop();
-    let cut = tokio::time::timeout(NO_HANG, &mut proxy.done)
-        .await
-        .expect("serve did not return")
-        .expect("serve task");
+    let cut = proxy.finished().await;
     assert_eq!(cut, 1, "the held request was cut");
     assert!(
-        tokio::time::timeout(NO_HANG, stuck)
-            .await
-            .expect("client hung")
-            .expect("task")
-            .is_err(),
+        stuck.outcome().await.is_err(),
         "a cut request gets no response"
     );
     threads_gone().await;

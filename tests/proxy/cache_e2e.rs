@@ -9,12 +9,12 @@ use robots_proxy::config::{CacheMode, Config};
 
 use crate::support;
 use crate::support::tls::{https_get, tls_origin};
-use crate::support::{Origin, Proxy, Reply, metric};
+use crate::support::{Origin, Proxy, Reply, admin, get_with, metric};
 
 fn enable(c: &mut Config, mode: CacheMode) {
     c.cache.enabled = true;
     c.cache.mode = mode;
-    c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+    admin(c);
     c.audit.log_all = true;
 }
 
@@ -31,8 +31,7 @@ fn cache_status(r: &support::Resp) -> &str {
 
 #[tokio::test]
 async fn fresh_responses_are_served_from_the_cache_and_unstorable_ones_are_not() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     origin.route(
         "/fresh",
         Reply::ok("fresh").header("cache-control", "max-age=60"),
@@ -90,7 +89,7 @@ async fn fresh_responses_are_served_from_the_cache_and_unstorable_ones_are_not()
         .collect();
     assert_eq!(fresh, ["miss", "hit", "hit"]);
     // And /metrics counts it.
-    let m = proxy.admin_get("/metrics").await.body;
+    let m = proxy.metrics().await;
     assert_eq!(
         metric(&m, "robots_proxy_response_cache_hits_total"),
         Some(2.0)
@@ -112,8 +111,7 @@ async fn fresh_responses_are_served_from_the_cache_and_unstorable_ones_are_not()
 
 #[tokio::test]
 async fn vary_keys_variants_and_a_304_refreshes_the_stored_response() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     origin.route(
         "/vary",
         Reply::ok("varied")
@@ -127,12 +125,8 @@ async fn vary_keys_variants_and_a_304_refreshes_the_stored_response() {
             .header("etag", "\"v1\""),
     );
     let proxy = cached_proxy().await;
-    let get_lang = |lang: &'static str| {
-        Request::get(origin.url("/vary"))
-            .header("accept-language", lang)
-            .body(Bytes::new())
-            .expect("req")
-    };
+    let get_lang =
+        |lang: &'static str| get_with(&origin.url("/vary"), &[("accept-language", lang)]);
     proxy.request(get_lang("fr")).await;
     let r = proxy.request(get_lang("en")).await;
     assert_eq!(
@@ -169,15 +163,6 @@ async fn vary_keys_variants_and_a_304_refreshes_the_stored_response() {
     assert_eq!(last["if-none-match"], "\"v1\"");
 }
 
-/// A GET with the given client headers.
-fn get_with(url: &str, headers: &[(&str, &str)]) -> Request<Bytes> {
-    let mut b = Request::get(url);
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    b.body(Bytes::new()).expect("req")
-}
-
 /// A stored response that must be revalidated on every request.
 fn validated(body: &'static str, etag: &str) -> Reply {
     Reply::ok(body)
@@ -188,8 +173,7 @@ fn validated(body: &'static str, etag: &str) -> Reply {
 
 #[tokio::test]
 async fn a_304s_cookie_is_its_clients_only_and_its_content_type_is_stored() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     origin.route("/r", validated("shared body", "\"v1\""));
     let proxy = cached_proxy().await;
     assert_eq!(proxy.get(&origin.url("/r")).await.body, "shared body");
@@ -219,8 +203,7 @@ async fn a_304s_cookie_is_its_clients_only_and_its_content_type_is_stored() {
 
 #[tokio::test]
 async fn a_private_or_no_store_304_answers_its_client_and_drops_the_stored_response() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     let proxy = cached_proxy().await;
     for (path, cc) in [
         ("/private", "private, max-age=60"),
@@ -252,8 +235,7 @@ async fn a_private_or_no_store_304_answers_its_client_and_drops_the_stored_respo
 
 #[tokio::test]
 async fn a_304_that_selects_nothing_stored_is_refetched_whole() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     let proxy = cached_proxy().await;
     // A strong ETag that differs, a weak one that does not match: the
     // origin's 304 names a representation the cache does not have.
@@ -299,8 +281,7 @@ async fn a_304_that_selects_nothing_stored_is_refetched_whole() {
 
 #[tokio::test]
 async fn variants_per_url_and_objects_are_capped_and_disk_is_counted_in_blocks() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     origin.route(
         "/ua",
         Reply::ok("per agent")
@@ -321,7 +302,7 @@ async fn variants_per_url_and_objects_are_capped_and_disk_is_counted_in_blocks()
             .await;
         assert!(cache_status(&r).ends_with("stored"), "{r:?}");
     }
-    let m = proxy.admin_get("/metrics").await.body;
+    let m = proxy.metrics().await;
     assert_eq!(objects(&m), Some(4.0), "at most 4 variants of one URL");
     for i in 0..5 {
         let path = format!("/page/{i}");
@@ -331,7 +312,7 @@ async fn variants_per_url_and_objects_are_capped_and_disk_is_counted_in_blocks()
         );
         proxy.get(&origin.url(&path)).await;
     }
-    let m = proxy.admin_get("/metrics").await.body;
+    let m = proxy.metrics().await;
     assert_eq!(objects(&m), Some(6.0), "at most 6 objects");
     // Two files of one 4 KiB block each per small object.
     assert_eq!(
@@ -345,8 +326,7 @@ async fn variants_per_url_and_objects_are_capped_and_disk_is_counted_in_blocks()
 
 #[tokio::test]
 async fn a_post_invalidates_and_robots_txt_is_applied_before_the_cache() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     origin.route(
         "/item",
         Reply::ok("item").header("cache-control", "max-age=60"),
@@ -384,8 +364,7 @@ async fn a_post_invalidates_and_robots_txt_is_applied_before_the_cache() {
 
 #[tokio::test]
 async fn admin_purges_by_url_and_prefix_and_explain_shows_the_stored_response() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     for p in ["/a/1", "/a/2", "/b"] {
         origin.route(p, Reply::ok("x").header("cache-control", "max-age=60"));
     }
@@ -393,22 +372,19 @@ async fn admin_purges_by_url_and_prefix_and_explain_shows_the_stored_response() 
     for p in ["/a/1", "/a/2", "/b"] {
         proxy.get(&origin.url(p)).await;
     }
-    let e = proxy
-        .admin_get(&format!("/explain?url={}", origin.url("/b")))
-        .await;
-    let v: serde_json::Value = serde_json::from_str(&e.body).expect("json");
+    let v = proxy.explain(&origin.url("/b")).await;
     assert_eq!(v["response_cache"]["stored"][0]["status"], 200, "{v}");
     assert_eq!(v["response_cache"]["stored"][0]["fresh"], true, "{v}");
     let r = proxy
         .admin_post(&format!("/purge?prefix={}", origin.url("/a/")))
         .await;
     assert_eq!(r.status, 200);
-    let v: serde_json::Value = serde_json::from_str(&r.body).expect("json");
+    let v = r.json();
     assert_eq!(v["purged"], 2, "{v}");
     let r = proxy
         .admin_post(&format!("/purge?url={}", origin.url("/b")))
         .await;
-    let v: serde_json::Value = serde_json::from_str(&r.body).expect("json");
+    let v = r.json();
     assert_eq!(v["purged"], 1, "{v}");
     for p in ["/a/1", "/a/2", "/b"] {
         proxy.get(&origin.url(p)).await;
@@ -438,8 +414,7 @@ async fn https_is_cached_under_its_https_url() {
     assert_eq!(cache_status(&second), "robots-proxy; hit");
     assert_eq!(o.origin.hits("/s"), 1);
     let url = format!("https://127.0.0.1:{port}/s");
-    let e = proxy.admin_get(&format!("/explain?url={url}")).await;
-    let v: serde_json::Value = serde_json::from_str(&e.body).expect("json");
+    let v = proxy.explain(&url).await;
     assert_eq!(v["response_cache"]["url"], url);
     assert_eq!(
         v["response_cache"]["stored"].as_array().map(Vec::len),
@@ -449,8 +424,7 @@ async fn https_is_cached_under_its_https_url() {
 
 #[tokio::test]
 async fn only_if_cached_is_a_504_on_a_miss() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     let proxy = cached_proxy().await;
     let req = Request::get(origin.url("/never"))
         .header("cache-control", "only-if-cached")
@@ -464,8 +438,7 @@ async fn only_if_cached_is_a_504_on_a_miss() {
 
 #[tokio::test]
 async fn a_hit_takes_no_crawl_delay_slot() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nCrawl-delay: 3\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 3\nAllow: /\n").await;
     origin.route(
         "/p",
         Reply::ok("polite").header("cache-control", "max-age=60"),
@@ -488,8 +461,7 @@ async fn a_hit_takes_no_crawl_delay_slot() {
 
 #[tokio::test]
 async fn store_all_then_offline_replays_what_was_recorded() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     origin.route(
         "/rec",
         Reply::ok("recorded")
@@ -536,8 +508,7 @@ async fn proxy_twice(proxy: &Proxy, url: &str) {
 
 #[tokio::test]
 async fn a_response_over_max_object_size_arrives_whole_and_is_not_stored() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     let big = "b".repeat(200_000);
     origin.route(
         "/big",

@@ -5,36 +5,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
-use crate::support::{Origin, Proxy, Reply, Resp};
-
-/// An origin that allows everything (404 for robots.txt) and answers every
-/// other request with bytes that are not HTTP.
-async fn garbage_origin() -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let n = s.read(&mut buf).await.unwrap_or(0);
-                let head = String::from_utf8_lossy(&buf[..n]);
-                let answer: &[u8] = if head.starts_with("GET /robots.txt") {
-                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                } else {
-                    b"this is not HTTP\r\n\r\n"
-                };
-                let _ = s.write_all(answer).await;
-            });
-        }
-    });
-    addr
-}
+use crate::support::{Origin, Proxy, Reply, Resp, garbage_origin};
 
 fn assert_no_store(resp: &Resp, status: u16, what: &str) {
     assert_eq!(resp.status, status, "{what}: {}", resp.body);
@@ -47,8 +19,7 @@ fn assert_no_store(resp: &Resp, status: u16, what: &str) {
 
 #[tokio::test]
 async fn every_answer_the_proxy_makes_is_no_store() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /private\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     origin.route("/slow", Reply::ok("late").delay(Duration::from_secs(5)));
     let down = Origin::start().await;
     down.route("/robots.txt", Reply::status(500));

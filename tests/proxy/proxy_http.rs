@@ -6,12 +6,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 
-use crate::support::{Misbehave, Origin, Proxy, Reply, misbehaving};
+use crate::support::raw::until_close;
+use crate::support::{Conn, Misbehave, Origin, Proxy, Reply, get_with, misbehaving, skip};
 
 #[tokio::test]
 async fn allowed_request_is_forwarded_with_hop_by_hop_headers_removed_and_via_added() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /private\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     origin.route(
         "/hello",
         Reply::ok("hi there")
@@ -56,8 +56,7 @@ async fn allowed_request_is_forwarded_with_hop_by_hop_headers_removed_and_via_ad
 
 #[tokio::test]
 async fn disallowed_request_gets_403_with_rule_and_never_reaches_origin() {
-    let origin = Origin::start().await;
-    origin.robots("# comment\nUser-agent: *\nDisallow: /private\n");
+    let origin = Origin::with_robots("# comment\nUser-agent: *\nDisallow: /private\n").await;
     let proxy = Proxy::start().await;
     let resp = proxy.get(&origin.url("/private/data?x=1")).await;
     assert_eq!(resp.status, 403);
@@ -99,8 +98,7 @@ async fn disallowed_request_gets_403_with_rule_and_never_reaches_origin() {
 
 #[tokio::test]
 async fn robots_txt_itself_is_always_allowed() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /\n").await;
     let proxy = Proxy::start().await;
     assert_eq!(proxy.get(&origin.url("/robots.txt")).await.status, 200);
     assert_eq!(proxy.get(&origin.url("/x")).await.status, 403);
@@ -108,8 +106,8 @@ async fn robots_txt_itself_is_always_allowed() {
 
 #[tokio::test]
 async fn configured_agent_selects_its_group() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /\n\nUser-agent: goodbot\nAllow: /\n");
+    let origin =
+        Origin::with_robots("User-agent: *\nDisallow: /\n\nUser-agent: goodbot\nAllow: /\n").await;
     let proxy = Proxy::start_with(|c| c.agent = "GoodBot/1.0".into()).await;
     assert_eq!(proxy.get(&origin.url("/page")).await.status, 200);
     let other = Proxy::start().await;
@@ -118,19 +116,15 @@ async fn configured_agent_selects_its_group() {
 
 #[tokio::test]
 async fn client_user_agent_mapping_selects_the_mapped_group() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /\n\nUser-agent: strictbot\nDisallow: /\n");
+    let origin =
+        Origin::with_robots("User-agent: *\nAllow: /\n\nUser-agent: strictbot\nDisallow: /\n")
+            .await;
     let proxy = Proxy::start_with(|c| {
         c.agents
             .insert("python-requests".into(), "strictbot".into());
     })
     .await;
-    let req = |ua: &str| {
-        Request::get(origin.url("/page"))
-            .header("user-agent", ua)
-            .body(Bytes::new())
-            .expect("req")
-    };
+    let req = |ua: &str| get_with(&origin.url("/page"), &[("user-agent", ua)]);
     assert_eq!(proxy.request(req("python-requests/2.31")).await.status, 403);
     assert_eq!(proxy.request(req("curl/8.0")).await.status, 200);
 }
@@ -244,17 +238,6 @@ async fn concurrent_first_requests_share_one_robots_fetch() {
     assert_eq!(origin.hits("/robots.txt"), 1);
 }
 
-/// Moves tokio's clock, which the in-process proxy's robots.txt cache
-/// runs on, forward by exactly `by`. The clock is paused only for the
-/// jump: real socket I/O runs on a running clock, where no timeout fires
-/// early, and a lifetime is crossed by exactly its length, not by a sleep
-/// with slack.
-async fn skip(by: Duration) {
-    tokio::time::pause();
-    tokio::time::advance(by).await;
-    tokio::time::resume();
-}
-
 #[tokio::test]
 async fn cached_robots_is_reused_then_refetched_after_max_age() {
     let origin = Origin::start().await;
@@ -289,8 +272,7 @@ async fn max_age_is_clamped_to_the_configured_floor() {
 
 #[tokio::test]
 async fn default_ttl_applies_without_max_age() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /a\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
     let proxy = Proxy::start_with(|c| {
         c.robots.default_ttl = Duration::from_millis(300);
         c.robots.min_ttl = Duration::from_millis(1);
@@ -385,8 +367,7 @@ async fn reset_and_garbage_robots_mean_disallow_all() {
 
 #[tokio::test]
 async fn upstream_that_hangs_after_robots_gives_504() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow:\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow:\n").await;
     origin.route("/slow", Reply::ok("late").delay(Duration::from_secs(5)));
     let proxy =
         Proxy::start_with(|c| c.upstream.response_timeout = Duration::from_millis(300)).await;
@@ -410,8 +391,7 @@ async fn upstream_connection_failure_gives_502_with_reason() {
 
 #[tokio::test]
 async fn private_destinations_are_refused_by_default() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow:\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow:\n").await;
     let proxy = Proxy::start_with(|c| c.allow_private_destinations = false).await;
     let resp = proxy.get(&origin.url("/x")).await;
     assert_eq!(resp.status, 403);
@@ -449,15 +429,8 @@ async fn unsupported_scheme_is_a_400() {
 
 #[tokio::test]
 async fn malformed_request_line_is_a_400() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let proxy = Proxy::start().await;
-    let mut s = tokio::net::TcpStream::connect(proxy.addr)
-        .await
-        .expect("connect");
-    s.write_all(b"GARBAGE\r\n\r\n").await.expect("write");
-    let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf).await;
-    let text = String::from_utf8_lossy(&buf);
+    let text = until_close(proxy.addr, "GARBAGE\r\n\r\n").await.text;
     assert!(text.starts_with("HTTP/1.1 400"), "{text}");
 }
 
@@ -481,37 +454,18 @@ async fn request_looping_through_the_proxy_is_refused() {
 
 #[tokio::test]
 async fn keep_alive_serves_several_requests_on_one_connection() {
-    use http_body_util::{BodyExt, Full};
-    use hyper_util::rt::TokioIo;
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /no\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /no\n").await;
     let proxy = Proxy::start().await;
-    let stream = tokio::net::TcpStream::connect(proxy.addr)
-        .await
-        .expect("connect");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(conn);
+    let mut conn = Conn::open(proxy.addr).await;
     for (path, status) in [("/a", 200), ("/no", 403), ("/b", 200)] {
-        sender.ready().await.expect("ready");
-        let resp = sender
-            .send_request(
-                Request::get(origin.url(path))
-                    .body(Full::new(Bytes::new()))
-                    .expect("req"),
-            )
-            .await
-            .expect("resp");
-        assert_eq!(resp.status().as_u16(), status);
-        let _ = resp.into_body().collect().await;
+        assert_eq!(conn.get(&origin.url(path)).await.status, status);
     }
     // One connection fetched robots.txt; the two forwarded requests shared
     // one more, back in the pool after each response.
     let connections = || origin.connections.load(std::sync::atomic::Ordering::SeqCst);
     assert_eq!(connections(), 2);
     // Other clients' requests, one at a time, reuse it too.
-    drop(sender);
+    drop(conn);
     for path in ["/c", "/d"] {
         assert_eq!(proxy.get(&origin.url(path)).await.status, 200);
     }
@@ -520,8 +474,7 @@ async fn keep_alive_serves_several_requests_on_one_connection() {
 
 #[tokio::test]
 async fn request_body_is_streamed_to_the_origin() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow:\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow:\n").await;
     let proxy = Proxy::start().await;
     let body = Bytes::from(vec![b'x'; 3 * 1024 * 1024]);
     let resp = proxy
@@ -537,8 +490,7 @@ async fn request_body_is_streamed_to_the_origin() {
 
 #[tokio::test]
 async fn audit_log_failure_fails_closed() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /no\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /no\n").await;
     let proxy = Proxy::start_with(|c| {
         c.audit.path = Some("/dev/full".into());
         c.audit.log_all = true;
@@ -551,8 +503,7 @@ async fn audit_log_failure_fails_closed() {
 
 #[tokio::test]
 async fn log_all_records_allowed_requests_too() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nAllow: /yes\nDisallow: /\n");
+    let origin = Origin::with_robots("User-agent: *\nAllow: /yes\nDisallow: /\n").await;
     let proxy = Proxy::start_with(|c| c.audit.log_all = true).await;
     assert_eq!(proxy.get(&origin.url("/yes")).await.status, 200);
     let audit = proxy.audit();
@@ -565,8 +516,7 @@ async fn log_all_records_allowed_requests_too() {
 /// robots.txt and the request itself reach the origin with one `Host`.
 #[tokio::test]
 async fn a_trailing_dot_host_is_sent_as_the_origin_it_names() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /private\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     let proxy = Proxy::start().await;
     let port = origin.addr.port();
     let url = format!("http://localhost.:{port}/page");

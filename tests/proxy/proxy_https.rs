@@ -2,17 +2,11 @@
 //! verified upstream TLS to a loopback origin whose certificate comes from a
 //! test CA, the no-intercept list, HTTP/2 inside the tunnel, curl end to end.
 
-use std::sync::Arc;
-
-use bytes::Bytes;
-use http::Request;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
 
 use crate::support;
-use crate::support::tls::{connect, https_get, proxy_trusting, tls_origin};
-use crate::support::{Origin, Proxy};
+use crate::support::tls::{ca_cert, connect, https_get, proxy_trusting, tls_origin, tls_trusting};
+use crate::support::{Conn, Origin, Proxy, admin, get_with, requests_total};
 
 #[tokio::test]
 async fn intercepted_https_allowed_path_returns_the_origins_body() {
@@ -127,35 +121,14 @@ async fn no_intercept_host_is_tunnelled_blindly_and_audited() {
     let tunnel = connect(&proxy, &format!("localhost:{port}"))
         .await
         .expect("tunnel");
-    let pem = std::fs::read(&o.ca_file).expect("ca");
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pki_types::pem::PemObject::pem_slice_iter(&pem) {
-        roots.add(c.expect("pem")).expect("root");
-    }
-    let config = rustls::ClientConfig::builder_with_provider(robots_proxy::tls::provider())
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").expect("name"), tunnel)
-        .await
-        .expect("TLS straight to the origin");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .expect("handshake");
-    tokio::spawn(conn);
+    let name = ServerName::try_from("localhost").expect("name");
+    let tls = tls_trusting(tunnel, ca_cert(&o.ca_file), name, b"http/1.1").await;
     // Paths cannot be checked in a blind tunnel: even /private gets through.
-    let resp = sender
-        .send_request(
-            Request::get("/private/x")
-                .header("host", "localhost")
-                .body(Full::new(Bytes::new()))
-                .expect("req"),
-        )
+    let resp = Conn::over(tls)
         .await
-        .expect("resp");
-    assert_eq!(resp.status().as_u16(), 200);
+        .send(get_with("/private/x", &[("host", "localhost")]))
+        .await;
+    assert_eq!(resp.status, 200);
     let audit = proxy.audit();
     assert_eq!(audit.len(), 1);
     assert_eq!(audit[0]["decision"], "tunnelled");
@@ -185,29 +158,16 @@ async fn no_intercept_host_whose_robots_disallows_everything_is_refused_at_conne
 
 #[tokio::test]
 async fn plain_http_inside_connect_is_judged_as_http() {
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /private\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     let proxy = Proxy::start().await;
     let tunnel = connect(&proxy, &origin.addr.to_string())
         .await
         .expect("tunnel");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tunnel))
-        .await
-        .expect("handshake");
-    tokio::spawn(conn);
+    let mut conn = Conn::over(tunnel).await;
+    let host = origin.addr.to_string();
     for (path, status) in [("/open", 200), ("/private/x", 403)] {
-        sender.ready().await.expect("ready");
-        let resp = sender
-            .send_request(
-                Request::get(path)
-                    .header("host", origin.addr.to_string())
-                    .body(Full::new(Bytes::new()))
-                    .expect("req"),
-            )
-            .await
-            .expect("resp");
-        assert_eq!(resp.status().as_u16(), status, "{path}");
-        let _ = resp.into_body().collect().await;
+        let resp = conn.send(get_with(path, &[("host", &host)])).await;
+        assert_eq!(resp.status, status, "{path}");
     }
     assert_eq!(origin.hits("/private/x"), 0);
     assert_eq!(proxy.audit()[0]["url"], origin.url("/private/x"));
@@ -309,7 +269,7 @@ async fn a_blind_tunnel_is_recorded_and_counted_once_with_log_all() {
         c.upstream.ca_files = vec![ca_file];
         c.tls.no_intercept = vec!["localhost".into()];
         c.audit.log_all = true;
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
     })
     .await;
     let port = o.origin.addr.port();
@@ -319,13 +279,7 @@ async fn a_blind_tunnel_is_recorded_and_counted_once_with_log_all() {
     let audit = proxy.audit();
     assert_eq!(audit.len(), 1, "{audit:?}");
     assert_eq!(audit[0]["decision"], "tunnelled");
-    let metrics = proxy.admin_get("/metrics").await.body;
-    let count = |d: &str| {
-        support::metric(
-            &metrics,
-            &format!("robots_proxy_requests_total{{decision=\"{d}\"}}"),
-        )
-    };
-    assert_eq!(count("tunnelled"), Some(1.0), "{metrics}");
-    assert_eq!(count("allowed"), Some(0.0), "{metrics}");
+    let metrics = proxy.metrics().await;
+    assert_eq!(requests_total(&metrics, "tunnelled"), 1.0, "{metrics}");
+    assert_eq!(requests_total(&metrics, "allowed"), 0.0, "{metrics}");
 }

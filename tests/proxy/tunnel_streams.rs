@@ -13,20 +13,17 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use robots_proxy::tls::{Ca, Minter};
 use rustls_pki_types::ServerName;
 
 use crate::support;
+use crate::support::tls::origin_config;
 use crate::support::{NO_HANG, Origin, Proxy, Reply};
 
 /// An HTTPS origin for `localhost` that offers HTTP/1.1 only, answering
 /// `/slow` after a while; and the PEM file of its CA.
 async fn slow_h1_origin(dir: &std::path::Path) -> (Origin, std::path::PathBuf) {
-    let ca = Ca::generate().expect("test CA");
-    let ca_file = dir.join("origin-ca.pem");
-    std::fs::write(&ca_file, ca.cert_pem()).expect("write CA");
-    let minter = Minter::new(ca, 4).expect("minter");
-    let mut config = (*minter.server_config("localhost").expect("config")).clone();
+    let (config, ca_file) = origin_config("localhost", dir);
+    let mut config = (*config).clone();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let origin = Origin::start_tls(Arc::new(config)).await;
     origin.robots("User-agent: *\nAllow: /\n");

@@ -2,23 +2,15 @@
 //! default nginx compress again (its `gzip_proxied off` skips requests that
 //! carry `Via`).
 
-use bytes::Bytes;
-use http::Request;
-
 use crate::support;
-use crate::support::Proxy;
 use crate::support::nginx::Nginx;
+use crate::support::{Proxy, get_with};
 
 const PAGE: &str = "a page long enough to be worth compressing, repeated. ";
 
 async fn get_gzip(proxy: &Proxy, url: &str) -> support::Resp {
     proxy
-        .request(
-            Request::get(url)
-                .header("accept-encoding", "gzip")
-                .body(Bytes::new())
-                .expect("request"),
-        )
+        .request(get_with(url, &[("accept-encoding", "gzip")]))
         .await
 }
 

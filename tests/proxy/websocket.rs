@@ -7,17 +7,15 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use futures_util::{SinkExt, StreamExt};
-use robots_proxy::tls::{Ca, Minter};
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::{WebSocketStream, client_async};
 
-use crate::support::Proxy;
-use crate::support::tls::{connect, proxy_tls};
+use crate::support::tls::{connect, origin_config, proxy_tls};
+use crate::support::{Proxy, serve_tcp};
 
 const ROBOTS: &str = "User-agent: *\nDisallow: /private\n";
 
@@ -88,16 +86,11 @@ async fn echo_origin(
     Arc<Mutex<Vec<String>>>,
     Option<(std::path::PathBuf, tempfile::TempDir)>,
 ) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let (acceptor, ca) = if tls {
         let dir = tempfile::tempdir().expect("tempdir");
-        let ca = Ca::generate().expect("ca");
-        let file = dir.path().join("ca.pem");
-        std::fs::write(&file, ca.cert_pem()).expect("write ca");
-        let minter = Minter::new(ca, 2).expect("minter");
-        let mut config = (*minter.server_config("127.0.0.1").expect("config")).clone();
+        let (config, file) = origin_config("127.0.0.1", dir.path());
+        let mut config = (*config).clone();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         (
             Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
@@ -107,24 +100,20 @@ async fn echo_origin(
         (None, None)
     };
     let s = seen.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, _)) = listener.accept().await else {
-                return;
-            };
-            let (seen, acceptor) = (s.clone(), acceptor.clone());
-            tokio::spawn(async move {
-                match acceptor {
-                    Some(a) => {
-                        if let Ok(tls) = a.accept(tcp).await {
-                            serve(tls, seen).await;
-                        }
+    let addr = serve_tcp(move |tcp| {
+        let (seen, acceptor) = (s.clone(), acceptor.clone());
+        async move {
+            match acceptor {
+                Some(a) => {
+                    if let Ok(tls) = a.accept(tcp).await {
+                        serve(tls, seen).await;
                     }
-                    None => serve(tcp, seen).await,
                 }
-            });
+                None => serve(tcp, seen).await,
+            }
         }
-    });
+    })
+    .await;
     (addr, seen, ca)
 }
 

@@ -11,39 +11,35 @@ use http::{Request, Response};
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::support::binary::{NO_HANG, Setup};
-use crate::support::{Conn, Origin, Proxy};
+use crate::support::{Conn, Origin, Proxy, serve_tcp};
 
 /// Starts a loopback origin answering `robots` at `/robots.txt` (and a
 /// page anywhere else) that counts in `open` the connections open to it
 /// right now: incremented on accept, decremented once the peer closed.
 async fn tracked_origin(robots: Bytes, open: watch::Sender<usize>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            open.send_modify(|n| *n += 1);
-            let (open, robots) = (open.clone(), robots.clone());
-            tokio::spawn(async move {
-                let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let body = if req.uri().path() == "/robots.txt" {
-                        robots.clone()
-                    } else {
-                        Bytes::from_static(b"page")
-                    };
-                    async move { Ok::<_, Infallible>(Response::new(Full::new(body))) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-                open.send_modify(|n| *n -= 1);
+    serve_tcp(move |stream| {
+        open.send_modify(|n| *n += 1);
+        let (open, robots) = (open.clone(), robots.clone());
+        async move {
+            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                let body = if req.uri().path() == "/robots.txt" {
+                    robots.clone()
+                } else {
+                    Bytes::from_static(b"page")
+                };
+                async move { Ok::<_, Infallible>(Response::new(Full::new(body))) }
             });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+            open.send_modify(|n| *n -= 1);
         }
-    });
-    addr
+    })
+    .await
 }
 
 /// A crawl over 50 new origins: each robots.txt fetch's connection is
@@ -104,11 +100,9 @@ fn descriptors(pid: u32) -> (usize, u64) {
 #[tokio::test]
 async fn a_fetch_failing_for_lack_of_descriptors_is_not_cached() {
     const SPARE: u64 = 24;
-    let origin = Origin::start().await;
-    origin.robots("User-agent: *\nDisallow: /private\n");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     let warm = Origin::start().await;
-    let setup = Setup::new();
-    setup.write_config("TestBot/1.0", "");
+    let setup = Setup::with_config("TestBot/1.0", "");
     let mut running = setup.start().await;
     let pid = running.child.id();
     // The client connection the test asks on, accepted while there is room.

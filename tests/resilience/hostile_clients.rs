@@ -6,7 +6,6 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -15,15 +14,17 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use robots_proxy::tls::{Ca, Minter};
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpSocket, TcpStream};
 use tokio_rustls::client::TlsStream;
 
 use crate::support::binary::{NO_HANG, Setup};
-use crate::support::tls::{connect, proxy_ca, tls_origin};
-use crate::support::{Conn, Origin, Proxy, metric};
+use crate::support::raw::until_closed;
+use crate::support::tls::{
+    ca_cert, connect, connect_to, origin_config, proxy_ca, tls_origin, tls_trusting,
+};
+use crate::support::{Conn, Origin, Proxy, admin, get_with, metric, serve_tcp};
 
 /// The small timeouts these tests configure.
 const TIMEOUT: Duration = Duration::from_millis(300);
@@ -60,16 +61,7 @@ async fn assert_closed_unanswered(mut stream: TcpStream) {
 
 /// Waits until the peer closes `io` (EOF or error), bounded.
 async fn wait_closed(io: &mut (impl AsyncRead + Unpin)) {
-    let mut buf = [0u8; 1024];
-    let closed = tokio::time::timeout(SHORT, async {
-        loop {
-            match io.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        }
-    })
-    .await;
+    let closed = tokio::time::timeout(SHORT, until_closed(io)).await;
     assert!(closed.is_ok(), "still open after {SHORT:?}");
 }
 
@@ -96,13 +88,6 @@ async fn trickle<IO: AsyncRead + AsyncWrite>(io: IO, every: Duration) {
     }
 }
 
-/// The proxy's CA certificate from a PEM file.
-fn ca_from(path: &std::path::Path) -> CertificateDer<'static> {
-    let pem = std::fs::read(path).expect("proxy ca.pem");
-    let mut certs = rustls_pki_types::pem::PemObject::pem_slice_iter(&pem);
-    certs.next().expect("one cert").expect("valid PEM")
-}
-
 /// TLS over `stream` (a tunnel just opened) to `host`, trusting `ca`,
 /// offering `alpn`.
 async fn tls_over(
@@ -111,19 +96,8 @@ async fn tls_over(
     host: &str,
     alpn: &[u8],
 ) -> TlsStream<TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca).expect("add root");
-    let mut config = rustls::ClientConfig::builder_with_provider(robots_proxy::tls::provider())
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
     let name = ServerName::try_from(host.to_string()).expect("server name");
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, stream)
-        .await
-        .expect("TLS with the proxy's minted certificate")
+    tls_trusting(stream, ca, name, alpn).await
 }
 
 /// A fresh client's GET through the proxy: the time it took to be served.
@@ -159,29 +133,19 @@ async fn idle_blind_tunnels_are_closed_and_a_fresh_client_is_served() {
     let mut silent = connect(&proxy, &target).await.expect("tunnel");
     // One request to the origin itself (TLS end to end), then silence.
     let tunnel = connect(&proxy, &target).await.expect("tunnel");
-    let ca = ca_from(&o.ca_file);
+    let ca = ca_cert(&o.ca_file);
     let tls = tls_over(tunnel, ca, "localhost", b"http/1.1").await;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .expect("handshake");
-    let conn = tokio::spawn(conn);
-    let resp = sender
-        .send_request(
-            Request::get("/through")
-                .header("host", &target)
-                .body(Full::new(Bytes::new()))
-                .expect("req"),
-        )
-        .await
-        .expect("response through the blind tunnel");
-    assert_eq!(resp.status(), 200);
-    resp.into_body().collect().await.expect("body");
+    let mut through = Conn::over(tls).await;
+    let resp = through
+        .send(get_with("/through", &[("host", &target)]))
+        .await;
+    assert_eq!(resp.status, 200);
     assert_eq!(o.origin.hits("/through"), 1);
 
     let took = time_to_serve(&proxy, &plain.url("/fresh")).await;
     eprintln!("fresh client served after {took:?} with every slot held by idle blind tunnels");
     wait_closed(&mut silent).await;
-    let closed = tokio::time::timeout(SHORT, conn)
+    let closed = tokio::time::timeout(SHORT, through.task)
         .await
         .expect("idle blind tunnel still open")
         .expect("connection task");
@@ -267,66 +231,56 @@ struct StreamingOrigin {
 
 async fn streaming_origin() -> StreamingOrigin {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ca = Ca::generate().expect("test CA");
-    let ca_file = dir.path().join("origin-ca.pem");
-    std::fs::write(&ca_file, ca.cert_pem()).expect("write CA");
-    let config = Minter::new(ca, 4)
-        .expect("minter")
-        .server_config("127.0.0.1")
-        .expect("origin config");
+    let (config, ca_file) = origin_config("127.0.0.1", dir.path());
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
     let (release, _) = tokio::sync::watch::channel(false);
     let released = release.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let (acceptor, released) = (acceptor.clone(), released.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let released = released.subscribe();
-                    async move {
-                        if req.uri().path() != "/big" {
-                            let mut resp = Response::new(
-                                Full::new(Bytes::new())
-                                    .map_err(|never| match never {})
-                                    .boxed(),
-                            );
-                            *resp.status_mut() = http::StatusCode::NOT_FOUND;
-                            return Ok::<_, Infallible>(resp);
-                        }
-                        let chunks = futures_util::stream::unfold(
-                            (0usize, released),
-                            |(i, mut released)| async move {
-                                if i == CHUNKS {
-                                    return None;
-                                }
-                                if i == 1 {
-                                    released.wait_for(|r| *r).await.ok()?;
-                                }
-                                let frame = Frame::data(Bytes::from(vec![b'x'; CHUNK]));
-                                Some((Ok::<_, Infallible>(frame), (i + 1, released)))
-                            },
+    let addr = serve_tcp(move |stream| {
+        let (acceptor, released) = (acceptor.clone(), released.clone());
+        async move {
+            let Ok(tls) = acceptor.accept(stream).await else {
+                return;
+            };
+            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                let released = released.subscribe();
+                async move {
+                    if req.uri().path() != "/big" {
+                        let mut resp = Response::new(
+                            Full::new(Bytes::new())
+                                .map_err(|never| match never {})
+                                .boxed(),
                         );
-                        let mut resp = Response::new(StreamBody::new(chunks).boxed());
-                        resp.headers_mut().insert(
-                            http::header::CONTENT_LENGTH,
-                            (CHUNKS * CHUNK).to_string().parse().expect("length"),
-                        );
-                        Ok(resp)
+                        *resp.status_mut() = http::StatusCode::NOT_FOUND;
+                        return Ok::<_, Infallible>(resp);
                     }
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                )
-                .serve_connection(TokioIo::new(tls), svc)
-                .await;
+                    let chunks = futures_util::stream::unfold(
+                        (0usize, released),
+                        |(i, mut released)| async move {
+                            if i == CHUNKS {
+                                return None;
+                            }
+                            if i == 1 {
+                                released.wait_for(|r| *r).await.ok()?;
+                            }
+                            let frame = Frame::data(Bytes::from(vec![b'x'; CHUNK]));
+                            Some((Ok::<_, Infallible>(frame), (i + 1, released)))
+                        },
+                    );
+                    let mut resp = Response::new(StreamBody::new(chunks).boxed());
+                    resp.headers_mut().insert(
+                        http::header::CONTENT_LENGTH,
+                        (CHUNKS * CHUNK).to_string().parse().expect("length"),
+                    );
+                    Ok(resp)
+                }
             });
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
         }
-    });
+    })
+    .await;
     StreamingOrigin {
         addr,
         ca_file,
@@ -340,8 +294,7 @@ async fn streaming_origin() -> StreamingOrigin {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_an_intercepted_https_download_finish() {
     let origin = streaming_origin().await;
-    let setup = Setup::new();
-    setup.write_config(
+    let setup = Setup::with_config(
         "bot",
         &format!(
             "[upstream]\nca_files = [{:?}]\n",
@@ -350,24 +303,11 @@ async fn sigterm_lets_an_intercepted_https_download_finish() {
     );
     let mut proxy = setup.start().await;
 
-    let mut tunnel = TcpStream::connect(proxy.addr).await.expect("connect");
     let target = format!("127.0.0.1:{}", origin.addr.port());
-    tunnel
-        .write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+    let tunnel = connect_to(proxy.addr, &target)
         .await
-        .expect("CONNECT");
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(tunnel.read(&mut byte).await.expect("read"), 1, "closed");
-        head.push(byte[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
-    let ca = ca_from(&setup.dir.path().join("ca/ca.pem"));
+        .unwrap_or_else(|head| panic!("{head}"));
+    let ca = ca_cert(&setup.dir.path().join("ca/ca.pem"));
     let tls = tls_over(tunnel, ca, "127.0.0.1", b"http/1.1").await;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
         .await
@@ -427,7 +367,7 @@ async fn refused_clients_are_closed_at_accept_and_an_allowed_one_is_served() {
     let proxy = Proxy::start_with(|c| {
         c.max_connections = 4;
         c.access.allow_clients = vec!["127.0.0.2/32".parse().expect("net")];
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
     })
     .await;
     // Ten refused clients trickling headers they never finish.
@@ -457,7 +397,7 @@ async fn refused_clients_are_closed_at_accept_and_an_allowed_one_is_served() {
     for s in refused {
         assert_closed_unanswered(s).await;
     }
-    let metrics = proxy.admin_get("/metrics").await.body;
+    let metrics = proxy.metrics().await;
     assert_eq!(
         metric(
             &metrics,
@@ -475,23 +415,10 @@ async fn refused_clients_are_closed_at_accept_and_an_allowed_one_is_served() {
 async fn served_eventually(addr: SocketAddr, ip: &str, url: &str) -> (u16, String) {
     let deadline = Instant::now() + NO_HANG;
     loop {
-        let stream = connect_from(ip, addr).await;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .expect("handshake");
-        tokio::spawn(conn);
-        let req = Request::get(url)
-            .header("host", addr.to_string())
-            .body(Full::new(Bytes::new()))
-            .expect("req");
-        if let Ok(resp) = sender.send_request(req).await {
-            let status = resp.status().as_u16();
-            if let Ok(body) = resp.into_body().collect().await {
-                return (
-                    status,
-                    String::from_utf8_lossy(&body.to_bytes()).into_owned(),
-                );
-            }
+        let mut conn = Conn::over(connect_from(ip, addr).await).await;
+        let req = get_with(url, &[("host", &addr.to_string())]);
+        if let Ok(resp) = conn.try_send(req).await {
+            return (resp.status, resp.body);
         }
         assert!(Instant::now() < deadline, "never served");
     }
@@ -506,7 +433,7 @@ async fn connections_beyond_the_per_client_limit_are_closed_at_accept() {
     let proxy = Proxy::start_with(|c| {
         c.max_connections = 16;
         c.max_connections_per_client = 2;
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
     })
     .await;
     // Slowloris from 127.0.0.3: two connections trickling headers.
@@ -523,7 +450,7 @@ async fn connections_beyond_the_per_client_limit_are_closed_at_accept() {
     // Another address is served.
     let mut other = Conn::open(proxy.addr).await;
     assert_eq!(other.get(&origin.url("/other")).await.status, 200);
-    let metrics = proxy.admin_get("/metrics").await.body;
+    let metrics = proxy.metrics().await;
     assert_eq!(
         metric(
             &metrics,
@@ -550,7 +477,7 @@ async fn connections_beyond_the_per_client_limit_are_closed_at_accept() {
 #[tokio::test]
 async fn admin_clients_outside_its_allow_list_are_closed_at_accept() {
     let proxy = Proxy::start_with(|c| {
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
         c.admin.allow_clients = vec!["127.0.0.5/32".parse().expect("net")];
     })
     .await;
@@ -573,7 +500,7 @@ async fn admin_clients_outside_its_allow_list_are_closed_at_accept() {
 #[tokio::test]
 async fn admin_connections_beyond_its_limit_are_closed_at_accept() {
     let proxy = Proxy::start_with(|c| {
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
         c.admin.max_connections = 2;
     })
     .await;
@@ -603,7 +530,7 @@ async fn admin_connections_beyond_its_limit_are_closed_at_accept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_connections_get_the_header_timeout() {
     let proxy = Proxy::start_with(|c| {
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
         c.client_header_timeout = TIMEOUT;
     })
     .await;
@@ -637,24 +564,15 @@ async fn shutdown_closes_idle_intercepted_tunnels_at_once_and_blind_ones_when_th
         .await
         .expect("tunnel");
     let tls = tls_over(tunnel, proxy_ca(&proxy), "127.0.0.1", b"http/1.1").await;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
-        .await
-        .expect("handshake");
-    let intercepted = tokio::spawn(conn);
-    let resp = sender
-        .send_request(
-            Request::get("/before")
-                .header("host", format!("127.0.0.1:{port}"))
-                .body(Full::new(Bytes::new()))
-                .expect("req"),
-        )
-        .await
-        .expect("response");
-    assert_eq!(resp.status(), 200);
-    resp.into_body().collect().await.expect("body");
+    let mut intercepted = Conn::over(tls).await;
+    let host = format!("127.0.0.1:{port}");
+    let resp = intercepted
+        .send(get_with("/before", &[("host", &host)]))
+        .await;
+    assert_eq!(resp.status, 200);
 
     proxy.stop();
-    tokio::time::timeout(SHORT, intercepted)
+    tokio::time::timeout(SHORT, intercepted.task)
         .await
         .expect("idle intercepted tunnel left open during shutdown")
         .expect("connection task")

@@ -8,9 +8,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
-use crate::support::{NO_HANG, Proxy};
+use crate::support::{NO_HANG, Proxy, serve_tcp};
 
 /// Longer than the test's bound: without the cap, requests would wait this long.
 const LONG: Duration = Duration::from_secs(120);
@@ -19,14 +19,7 @@ const LONG: Duration = Duration::from_secs(120);
 /// answering every other request with up to 10,000 `100 Continue`s and
 /// nothing more (it stops when the proxy hangs up).
 async fn flooding_origin(flood_robots: bool) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(serve(stream, flood_robots));
-        }
-    });
-    addr
+    serve_tcp(move |stream| serve(stream, flood_robots)).await
 }
 
 async fn serve(mut stream: TcpStream, flood_robots: bool) {

@@ -28,8 +28,8 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::support::Proxy;
 use crate::support::faulty::{Fault, FaultyOrigin, Plan};
+use crate::support::{Proxy, status_kib};
 
 /// Normal origins (robots.txt served) and the one whose robots.txt fails.
 const ORIGINS: usize = 4;
@@ -134,16 +134,6 @@ fn env_usize(name: &str, default: usize) -> usize {
             .unwrap_or_else(|_| panic!("{name} must be a number, got {v:?}")),
         Err(_) => default,
     }
-}
-
-/// A field of /proc/self/status in KiB (VmRSS, VmHWM).
-fn proc_status_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 #[derive(Default)]
@@ -290,14 +280,14 @@ async fn load_with_faults_answers_every_request_and_blocks_and_audits_exactly() 
             .collect(),
     );
 
-    let rss_baseline = proc_status_kib("VmRSS");
+    let rss_baseline = status_kib(None, "VmRSS");
     let rss_peak = Arc::new(AtomicUsize::new(rss_baseline as usize));
     let sampling = Arc::new(AtomicBool::new(true));
     let sampler = {
         let (peak, on) = (rss_peak.clone(), sampling.clone());
         tokio::spawn(async move {
             while on.load(Ordering::Relaxed) {
-                peak.fetch_max(proc_status_kib("VmRSS") as usize, Ordering::Relaxed);
+                peak.fetch_max(status_kib(None, "VmRSS") as usize, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })
@@ -334,7 +324,7 @@ async fn load_with_faults_answers_every_request_and_blocks_and_audits_exactly() 
         elapsed += started.elapsed();
         // Let closed connections wind down.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        rss_after_wave.push(proc_status_kib("VmRSS"));
+        rss_after_wave.push(status_kib(None, "VmRSS"));
     }
     // The proxy still answers, on a new connection.
     let after_ok = proxy.get(&origins[0].url("/page/after?q=after")).await;
@@ -345,8 +335,8 @@ async fn load_with_faults_answers_every_request_and_blocks_and_audits_exactly() 
     tokio::time::sleep(Duration::from_millis(300)).await;
     sampling.store(false, Ordering::Relaxed);
     let _ = sampler.await;
-    let rss_after = proc_status_kib("VmRSS");
-    let rss_hwm = proc_status_kib("VmHWM");
+    let rss_after = status_kib(None, "VmRSS");
+    let rss_hwm = status_kib(None, "VmHWM");
     let rss_peak = rss_peak.load(Ordering::Relaxed) as u64;
 
     let o = outcomes.lock().expect("outcomes");

@@ -5,16 +5,7 @@
 
 use std::time::Duration;
 
-use crate::support::{Origin, Proxy, Reply};
-
-/// Moves tokio's clock, which the in-process proxy's robots.txt cache runs
-/// on, forward by exactly `by`; paused only for the jump, so real socket
-/// I/O runs on a running clock.
-async fn skip(by: Duration) {
-    tokio::time::pause();
-    tokio::time::advance(by).await;
-    tokio::time::resume();
-}
+use crate::support::{Origin, Proxy, Reply, skip};
 
 #[tokio::test]
 async fn the_origins_retry_after_decides_the_next_fetch_and_the_503_says_when() {
@@ -52,10 +43,7 @@ async fn without_retry_after_the_first_retry_is_30_seconds_away() {
     let proxy = Proxy::start().await;
     let down = proxy.get(&origin.url("/page")).await;
     assert_eq!(down.status, 503);
-    let retry: u64 = down
-        .header("retry-after")
-        .and_then(|v| v.parse().ok())
-        .expect("Retry-After");
+    let retry: u64 = down.parsed("retry-after").expect("Retry-After");
     assert!((29..=30).contains(&retry), "{retry}");
     assert!(down.body.contains("fetched again in 30 s") || down.body.contains("in 29 s"));
 }

@@ -4,7 +4,7 @@
 //! fetches over it wait their turn instead of failing.
 
 use crate::support;
-use crate::support::{NO_HANG, Origin, Proxy, metric};
+use crate::support::{NO_HANG, Origin, Proxy, admin, metric};
 
 /// A robots.txt of about `kib` KiB: allow all, then comment lines.
 fn large_robots(kib: usize) -> String {
@@ -23,12 +23,11 @@ async fn fetches_in_flight_stay_within_the_budget_and_all_complete() {
     let robots = large_robots(400);
     let mut origins = Vec::new();
     for _ in 0..ORIGINS {
-        let origin = Origin::start().await;
-        origin.robots(&robots);
+        let origin = Origin::with_robots(&robots).await;
         origins.push(origin);
     }
     let proxy = Proxy::start_with(|c| {
-        c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
+        admin(c);
         c.robots.fetch_budget_mib = 2;
         // Waiting for the budget is not the origin's time.
         c.robots.fetch_timeout = std::time::Duration::from_secs(30);
@@ -47,7 +46,7 @@ async fn fetches_in_flight_stay_within_the_budget_and_all_complete() {
     for origin in &origins {
         assert_eq!(origin.hits("/robots.txt"), 1);
     }
-    let text = proxy.admin_get("/metrics").await.body;
+    let text = proxy.metrics().await;
     let peak = metric(
         &text,
         r#"robots_proxy_robots_fetch_budget_kib{state="peak"}"#,
