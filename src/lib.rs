@@ -21,3 +21,5 @@ pub mod robots;
 pub(crate) mod server;
 pub mod tls;
 pub mod upstream;
+
+pub use app::App;

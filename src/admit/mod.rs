@@ -531,3 +531,6 @@ mod tests {
         assert_eq!(decode_basic(&hv(format!("Basic {non_utf8}"))), None);
     }
 }
+
+#[cfg(test)]
+pub(crate) mod auth_tests;

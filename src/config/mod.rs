@@ -11,6 +11,9 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
+/// Proxy users and their password hashes, for `[[access.users]]`.
+pub use crate::admit::{Params as PasswordParams, UserConfig, hash_password, hash_password_with};
+
 /// Upper bound of `workers`: far above any useful value, below what would
 /// exhaust a machine's threads.
 pub(crate) const MAX_WORKERS: usize = 1024;

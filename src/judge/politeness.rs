@@ -494,3 +494,7 @@ mod tests {
         assert_eq!(pol.evicted_active(), 1);
     }
 }
+
+#[cfg(test)]
+#[path = "politeness_tests.rs"]
+mod politeness_tests;

@@ -92,7 +92,7 @@ mod tests {
     use super::*;
 
     /// Raising is harmless to the other tests in this process; lowering
-    /// first is tested on the binary (tests/e2e_curl.rs).
+    /// first is tested on the binary (tests/ops/e2e_curl.rs).
     #[test]
     fn raising_reaches_the_hard_limit() {
         let limit = current().expect("/proc/self/limits");

@@ -5,3 +5,6 @@ pub(crate) mod audit;
 pub mod limits;
 pub mod metrics;
 pub mod systemd;
+
+#[cfg(test)]
+mod service_tests;

@@ -32,3 +32,7 @@ fn send(states: &[NotifyState<'_>]) {
         tracing::warn!(error = %e, "sd_notify failed");
     }
 }
+
+#[cfg(test)]
+#[path = "systemd_tests.rs"]
+mod tests;

@@ -1,5 +1,5 @@
 //! Policy and storage rules with real `Response` values; the origin is a
-//! closure here (tests/cache_collapsed.rs has real sockets).
+//! closure here (tests/collapsed.rs, beside this file, has real sockets).
 
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -10,6 +10,9 @@ use http_body_util::BodyExt;
 
 use super::*;
 use crate::http::body::full_body;
+
+mod collapsed;
+
 fn config(mode: CacheMode) -> CacheSettings {
     CacheSettings {
         mode,

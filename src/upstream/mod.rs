@@ -13,3 +13,6 @@ pub use client::{ClientSettings, HttpClient, build_client, build_fetch_client};
 pub(crate) use dial::connect_upstream;
 pub use error::{ErrorKind, UpstreamError, error_chain};
 pub(crate) use pool::{Pool, set_serving_thread};
+
+#[cfg(test)]
+mod tls_tests;

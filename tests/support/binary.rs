@@ -1,20 +1,57 @@
-//! The real binary, started on a config file in a temp dir: its address
-//! from the start-up log line, its stderr, signals.
+//! The real binary, started on a config file in a temp dir (or on any
+//! command line): its address from the start-up log line, its stderr,
+//! signals; and its one-shot commands.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
-/// Generous upper bound for anything that must merely not hang.
-pub const NO_HANG: Duration = Duration::from_secs(15);
+pub use super::NO_HANG;
 
-/// The binary running `run --config`, its address, and its stderr lines.
+/// The binary, to be given its arguments.
+pub fn command() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+}
+
+/// Runs the binary with `args` to its end (no stdin): status and output.
+pub fn run(args: &[&str]) -> Output {
+    command().args(args).output().expect("run robots-proxy")
+}
+
+/// A file holding `text` in a temp dir of its own (a config file, a
+/// robots.txt), removed when dropped.
+pub struct TextFile {
+    pub path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TextFile {
+    pub fn new(name: &str, text: &str) -> TextFile {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        TextFile { path, _dir: dir }
+    }
+
+    /// Runs the binary with `args`, then this file's path, to its end.
+    pub fn run(&self, args: &[&str]) -> Output {
+        command()
+            .args(args)
+            .arg(&self.path)
+            .output()
+            .expect("run robots-proxy")
+    }
+}
+
+/// The binary running, its address, and its stderr lines.
 pub struct Running {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The log line that says where it listens.
+    pub listening: String,
     stderr: mpsc::UnboundedReceiver<String>,
     /// Every stderr line seen so far, for failure messages.
     seen: Vec<String>,
@@ -30,6 +67,13 @@ impl Setup {
         Setup {
             dir: tempfile::tempdir().expect("tempdir"),
         }
+    }
+
+    /// A setup whose config file [`Setup::write_config`] wrote.
+    pub fn with_config(agent: &str, extra: &str) -> Setup {
+        let setup = Setup::new();
+        setup.write_config(agent, extra);
+        setup
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -73,11 +117,7 @@ impl Setup {
     }
 
     pub fn audit_lines(&self, path: &Path) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(path)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
-            .collect()
+        super::json_lines(path)
     }
 
     pub async fn start(&self) -> Running {
@@ -96,7 +136,7 @@ impl Setup {
     }
 
     async fn spawn(&self, notify: Option<&Path>, rust_log: bool) -> Running {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_robots-proxy"));
+        let mut command = command();
         match notify {
             Some(socket) => command.env("NOTIFY_SOCKET", socket),
             None => command.env_remove("NOTIFY_SOCKET"),
@@ -106,9 +146,16 @@ impl Setup {
         } else {
             command.env_remove("RUST_LOG");
         }
+        command.args(["run", "--config"]).arg(self.config_path());
+        Running::start(command).await
+    }
+}
+
+impl Running {
+    /// Starts `command` (the binary and its arguments, perhaps behind a
+    /// shell) and waits for the log line that says where it listens.
+    pub async fn start(mut command: Command) -> Running {
         let mut child = command
-            .args(["run", "--config"])
-            .arg(self.config_path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -129,6 +176,7 @@ impl Setup {
         let mut running = Running {
             child,
             addr: "0.0.0.0:0".parse().expect("addr"),
+            listening: String::new(),
             stderr: rx,
             seen: Vec::new(),
         };
@@ -138,11 +186,10 @@ impl Setup {
         running.addr = rest[..end]
             .parse()
             .unwrap_or_else(|e| panic!("{e}: {line}"));
+        running.listening = line;
         running
     }
-}
 
-impl Running {
     /// The next stderr line containing `needle` (bounded wait).
     pub async fn wait_for(&mut self, needle: &str) -> String {
         let deadline = tokio::time::Instant::now() + NO_HANG;
@@ -210,6 +257,33 @@ impl Running {
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().expect("wait").is_none()
     }
+}
+
+/// An open-file limit: soft and hard, `None` meaning unlimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFiles {
+    pub soft: Option<u64>,
+    pub hard: Option<u64>,
+}
+
+/// The open-file limit of process `pid` (`None`: this process), from the
+/// "Max open files" line of `/proc/PID/limits`; `None` if unreadable.
+pub fn open_files(pid: Option<u32>) -> Option<OpenFiles> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/limits"),
+        None => "/proc/self/limits".to_owned(),
+    };
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    let limit = |field: &str| match field {
+        "unlimited" => Some(None),
+        n => n.parse().ok().map(Some),
+    };
+    let mut fields = line.split_whitespace().skip(3);
+    Some(OpenFiles {
+        soft: limit(fields.next()?)?,
+        hard: limit(fields.next()?)?,
+    })
 }
 
 impl Drop for Running {

@@ -2,18 +2,18 @@
 //! HTTP/1.1 server (keep-alive, GET without bodies) that answers most
 //! requests and resets, hangs on, or answers garbage to the ones its plan
 //! picks. It counts every request it sees per path.
-//!
-//! Use it with `#[path = "support/faulty.rs"] mod faulty;`.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
+
+use super::raw::{find, until_closed};
+use super::{Hits, serve_tcp};
 
 /// What the origin does with one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,26 +37,20 @@ pub type Plan = Arc<dyn Fn(&str) -> Fault + Send + Sync>;
 
 pub struct FaultyOrigin {
     pub addr: SocketAddr,
-    hits: Arc<Mutex<HashMap<String, usize>>>,
+    hits: Hits,
     connections: Arc<AtomicUsize>,
 }
 
 impl FaultyOrigin {
     pub async fn start(plan: Plan) -> FaultyOrigin {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
-        let addr = listener.local_addr().expect("addr");
-        let hits: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let hits = Hits::default();
         let connections = Arc::new(AtomicUsize::new(0));
         let (h, c) = (hits.clone(), connections.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                c.fetch_add(1, Ordering::Relaxed);
-                tokio::spawn(serve(stream, plan.clone(), h.clone()));
-            }
-        });
+        let addr = serve_tcp(move |stream| {
+            c.fetch_add(1, Ordering::Relaxed);
+            serve(stream, plan.clone(), h.clone())
+        })
+        .await;
         FaultyOrigin {
             addr,
             hits,
@@ -69,17 +63,12 @@ impl FaultyOrigin {
     }
 
     pub fn hits(&self, path: &str) -> usize {
-        self.hits
-            .lock()
-            .expect("hits")
-            .get(path)
-            .copied()
-            .unwrap_or(0)
+        self.hits.get(path)
     }
 
     /// Every path seen, with its count.
     pub fn all_hits(&self) -> HashMap<String, usize> {
-        self.hits.lock().expect("hits").clone()
+        self.hits.all()
     }
 
     /// Connections accepted so far.
@@ -90,13 +79,13 @@ impl FaultyOrigin {
 
 /// Serves one connection: requests one after another until the peer
 /// closes, something fails, or a fault ends it.
-async fn serve(mut stream: TcpStream, plan: Plan, hits: Arc<Mutex<HashMap<String, usize>>>) {
+async fn serve(mut stream: TcpStream, plan: Plan, hits: Hits) {
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     loop {
         // Read one request head.
         let end = loop {
-            if let Some(i) = find_head_end(&buf) {
+            if let Some(i) = find(&buf, b"\r\n\r\n") {
                 break i;
             }
             if buf.len() > 64 * 1024 {
@@ -129,7 +118,7 @@ async fn serve(mut stream: TcpStream, plan: Plan, hits: Arc<Mutex<HashMap<String
                 .await;
             return;
         }
-        *hits.lock().expect("hits").entry(path.clone()).or_default() += 1;
+        hits.add(&path);
         match plan(&path) {
             Fault::Ok(body) => {
                 let resp = format!(
@@ -148,15 +137,7 @@ async fn serve(mut stream: TcpStream, plan: Plan, hits: Arc<Mutex<HashMap<String
             }
             Fault::Hang => {
                 // Wait for the peer to give up (EOF or error), bounded.
-                let _ = tokio::time::timeout(HANG_LIMIT, async {
-                    loop {
-                        match stream.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(_) => {}
-                        }
-                    }
-                })
-                .await;
+                let _ = tokio::time::timeout(HANG_LIMIT, until_closed(&mut stream)).await;
                 return;
             }
             Fault::Garbage => {
@@ -167,8 +148,4 @@ async fn serve(mut stream: TcpStream, plan: Plan, hits: Arc<Mutex<HashMap<String
             }
         }
     }
-}
-
-fn find_head_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n")
 }

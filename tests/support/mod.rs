@@ -1,32 +1,84 @@
-//! Shared test servers: loopback origins with counters, misbehaving raw
-//! TCP servers, a proxy started on port 0, and a proxy-aware client.
+//! Shared test servers and clients: loopback origins with counters
+//! (`Origin`, `HeldOrigin`), misbehaving ones and raw TCP servers
+//! (`serve_tcp`), a proxy started on port 0 (`Proxy`), a proxy-aware client
+//! (`Conn`; `raw` for bytes no client would send), and the small helpers
+//! the tests share: requests, credentials, metrics, the audit log.
+//!
+//! Every test binary but `robots` includes this module
+//! (`#[path = "../support/mod.rs"] mod support;` in its main.rs).
+// Each binary uses a part of it; what one does not use is not dead code.
 #![allow(dead_code)]
 
 pub mod binary;
 pub mod events;
+pub mod faulty;
 pub mod nginx;
+pub mod raw;
 pub mod tls;
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use base64::Engine as _;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use robots_proxy::app::App;
-use robots_proxy::config::Config;
+use robots_proxy::App;
+use robots_proxy::config::{Config, PasswordParams, UserConfig, hash_password_with};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
 /// Generous upper bound for anything that must merely not hang.
 pub const NO_HANG: Duration = Duration::from_secs(15);
+
+/// A loopback TCP server (127.0.0.1, port 0) that serves each connection
+/// it accepts with `handle`, in a task of its own.
+pub async fn serve_tcp<F, Fut>(handle: F) -> SocketAddr
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(handle(stream));
+        }
+    });
+    addr
+}
+
+/// Requests counted per path (and query) as an origin received them.
+#[derive(Clone, Default)]
+pub struct Hits(Arc<Mutex<HashMap<String, usize>>>);
+
+impl Hits {
+    pub fn add(&self, path: &str) {
+        *self
+            .0
+            .lock()
+            .expect("hits")
+            .entry(path.to_string())
+            .or_default() += 1;
+    }
+
+    pub fn get(&self, path: &str) -> usize {
+        self.0.lock().expect("hits").get(path).copied().unwrap_or(0)
+    }
+
+    /// Every path seen, with its count.
+    pub fn all(&self) -> HashMap<String, usize> {
+        self.0.lock().expect("hits").clone()
+    }
+}
 
 /// What an origin answers for a path.
 #[derive(Clone)]
@@ -81,7 +133,7 @@ impl Reply {
 pub struct Origin {
     pub addr: SocketAddr,
     routes: Arc<Mutex<HashMap<String, Reply>>>,
-    hits: Arc<Mutex<HashMap<String, usize>>>,
+    hits: Hits,
     pub seen_headers: Arc<Mutex<Vec<http::HeaderMap>>>,
     /// HTTP version of every request seen.
     pub versions: Arc<Mutex<Vec<http::Version>>>,
@@ -94,88 +146,87 @@ impl Origin {
         Origin::start_inner(None).await
     }
 
+    /// An origin whose `/robots.txt` is `text`.
+    pub async fn with_robots(text: &str) -> Origin {
+        let origin = Origin::start().await;
+        origin.robots(text);
+        origin
+    }
+
     /// An HTTPS origin (HTTP/1.1 and HTTP/2 by ALPN) with `config`.
     pub async fn start_tls(config: Arc<rustls::ServerConfig>) -> Origin {
         Origin::start_inner(Some(tokio_rustls::TlsAcceptor::from(config))).await
     }
 
     async fn start_inner(tls: Option<tokio_rustls::TlsAcceptor>) -> Origin {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
-        let addr = listener.local_addr().expect("addr");
         let routes: Arc<Mutex<HashMap<String, Reply>>> = Arc::default();
-        let hits: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let hits = Hits::default();
         let seen: Arc<Mutex<Vec<http::HeaderMap>>> = Arc::default();
         let versions: Arc<Mutex<Vec<http::Version>>> = Arc::default();
         let (r, h, s) = (routes.clone(), hits.clone(), seen.clone());
         let v = versions.clone();
         let connections: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
         let accepted = connections.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let (r, h, s) = (r.clone(), h.clone(), s.clone());
-                let v = v.clone();
-                let tls = tls.clone();
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                        let (r, h, s) = (r.clone(), h.clone(), s.clone());
-                        v.lock().expect("versions").push(req.version());
-                        async move {
-                            let key = req
-                                .uri()
-                                .path_and_query()
-                                .map(|p| p.as_str().to_string())
-                                .unwrap_or_default();
-                            *h.lock().expect("hits").entry(key.clone()).or_default() += 1;
-                            s.lock().expect("seen").push(req.headers().clone());
-                            let reply = {
-                                let routes = r.lock().expect("routes");
-                                routes
-                                    .get(&key)
-                                    .or_else(|| routes.get(req.uri().path()))
-                                    .cloned()
-                            };
-                            let conditional = req.headers().contains_key("if-none-match");
-                            let _ = req.into_body().collect().await;
-                            let mut reply =
-                                reply.unwrap_or_else(|| Reply::ok(format!("page {key}")));
-                            if let Some(c) = reply.conditional.take().filter(|_| conditional) {
-                                reply = *c;
-                            }
-                            if !reply.delay.is_zero() {
-                                tokio::time::sleep(reply.delay).await;
-                            }
-                            let mut resp = Response::new(Full::new(reply.body.clone()));
-                            *resp.status_mut() =
-                                StatusCode::from_u16(reply.status).expect("status");
-                            for (k, v) in &reply.headers {
-                                resp.headers_mut().append(
-                                    http::HeaderName::from_bytes(k.as_bytes()).expect("name"),
-                                    v.parse().expect("value"),
-                                );
-                            }
-                            Ok::<_, Infallible>(resp)
+        let addr = serve_tcp(move |stream| {
+            accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let (r, h, s) = (r.clone(), h.clone(), s.clone());
+            let v = v.clone();
+            let tls = tls.clone();
+            async move {
+                let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let (r, h, s) = (r.clone(), h.clone(), s.clone());
+                    v.lock().expect("versions").push(req.version());
+                    async move {
+                        let key = req
+                            .uri()
+                            .path_and_query()
+                            .map(|p| p.as_str().to_string())
+                            .unwrap_or_default();
+                        h.add(&key);
+                        s.lock().expect("seen").push(req.headers().clone());
+                        let reply = {
+                            let routes = r.lock().expect("routes");
+                            routes
+                                .get(&key)
+                                .or_else(|| routes.get(req.uri().path()))
+                                .cloned()
+                        };
+                        let conditional = req.headers().contains_key("if-none-match");
+                        let _ = req.into_body().collect().await;
+                        let mut reply = reply.unwrap_or_else(|| Reply::ok(format!("page {key}")));
+                        if let Some(c) = reply.conditional.take().filter(|_| conditional) {
+                            reply = *c;
                         }
-                    });
-                    let builder = hyper_util::server::conn::auto::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    );
-                    match tls {
-                        Some(acceptor) => {
-                            if let Ok(stream) = acceptor.accept(stream).await {
-                                let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
-                            }
+                        if !reply.delay.is_zero() {
+                            tokio::time::sleep(reply.delay).await;
                         }
-                        None => {
+                        let mut resp = Response::new(Full::new(reply.body.clone()));
+                        *resp.status_mut() = StatusCode::from_u16(reply.status).expect("status");
+                        for (k, v) in &reply.headers {
+                            resp.headers_mut().append(
+                                http::HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                                v.parse().expect("value"),
+                            );
+                        }
+                        Ok::<_, Infallible>(resp)
+                    }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                );
+                match tls {
+                    Some(acceptor) => {
+                        if let Ok(stream) = acceptor.accept(stream).await {
                             let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
                         }
                     }
-                });
+                    None => {
+                        let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                    }
+                }
             }
-        });
+        })
+        .await;
         Origin {
             addr,
             routes,
@@ -198,12 +249,7 @@ impl Origin {
     }
 
     pub fn hits(&self, path: &str) -> usize {
-        self.hits
-            .lock()
-            .expect("hits")
-            .get(path)
-            .copied()
-            .unwrap_or(0)
+        self.hits.get(path)
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -227,33 +273,47 @@ pub enum Misbehave {
 }
 
 pub async fn misbehaving(behaviour: Misbehave) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut stream, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                let mut buf = [0u8; 4096];
-                let _ = stream.read(&mut buf).await;
-                match behaviour {
-                    Misbehave::Hang => {
-                        tokio::time::sleep(Duration::from_secs(3600)).await;
-                    }
-                    Misbehave::Reset => {
-                        #[allow(deprecated)]
-                        let _ = stream.set_linger(Some(Duration::ZERO));
-                        drop(stream);
-                    }
-                    Misbehave::Garbage => {
-                        let _ = stream.write_all(b"\x00\x01garbage garbage\r\n\r\n").await;
-                    }
-                }
-            });
+    serve_tcp(move |mut stream| async move {
+        let mut buf = [0u8; 4096];
+        let _ = stream.read(&mut buf).await;
+        match behaviour {
+            Misbehave::Hang => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            Misbehave::Reset => {
+                #[allow(deprecated)]
+                let _ = stream.set_linger(Some(Duration::ZERO));
+                drop(stream);
+            }
+            Misbehave::Garbage => {
+                let _ = stream.write_all(b"\x00\x01garbage garbage\r\n\r\n").await;
+            }
         }
-    });
-    addr
+    })
+    .await
+}
+
+/// An origin that answers `/robots.txt` (allowing everything) and every
+/// other request with bytes that are not HTTP.
+pub async fn garbage_origin() -> SocketAddr {
+    serve_tcp(|mut s| async move {
+        let mut buf = vec![0u8; 4096];
+        let Ok(n) = s.read(&mut buf).await else {
+            return;
+        };
+        let answer: Vec<u8> = if buf[..n].starts_with(b"GET /robots.txt ") {
+            let body = "User-agent: *\nAllow: /\n";
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        } else {
+            b"\x00\x01 not http at all\r\n\r\n".to_vec()
+        };
+        let _ = s.write_all(&answer).await;
+    })
+    .await
 }
 
 /// A running proxy.
@@ -267,6 +327,11 @@ pub struct Proxy {
     stop: Option<oneshot::Sender<()>>,
     pub done: tokio::task::JoinHandle<usize>,
     _dir: tempfile::TempDir,
+}
+
+/// Enables the admin listener (port 0) in `c`.
+pub fn admin(c: &mut Config) {
+    c.admin.listen = Some("127.0.0.1:0".parse().expect("addr"));
 }
 
 /// A config for tests: port 0, private destinations allowed (origins are
@@ -284,7 +349,7 @@ pub fn test_config(dir: &std::path::Path) -> Config {
     c.shutdown_grace = Duration::from_secs(5);
     // One serving thread, this test's runtime: tests that move tokio's
     // clock, or capture the events of their own thread, need the proxy's
-    // connections there. tests/serving_threads.rs covers more.
+    // connections there. tests/ops/serving_threads.rs covers more.
     c.workers = 1;
     c
 }
@@ -292,6 +357,11 @@ pub fn test_config(dir: &std::path::Path) -> Config {
 impl Proxy {
     pub async fn start() -> Proxy {
         Proxy::start_with(|_| {}).await
+    }
+
+    /// A proxy with its admin listener.
+    pub async fn with_admin() -> Proxy {
+        Proxy::start_with(admin).await
     }
 
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> Proxy {
@@ -324,13 +394,18 @@ impl Proxy {
         }
     }
 
+    /// Waits (bounded) until `serve` has returned, after [`Proxy::stop`]:
+    /// the connections it cut at the end of the grace period.
+    pub async fn finished(&mut self) -> usize {
+        tokio::time::timeout(NO_HANG, &mut self.done)
+            .await
+            .expect("serve did not return")
+            .expect("serve task")
+    }
+
     /// Audit lines as JSON values.
     pub fn audit(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.audit_path)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("audit line is JSON"))
-            .collect()
+        json_lines(&self.audit_path)
     }
 
     /// Sends one absolute-form GET through the proxy on a new connection.
@@ -380,6 +455,18 @@ impl Proxy {
     pub async fn admin_post(&self, path: &str) -> Resp {
         self.admin(http::Method::POST, path).await
     }
+
+    /// The text of the admin listener's `/metrics`.
+    pub async fn metrics(&self) -> String {
+        self.admin_get("/metrics").await.body
+    }
+
+    /// The admin listener's `/explain` of `url` (its default agent).
+    pub async fn explain(&self, url: &str) -> serde_json::Value {
+        self.admin_get(&format!("/explain?url={}", percent(url)))
+            .await
+            .json()
+    }
 }
 
 /// One client connection (HTTP/1.1 keep-alive) for several requests in turn.
@@ -391,8 +478,15 @@ pub struct Conn {
 
 impl Conn {
     pub async fn open(addr: SocketAddr) -> Conn {
-        let stream = TcpStream::connect(addr).await.expect("connect");
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        Conn::over(TcpStream::connect(addr).await.expect("connect")).await
+    }
+
+    /// HTTP/1.1 over `io`: a tunnel, TLS inside one, or any stream.
+    pub async fn over<IO>(io: IO) -> Conn
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
             .await
             .expect("handshake");
         Conn {
@@ -438,6 +532,124 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// `robots_proxy_requests_total` of `decision`; panics if it is missing.
+pub fn requests_total(metrics: &str, decision: &str) -> f64 {
+    metric(
+        metrics,
+        &format!("robots_proxy_requests_total{{decision=\"{decision}\"}}"),
+    )
+    .unwrap_or_else(|| panic!("no requests_total for {decision} in:\n{metrics}"))
+}
+
+/// `robots_proxy_robots_fetches_total` of `outcome` and `status_class`.
+pub fn robots_fetches(metrics: &str, outcome: &str, status_class: &str) -> Option<f64> {
+    metric(
+        metrics,
+        &format!(
+            "robots_proxy_robots_fetches_total{{outcome=\"{outcome}\",status_class=\"{status_class}\"}}"
+        ),
+    )
+}
+
+/// `s` percent-encoded for a query string.
+pub fn percent(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+/// The lines of a JSON Lines file (an audit log); panics on one that is
+/// not a whole JSON value. A missing file has none.
+pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("torn audit line {l:?}: {e}")))
+        .collect()
+}
+
+/// A GET of `url` with the given request headers.
+pub fn get_with(url: &str, headers: &[(&str, &str)]) -> Request<Bytes> {
+    let mut b = Request::get(url);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(Bytes::new()).expect("request")
+}
+
+/// A `Proxy-Authorization` value for `user:password` credentials.
+pub fn basic(credentials: &str) -> String {
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(credentials)
+    )
+}
+
+/// A password hash at Argon2's minimum cost: the proxy verifies whatever
+/// parameters the PHC string names, and default-cost hashing is slow in
+/// debug builds.
+pub fn cheap_hash(password: &str) -> String {
+    hash_password_with(
+        password,
+        PasswordParams::new(8, 1, 1, None).expect("params"),
+    )
+    .expect("hash")
+}
+
+/// A proxy user whose password is `password` (hashed cheaply): no agent of
+/// its own, no rate limit, no purposes.
+pub fn user(name: &str, password: &str) -> UserConfig {
+    UserConfig {
+        name: name.into(),
+        password_hash: cheap_hash(password),
+        agent: None,
+        max_rps: None,
+        purposes: Vec::new(),
+    }
+}
+
+/// Moves tokio's clock, which the in-process proxy's robots.txt cache
+/// runs on, forward by exactly `by`. The clock is paused only for the
+/// jump: real socket I/O runs on a running clock, where no timeout fires
+/// early, and a lifetime is crossed by exactly its length, not by a sleep
+/// with slack.
+pub async fn skip(by: Duration) {
+    tokio::time::pause();
+    tokio::time::advance(by).await;
+    tokio::time::resume();
+}
+
+/// A field of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`), of process
+/// `pid` (`None`: this one).
+pub fn status_kib(pid: Option<u32>, field: &str) -> u64 {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/status"),
+        None => "/proc/self/status".to_owned(),
+    };
+    let status = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in {status}"))
+}
+
+/// Waits (bounded) until connecting to `addr` fails, as it does once a
+/// listener has closed; returns the error.
+pub async fn until_refused(addr: SocketAddr) -> std::io::Error {
+    let deadline = tokio::time::Instant::now() + NO_HANG;
+    loop {
+        match TcpStream::connect(addr).await {
+            Err(e) => return e,
+            Ok(_) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{addr} still accepting"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.stop();
@@ -456,6 +668,16 @@ impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
+
+    /// The header `name` parsed as a `T` (`Retry-After` as seconds).
+    pub fn parsed<T: std::str::FromStr>(&self, name: &str) -> Option<T> {
+        self.header(name).and_then(|v| v.parse().ok())
+    }
+
+    /// The body as JSON; panics, showing it, if it is not.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
 }
 
 /// An origin that answers `/robots.txt` at once (allowing everything but
@@ -469,38 +691,32 @@ pub struct HeldOrigin {
 
 impl HeldOrigin {
     pub async fn start() -> HeldOrigin {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
-        let addr = listener.local_addr().expect("addr");
         let arrived = Arc::new(tokio::sync::Notify::new());
         let (release, _) = tokio::sync::watch::channel(false);
         let (a, rel) = (arrived.clone(), release.clone());
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let (a, rel) = (a.clone(), rel.clone());
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                        let (a, mut released) = (a.clone(), rel.subscribe());
-                        async move {
-                            let path = req.uri().path().to_string();
-                            let body = if path == "/robots.txt" {
-                                "User-agent: *\nDisallow: /private\n".to_string()
-                            } else {
-                                a.notify_one();
-                                let _ = released.wait_for(|r| *r).await;
-                                format!("released {path}")
-                            };
-                            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+        let addr = serve_tcp(move |stream| {
+            let (a, rel) = (a.clone(), rel.clone());
+            async move {
+                let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let (a, mut released) = (a.clone(), rel.subscribe());
+                    async move {
+                        let path = req.uri().path().to_string();
+                        let body = if path == "/robots.txt" {
+                            "User-agent: *\nDisallow: /private\n".to_string()
+                        } else {
+                            a.notify_one();
+                            let _ = released.wait_for(|r| *r).await;
+                            format!("released {path}")
+                        };
+                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+                    }
                 });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
             }
-        });
+        })
+        .await;
         HeldOrigin {
             addr,
             arrived,
@@ -520,8 +736,39 @@ impl HeldOrigin {
         self.release.send_replace(true);
     }
 
+    /// GETs `path` here through the proxy at `proxy`, on a connection of
+    /// its own, and returns once the request has arrived: it is in flight.
+    pub async fn hold(&self, proxy: SocketAddr, path: &str) -> InFlight {
+        let url = self.url(path);
+        let task = tokio::spawn(async move {
+            let mut conn = Conn::open(proxy).await;
+            conn.try_send(Request::get(url).body(Bytes::new()).expect("req"))
+                .await
+        });
+        self.arrival().await;
+        InFlight(task)
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+}
+
+/// A request [`HeldOrigin::hold`] sent.
+pub struct InFlight(tokio::task::JoinHandle<Result<Resp, hyper::Error>>);
+
+impl InFlight {
+    pub fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+
+    /// Its response, or the error of a connection closed without one
+    /// (bounded wait).
+    pub async fn outcome(self) -> Result<Resp, hyper::Error> {
+        tokio::time::timeout(NO_HANG, self.0)
+            .await
+            .expect("the request in flight hangs")
+            .expect("request task")
     }
 }
 

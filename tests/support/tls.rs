@@ -12,7 +12,7 @@ use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{Origin, Proxy, Resp};
+use super::{NO_HANG, Origin, Proxy, Resp};
 
 /// A test CA, its PEM file, and an HTTPS origin whose certificate it signed.
 pub struct TlsOrigin {
@@ -23,11 +23,7 @@ pub struct TlsOrigin {
 
 pub async fn tls_origin(host: &str) -> TlsOrigin {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ca = Ca::generate().expect("test CA");
-    let ca_file = dir.path().join("origin-ca.pem");
-    std::fs::write(&ca_file, ca.cert_pem()).expect("write CA");
-    let minter = Minter::new(ca, 4).expect("minter");
-    let config = minter.server_config(host).expect("origin config");
+    let (config, ca_file) = origin_config(host, dir.path());
     TlsOrigin {
         origin: Origin::start_tls(config).await,
         ca_file,
@@ -35,27 +31,51 @@ pub async fn tls_origin(host: &str) -> TlsOrigin {
     }
 }
 
-/// The proxy's CA certificate (created on first start in its state dir).
-pub fn proxy_ca(proxy: &Proxy) -> CertificateDer<'static> {
-    let pem = std::fs::read(proxy.state_dir.join("ca/ca.pem")).expect("proxy ca.pem");
+/// A server config for `host` whose certificate a new test CA signed, and
+/// that CA's certificate written to `dir/origin-ca.pem` (to trust it).
+pub fn origin_config(
+    host: &str,
+    dir: &std::path::Path,
+) -> (Arc<rustls::ServerConfig>, std::path::PathBuf) {
+    let ca = Ca::generate().expect("test CA");
+    let ca_file = dir.join("origin-ca.pem");
+    std::fs::write(&ca_file, ca.cert_pem()).expect("write CA");
+    let minter = Minter::new(ca, 4).expect("minter");
+    let config = minter.server_config(host).expect("origin config");
+    (config, ca_file)
+}
+
+/// The first certificate of a PEM file (a CA's).
+pub fn ca_cert(path: &std::path::Path) -> CertificateDer<'static> {
+    let pem = std::fs::read(path).expect("CA PEM file");
     let mut certs = rustls_pki_types::pem::PemObject::pem_slice_iter(&pem);
     certs.next().expect("one cert").expect("valid PEM")
 }
 
+/// The proxy's CA certificate (created on first start in its state dir).
+pub fn proxy_ca(proxy: &Proxy) -> CertificateDer<'static> {
+    ca_cert(&proxy.state_dir.join("ca/ca.pem"))
+}
+
 /// Opens a CONNECT tunnel through the proxy; returns the stream after a 2xx,
-/// or the status line of a refusal.
+/// or the response head of a refusal.
 pub async fn connect(proxy: &Proxy, target: &str) -> Result<TcpStream, String> {
-    let mut s = TcpStream::connect(proxy.addr).await.expect("connect proxy");
+    connect_to(proxy.addr, target).await
+}
+
+/// Like [`connect`], through the proxy listening on `addr` (the binary's).
+pub async fn connect_to(addr: std::net::SocketAddr, target: &str) -> Result<TcpStream, String> {
+    let mut s = TcpStream::connect(addr).await.expect("connect proxy");
     s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
         .await
         .expect("write CONNECT");
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        if s.read(&mut byte).await.expect("read") == 0 {
-            break;
+        match tokio::time::timeout(NO_HANG, s.read(&mut byte)).await {
+            Ok(Ok(1)) => head.push(byte[0]),
+            _ => break,
         }
-        head.push(byte[0]);
     }
     let text = String::from_utf8_lossy(&head).into_owned();
     if text.starts_with("HTTP/1.1 200") {
@@ -141,8 +161,21 @@ pub async fn proxy_tls<IO>(
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
+    tls_trusting(io, proxy_ca(proxy), name, alpn).await
+}
+
+/// TLS over `io` to `name`, trusting only `ca`, offering `alpn`.
+pub async fn tls_trusting<IO>(
+    io: IO,
+    ca: CertificateDer<'static>,
+    name: ServerName<'static>,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<IO>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(proxy_ca(proxy)).expect("add root");
+    roots.add(ca).expect("add root");
     let mut config = rustls::ClientConfig::builder_with_provider(robots_proxy::tls::provider())
         .with_safe_default_protocol_versions()
         .expect("versions")
@@ -152,5 +185,5 @@ where
     tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, io)
         .await
-        .expect("TLS with the proxy's minted certificate")
+        .expect("TLS with the trusted CA's certificate")
 }

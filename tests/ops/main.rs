@@ -1,0 +1,21 @@
+//! Operating the proxy: the admin listener, metrics and the audit log,
+//! politeness made visible, reload and shutdown of the real binary, its
+//! commands and configuration checks, serving threads, and a real
+//! crawler (Scrapy) through it.
+//!
+//! `serving_threads` counts this process's threads named after the
+//! proxy's serving threads: no other test here may start an in-process
+//! proxy with more than one worker (`support::test_config` sets one).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod accounting;
+mod audit_log;
+mod cli_check;
+mod e2e_curl;
+mod ops_proxy;
+mod ops_reload;
+mod politeness_visible;
+mod scrapy_crawl;
+mod serving_threads;

@@ -1,0 +1,285 @@
+//! HTTPS through the proxy: CONNECT interception with the proxy's CA,
+//! verified upstream TLS to a loopback origin whose certificate comes from a
+//! test CA, the no-intercept list, HTTP/2 inside the tunnel, curl end to end.
+
+use rustls_pki_types::ServerName;
+
+use crate::support;
+use crate::support::tls::{ca_cert, connect, https_get, proxy_trusting, tls_origin, tls_trusting};
+use crate::support::{Conn, Origin, Proxy, admin, get_with, requests_total};
+
+#[tokio::test]
+async fn intercepted_https_allowed_path_returns_the_origins_body() {
+    let o = tls_origin("127.0.0.1").await;
+    o.origin.robots("User-agent: *\nDisallow: /private\n");
+    o.origin
+        .route("/hello", support::Reply::ok("hello over tls"));
+    let proxy = proxy_trusting(&o).await;
+    let resp = https_get(&proxy, "127.0.0.1", o.origin.addr.port(), "/hello", false).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.body, "hello over tls");
+    // robots.txt was fetched from the origin itself, over HTTPS.
+    assert_eq!(o.origin.hits("/robots.txt"), 1);
+}
+
+#[tokio::test]
+async fn intercepted_https_disallowed_path_gets_403_and_never_reaches_the_origin() {
+    let o = tls_origin("127.0.0.1").await;
+    o.origin.robots("User-agent: *\nDisallow: /private\n");
+    let proxy = proxy_trusting(&o).await;
+    let port = o.origin.addr.port();
+    let resp = https_get(&proxy, "127.0.0.1", port, "/private/x", false).await;
+    assert_eq!(resp.status, 403);
+    assert!(
+        resp.body.contains("line 2: Disallow: /private"),
+        "{}",
+        resp.body
+    );
+    assert_eq!(o.origin.hits("/private/x"), 0);
+    let audit = proxy.audit();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(
+        audit[0]["url"],
+        format!("https://127.0.0.1:{port}/private/x")
+    );
+    assert_eq!(
+        audit[0]["robots_url"],
+        format!("https://127.0.0.1:{port}/robots.txt")
+    );
+    assert_eq!(audit[0]["decision"], "disallowed");
+}
+
+#[tokio::test]
+async fn intercepted_https_by_name_uses_sni_and_a_dns_certificate() {
+    let o = tls_origin("localhost").await;
+    o.origin.robots("User-agent: *\nDisallow: /no\n");
+    let proxy = proxy_trusting(&o).await;
+    let port = o.origin.addr.port();
+    assert_eq!(
+        https_get(&proxy, "localhost", port, "/yes", false)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        https_get(&proxy, "localhost", port, "/no", false)
+            .await
+            .status,
+        403
+    );
+}
+
+#[tokio::test]
+async fn http2_inside_the_tunnel_and_upstream() {
+    let o = tls_origin("127.0.0.1").await;
+    o.origin.robots("User-agent: *\nDisallow: /no\n");
+    let proxy = proxy_trusting(&o).await;
+    let port = o.origin.addr.port();
+    let resp = https_get(&proxy, "127.0.0.1", port, "/page", true).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.body, "page /page");
+    assert_eq!(
+        https_get(&proxy, "127.0.0.1", port, "/no", true)
+            .await
+            .status,
+        403
+    );
+    // The origin offers h2 by ALPN, so the proxy used it upstream too.
+    let versions = o.origin.versions.lock().expect("versions").clone();
+    assert!(
+        versions.iter().all(|v| *v == http::Version::HTTP_2),
+        "{versions:?}"
+    );
+}
+
+#[tokio::test]
+async fn untrusted_upstream_certificate_is_a_502_that_says_why() {
+    let o = tls_origin("127.0.0.1").await;
+    o.origin.robots("User-agent: *\nDisallow:\n");
+    // This proxy does not trust the origin's CA.
+    let proxy = Proxy::start().await;
+    let resp = https_get(&proxy, "127.0.0.1", o.origin.addr.port(), "/x", false).await;
+    assert_eq!(resp.status, 502);
+    assert!(resp.body.contains("not trusted"), "{}", resp.body);
+    assert_eq!(o.origin.hits("/x"), 0);
+}
+
+#[tokio::test]
+async fn no_intercept_host_is_tunnelled_blindly_and_audited() {
+    let o = tls_origin("localhost").await;
+    o.origin.robots("User-agent: *\nDisallow: /private\n");
+    let proxy = {
+        let ca_file = o.ca_file.clone();
+        Proxy::start_with(move |c| {
+            c.upstream.ca_files = vec![ca_file];
+            c.tls.no_intercept = vec!["localhost".into()];
+        })
+        .await
+    };
+    let port = o.origin.addr.port();
+    // The client talks TLS with the origin itself: it must trust the origin's CA.
+    let tunnel = connect(&proxy, &format!("localhost:{port}"))
+        .await
+        .expect("tunnel");
+    let name = ServerName::try_from("localhost").expect("name");
+    let tls = tls_trusting(tunnel, ca_cert(&o.ca_file), name, b"http/1.1").await;
+    // Paths cannot be checked in a blind tunnel: even /private gets through.
+    let resp = Conn::over(tls)
+        .await
+        .send(get_with("/private/x", &[("host", "localhost")]))
+        .await;
+    assert_eq!(resp.status, 200);
+    let audit = proxy.audit();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0]["decision"], "tunnelled");
+    assert_eq!(audit[0]["method"], "CONNECT");
+}
+
+#[tokio::test]
+async fn no_intercept_host_whose_robots_disallows_everything_is_refused_at_connect() {
+    let o = tls_origin("localhost").await;
+    o.origin.robots("User-agent: *\nDisallow: /\n");
+    let proxy = {
+        let ca_file = o.ca_file.clone();
+        Proxy::start_with(move |c| {
+            c.upstream.ca_files = vec![ca_file];
+            c.tls.no_intercept = vec!["*.example".into(), "localhost".into()];
+        })
+        .await
+    };
+    let err = connect(&proxy, &format!("localhost:{}", o.origin.addr.port()))
+        .await
+        .expect_err("refused");
+    assert!(err.starts_with("HTTP/1.1 403"), "{err}");
+    let audit = proxy.audit();
+    assert_eq!(audit[0]["decision"], "disallowed");
+    assert_eq!(audit[0]["method"], "CONNECT");
+}
+
+#[tokio::test]
+async fn plain_http_inside_connect_is_judged_as_http() {
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
+    let proxy = Proxy::start().await;
+    let tunnel = connect(&proxy, &origin.addr.to_string())
+        .await
+        .expect("tunnel");
+    let mut conn = Conn::over(tunnel).await;
+    let host = origin.addr.to_string();
+    for (path, status) in [("/open", 200), ("/private/x", 403)] {
+        let resp = conn.send(get_with(path, &[("host", &host)])).await;
+        assert_eq!(resp.status, status, "{path}");
+    }
+    assert_eq!(origin.hits("/private/x"), 0);
+    assert_eq!(proxy.audit()[0]["url"], origin.url("/private/x"));
+}
+
+#[tokio::test]
+async fn connect_to_a_private_destination_is_refused_by_default() {
+    let o = tls_origin("127.0.0.1").await;
+    let proxy = Proxy::start_with(|c| c.allow_private_destinations = false).await;
+    let err = connect(&proxy, &o.origin.addr.to_string())
+        .await
+        .expect_err("refused");
+    assert!(err.starts_with("HTTP/1.1 403"), "{err}");
+}
+
+/// curl -x ... --cacert DIR/ca.pem, HTTP/1.1 and HTTP/2.
+#[tokio::test(flavor = "multi_thread")]
+async fn curl_end_to_end_with_the_proxy_ca() {
+    let o = tls_origin("127.0.0.1").await;
+    o.origin.robots("User-agent: *\nDisallow: /private\n");
+    o.origin.route("/pub", support::Reply::ok("public"));
+    let proxy = proxy_trusting(&o).await;
+    let ca = proxy.state_dir.join("ca/ca.pem");
+    let proxy_url = format!("http://{}", proxy.addr);
+    let port = o.origin.addr.port();
+    let run = move |path: &str, extra: &[&str]| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-S", "--max-time", "10", "-x", &proxy_url, "--cacert"])
+            .arg(&ca)
+            .args(extra)
+            .args(["-w", "\n%{http_code} %{http_version}"])
+            .arg(format!("https://127.0.0.1:{port}{path}"))
+            .output()
+            .expect("curl runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let results = tokio::task::spawn_blocking(move || {
+        (
+            run("/pub", &["--http1.1"]),
+            run("/pub", &["--http2"]),
+            run("/private/x", &[]),
+        )
+    })
+    .await
+    .expect("curl task");
+    assert!(results.0.ends_with("public\n200 1.1"), "{}", results.0);
+    assert!(results.1.ends_with("public\n200 2"), "{}", results.1);
+    assert!(
+        results.2.contains("Disallow: /private") && results.2.contains("403"),
+        "{}",
+        results.2
+    );
+}
+
+/// A tunnel, blind or intercepted, keeps its client connection's place
+/// under `max_connections` until it closes (hyper is done with the
+/// connection once it has handed the socket over).
+#[tokio::test]
+async fn an_open_tunnel_counts_against_max_connections() {
+    let o = tls_origin("localhost").await;
+    let plain = Origin::start().await;
+    let proxy = {
+        let ca_file = o.ca_file.clone();
+        Proxy::start_with(move |c| {
+            c.max_connections = 1;
+            c.upstream.ca_files = vec![ca_file];
+            c.tls.no_intercept = vec!["localhost".into()];
+        })
+        .await
+    };
+    let port = o.origin.addr.port();
+    // localhost is tunnelled blindly, 127.0.0.1 intercepted.
+    for target in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let tunnel = connect(&proxy, &target).await.expect("tunnel");
+        let (addr, url) = (proxy.addr, plain.url("/after"));
+        let waiting = tokio::spawn(async move { support::Conn::open(addr).await.get(&url).await });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(
+            !waiting.is_finished(),
+            "{target}: a client was served beside an open tunnel"
+        );
+        drop(tunnel);
+        let resp = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+            .await
+            .expect("the waiting client is never served")
+            .expect("client task");
+        assert_eq!(resp.status, 200, "{target}: {resp:?}");
+    }
+}
+
+/// With every decision logged, a blind tunnel is still one decision: one
+/// audit line (`tunnelled`) and one count, not `allowed` as well.
+#[tokio::test]
+async fn a_blind_tunnel_is_recorded_and_counted_once_with_log_all() {
+    let o = tls_origin("localhost").await;
+    o.origin.robots("User-agent: *\nDisallow: /private\n");
+    let ca_file = o.ca_file.clone();
+    let proxy = Proxy::start_with(move |c| {
+        c.upstream.ca_files = vec![ca_file];
+        c.tls.no_intercept = vec!["localhost".into()];
+        c.audit.log_all = true;
+        admin(c);
+    })
+    .await;
+    let port = o.origin.addr.port();
+    let _tunnel = connect(&proxy, &format!("localhost:{port}"))
+        .await
+        .expect("tunnel");
+    let audit = proxy.audit();
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0]["decision"], "tunnelled");
+    let metrics = proxy.metrics().await;
+    assert_eq!(requests_total(&metrics, "tunnelled"), 1.0, "{metrics}");
+    assert_eq!(requests_total(&metrics, "allowed"), 0.0, "{metrics}");
+}

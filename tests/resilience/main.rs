@@ -1,0 +1,17 @@
+//! Resilience: load with faulty origins, hostile clients and origins,
+//! floods of wrong passwords and of `100 Continue`, running out of file
+//! descriptors, robots.txt outages and the robots.txt fetch budget.
+//!
+//! `load_fault` checks this process's resident memory after its run: keep
+//! tests that hold much memory for long out of this binary.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod auth_flood;
+mod descriptor_budget;
+mod hostile_clients;
+mod informational_flood;
+mod load_fault;
+mod recovery;
+mod robots_fetch_budget;
