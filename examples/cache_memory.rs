@@ -27,12 +27,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use robots_proxy::http::origin::{Origin, Scheme};
-use robots_proxy::judge::Gate;
-use robots_proxy::judge::fetch::FetchSettings;
-use robots_proxy::judge::store::{CacheSettings, RobotsCache};
+use robots_proxy::measure::{CacheSettings, FetchSettings, Gate, Origin, RobotsCache, Scheme};
+use robots_proxy::measure::{ClientSettings, build_client};
 use robots_proxy::robots::Robots;
-use robots_proxy::upstream::{ClientSettings, build_client};
 
 /// The system allocator, counting live bytes.
 struct Counting;
@@ -277,10 +274,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .and_then(|v| v.parse().ok());
     let live_per_origin = runtime.block_on(async {
-        let tls = robots_proxy::upstream::tls::client_config(&[])?;
+        let tls = robots_proxy::measure::client_config(&[])?;
         let client = build_client(
             &ClientSettings {
-                policy: robots_proxy::http::destination::Policy::new(false),
+                policy: robots_proxy::measure::Policy::new(false),
                 connect_timeout: Duration::from_secs(10),
                 pool_idle_per_host: 32,
                 pool_idle_max: 1024,
@@ -309,7 +306,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 agents: vec![agent.to_string()],
             },
         ));
-        let gate = Gate::new(cache.clone(), robots_proxy::http::destination::Policy::new(false));
+        let gate = Gate::new(cache.clone(), robots_proxy::measure::Policy::new(false));
         let host = |i: usize| format!("www.site{i:06}.example.com");
 
         let base = Snapshot::now();

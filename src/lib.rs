@@ -8,18 +8,31 @@
 //! `upstream`, `judge`, `admit`, `response_cache`, `ops`, `server`,
 //! `proxy`, `config`, `app`, `cli`.
 #![forbid(unsafe_code)]
-pub mod admit;
-pub mod app;
+pub(crate) mod admit;
+pub(crate) mod app;
 pub mod cli;
 pub mod config;
-pub mod http;
-pub mod judge;
-pub mod ops;
-pub mod proxy;
-pub mod response_cache;
+pub(crate) mod http;
+pub(crate) mod judge;
+pub(crate) mod ops;
+pub(crate) mod proxy;
+pub(crate) mod response_cache;
 pub mod robots;
 pub(crate) mod server;
 pub mod tls;
-pub mod upstream;
+pub(crate) mod upstream;
 
 pub use app::App;
+
+/// What `examples/cache_memory` measures (the robots store and the gate
+/// at scale) and builds them from: not an interface of the crate.
+#[doc(hidden)]
+pub mod measure {
+    pub use crate::http::destination::Policy;
+    pub use crate::http::origin::{Origin, Scheme};
+    pub use crate::judge::Gate;
+    pub use crate::judge::fetch::FetchSettings;
+    pub use crate::judge::store::{CacheSettings, RobotsCache};
+    pub use crate::upstream::tls::client_config;
+    pub use crate::upstream::{ClientSettings, build_client};
+}

@@ -288,6 +288,7 @@ impl ProxyAuth {
     /// miss (first use, wrong password, unknown user) costs one Argon2
     /// verification, tens of milliseconds of CPU: on the async runtime use
     /// [`ProxyAuth::check_async`], which moves only misses to a blocking thread.
+    #[cfg(test)]
     pub fn check(&self, header: Option<&HeaderValue>) -> AuthOutcome {
         match self.fast_path(header) {
             Step::Done(outcome) => outcome,
@@ -378,6 +379,7 @@ impl ProxyAuth {
         }
     }
 
+    #[cfg(test)]
     /// Number of configured users.
     pub fn user_count(&self) -> usize {
         self.users.len()
