@@ -14,6 +14,7 @@ use crate::app::admin::{AdminSettings, AdminState, ProxyView};
 use crate::config::Config;
 use crate::http::destination::Policy;
 use crate::judge::Gate;
+use crate::judge::archive::Archive;
 use crate::judge::fetch::{Concluded, FetchSettings};
 use crate::judge::fetch_budget::FetchBudget;
 use crate::judge::politeness::Politeness;
@@ -51,6 +52,13 @@ pub enum StartError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "cannot open the robots.txt archive {path} (audit.archive_max = 0 turns it off): {source}"
+    )]
+    Archive {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// A bound, ready-to-serve proxy.
@@ -70,6 +78,17 @@ pub struct App {
     pub(crate) max_connections_per_client: usize,
     /// Who may use the admin listener.
     pub(crate) admin_acl: ClientAcl,
+}
+
+/// The robots.txt archive, unless `audit.archive_max` is 0.
+fn open_archive(config: &Config) -> Result<Option<Arc<Archive>>, StartError> {
+    if config.audit.archive_max == 0 {
+        return Ok(None);
+    }
+    let dir = config.archive_dir();
+    let archive = Archive::open(&dir, config.audit.archive_max, &config.audit_path())
+        .map_err(|source| StartError::Archive { path: dir, source })?;
+    Ok(Some(Arc::new(archive)))
 }
 
 /// The reloadable part of a configuration. `previous` keeps the politeness
@@ -149,7 +168,7 @@ fn fetch_metrics(m: &Metrics) -> impl Fn(&crate::judge::fetch::Fetched) + Send +
     let m = m.clone();
     move |f| {
         let outcome = match &f.outcome {
-            Concluded::Parsed(_) => metrics::FetchOutcome::Ok,
+            Concluded::Parsed(..) => metrics::FetchOutcome::Ok,
             Concluded::RedirectLimit(_) => metrics::FetchOutcome::RedirectLimit,
             Concluded::Unavailable(_) => metrics::FetchOutcome::Unavailable,
             Concluded::Unreachable(_) | Concluded::BadTls(_) => metrics::FetchOutcome::Unreachable,
@@ -218,6 +237,7 @@ impl App {
             },
         )
         .on_fetch(fetch_metrics(&metrics))
+        .with_archive(open_archive(&config)?)
         .with_fetch_budget(FetchBudget::with_gauges(
             config.robots_fetch_budget_mib(),
             metrics.fetch_budget_gauges(),
@@ -431,7 +451,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
 ];
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 37] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 38] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -479,6 +499,10 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 37] {
         ),
         (old.tls.leaf_cache != new.tls.leaf_cache, "tls.leaf_cache"),
         (old.audit_path() != new.audit_path(), "audit.path"),
+        (
+            old.audit.archive_max != new.audit.archive_max,
+            "audit.archive_max",
+        ),
         (old.ca_dir() != new.ca_dir(), "tls.ca_dir"),
         (old.log.format != new.log.format, "log.format"),
         (old.state_dir() != new.state_dir(), "state_dir"),

@@ -1,6 +1,7 @@
 //! The command line: `run`, `check`, `config check`, `ca init`,
 //! `hash-password` and the rest; `src/main.rs` only calls [`main`].
 
+mod audit;
 pub mod check;
 
 use std::io::{self, BufWriter, Write};
@@ -64,6 +65,9 @@ enum Command {
     Ca(CaCommand),
     /// Print an Argon2id hash of a password (read from stdin) for `access.users`.
     HashPassword,
+    /// The audit log's evidence: archived robots.txt files.
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
 }
 
 #[derive(Subcommand)]
@@ -157,6 +161,7 @@ pub fn main() -> ExitCode {
         },
         Command::Ca(CaCommand::Init { dir }) => ca_init(&dir),
         Command::HashPassword => hash_password(),
+        Command::Audit(command) => audit::run(command),
         Command::Run(args) => match run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -158,13 +158,26 @@ pub struct UpstreamConfig {
 }
 
 /// The audit log of blocked (and optionally all) requests.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuditConfig {
     /// JSON-lines file. Default: `$LOGS_DIRECTORY/audit.jsonl`, else `<state_dir>/audit.jsonl`.
     pub path: Option<PathBuf>,
     /// Also log allowed requests.
     pub log_all: bool,
+    /// Bytes of the robots.txt archive (`<state_dir>/robots-archive`);
+    /// 0: no archive.
+    pub archive_max: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            path: None,
+            log_all: false,
+            archive_max: 256 << 20,
+        }
+    }
 }
 
 /// HTTPS interception.
@@ -823,6 +836,11 @@ impl Config {
             return dir.join("audit.jsonl");
         }
         self.state_dir().join("audit.jsonl")
+    }
+
+    /// The robots.txt archive's directory: `<state_dir>/robots-archive`.
+    pub(crate) fn archive_dir(&self) -> PathBuf {
+        self.state_dir().join("robots-archive")
     }
 
     /// The CA directory, resolved as documented on `tls.ca_dir`.

@@ -30,6 +30,7 @@ use http_body_util::BodyExt;
 
 use crate::http::body::empty_body;
 use crate::http::origin::Origin;
+use crate::judge::archive::{Digest, Evidence};
 use crate::judge::fetch_budget::{FetchBudget, Reservation};
 use crate::robots::Robots;
 use crate::robots::parse::MAX_BYTES;
@@ -39,8 +40,8 @@ use crate::upstream::{ErrorKind, HttpClient, UpstreamError};
 /// What a robots.txt fetch concluded.
 #[derive(Debug)]
 pub(crate) enum Concluded {
-    /// A 2xx response, parsed.
-    Parsed(Robots),
+    /// A 2xx response, parsed; with its text, for the archive.
+    Parsed(Robots, Option<Box<FetchedText>>),
     /// 4xx (not 429), or a redirect without a usable `Location`: no
     /// restrictions apply.
     Unavailable(String),
@@ -56,6 +57,15 @@ pub(crate) enum Concluded {
     /// local ports): nothing is known about the origin, so nothing about
     /// it may be cached.
     LocalError(String),
+}
+
+/// The text of a fetched robots.txt (its content coding removed) and
+/// where it came from, for the archive ([`crate::judge::archive`]).
+#[derive(Debug)]
+pub(crate) struct FetchedText {
+    pub(crate) text: Bytes,
+    pub(crate) digest: Digest,
+    pub(crate) evidence: Evidence,
 }
 
 /// A finished fetch.
@@ -332,10 +342,24 @@ async fn fetch_chain(
                 *reservation = Some(budget.reserve(cost).await);
                 waited.end();
             }
+            let response_headers = response.headers().clone();
             return match read_capped(response.into_body(), limit).await {
                 Ok(body) => {
                     let cut = body.len() >= limit;
-                    match parse_off_the_workers(body, codings, cut).await {
+                    let header = |name| {
+                        response_headers
+                            .get(name)
+                            .and_then(|v: &http::HeaderValue| v.to_str().ok())
+                            .map(str::to_string)
+                    };
+                    let evidence = Evidence {
+                        url: origin.robots_url(),
+                        final_url: url.to_string(),
+                        content_type: header(http::header::CONTENT_TYPE),
+                        etag: header(http::header::ETAG),
+                        last_modified: header(http::header::LAST_MODIFIED),
+                    };
+                    match parse_off_the_workers(body, codings, cut, evidence).await {
                         Ok(outcome) => (outcome, code, max_age),
                         Err(e) => (
                             Concluded::Unreachable(format!("cannot decode {url}: {e}")),
@@ -398,16 +422,25 @@ async fn parse_off_the_workers(
     body: Bytes,
     codings: Vec<Coding>,
     cut: bool,
+    evidence: Evidence,
 ) -> Result<Concluded, String> {
     let work = move || {
-        if codings.is_empty() {
-            return Ok(Robots::parse(&body));
-        }
-        let text = decode_capped(&body, &codings, MAX_BYTES + 1, cut)?;
-        Ok(Robots::parse(&text))
+        let text = if codings.is_empty() {
+            body
+        } else {
+            Bytes::from(decode_capped(&body, &codings, MAX_BYTES + 1, cut)?)
+        };
+        let robots = Robots::parse(&text);
+        let digest = Digest::of(&text);
+        let text = Box::new(FetchedText {
+            text,
+            digest,
+            evidence,
+        });
+        Ok(Concluded::Parsed(robots, Some(text)))
     };
     match tokio::task::spawn_blocking(work).await {
-        Ok(result) => result.map(Concluded::Parsed),
+        Ok(result) => result,
         Err(e) => Ok(Concluded::Unreachable(format!(
             "internal error parsing robots.txt: {e}"
         ))),

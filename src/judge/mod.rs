@@ -1,6 +1,7 @@
 //! The one place a request is judged: origin + path + agent → decision,
 //! with the reason that produced it.
 
+pub(crate) mod archive;
 pub mod fetch;
 pub(crate) mod fetch_budget;
 pub mod politeness;
@@ -471,7 +472,7 @@ mod tests {
 
     fn compiled(agent: &str) -> Compiled {
         let robots = Robots::parse(b"User-agent: *\nDisallow: /private\nCrawl-delay: 2\n");
-        Compiled::new(&robots, &[Arc::from(agent)])
+        Compiled::new(&robots, &[Arc::from(agent)], None)
     }
 
     fn decide_in(state: State, path: &str) -> (Decision, Option<f64>) {

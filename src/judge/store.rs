@@ -19,6 +19,7 @@ use lru::LruCache;
 use tokio::time::Instant;
 
 use crate::http::origin::Origin;
+use crate::judge::archive::{Archive, Digest};
 use crate::judge::fetch::{self, Concluded, FetchSettings, Fetched};
 use crate::robots::{AgentRules, Robots};
 use crate::upstream::HttpClient;
@@ -89,14 +90,21 @@ impl State {
 /// proxy uses. Agents that select the same groups share one
 /// [`AgentRules`].
 #[derive(Clone, Debug)]
-pub struct Compiled(Arc<[(Arc<str>, Arc<AgentRules>)]>);
+pub struct Compiled(Arc<[(Arc<str>, Arc<AgentRules>)]>, Option<Digest>);
 
 impl Compiled {
-    /// Compiles `robots` for `agents` (product tokens).
-    pub(crate) fn new(robots: &Robots, agents: &[Arc<str>]) -> Compiled {
+    /// Compiles `robots` for `agents` (product tokens); `digest` is the
+    /// SHA-256 of the text it was parsed from, when it was fetched.
+    pub(crate) fn new(robots: &Robots, agents: &[Arc<str>], digest: Option<Digest>) -> Compiled {
         let tokens: Vec<&str> = agents.iter().map(|a| &**a).collect();
         let rules = robots.agent_rules_shared(&tokens);
-        Compiled(agents.iter().cloned().zip(rules).collect())
+        Compiled(agents.iter().cloned().zip(rules).collect(), digest)
+    }
+
+    /// The SHA-256 of the text these rules were parsed from (its name in
+    /// the archive).
+    pub(crate) fn digest(&self) -> Option<Digest> {
+        self.1
     }
 
     /// The rules for `token`, if it was compiled.
@@ -310,6 +318,8 @@ pub struct RobotsCache {
     agents: RwLock<Arc<[Arc<str>]>>,
     /// Entries for other agents (`/explain` questions), few and small.
     others: Mutex<LruCache<OtherKey, Arc<Entry>>>,
+    /// Where every fetched file is kept, when `audit.archive_max` is set.
+    archive: Option<Arc<Archive>>,
 }
 
 /// An origin and an agent token the cache's entries are not compiled for.
@@ -346,7 +356,14 @@ impl RobotsCache {
             settings,
             on_fetch: None,
             budget: None,
+            archive: None,
         }
+    }
+
+    /// Every fetch is kept in `archive`.
+    pub(crate) fn with_archive(mut self, archive: Option<Arc<Archive>>) -> Self {
+        self.archive = archive;
+        self
     }
 
     /// Fetches wait for `budget` before they read a body.
@@ -489,7 +506,7 @@ impl RobotsCache {
         let entry = Arc::new(self.entry_from(
             None,
             Fetched {
-                outcome: Concluded::Parsed(robots),
+                outcome: Concluded::Parsed(robots, None),
                 status: Some(200),
                 max_age: None,
                 retry_after: None,
@@ -638,7 +655,11 @@ impl RobotsCache {
             cb(&fetched);
         }
         let this = self.clone();
+        let origin = origin.to_string();
         tokio::task::spawn_blocking(move || {
+            if let Some(archive) = &this.archive {
+                archive_fetch(archive, &origin, &fetched);
+            }
             let entry = this.entry_from(previous.as_deref(), fetched, &agents);
             // The parsed file is gone, its rules compiled into `entry`.
             drop(reservation);
@@ -681,8 +702,8 @@ impl RobotsCache {
         };
         let fresh = |state, expires| (state, expires, wall, now);
         let (state, expires, fetched_at, fetched_instant) = match fetched.outcome {
-            Concluded::Parsed(robots) => fresh(
-                State::Fresh(Compiled::new(&robots, agents)),
+            Concluded::Parsed(robots, text) => fresh(
+                State::Fresh(Compiled::new(&robots, agents, text.map(|t| t.digest))),
                 now + ttl(fetched.max_age),
             ),
             Concluded::Unavailable(reason) | Concluded::RedirectLimit(reason) => {
@@ -719,6 +740,28 @@ impl RobotsCache {
             failures,
         }
     }
+}
+
+/// Keeps what a fetch brought back in the archive: the text, or the
+/// outcome of a fetch that gave none.
+fn archive_fetch(archive: &Archive, origin: &str, fetched: &Fetched) {
+    let now = SystemTime::now();
+    let (outcome, reason) = match &fetched.outcome {
+        Concluded::Parsed(_, Some(t)) => {
+            archive.keep_text(origin, fetched.status, &t.evidence, &t.text, t.digest, now);
+            return;
+        }
+        Concluded::Parsed(_, None) => return,
+        Concluded::Unavailable(r) => ("allow_all", r),
+        Concluded::RedirectLimit(r) => ("redirect_limit", r),
+        Concluded::Unreachable(r) => ("unreachable", r),
+        Concluded::Refused(r) => ("refused", r),
+        Concluded::BadTls(r) => ("bad_tls", r),
+        // The proxy's own shortage says nothing about the origin.
+        Concluded::LocalError(_) => return,
+    };
+    let url = format!("{origin}/robots.txt");
+    archive.keep_outcome(origin, &url, fetched.status, outcome, reason, now);
 }
 
 /// The first wait after robots.txt was found unreachable: short, so a
@@ -881,7 +924,7 @@ mod tests {
         let good = c.entry_from(
             None,
             Fetched {
-                outcome: Concluded::Parsed(robots(2)),
+                outcome: Concluded::Parsed(robots(2), None),
                 status: Some(200),
                 max_age: None,
                 retry_after: None,
@@ -916,7 +959,7 @@ mod tests {
         let parsed = |max_age| {
             let e = c.entry_from(
                 None,
-                fetched(Concluded::Parsed(robots(1)), max_age),
+                fetched(Concluded::Parsed(robots(1), None), max_age),
                 &agents,
             );
             e.expires - Instant::now()
@@ -926,7 +969,11 @@ mod tests {
         assert_eq!(parsed(Some(secs(3600))), secs(60), "max_ttl");
         assert_eq!(parsed(None), secs(60), "default_ttl");
 
-        let good = c.entry_from(None, fetched(Concluded::Parsed(robots(1)), None), &agents);
+        let good = c.entry_from(
+            None,
+            fetched(Concluded::Parsed(robots(1), None), None),
+            &agents,
+        );
         let down = || fetched(Concluded::Unreachable("503 from origin".into()), None);
         tokio::time::advance(secs(60)).await;
         assert_eq!(good.age(), secs(60));

@@ -41,6 +41,14 @@ pub(crate) struct Record<'a> {
     pub(crate) fetch_outcome: Option<&'a str>,
     /// Seconds since the robots.txt in use was fetched.
     pub(crate) cache_age_secs: Option<u64>,
+    /// When the robots.txt in use was fetched (RFC 3339, UTC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) robots_fetched_at: Option<String>,
+    /// The SHA-256 of the robots.txt text in use: its name in the archive
+    /// (`robots-proxy audit robots SHA256`). Absent when no file decided
+    /// (`fetch_outcome` says what did).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) robots_sha256: Option<String>,
     /// What the response cache did (`hit`, `miss`, `revalidate`,
     /// `unavailable`, `bypass`), when it is enabled.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -91,6 +99,15 @@ impl<'a> Record<'a> {
             fetch_status: judgement.entry.as_ref().and_then(|e| e.status),
             fetch_outcome: judgement.entry_state().map(|s| s.name()),
             cache_age_secs: judgement.entry.as_ref().map(|e| e.age().as_secs()),
+            robots_fetched_at: judgement
+                .entry
+                .as_ref()
+                .map(|e| humantime::format_rfc3339_seconds(e.fetched_at).to_string()),
+            robots_sha256: judgement
+                .entry_state()
+                .and_then(|s| s.rules())
+                .and_then(|c| c.digest())
+                .map(|d| d.to_string()),
             cache: None,
             usage: usage.map(|n| format!("{}=n", n.purpose)),
         }

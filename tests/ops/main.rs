@@ -17,5 +17,6 @@ mod e2e_curl;
 mod ops_proxy;
 mod ops_reload;
 mod politeness_visible;
+mod robots_archive;
 mod scrapy_crawl;
 mod serving_threads;

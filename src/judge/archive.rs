@@ -1,0 +1,720 @@
+//! The robots.txt archive: every distinct robots.txt the proxy judged by,
+//! kept once under `<state_dir>/robots-archive/`, named by the SHA-256 of
+//! its text, so that an audit line (`robots_sha256`) shows what the file
+//! said when the request was judged, whatever the origin serves later.
+//!
+//! - The digest is of the text the parser read: the body after its
+//!   content coding is removed. A gzip of the same text may differ byte
+//!   for byte between two fetches (compressor, level, timestamp), and it
+//!   is the text that decided.
+//! - `bodies/<aa>/<digest>.txt` is the text; `<digest>.json` beside it its
+//!   metadata: for each origin that served it, the URL fetched, the final
+//!   URL after redirects, the status, `Content-Type`, `ETag`,
+//!   `Last-Modified`, and the first and last time a fetch found it in
+//!   force. Both are written to a temporary file and renamed; the text is
+//!   checked against its name when it is read.
+//! - A fetch that gave no file (4xx, unreachable, refused, TLS failure)
+//!   decides too: it is a line of `outcomes.jsonl` when an origin's
+//!   outcome changes.
+//! - The archive is bounded by `audit.archive_max` bytes. Over it, the
+//!   oldest texts (by the time they were archived) are removed first, but
+//!   never one that is in force for an origin now, nor one that an audit
+//!   file kept beside the log names: a removal first reads the kept audit
+//!   files (the log and its rotations, `.gz` too) for the digests they
+//!   name.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::fs;
+use std::io::{self, BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+
+/// The SHA-256 of a robots.txt text.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Digest(pub [u8; 32]);
+
+impl Digest {
+    pub fn of(text: &[u8]) -> Digest {
+        let d = ring::digest::digest(&ring::digest::SHA256, text);
+        let mut out = [0u8; 32];
+        out.copy_from_slice(d.as_ref());
+        Digest(out)
+    }
+
+    /// A digest written as 64 hex digits (either case).
+    pub fn parse(hex: &str) -> Option<Digest> {
+        let hex = hex.as_bytes();
+        if hex.len() != 64 {
+            return None;
+        }
+        let mut out = [0u8; 32];
+        for (i, pair) in hex.chunks(2).enumerate() {
+            let s = std::str::from_utf8(pair).ok()?;
+            out[i] = u8::from_str_radix(s, 16).ok()?;
+        }
+        Some(Digest(out))
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Digest({self})")
+    }
+}
+
+/// What a fetch brought back, as the archive keeps it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Evidence {
+    /// The URL fetched first (the origin's `/robots.txt`).
+    pub(crate) url: String,
+    /// The URL the file came from, after redirects.
+    pub(crate) final_url: String,
+    pub(crate) content_type: Option<String>,
+    pub(crate) etag: Option<String>,
+    pub(crate) last_modified: Option<String>,
+}
+
+/// One origin's use of an archived text.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Served {
+    pub origin: String,
+    pub url: String,
+    pub final_url: String,
+    pub status: Option<u16>,
+    pub content_type: Option<String>,
+    pub etag: Option<String>,
+    pub last_modified: Option<String>,
+    /// RFC 3339: the first fetch that found this text in force.
+    pub first_in_force: String,
+    /// RFC 3339: the last fetch that found it in force.
+    pub last_in_force: String,
+}
+
+/// An archived text's metadata file.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Meta {
+    pub sha256: String,
+    pub bytes: u64,
+    pub served: Vec<Served>,
+}
+
+/// A fetch that gave no file, as `outcomes.jsonl` keeps it.
+#[derive(Debug, Serialize)]
+struct OutcomeLine<'a> {
+    time: String,
+    origin: &'a str,
+    url: &'a str,
+    status: Option<u16>,
+    outcome: &'a str,
+    reason: &'a str,
+}
+
+/// What reading an archived text can find.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error("{0} is not a SHA-256 (64 hex digits)")]
+    BadDigest(String),
+    #[error("no archived robots.txt {0} in {1}")]
+    Missing(String, PathBuf),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path} is corrupt: its text hashes to {found}, not {expected}")]
+    Corrupt {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
+    #[error("{path}: bad metadata: {reason}")]
+    BadMeta { path: PathBuf, reason: String },
+}
+
+/// The archive directory and its budget.
+pub(crate) struct Archive {
+    dir: PathBuf,
+    max_bytes: u64,
+    /// The audit log: files beside it whose names start with its name are
+    /// the kept audit files.
+    audit_path: PathBuf,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// Bytes of texts and metadata files.
+    bytes: u64,
+    /// The digest or outcome last recorded per origin (bounded): what is in
+    /// force now, kept from removal, and what `outcomes.jsonl` compares to.
+    last: lru::LruCache<String, Last>,
+}
+
+#[derive(Clone, PartialEq)]
+enum Last {
+    Text(Digest),
+    Outcome(String),
+}
+
+/// Origins whose last record is remembered.
+const REMEMBERED: usize = 100_000;
+
+impl Archive {
+    /// Opens (creating) the archive in `dir`, bounded by `max_bytes`.
+    pub(crate) fn open(dir: &Path, max_bytes: u64, audit_path: &Path) -> io::Result<Archive> {
+        create_private_dir(&dir.join("bodies"))?;
+        let bytes = walk_bodies(dir)?.iter().map(|b| b.bytes).sum();
+        let remembered =
+            std::num::NonZeroUsize::new(REMEMBERED).unwrap_or(std::num::NonZeroUsize::MIN);
+        Ok(Archive {
+            dir: dir.to_path_buf(),
+            max_bytes,
+            audit_path: audit_path.to_path_buf(),
+            state: Mutex::new(State {
+                bytes,
+                last: lru::LruCache::new(remembered),
+            }),
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps a text `origin` served (status `status`), found in force at
+    /// `now`. Errors are logged: the archive never holds a fetch up.
+    pub(crate) fn keep_text(
+        &self,
+        origin: &str,
+        status: Option<u16>,
+        evidence: &Evidence,
+        text: &[u8],
+        digest: Digest,
+        now: SystemTime,
+    ) {
+        if let Err(e) = self.try_keep_text(origin, status, evidence, text, digest, now) {
+            tracing::warn!(dir = %self.dir.display(), error = %e,
+                "cannot archive a robots.txt: its audit lines name a text the archive lacks");
+        }
+    }
+
+    fn try_keep_text(
+        &self,
+        origin: &str,
+        status: Option<u16>,
+        evidence: &Evidence,
+        text: &[u8],
+        digest: Digest,
+        now: SystemTime,
+    ) -> io::Result<()> {
+        let mut state = self.lock();
+        let (text_path, meta_path) = paths(&self.dir, digest);
+        let mut added = 0;
+        let mut meta = match read_meta(&meta_path) {
+            Ok(m) => m,
+            Err(_) => {
+                // New (or its metadata was lost): the text first, checked
+                // against its name when read back.
+                create_private_dir(text_path.parent().unwrap_or(&self.dir))?;
+                write_atomically(&text_path, text)?;
+                added += text.len() as u64;
+                Meta {
+                    sha256: digest.to_string(),
+                    bytes: text.len() as u64,
+                    served: Vec::new(),
+                }
+            }
+        };
+        let time = humantime::format_rfc3339_seconds(now).to_string();
+        let changed = state.last.get(origin) != Some(&Last::Text(digest));
+        match meta.served.iter_mut().find(|s| s.origin == origin) {
+            Some(s) => {
+                s.last_in_force = time;
+                s.status = status;
+                s.url.clone_from(&evidence.url);
+                s.final_url.clone_from(&evidence.final_url);
+                s.content_type.clone_from(&evidence.content_type);
+                s.etag.clone_from(&evidence.etag);
+                s.last_modified.clone_from(&evidence.last_modified);
+            }
+            None => meta.served.push(Served {
+                origin: origin.to_string(),
+                url: evidence.url.clone(),
+                final_url: evidence.final_url.clone(),
+                status,
+                content_type: evidence.content_type.clone(),
+                etag: evidence.etag.clone(),
+                last_modified: evidence.last_modified.clone(),
+                first_in_force: time.clone(),
+                last_in_force: time,
+            }),
+        }
+        let old_len = fs::metadata(&meta_path).map_or(0, |m| m.len());
+        let json = serde_json::to_vec_pretty(&meta).map_err(io::Error::other)?;
+        write_atomically(&meta_path, &json)?;
+        added += json.len() as u64;
+        state.bytes = state.bytes.saturating_add(added).saturating_sub(old_len);
+        state.last.put(origin.to_string(), Last::Text(digest));
+        if changed {
+            tracing::info!(%origin, status = status.unwrap_or(0), sha256 = %digest,
+                bytes = text.len(), "robots.txt archived as in force");
+        }
+        if state.bytes > self.max_bytes {
+            self.prune(&mut state);
+        }
+        Ok(())
+    }
+
+    /// Records a fetch that gave no file, when the origin's outcome
+    /// changed.
+    pub(crate) fn keep_outcome(
+        &self,
+        origin: &str,
+        url: &str,
+        status: Option<u16>,
+        outcome: &str,
+        reason: &str,
+        now: SystemTime,
+    ) {
+        let mut state = self.lock();
+        let last = Last::Outcome(format!("{outcome} {}", status.unwrap_or(0)));
+        if state.last.get(origin) == Some(&last) {
+            return;
+        }
+        let line = OutcomeLine {
+            time: humantime::format_rfc3339_seconds(now).to_string(),
+            origin,
+            url,
+            status,
+            outcome,
+            reason,
+        };
+        let written = serde_json::to_vec(&line)
+            .map_err(io::Error::other)
+            .and_then(|mut l| {
+                l.push(b'\n');
+                append(&self.dir.join("outcomes.jsonl"), &l)?;
+                Ok(l.len() as u64)
+            });
+        match written {
+            Ok(n) => {
+                state.bytes = state.bytes.saturating_add(n);
+                state.last.put(origin.to_string(), last);
+            }
+            Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e,
+                "cannot archive a robots.txt fetch outcome"),
+        }
+    }
+
+    /// Removes the oldest texts nobody refers to until the archive is
+    /// back under nine tenths of its budget.
+    fn prune(&self, state: &mut State) {
+        let mut bodies = match walk_bodies(&self.dir) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "cannot list the archive");
+                return;
+            }
+        };
+        let mut kept: HashSet<Digest> = state
+            .last
+            .iter()
+            .filter_map(|(_, l)| match l {
+                Last::Text(d) => Some(*d),
+                Last::Outcome(_) => None,
+            })
+            .collect();
+        let known: HashSet<Digest> = bodies.iter().map(|b| b.digest).collect();
+        kept.extend(referenced_by_audit_files(&self.audit_path, &known));
+        bodies.sort_by_key(|b| b.archived);
+        let goal = self.max_bytes / 10 * 9;
+        let mut removed = 0;
+        for body in bodies {
+            if state.bytes <= goal {
+                break;
+            }
+            if kept.contains(&body.digest) {
+                continue;
+            }
+            let (text, meta) = paths(&self.dir, body.digest);
+            if fs::remove_file(&text).is_ok() {
+                let _ = fs::remove_file(&meta);
+                state.bytes = state.bytes.saturating_sub(body.bytes);
+                removed += 1;
+            }
+        }
+        if state.bytes > self.max_bytes {
+            tracing::warn!(dir = %self.dir.display(), bytes = state.bytes, max = self.max_bytes,
+                removed, "the robots.txt archive is over audit.archive_max, and every text left is in force or named by a kept audit file");
+        } else if removed > 0 {
+            tracing::info!(dir = %self.dir.display(), removed, "removed archived robots.txt files no audit file names");
+        }
+    }
+}
+
+/// Reads an archived text and its metadata, checking the text against its
+/// digest.
+pub fn read(dir: &Path, sha256: &str) -> Result<(Vec<u8>, Meta), ArchiveError> {
+    let digest = Digest::parse(sha256).ok_or_else(|| ArchiveError::BadDigest(sha256.into()))?;
+    let (text_path, meta_path) = paths(dir, digest);
+    let text = match fs::read(&text_path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(ArchiveError::Missing(digest.to_string(), dir.to_path_buf()));
+        }
+        Err(source) => {
+            return Err(ArchiveError::Io {
+                path: text_path,
+                source,
+            });
+        }
+    };
+    let found = Digest::of(&text);
+    if found != digest {
+        return Err(ArchiveError::Corrupt {
+            path: text_path,
+            expected: digest.to_string(),
+            found: found.to_string(),
+        });
+    }
+    let meta = read_meta(&meta_path).map_err(|e| match e {
+        MetaError::Io(source) => ArchiveError::Io {
+            path: meta_path.clone(),
+            source,
+        },
+        MetaError::Bad(reason) => ArchiveError::BadMeta {
+            path: meta_path.clone(),
+            reason,
+        },
+    })?;
+    Ok((text, meta))
+}
+
+fn paths(dir: &Path, digest: Digest) -> (PathBuf, PathBuf) {
+    let hex = digest.to_string();
+    let sub = dir.join("bodies").join(&hex[..2]);
+    (
+        sub.join(format!("{hex}.txt")),
+        sub.join(format!("{hex}.json")),
+    )
+}
+
+enum MetaError {
+    Io(io::Error),
+    Bad(String),
+}
+
+fn read_meta(path: &Path) -> Result<Meta, MetaError> {
+    let bytes = fs::read(path).map_err(MetaError::Io)?;
+    serde_json::from_slice(&bytes).map_err(|e| MetaError::Bad(e.to_string()))
+}
+
+/// One archived text found on disk.
+struct Body {
+    digest: Digest,
+    /// Its text and metadata files.
+    bytes: u64,
+    archived: SystemTime,
+}
+
+fn walk_bodies(dir: &Path) -> io::Result<Vec<Body>> {
+    let mut out = Vec::new();
+    let root = dir.join("bodies");
+    let subs = match fs::read_dir(&root) {
+        Ok(s) => s,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for sub in subs.flatten() {
+        let Ok(files) = fs::read_dir(sub.path()) else {
+            continue;
+        };
+        for file in files.flatten() {
+            let name = file.file_name();
+            let Some(hex) = name.to_str().and_then(|n| n.strip_suffix(".txt")) else {
+                continue;
+            };
+            let Some(digest) = Digest::parse(hex) else {
+                continue;
+            };
+            let Ok(meta) = file.metadata() else {
+                continue;
+            };
+            let json = fs::metadata(file.path().with_extension("json")).map_or(0, |m| m.len());
+            out.push(Body {
+                digest,
+                bytes: meta.len() + json,
+                archived: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The digests among `known` that the kept audit files name: the log and
+/// the files beside it whose names start with its name (rotations,
+/// compressed or not), read as text line by line.
+fn referenced_by_audit_files(audit_path: &Path, known: &HashSet<Digest>) -> HashSet<Digest> {
+    let mut found = HashSet::new();
+    let (Some(dir), Some(name)) = (audit_path.parent(), audit_path.file_name()) else {
+        return found;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let Some(name) = name.to_str() else {
+        return found;
+    };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(name))
+        {
+            continue;
+        }
+        let Ok(file) = fs::File::open(&path) else {
+            continue;
+        };
+        let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
+            Box::new(flate2::read::MultiGzDecoder::new(file))
+        } else {
+            Box::new(file)
+        };
+        for line in io::BufReader::new(reader)
+            .split(b'\n')
+            .map_while(Result::ok)
+        {
+            for d in digests_named(&line) {
+                if known.contains(&d) {
+                    found.insert(d);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The `robots_sha256` values a line names.
+fn digests_named(line: &[u8]) -> impl Iterator<Item = Digest> + '_ {
+    const KEY: &[u8] = b"\"robots_sha256\":\"";
+    memchr::memmem::find_iter(line, KEY).filter_map(move |at| {
+        let start = at + KEY.len();
+        let hex = line.get(start..start + 64)?;
+        Digest::parse(std::str::from_utf8(hex).ok()?)
+    })
+}
+
+/// A directory only the proxy's user can read (0700), with its parents.
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Writes `bytes` to `path` by a temporary file beside it renamed over it
+/// (0600), so a reader never sees a partial file.
+fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let result = (|| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_data()?;
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn append(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn evidence() -> Evidence {
+        Evidence {
+            url: "http://a.example/robots.txt".into(),
+            final_url: "http://a.example/robots.txt".into(),
+            content_type: Some("text/plain".into()),
+            ..Evidence::default()
+        }
+    }
+
+    #[test]
+    fn digests_print_and_parse_as_hex() {
+        let d = Digest::of(b"User-agent: *\nDisallow: /private\n");
+        let hex = d.to_string();
+        assert_eq!(hex.len(), 64);
+        assert_eq!(Digest::parse(&hex), Some(d));
+        assert_eq!(Digest::parse(&hex.to_uppercase()), Some(d));
+        assert_eq!(Digest::parse("abc"), None);
+        assert_eq!(Digest::parse(&"g".repeat(64)), None);
+    }
+
+    #[test]
+    fn a_text_is_kept_once_with_each_origin_that_served_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let audit = dir.path().join("audit.jsonl");
+        let archive =
+            Archive::open(&dir.path().join("robots-archive"), 1 << 20, &audit).expect("open");
+        let text = b"User-agent: *\nDisallow: /private\n";
+        let d = Digest::of(text);
+        let t0 = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+        let t1 = t0 + std::time::Duration::from_secs(3600);
+        archive.keep_text("http://a.example", Some(200), &evidence(), text, d, t0);
+        archive.keep_text("http://a.example", Some(200), &evidence(), text, d, t1);
+        archive.keep_text("http://b.example", Some(200), &evidence(), text, d, t1);
+        let (read_text, meta) = read(archive.dir(), &d.to_string()).expect("read");
+        assert_eq!(read_text, text);
+        assert_eq!(meta.served.len(), 2);
+        assert_eq!(meta.served[0].first_in_force, "2023-11-14T22:13:20Z");
+        assert_eq!(meta.served[0].last_in_force, "2023-11-14T23:13:20Z");
+        assert_eq!(meta.served[0].content_type.as_deref(), Some("text/plain"));
+    }
+
+    #[test]
+    fn a_corrupted_text_is_detected_when_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let archive =
+            Archive::open(dir.path(), 1 << 20, &dir.path().join("audit.jsonl")).expect("open");
+        let text = b"User-agent: *\nDisallow: /\n";
+        let d = Digest::of(text);
+        archive.keep_text(
+            "http://a.example",
+            Some(200),
+            &evidence(),
+            text,
+            d,
+            SystemTime::now(),
+        );
+        let (path, _) = paths(dir.path(), d);
+        fs::write(&path, b"User-agent: *\nDisallow:\n").expect("tamper");
+        match read(dir.path(), &d.to_string()) {
+            Err(ArchiveError::Corrupt { .. }) => {}
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        assert!(matches!(
+            read(dir.path(), &Digest::of(b"other").to_string()),
+            Err(ArchiveError::Missing(..))
+        ));
+        assert!(matches!(
+            read(dir.path(), "nothex"),
+            Err(ArchiveError::BadDigest(_))
+        ));
+    }
+
+    #[test]
+    fn over_budget_the_oldest_text_nobody_names_goes_first() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let audit = dir.path().join("audit.jsonl");
+        let root = dir.path().join("robots-archive");
+        let texts: Vec<Vec<u8>> = (0..4)
+            .map(|i| format!("User-agent: *\nDisallow: /{i}\n{}", "#".repeat(900)).into_bytes())
+            .collect();
+        let digests: Vec<Digest> = texts.iter().map(|t| Digest::of(t)).collect();
+        // The first text is named by a kept (rotated, compressed) audit file.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        writeln!(
+            gz,
+            "{{\"url\":\"http://o0.example/0\",\"robots_sha256\":\"{}\"}}",
+            digests[0]
+        )
+        .expect("gz");
+        fs::write(
+            dir.path().join("audit.jsonl.1.gz"),
+            gz.finish().expect("gz"),
+        )
+        .expect("write");
+        // Room for about three texts and their metadata.
+        let archive = Archive::open(&root, 3 * 1400, &audit).expect("open");
+        for (i, (text, d)) in texts.iter().zip(&digests).enumerate() {
+            archive.keep_text(
+                &format!("http://o{i}.example"),
+                Some(200),
+                &evidence(),
+                text,
+                *d,
+                SystemTime::now(),
+            );
+            // Distinct archive times, oldest first.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // o1 moved on to a fourth file: its old text is no longer in force.
+        archive.keep_text(
+            "http://o1.example",
+            Some(200),
+            &evidence(),
+            &texts[3],
+            digests[3],
+            SystemTime::now(),
+        );
+        let (_, _) = read(&root, &digests[0].to_string()).expect("named by an audit file: kept");
+        assert!(matches!(
+            read(&root, &digests[1].to_string()),
+            Err(ArchiveError::Missing(..))
+        ));
+        read(&root, &digests[2].to_string()).expect("in force: kept");
+        read(&root, &digests[3].to_string()).expect("in force: kept");
+    }
+
+    #[test]
+    fn outcomes_are_recorded_when_they_change() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let archive =
+            Archive::open(dir.path(), 1 << 20, &dir.path().join("audit.jsonl")).expect("open");
+        let now = SystemTime::now();
+        let url = "http://a.example/robots.txt";
+        archive.keep_outcome("http://a.example", url, Some(404), "allow_all", "404", now);
+        archive.keep_outcome("http://a.example", url, Some(404), "allow_all", "404", now);
+        archive.keep_outcome(
+            "http://a.example",
+            url,
+            Some(503),
+            "disallow_all",
+            "503",
+            now,
+        );
+        let lines = fs::read_to_string(dir.path().join("outcomes.jsonl")).expect("read");
+        assert_eq!(lines.lines().count(), 2, "{lines}");
+        assert!(lines.contains("\"status\":503"));
+    }
+}
