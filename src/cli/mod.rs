@@ -285,8 +285,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         let max_connections = app.max_connections;
         let needed = max_connections.saturating_mul(2).saturating_add(64);
         if open_files.is_some_and(|n| usize::try_from(n).is_ok_and(|n| n < needed)) {
-            tracing::warn!(open_files = ?open_files, max_connections,
-                "the open-file limit is low for max_connections: raise LimitNOFILE / ulimit -n");
+            tracing::warn!(
+                open_files = open_files.unwrap_or(0),
+                max_connections,
+                "the open-file limit is low for max_connections: raise LimitNOFILE / ulimit -n"
+            );
         }
         // Handlers are registered before the "listening" line and READY=1:
         // a SIGHUP or SIGTERM sent right after (systemctl reload/stop, or a
@@ -298,7 +301,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!(listen = %app.local_addr(), agent = %app.config.agent,
             workers, max_connections,
             audit_log = %app.proxy.audit.path().display(),
-            admin = ?app.admin_addr(), "robots-proxy listening");
+            admin = %app.admin_addr().map_or_else(|| "off".to_string(), |a| a.to_string()),
+            "robots-proxy listening");
+        match app.proxy.response_cache() {
+            Some(cache) => tracing::info!(mode = cache.mode_name(), dir = %cache.dir().display(),
+                "response cache on"),
+            None => tracing::info!("response cache off (cache.enabled = false)"),
+        }
         spawn_reloader(args, app.proxy.clone(), app.config.clone(), log_level, hup);
         spawn_sweeper(app.proxy.clone());
         crate::ops::systemd::notify_ready();
@@ -326,6 +335,13 @@ fn spawn_reloader(
     hup: io::Result<tokio::signal::unix::Signal>,
 ) {
     let mut level = started.log.level.clone();
+    let read_file = |args: &RunArgs| {
+        args.config
+            .as_ref()
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .unwrap_or_default()
+    };
+    let mut text = read_file(&args);
     tokio::spawn(async move {
         let Ok(mut hup) = hup else {
             tracing::warn!("cannot listen for SIGHUP: reload disabled");
@@ -340,12 +356,21 @@ fn spawn_reloader(
                 }
                 Ok(new) => match crate::app::reload(&proxy, &started, &new) {
                     Ok(restart) => {
+                        let new_text = read_file(&args);
+                        let changed = crate::config::changed_keys(&text, &new_text);
+                        text = new_text;
                         apply_log_level(log_level.as_ref(), &level, &new.log.level);
                         level = new.log.level;
                         if !restart.is_empty() {
-                            tracing::warn!(keys = ?restart, "these changes need a restart to apply");
+                            tracing::warn!(keys = %restart.join(", "),
+                                "these changes need a restart to apply");
                         }
-                        tracing::info!("configuration reloaded");
+                        let changed = if changed.is_empty() {
+                            "none".to_string()
+                        } else {
+                            changed.join(", ")
+                        };
+                        tracing::info!(changed = %changed, "configuration reloaded");
                     }
                     Err(e) => {
                         tracing::error!("reload rejected, keeping the running configuration: {e}")

@@ -852,9 +852,59 @@ impl Config {
     }
 }
 
+/// The keys whose values differ between two configuration texts (dotted
+/// paths: `robots.default_ttl`; an array of tables such as `access.users`
+/// as one key), in order. Values are not given: some are secrets
+/// (password hashes). Texts that do not parse give no keys.
+pub(crate) fn changed_keys(old: &str, new: &str) -> Vec<String> {
+    fn flatten(prefix: &str, table: &toml::Table, out: &mut BTreeMap<String, String>) {
+        for (key, value) in table {
+            let path = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            match value {
+                toml::Value::Table(t) => flatten(&path, t, out),
+                other => {
+                    out.insert(path, other.to_string());
+                }
+            }
+        }
+    }
+    let parse = |text: &str| {
+        let mut out = BTreeMap::new();
+        if let Ok(table) = text.parse::<toml::Table>() {
+            flatten("", &table, &mut out);
+        }
+        out
+    };
+    let (old, new) = (parse(old), parse(new));
+    let mut keys: Vec<String> = old
+        .iter()
+        .filter(|(k, v)| new.get(*k) != Some(*v))
+        .map(|(k, _)| k.clone())
+        .collect();
+    keys.extend(new.keys().filter(|k| !old.contains_key(*k)).cloned());
+    keys.sort();
+    keys
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn changed_keys_name_what_differs_and_never_a_value() {
+        let old = "agent = \"a\"\n[robots]\ndefault_ttl = \"1h\"\nmin_ttl = \"1m\"\n";
+        let new = "agent = \"a\"\n[robots]\ndefault_ttl = \"2h\"\n[audit]\nlog_all = true\n";
+        assert_eq!(
+            changed_keys(old, new),
+            ["audit.log_all", "robots.default_ttl", "robots.min_ttl"]
+        );
+        assert!(changed_keys(old, old).is_empty());
+        assert_eq!(changed_keys(old, "not = [toml").len(), 3);
+    }
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml(text, Path::new("test.toml"))

@@ -240,7 +240,7 @@ impl Archive {
             }
         };
         let time = humantime::format_rfc3339_seconds(now).to_string();
-        let changed = state.last.get(origin) != Some(&Last::Text(digest));
+        let before = state.last.get(origin).cloned();
         match meta.served.iter_mut().find(|s| s.origin == origin) {
             Some(s) => {
                 s.last_in_force = time;
@@ -269,9 +269,16 @@ impl Archive {
         added += json.len() as u64;
         state.bytes = state.bytes.saturating_add(added).saturating_sub(old_len);
         state.last.put(origin.to_string(), Last::Text(digest));
-        if changed {
-            tracing::info!(%origin, status = status.unwrap_or(0), sha256 = %digest,
-                bytes = text.len(), "robots.txt archived as in force");
+        match before {
+            Some(Last::Text(old)) if old == digest => {}
+            Some(Last::Text(old)) => {
+                let old_text = fs::read(paths(&self.dir, old).0).unwrap_or_default();
+                tracing::info!(%origin, status = status.unwrap_or(0), sha256 = %digest,
+                    previous = %old, changed_lines = changed_lines(&old_text, text),
+                    "robots.txt changed");
+            }
+            _ => tracing::info!(%origin, status = status.unwrap_or(0), sha256 = %digest,
+                bytes = text.len(), "robots.txt fetched (first time since start)"),
         }
         if state.bytes > self.max_bytes {
             self.prune(&mut state);
@@ -364,6 +371,19 @@ impl Archive {
             tracing::info!(dir = %self.dir.display(), removed, "removed archived robots.txt files no audit file names");
         }
     }
+}
+
+/// Lines added or removed between two texts (as multisets of lines: a
+/// line moved is no change).
+fn changed_lines(old: &[u8], new: &[u8]) -> usize {
+    let mut count: std::collections::HashMap<&[u8], isize> = std::collections::HashMap::new();
+    for line in old.split(|&b| b == b'\n') {
+        *count.entry(line.trim_ascii_end()).or_default() += 1;
+    }
+    for line in new.split(|&b| b == b'\n') {
+        *count.entry(line.trim_ascii_end()).or_default() -= 1;
+    }
+    count.values().map(|n| n.unsigned_abs()).sum()
 }
 
 /// Reads an archived text and its metadata, checking the text against its
@@ -577,6 +597,15 @@ mod tests {
             content_type: Some("text/plain".into()),
             ..Evidence::default()
         }
+    }
+
+    #[test]
+    fn changed_lines_count_additions_and_removals() {
+        let old = b"User-agent: *\nDisallow: /a\nDisallow: /b\n";
+        let new = b"User-agent: *\nDisallow: /b\nDisallow: /c\nDisallow: /d\r\n";
+        assert_eq!(changed_lines(old, new), 3);
+        assert_eq!(changed_lines(old, old), 0);
+        assert_eq!(changed_lines(b"a\nb\n", b"b\na\n"), 0);
     }
 
     #[test]

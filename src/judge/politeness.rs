@@ -217,7 +217,7 @@ impl Politeness {
         };
         tracing::debug!(
             key,
-            wait_secs = (slot - now).as_secs_f64(),
+            wait = %format_args!("{:.2} s", (slot - now).as_secs_f64()),
             "held for a Crawl-delay slot"
         );
         tokio::time::sleep_until(slot).await;

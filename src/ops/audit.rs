@@ -27,6 +27,9 @@ pub(crate) struct Record<'a> {
     pub(crate) user: Option<&'a str>,
     pub(crate) method: &'a str,
     pub(crate) url: String,
+    /// The client's `User-Agent` header, as sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) user_agent: Option<&'a str>,
     pub(crate) agent: &'a str,
     pub(crate) decision: &'a str,
     pub(crate) reason: String,
@@ -36,6 +39,8 @@ pub(crate) struct Record<'a> {
     /// path as sent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) judged_as: Option<&'a str>,
+    /// Empty for a request refused before it was judged (a 407).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub(crate) robots_url: String,
     pub(crate) fetch_status: Option<u16>,
     pub(crate) fetch_outcome: Option<&'a str>,
@@ -83,6 +88,7 @@ impl<'a> Record<'a> {
             user,
             method,
             url: judgement.url(),
+            user_agent: None,
             agent: &judgement.agent,
             decision,
             reason: judgement.decision.reason(),
@@ -110,6 +116,43 @@ impl<'a> Record<'a> {
                 .map(|d| d.to_string()),
             cache: None,
             usage: usage.map(|n| format!("{}=n", n.purpose)),
+        }
+    }
+}
+
+impl<'a> Record<'a> {
+    /// The record for a request refused before anything was judged (proxy
+    /// authentication): no robots.txt, no rule.
+    pub(crate) fn unjudged(
+        client: SocketAddr,
+        user: Option<&'a str>,
+        method: &'a str,
+        url: String,
+        user_agent: Option<&'a str>,
+        decision: &'a str,
+        reason: &str,
+    ) -> Record<'a> {
+        Record {
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            client: client.to_string(),
+            user,
+            method,
+            url,
+            user_agent,
+            agent: "",
+            decision,
+            reason: reason.to_string(),
+            rule_line: None,
+            rule: None,
+            judged_as: None,
+            robots_url: String::new(),
+            fetch_status: None,
+            fetch_outcome: None,
+            cache_age_secs: None,
+            robots_fetched_at: None,
+            robots_sha256: None,
+            cache: None,
+            usage: None,
         }
     }
 }

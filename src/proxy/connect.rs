@@ -259,6 +259,11 @@ pub(super) async fn inner_request(
         Err(e) => return Answer::bad_request(format!("Bad request: {e}\n")),
     };
     *req.uri_mut() = uri;
+    // The audit line names this request's own User-Agent, not the CONNECT's.
+    let caller = &Caller {
+        client_ua: req.headers().get(USER_AGENT).cloned(),
+        ..caller.clone()
+    };
     proxy
         .serve(
             &proxy.settings(),

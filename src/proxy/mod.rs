@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use http::header::{HeaderValue, PROXY_AUTHORIZATION, VIA};
+use http::header::{HeaderValue, PROXY_AUTHORIZATION, USER_AGENT, VIA};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -264,6 +264,7 @@ impl Proxy {
                 queue,
                 user: None,
                 user_agent: None,
+                client_ua: req.headers().get(USER_AGENT).cloned(),
             });
         };
         match auth
@@ -275,6 +276,7 @@ impl Proxy {
                 queue,
                 user: Some(user.into()),
                 user_agent: agent.map(|a| product_token(&a)),
+                client_ua: req.headers().get(USER_AGENT).cloned(),
             }),
             AuthOutcome::Throttled { retry_after, first } => {
                 if first {
@@ -291,11 +293,17 @@ impl Proxy {
                 ))
             }
             outcome => {
-                if let AuthOutcome::Invalid { user } = &outcome {
-                    // One line per failure, with the address: fail2ban-friendly.
-                    tracing::warn!(client_ip = %client.ip(), user = user.as_deref().unwrap_or("-"),
-                        "proxy authentication failed");
-                }
+                let (user, reason) = match &outcome {
+                    AuthOutcome::Invalid { user } => {
+                        // One line per failure, with the address: fail2ban-friendly.
+                        tracing::warn!(client_ip = %client.ip(), user = user.as_deref().unwrap_or("-"),
+                            "proxy authentication failed");
+                        (user.as_deref(), "proxy authentication failed")
+                    }
+                    _ => (None, "no proxy credentials"),
+                };
+                // The 407 is audited like any refusal (fail closed).
+                self.record_unjudged(client, user, req, "auth_required", reason)?;
                 Err(Answer::new(
                     Outcome::Refused,
                     crate::admit::challenge_response(respond::full(

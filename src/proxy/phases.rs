@@ -57,6 +57,9 @@ pub(crate) struct Caller {
     pub(crate) user: Option<Arc<str>>,
     /// Token configured for the user, overriding the others.
     pub(crate) user_agent: Option<String>,
+    /// The request's own `User-Agent` header, for its audit line (a
+    /// shared copy of the bytes hyper read).
+    pub(crate) client_ua: Option<http::HeaderValue>,
 }
 
 /// How a request ended: the response to send and the label it is counted
@@ -236,6 +239,7 @@ impl Proxy {
                 method,
                 name,
             );
+            record.user_agent = caller.client_ua.as_ref().and_then(|v| v.to_str().ok());
             record.cache = cache;
             if self.audit.write(&record).is_err() {
                 self.metrics.audit_write_failure();
@@ -247,6 +251,39 @@ impl Proxy {
             tracing::info!(url = %judgement.url(), agent = %judgement.agent,
                 decision = d.name(), reason = %d.reason(), "blocked");
             return Err(Answer::blocked(judgement));
+        }
+        Ok(())
+    }
+
+    /// The audit line of a request refused before it was judged (a 407):
+    /// no robots.txt was consulted. `Err` when the line cannot be written.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn record_unjudged(
+        &self,
+        client: SocketAddr,
+        user: Option<&str>,
+        req: &http::Request<hyper::body::Incoming>,
+        decision: &str,
+        reason: &str,
+    ) -> Result<(), Answer> {
+        let url = req.uri().to_string();
+        let record = Record::unjudged(
+            client,
+            user,
+            req.method().as_str(),
+            url,
+            req.headers()
+                .get(http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok()),
+            decision,
+            reason,
+        );
+        if !self.audit.is_writable() {
+            return Err(Answer::audit_unavailable());
+        }
+        if self.audit.write(&record).is_err() {
+            self.metrics.audit_write_failure();
+            return Err(Answer::audit_unavailable());
         }
         Ok(())
     }

@@ -299,7 +299,7 @@ impl Proxy {
         if !ctx.held.is_zero() {
             self.metrics.observe_hold(ctx.held);
             tracing::info!(url = %ctx.judgement.url(), agent = %ctx.judgement.agent,
-                held_secs = ctx.held.as_secs_f64(), "held for Crawl-delay");
+                held = %format_args!("{:.2} s", ctx.held.as_secs_f64()), "held for Crawl-delay");
         }
         Ok(())
     }

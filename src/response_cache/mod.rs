@@ -331,6 +331,7 @@ pub struct CacheSettings {
 
 struct Inner {
     cfg: CacheSettings,
+    dir: std::path::PathBuf,
     store: Arc<Store>,
     stats: Arc<Stats>,
     locks: Locks,
@@ -362,6 +363,7 @@ impl ResponseCache {
         Ok(ResponseCache {
             inner: Arc::new(Inner {
                 cfg: cfg.clone(),
+                dir: dir.to_path_buf(),
                 store,
                 stats,
                 locks: Arc::default(),
@@ -1025,13 +1027,23 @@ impl ResponseCache {
             .collect();
         serde_json::json!({
             "url": url,
-            "mode": match self.inner.cfg.mode {
-                CacheMode::Rfc9111 => "rfc9111",
-                CacheMode::StoreAll => "store-all",
-                CacheMode::Offline => "offline",
-            },
+            "mode": self.mode_name(),
             "stored": entries,
         })
+    }
+
+    /// `cache.mode` as the configuration spells it.
+    pub fn mode_name(&self) -> &'static str {
+        match self.inner.cfg.mode {
+            CacheMode::Rfc9111 => "rfc9111",
+            CacheMode::StoreAll => "store-all",
+            CacheMode::Offline => "offline",
+        }
+    }
+
+    /// The directory the cache is stored in.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
     }
 
     /// Marks a response the cache did not handle (`Lookup::Bypass`).

@@ -404,11 +404,30 @@ async fn proxy_auth_challenges_strips_credentials_and_applies_the_users_agent() 
     assert!(blocked.body.contains("strictbot"), "{}", blocked.body);
     assert_eq!(origin.hits("/shared/doc"), 0);
     let audit = proxy.audit();
-    assert_eq!(audit.len(), 1, "{audit:?}");
+    // The three 407s are audited, then the block.
+    assert_eq!(audit.len(), 4, "{audit:?}");
+    let challenged: Vec<(&str, Option<&str>)> = audit[..3]
+        .iter()
+        .map(|l| (l["decision"].as_str().unwrap_or(""), l["user"].as_str()))
+        .collect();
+    assert_eq!(
+        challenged,
+        [
+            ("auth_required", None),
+            ("auth_required", Some("alice")),
+            ("auth_required", Some("mallory")),
+        ]
+    );
+    assert_eq!(audit[1]["reason"], "proxy authentication failed");
+    assert_eq!(audit[0]["url"], origin.url("/page"));
+    assert!(audit[0].get("robots_url").is_none(), "{:#}", audit[0]);
+    let audit = &audit[3..];
     assert_eq!(audit[0]["user"], "alice");
     assert_eq!(audit[0]["agent"], "strictbot");
     assert_eq!(audit[0]["decision"], "disallowed");
     assert_eq!(audit[0]["rule_line"], 5);
+    // The client's own User-Agent, as sent.
+    assert_eq!(audit[0]["user_agent"], CURL.1);
 }
 
 #[tokio::test]

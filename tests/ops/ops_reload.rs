@@ -28,8 +28,15 @@ async fn sighup_applies_new_agent_and_mapping_on_an_open_keep_alive_connection()
     assert_eq!(conn.get(&origin.url("/a/1")).await.status, 403);
     assert_eq!(conn.get(&origin.url("/b/1")).await.status, 200);
 
+    // Start-up says what is on, as values.
+    assert!(proxy.listening.contains("admin=off"), "{}", proxy.listening);
+    proxy.wait_for("response cache off").await;
+
     setup.write_config("betabot", "");
-    proxy.reload("configuration reloaded").await;
+    let line = proxy.reload("configuration reloaded").await;
+    // The line names the keys that changed, not their values.
+    assert!(line.contains("changed=agent"), "{line}");
+    assert!(!line.contains("betabot"), "{line}");
     // Same connection, new agent.
     let r = conn.get(&origin.url("/b/2")).await;
     assert_eq!(r.status, 403, "{r:?}");
@@ -38,7 +45,8 @@ async fn sighup_applies_new_agent_and_mapping_on_an_open_keep_alive_connection()
 
     // An [agents] mapping: clients sending python-requests obey alphabot.
     setup.write_config("betabot", "[agents]\n\"python-requests\" = \"alphabot\"\n");
-    proxy.reload("configuration reloaded").await;
+    let line = proxy.reload("configuration reloaded").await;
+    assert!(line.contains("changed=agents.python-requests"), "{line}");
     let ua = "python-requests/2.32";
     assert_eq!(
         conn.send(get_with(&origin.url("/a/3"), &[("user-agent", ua)]))
