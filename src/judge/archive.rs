@@ -111,6 +111,25 @@ pub struct Meta {
     pub served: Vec<Served>,
 }
 
+/// An origin's robots.txt entry as kept on disk (`entries/<aa>/<sha256 of
+/// the origin>.json`), so that a restarted proxy judges by what it had
+/// instead of fetching every robots.txt again (and, with the origin down,
+/// replays a recorded crawl). The text itself is the archive's.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub(crate) struct KeptEntry {
+    pub(crate) origin: String,
+    /// `fresh`, `stale`, `allow_all`, `disallow_all`, `refused`, `bad_tls`.
+    pub(crate) state: String,
+    pub(crate) reason: Option<String>,
+    pub(crate) status: Option<u16>,
+    /// Milliseconds since the Unix epoch.
+    pub(crate) fetched_at_ms: u64,
+    pub(crate) expires_at_ms: u64,
+    /// The text in force (`fresh`, `stale`).
+    pub(crate) sha256: Option<String>,
+    pub(crate) failures: u32,
+}
+
 /// A fetch that gave no file, as `outcomes.jsonl` keeps it.
 #[derive(Debug, Serialize)]
 struct OutcomeLine<'a> {
@@ -286,6 +305,48 @@ impl Archive {
         Ok(())
     }
 
+    /// Keeps `origin`'s entry (replacing the one kept before). Errors are
+    /// logged.
+    pub(crate) fn save_entry(&self, kept: &KeptEntry) {
+        let path = entry_path(&self.dir, &kept.origin);
+        let saved = serde_json::to_vec(kept)
+            .map_err(io::Error::other)
+            .and_then(|json| {
+                create_private_dir(path.parent().unwrap_or(&self.dir))?;
+                write_atomically(&path, &json)
+            });
+        if let Err(e) = saved {
+            tracing::warn!(path = %path.display(), error = %e,
+                "cannot keep a robots.txt entry: a restart fetches it again");
+        }
+    }
+
+    /// Forgets `origin`'s kept entry (a purge): the next request fetches.
+    pub(crate) fn forget_entry(&self, origin: &str) {
+        let path = entry_path(&self.dir, origin);
+        if let Err(e) = fs::remove_file(&path)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %path.display(), error = %e, "cannot forget a kept robots.txt entry");
+        }
+    }
+
+    /// `origin`'s kept entry and, for one with a file in force, its text
+    /// (checked against its digest). `None` when none is kept, or it is
+    /// unreadable, or its text is gone.
+    pub(crate) fn load_entry(&self, origin: &str) -> Option<(KeptEntry, Option<Vec<u8>>)> {
+        let bytes = fs::read(entry_path(&self.dir, origin)).ok()?;
+        let kept: KeptEntry = serde_json::from_slice(&bytes).ok()?;
+        if kept.origin != origin {
+            return None;
+        }
+        let text = match &kept.sha256 {
+            Some(sha) => Some(read(&self.dir, sha).ok()?.0),
+            None => None,
+        };
+        Some((kept, text))
+    }
+
     /// Records a fetch that gave no file, when the origin's outcome
     /// changed.
     pub(crate) fn keep_outcome(
@@ -422,6 +483,13 @@ pub fn read(dir: &Path, sha256: &str) -> Result<(Vec<u8>, Meta), ArchiveError> {
         },
     })?;
     Ok((text, meta))
+}
+
+fn entry_path(dir: &Path, origin: &str) -> PathBuf {
+    let hex = Digest::of(origin.as_bytes()).to_string();
+    dir.join("entries")
+        .join(&hex[..2])
+        .join(format!("{hex}.json"))
 }
 
 fn paths(dir: &Path, digest: Digest) -> (PathBuf, PathBuf) {

@@ -19,7 +19,7 @@ use lru::LruCache;
 use tokio::time::Instant;
 
 use crate::http::origin::Origin;
-use crate::judge::archive::{Archive, Digest};
+use crate::judge::archive::{Archive, Digest, KeptEntry};
 use crate::judge::fetch::{self, Concluded, FetchSettings, Fetched};
 use crate::robots::{AgentRules, Robots};
 use crate::upstream::HttpClient;
@@ -482,8 +482,12 @@ impl RobotsCache {
         self.len() == 0
     }
 
-    /// Drops an origin's entry; true if there was one.
+    /// Drops an origin's entry, and the copy kept on disk; true if there
+    /// was one in memory.
     pub(crate) fn purge(&self, origin: &Origin) -> bool {
+        if let Some(archive) = &self.archive {
+            archive.forget_entry(&origin.to_string());
+        }
         if let Ok(mut others) = self.others.lock() {
             let keys: Vec<_> = others
                 .iter()
@@ -602,6 +606,21 @@ impl RobotsCache {
         let flight_origin = origin.clone();
         let this = self.clone();
         let handle = tokio::spawn(async move {
+            let previous = match previous {
+                Some(p) => Some(p),
+                None => match this.restore(&origin).await {
+                    // Kept on disk and still fresh: judged by, nothing
+                    // fetched.
+                    Some(kept) if kept.expires > Instant::now() => {
+                        if let Ok(mut slots) = this.slots.lock() {
+                            slots.store(origin, kept.clone(), this.settings.max_bytes);
+                        }
+                        return kept;
+                    }
+                    // Expired: the copy stale-on-error falls back to.
+                    other => other,
+                },
+            };
             let entry = Arc::new(this.fetch_entry(&origin, previous, this.agents()).await);
             if let Ok(mut slots) = this.slots.lock() {
                 if matches!(entry.state, State::LocalError { .. }) {
@@ -663,10 +682,28 @@ impl RobotsCache {
             let entry = this.entry_from(previous.as_deref(), fetched, &agents);
             // The parsed file is gone, its rules compiled into `entry`.
             drop(reservation);
+            if let Some(archive) = &this.archive
+                && let Some(kept) = kept_from(&origin, &entry)
+            {
+                archive.save_entry(&kept);
+            }
             entry
         })
         .await
         .unwrap_or_else(|_| self.poisoned())
+    }
+
+    /// After a restart, `origin`'s entry as kept on disk, compiled for the
+    /// agents judged as: judged by while fresh, else the copy stale-on-error
+    /// falls back to.
+    async fn restore(self: &Arc<Self>, origin: &Origin) -> Option<Arc<Entry>> {
+        let archive = self.archive.clone()?;
+        let (key, agents) = (origin.to_string(), self.agents());
+        tokio::task::spawn_blocking(move || restore(&archive, &key, &agents))
+            .await
+            .ok()
+            .flatten()
+            .map(Arc::new)
     }
 
     fn poisoned(&self) -> Entry {
@@ -740,6 +777,82 @@ impl RobotsCache {
             failures,
         }
     }
+}
+
+/// `entry` as the archive keeps it; `None` for the proxy's own shortage
+/// (never kept).
+fn kept_from(origin: &str, entry: &Entry) -> Option<KeptEntry> {
+    let (state, sha256) = match &entry.state {
+        State::Fresh(rules) => ("fresh", rules.digest()),
+        State::Stale { rules, .. } => ("stale", rules.digest()),
+        State::AllowAll { .. } => ("allow_all", None),
+        State::DisallowAll { .. } => ("disallow_all", None),
+        State::Refused { .. } => ("refused", None),
+        State::BadTls { .. } => ("bad_tls", None),
+        State::LocalError { .. } => return None,
+    };
+    if matches!(state, "fresh" | "stale") && sha256.is_none() {
+        // Rules not from a fetch (inserted): nothing to restore them from.
+        return None;
+    }
+    let now_i = Instant::now();
+    let now_w = SystemTime::now();
+    let wall_ms = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    };
+    let expires = now_w + entry.expires.saturating_duration_since(now_i);
+    Some(KeptEntry {
+        origin: origin.to_string(),
+        state: state.to_string(),
+        reason: entry.state.reason().map(str::to_string),
+        status: entry.status,
+        fetched_at_ms: wall_ms(entry.fetched_at),
+        expires_at_ms: wall_ms(expires),
+        sha256: sha256.map(|d| d.to_string()),
+        failures: entry.failures,
+    })
+}
+
+/// `origin`'s entry as the archive kept it, compiled for `agents`, with
+/// its times carried over to this process's clock. `None` when none is
+/// kept or it cannot be read back whole.
+fn restore(archive: &Archive, origin: &str, agents: &[Arc<str>]) -> Option<Entry> {
+    let (kept, text) = archive.load_entry(origin)?;
+    let reason = || kept.reason.clone().unwrap_or_default();
+    let compiled = || {
+        let text = text.as_deref()?;
+        let digest = kept.sha256.as_deref().and_then(Digest::parse)?;
+        Some(Compiled::new(&Robots::parse(text), agents, Some(digest)))
+    };
+    let state = match kept.state.as_str() {
+        "fresh" => State::Fresh(compiled()?),
+        "stale" => State::Stale {
+            rules: compiled()?,
+            reason: reason(),
+        },
+        "allow_all" => State::AllowAll { reason: reason() },
+        "disallow_all" => State::DisallowAll { reason: reason() },
+        "refused" => State::Refused { reason: reason() },
+        "bad_tls" => State::BadTls { reason: reason() },
+        _ => return None,
+    };
+    let now_i = Instant::now();
+    let now_w = SystemTime::now();
+    let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+    let fetched_at = at(kept.fetched_at_ms);
+    let age = now_w.duration_since(fetched_at).unwrap_or_default();
+    let left = at(kept.expires_at_ms)
+        .duration_since(now_w)
+        .unwrap_or_default();
+    Some(Entry {
+        state,
+        status: kept.status,
+        fetched_at,
+        fetched_instant: now_i.checked_sub(age).unwrap_or(now_i),
+        expires: now_i + left,
+        failures: kept.failures,
+    })
 }
 
 /// Keeps what a fetch brought back in the archive: the text, or the

@@ -125,3 +125,44 @@ async fn a_fetch_that_gives_no_file_is_recorded_as_its_outcome() {
     assert_eq!(line["status"], 503);
     assert_eq!(line["outcome"], "unreachable");
 }
+
+#[tokio::test]
+async fn a_restarted_proxy_judges_by_the_kept_robots_txt_and_replays_a_recorded_crawl_offline() {
+    use robots_proxy::config::CacheMode;
+    let state = tempfile::tempdir().expect("tempdir");
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
+    let dir = state.path().to_path_buf();
+    let start = |mode: CacheMode| {
+        let dir = dir.clone();
+        Proxy::start_with(move |c| {
+            c.audit.path = Some(dir.join("audit.jsonl"));
+            c.state_dir = Some(dir);
+            c.cache.enabled = true;
+            c.cache.mode = mode;
+        })
+    };
+    // Record a crawl.
+    let mut first = start(CacheMode::StoreAll).await;
+    assert_eq!(first.get(&origin.url("/page")).await.status, 200);
+    assert_eq!(first.get(&origin.url("/private/a")).await.status, 403);
+    first.stop();
+    first.finished().await;
+    assert_eq!(origin.hits("/robots.txt"), 1);
+
+    // The origin is down now (its robots.txt a 503, its pages too).
+    origin.route("/robots.txt", crate::support::Reply::status(503));
+    origin.route("/page", crate::support::Reply::status(503));
+    let second = start(CacheMode::Offline).await;
+    let page = second.get(&origin.url("/page")).await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert_eq!(page.body, "page /page");
+    let blocked = second.get(&origin.url("/private/b")).await;
+    assert_eq!(blocked.status, 403, "{blocked:?}");
+    assert!(
+        blocked.body.contains("Disallow: /private"),
+        "{}",
+        blocked.body
+    );
+    // Judged by the kept file: robots.txt was not fetched again.
+    assert_eq!(origin.hits("/robots.txt"), 1);
+}
