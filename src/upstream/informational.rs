@@ -79,8 +79,7 @@ where
 /// [`capped`] for a request whose connection is driven by the request's
 /// own future (the plain-http [`super::Pool`]): hyper reports each 1xx
 /// while that future is polled, so a look at the count after each poll
-/// ends it, without the waker [`capped`] needs (one allocation and a
-/// `Notify` less per forwarded request).
+/// ends it, without the `Notify` and the race [`capped`] needs.
 pub(crate) async fn capped_inline<B, F, T>(
     mut req: Request<B>,
     limit: usize,
