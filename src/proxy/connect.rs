@@ -75,7 +75,12 @@ pub(crate) async fn handle(
     if proxy.gate.destination_refusal(&https).is_some() {
         // Judging gives the refusal its audit line before the tunnel opens.
         let judgement = proxy.gate.judge(&https, "/", &agent).await;
-        return proxy.record_blocked(&caller, &judgement, "CONNECT");
+        return proxy.record_blocked(
+            &caller,
+            req.headers().get(USER_AGENT),
+            &judgement,
+            "CONNECT",
+        );
     }
     let minter = proxy.minter.clone();
     if no_intercept(&settings.no_intercept, https.host()) {
@@ -259,11 +264,6 @@ pub(super) async fn inner_request(
         Err(e) => return Answer::bad_request(format!("Bad request: {e}\n")),
     };
     *req.uri_mut() = uri;
-    // The audit line names this request's own User-Agent, not the CONNECT's.
-    let caller = &Caller {
-        client_ua: req.headers().get(USER_AGENT).cloned(),
-        ..caller.clone()
-    };
     proxy
         .serve(
             &proxy.settings(),
@@ -349,7 +349,13 @@ async fn tunnel(
         return sniffed_tunnel(proxy, caller, origin, judgement, handshake, req);
     }
     // Allowed at host level, it is recorded as `tunnelled`: paths go unchecked.
-    if let Err(answer) = proxy.record(&caller, &judgement, "CONNECT", Recorded::Tunnel) {
+    if let Err(answer) = proxy.record(
+        &caller,
+        req.headers().get(USER_AGENT),
+        &judgement,
+        "CONNECT",
+        Recorded::Tunnel,
+    ) {
         return answer;
     }
     let timeout = proxy.upstream.settings().connect_timeout;
@@ -359,7 +365,13 @@ async fn tunnel(
             // A name that resolved to a refused address: recorded as the
             // refusal it is (the line above said the tunnel would open).
             let reason = e.reason().to_string();
-            return proxy.refuse(&caller, &mut judgement, "CONNECT", reason);
+            return proxy.refuse(
+                &caller,
+                req.headers().get(USER_AGENT),
+                &mut judgement,
+                "CONNECT",
+                reason,
+            );
         }
         Err(e) => {
             return Answer::new(
@@ -399,6 +411,7 @@ fn sniffed_tunnel(
     req: Request<Incoming>,
 ) -> Answer {
     let hold = connection_hold(&req);
+    let ua = req.headers().get(USER_AGENT).cloned();
     tokio::spawn(async move {
         let stop = hold.as_ref().map(|h| h.stop());
         let sniffed = match upgraded(req).await {
@@ -408,7 +421,7 @@ fn sniffed_tunnel(
         let http = Origin::new(Scheme::Http, origin.host(), Some(origin.port()));
         match (sniffed, http) {
             (Some((_, true)), _) => {
-                let answer = proxy.record_blocked(&caller, &judgement, "CONNECT");
+                let answer = proxy.record_blocked(&caller, ua.as_ref(), &judgement, "CONNECT");
                 proxy.count(answer.outcome);
             }
             (Some((io, false)), Ok(http)) => {

@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use http::header::{HeaderValue, PROXY_AUTHORIZATION, USER_AGENT, VIA};
+use http::header::{HeaderValue, PROXY_AUTHORIZATION, VIA};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -264,7 +264,6 @@ impl Proxy {
                 queue,
                 user: None,
                 user_agent: None,
-                client_ua: req.headers().get(USER_AGENT).cloned(),
             });
         };
         match auth
@@ -276,7 +275,6 @@ impl Proxy {
                 queue,
                 user: Some(user.into()),
                 user_agent: agent.map(|a| product_token(&a)),
-                client_ua: req.headers().get(USER_AGENT).cloned(),
             }),
             AuthOutcome::Throttled { retry_after, first } => {
                 if first {

@@ -57,9 +57,6 @@ pub(crate) struct Caller {
     pub(crate) user: Option<Arc<str>>,
     /// Token configured for the user, overriding the others.
     pub(crate) user_agent: Option<String>,
-    /// The request's own `User-Agent` header, for its audit line (a
-    /// shared copy of the bytes hyper read).
-    pub(crate) client_ua: Option<http::HeaderValue>,
 }
 
 /// How a request ended: the response to send and the label it is counted
@@ -170,11 +167,12 @@ impl Proxy {
     pub(crate) fn record(
         &self,
         caller: &Caller,
+        ua: Option<&http::HeaderValue>,
         judgement: &Judgement,
         method: &str,
         what: Recorded,
     ) -> Result<(), Answer> {
-        self.record_cached(caller, judgement, method, what, None)
+        self.record_cached(caller, ua, judgement, method, what, None)
     }
 
     /// The record phase for a judgement that blocks (a refusal, a robots.txt
@@ -183,10 +181,11 @@ impl Proxy {
     pub(crate) fn record_blocked(
         &self,
         caller: &Caller,
+        ua: Option<&http::HeaderValue>,
         judgement: &Judgement,
         method: &str,
     ) -> Answer {
-        match self.record(caller, judgement, method, Recorded::Request) {
+        match self.record(caller, ua, judgement, method, Recorded::Request) {
             Err(answer) => answer,
             Ok(()) => Answer::new(
                 Outcome::Refused,
@@ -201,19 +200,22 @@ impl Proxy {
     pub(crate) fn refuse(
         &self,
         caller: &Caller,
+        ua: Option<&http::HeaderValue>,
         judgement: &mut Judgement,
         method: &str,
         reason: String,
     ) -> Answer {
         judgement.decision = Decision::Refused { reason };
-        self.record_blocked(caller, judgement, method)
+        self.record_blocked(caller, ua, judgement, method)
     }
 
     /// [`Proxy::record`] with what the response cache did, for the line.
     #[allow(clippy::result_large_err)]
+    /// `ua`: the request's own `User-Agent`, for the line.
     pub(crate) fn record_cached(
         &self,
         caller: &Caller,
+        ua: Option<&http::HeaderValue>,
         judgement: &Judgement,
         method: &str,
         what: Recorded,
@@ -239,7 +241,7 @@ impl Proxy {
                 method,
                 name,
             );
-            record.user_agent = caller.client_ua.as_ref().and_then(|v| v.to_str().ok());
+            record.user_agent = ua.and_then(|v| v.to_str().ok());
             record.cache = cache;
             if self.audit.write(&record).is_err() {
                 self.metrics.audit_write_failure();

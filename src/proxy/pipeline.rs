@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use http::header::USER_AGENT;
+use http::header::{HeaderValue, USER_AGENT};
 use http::{Method, Request, Response, StatusCode};
 
 use super::phases::{Answer, Caller, Forwarded, Outcome, Recorded};
@@ -34,6 +34,10 @@ pub(crate) struct Ctx<'a> {
     pub(crate) cache: Option<CacheOutcome>,
     /// How long it was held for its origin's Crawl-delay.
     pub(crate) held: Duration,
+    /// The request's `User-Agent`, for the audit lines written after it
+    /// is forwarded (a response's usage preference): kept only when
+    /// purposes are declared, as a copy costs an allocation per request.
+    pub(crate) client_ua: Option<HeaderValue>,
 }
 
 /// What the cache phase found.
@@ -131,7 +135,7 @@ impl Proxy {
             _ => (req, None),
         };
         self.politeness(ctx).await;
-        if let Err(answer) = self.record_request(ctx) {
+        if let Err(answer) = self.record_request(ctx, req.headers().get(USER_AGENT)) {
             return answer;
         }
         match (&self.cache, pending) {
@@ -205,6 +209,11 @@ impl Proxy {
                 UsageMode::Annotate => judgement.usage = Some(note),
             }
         }
+        let client_ua = if purposes.is_empty() {
+            None
+        } else {
+            req.headers().get(USER_AGENT).cloned()
+        };
         let ctx = Ctx {
             settings,
             caller,
@@ -213,6 +222,7 @@ impl Proxy {
             purposes,
             cache: None,
             held: Duration::ZERO,
+            client_ua,
         };
         (ctx, req)
     }
@@ -235,11 +245,11 @@ impl Proxy {
                     forward::add_via(resp.headers_mut(), &self.via);
                 }
                 ctx.cache = Some(CacheOutcome::Hit);
-                return Cached::Answered(self.answer_cached(ctx, resp));
+                return Cached::Answered(self.answer_cached(ctx, &req, resp));
             }
             Lookup::Unavailable(resp) => {
                 ctx.cache = Some(CacheOutcome::Unavailable);
-                return Cached::Answered(self.answer_cached(ctx, resp));
+                return Cached::Answered(self.answer_cached(ctx, &req, resp));
             }
             Lookup::Miss(pending) => (CacheOutcome::Miss, Some(pending)),
             Lookup::Revalidate(pending) => (CacheOutcome::Revalidate, Some(pending)),
@@ -250,8 +260,8 @@ impl Proxy {
     }
 
     /// A request the cache answered: recorded like any, never forwarded.
-    fn answer_cached(&self, ctx: &Ctx<'_>, resp: Response<Body>) -> Answer {
-        if let Err(answer) = self.record_request(ctx) {
+    fn answer_cached(&self, ctx: &Ctx<'_>, req: &Request<Body>, resp: Response<Body>) -> Answer {
+        if let Err(answer) = self.record_request(ctx, req.headers().get(USER_AGENT)) {
             return answer;
         }
         Answer::new(Outcome::Allowed, resp)
@@ -288,9 +298,10 @@ impl Proxy {
     /// the cache did, before anything is forwarded. `Err` ends the request
     /// (blocked, or the audit log cannot be written).
     #[allow(clippy::result_large_err)]
-    fn record_request(&self, ctx: &Ctx<'_>) -> Result<(), Answer> {
+    fn record_request(&self, ctx: &Ctx<'_>, ua: Option<&HeaderValue>) -> Result<(), Answer> {
         self.record_cached(
             ctx.caller,
+            ua,
             &ctx.judgement,
             ctx.method.as_str(),
             Recorded::Request,
@@ -314,7 +325,14 @@ impl Proxy {
             Forwarded::Response(resp) => Answer::new(Outcome::Allowed, resp),
             Forwarded::Failed(outcome, resp) => Answer::new(outcome, resp),
             Forwarded::Refused(reason) => {
-                self.refuse(ctx.caller, &mut ctx.judgement, ctx.method.as_str(), reason)
+                let ua = ctx.client_ua.as_ref();
+                self.refuse(
+                    ctx.caller,
+                    ua,
+                    &mut ctx.judgement,
+                    ctx.method.as_str(),
+                    reason,
+                )
             }
         }
     }
@@ -493,7 +511,10 @@ impl Proxy {
                     .append(respond::USAGE_HEADER, respond::header_value(&line));
                 judged.usage = Some(note);
                 // The annotation is evidence: recorded whatever log_all.
-                if let Err(refusal) = self.record(ctx.caller, &judged, method, Recorded::Request) {
+                let ua = ctx.client_ua.as_ref();
+                if let Err(refusal) =
+                    self.record(ctx.caller, ua, &judged, method, Recorded::Request)
+                {
                     return refusal;
                 }
                 answer
@@ -503,7 +524,13 @@ impl Proxy {
                     "response withheld: its Content-Usage header disallows a declared purpose");
                 judged.decision = Decision::UsageDisallowed(note);
                 // The response (and its body) is dropped unread.
-                match self.record(ctx.caller, &judged, method, Recorded::Request) {
+                match self.record(
+                    ctx.caller,
+                    ctx.client_ua.as_ref(),
+                    &judged,
+                    method,
+                    Recorded::Request,
+                ) {
                     Err(blocked) => blocked,
                     Ok(()) => Answer::new(Outcome::Refused, respond::refused("usage preference")),
                 }
