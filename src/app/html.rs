@@ -162,7 +162,8 @@ pub(crate) fn bar_chart(
     const PLOT: f64 = 120.0;
     const TOP: f64 = 12.0;
     const AXIS: f64 = 16.0;
-    let width = (series.len() * bar).max(bar);
+    // Room on the right for the last tick's label.
+    let width = series.len() * bar + 30;
     let max = series
         .iter()
         .map(|b| b.iter().sum::<u64>())

@@ -584,6 +584,37 @@ mod tests {
         Config::from_toml(text, Path::new("test.toml")).expect("valid config")
     }
 
+    /// A PHC string at Argon2's least cost (checked, never verified here).
+    const HASH: &str =
+        "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$YWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXoxMjM0NTY";
+
+    #[test]
+    fn admin_users_apply_on_reload_and_share_the_password_limits() {
+        let none = settings_from(&config(""), None).expect("settings");
+        assert!(none.admin_auth.is_none() && none.auth.is_none());
+        let both = config(&format!(
+            "[[access.users]]\nname = \"crawler\"\npassword_hash = \"{HASH}\"\n\
+             [[admin.users]]\nname = \"ops\"\npassword_hash = \"{HASH}\"\n"
+        ));
+        let reloaded = settings_from(&both, Some(&none)).expect("settings");
+        let (Some(proxy), Some(admin)) = (&reloaded.auth, &reloaded.admin_auth) else {
+            panic!("both user lists in force after the reload");
+        };
+        assert!(Arc::ptr_eq(proxy.limits(), admin.limits()));
+        // The next reload keeps the per-address allowances; one without
+        // admin users turns the admin check off.
+        let admin_only = config(&format!(
+            "[[admin.users]]\nname = \"ops\"\npassword_hash = \"{HASH}\"\n"
+        ));
+        let again = settings_from(&admin_only, Some(&reloaded)).expect("settings");
+        let kept = again.admin_auth.as_ref().expect("admin users");
+        assert!(again.auth.is_none());
+        assert!(Arc::ptr_eq(kept.limits(), admin.limits()));
+        let off = settings_from(&config(""), Some(&again)).expect("settings");
+        assert!(off.admin_auth.is_none());
+        assert!(needs_restart(&both, &config("")).is_empty());
+    }
+
     #[test]
     fn a_fetch_failed_for_lack_of_a_local_resource_is_counted_apart() {
         let m = Metrics::new();
