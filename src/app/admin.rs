@@ -1,13 +1,17 @@
 //! The admin listener: health, readiness, Prometheus metrics, decision
-//! explanations and cache purge. Meant for loopback or an operator network;
-//! it is off unless `admin.listen` is set.
+//! explanations, cache purge, and the web view (`/`, `/robots/SHA256`,
+//! `/ca`, `/ca.pem`: [`super::web`]). Meant for loopback or an operator
+//! network; it is off unless `admin.listen` is set. With `[[admin.users]]`
+//! every endpoint but `/healthz` and `/readyz` asks for HTTP Basic
+//! credentials.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use http::header::{CONTENT_TYPE, HeaderValue};
+use http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE};
 use http::{Method, Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -16,11 +20,12 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::admit::ClientAcl;
+use crate::admit::{AuthOutcome, ClientAcl, ProxyAuth};
 use crate::http::body::{Body, full_body, text};
 use crate::http::origin::{Origin, path_of};
 use crate::judge::Gate;
-use crate::judge::politeness::Politeness;
+use crate::judge::politeness::{Politeness, PolitenessSettings};
+use crate::ops::activity::Activity;
 use crate::ops::metrics::{ConnRefusal, Metrics};
 use crate::robots::product_token;
 use crate::server::listen::{ConnectionPolicy, RefusalLog};
@@ -38,6 +43,12 @@ pub(crate) trait ProxyView: Send + Sync {
     fn response_cache(&self) -> Option<&crate::response_cache::ResponseCache> {
         None
     }
+    /// Decisions over time and the top refusals, for the web view.
+    fn activity(&self) -> &Activity;
+    /// Whether allowed requests get audit lines (`audit.log_all`).
+    fn audit_log_all(&self) -> bool;
+    /// The interception CA: its certificate is served, never its key.
+    fn ca(&self) -> &crate::tls::Ca;
 }
 
 /// The reloadable settings the admin endpoints read.
@@ -51,6 +62,11 @@ pub(crate) struct AdminSettings {
     /// `usage.purposes` and `usage.mode`, for /explain's usage field.
     pub(crate) purposes: Vec<String>,
     pub(crate) usage_mode: crate::judge::UsageMode,
+    /// `[[admin.users]]`: credentials every endpoint but /healthz and
+    /// /readyz asks for, if any are configured.
+    pub(crate) auth: Option<Arc<ProxyAuth>>,
+    /// `politeness.*` as in force, for the web view.
+    pub(crate) politeness_settings: PolitenessSettings,
 }
 
 /// Everything the admin listener needs.
@@ -60,6 +76,8 @@ pub(crate) struct AdminState {
     pub(crate) metrics: Metrics,
     /// False once shutdown begins: /readyz answers 503.
     pub(crate) ready: Arc<AtomicBool>,
+    /// The proxy's own address, for the web view's examples.
+    pub(crate) listen: SocketAddr,
 }
 
 /// AdminLimits of the admin listener, applied at accept.
@@ -100,7 +118,7 @@ pub(crate) async fn serve(listener: TcpListener, state: AdminState, limits: Admi
             let _slot = slot;
             let service = service_fn(move |req| {
                 let state = state.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&state, req).await) }
+                async move { Ok::<_, std::convert::Infallible>(handle(&state, peer, req).await) }
             });
             let _ = policy
                 .http1()
@@ -110,7 +128,7 @@ pub(crate) async fn serve(listener: TcpListener, state: AdminState, limits: Admi
     }
 }
 
-fn query(uri: &Uri) -> HashMap<String, String> {
+pub(crate) fn query(uri: &Uri) -> HashMap<String, String> {
     form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
         .into_owned()
         .collect()
@@ -128,9 +146,70 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
     json_response(status, json!({ "error": message }))
 }
 
-/// Handles one admin request.
-pub(crate) async fn handle(state: &AdminState, req: Request<Incoming>) -> Response<Body> {
+/// The realm of the admin listener's Basic authentication.
+pub(crate) const ADMIN_REALM: &str = "Basic realm=\"robots-proxy admin\", charset=\"UTF-8\"";
+
+/// With `[[admin.users]]`, the request's `Authorization` checked (as proxy
+/// credentials are: verified ones remembered, failures per address
+/// limited): `Err` is the 401 or 429 to answer.
+async fn authenticate(
+    auth: &Arc<ProxyAuth>,
+    peer: SocketAddr,
+    req: &Request<Incoming>,
+) -> Result<(), Response<Body>> {
+    match auth
+        .check_async(peer.ip(), req.headers().get(AUTHORIZATION))
+        .await
+    {
+        AuthOutcome::Ok { .. } => Ok(()),
+        AuthOutcome::Throttled { retry_after, first } => {
+            if first {
+                tracing::warn!(client_ip = %peer.ip(),
+                    "too many admin authentication attempts: refusing them for now");
+            }
+            let mut resp = text(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too many authentication attempts from this address; retry later\n",
+            );
+            let secs = retry_after.as_secs().max(1).to_string();
+            if let Ok(v) = HeaderValue::from_str(&secs) {
+                resp.headers_mut().insert(http::header::RETRY_AFTER, v);
+            }
+            Err(resp)
+        }
+        outcome => {
+            if let AuthOutcome::Invalid { user } = &outcome {
+                tracing::warn!(client_ip = %peer.ip(), user = user.as_deref().unwrap_or("-"),
+                    "admin authentication failed");
+            }
+            let mut resp = text(
+                StatusCode::UNAUTHORIZED,
+                "Authentication required ([[admin.users]])\n",
+            );
+            resp.headers_mut()
+                .insert(WWW_AUTHENTICATE, HeaderValue::from_static(ADMIN_REALM));
+            resp.headers_mut()
+                .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            Err(resp)
+        }
+    }
+}
+
+/// Handles one admin request from `peer`.
+pub(crate) async fn handle(
+    state: &AdminState,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let proxy = &*state.proxy;
+    let path = req.uri().path();
+    // Probes stay open: a health check carries no credentials.
+    if !matches!(path, "/healthz" | "/readyz")
+        && let Some(auth) = proxy.admin_settings().auth
+        && let Err(resp) = authenticate(&auth, peer, &req).await
+    {
+        return resp;
+    }
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readyz") => {
@@ -152,12 +231,17 @@ pub(crate) async fn handle(state: &AdminState, req: Request<Incoming>) -> Respon
         }
         (&Method::GET, "/explain") => explain(proxy, req.uri()).await,
         (&Method::POST, "/purge") => purge(proxy, req.uri()),
-        (_, "/healthz" | "/readyz" | "/metrics" | "/explain" | "/purge") => {
-            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
-        }
+        (&Method::GET, "/") => super::web::overview(state),
+        (&Method::GET, "/ca") => super::web::ca_page(state, &req),
+        (&Method::GET, "/ca.pem") => super::web::ca_pem(proxy),
+        (&Method::GET, p) if p.starts_with("/robots/") => super::web::robots_page(proxy, req.uri()),
+        (
+            _,
+            "/healthz" | "/readyz" | "/metrics" | "/explain" | "/purge" | "/" | "/ca" | "/ca.pem",
+        ) => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         _ => error(
             StatusCode::NOT_FOUND,
-            "unknown endpoint: /healthz, /readyz, /metrics, /explain?url=&agent=, POST /purge?origin=|url=|prefix=",
+            "unknown endpoint: /healthz, /readyz, /metrics, /explain?url=&agent=, POST /purge?origin=|url=|prefix=, / (the web view), /robots/SHA256, /ca, /ca.pem",
         ),
     }
 }
@@ -171,22 +255,40 @@ fn parse_url(s: &str) -> Result<(Origin, String), String> {
 /// `GET /explain?url=URL&agent=TOKEN&purpose=CATEGORY`: the decision and
 /// why, fetching robots.txt if needed; with `purpose` (comma-separated, added
 /// to `usage.purposes`), the usage preference that disallows one of them.
+/// JSON, or with `format=html` a page of the web view.
 async fn explain(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
     let q = query(uri);
+    let html = q.get("format").is_some_and(|f| f == "html");
+    match explain_value(proxy, &q).await {
+        Ok(value) if html => super::web::explain_page(&q, Ok(&value)),
+        Ok(value) => json_response(StatusCode::OK, value),
+        Err((status, message)) if html => {
+            let mut resp = super::web::explain_page(&q, Err(&message));
+            *resp.status_mut() = status;
+            resp
+        }
+        Err((status, message)) => error(status, &message),
+    }
+}
+
+/// What `/explain` answers for the query `q`, or the status and message
+/// of a bad question.
+async fn explain_value(
+    proxy: &dyn ProxyView,
+    q: &HashMap<String, String>,
+) -> Result<serde_json::Value, (StatusCode, String)> {
+    let bad = |m: String| (StatusCode::BAD_REQUEST, m);
     let Some(url) = q.get("url") else {
-        return error(StatusCode::BAD_REQUEST, "missing url parameter");
+        return Err(bad("missing url parameter".into()));
     };
-    let (origin, path) = match parse_url(url) {
-        Ok(x) => x,
-        Err(e) => return error(StatusCode::BAD_REQUEST, &e),
-    };
+    let (origin, path) = parse_url(url).map_err(bad)?;
     let settings = proxy.admin_settings();
-    let agent = match q.get("agent") {
+    let agent = match q.get("agent").filter(|a| !a.is_empty()) {
         Some(a) => product_token(a),
         None => settings.agent.clone(),
     };
     if agent.is_empty() {
-        return error(StatusCode::BAD_REQUEST, "agent has no product token");
+        return Err(bad("agent has no product token".into()));
     }
     let j = proxy.gate().judge(&origin, &path, &agent).await;
     let mut purposes = settings.purposes.clone();
@@ -213,37 +315,39 @@ async fn explain(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
                 "next_slot_in_secs": next.as_secs_f64(),
             })
         });
-    json_response(
-        StatusCode::OK,
-        json!({
-            "url": j.url(),
-            "agent": j.agent,
-            "decision": j.decision.name(),
-            "reason": j.decision.reason(),
-            "rule_line": rule.map(|r| r.line()),
-            "rule": rule.map(|r| r.text()),
-            "judged_as": j.decision.judged_as(),
-            "robots_url": j.robots_url(),
-            "fetch_status": j.entry.as_ref().and_then(|e| e.status),
-            "fetch_outcome": j.entry_state().map(|s| s.name()),
-            "fetch_reason": j.entry_state().and_then(|s| s.reason()),
-            "cache_age_secs": j.entry.as_ref().map(|e| e.age().as_secs()),
-            "crawl_delay": j.crawl_delay,
-            "purposes": purposes,
-            "usage": usage.as_ref().map(|n| json!({
-                "purpose": n.purpose,
-                "preference": "n",
-                "rule_line": n.line,
-                "rule": n.text,
-                "mode": match settings.usage_mode {
-                    crate::judge::UsageMode::Enforce => "enforce",
-                    crate::judge::UsageMode::Annotate => "annotate",
-                },
-            })),
-            "politeness": politeness,
-            "response_cache": proxy.response_cache().map(|c| c.describe(url)),
-        }),
-    )
+    Ok(json!({
+        "url": j.url(),
+        "agent": j.agent,
+        "decision": j.decision.name(),
+        "reason": j.decision.reason(),
+        "rule_line": rule.map(|r| r.line()),
+        "rule": rule.map(|r| r.text()),
+        "judged_as": j.decision.judged_as(),
+        "robots_url": j.robots_url(),
+        "robots_sha256": j
+            .entry_state()
+            .and_then(|s| s.rules())
+            .and_then(|c| c.digest())
+            .map(|d| d.to_string()),
+        "fetch_status": j.entry.as_ref().and_then(|e| e.status),
+        "fetch_outcome": j.entry_state().map(|s| s.name()),
+        "fetch_reason": j.entry_state().and_then(|s| s.reason()),
+        "cache_age_secs": j.entry.as_ref().map(|e| e.age().as_secs()),
+        "crawl_delay": j.crawl_delay,
+        "purposes": purposes,
+        "usage": usage.as_ref().map(|n| json!({
+            "purpose": n.purpose,
+            "preference": "n",
+            "rule_line": n.line,
+            "rule": n.text,
+            "mode": match settings.usage_mode {
+                crate::judge::UsageMode::Enforce => "enforce",
+                crate::judge::UsageMode::Annotate => "annotate",
+            },
+        })),
+        "politeness": politeness,
+        "response_cache": proxy.response_cache().map(|c| c.describe(url)),
+    }))
 }
 
 /// `POST /purge?origin=URL`: drops the origin's cached robots.txt.

@@ -2,6 +2,8 @@
 //! integration tests share, and configuration reload.
 
 pub(crate) mod admin;
+mod html;
+mod web;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,6 +49,8 @@ pub enum StartError {
     AdminAcl(crate::admit::AclError),
     #[error("key `access.users`: {0}")]
     Auth(#[from] crate::admit::AuthError),
+    #[error("key `admin.users`: {0}")]
+    AdminAuth(crate::admit::AuthError),
     #[error("cannot open the response cache {path}: {source}")]
     Cache {
         path: std::path::PathBuf,
@@ -98,18 +102,30 @@ pub(crate) fn settings_from(
     previous: Option<&Settings>,
 ) -> Result<Settings, StartError> {
     let acl = ClientAcl::new(config.access.allow_clients.iter().map(|n| n.to_string()))?;
+    // The per-address allowances survive a reload that keeps the limit;
+    // proxy and admin passwords share them (and the verifications running
+    // at once).
+    let per_minute = config.access.auth_failures_per_minute;
+    let limits = previous
+        .and_then(|p| p.auth.as_ref().or(p.admin_auth.as_ref()))
+        .map(|a| a.limits().clone())
+        .filter(|l| l.per_minute() == per_minute)
+        .unwrap_or_else(|| Arc::new(AuthLimits::new(per_minute)));
     let auth = if config.access.users.is_empty() {
         None
     } else {
-        // The per-address allowances survive a reload that keeps the limit.
-        let per_minute = config.access.auth_failures_per_minute;
-        let limits = previous
-            .and_then(|p| p.auth.as_ref())
-            .map(|a| a.limits().clone())
-            .filter(|l| l.per_minute() == per_minute)
-            .unwrap_or_else(|| Arc::new(AuthLimits::new(per_minute)));
         Some(Arc::new(
-            ProxyAuth::new(config.access.users.iter().cloned())?.with_limits(limits),
+            ProxyAuth::new(config.access.users.iter().cloned())?.with_limits(limits.clone()),
+        ))
+    };
+    let admin_auth = if config.admin.users.is_empty() {
+        None
+    } else {
+        let users = config.admin.users.iter().map(|u| u.user_config());
+        Some(Arc::new(
+            ProxyAuth::new(users)
+                .map_err(StartError::AdminAuth)?
+                .with_limits(limits),
         ))
     };
     let pconf = config.politeness.settings();
@@ -150,6 +166,7 @@ pub(crate) fn settings_from(
             .collect(),
         acl,
         auth,
+        admin_auth,
         politeness,
         politeness_config: pconf,
         purposes: config.usage.purposes.clone(),
@@ -278,6 +295,8 @@ impl App {
                 .with_cache(cache)
                 .with_requests_per_client(config.max_requests_per_client(max_connections)),
         );
+        // Before the first request: the log is read up to its length now.
+        proxy.activity.rebuild_from_audit(&audit_path);
         Ok(App {
             proxy,
             listener,
@@ -319,6 +338,7 @@ impl App {
                 proxy: self.proxy.clone(),
                 metrics: self.proxy.metrics.clone(),
                 ready: ready.clone(),
+                listen: self.listener.local_addr().unwrap_or(self.config.listen),
             };
             tokio::spawn(crate::app::admin::serve(listener, state, admin_limits))
         });
@@ -358,7 +378,21 @@ impl ProxyView for Proxy {
             header_timeout: s.header_timeout,
             purposes: s.purposes.clone(),
             usage_mode: s.usage_mode,
+            auth: s.admin_auth.clone(),
+            politeness_settings: s.politeness_config.clone(),
         }
+    }
+
+    fn activity(&self) -> &crate::ops::activity::Activity {
+        &self.activity
+    }
+
+    fn audit_log_all(&self) -> bool {
+        self.audit.log_all()
+    }
+
+    fn ca(&self) -> &crate::tls::Ca {
+        self.minter.ca()
     }
 
     fn response_cache(&self) -> Option<&crate::response_cache::ResponseCache> {
@@ -387,7 +421,7 @@ fn judged_agents(config: &Config) -> Vec<String> {
 }
 
 /// Applies a new configuration to a running proxy: agents, mappings,
-/// access control, politeness, timeouts, shutdown grace, no-intercept
+/// access control, admin users, politeness, timeouts, shutdown grace, no-intercept
 /// list, how robots.txt is fetched (User-Agent, timeout, redirects), audit
 /// options (and reopens the audit file). `log.level` is applied by the
 /// binary, which owns the log subscriber. Returns the keys whose new value
@@ -446,6 +480,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
     "upstream.max_informational",
     "politeness.*",
     "access.*",
+    "admin.users.*",
     "usage.*",
     "log.level",
 ];
@@ -549,6 +584,37 @@ mod tests {
         Config::from_toml(text, Path::new("test.toml")).expect("valid config")
     }
 
+    /// A PHC string at Argon2's least cost (checked, never verified here).
+    const HASH: &str =
+        "$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$YWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXoxMjM0NTY";
+
+    #[test]
+    fn admin_users_apply_on_reload_and_share_the_password_limits() {
+        let none = settings_from(&config(""), None).expect("settings");
+        assert!(none.admin_auth.is_none() && none.auth.is_none());
+        let both = config(&format!(
+            "[[access.users]]\nname = \"crawler\"\npassword_hash = \"{HASH}\"\n\
+             [[admin.users]]\nname = \"ops\"\npassword_hash = \"{HASH}\"\n"
+        ));
+        let reloaded = settings_from(&both, Some(&none)).expect("settings");
+        let (Some(proxy), Some(admin)) = (&reloaded.auth, &reloaded.admin_auth) else {
+            panic!("both user lists in force after the reload");
+        };
+        assert!(Arc::ptr_eq(proxy.limits(), admin.limits()));
+        // The next reload keeps the per-address allowances; one without
+        // admin users turns the admin check off.
+        let admin_only = config(&format!(
+            "[[admin.users]]\nname = \"ops\"\npassword_hash = \"{HASH}\"\n"
+        ));
+        let again = settings_from(&admin_only, Some(&reloaded)).expect("settings");
+        let kept = again.admin_auth.as_ref().expect("admin users");
+        assert!(again.auth.is_none());
+        assert!(Arc::ptr_eq(kept.limits(), admin.limits()));
+        let off = settings_from(&config(""), Some(&again)).expect("settings");
+        assert!(off.admin_auth.is_none());
+        assert!(needs_restart(&both, &config("")).is_empty());
+    }
+
     #[test]
     fn a_fetch_failed_for_lack_of_a_local_resource_is_counted_apart() {
         let m = Metrics::new();
@@ -603,8 +669,10 @@ mod tests {
                 format!("{table}.{key}")
             };
             let section = format!("{}.*", table.split('.').next().unwrap_or_default());
-            let reloaded =
-                RELOADED_KEYS.contains(&full.as_str()) || RELOADED_KEYS.contains(&section.as_str());
+            let whole_table = format!("{table}.*");
+            let reloaded = [full.as_str(), section.as_str(), whole_table.as_str()]
+                .iter()
+                .any(|k| RELOADED_KEYS.contains(k));
             let restarts = restart.contains(&full.as_str());
             assert!(
                 reloaded != restarts,
@@ -623,11 +691,12 @@ mod tests {
             "max_connections = 10\nuser_agent = \"x/1\"\nagents = { a = \"b\" }\n\
              client_header_timeout = \"5s\"\ntunnel_idle_timeout = \"1m\"\n\
              [admin]\nmax_connections = 4\n\
+             [[admin.users]]\nname = \"ops\"\npassword_hash = \"$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$YWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXoxMjM0NTY\"\n\
              [robots]\nfetch_timeout = \"3s\"\n\
              [upstream]\npool_idle_max = 3\nresponse_timeout = \"5s\"\n",
         );
         // [agents], user_agent, response_timeout, the robots.txt fetch
-        // timeout and the client timeouts apply on reload.
+        // timeout, the client timeouts and the admin users apply on reload.
         assert_eq!(
             needs_restart(&old, &new),
             [

@@ -203,6 +203,33 @@ pub struct AdminConfig {
     pub allow_clients: Vec<IpNet>,
     /// Admin connections open at once; more are closed at accept.
     pub max_connections: usize,
+    /// HTTP Basic authentication of every admin endpoint but `/healthz`
+    /// and `/readyz`; off when empty (the address list alone then).
+    pub users: Vec<AdminUser>,
+}
+
+/// One `[[admin.users]]` entry: a name and an Argon2 PHC string, as
+/// `[[access.users]]` has them.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminUser {
+    pub name: String,
+    /// Argon2 PHC string from `robots-proxy hash-password`.
+    pub password_hash: String,
+}
+
+impl AdminUser {
+    /// The user as the password checker takes it (no agent, rate or
+    /// purposes: those are the proxy's).
+    pub(crate) fn user_config(&self) -> UserConfig {
+        UserConfig {
+            name: self.name.clone(),
+            password_hash: self.password_hash.clone(),
+            agent: None,
+            max_rps: None,
+            purposes: Vec::new(),
+        }
+    }
 }
 
 /// What to do when a request comes before its Crawl-delay slot.
@@ -466,6 +493,7 @@ impl Default for AdminConfig {
             listen: None,
             allow_clients: loopback_networks(),
             max_connections: 16,
+            users: Vec::new(),
         }
     }
 }
@@ -762,6 +790,17 @@ impl Config {
                 .into_iter()
                 .map(|e| format!("key `access.users`: {e}")),
         );
+        let admin_users: Vec<UserConfig> = self
+            .admin
+            .users
+            .iter()
+            .map(AdminUser::user_config)
+            .collect();
+        errors.extend(
+            crate::admit::check_users(&admin_users)
+                .into_iter()
+                .map(|e| format!("key `admin.users`: {e}")),
+        );
         if let Some(e) = Self::check_log_level(&self.log.level) {
             errors.push(format!("key `log.level`: {e}"));
         }
@@ -1032,6 +1071,26 @@ mod tests {
             .expect_err("small")
             .to_string();
         assert!(err.contains("`cache.disk_size`"), "{err}");
+    }
+
+    #[test]
+    fn admin_users_are_read_and_checked_like_proxy_users() {
+        let c = parse(
+            "[[admin.users]]\nname = \"ops\"\npassword_hash = \"$argon2id$v=19$m=8,t=1,p=1$c2FsdHNhbHQ$YWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXoxMjM0NTY\"\n",
+        )
+        .expect("valid");
+        assert_eq!(c.admin.users.len(), 1);
+        assert_eq!(c.admin.users[0].user_config().name, "ops");
+        assert!(parse("").expect("valid").admin.users.is_empty());
+        let err = parse("[[admin.users]]\nname = \"ops\"\npassword_hash = \"plain\"\n")
+            .expect_err("not a hash")
+            .to_string();
+        assert!(err.contains("`admin.users`"), "{err}");
+        // Only a name and a hash: the proxy's per-user keys are not admin ones.
+        let err = parse("[[admin.users]]\nname = \"ops\"\npassword_hash = \"x\"\nagent = \"a\"\n")
+            .expect_err("unknown key")
+            .to_string();
+        assert!(err.contains("agent") && err.contains("line 4"), "{err}");
     }
 
     #[test]

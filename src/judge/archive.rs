@@ -205,7 +205,6 @@ impl Archive {
         })
     }
 
-    #[cfg(test)]
     pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
@@ -553,13 +552,11 @@ fn walk_bodies(dir: &Path) -> io::Result<Vec<Body>> {
     Ok(out)
 }
 
-/// The digests among `known` that the kept audit files name: the log and
-/// the files beside it whose names start with its name (rotations,
-/// compressed or not), read as text line by line.
-fn referenced_by_audit_files(audit_path: &Path, known: &HashSet<Digest>) -> HashSet<Digest> {
-    let mut found = HashSet::new();
+/// The kept audit files: the log at `audit_path` and the files beside it
+/// whose names start with its name (its rotations, compressed or not).
+pub(crate) fn kept_audit_files(audit_path: &Path) -> Vec<PathBuf> {
     let (Some(dir), Some(name)) = (audit_path.parent(), audit_path.file_name()) else {
-        return found;
+        return Vec::new();
     };
     let dir = if dir.as_os_str().is_empty() {
         Path::new(".")
@@ -567,29 +564,36 @@ fn referenced_by_audit_files(audit_path: &Path, known: &HashSet<Digest>) -> Hash
         dir
     };
     let Some(name) = name.to_str() else {
-        return found;
+        return Vec::new();
     };
     let Ok(entries) = fs::read_dir(dir) else {
-        return found;
+        return Vec::new();
     };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if !entry
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.starts_with(name))
-        {
-            continue;
-        }
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(name)))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// An audit file's text: a `.gz` one decompressed as it is read.
+pub(crate) fn read_audit_file(file: fs::File, path: &Path) -> Box<dyn Read + Send> {
+    if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::MultiGzDecoder::new(file))
+    } else {
+        Box::new(file)
+    }
+}
+
+/// The digests among `known` that the kept audit files name, read as text
+/// line by line.
+fn referenced_by_audit_files(audit_path: &Path, known: &HashSet<Digest>) -> HashSet<Digest> {
+    let mut found = HashSet::new();
+    for path in kept_audit_files(audit_path) {
         let Ok(file) = fs::File::open(&path) else {
             continue;
         };
-        let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
-            Box::new(flate2::read::MultiGzDecoder::new(file))
-        } else {
-            Box::new(file)
-        };
-        for line in io::BufReader::new(reader)
+        for line in io::BufReader::new(read_audit_file(file, &path))
             .split(b'\n')
             .map_while(Result::ok)
         {

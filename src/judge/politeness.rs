@@ -313,6 +313,33 @@ impl Politeness {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The keys whose next free slot is furthest away (requests are held
+    /// or booked for them), at most `limit`, furthest first: each key with
+    /// its interval and the time until its next free slot. A scan of every
+    /// key, one shard lock at a time: for the admin listener's page, not
+    /// the request path.
+    pub(crate) fn busiest(&self, limit: usize) -> Vec<(String, Duration, Duration)> {
+        let now = Instant::now();
+        let mut busy = Vec::new();
+        for s in self.shards.iter() {
+            let shard = s.lock().unwrap_or_else(PoisonError::into_inner);
+            for (key, e) in shard.iter() {
+                let wait = (e.last + e.interval).saturating_duration_since(now);
+                if !wait.is_zero() {
+                    busy.push((key.to_string(), e.interval, wait));
+                }
+            }
+            // Keep the memory of the scan bounded by a few times `limit`.
+            if busy.len() > limit.saturating_mul(4).max(64) {
+                busy.sort_by_key(|b| std::cmp::Reverse(b.2));
+                busy.truncate(limit);
+            }
+        }
+        busy.sort_by_key(|b| std::cmp::Reverse(b.2));
+        busy.truncate(limit);
+        busy
+    }
+
     /// Keys currently tracked.
     pub fn tracked(&self) -> usize {
         self.shards
@@ -467,6 +494,31 @@ mod tests {
         assert_eq!(r(1).retry_after_secs(), 1);
         assert_eq!(r(1000).retry_after_secs(), 1);
         assert_eq!(r(1001).retry_after_secs(), 2);
+    }
+
+    #[test]
+    fn the_busiest_keys_are_those_booked_furthest_ahead() {
+        let pol = p(
+            Mode::Delay {
+                max_wait: Duration::from_secs(600),
+                max_queue: 0,
+            },
+            None,
+        );
+        let t0 = Instant::now();
+        let i = Duration::from_secs(10);
+        for (key, booked) in [("a", 1), ("b", 4), ("c", 2)] {
+            for _ in 0..booked {
+                pol.reserve(key, i, t0).ok();
+            }
+        }
+        let busy = pol.busiest(2);
+        let keys: Vec<&str> = busy.iter().map(|(k, _, _)| k.as_str()).collect();
+        assert_eq!(keys, ["b", "c"]);
+        assert_eq!(busy[0].1, i);
+        // b's next free slot is four intervals on, less the time passed.
+        assert!(busy[0].2 > Duration::from_secs(39) && busy[0].2 <= Duration::from_secs(40));
+        assert_eq!(pol.busiest(10).len(), 3);
     }
 
     #[test]

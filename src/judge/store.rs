@@ -210,6 +210,10 @@ pub struct CacheSettings {
     pub agents: Vec<String>,
 }
 
+/// An origin of [`RobotsCache::list`] and its entry (none while its first
+/// fetch runs).
+pub(crate) type Listed = (Origin, Option<Arc<Entry>>);
+
 /// Callback run after every fetch.
 pub(crate) type FetchHook = Box<dyn Fn(&Fetched) + Send + Sync>;
 
@@ -471,6 +475,28 @@ impl RobotsCache {
             .lock()
             .map(|s| s.lru.len() - s.refused)
             .unwrap_or(0)
+    }
+
+    /// The first `limit` cached origins, most recently used first, with
+    /// their entries (an origin being fetched for the first time has none
+    /// yet), and how many origins the cache holds in all. Holds the lock
+    /// for `limit` steps, whatever the cache's size.
+    pub(crate) fn list(&self, limit: usize) -> (Vec<Listed>, usize) {
+        let Ok(slots) = self.slots.lock() else {
+            return (Vec::new(), 0);
+        };
+        let listed = slots
+            .lru
+            .iter()
+            .take(limit)
+            .map(|(origin, slot)| (origin.clone(), slot.entry.clone()))
+            .collect();
+        (listed, slots.lru.len())
+    }
+
+    /// The archive fetched files are kept in, if any.
+    pub(crate) fn archive(&self) -> Option<&Arc<Archive>> {
+        self.archive.as_ref()
     }
 
     /// Approximate bytes held by cached rules.
@@ -993,6 +1019,22 @@ mod tests {
         let slots = c.slots.lock().expect("lock");
         assert!(slots.lru.contains(&origin(199)));
         assert!(!slots.lru.contains(&origin(0)));
+    }
+
+    #[test]
+    fn the_listing_is_bounded_and_most_recently_used_first() {
+        let c = cache(usize::MAX, 1000);
+        for i in 0..50 {
+            c.insert_parsed(origin(i), robots(1));
+        }
+        let (listed, total) = c.list(10);
+        assert_eq!(total, 50);
+        assert_eq!(listed.len(), 10);
+        assert_eq!(listed[0].0, origin(49));
+        assert_eq!(listed[9].0, origin(40));
+        assert!(listed.iter().all(|(_, e)| e.is_some()));
+        let (all, total) = c.list(usize::MAX);
+        assert_eq!((all.len(), total), (50, 50));
     }
 
     #[test]

@@ -473,6 +473,11 @@ impl Metrics {
         }
     }
 
+    /// Requests held for their Crawl-delay slot now.
+    pub(crate) fn politeness_waiting_now(&self) -> i64 {
+        self.inner.politeness_waiting.get()
+    }
+
     /// Records how long a request was held for its politeness slot.
     pub(crate) fn observe_hold(&self, held: Duration) {
         self.inner.politeness_hold.observe(held.as_secs_f64());

@@ -1,6 +1,8 @@
-//! What the request path reports to: the audit log and the metrics; and
+//! What the request path reports to: the audit log, the metrics and the
+//! decisions over time the admin page charts; and
 //! the process's dealings with its host (systemd, descriptor limits).
 
+pub(crate) mod activity;
 pub(crate) mod audit;
 pub mod limits;
 pub mod metrics;

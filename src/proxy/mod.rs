@@ -24,6 +24,7 @@ use crate::http::body::Body;
 use crate::http::origin::Origin;
 use crate::judge::politeness::Politeness;
 use crate::judge::{Gate, Judgement};
+use crate::ops::activity::Activity;
 use crate::ops::audit::AuditLog;
 use crate::ops::metrics::Metrics;
 use crate::robots::product_token;
@@ -63,6 +64,9 @@ pub struct Settings {
     pub(crate) acl: ClientAcl,
     /// Proxy authentication, if users are configured.
     pub(crate) auth: Option<Arc<ProxyAuth>>,
+    /// Admin listener authentication (`[[admin.users]]`), if users are
+    /// configured. Its verifications share `auth`'s limits.
+    pub(crate) admin_auth: Option<Arc<ProxyAuth>>,
     /// `usage.purposes`: usage categories every request is for.
     pub(crate) purposes: Vec<String>,
     /// `[[access.users]] purposes`, by user name.
@@ -142,6 +146,8 @@ pub struct Proxy {
     pub(crate) upstream: Arc<upstream::Pool>,
     pub audit: AuditLog,
     pub(crate) metrics: Metrics,
+    /// Decisions over time and the top refusals, for the admin page.
+    pub(crate) activity: Arc<Activity>,
     /// Mints leaf certificates for intercepted CONNECTs.
     pub(crate) minter: Arc<Minter>,
     /// Upstream TLS, for the connections of upgraded (WebSocket) requests.
@@ -186,6 +192,7 @@ impl Proxy {
             upstream,
             audit,
             metrics,
+            activity: Arc::new(Activity::new()),
             minter,
             upstream_tls,
             settings: RwLock::new(Arc::new(settings)),

@@ -19,7 +19,9 @@
 //! 6. **politeness**: a Crawl-delay slot for the origin, for what goes to
 //!    it (a miss, a revalidation, a request the cache does not handle);
 //! 7. **record**: the audit line ([`Proxy::record`]), written before
-//!    anything is forwarded, so nothing leaves without its record;
+//!    anything is forwarded, so nothing leaves without its record; every
+//!    judged request is counted on the admin page's charts here
+//!    ([`crate::ops::activity`]);
 //! 8. **forward**: to the origin (plain, upgraded, or a blind tunnel);
 //! 9. **store**: a cache miss is stored while it streams to the client,
 //!    and a successful unsafe request invalidates what the cache holds for
@@ -247,6 +249,9 @@ impl Proxy {
                 self.metrics.audit_write_failure();
                 return Err(Answer::audit_unavailable());
             }
+            self.activity.record(&record);
+        } else {
+            self.activity.count(judgement.decision.name());
         }
         if blocked {
             let d = &judgement.decision;

@@ -167,6 +167,16 @@ pub(crate) fn lines(text: &str) -> impl Iterator<Item = Line<'_>> {
     })
 }
 
+/// Every line of prepared text with its 1-based number, as [`lines`]
+/// numbers them (blank and comment lines too): for showing a file with
+/// its rules' line numbers.
+pub(crate) fn raw_lines(text: &str) -> impl Iterator<Item = (u32, &str)> {
+    LineIter {
+        rest: text,
+        number: 0,
+    }
+}
+
 /// Raw lines split at CR, LF or CRLF.
 struct LineIter<'a> {
     rest: &'a str,

@@ -1,7 +1,8 @@
 //! Operating the proxy: the admin listener, metrics and the audit log,
 //! politeness made visible, reload and shutdown of the real binary, its
 //! commands and configuration checks, serving threads, and a real
-//! crawler (Scrapy) through it.
+//! crawler (Scrapy) through it, and the admin web view in a real
+//! headless Chromium.
 //!
 //! `serving_threads` counts this process's threads named after the
 //! proxy's serving threads: no other test here may start an in-process
@@ -20,3 +21,4 @@ mod politeness_visible;
 mod robots_archive;
 mod scrapy_crawl;
 mod serving_threads;
+mod web_view;

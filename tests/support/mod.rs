@@ -15,6 +15,7 @@ pub mod faulty;
 pub mod nginx;
 pub mod raw;
 pub mod tls;
+pub mod webdriver;
 
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -1,0 +1,335 @@
+//! HTML for the admin listener's pages: one escaping function for every
+//! text that did not come from this file, the page frame with its inline
+//! style, the response headers that keep a page from loading anything,
+//! and the inline SVG bar charts.
+//!
+//! Pages are written on the server, with no script: the
+//! `Content-Security-Policy` forbids every script, every load from
+//! elsewhere and being framed. Links and form actions are the listener's
+//! own paths, built here; a URL from a request or a robots.txt is only
+//! ever shown as text.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
+use http::{Response, StatusCode};
+
+use crate::http::body::{Body, full_body};
+use crate::ops::activity::KINDS;
+
+/// The policy every page is served with: nothing but its own inline style,
+/// `data:` images (the empty icon), forms sent to the listener itself,
+/// and no framing.
+pub(crate) const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
+                              form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// `text` safe to place in HTML text or in a double- or single-quoted
+/// attribute: `& < > " '` as character references, control characters
+/// (other than tab, line feed and carriage return) as U+FFFD, as an HTML
+/// parser would read them anyway.
+pub(crate) fn escape(text: &str) -> Cow<'_, str> {
+    let needs = |c: char| {
+        matches!(c, '&' | '<' | '>' | '"' | '\'')
+            || (c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+    };
+    if !text.chars().any(needs) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            c if c.is_control() => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `value` percent-encoded for a query string (`application/x-www-form-urlencoded`).
+pub(crate) fn query_value(value: &str) -> String {
+    form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
+
+const STYLE: &str = "
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d1f21;background:#f6f7f9}
+header{background:#24292f;color:#fff;padding:.6em 1.2em;display:flex;gap:1.5em;align-items:baseline;flex-wrap:wrap}
+header a{color:#cde}
+header strong{font-size:1.15em}
+main{padding:0 1.2em 2em;max-width:1400px}
+h1{font-size:1.4em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #d0d7de}
+h3{font-size:1em;margin:1em 0 .3em}
+table{border-collapse:collapse;background:#fff;margin:.3em 0}
+th,td{border:1px solid #d0d7de;padding:.2em .5em;text-align:left;vertical-align:top}
+th{background:#eef1f4}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
+code,pre{font-family:ui-monospace,monospace;font-size:.95em}
+.url{word-break:break-all}
+.grid{display:flex;flex-wrap:wrap;gap:1.5em}
+.grid>div{flex:1 1 380px;min-width:0}
+.chart{background:#fff;border:1px solid #d0d7de;max-width:100%;height:auto;display:block}
+.legend span{display:inline-block;margin-right:1em}
+.sw{display:inline-block;width:.8em;height:.8em;margin-right:.3em;vertical-align:baseline}
+.k0{fill:#2da44e;background:#2da44e}.k1{fill:#cf222e;background:#cf222e}.k2{fill:#bf8700;background:#bf8700}
+.axis{fill:#57606a;font-size:10px}
+.note{color:#57606a}
+.ok{color:#1a7f37}.bad{color:#cf222e}.warn{color:#9a6700}
+tr.hit td{background:#fff8c5;font-weight:bold}
+table.text td{border:none;padding:0 .6em;white-space:pre-wrap;word-break:break-all}
+table.text td.n a{color:#57606a;text-decoration:none}
+form label{display:block;margin:.3em 0}
+form input[type=text]{width:40em;max-width:100%}
+";
+
+/// A whole page: `title` (escaped here) and `body` (HTML already).
+pub(crate) fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <link rel=\"icon\" href=\"data:,\"><title>{title} · robots-proxy</title>\
+         <style>{STYLE}</style></head><body>\
+         <header><strong>robots-proxy</strong> <span>{version}</span> \
+         <a href=\"/\">Overview</a> <a href=\"/ca\">CA certificate</a> \
+         <a href=\"/metrics\">Metrics</a></header><main>{body}</main></body></html>\n",
+        title = escape(title),
+        version = env!("CARGO_PKG_VERSION"),
+    )
+}
+
+/// A page as a response, with the headers that keep it to itself.
+pub(crate) fn response(status: StatusCode, html: String) -> Response<Body> {
+    let mut resp = Response::new(full_body(html));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    h.insert(
+        http::header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        http::header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        http::header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    resp
+}
+
+/// A page that only says what went wrong.
+pub(crate) fn error_page(status: StatusCode, title: &str, message: &str) -> Response<Body> {
+    let body = format!("<h1>{}</h1><p>{}</p>", escape(title), escape(message));
+    response(status, page(title, &body))
+}
+
+/// How long ago or ahead, shortly: `42 s`, `5 min`, `3 h`, `2 d`.
+pub(crate) fn duration(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..120 => format!("{s} s"),
+        120..7200 => format!("{} min", s / 60),
+        7200..172_800 => format!("{} h", s / 3600),
+        _ => format!("{} d", s / 86_400),
+    }
+}
+
+/// What the bars of a chart stand for.
+pub(crate) const KIND_NAMES: [&str; KINDS] = ["allowed", "disallowed", "other"];
+
+/// A stacked bar chart of `series` (one bar of `bar` pixels per period,
+/// oldest first, the kinds stacked from the bottom). `label(i)` names bar
+/// `i` in its tooltip, `tick(i)` gives the axis label under bar `i`, if
+/// any.
+pub(crate) fn bar_chart(
+    id: &str,
+    bar: usize,
+    series: &[[u64; KINDS]],
+    label: impl Fn(usize) -> String,
+    tick: impl Fn(usize) -> Option<String>,
+) -> String {
+    let bar = bar.max(2);
+    const PLOT: f64 = 120.0;
+    const TOP: f64 = 12.0;
+    const AXIS: f64 = 16.0;
+    // Room on the right for the last tick's label.
+    let width = series.len() * bar + 30;
+    let max = series
+        .iter()
+        .map(|b| b.iter().sum::<u64>())
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let height = TOP + PLOT + AXIS;
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        "<svg id=\"{id}\" class=\"chart\" role=\"img\" width=\"{width}\" height=\"{height}\" \
+         viewBox=\"0 0 {width} {height}\" xmlns=\"http://www.w3.org/2000/svg\">\
+         <text class=\"axis\" x=\"2\" y=\"10\">max {max}</text>\
+         <line x1=\"0\" y1=\"{base}\" x2=\"{width}\" y2=\"{base}\" stroke=\"#d0d7de\"/>",
+        base = TOP + PLOT,
+    );
+    for (i, bucket) in series.iter().enumerate() {
+        let x = i * bar;
+        if let Some(t) = tick(i) {
+            let _ = write!(
+                svg,
+                "<line x1=\"{x}\" y1=\"{TOP}\" x2=\"{x}\" y2=\"{y2}\" stroke=\"#eaeef2\"/>\
+                 <text class=\"axis\" x=\"{x}\" y=\"{ty}\">{t}</text>",
+                y2 = TOP + PLOT,
+                ty = height - 3.0,
+                t = escape(&t),
+            );
+        }
+        let total: u64 = bucket.iter().sum();
+        if total == 0 {
+            continue;
+        }
+        let _ = write!(
+            svg,
+            "<g><title>{}: {}</title>",
+            escape(&label(i)),
+            KIND_NAMES
+                .iter()
+                .zip(bucket)
+                .map(|(name, n)| format!("{n} {name}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let mut y = TOP + PLOT;
+        for (kind, &n) in bucket.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let h = PLOT * n as f64 / max as f64;
+            y -= h;
+            let _ = write!(
+                svg,
+                "<rect class=\"k{kind}\" x=\"{x}\" y=\"{y:.2}\" width=\"{w}\" height=\"{h:.2}\"/>",
+                w = bar - 1,
+            );
+        }
+        svg.push_str("</g>");
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// The totals of a series per kind.
+pub(crate) fn totals(series: &[[u64; KINDS]]) -> [u64; KINDS] {
+    let mut out = [0; KINDS];
+    for bucket in series {
+        for (t, n) in out.iter_mut().zip(bucket) {
+            *t += n;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_leaves_no_markup_and_no_way_out_of_an_attribute() {
+        let hostile = [
+            "<script>alert(1)</script>",
+            "\"><img src=x onerror=alert(1)>",
+            "' onmouseover='alert(1)",
+            "</style><script>x</script>",
+            "javascript:alert(1)//<b>",
+            "&lt;already escaped&gt; & more",
+            "a\u{0}b\u{1b}[31mc\u{7f}",
+            "<!-- --><![CDATA[x]]>",
+            "http://a.example/p?q=<x>&r=\"y\"#'z'",
+        ];
+        for h in hostile {
+            let e = escape(h);
+            for bad in ['<', '>', '"', '\''] {
+                assert!(!e.contains(bad), "{h:?} escaped to {e:?}");
+            }
+            // Every & starts a reference this function wrote.
+            for (i, _) in e.match_indices('&') {
+                let rest = &e[i..];
+                assert!(
+                    ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;"]
+                        .iter()
+                        .any(|r| rest.starts_with(r)),
+                    "{h:?} escaped to {e:?}"
+                );
+            }
+            assert!(!e.chars().any(|c| c.is_control() && !"\t\n\r".contains(c)));
+        }
+        assert_eq!(
+            escape("<a href=\"x\">'&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
+        assert_eq!(escape("&amp;"), "&amp;amp;", "escaped again, not trusted");
+        assert_eq!(escape("a\u{0}b"), "a\u{FFFD}b");
+        assert!(matches!(escape("plain text / ü"), Cow::Borrowed(_)));
+        assert_eq!(escape("tab\tline\n"), "tab\tline\n");
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(
+            query_value("http://a.example/p?x=1&y=\"<>\""),
+            "http%3A%2F%2Fa.example%2Fp%3Fx%3D1%26y%3D%22%3C%3E%22"
+        );
+    }
+
+    #[test]
+    fn a_page_has_its_title_escaped_and_loads_nothing() {
+        let html = page("<b>x</b>", "<p>body</p>");
+        assert!(html.contains("<title>&lt;b&gt;x&lt;/b&gt; · robots-proxy</title>"));
+        assert!(html.contains("<p>body</p>"));
+        for external in ["<script", "src=\"http", "href=\"http", "@import", "url("] {
+            assert!(!html.contains(external), "{external}");
+        }
+        let resp = response(StatusCode::OK, html);
+        let h = resp.headers();
+        assert_eq!(h["content-security-policy"], CSP);
+        assert_eq!(h["x-content-type-options"], "nosniff");
+        assert_eq!(h["cache-control"], "no-store");
+    }
+
+    #[test]
+    fn a_chart_has_a_bar_per_busy_period_scaled_to_the_busiest() {
+        let series = [[0, 0, 0], [2, 1, 1], [4, 0, 0]];
+        let svg = bar_chart(
+            "c",
+            6,
+            &series,
+            |i| format!("t{i}"),
+            |i| (i == 0).then(|| "<0>".to_string()),
+        );
+        assert!(svg.starts_with("<svg id=\"c\""));
+        assert_eq!(svg.matches("<rect").count(), 4, "{svg}");
+        assert!(svg.contains("<title>t1: 2 allowed, 1 disallowed, 1 other</title>"));
+        assert!(svg.contains("max 4"));
+        assert!(svg.contains("&lt;0&gt;"), "tick labels are escaped");
+        // The busiest bar is the whole plot's height.
+        assert!(svg.contains("height=\"120.00\""), "{svg}");
+        assert_eq!(totals(&series), [6, 1, 1]);
+    }
+
+    #[test]
+    fn durations_read_shortly() {
+        use std::time::Duration;
+        assert_eq!(duration(Duration::from_secs(42)), "42 s");
+        assert_eq!(duration(Duration::from_secs(600)), "10 min");
+        assert_eq!(duration(Duration::from_secs(3 * 3600)), "3 h");
+        assert_eq!(duration(Duration::from_secs(5 * 86_400)), "5 d");
+    }
+}
