@@ -1,6 +1,8 @@
 //! The command line: `run`, `check`, `config check`, `ca init`,
-//! `hash-password` and the rest; `src/main.rs` only calls [`main`].
+//! `hash-password`, `audit key | verify` and the rest;
+//! `src/main.rs` only calls [`main`].
 
+mod audit;
 pub mod check;
 
 use std::io::{self, BufWriter, Write};
@@ -64,6 +66,9 @@ enum Command {
     Ca(CaCommand),
     /// Print an Argon2id hash of a password (read from stdin) for `access.users`.
     HashPassword,
+    /// The audit log: verify its hash chain, print its signing key.
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
 }
 
 #[derive(Subcommand)]
@@ -157,6 +162,7 @@ pub fn main() -> ExitCode {
         },
         Command::Ca(CaCommand::Init { dir }) => ca_init(&dir),
         Command::HashPassword => hash_password(),
+        Command::Audit(command) => audit::main(command),
         Command::Run(args) => match run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

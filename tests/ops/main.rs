@@ -11,6 +11,7 @@
 mod support;
 
 mod accounting;
+mod audit_chain;
 mod audit_log;
 mod cli_check;
 mod e2e_curl;

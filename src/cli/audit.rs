@@ -1,0 +1,166 @@
+//! `robots-proxy audit key | verify`: the audit log's hash chain checked,
+//! its signing key shown.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use crate::config::Config;
+use crate::ops::audit::{SigningKey, chain, verify};
+
+#[derive(Subcommand)]
+pub(crate) enum AuditCommand {
+    /// Print the public key that checks signed checkpoints: the raw
+    /// 32-byte Ed25519 key as 64 hex digits (give it to `verify --key`).
+    ///
+    /// Exit status: 0, or 2 when signing is off or the key cannot be read.
+    Key {
+        /// The config file whose `audit.signing_key` to read.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Check the hash chain of audit files given oldest first (plain or
+    /// gzip): prints a one-line summary, or the first bad file and line
+    /// and why.
+    ///
+    /// Exit status: 0 intact, 1 a line is wrong, 2 on a usage or I/O error.
+    Verify {
+        /// Config file: its audit log is the default FILE, its signing
+        /// key the default --key.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Public key that signed the checkpoints: 64 hex digits (as
+        /// `audit key` prints them), or a file holding them.
+        #[arg(long, value_name = "PUBKEY")]
+        key: Option<String>,
+        /// Checkpoint lines copied out of the log earlier: each must still
+        /// be in the log, and the log must reach the newest of them.
+        #[arg(long, value_name = "FILE")]
+        checkpoints: Option<PathBuf>,
+        /// Audit files in rotation order, oldest first; default: the
+        /// configured audit log.
+        files: Vec<PathBuf>,
+    },
+}
+
+pub(crate) fn main(command: AuditCommand) -> ExitCode {
+    match command {
+        AuditCommand::Key { config } => key(config.as_deref()),
+        AuditCommand::Verify {
+            config,
+            key,
+            checkpoints,
+            files,
+        } => verify_command(config.as_deref(), key.as_deref(), checkpoints, files),
+    }
+}
+
+/// Prints `robots-proxy audit <command>: <message>` and returns exit status 2.
+fn usage(command: &str, message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("robots-proxy audit {command}: {message}");
+    ExitCode::from(2)
+}
+
+fn load(config: Option<&Path>) -> Result<Config, String> {
+    match config {
+        Some(path) => Config::load(path).map_err(|e| e.to_string()),
+        None => Ok(Config::default()),
+    }
+}
+
+/// The configured signing key's public half.
+fn configured_key(config: &Config) -> Result<Option<[u8; 32]>, String> {
+    match config.audit_signing_key() {
+        Some(path) => SigningKey::load(&path)
+            .map(|k| Some(k.public()))
+            .map_err(|e| e.to_string()),
+        None => Ok(None),
+    }
+}
+
+fn key(config: Option<&Path>) -> ExitCode {
+    let config = match load(config) {
+        Ok(c) => c,
+        Err(e) => return usage("key", e),
+    };
+    let Some(path) = config.audit_signing_key() else {
+        return usage(
+            "key",
+            "checkpoints are not signed: set `audit.signing_key` (true, or a path) in the config",
+        );
+    };
+    if !path.exists() {
+        return usage(
+            "key",
+            format!(
+                "{}: no key yet: the proxy creates it when it starts with this config",
+                path.display()
+            ),
+        );
+    }
+    match SigningKey::load(&path) {
+        Ok(key) => {
+            println!("{}", chain::hex(&key.public()));
+            ExitCode::SUCCESS
+        }
+        Err(e) => usage("key", e),
+    }
+}
+
+/// A public key given as 64 hex digits, or a file holding them.
+fn parse_key(text: &str) -> Result<[u8; 32], String> {
+    let from = |s: &str| chain::parse_hex32(s.trim().to_ascii_lowercase().as_bytes());
+    if let Some(key) = from(text) {
+        return Ok(key);
+    }
+    let contents = std::fs::read_to_string(text).map_err(|e| {
+        format!("--key {text:?} is neither 64 hex digits nor a file holding them: {e}")
+    })?;
+    from(&contents).ok_or_else(|| format!("{text}: not 64 hex digits (as `audit key` prints)"))
+}
+
+/// The files given, else the configured audit log.
+fn files_or_default(files: Vec<PathBuf>, config: &Config) -> Vec<PathBuf> {
+    if files.is_empty() {
+        vec![config.audit_path()]
+    } else {
+        files
+    }
+}
+
+fn verify_command(
+    config: Option<&Path>,
+    key: Option<&str>,
+    checkpoints: Option<PathBuf>,
+    files: Vec<PathBuf>,
+) -> ExitCode {
+    let config = match load(config) {
+        Ok(c) => c,
+        Err(e) => return usage("verify", e),
+    };
+    let key = match key.map(parse_key).transpose() {
+        Ok(Some(key)) => Some(key),
+        Ok(None) => match configured_key(&config) {
+            Ok(key) => key,
+            Err(e) => return usage("verify", format!("the configured signing key: {e}")),
+        },
+        Err(e) => return usage("verify", e),
+    };
+    let files = files_or_default(files, &config);
+    let opts = verify::Options {
+        key,
+        kept: checkpoints,
+    };
+    match verify::verify(&files, &opts) {
+        Ok(verify::Outcome::Intact(summary)) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Ok(verify::Outcome::Broken(finding)) => {
+            println!("FAILED: {finding}");
+            ExitCode::from(1)
+        }
+        Err(e) => usage("verify", e),
+    }
+}
