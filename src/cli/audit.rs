@@ -1,13 +1,14 @@
-//! `robots-proxy audit key | verify`: the audit log's hash chain checked,
-//! its signing key shown.
+//! `robots-proxy audit key | verify | report`: the audit log's hash chain
+//! checked, its signing key shown, its contents summed up.
 
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Subcommand;
+use clap::{Subcommand, ValueEnum};
 
 use crate::config::Config;
-use crate::ops::audit::{SigningKey, chain, verify};
+use crate::ops::audit::{SigningKey, chain, report, verify};
 
 #[derive(Subcommand)]
 pub(crate) enum AuditCommand {
@@ -42,6 +43,42 @@ pub(crate) enum AuditCommand {
         /// configured audit log.
         files: Vec<PathBuf>,
     },
+    /// Sum audit files up: requests and blocks per day, by decision,
+    /// origin, rule, agent, client and user, the most blocked URLs and
+    /// the robots.txt versions seen.
+    ///
+    /// Exit status: 0, or 2 on a usage or I/O error.
+    Report {
+        /// Only lines at or after this time: RFC 3339 or a date (UTC).
+        #[arg(long, value_name = "T")]
+        since: Option<String>,
+        /// Only lines before this time: RFC 3339, or a date (UTC, that
+        /// whole day included).
+        #[arg(long, value_name = "T")]
+        until: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+        /// Rows per table.
+        #[arg(long, value_name = "N", default_value_t = 20,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        top: u32,
+        /// Config file: its audit log is the default FILE.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Audit files (plain or gzip); default: the configured audit log.
+        files: Vec<PathBuf>,
+    },
+}
+
+/// `--format` of `audit report`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum ReportFormat {
+    Text,
+    Csv,
+    Json,
+    /// One self-contained file: inline CSS and SVG, no script.
+    Html,
 }
 
 pub(crate) fn main(command: AuditCommand) -> ExitCode {
@@ -53,6 +90,14 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             checkpoints,
             files,
         } => verify_command(config.as_deref(), key.as_deref(), checkpoints, files),
+        AuditCommand::Report {
+            since,
+            until,
+            format,
+            top,
+            config,
+            files,
+        } => report_command(since, until, format, top, config.as_deref(), files),
     }
 }
 
@@ -162,5 +207,52 @@ fn verify_command(
             ExitCode::from(1)
         }
         Err(e) => usage("verify", e),
+    }
+}
+
+fn report_command(
+    since: Option<String>,
+    until: Option<String>,
+    format: ReportFormat,
+    top: u32,
+    config: Option<&Path>,
+    files: Vec<PathBuf>,
+) -> ExitCode {
+    let config = match load(config) {
+        Ok(c) => c,
+        Err(e) => return usage("report", e),
+    };
+    let time = |text: Option<String>, end_of_day, flag| match text {
+        Some(t) => report::parse_time(&t, end_of_day)
+            .map(Some)
+            .map_err(|e| format!("{flag}: {e}")),
+        None => Ok(None),
+    };
+    let (since, until) = match (time(since, false, "--since"), time(until, true, "--until")) {
+        (Ok(s), Ok(u)) => (s, u),
+        (Err(e), _) | (_, Err(e)) => return usage("report", e),
+    };
+    let opts = report::Options {
+        since,
+        until,
+        top: top as usize,
+    };
+    let files = files_or_default(files, &config);
+    let summed = match report::report(&files, &opts) {
+        Ok(r) => r,
+        Err(e) => return usage("report", e),
+    };
+    let format = match format {
+        ReportFormat::Text => report::Format::Text,
+        ReportFormat::Csv => report::Format::Csv,
+        ReportFormat::Json => report::Format::Json,
+        ReportFormat::Html => report::Format::Html,
+    };
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    match report::write(&summed, format, &mut out).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => usage("report", e),
     }
 }

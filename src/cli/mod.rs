@@ -1,5 +1,5 @@
 //! The command line: `run`, `check`, `config check`, `ca init`,
-//! `hash-password`, `audit key | verify` and the rest;
+//! `hash-password`, `audit key | verify | report` and the rest;
 //! `src/main.rs` only calls [`main`].
 
 mod audit;
@@ -66,7 +66,7 @@ enum Command {
     Ca(CaCommand),
     /// Print an Argon2id hash of a password (read from stdin) for `access.users`.
     HashPassword,
-    /// The audit log: verify its hash chain, print its signing key.
+    /// The audit log: verify its hash chain, print its signing key, report on it.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
 }

@@ -13,6 +13,7 @@ mod support;
 mod accounting;
 mod audit_chain;
 mod audit_log;
+mod audit_report;
 mod cli_check;
 mod e2e_curl;
 mod ops_proxy;

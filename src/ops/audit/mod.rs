@@ -10,12 +10,13 @@
 //! memory and read back from the file's last line at start. At start and
 //! after every reopen a checkpoint line records the head, signed when a
 //! key is configured ([`checkpoint`]). `robots-proxy audit verify` checks
-//! the chain ([`verify`]).
+//! the chain ([`verify`]) and `audit report` sums a log up ([`report`]).
 
 pub(crate) mod chain;
 pub(crate) mod checkpoint;
 pub(crate) mod input;
 pub(crate) mod key;
+pub(crate) mod report;
 pub(crate) mod tail;
 pub(crate) mod verify;
 #[cfg(test)]
