@@ -21,7 +21,7 @@ use crate::judge::fetch::{Concluded, FetchSettings};
 use crate::judge::fetch_budget::FetchBudget;
 use crate::judge::politeness::Politeness;
 use crate::judge::store::{CacheSettings, RobotsCache};
-use crate::ops::audit::AuditLog;
+use crate::ops::audit::{AuditLog, SigningKey, chain};
 use crate::ops::metrics::{self, Metrics};
 use crate::proxy::{Proxy, Settings, Upstreams};
 use crate::server;
@@ -41,6 +41,8 @@ pub enum StartError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    #[error("key `audit.signing_key`: {0}")]
+    AuditKey(#[from] crate::ops::audit::KeyError),
     #[error("TLS: {0}")]
     Tls(#[from] crate::tls::TlsError),
     #[error("key `access.allow_clients`: {0}")]
@@ -262,12 +264,24 @@ impl App {
         let gate = Gate::new(Arc::new(cache), policy)
             .with_case_insensitive_hosts(config.robots.case_insensitive_hosts.clone());
         let audit_path = config.audit_path();
-        let audit = AuditLog::open(&audit_path, config.audit.log_all).map_err(|source| {
-            StartError::Audit {
-                path: audit_path.clone(),
-                source,
+        let audit_key = match config.audit_signing_key() {
+            Some(path) => {
+                let (key, created) = SigningKey::load_or_create(&path)?;
+                if created {
+                    tracing::info!(key = %path.display(), public = %chain::hex(&key.public()),
+                        "created the key that signs audit checkpoints");
+                }
+                Some(key)
             }
-        })?;
+            None => None,
+        };
+        let audit =
+            AuditLog::open(&audit_path, config.audit.log_all, audit_key).map_err(|source| {
+                StartError::Audit {
+                    path: audit_path.clone(),
+                    source,
+                }
+            })?;
         let ca_dir = config.ca_dir();
         let (ca, created) = Ca::load_or_create(&ca_dir)?;
         let minter = Arc::new(Minter::new(ca, config.tls.leaf_cache)?);
@@ -486,7 +500,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
 ];
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 38] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 39] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -537,6 +551,10 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 38] {
         (
             old.audit.archive_max != new.audit.archive_max,
             "audit.archive_max",
+        ),
+        (
+            old.audit_signing_key() != new.audit_signing_key(),
+            "audit.signing_key",
         ),
         (old.ca_dir() != new.ca_dir(), "tls.ca_dir"),
         (old.log.format != new.log.format, "log.format"),

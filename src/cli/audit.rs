@@ -1,16 +1,75 @@
-//! `robots-proxy audit`: what the audit log and the robots.txt archive
-//! hold.
+//! `robots-proxy audit key | verify | report | robots`: the audit log's
+//! hash chain checked, its signing key shown, its contents summed up, and
+//! the archived robots.txt its lines name.
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Subcommand;
+use clap::{Subcommand, ValueEnum};
 
 use crate::config::Config;
+use crate::ops::audit::{SigningKey, chain, report, verify};
 
 #[derive(Subcommand)]
 pub(crate) enum AuditCommand {
+    /// Print the public key that checks signed checkpoints: the raw
+    /// 32-byte Ed25519 key as 64 hex digits (give it to `verify --key`).
+    ///
+    /// Exit status: 0, or 2 when signing is off or the key cannot be read.
+    Key {
+        /// The config file whose `audit.signing_key` to read.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Check the hash chain of audit files given oldest first (plain or
+    /// gzip): prints a one-line summary, or the first bad file and line
+    /// and why.
+    ///
+    /// Exit status: 0 intact, 1 a line is wrong, 2 on a usage or I/O error.
+    Verify {
+        /// Config file: its audit log is the default FILE, its signing
+        /// key the default --key.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Public key that signed the checkpoints: 64 hex digits (as
+        /// `audit key` prints them), or a file holding them.
+        #[arg(long, value_name = "PUBKEY")]
+        key: Option<String>,
+        /// Checkpoint lines copied out of the log earlier: each must still
+        /// be in the log, and the log must reach the newest of them.
+        #[arg(long, value_name = "FILE")]
+        checkpoints: Option<PathBuf>,
+        /// Audit files in rotation order, oldest first; default: the
+        /// configured audit log.
+        files: Vec<PathBuf>,
+    },
+    /// Sum audit files up: requests and blocks per day, by decision,
+    /// origin, rule, agent, client and user, the most blocked URLs and
+    /// the robots.txt versions seen.
+    ///
+    /// Exit status: 0, or 2 on a usage or I/O error.
+    Report {
+        /// Only lines at or after this time: RFC 3339 or a date (UTC).
+        #[arg(long, value_name = "T")]
+        since: Option<String>,
+        /// Only lines before this time: RFC 3339, or a date (UTC, that
+        /// whole day included).
+        #[arg(long, value_name = "T")]
+        until: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+        /// Rows per table.
+        #[arg(long, value_name = "N", default_value_t = 20,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        top: u32,
+        /// Config file: its audit log is the default FILE.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Audit files (plain or gzip); default: the configured audit log.
+        files: Vec<PathBuf>,
+    },
     /// Print an archived robots.txt (the `robots_sha256` of an audit line),
     /// checked against its digest; with --meta, its metadata (JSON: each
     /// origin that served it, URLs, status, headers, first and last time in
@@ -30,8 +89,33 @@ pub(crate) enum AuditCommand {
     },
 }
 
-pub(crate) fn run(command: AuditCommand) -> ExitCode {
+/// `--format` of `audit report`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum ReportFormat {
+    Text,
+    Csv,
+    Json,
+    /// One self-contained file: inline CSS and SVG, no script.
+    Html,
+}
+
+pub(crate) fn main(command: AuditCommand) -> ExitCode {
     match command {
+        AuditCommand::Key { config } => key(config.as_deref()),
+        AuditCommand::Verify {
+            config,
+            key,
+            checkpoints,
+            files,
+        } => verify_command(config.as_deref(), key.as_deref(), checkpoints, files),
+        AuditCommand::Report {
+            since,
+            until,
+            format,
+            top,
+            config,
+            files,
+        } => report_command(since, until, format, top, config.as_deref(), files),
         AuditCommand::Robots {
             sha256,
             config,
@@ -40,31 +124,27 @@ pub(crate) fn run(command: AuditCommand) -> ExitCode {
     }
 }
 
-fn robots(sha256: &str, config: Option<&std::path::Path>, meta: bool) -> ExitCode {
+fn robots(sha256: &str, config: Option<&Path>, meta: bool) -> ExitCode {
     use crate::judge::archive::{self, ArchiveError};
-    let config = match config.map(Config::load).transpose() {
-        Ok(c) => c.unwrap_or_default(),
-        Err(e) => {
-            eprintln!("robots-proxy: {e}");
-            return ExitCode::from(2);
-        }
+    let config = match load(config) {
+        Ok(c) => c,
+        Err(e) => return usage("robots", e),
     };
     let dir = config.archive_dir();
     let (text, found) = match archive::read(&dir, sha256) {
         Ok(found) => found,
         Err(e @ (ArchiveError::BadDigest(_) | ArchiveError::Io { .. })) => {
-            eprintln!("robots-proxy: {e}");
-            return ExitCode::from(2);
+            return usage("robots", e);
         }
         Err(e) => {
-            eprintln!("robots-proxy: {e}");
+            eprintln!("robots-proxy audit robots: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = io::stdout().lock();
     let written = if meta {
         serde_json::to_vec_pretty(&found)
-            .map_err(std::io::Error::other)
+            .map_err(io::Error::other)
             .and_then(|mut json| {
                 json.push(b'\n');
                 out.write_all(&json)
@@ -74,9 +154,162 @@ fn robots(sha256: &str, config: Option<&std::path::Path>, meta: bool) -> ExitCod
     };
     match written.and_then(|()| out.flush()) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("robots-proxy: {e}");
-            ExitCode::from(2)
+        Err(e) => usage("robots", e),
+    }
+}
+
+/// Prints `robots-proxy audit <command>: <message>` and returns exit status 2.
+fn usage(command: &str, message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("robots-proxy audit {command}: {message}");
+    ExitCode::from(2)
+}
+
+fn load(config: Option<&Path>) -> Result<Config, String> {
+    match config {
+        Some(path) => Config::load(path).map_err(|e| e.to_string()),
+        None => Ok(Config::default()),
+    }
+}
+
+/// The configured signing key's public half.
+fn configured_key(config: &Config) -> Result<Option<[u8; 32]>, String> {
+    match config.audit_signing_key() {
+        Some(path) => SigningKey::load(&path)
+            .map(|k| Some(k.public()))
+            .map_err(|e| e.to_string()),
+        None => Ok(None),
+    }
+}
+
+fn key(config: Option<&Path>) -> ExitCode {
+    let config = match load(config) {
+        Ok(c) => c,
+        Err(e) => return usage("key", e),
+    };
+    let Some(path) = config.audit_signing_key() else {
+        return usage(
+            "key",
+            "checkpoints are not signed: set `audit.signing_key` (true, or a path) in the config",
+        );
+    };
+    if !path.exists() {
+        return usage(
+            "key",
+            format!(
+                "{}: no key yet: the proxy creates it when it starts with this config",
+                path.display()
+            ),
+        );
+    }
+    match SigningKey::load(&path) {
+        Ok(key) => {
+            println!("{}", chain::hex(&key.public()));
+            ExitCode::SUCCESS
         }
+        Err(e) => usage("key", e),
+    }
+}
+
+/// A public key given as 64 hex digits, or a file holding them.
+fn parse_key(text: &str) -> Result<[u8; 32], String> {
+    let from = |s: &str| chain::parse_hex32(s.trim().to_ascii_lowercase().as_bytes());
+    if let Some(key) = from(text) {
+        return Ok(key);
+    }
+    let contents = std::fs::read_to_string(text).map_err(|e| {
+        format!("--key {text:?} is neither 64 hex digits nor a file holding them: {e}")
+    })?;
+    from(&contents).ok_or_else(|| format!("{text}: not 64 hex digits (as `audit key` prints)"))
+}
+
+/// The files given, else the configured audit log.
+fn files_or_default(files: Vec<PathBuf>, config: &Config) -> Vec<PathBuf> {
+    if files.is_empty() {
+        vec![config.audit_path()]
+    } else {
+        files
+    }
+}
+
+fn verify_command(
+    config: Option<&Path>,
+    key: Option<&str>,
+    checkpoints: Option<PathBuf>,
+    files: Vec<PathBuf>,
+) -> ExitCode {
+    let config = match load(config) {
+        Ok(c) => c,
+        Err(e) => return usage("verify", e),
+    };
+    let key = match key.map(parse_key).transpose() {
+        Ok(Some(key)) => Some(key),
+        Ok(None) => match configured_key(&config) {
+            Ok(key) => key,
+            Err(e) => return usage("verify", format!("the configured signing key: {e}")),
+        },
+        Err(e) => return usage("verify", e),
+    };
+    let files = files_or_default(files, &config);
+    let opts = verify::Options {
+        key,
+        kept: checkpoints,
+    };
+    match verify::verify(&files, &opts) {
+        Ok(verify::Outcome::Intact(summary)) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Ok(verify::Outcome::Broken(finding)) => {
+            println!("FAILED: {finding}");
+            ExitCode::from(1)
+        }
+        Err(e) => usage("verify", e),
+    }
+}
+
+fn report_command(
+    since: Option<String>,
+    until: Option<String>,
+    format: ReportFormat,
+    top: u32,
+    config: Option<&Path>,
+    files: Vec<PathBuf>,
+) -> ExitCode {
+    let config = match load(config) {
+        Ok(c) => c,
+        Err(e) => return usage("report", e),
+    };
+    let time = |text: Option<String>, end_of_day, flag| match text {
+        Some(t) => report::parse_time(&t, end_of_day)
+            .map(Some)
+            .map_err(|e| format!("{flag}: {e}")),
+        None => Ok(None),
+    };
+    let (since, until) = match (time(since, false, "--since"), time(until, true, "--until")) {
+        (Ok(s), Ok(u)) => (s, u),
+        (Err(e), _) | (_, Err(e)) => return usage("report", e),
+    };
+    let opts = report::Options {
+        since,
+        until,
+        top: top as usize,
+    };
+    let files = files_or_default(files, &config);
+    let summed = match report::report(&files, &opts) {
+        Ok(r) => r,
+        Err(e) => return usage("report", e),
+    };
+    let format = match format {
+        ReportFormat::Text => report::Format::Text,
+        ReportFormat::Csv => report::Format::Csv,
+        ReportFormat::Json => report::Format::Json,
+        ReportFormat::Html => report::Format::Html,
+    };
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    match report::write(&summed, format, &mut out).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => usage("report", e),
     }
 }

@@ -1,5 +1,6 @@
 //! The command line: `run`, `check`, `config check`, `ca init`,
-//! `hash-password` and the rest; `src/main.rs` only calls [`main`].
+//! `hash-password`, `audit key | verify | report` and the rest;
+//! `src/main.rs` only calls [`main`].
 
 mod audit;
 pub mod check;
@@ -65,7 +66,8 @@ enum Command {
     Ca(CaCommand),
     /// Print an Argon2id hash of a password (read from stdin) for `access.users`.
     HashPassword,
-    /// The audit log's evidence: archived robots.txt files.
+    /// The audit log and its evidence: verify its hash chain, print its
+    /// signing key, report on it, print an archived robots.txt.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
 }
@@ -161,7 +163,7 @@ pub fn main() -> ExitCode {
         },
         Command::Ca(CaCommand::Init { dir }) => ca_init(&dir),
         Command::HashPassword => hash_password(),
-        Command::Audit(command) => audit::run(command),
+        Command::Audit(command) => audit::main(command),
         Command::Run(args) => match run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -168,6 +168,11 @@ pub struct AuditConfig {
     /// Bytes of the robots.txt archive (`<state_dir>/robots-archive`);
     /// 0: no archive.
     pub archive_max: u64,
+    /// The key that signs checkpoint lines: `false` (default, unsigned),
+    /// `true` (`<state_dir>/audit-key/signing.pem`) or a path; created
+    /// on first start if missing.
+    #[serde(deserialize_with = "signing_key")]
+    pub signing_key: AuditSigningKey,
 }
 
 impl Default for AuditConfig {
@@ -176,8 +181,48 @@ impl Default for AuditConfig {
             path: None,
             log_all: false,
             archive_max: 256 << 20,
+            signing_key: AuditSigningKey::Off,
         }
     }
+}
+
+/// `audit.signing_key`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum AuditSigningKey {
+    /// Checkpoints are not signed.
+    #[default]
+    Off,
+    /// The key at `<state_dir>/audit-key/signing.pem`.
+    StateDir,
+    /// The key at this path.
+    Path(PathBuf),
+}
+
+/// `false`, `true` or a non-empty path.
+fn signing_key<'de, D: Deserializer<'de>>(d: D) -> Result<AuditSigningKey, D::Error> {
+    struct Visitor;
+    impl serde::de::Visitor<'_> for Visitor {
+        type Value = AuditSigningKey;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("false, true or the path of a key file")
+        }
+        fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<AuditSigningKey, E> {
+            Ok(if on {
+                AuditSigningKey::StateDir
+            } else {
+                AuditSigningKey::Off
+            })
+        }
+        fn visit_str<E: serde::de::Error>(self, path: &str) -> Result<AuditSigningKey, E> {
+            if path.is_empty() {
+                return Err(E::custom(
+                    "an empty path: write false for no signing, true for the default key",
+                ));
+            }
+            Ok(AuditSigningKey::Path(PathBuf::from(path)))
+        }
+    }
+    d.deserialize_any(Visitor)
 }
 
 /// HTTPS interception.
@@ -880,6 +925,18 @@ impl Config {
     /// The robots.txt archive's directory: `<state_dir>/robots-archive`.
     pub(crate) fn archive_dir(&self) -> PathBuf {
         self.state_dir().join("robots-archive")
+    }
+
+    /// The checkpoint signing key's path, resolved as documented on
+    /// `audit.signing_key`; `None` when checkpoints are not signed.
+    pub fn audit_signing_key(&self) -> Option<PathBuf> {
+        match &self.audit.signing_key {
+            AuditSigningKey::Off => None,
+            AuditSigningKey::StateDir => {
+                Some(self.state_dir().join("audit-key").join("signing.pem"))
+            }
+            AuditSigningKey::Path(path) => Some(path.clone()),
+        }
     }
 
     /// The CA directory, resolved as documented on `tls.ca_dir`.

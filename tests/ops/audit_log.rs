@@ -126,6 +126,12 @@ async fn a_full_disk_never_lets_an_answer_out_without_its_line_nor_leaves_a_torn
         written.last().map(|l| l["url"].clone()),
         Some(origin.url("/private/after").into())
     );
+    // The failed writes left no gap in the chain: each line links to the
+    // last one written whole.
+    let out = crate::support::binary::run(&["audit", "verify", &audit.display().to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.starts_with("intact: 1 file"), "{text}");
 }
 
 #[tokio::test]

@@ -50,8 +50,15 @@ async fn curl_through_the_binary_allowed_and_blocked_then_clean_sigterm() {
     assert_eq!(code_no, "403");
     assert!(body_no.contains("line 2: Disallow: /private"), "{body_no}");
     assert_eq!(origin.hits("/private/page"), 0);
+    // The start checkpoint, then the blocked request's line.
     let lines = std::fs::read_to_string(&audit).expect("audit log");
-    assert_eq!(lines.lines().count(), 1);
+    assert_eq!(lines.lines().count(), 2);
+    assert!(
+        lines
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains("\"type\":\"checkpoint\""))
+    );
     assert!(lines.contains("\"decision\":\"disallowed\""));
 
     // SIGTERM: a clean exit with status 0.

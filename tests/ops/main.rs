@@ -12,7 +12,9 @@
 mod support;
 
 mod accounting;
+mod audit_chain;
 mod audit_log;
+mod audit_report;
 mod cli_check;
 mod e2e_curl;
 mod ops_proxy;

@@ -4,6 +4,25 @@
 //! reopened on SIGHUP for log rotation. When a line cannot be written the
 //! log reports it and the proxy stops forwarding (fail closed) until the file
 //! is writable again.
+//!
+//! Lines are hash-chained (`seq` and `chain`, defined in [`chain`]) across
+//! rotations: the head (the last line's `seq` and `chain`) is kept in
+//! memory and read back from the file's last line at start. At start and
+//! after every reopen a checkpoint line records the head, signed when a
+//! key is configured ([`checkpoint`]). `robots-proxy audit verify` checks
+//! the chain ([`verify`]) and `audit report` sums a log up ([`report`]).
+
+pub(crate) mod chain;
+pub(crate) mod checkpoint;
+pub(crate) mod input;
+pub(crate) mod key;
+pub(crate) mod report;
+pub(crate) mod tail;
+pub(crate) mod verify;
+#[cfg(test)]
+mod writer_tests;
+
+pub(crate) use key::{KeyError, SigningKey};
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -16,6 +35,8 @@ use std::time::{Instant, SystemTime};
 use serde::Serialize;
 
 use crate::judge::Judgement;
+use chain::Head;
+use checkpoint::Reason;
 
 /// One audit line.
 #[derive(Debug, Serialize)]
@@ -163,15 +184,56 @@ pub struct AuditLog {
     state: Mutex<State>,
     healthy: AtomicBool,
     log_all: AtomicBool,
+    /// Signs checkpoints, when configured.
+    key: Option<SigningKey>,
 }
 
-/// The open file and when it was last checked or retried.
+/// The open file, the chain's head, and when the file was last checked
+/// or retried.
 struct State {
     file: Option<File>,
+    /// The last line written: the next one links to it.
+    head: Head,
+    /// Why a new chain begins, until the checkpoint that says so is
+    /// written.
+    chain_start: Option<&'static str>,
     /// Last reopen attempt after a failure.
     last_retry: Option<Instant>,
     /// Last check that the path still names the open file.
     last_identity_check: Instant,
+}
+
+/// Room left before a record's JSON for the `{"seq":N,` that starts its line.
+const SEQ_ROOM: usize = 32;
+
+/// A record serialised outside the lock, with room before it for its `seq`.
+struct Line {
+    buf: Vec<u8>,
+}
+
+impl Line {
+    fn new(record: &Record<'_>) -> io::Result<Line> {
+        let mut buf = Vec::with_capacity(512);
+        buf.resize(SEQ_ROOM, b' ');
+        serde_json::to_writer(&mut buf, record).map_err(io::Error::other)?;
+        // The chain field and the newline, so sealing never reallocates.
+        buf.reserve(80);
+        Ok(Line { buf })
+    }
+
+    /// The line numbered after `prev`, as written (newline included), and
+    /// the head it makes. `{"seq":N,` takes the place of the record's `{`.
+    fn seal(&mut self, prev: &Head) -> io::Result<(&[u8], Head)> {
+        let seq = prev.seq + 1;
+        let mut prefix = [0u8; SEQ_ROOM];
+        let mut cursor = &mut prefix[..];
+        write!(cursor, "{{\"seq\":{seq},")?;
+        let n = SEQ_ROOM - cursor.len();
+        let start = SEQ_ROOM + 1 - n;
+        self.buf[start..=SEQ_ROOM].copy_from_slice(&prefix[..n]);
+        let chain = chain::seal(&mut self.buf, start, &prev.chain);
+        Ok((&self.buf[start..], Head { seq, chain }))
+    }
 }
 
 /// How often a write checks that the file was not deleted or replaced.
@@ -230,19 +292,48 @@ fn cut_torn_line(file: &File, line_len: usize) -> io::Result<()> {
 }
 
 impl AuditLog {
-    /// Opens (creating) the log at `path`.
-    pub(crate) fn open(path: &Path, log_all: bool) -> io::Result<AuditLog> {
+    /// Opens (creating) the log at `path`, goes on with the chain of its
+    /// last complete line (cutting a torn one) and writes the start
+    /// checkpoint, signed with `key` if given. A checkpoint that cannot be
+    /// written leaves the log failed, as a record that cannot be.
+    pub(crate) fn open(
+        path: &Path,
+        log_all: bool,
+        key: Option<SigningKey>,
+    ) -> io::Result<AuditLog> {
         let file = open(path)?;
-        Ok(AuditLog {
+        let resume = tail::resume(&file)?;
+        if resume.cut > 0 {
+            tracing::warn!(path = %path.display(), bytes = resume.cut,
+                "cut a torn last line from the audit log (a write cut short by a crash)");
+        }
+        match resume.chain_start {
+            Some("empty") | None => {}
+            Some(why) => tracing::warn!(path = %path.display(), last_line = why,
+                "the audit log's last line carries no chain: a new chain begins"),
+        }
+        let log = AuditLog {
             path: path.to_path_buf(),
             state: Mutex::new(State {
                 file: Some(file),
+                head: resume.head,
+                chain_start: resume.chain_start,
                 last_retry: None,
                 last_identity_check: Instant::now(),
             }),
             healthy: AtomicBool::new(true),
             log_all: AtomicBool::new(log_all),
-        })
+            key,
+        };
+        {
+            let mut state = log.lock();
+            if let Err(e) = log.checkpoint_locked(&mut state, Reason::Start) {
+                log.healthy.store(false, Ordering::Relaxed);
+                tracing::error!(path = %path.display(), error = %e,
+                    "cannot write the audit log: refusing to forward until it is writable");
+            }
+        }
+        Ok(log)
     }
 
     pub fn path(&self) -> &Path {
@@ -263,7 +354,7 @@ impl AuditLog {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Reopens the file (after log rotation).
+    /// Reopens the file (after log rotation) and writes a checkpoint in it.
     pub(crate) fn reopen(&self) -> io::Result<()> {
         let mut state = self.lock();
         self.reopen_locked(&mut state)
@@ -271,18 +362,37 @@ impl AuditLog {
 
     fn reopen_locked(&self, state: &mut State) -> io::Result<()> {
         state.last_identity_check = Instant::now();
-        match open(&self.path) {
+        let result = match open(&self.path) {
             Ok(f) => {
                 state.file = Some(f);
-                self.healthy.store(true, Ordering::Relaxed);
-                Ok(())
+                self.checkpoint_locked(state, Reason::Reopen)
             }
             Err(e) => {
                 state.file = None;
-                self.healthy.store(false, Ordering::Relaxed);
                 Err(e)
             }
-        }
+        };
+        self.healthy.store(result.is_ok(), Ordering::Relaxed);
+        result
+    }
+
+    /// Writes a checkpoint line: the head so far, signed if there is a key.
+    fn checkpoint_locked(&self, state: &mut State, reason: Reason) -> io::Result<()> {
+        let Some(file) = state.file.as_mut() else {
+            return Err(io::Error::other("audit log is not open"));
+        };
+        let file_start = file.metadata()?.len() == 0;
+        let (line, head) = checkpoint::line(
+            &state.head,
+            reason,
+            file_start,
+            state.chain_start,
+            self.key.as_ref(),
+        )?;
+        append(file, &line, &self.path)?;
+        state.head = head;
+        state.chain_start = None;
+        Ok(())
     }
 
     /// True unless the last write failed. After a failure, retries opening
@@ -304,10 +414,9 @@ impl AuditLog {
     /// the line is in the file. A deleted or replaced file (checked at most
     /// once a second) is reopened at its path first.
     pub(crate) fn write(&self, record: &Record<'_>) -> io::Result<()> {
-        let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;
-        line.push(b'\n');
+        let mut line = Line::new(record)?;
         let mut state = self.lock();
-        let result = self.write_locked(&mut state, &line);
+        let result = self.write_locked(&mut state, &mut line);
         if let Err(e) = &result {
             self.healthy.store(false, Ordering::Relaxed);
             tracing::error!(path = %self.path.display(), error = %e,
@@ -316,7 +425,9 @@ impl AuditLog {
         result
     }
 
-    fn write_locked(&self, state: &mut State, line: &[u8]) -> io::Result<()> {
+    /// Appends `line` as the next link of the chain: the head moves only
+    /// when the whole line is in the file.
+    fn write_locked(&self, state: &mut State, line: &mut Line) -> io::Result<()> {
         if state.last_identity_check.elapsed() >= IDENTITY_CHECK_EVERY {
             state.last_identity_check = Instant::now();
             let gone = state
@@ -329,21 +440,28 @@ impl AuditLog {
                 self.reopen_locked(state)?;
             }
         }
+        if state.chain_start.is_some() {
+            // The start checkpoint was not written: it comes first.
+            self.checkpoint_locked(state, Reason::Start)?;
+        }
         let Some(file) = state.file.as_mut() else {
             return Err(io::Error::other("audit log is not open"));
         };
-        match file.write_all(line) {
-            Ok(()) => {
-                self.healthy.store(true, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(e) => {
-                if let Err(cut) = cut_torn_line(file, line.len()) {
-                    tracing::error!(path = %self.path.display(), error = %cut,
-                        "cannot cut a partly written audit line");
-                }
-                Err(e)
-            }
-        }
+        let (bytes, head) = line.seal(&state.head)?;
+        append(file, bytes, &self.path)?;
+        state.head = head;
+        self.healthy.store(true, Ordering::Relaxed);
+        Ok(())
     }
+}
+
+/// Appends `line` whole or not at all: a failed write is cut back to the
+/// last complete line.
+fn append(file: &mut File, line: &[u8], path: &Path) -> io::Result<()> {
+    file.write_all(line).inspect_err(|_| {
+        if let Err(cut) = cut_torn_line(file, line.len()) {
+            tracing::error!(path = %path.display(), error = %cut,
+                "cannot cut a partly written audit line");
+        }
+    })
 }

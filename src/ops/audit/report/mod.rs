@@ -1,0 +1,363 @@
+//! `robots-proxy audit report`: sums audit files up (plain or gzip, one
+//! line at a time) into requests and blocks per day, by decision, origin,
+//! rule, agent, client address and proxy user, the most blocked URLs, and
+//! the robots.txt versions (`robots_sha256`) seen per origin when lines
+//! carry them. Every table is a [`Tally`]: bounded memory whatever the
+//! number of lines. Checkpoint lines are skipped; a line that is not JSON
+//! is counted as unreadable and skipped.
+
+mod html;
+mod render;
+pub(crate) mod tally;
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::io;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+use super::input::Lines;
+pub(crate) use render::write;
+use tally::{Counts, Tallied, Tally};
+
+/// Keys kept per table before the least counted are folded (see
+/// [`tally`]): at most twice this many are held.
+pub(crate) const TABLE_CAP: usize = 10_000;
+
+/// robots.txt versions kept per origin.
+const VERSIONS_PER_ORIGIN: usize = 16;
+
+/// How the report is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Format {
+    Text,
+    Csv,
+    Json,
+    Html,
+}
+
+/// Which lines count, and how many rows each table shows.
+#[derive(Clone, Debug)]
+pub(crate) struct Options {
+    /// Lines at or after this time.
+    pub(crate) since: Option<OffsetDateTime>,
+    /// Lines before this time.
+    pub(crate) until: Option<OffsetDateTime>,
+    /// Rows per table.
+    pub(crate) top: usize,
+}
+
+/// A time for `--since` or `--until`: RFC 3339, or a date (`2026-11-22`,
+/// UTC), which for `until` means the end of that day.
+pub(crate) fn parse_time(text: &str, end_of_day: bool) -> Result<OffsetDateTime, String> {
+    if let Ok(t) = OffsetDateTime::parse(text, &Rfc3339) {
+        return Ok(t);
+    }
+    let format = time::macros::format_description!("[year]-[month]-[day]");
+    let date = time::Date::parse(text, &format).map_err(|_| {
+        format!(
+            "{text:?} is neither an RFC 3339 time (2026-11-22T08:00:00Z) nor a date (2026-11-22)"
+        )
+    })?;
+    let date = if end_of_day {
+        date.next_day()
+            .ok_or_else(|| format!("{text:?} is the last day there is"))?
+    } else {
+        date
+    };
+    Ok(date.midnight().assume_utc())
+}
+
+/// A robots.txt version seen at an origin.
+#[derive(Debug, Default)]
+pub(crate) struct Version {
+    pub(crate) counts: Counts,
+    pub(crate) first: String,
+    pub(crate) last: String,
+}
+
+impl Tallied for Version {
+    fn counts(&self) -> Counts {
+        self.counts
+    }
+}
+
+/// The figures of a report.
+#[derive(Debug)]
+pub(crate) struct Report {
+    pub(crate) files: usize,
+    /// Lines read, of every kind.
+    pub(crate) lines: u64,
+    pub(crate) checkpoints: u64,
+    /// Lines that are not a JSON object.
+    pub(crate) unreadable: u64,
+    /// Lines left out by `--since`/`--until` (or without a time, when
+    /// either is given).
+    pub(crate) outside: u64,
+    pub(crate) total: Counts,
+    /// The earliest and latest `time` counted.
+    pub(crate) first: Option<String>,
+    pub(crate) last: Option<String>,
+    pub(crate) since: Option<String>,
+    pub(crate) until: Option<String>,
+    pub(crate) top: usize,
+    pub(crate) days: BTreeMap<String, Counts>,
+    pub(crate) decisions: Tally<Counts>,
+    pub(crate) origins: Tally<Counts>,
+    pub(crate) rules: Tally<Counts>,
+    pub(crate) agents: Tally<Counts>,
+    pub(crate) clients: Tally<Counts>,
+    pub(crate) users: Tally<Counts>,
+    pub(crate) blocked_urls: Tally<Counts>,
+    /// Per origin: robots.txt SHA-256 → lines judged under it.
+    pub(crate) robots: Tally<Versions>,
+}
+
+/// The robots.txt versions of one origin.
+#[derive(Debug, Default)]
+pub(crate) struct Versions {
+    pub(crate) counts: Counts,
+    pub(crate) versions: BTreeMap<String, Version>,
+    /// Lines under versions past [`VERSIONS_PER_ORIGIN`].
+    pub(crate) more: u64,
+}
+
+impl Tallied for Versions {
+    fn counts(&self) -> Counts {
+        self.counts
+    }
+}
+
+/// The fields of an audit line a report reads.
+#[derive(Deserialize)]
+struct Entry<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    time: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    client: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    user: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    url: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    agent: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    decision: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    rule: Option<Cow<'a, str>>,
+    #[serde(default)]
+    rule_line: Option<u64>,
+    #[serde(borrow, default)]
+    robots_sha256: Option<Cow<'a, str>>,
+}
+
+/// A file that could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {source}")]
+pub(crate) struct ReportError {
+    pub(crate) path: PathBuf,
+    pub(crate) source: io::Error,
+}
+
+/// Reads `files` into a report.
+pub(crate) fn report(files: &[PathBuf], opts: &Options) -> Result<Report, ReportError> {
+    let rfc3339 = |t: OffsetDateTime| t.format(&Rfc3339).unwrap_or_else(|_| t.to_string());
+    let mut r = Report {
+        files: 0,
+        lines: 0,
+        checkpoints: 0,
+        unreadable: 0,
+        outside: 0,
+        total: Counts::default(),
+        first: None,
+        last: None,
+        since: opts.since.map(rfc3339),
+        until: opts.until.map(rfc3339),
+        top: opts.top,
+        days: BTreeMap::new(),
+        decisions: Tally::new(TABLE_CAP),
+        origins: Tally::new(TABLE_CAP),
+        rules: Tally::new(TABLE_CAP),
+        agents: Tally::new(TABLE_CAP),
+        clients: Tally::new(TABLE_CAP),
+        users: Tally::new(TABLE_CAP),
+        blocked_urls: Tally::new(TABLE_CAP),
+        robots: Tally::new(TABLE_CAP),
+    };
+    for path in files {
+        let io = |source| ReportError {
+            path: path.clone(),
+            source,
+        };
+        let mut lines = Lines::open(path).map_err(io)?;
+        while let Some(line) = lines.next_line().map_err(io)? {
+            r.lines += 1;
+            match serde_json::from_slice::<Entry<'_>>(line.bytes) {
+                Ok(entry) => r.count(&entry, opts),
+                Err(_) => r.unreadable += 1,
+            }
+        }
+        r.files += 1;
+    }
+    Ok(r)
+}
+
+impl Report {
+    fn count(&mut self, e: &Entry<'_>, opts: &Options) {
+        if e.kind.as_deref() == Some("checkpoint") {
+            self.checkpoints += 1;
+            return;
+        }
+        let time = e.time.as_deref().unwrap_or("");
+        if (opts.since.is_some() || opts.until.is_some()) && !within(time, opts) {
+            self.outside += 1;
+            return;
+        }
+        let decision = e.decision.as_deref().unwrap_or("-");
+        let blocked = !matches!(decision, "allowed" | "tunnelled");
+        let url = e.url.as_deref().unwrap_or("-");
+        let origin = origin(url);
+        self.total.add(blocked);
+        if !time.is_empty() {
+            if self.first.as_deref().is_none_or(|f| time < f) {
+                self.first = Some(time.to_owned());
+            }
+            if self.last.as_deref().is_none_or(|l| time > l) {
+                self.last = Some(time.to_owned());
+            }
+        }
+        let add = |c: &mut Counts| c.add(blocked);
+        match self.days.get_mut(day(time)) {
+            Some(c) => c.add(blocked),
+            None => {
+                let mut c = Counts::default();
+                c.add(blocked);
+                self.days.insert(day(time).to_owned(), c);
+            }
+        }
+        self.decisions.add(decision, add);
+        self.origins.add(origin, add);
+        if let Some(rule) = &e.rule {
+            let key = match e.rule_line {
+                Some(n) => format!("{origin} line {n}: {rule}"),
+                None => format!("{origin} {rule}"),
+            };
+            self.rules.add(&key, add);
+        }
+        self.agents.add(e.agent.as_deref().unwrap_or("-"), add);
+        self.clients
+            .add(address(e.client.as_deref().unwrap_or("-")), add);
+        self.users.add(e.user.as_deref().unwrap_or("-"), add);
+        if blocked {
+            self.blocked_urls.add(url, add);
+        }
+        if let Some(sha) = &e.robots_sha256 {
+            self.robots.add(origin, |o| {
+                o.counts.add(blocked);
+                if let Some(v) = o.versions.get_mut(sha.as_ref()) {
+                    v.counts.add(blocked);
+                    v.last = time.to_owned();
+                } else if o.versions.len() < VERSIONS_PER_ORIGIN {
+                    let mut v = Version {
+                        first: time.to_owned(),
+                        last: time.to_owned(),
+                        ..Version::default()
+                    };
+                    v.counts.add(blocked);
+                    o.versions.insert(sha.to_string(), v);
+                } else {
+                    o.more += 1;
+                }
+            });
+        }
+    }
+}
+
+/// Whether a line's `time` is within `--since` and `--until`.
+fn within(time: &str, opts: &Options) -> bool {
+    let Ok(t) = OffsetDateTime::parse(time, &Rfc3339) else {
+        return false;
+    };
+    opts.since.is_none_or(|s| t >= s) && opts.until.is_none_or(|u| t < u)
+}
+
+/// The UTC day of an RFC 3339 time the proxy wrote (`…Z`), else `unknown`.
+fn day(time: &str) -> &str {
+    let b = time.as_bytes();
+    let date = b.len() >= 10
+        && b[..10].iter().enumerate().all(|(i, c)| {
+            if i == 4 || i == 7 {
+                *c == b'-'
+            } else {
+                c.is_ascii_digit()
+            }
+        });
+    if date && time.ends_with('Z') {
+        &time[..10]
+    } else {
+        "unknown"
+    }
+}
+
+/// `scheme://host[:port]` of a URL.
+fn origin(url: &str) -> &str {
+    let Some(scheme_end) = url.find("://") else {
+        return url;
+    };
+    let rest = &url[scheme_end + 3..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    &url[..scheme_end + 3 + end]
+}
+
+/// A client address without its port (`127.0.0.1:4711` → `127.0.0.1`,
+/// `[::1]:4711` → `[::1]`).
+fn address(client: &str) -> &str {
+    match client.rsplit_once(':') {
+        Some((ip, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+            if ip.starts_with('[') || !ip.contains(':') {
+                ip
+            } else {
+                client
+            }
+        }
+        _ => client,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_days_and_addresses_are_cut_from_their_fields() {
+        assert_eq!(origin("http://a.example:8080/x?y"), "http://a.example:8080");
+        assert_eq!(origin("https://b.example?q"), "https://b.example");
+        assert_eq!(origin("odd"), "odd");
+        assert_eq!(day("2026-11-22T01:13:45.336Z"), "2026-11-22");
+        assert_eq!(day("2026-11-22T01:13:45+02:00"), "unknown");
+        assert_eq!(day(""), "unknown");
+        assert_eq!(address("127.0.0.1:47052"), "127.0.0.1");
+        assert_eq!(address("[::1]:47052"), "[::1]");
+        assert_eq!(address("::1"), "::1");
+    }
+
+    #[test]
+    fn times_are_rfc3339_or_dates() {
+        let t = |s, end| parse_time(s, end).map(|t| t.format(&Rfc3339).expect("format"));
+        assert_eq!(
+            t("2026-11-22", false).as_deref(),
+            Ok("2026-11-22T00:00:00Z")
+        );
+        assert_eq!(t("2026-11-22", true).as_deref(), Ok("2026-11-23T00:00:00Z"));
+        assert_eq!(
+            t("2026-11-22T08:00:00+02:00", false).as_deref(),
+            Ok("2026-11-22T08:00:00+02:00")
+        );
+        assert!(t("yesterday", false).is_err());
+    }
+}

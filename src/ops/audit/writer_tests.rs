@@ -1,0 +1,152 @@
+//! The writer and the verifier together: lines chained across a
+//! rotation and a restart, signed checkpoints, a torn line cut at start.
+
+use std::path::{Path, PathBuf};
+
+use super::verify::{self, Outcome};
+use super::{AuditLog, Record, SigningKey};
+
+fn record(url: &str) -> Record<'_> {
+    Record {
+        time: "2026-11-22T01:13:45.336Z".into(),
+        client: "127.0.0.1:4711".into(),
+        user: None,
+        method: "GET",
+        url: url.into(),
+        agent: "robots-proxy",
+        decision: "disallowed",
+        reason: "disallowed by line 2: Disallow: /private".into(),
+        rule_line: Some(2),
+        rule: Some("Disallow: /private".into()),
+        judged_as: None,
+        robots_url: "http://a.example/robots.txt".into(),
+        fetch_status: Some(200),
+        fetch_outcome: Some("ok"),
+        cache_age_secs: Some(1),
+        robots_fetched_at: None,
+        robots_sha256: None,
+        user_agent: None,
+        cache: None,
+        usage: None,
+    }
+}
+
+fn lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .expect("read")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect()
+}
+
+fn check(files: &[PathBuf], key: Option<[u8; 32]>) -> String {
+    let opts = verify::Options { key, kept: None };
+    match verify::verify(files, &opts).expect("readable") {
+        Outcome::Intact(summary) => summary.to_string(),
+        Outcome::Broken(finding) => panic!("{finding}"),
+    }
+}
+
+#[test]
+fn lines_chain_across_a_rotation_and_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("audit.jsonl");
+    let rotated = dir.path().join("audit.jsonl.1");
+    let log = AuditLog::open(&path, false, None).expect("open");
+    for i in 0..3 {
+        log.write(&record(&format!("http://a.example/private/{i}")))
+            .expect("write");
+    }
+    std::fs::rename(&path, &rotated).expect("rotate");
+    log.reopen().expect("reopen");
+    log.write(&record("http://a.example/private/3"))
+        .expect("write");
+    drop(log);
+    let log = AuditLog::open(&path, false, None).expect("restart");
+    log.write(&record("http://a.example/private/4"))
+        .expect("write");
+
+    let old = lines(&rotated);
+    let new = lines(&path);
+    let seqs: Vec<u64> = old
+        .iter()
+        .chain(&new)
+        .filter_map(|l| l["seq"].as_u64())
+        .collect();
+    assert_eq!(seqs, (1..=8).collect::<Vec<_>>());
+    assert_eq!(old[0]["type"], "checkpoint");
+    assert_eq!(old[0]["chain_start"], "empty");
+    assert_eq!(old[0]["head"], "0".repeat(64));
+    assert_eq!(old[1]["url"], "http://a.example/private/0");
+    assert_eq!(new[0]["reason"], "reopen");
+    assert_eq!(new[0]["file_start"], true);
+    assert_eq!(new[0]["head"], old[3]["chain"]);
+    assert_eq!(new[2]["reason"], "start");
+    assert_eq!(new[2]["file_start"], false);
+    assert_eq!(new[2]["head"], new[1]["chain"]);
+    assert_eq!(
+        check(&[rotated, path], None),
+        "intact: 2 files, 8 lines (seq 1 to 8), 3 checkpoints, 0 signatures checked; \
+         3 checkpoints unsigned"
+    );
+}
+
+#[test]
+fn signed_checkpoints_verify_with_the_public_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("audit.jsonl");
+    let key_path = dir.path().join("key").join("signing.pem");
+    let (key, _) = SigningKey::load_or_create(&key_path).expect("key");
+    let public = key.public();
+    let log = AuditLog::open(&path, false, Some(key)).expect("open");
+    log.write(&record("http://a.example/private/1"))
+        .expect("write");
+    log.reopen().expect("reopen");
+    let summary = check(&[path], Some(public));
+    assert!(
+        summary.contains("2 checkpoints, 2 signatures checked"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_torn_last_line_is_cut_at_start_and_the_chain_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("audit.jsonl");
+    let log = AuditLog::open(&path, false, None).expect("open");
+    log.write(&record("http://a.example/private/1"))
+        .expect("write");
+    drop(log);
+    let whole = std::fs::read(&path).expect("read");
+    let mut torn = whole.clone();
+    torn.extend_from_slice(b"{\"seq\":3,\"time\":\"2026-11");
+    std::fs::write(&path, &torn).expect("tear");
+    let log = AuditLog::open(&path, false, None).expect("restart");
+    log.write(&record("http://a.example/private/2"))
+        .expect("write");
+    let text = std::fs::read(&path).expect("read");
+    assert!(text.starts_with(&whole));
+    let summary = check(&[path], None);
+    assert!(
+        summary.starts_with("intact: 1 file, 4 lines (seq 1 to 4)"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_log_from_before_chaining_begins_a_chain_in_a_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("audit.jsonl");
+    std::fs::write(&path, "{\"url\":\"http://a.example/old\"}\n").expect("old log");
+    let log = AuditLog::open(&path, false, None).expect("open");
+    log.write(&record("http://a.example/private/1"))
+        .expect("write");
+    let all = lines(&path);
+    assert_eq!(all[1]["chain_start"], "unchained");
+    assert_eq!(all[1]["seq"], 1);
+    let summary = check(&[path], None);
+    assert!(
+        summary.ends_with("1 line before the chain began, not verified"),
+        "{summary}"
+    );
+}

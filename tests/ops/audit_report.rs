@@ -1,0 +1,391 @@
+//! `robots-proxy audit report` on a log made by the test with known
+//! counts: the text and JSON forms checked whole, the CSV header and a
+//! row, the HTML form self-contained (inline SVG, no script, no reference
+//! out of the file), and the period filter.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::json;
+
+use crate::support::binary::command;
+
+const SHA_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const SHA_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+/// One audit line as the proxy writes it (the fields a report reads).
+#[allow(clippy::too_many_arguments)]
+fn line(
+    time: &str,
+    client: &str,
+    user: Option<&str>,
+    url: &str,
+    agent: &str,
+    decision: &str,
+    rule: Option<(u32, &str)>,
+    sha: Option<&str>,
+) -> String {
+    let mut v = json!({
+        "seq": 1,
+        "time": time,
+        "client": client,
+        "method": "GET",
+        "url": url,
+        "agent": agent,
+        "decision": decision,
+        "reason": "test",
+        "rule_line": rule.map(|r| r.0),
+        "rule": rule.map(|r| r.1),
+        "robots_url": "x",
+        "chain": "0".repeat(64),
+    });
+    if let Some(user) = user {
+        v["user"] = json!(user);
+    }
+    if let Some(sha) = sha {
+        v["robots_sha256"] = json!(sha);
+    }
+    v.to_string()
+}
+
+/// Two files, the second gzip: 8 requests over three days, 5 blocked, a
+/// checkpoint and an unreadable line.
+fn log(dir: &Path) -> Vec<PathBuf> {
+    let private = Some((2, "Disallow: /private"));
+    let day1 = [
+        line(
+            "2026-03-01T08:00:00.000Z",
+            "10.0.0.1:1000",
+            Some("ann"),
+            "http://a.example/private/1",
+            "alphabot",
+            "disallowed",
+            private,
+            None,
+        ),
+        line(
+            "2026-03-01T09:00:00.000Z",
+            "10.0.0.1:1001",
+            Some("ann"),
+            "http://a.example/private/1",
+            "alphabot",
+            "disallowed",
+            private,
+            None,
+        ),
+        line(
+            "2026-03-01T10:00:00.000Z",
+            "10.0.0.1:1002",
+            Some("ann"),
+            "http://a.example/private/2?<script>",
+            "alphabot",
+            "disallowed",
+            private,
+            None,
+        ),
+        line(
+            "2026-03-01T11:00:00.000Z",
+            "10.0.0.2:5",
+            None,
+            "http://a.example/p",
+            "alphabot",
+            "allowed",
+            None,
+            None,
+        ),
+        line(
+            "2026-03-01T12:00:00.000Z",
+            "10.0.0.2:5",
+            None,
+            "http://a.example/p",
+            "alphabot",
+            "allowed",
+            None,
+            None,
+        ),
+    ];
+    let first = dir.join("audit.jsonl.1.gz");
+    let mut gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(&first).expect("create"),
+        flate2::Compression::default(),
+    );
+    let checkpoint = r#"{"seq":1,"type":"checkpoint","time":"2026-03-01T00:00:00.000Z","reason":"start","file_start":true,"head":"00","chain":"00"}"#;
+    gz.write_all(format!("{checkpoint}\n{}\n", day1.join("\n")).as_bytes())
+        .expect("gzip");
+    gz.finish().expect("gzip");
+    let rest = [
+        line(
+            "2026-03-02T08:00:00.000Z",
+            "10.0.0.2:6",
+            None,
+            "http://b.example:8080/x",
+            "betabot",
+            "disallowed",
+            Some((3, "Disallow: /x")),
+            Some(SHA_A),
+        ),
+        line(
+            "2026-03-02T09:00:00.000Z",
+            "10.0.0.2:7",
+            None,
+            "http://b.example:8080/y",
+            "betabot",
+            "unreachable",
+            None,
+            Some(SHA_B),
+        ),
+        "not json".to_owned(),
+        line(
+            "2026-03-03T08:00:00.000Z",
+            "10.0.0.3:9",
+            None,
+            "https://c.example/",
+            "alphabot",
+            "tunnelled",
+            None,
+            None,
+        ),
+    ];
+    let second = dir.join("audit.jsonl");
+    std::fs::write(&second, format!("{}\n", rest.join("\n"))).expect("write");
+    vec![first, second]
+}
+
+fn report(args: &[&str], files: &[PathBuf]) -> Output {
+    command()
+        .args(["audit", "report"])
+        .args(args)
+        .args(files)
+        .output()
+        .expect("run robots-proxy")
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const TEXT: &str = "\
+robots-proxy audit report
+files: 2, lines read: 10 (checkpoints: 1, unreadable: 1, outside the period: 0)
+requests: 8, blocked: 5
+period: 2026-03-01T08:00:00.000Z to 2026-03-03T08:00:00.000Z
+
+Per day
+  day          requests    blocked
+  2026-03-01          5          3
+  2026-03-02          2          2
+  2026-03-03          1          0
+
+Decisions (top 20)
+  decision      requests    blocked
+  disallowed           4          4
+  allowed              2          0
+  unreachable          1          1
+  tunnelled            1          0
+
+Origins (top 20)
+  origin                  requests    blocked
+  http://a.example               5          3
+  http://b.example:8080          2          2
+  https://c.example              1          0
+
+Rules (top 20)
+  rule                                          requests    blocked
+  http://a.example line 2: Disallow: /private          3          3
+  http://b.example:8080 line 3: Disallow: /x           1          1
+
+Agents (top 20)
+  agent      requests    blocked
+  alphabot          6          3
+  betabot           2          2
+
+Clients (top 20)
+  client address   requests    blocked
+  10.0.0.2                4          2
+  10.0.0.1                3          3
+  10.0.0.3                1          0
+
+Proxy users (top 20)
+  user       requests    blocked
+  -                 5          2
+  ann               3          3
+
+Most blocked URLs (top 20)
+  url                                    blocked
+  http://a.example/private/1                   2
+  http://a.example/private/2?<script>          1
+  http://b.example:8080/x                      1
+  http://b.example:8080/y                      1
+
+robots.txt versions (robots_sha256) per origin
+  http://b.example:8080 (2 requests, 2 blocked)
+    aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa 1 requests, 1 blocked, 2026-03-02T08:00:00.000Z to 2026-03-02T08:00:00.000Z
+    bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb 1 requests, 1 blocked, 2026-03-02T09:00:00.000Z to 2026-03-02T09:00:00.000Z
+";
+
+#[test]
+fn the_text_report_gives_the_known_counts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = log(dir.path());
+    assert_eq!(stdout(&report(&[], &files)), TEXT);
+}
+
+#[test]
+fn the_json_report_gives_the_known_counts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = log(dir.path());
+    let text = stdout(&report(&["--format", "json", "--top", "2"], &files));
+    let got: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let row = |key: &str, requests: u64, blocked: u64| json!({"key": key, "requests": requests, "blocked": blocked});
+    let none = json!({"requests": 0, "blocked": 0});
+    let table = |rows: Vec<serde_json::Value>, others: serde_json::Value| json!({"rows": rows, "others": others, "short_by": 0});
+    let expected = json!({
+        "files": 2, "lines": 10, "checkpoints": 1, "unreadable": 1, "outside": 0,
+        "since": null, "until": null,
+        "first": "2026-03-01T08:00:00.000Z", "last": "2026-03-03T08:00:00.000Z",
+        "requests": 8, "blocked": 5,
+        "days": [
+            {"day": "2026-03-01", "requests": 5, "blocked": 3},
+            {"day": "2026-03-02", "requests": 2, "blocked": 2},
+            {"day": "2026-03-03", "requests": 1, "blocked": 0},
+        ],
+        "decisions": table(
+            vec![row("disallowed", 4, 4), row("allowed", 2, 0)],
+            json!({"requests": 2, "blocked": 1}),
+        ),
+        "origins": table(
+            vec![row("http://a.example", 5, 3), row("http://b.example:8080", 2, 2)],
+            json!({"requests": 1, "blocked": 0}),
+        ),
+        "rules": table(
+            vec![
+                row("http://a.example line 2: Disallow: /private", 3, 3),
+                row("http://b.example:8080 line 3: Disallow: /x", 1, 1),
+            ],
+            none.clone(),
+        ),
+        "agents": table(vec![row("alphabot", 6, 3), row("betabot", 2, 2)], none.clone()),
+        "clients": table(
+            vec![row("10.0.0.2", 4, 2), row("10.0.0.1", 3, 3)],
+            json!({"requests": 1, "blocked": 0}),
+        ),
+        "users": table(vec![row("-", 5, 2), row("ann", 3, 3)], none.clone()),
+        "blocked_urls": table(
+            vec![
+                row("http://a.example/private/1", 2, 2),
+                row("http://a.example/private/2?<script>", 1, 1),
+            ],
+            json!({"requests": 2, "blocked": 2}),
+        ),
+        "robots_versions": [{
+            "origin": "http://b.example:8080", "requests": 2, "blocked": 2, "more": 0,
+            "versions": [
+                {"sha256": SHA_A, "requests": 1, "blocked": 1,
+                 "first": "2026-03-02T08:00:00.000Z", "last": "2026-03-02T08:00:00.000Z"},
+                {"sha256": SHA_B, "requests": 1, "blocked": 1,
+                 "first": "2026-03-02T09:00:00.000Z", "last": "2026-03-02T09:00:00.000Z"},
+            ],
+        }],
+    });
+    assert_eq!(got, expected, "{text}");
+}
+
+#[test]
+fn the_csv_report_has_a_header_and_a_row_per_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = log(dir.path());
+    let text = stdout(&report(&["--format", "csv"], &files));
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("section,key,detail,requests,blocked,first,last")
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == "origins,http://b.example:8080,,2,2,,"),
+        "{text}"
+    );
+    assert!(
+        text.lines().any(|l| l
+            == format!("robots_sha256,http://b.example:8080,{SHA_A},1,1,2026-03-02T08:00:00.000Z,2026-03-02T08:00:00.000Z")),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_html_report_is_one_self_contained_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = log(dir.path());
+    let html = stdout(&report(&["--format", "html"], &files));
+    assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
+    assert!(html.contains("<svg"), "{html}");
+    assert!(html.contains("<style>"), "{html}");
+    assert!(!html.to_lowercase().contains("<script"), "{html}");
+    assert!(html.contains("http://a.example/private/2?&lt;script&gt;"));
+    // No reference out of the file: no tag, attribute or style names
+    // one; the log's own URLs are text between tags.
+    for piece in html.split('<').skip(1) {
+        let (tag, _text) = piece.split_once('>').expect("a closed tag");
+        for needle in [
+            "http:", "https:", "src=", "href=", "url(", "@import", "xmlns",
+        ] {
+            assert!(!tag.contains(needle), "{needle} in <{tag}>");
+        }
+    }
+    let style = html
+        .split_once("<style>")
+        .and_then(|(_, rest)| rest.split_once("</style>"))
+        .expect("style")
+        .0;
+    assert!(
+        !style.contains("url(") && !style.contains("@import"),
+        "{style}"
+    );
+    assert_eq!(
+        html.matches("http://").count(),
+        10,
+        "the log's URLs only: {html}"
+    );
+}
+
+#[test]
+fn since_and_until_keep_the_lines_of_the_period() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = log(dir.path());
+    let text = stdout(&report(
+        &[
+            "--format",
+            "json",
+            "--since",
+            "2026-03-02",
+            "--until",
+            "2026-03-02",
+        ],
+        &files,
+    ));
+    let got: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(got["requests"], 2);
+    assert_eq!(got["blocked"], 2);
+    assert_eq!(got["outside"], 6);
+    assert_eq!(got["since"], "2026-03-02T00:00:00Z");
+    assert_eq!(got["until"], "2026-03-03T00:00:00Z");
+    let text = stdout(&report(
+        &["--format", "json", "--since", "2026-03-01T10:00:00Z"],
+        &files,
+    ));
+    let got: serde_json::Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(got["requests"], 6);
+    let bad = report(&["--since", "last week"], &files);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--since: \"last week\" is neither"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
