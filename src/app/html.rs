@@ -9,7 +9,6 @@
 //! own paths, built here; a URL from a request or a robots.txt is only
 //! ever shown as text.
 
-use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
@@ -24,33 +23,9 @@ use crate::ops::activity::KINDS;
 pub(crate) const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
                               form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-/// `text` safe to place in HTML text or in a double- or single-quoted
-/// attribute: `& < > " '` as character references, control characters
-/// (other than tab, line feed and carriage return) as U+FFFD, as an HTML
-/// parser would read them anyway.
-pub(crate) fn escape(text: &str) -> Cow<'_, str> {
-    let needs = |c: char| {
-        matches!(c, '&' | '<' | '>' | '"' | '\'')
-            || (c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
-    };
-    if !text.chars().any(needs) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            '\t' | '\n' | '\r' => out.push(c),
-            c if c.is_control() => out.push('\u{FFFD}'),
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
+/// Text escaped for HTML text and attribute values (one escaping for
+/// every page the proxy writes, see [`crate::http::text`]).
+pub(crate) use crate::http::text::html_escape as escape;
 
 /// `value` percent-encoded for a query string (`application/x-www-form-urlencoded`).
 pub(crate) fn query_value(value: &str) -> String {
@@ -277,7 +252,10 @@ mod tests {
         );
         assert_eq!(escape("&amp;"), "&amp;amp;", "escaped again, not trusted");
         assert_eq!(escape("a\u{0}b"), "a\u{FFFD}b");
-        assert!(matches!(escape("plain text / ü"), Cow::Borrowed(_)));
+        assert!(matches!(
+            escape("plain text / ü"),
+            std::borrow::Cow::Borrowed(_)
+        ));
         assert_eq!(escape("tab\tline\n"), "tab\tline\n");
     }
 

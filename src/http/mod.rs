@@ -5,3 +5,4 @@ pub(crate) mod body;
 pub mod destination;
 pub(crate) mod headers;
 pub mod origin;
+pub(crate) mod text;

@@ -21,21 +21,7 @@ svg text{font-size:10px;fill:#444}";
 
 /// `text` escaped for HTML text and attribute values.
 fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out
+    crate::http::text::html_escape(text).into_owned()
 }
 
 pub(super) fn write(r: &Report, out: &mut dyn Write) -> io::Result<()> {
