@@ -230,6 +230,10 @@ pub(crate) async fn handle(
             resp
         }
         (&Method::GET, "/explain") => explain(proxy, req.uri()).await,
+        (&Method::POST, "/purge") if from_another_site(req.headers()) => json_response(
+            StatusCode::FORBIDDEN,
+            json!({ "error": "a purge sent by a page of another site is refused" }),
+        ),
         (&Method::POST, "/purge") => purge(proxy, req.uri()),
         (&Method::GET, "/") => super::web::overview(state),
         (&Method::GET, "/ca") => super::web::ca_page(state, &req),
@@ -350,6 +354,28 @@ async fn explain_value(
     }))
 }
 
+/// True for a request a browser sent on behalf of a page of another site
+/// (`Sec-Fetch-Site`, else an `Origin` naming another host): the web view
+/// shows the admin listener to a browser, whose cached credentials would
+/// otherwise go with a forged purge. Clients such as curl send neither.
+fn from_another_site(headers: &http::HeaderMap) -> bool {
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        return !matches!(site, "same-origin" | "none");
+    }
+    match (
+        headers
+            .get(http::header::ORIGIN)
+            .and_then(|v| v.to_str().ok()),
+        headers
+            .get(http::header::HOST)
+            .and_then(|v| v.to_str().ok()),
+    ) {
+        (Some(origin), Some(host)) => origin.split_once("://").map(|(_, h)| h) != Some(host),
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
 /// `POST /purge?origin=URL`: drops the origin's cached robots.txt.
 /// `POST /purge?url=URL` and `POST /purge?prefix=URL`: drop what the
 /// response cache holds for that URL, or under that prefix.
@@ -401,5 +427,45 @@ fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
             )
         }
         Err(e) => error(StatusCode::BAD_REQUEST, &e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::from_another_site;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, http::HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn purges_sent_by_another_sites_page_are_told_apart() {
+        assert!(!from_another_site(&headers(&[])), "curl sends neither");
+        assert!(!from_another_site(&headers(&[(
+            "sec-fetch-site",
+            "same-origin"
+        )])));
+        assert!(from_another_site(&headers(&[(
+            "sec-fetch-site",
+            "cross-site"
+        )])));
+        assert!(from_another_site(&headers(&[(
+            "sec-fetch-site",
+            "same-site"
+        )])));
+        let same = [
+            ("origin", "http://127.0.0.1:9128"),
+            ("host", "127.0.0.1:9128"),
+        ];
+        assert!(!from_another_site(&headers(&same)));
+        let other = [
+            ("origin", "https://evil.example"),
+            ("host", "127.0.0.1:9128"),
+        ];
+        assert!(from_another_site(&headers(&other)));
     }
 }

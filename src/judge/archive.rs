@@ -173,6 +173,8 @@ pub(crate) struct Archive {
 struct State {
     /// Bytes of texts and metadata files.
     bytes: u64,
+    /// No pruning below this many bytes (see [`Archive::prune`]).
+    prune_again_at: u64,
     /// The digest or outcome last recorded per origin (bounded): what is in
     /// force now, kept from removal, and what `outcomes.jsonl` compares to.
     last: lru::LruCache<String, Last>,
@@ -183,6 +185,9 @@ enum Last {
     Text(Digest),
     Outcome(String),
 }
+
+/// Origins listed in one text's metadata at most (the most recent).
+const MAX_SERVED: usize = 256;
 
 /// Origins whose last record is remembered.
 const REMEMBERED: usize = 100_000;
@@ -200,6 +205,7 @@ impl Archive {
             audit_path: audit_path.to_path_buf(),
             state: Mutex::new(State {
                 bytes,
+                prune_again_at: 0,
                 last: lru::LruCache::new(remembered),
             }),
         })
@@ -281,6 +287,13 @@ impl Archive {
                 last_in_force: time,
             }),
         }
+        // Many sites serve the same text (an empty file, `Disallow:`): the
+        // origins that served it most recently are kept, not all.
+        if meta.served.len() > MAX_SERVED {
+            meta.served
+                .sort_by(|a, b| b.last_in_force.cmp(&a.last_in_force));
+            meta.served.truncate(MAX_SERVED);
+        }
         let old_len = fs::metadata(&meta_path).map_or(0, |m| m.len());
         let json = serde_json::to_vec_pretty(&meta).map_err(io::Error::other)?;
         write_atomically(&meta_path, &json)?;
@@ -290,6 +303,9 @@ impl Archive {
         match before {
             Some(Last::Text(old)) if old == digest => {}
             Some(Last::Text(old)) => {
+                // The old text may no longer be in force anywhere: worth a
+                // prune again.
+                state.prune_again_at = 0;
                 let old_text = fs::read(paths(&self.dir, old).0).unwrap_or_default();
                 tracing::info!(%origin, status = status.unwrap_or(0), sha256 = %digest,
                     previous = %old, changed_lines = changed_lines(&old_text, text),
@@ -378,18 +394,33 @@ impl Archive {
                 Ok(l.len() as u64)
             });
         match written {
-            Ok(n) => {
-                state.bytes = state.bytes.saturating_add(n);
+            Ok(_) => {
                 state.last.put(origin.to_string(), last);
+                self.rotate_outcomes();
             }
             Err(e) => tracing::warn!(dir = %self.dir.display(), error = %e,
                 "cannot archive a robots.txt fetch outcome"),
         }
     }
 
+    /// Keeps `outcomes.jsonl` within a sixteenth of the budget: past it,
+    /// the file becomes `outcomes.jsonl.1` (replacing the one before).
+    fn rotate_outcomes(&self) {
+        let path = self.dir.join("outcomes.jsonl");
+        if fs::metadata(&path).is_ok_and(|m| m.len() > self.max_bytes / 16) {
+            let _ = fs::rename(&path, self.dir.join("outcomes.jsonl.1"));
+        }
+    }
+
     /// Removes the oldest texts nobody refers to until the archive is
-    /// back under nine tenths of its budget.
+    /// back under nine tenths of its budget. When that cannot be done
+    /// (what is left is in force or named), the next try waits until a
+    /// tenth of the budget more was added: a full archive does not rescan
+    /// at every fetch.
     fn prune(&self, state: &mut State) {
+        if state.bytes < state.prune_again_at {
+            return;
+        }
         let mut bodies = match walk_bodies(&self.dir) {
             Ok(b) => b,
             Err(e) => {
@@ -406,7 +437,19 @@ impl Archive {
             })
             .collect();
         let known: HashSet<Digest> = bodies.iter().map(|b| b.digest).collect();
-        kept.extend(referenced_by_audit_files(&self.audit_path, &known));
+        // The texts of the entries kept for a restart are in force too.
+        kept.extend(kept_entry_digests(&self.dir));
+        match referenced_by_audit_files(&self.audit_path, &known) {
+            Ok(named) => kept.extend(named),
+            Err(e) => {
+                // An audit file that cannot be read whole may name any
+                // text: nothing is removed this time.
+                state.prune_again_at = state.bytes.saturating_add(self.max_bytes / 10);
+                tracing::warn!(dir = %self.dir.display(), error = %e,
+                    "cannot read every kept audit file: no archived robots.txt removed");
+                return;
+            }
+        }
         bodies.sort_by_key(|b| b.archived);
         let goal = self.max_bytes / 10 * 9;
         let mut removed = 0;
@@ -424,6 +467,7 @@ impl Archive {
                 removed += 1;
             }
         }
+        state.prune_again_at = state.bytes.saturating_add(self.max_bytes / 10);
         if state.bytes > self.max_bytes {
             tracing::warn!(dir = %self.dir.display(), bytes = state.bytes, max = self.max_bytes,
                 removed, "the robots.txt archive is over audit.archive_max, and every text left is in force or named by a kept audit file");
@@ -576,9 +620,14 @@ pub(crate) fn kept_audit_files(audit_path: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// An audit file's text: a `.gz` one decompressed as it is read.
-pub(crate) fn read_audit_file(file: fs::File, path: &Path) -> Box<dyn Read + Send> {
-    if path.extension().is_some_and(|e| e == "gz") {
+/// An audit file's text: a gzip one (by its magic bytes, whatever its
+/// name) decompressed as it is read.
+pub(crate) fn read_audit_file(mut file: fs::File, _path: &Path) -> Box<dyn Read + Send> {
+    use std::io::Seek;
+    let mut magic = [0u8; 2];
+    let gzip = file.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
+    let _ = file.rewind();
+    if gzip {
         Box::new(flate2::read::MultiGzDecoder::new(file))
     } else {
         Box::new(file)
@@ -586,21 +635,45 @@ pub(crate) fn read_audit_file(file: fs::File, path: &Path) -> Box<dyn Read + Sen
 }
 
 /// The digests among `known` that the kept audit files name, read as text
-/// line by line.
-fn referenced_by_audit_files(audit_path: &Path, known: &HashSet<Digest>) -> HashSet<Digest> {
+/// line by line. `Err` if a file cannot be read whole (then any text may
+/// be named).
+fn referenced_by_audit_files(
+    audit_path: &Path,
+    known: &HashSet<Digest>,
+) -> io::Result<HashSet<Digest>> {
     let mut found = HashSet::new();
     for path in kept_audit_files(audit_path) {
-        let Ok(file) = fs::File::open(&path) else {
-            continue;
-        };
-        for line in io::BufReader::new(read_audit_file(file, &path))
-            .split(b'\n')
-            .map_while(Result::ok)
-        {
+        let file = fs::File::open(&path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        for line in io::BufReader::new(read_audit_file(file, &path)).split(b'\n') {
+            let line =
+                line.map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
             for d in digests_named(&line) {
                 if known.contains(&d) {
                     found.insert(d);
                 }
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The digests of the texts the kept robots store entries are in force by.
+fn kept_entry_digests(dir: &Path) -> HashSet<Digest> {
+    let mut found = HashSet::new();
+    let Ok(subs) = fs::read_dir(dir.join("entries")) else {
+        return found;
+    };
+    for sub in subs.flatten() {
+        let Ok(files) = fs::read_dir(sub.path()) else {
+            continue;
+        };
+        for file in files.flatten() {
+            let kept = fs::read(file.path())
+                .ok()
+                .and_then(|b| serde_json::from_slice::<KeptEntry>(&b).ok());
+            if let Some(d) = kept.and_then(|k| k.sha256).and_then(|s| Digest::parse(&s)) {
+                found.insert(d);
             }
         }
     }
@@ -630,7 +703,9 @@ fn create_private_dir(dir: &Path) -> io::Result<()> {
 /// (0600), so a reader never sees a partial file.
 fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp{}.{n}", std::process::id()));
     let result = (|| {
         let mut f = fs::OpenOptions::new()
             .write(true)

@@ -724,8 +724,8 @@ impl RobotsCache {
     /// falls back to.
     async fn restore(self: &Arc<Self>, origin: &Origin) -> Option<Arc<Entry>> {
         let archive = self.archive.clone()?;
-        let (key, agents) = (origin.to_string(), self.agents());
-        tokio::task::spawn_blocking(move || restore(&archive, &key, &agents))
+        let (key, agents, settings) = (origin.to_string(), self.agents(), self.settings.clone());
+        tokio::task::spawn_blocking(move || restore(&archive, &key, &agents, &settings))
             .await
             .ok()
             .flatten()
@@ -843,7 +843,16 @@ fn kept_from(origin: &str, entry: &Entry) -> Option<KeptEntry> {
 /// `origin`'s entry as the archive kept it, compiled for `agents`, with
 /// its times carried over to this process's clock. `None` when none is
 /// kept or it cannot be read back whole.
-fn restore(archive: &Archive, origin: &str, agents: &[Arc<str>]) -> Option<Entry> {
+/// The time left is never more than the settings in force now allow (a
+/// lowered `robots.max_ttl` applies to kept entries too, and a clock that
+/// was ahead when an entry was kept gives it no more time), and a stale
+/// copy older than `robots.stale_max` is not restored.
+fn restore(
+    archive: &Archive,
+    origin: &str,
+    agents: &[Arc<str>],
+    settings: &CacheSettings,
+) -> Option<Entry> {
     let (kept, text) = archive.load_entry(origin)?;
     let reason = || kept.reason.clone().unwrap_or_default();
     let compiled = || {
@@ -868,9 +877,19 @@ fn restore(archive: &Archive, origin: &str, agents: &[Arc<str>]) -> Option<Entry
     let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
     let fetched_at = at(kept.fetched_at_ms);
     let age = now_w.duration_since(fetched_at).unwrap_or_default();
-    let left = at(kept.expires_at_ms)
+    if matches!(state, State::Stale { .. }) && age > settings.stale_max {
+        return None;
+    }
+    let stored = at(kept.expires_at_ms)
         .duration_since(now_w)
         .unwrap_or_default();
+    let left = match state {
+        // A file's life since it was fetched stays within max_ttl.
+        State::Fresh(_) | State::AllowAll { .. } => {
+            stored.min(settings.max_ttl.saturating_sub(age))
+        }
+        _ => stored.min(settings.unreachable_retry),
+    };
     Some(Entry {
         state,
         status: kept.status,
@@ -992,6 +1011,74 @@ mod tests {
 
     fn origin(i: usize) -> Origin {
         Origin::new(Scheme::Http, &format!("host{i}.example"), None).expect("origin")
+    }
+
+    #[tokio::test]
+    async fn a_kept_entry_is_restored_within_the_ttl_in_force_now() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let archive =
+            Archive::open(dir.path(), 1 << 20, &dir.path().join("audit.jsonl")).expect("archive");
+        let text = b"User-agent: *\nDisallow: /private\n";
+        let digest = Digest::of(text);
+        let now = SystemTime::now();
+        archive.keep_text(
+            "http://a.example",
+            Some(200),
+            &Default::default(),
+            text,
+            digest,
+            now,
+        );
+        let ms = |t: SystemTime| {
+            t.duration_since(SystemTime::UNIX_EPOCH)
+                .expect("epoch")
+                .as_millis() as u64
+        };
+        let kept = |state: &str, sha: Option<Digest>, expires_in: Duration| KeptEntry {
+            origin: "http://a.example".into(),
+            state: state.into(),
+            reason: Some("why".into()),
+            status: Some(200),
+            fetched_at_ms: ms(now),
+            expires_at_ms: ms(now + expires_in),
+            sha256: sha.map(|d| d.to_string()),
+            failures: 0,
+        };
+        let agents: Vec<Arc<str>> = vec!["bot".into()];
+        let mut settings = CacheSettings {
+            capacity: 10,
+            default_ttl: Duration::from_secs(3600),
+            min_ttl: Duration::from_secs(1),
+            max_ttl: Duration::from_secs(24 * 3600),
+            unreachable_retry: Duration::from_secs(60),
+            stale_max: Duration::from_secs(3600),
+            max_bytes: 1 << 20,
+            agents: agents.iter().map(|a| a.to_string()).collect(),
+        };
+        // Kept for a day; the operator lowered max_ttl to 10 minutes.
+        archive.save_entry(&kept("fresh", Some(digest), Duration::from_secs(24 * 3600)));
+        settings.max_ttl = Duration::from_secs(600);
+        let entry = restore(&archive, "http://a.example", &agents, &settings).expect("restored");
+        assert!(matches!(entry.state, State::Fresh(_)));
+        assert!(entry.expires <= Instant::now() + Duration::from_secs(600));
+        assert!(entry.expires > Instant::now() + Duration::from_secs(590));
+        // An unreachable origin is asked again within unreachable_retry.
+        archive.save_entry(&kept("disallow_all", None, Duration::from_secs(24 * 3600)));
+        let entry = restore(&archive, "http://a.example", &agents, &settings).expect("restored");
+        assert!(entry.expires <= Instant::now() + Duration::from_secs(60));
+        // A stale copy older than stale_max is not restored.
+        settings.stale_max = Duration::ZERO;
+        let mut old = kept("stale", Some(digest), Duration::from_secs(60));
+        old.fetched_at_ms -= 10_000;
+        archive.save_entry(&old);
+        assert!(restore(&archive, "http://a.example", &agents, &settings).is_none());
+        // Its text gone, a fresh entry is not restored either.
+        archive.save_entry(&kept(
+            "fresh",
+            Some(Digest::of(b"other")),
+            Duration::from_secs(60),
+        ));
+        assert!(restore(&archive, "http://a.example", &agents, &settings).is_none());
     }
 
     fn robots(rules: usize) -> Robots {

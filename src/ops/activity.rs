@@ -399,7 +399,9 @@ impl Activity {
             let Some(at) = parse_time(&l.time) else {
                 continue;
             };
-            if at < oldest {
+            // A 407 is audited but was never judged: not a decision here,
+            // as it is not counted live either.
+            if at < oldest || l.decision == "auth_required" {
                 continue;
             }
             let refusal = Refusal {
@@ -446,7 +448,17 @@ fn parse_time(text: &str) -> Option<u64> {
 /// The time of a line as the audit log writes it (`{"time":"…",`),
 /// without parsing the rest.
 fn line_time(line: &[u8]) -> Option<u64> {
-    let rest = line.strip_prefix(b"{\"time\":\"")?;
+    // A chained line starts with its `seq`.
+    let line = match line.strip_prefix(b"{\"seq\":") {
+        Some(rest) => {
+            let comma = memchr::memchr(b',', rest)?;
+            &rest[comma..]
+        }
+        None => line,
+    };
+    let rest = line
+        .strip_prefix(b"{\"time\":\"")
+        .or_else(|| line.strip_prefix(b",\"time\":\""))?;
     let end = memchr::memchr(b'"', rest)?;
     parse_time(std::str::from_utf8(&rest[..end]).ok()?)
 }

@@ -12,7 +12,7 @@ pub(crate) mod upgrade;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::header::{HeaderValue, PROXY_AUTHORIZATION, VIA};
 use http::{Method, Request, Response, StatusCode};
@@ -157,6 +157,8 @@ pub struct Proxy {
     cache: Option<crate::response_cache::ResponseCache>,
     /// Requests in flight per client address (`max_requests_per_client`).
     client_slots: Arc<slots::ClientSlots>,
+    /// When a request without credentials was last audited, per address.
+    challenged: std::sync::Mutex<lru::LruCache<std::net::IpAddr, Instant>>,
     /// `Via` value, with an instance id used for loop detection.
     via: HeaderValue,
     instance: String,
@@ -198,6 +200,9 @@ impl Proxy {
             settings: RwLock::new(Arc::new(settings)),
             cache: None,
             client_slots: slots::ClientSlots::new(usize::MAX),
+            challenged: std::sync::Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(4096).unwrap_or(std::num::NonZeroUsize::MIN),
+            )),
             via,
             instance,
         }
@@ -236,6 +241,24 @@ impl Proxy {
             Ok(mut s) => *s = Arc::new(settings),
             Err(poisoned) => *poisoned.into_inner() = Arc::new(settings),
         }
+    }
+
+    /// True unless a request without credentials from `ip` was audited in
+    /// the last minute (the addresses remembered are bounded).
+    fn first_challenge_in_a_while(&self, ip: std::net::IpAddr) -> bool {
+        let mut seen = self
+            .challenged
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now = Instant::now();
+        if seen
+            .get(&ip)
+            .is_some_and(|at| now.duration_since(*at) < Duration::from_secs(60))
+        {
+            return false;
+        }
+        seen.put(ip, now);
+        true
     }
 
     /// True if the request already passed through this proxy instance.
@@ -307,8 +330,14 @@ impl Proxy {
                     }
                     _ => (None, "no proxy credentials"),
                 };
-                // The 407 is audited like any refusal (fail closed).
-                self.record_unjudged(client, user, req, "auth_required", reason)?;
+                // The 407 is audited like any refusal (fail closed). A
+                // request without credentials (the first step of Basic
+                // authentication, and not throttled) at most once a minute
+                // per address, so it cannot fill the disk.
+                let missing = matches!(outcome, AuthOutcome::Missing);
+                if !missing || self.first_challenge_in_a_while(client.ip()) {
+                    self.record_unjudged(client, user, req, "auth_required", reason)?;
+                }
                 Err(Answer::new(
                     Outcome::Refused,
                     crate::admit::challenge_response(respond::full(

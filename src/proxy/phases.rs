@@ -135,6 +135,35 @@ impl Forwarded {
     }
 }
 
+/// A request's URL for an audit line when nothing was judged: without
+/// any `user:password@` it may carry, at most 2 KiB.
+fn unjudged_url(uri: &http::Uri) -> String {
+    let mut url = String::new();
+    if let Some(scheme) = uri.scheme_str() {
+        url.push_str(scheme);
+        url.push_str("://");
+    }
+    if let Some(authority) = uri.authority() {
+        let host = authority.as_str();
+        url.push_str(host.rsplit_once('@').map_or(host, |(_, h)| h));
+    }
+    if let Some(pq) = uri.path_and_query()
+        && uri.scheme().is_some()
+    {
+        url.push_str(pq.as_str());
+    } else if uri.authority().is_none() {
+        url.push_str(uri.path());
+    }
+    if url.len() > 2048 {
+        let mut end = 2048;
+        while !url.is_char_boundary(end) {
+            end -= 1;
+        }
+        url.truncate(end);
+    }
+    url
+}
+
 /// How a request with this decision is counted.
 pub(crate) fn outcome_of(decision: &Decision) -> Outcome {
     match decision {
@@ -156,6 +185,10 @@ pub(crate) enum Recorded {
     Request,
     /// A blind tunnel: recorded even when allowed, as its paths go unchecked.
     Tunnel,
+    /// A request recorded once already, now with its final decision (a
+    /// refusal at connect time, the response's own usage preference):
+    /// counted once on the charts, under its first decision.
+    Again,
 }
 
 impl Proxy {
@@ -208,7 +241,13 @@ impl Proxy {
         reason: String,
     ) -> Answer {
         judgement.decision = Decision::Refused { reason };
-        self.record_blocked(caller, ua, judgement, method)
+        match self.record(caller, ua, judgement, method, Recorded::Again) {
+            Err(answer) => answer,
+            Ok(()) => Answer::new(
+                Outcome::Refused,
+                respond::refused(&judgement.decision.reason()),
+            ),
+        }
     }
 
     /// [`Proxy::record`] with what the response cache did, for the line.
@@ -249,8 +288,10 @@ impl Proxy {
                 self.metrics.audit_write_failure();
                 return Err(Answer::audit_unavailable());
             }
-            self.activity.record(&record);
-        } else {
+            if what != Recorded::Again {
+                self.activity.record(&record);
+            }
+        } else if what != Recorded::Again {
             self.activity.count(judgement.decision.name());
         }
         if blocked {
@@ -273,7 +314,7 @@ impl Proxy {
         decision: &str,
         reason: &str,
     ) -> Result<(), Answer> {
-        let url = req.uri().to_string();
+        let url = unjudged_url(req.uri());
         let record = Record::unjudged(
             client,
             user,
@@ -309,5 +350,23 @@ impl Proxy {
     /// request hyper could not parse and answered itself.
     pub(super) fn count(&self, outcome: Outcome) {
         self.metrics.request(outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unjudged_url;
+
+    #[test]
+    fn an_unjudged_url_drops_credentials_and_is_bounded() {
+        let url = |s: &str| unjudged_url(&s.parse().expect("uri"));
+        assert_eq!(
+            url("http://user:pw@a.example:8080/p?q=1"),
+            "http://a.example:8080/p?q=1"
+        );
+        assert_eq!(url("a.example:443"), "a.example:443");
+        assert_eq!(url("/origin-form"), "/origin-form");
+        let long = format!("http://a.example/{}", "x".repeat(5000));
+        assert_eq!(url(&long).len(), 2048);
     }
 }

@@ -512,8 +512,7 @@ impl Proxy {
                 judged.usage = Some(note);
                 // The annotation is evidence: recorded whatever log_all.
                 let ua = ctx.client_ua.as_ref();
-                if let Err(refusal) =
-                    self.record(ctx.caller, ua, &judged, method, Recorded::Request)
+                if let Err(refusal) = self.record(ctx.caller, ua, &judged, method, Recorded::Again)
                 {
                     return refusal;
                 }
@@ -529,7 +528,7 @@ impl Proxy {
                     ctx.client_ua.as_ref(),
                     &judged,
                     method,
-                    Recorded::Request,
+                    Recorded::Again,
                 ) {
                     Err(blocked) => blocked,
                     Ok(()) => Answer::new(Outcome::Refused, respond::refused("usage preference")),
