@@ -219,12 +219,19 @@ fn text_table(
     Ok(())
 }
 
-/// A CSV field, quoted when it must be (RFC 4180).
+/// A CSV field, quoted when it must be (RFC 4180). A field a spreadsheet
+/// would run as a formula (`=`, `+`, `-`, `@` first: a user name or URL
+/// from the log is the client's own text) gets a `'` in front.
 fn field(text: &str) -> String {
+    let text: std::borrow::Cow<'_, str> = if text.starts_with(['=', '+', '-', '@']) {
+        format!("'{text}").into()
+    } else {
+        text.into()
+    };
     if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {
-        text.to_owned()
+        text.into_owned()
     }
 }
 
@@ -320,4 +327,17 @@ fn json(r: &Report, out: &mut dyn Write) -> io::Result<()> {
         .collect();
     serde_json::to_writer_pretty(&mut *out, &doc).map_err(io::Error::other)?;
     writeln!(out)
+}
+
+#[cfg(test)]
+mod csv_tests {
+    use super::field;
+
+    #[test]
+    fn fields_a_spreadsheet_would_run_are_defused() {
+        assert_eq!(field("=HYPERLINK(\"x\")"), "\"'=HYPERLINK(\"\"x\"\")\"");
+        assert_eq!(field("@user"), "'@user");
+        assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("plain"), "plain");
+    }
 }
