@@ -14,6 +14,9 @@
 //!
 //! Every Redis call is bounded by `timeout`; when Redis is down or slow
 //! the caller falls back to the local schedule or refuses, as configured.
+//! During an outage one booking per [`RETRY_EVERY`] tries Redis again; the
+//! others fall back at once, so a Redis that does not answer at all costs
+//! most requests nothing, not the timeout each.
 //! A slot booked on Redis is not given back if the client gives up while
 //! held (the polite direction).
 //!
@@ -22,11 +25,15 @@
 //! Cluster (the keys carry a hash tag, `{name}`, so a cluster would keep
 //! one fleet's keys on one shard; only a single URL is accepted today).
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::time::Instant;
+
+/// During an outage, how often a booking tries Redis again.
+pub const RETRY_EVERY: Duration = Duration::from_secs(1);
 
 /// Books the next slot of KEYS[1]. ARGV: interval, max_wait, max_queue
 /// (microseconds, microseconds, count; max_queue 0: no bound). Returns
@@ -95,6 +102,8 @@ pub struct Fleet {
     on_unavailable: OnUnavailable,
     /// Whether the last call failed: one warning per outage.
     down: AtomicBool,
+    /// During an outage, when Redis is next tried.
+    retry_at: Mutex<Option<Instant>>,
     unavailable: AtomicU64,
 }
 
@@ -119,6 +128,7 @@ impl Fleet {
             timeout: settings.timeout,
             on_unavailable: settings.on_unavailable,
             down: AtomicBool::new(false),
+            retry_at: Mutex::new(None),
             unavailable: AtomicU64::new(0),
         })
     }
@@ -161,6 +171,18 @@ impl Fleet {
         max_wait: Duration,
         max_queue: usize,
     ) -> Result<Booking, Unavailable> {
+        if self.down.load(Ordering::Relaxed) {
+            let mut retry_at = self.retry_at.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            match *retry_at {
+                Some(at) if now < at => {
+                    self.unavailable.fetch_add(1, Ordering::Relaxed);
+                    return Err(Unavailable);
+                }
+                // This booking tries; the others keep falling back.
+                _ => *retry_at = Some(now + RETRY_EVERY),
+            }
+        }
         let call = async {
             let mut conn = self.connection()?;
             self.script
@@ -190,6 +212,8 @@ impl Fleet {
             }
             Err(error) => {
                 self.unavailable.fetch_add(1, Ordering::Relaxed);
+                *self.retry_at.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some(Instant::now() + RETRY_EVERY);
                 if !self.down.swap(true, Ordering::Relaxed) {
                     tracing::warn!(%error, on_unavailable = ?self.on_unavailable,
                         "fleet: Redis unavailable: Crawl-delay no longer shared");

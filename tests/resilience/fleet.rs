@@ -26,6 +26,11 @@ impl Redis {
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
+        Redis::start_on(port).await
+    }
+
+    /// Starts one on `port` (a restart on the same address).
+    async fn start_on(port: u16) -> Option<Redis> {
         let child = match Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -201,6 +206,51 @@ async fn redis_stopped_mid_run_books_locally() {
             "{path}: took {took} s"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_shares_again_once_redis_is_back() {
+    let Some(mut redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let nodes = proxies(
+        1,
+        Some(fleet(
+            &redis,
+            Duration::from_millis(300),
+            FleetOnUnavailable::Refuse,
+        )),
+    )
+    .await;
+    assert_eq!(nodes[0].get(&origin.url("/a")).await.status, 200);
+    let port = redis.port;
+    redis.stop();
+    assert_eq!(nodes[0].get(&origin.url("/b")).await.status, 503);
+    // Redis back (empty): within a retry period or two, bookings go to
+    // it again and the key is there.
+    let redis = Redis::start_on(port).await.expect("restarted");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut i = 0;
+    loop {
+        i += 1;
+        let r = nodes[0].get(&origin.url(&format!("/c{i}"))).await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert!(Instant::now() < deadline, "Redis not used again");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let key = format!(
+        "robots-proxy:{{test}}:http://{} robots-proxy:next",
+        origin.addr
+    );
+    assert_eq!(
+        redis.command(&["EXISTS", &key]).await.ok(),
+        Some(redis::Value::Int(1)),
+        "{key}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
