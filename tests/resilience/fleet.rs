@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use robots_proxy::config::{FleetConfig, FleetOnUnavailable};
 
-use crate::support::{Origin, Proxy};
+use crate::support::{Origin, Proxy, admin, metric};
 
 /// A `redis-server` child on a free loopback port, killed when dropped.
 struct Redis {
@@ -105,6 +105,7 @@ async fn proxies(n: usize, fleet: Option<FleetConfig>) -> Vec<Proxy> {
         let fleet = fleet.clone();
         all.push(
             Proxy::start_with(move |c| {
+                admin(c);
                 c.politeness.max_wait = Duration::from_secs(30);
                 c.fleet = fleet;
             })
@@ -206,6 +207,12 @@ async fn redis_stopped_mid_run_books_locally() {
             "{path}: took {took} s"
         );
     }
+    let text = nodes[0].metrics().await;
+    assert_eq!(
+        metric(&text, "robots_proxy_fleet_unavailable_total"),
+        Some(2.0),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
