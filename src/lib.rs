@@ -25,13 +25,15 @@ pub(crate) mod upstream;
 pub use app::App;
 
 /// What `examples/cache_memory` measures (the robots store and the gate
-/// at scale) and builds them from: not an interface of the crate.
+/// at scale) and builds them from, and the fleet's booking that the fleet
+/// tests time: not an interface of the crate.
 #[doc(hidden)]
 pub mod measure {
     pub use crate::http::destination::Policy;
     pub use crate::http::origin::{Origin, Scheme};
     pub use crate::judge::Gate;
     pub use crate::judge::fetch::FetchSettings;
+    pub use crate::judge::fleet::{Booking, Fleet, FleetSettings, OnUnavailable};
     pub use crate::judge::store::{CacheSettings, RobotsCache};
     pub use crate::upstream::tls::client_config;
     pub use crate::upstream::{ClientSettings, build_client};

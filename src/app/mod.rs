@@ -19,6 +19,7 @@ use crate::judge::Gate;
 use crate::judge::archive::Archive;
 use crate::judge::fetch::{Concluded, FetchSettings};
 use crate::judge::fetch_budget::FetchBudget;
+use crate::judge::fleet::Fleet;
 use crate::judge::politeness::Politeness;
 use crate::judge::store::{CacheSettings, RobotsCache};
 use crate::ops::audit::{AuditLog, SigningKey, chain};
@@ -41,6 +42,8 @@ pub enum StartError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    #[error("key `fleet.redis`: {0}")]
+    Fleet(String),
     #[error("key `audit.signing_key`: {0}")]
     AuditKey(#[from] crate::ops::audit::KeyError),
     #[error("TLS: {0}")]
@@ -135,7 +138,18 @@ pub(crate) fn settings_from(
         Some(prev) if prev.politeness_config == pconf => prev.politeness.clone(),
         _ => Arc::new(Politeness::new(pconf.clone())),
     };
+    // Set at start only: a reload keeps the running fleet.
+    let fleet = match previous {
+        Some(prev) => prev.fleet.clone(),
+        None => match &config.fleet {
+            Some(f) => Some(Arc::new(
+                Fleet::new(&f.settings()).map_err(|e| StartError::Fleet(e.to_string()))?,
+            )),
+            None => None,
+        },
+    };
     Ok(Settings {
+        fleet,
         agent: config.agent_token(),
         agent_map: config
             .agents
@@ -499,13 +513,34 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
     "log.level",
 ];
 
+/// `[fleet]` as configured (`None` without the table).
+fn fleet(config: &Config) -> Option<&crate::config::FleetConfig> {
+    config.fleet.as_ref()
+}
+
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 39] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 43] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
     [
         (old.listen != new.listen, "listen"),
+        (
+            fleet(old).map(|f| &f.redis) != fleet(new).map(|f| &f.redis),
+            "fleet.redis",
+        ),
+        (
+            fleet(old).map(|f| &f.name) != fleet(new).map(|f| &f.name),
+            "fleet.name",
+        ),
+        (
+            fleet(old).map(|f| &f.timeout) != fleet(new).map(|f| &f.timeout),
+            "fleet.timeout",
+        ),
+        (
+            fleet(old).map(|f| &f.on_unavailable) != fleet(new).map(|f| &f.on_unavailable),
+            "fleet.on_unavailable",
+        ),
         (old.workers != new.workers, "workers"),
         (
             old.max_connections != new.max_connections,

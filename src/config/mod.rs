@@ -84,6 +84,9 @@ pub struct Config {
     pub log: LogConfig,
     pub cache: CacheConfig,
     pub usage: UsageConfig,
+    /// Fleet mode: a Crawl-delay schedule shared through Redis; off
+    /// without the table.
+    pub fleet: Option<FleetConfig>,
     /// For tests only, not read from files: addresses the destination
     /// policy counts as public, so a loopback origin can stand for a
     /// public one while `allow_private_destinations` is off.
@@ -285,6 +288,55 @@ pub enum PolitenessMode {
     Reject,
 }
 
+/// `[fleet]`: proxies sharing one Redis keep one Crawl-delay schedule per
+/// origin and agent.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetConfig {
+    /// One Redis URL (a list for Redis Cluster is not supported yet).
+    pub redis: String,
+    /// Key namespace: the fleet's name.
+    pub name: String,
+    /// Longest a request waits on Redis.
+    #[serde(deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// When Redis is unavailable: book locally, or refuse (503).
+    pub on_unavailable: FleetOnUnavailable,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FleetOnUnavailable {
+    Local,
+    Refuse,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            redis: "redis://127.0.0.1:6379/0".into(),
+            name: "default".into(),
+            timeout: Duration::from_millis(50),
+            on_unavailable: FleetOnUnavailable::Local,
+        }
+    }
+}
+
+impl FleetConfig {
+    pub(crate) fn settings(&self) -> crate::judge::fleet::FleetSettings {
+        use crate::judge::fleet::{FleetSettings, OnUnavailable};
+        FleetSettings {
+            redis: self.redis.clone(),
+            name: self.name.clone(),
+            timeout: self.timeout,
+            on_unavailable: match self.on_unavailable {
+                FleetOnUnavailable::Local => OnUnavailable::Local,
+                FleetOnUnavailable::Refuse => OnUnavailable::Refuse,
+            },
+        }
+    }
+}
+
 /// Crawl-delay enforcement.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -441,6 +493,7 @@ impl Default for Config {
             log: LogConfig::default(),
             cache: CacheConfig::default(),
             usage: UsageConfig::default(),
+            fleet: None,
             treat_as_public: Vec::new(),
         }
     }

@@ -4,6 +4,7 @@
 pub(crate) mod archive;
 pub mod fetch;
 pub(crate) mod fetch_budget;
+pub mod fleet;
 pub mod politeness;
 pub mod store;
 
@@ -153,6 +154,10 @@ impl Decision {
                 "user request quota (max_rps): next request allowed in {:.3} s",
                 retry_after.as_secs_f64()
             ),
+            Decision::RateLimited {
+                limit: Limit::FleetUnavailable,
+                ..
+            } => "the fleet's shared Crawl-delay schedule (Redis) is unavailable".into(),
             Decision::Refused { reason } => reason.clone(),
             Decision::BadGateway { reason } => format!("upstream TLS failed: {reason}"),
             Decision::BadRequest { reason } => reason.clone(),
@@ -186,6 +191,9 @@ pub enum Limit {
     CrawlDelay,
     /// The proxy user's `max_rps`.
     UserQuota,
+    /// The fleet's shared Crawl-delay schedule (Redis) is unavailable and
+    /// `fleet.on_unavailable = "refuse"`: 503.
+    FleetUnavailable,
 }
 
 /// A decision with everything needed to explain it.

@@ -27,6 +27,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use lru::LruCache;
+
+use super::fleet::{Booking, Fleet, OnUnavailable, Unavailable};
 use tokio::time::Instant;
 
 /// Default cap on an honoured `Crawl-delay`.
@@ -86,6 +88,15 @@ impl Default for PolitenessSettings {
 pub struct RateLimited {
     /// Time until a slot is (or would be) free.
     pub retry_after: Duration,
+}
+
+/// Why a request may not go now on a fleet's schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotNow {
+    /// Over `max_wait` or `max_queue` (or early in Reject mode).
+    Limited(RateLimited),
+    /// Redis unavailable and `fleet.on_unavailable = "refuse"`.
+    FleetUnavailable,
 }
 
 impl RateLimited {
@@ -223,6 +234,48 @@ impl Politeness {
         tokio::time::sleep_until(slot).await;
         held.done = true;
         Ok(slot - now)
+    }
+
+    /// Like [`Politeness::acquire`], on the fleet's shared schedule: books
+    /// on Redis, then sleeps for the wait. When Redis is unavailable the
+    /// local schedule is used, or the request refused, as the fleet is
+    /// configured; `unavailable` is called then (for a metric). With no
+    /// interval, Redis is not contacted.
+    pub async fn acquire_in_fleet(
+        &self,
+        fleet: &Fleet,
+        key: &str,
+        crawl_delay: Option<f64>,
+        unavailable: &(dyn Fn() + Sync),
+    ) -> Result<Duration, NotNow> {
+        let Some(interval) = self.effective_interval(crawl_delay) else {
+            return Ok(Duration::ZERO);
+        };
+        let (max_wait, max_queue) = match self.mode {
+            Mode::Delay {
+                max_wait,
+                max_queue,
+            } => (max_wait, max_queue),
+            Mode::Reject => (Duration::ZERO, 0),
+        };
+        match fleet.book(key, interval, max_wait, max_queue).await {
+            Ok(Booking::Wait(wait)) => {
+                if !wait.is_zero() {
+                    tracing::debug!(key, wait = %format_args!("{:.2} s", wait.as_secs_f64()),
+                        "held for a fleet Crawl-delay slot");
+                    tokio::time::sleep(wait).await;
+                }
+                Ok(wait)
+            }
+            Ok(Booking::Refused(wait)) => Err(NotNow::Limited(RateLimited { retry_after: wait })),
+            Err(Unavailable) => match (unavailable(), fleet.on_unavailable()).1 {
+                OnUnavailable::Local => self
+                    .acquire(key, crawl_delay)
+                    .await
+                    .map_err(NotNow::Limited),
+                OnUnavailable::Refuse => Err(NotNow::FleetUnavailable),
+            },
+        }
     }
 
     /// The interval in force for `key` and how long until its next free

@@ -255,6 +255,8 @@ struct Inner {
     audit_write_failures: Counter,
     politeness_hold: Histogram,
     politeness_waiting: Gauge,
+    /// Fleet bookings that found Redis unavailable.
+    fleet_unavailable: Counter,
     /// robots.txt fetch budget: KiB in use, most ever in use.
     fetch_budget: (Gauge, Gauge),
     /// The response cache whose counters are exposed, once attached.
@@ -375,6 +377,13 @@ impl Metrics {
             politeness_waiting.clone(),
         );
 
+        let fleet_unavailable = Counter::default();
+        registry.register(
+            "robots_proxy_fleet_unavailable",
+            "Crawl-delay bookings that found the fleet's Redis unavailable (booked locally or refused)",
+            fleet_unavailable.clone(),
+        );
+
         let budget_family = Family::<Labels1, Gauge>::default();
         let fetch_budget = (
             budget_family.get_or_create_owned(&[("state", "in_use")]),
@@ -406,6 +415,7 @@ impl Metrics {
                 audit_write_failures,
                 politeness_hold,
                 politeness_waiting,
+                fleet_unavailable,
                 fetch_budget,
                 response_cache,
             }),
@@ -471,6 +481,11 @@ impl Metrics {
         ConnectionGuard {
             gauge: self.inner.politeness_waiting.clone(),
         }
+    }
+
+    /// Counts a fleet booking that found Redis unavailable.
+    pub(crate) fn fleet_unavailable(&self) {
+        self.inner.fleet_unavailable.inc();
     }
 
     /// Requests held for their Crawl-delay slot now.

@@ -77,6 +77,9 @@ pub struct Settings {
     pub politeness: Arc<Politeness>,
     /// What `politeness` was built from (kept across reloads when unchanged).
     pub(crate) politeness_config: crate::judge::politeness::PolitenessSettings,
+    /// `[fleet]`: the shared Crawl-delay schedule, if configured (set at
+    /// start, kept by reloads).
+    pub(crate) fleet: Option<Arc<crate::judge::fleet::Fleet>>,
 }
 
 /// The request header that adds purposes for one request (removed before

@@ -13,6 +13,7 @@ use super::phases::{Answer, Caller, Forwarded, Outcome, Recorded};
 use super::{CONTENT_USAGE, PURPOSE_HEADER, Proxy, Settings, forward, respond, upgrade};
 use crate::http::body::Body;
 use crate::http::origin::Origin;
+use crate::judge::politeness::NotNow;
 use crate::judge::{Decision, Judgement, Limit, UsageMode};
 use crate::response_cache::{CacheOutcome, Completed, Lookup, Pending, ResponseCache};
 
@@ -283,12 +284,31 @@ impl Proxy {
         }
         let key = judgement.politeness_key();
         let _waiting = self.metrics.politeness_waiting();
-        match politeness.acquire(&key, judgement.crawl_delay).await {
+        let acquired = match &ctx.settings.fleet {
+            Some(fleet) => {
+                politeness
+                    .acquire_in_fleet(fleet, &key, judgement.crawl_delay, &|| {
+                        self.metrics.fleet_unavailable()
+                    })
+                    .await
+            }
+            None => politeness
+                .acquire(&key, judgement.crawl_delay)
+                .await
+                .map_err(NotNow::Limited),
+        };
+        match acquired {
             Ok(waited) => ctx.held = waited,
-            Err(limited) => {
+            Err(NotNow::Limited(limited)) => {
                 judgement.decision = Decision::RateLimited {
                     retry_after: limited.retry_after,
                     limit: Limit::CrawlDelay,
+                };
+            }
+            Err(NotNow::FleetUnavailable) => {
+                judgement.decision = Decision::RateLimited {
+                    retry_after: Duration::from_secs(1),
+                    limit: Limit::FleetUnavailable,
                 };
             }
         }

@@ -215,11 +215,20 @@ pub(crate) fn blocked(j: &Judgement) -> Response<Body> {
             "robots.txt unreachable: all paths disallowed until it can be fetched",
             Some(*retry_after),
         ),
+        Decision::RateLimited {
+            retry_after,
+            limit: Limit::FleetUnavailable,
+        } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Not forwarded: the fleet's shared Crawl-delay schedule (Redis) is unavailable; retry shortly",
+            Some(*retry_after),
+        ),
         Decision::RateLimited { retry_after, limit } => (
             StatusCode::TOO_MANY_REQUESTS,
             match limit {
                 Limit::CrawlDelay => "Held back by Crawl-delay",
                 Limit::UserQuota => "Over this user's request quota (max_rps)",
+                Limit::FleetUnavailable => "Fleet schedule unavailable",
             },
             Some(*retry_after),
         ),

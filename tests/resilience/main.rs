@@ -1,6 +1,7 @@
 //! Resilience: load with faulty origins, hostile clients and origins,
 //! floods of wrong passwords and of `100 Continue`, running out of file
-//! descriptors, robots.txt outages and the robots.txt fetch budget.
+//! descriptors, robots.txt outages, the robots.txt fetch budget and a
+//! fleet's shared Redis coming and going.
 //!
 //! `load_fault` checks this process's resident memory after its run: keep
 //! tests that hold much memory for long out of this binary.
@@ -10,6 +11,7 @@ mod support;
 
 mod auth_flood;
 mod descriptor_budget;
+mod fleet;
 mod hostile_clients;
 mod informational_flood;
 mod load_fault;

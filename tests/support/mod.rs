@@ -140,6 +140,8 @@ pub struct Origin {
     pub versions: Arc<Mutex<Vec<http::Version>>>,
     /// Connections accepted.
     pub connections: Arc<std::sync::atomic::AtomicUsize>,
+    /// Path and query of every request, with when its headers arrived.
+    pub arrivals: Arc<Mutex<Vec<(String, std::time::Instant)>>>,
 }
 
 impl Origin {
@@ -168,21 +170,27 @@ impl Origin {
         let v = versions.clone();
         let connections: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
         let accepted = connections.clone();
+        let arrivals: Arc<Mutex<Vec<(String, std::time::Instant)>>> = Arc::default();
+        let arrived = arrivals.clone();
         let addr = serve_tcp(move |stream| {
             accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let (r, h, s) = (r.clone(), h.clone(), s.clone());
             let v = v.clone();
+            let a = arrived.clone();
             let tls = tls.clone();
             async move {
                 let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
                     let (r, h, s) = (r.clone(), h.clone(), s.clone());
                     v.lock().expect("versions").push(req.version());
+                    let at = std::time::Instant::now();
+                    let a = a.clone();
                     async move {
                         let key = req
                             .uri()
                             .path_and_query()
                             .map(|p| p.as_str().to_string())
                             .unwrap_or_default();
+                        a.lock().expect("arrivals").push((key.clone(), at));
                         h.add(&key);
                         s.lock().expect("seen").push(req.headers().clone());
                         let reply = {
@@ -235,6 +243,7 @@ impl Origin {
             seen_headers: seen,
             versions,
             connections,
+            arrivals,
         }
     }
 
