@@ -1,8 +1,10 @@
 //! The vocabulary every layer speaks: origins, bodies, headers and the
-//! destination policy (which addresses the proxy may reach).
+//! destination policy (which addresses the proxy may reach); and the
+//! private files every layer that keeps state writes.
 
 pub(crate) mod body;
 pub mod destination;
+pub(crate) mod files;
 pub(crate) mod headers;
 pub mod origin;
 pub(crate) mod text;

@@ -33,6 +33,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use crate::http::files::{create_private_dir, write_atomically};
+
 /// The SHA-256 of a robots.txt text.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Digest(pub [u8; 32]);
@@ -254,7 +256,7 @@ impl Archive {
                 // New (or its metadata was lost): the text first, checked
                 // against its name when read back.
                 create_private_dir(text_path.parent().unwrap_or(&self.dir))?;
-                write_atomically(&text_path, text)?;
+                write_atomically(&text_path, text, 0o600)?;
                 added += text.len() as u64;
                 Meta {
                     sha256: digest.to_string(),
@@ -296,7 +298,7 @@ impl Archive {
         }
         let old_len = fs::metadata(&meta_path).map_or(0, |m| m.len());
         let json = serde_json::to_vec_pretty(&meta).map_err(io::Error::other)?;
-        write_atomically(&meta_path, &json)?;
+        write_atomically(&meta_path, &json, 0o600)?;
         added += json.len() as u64;
         state.bytes = state.bytes.saturating_add(added).saturating_sub(old_len);
         state.last.put(origin.to_string(), Last::Text(digest));
@@ -328,7 +330,7 @@ impl Archive {
             .map_err(io::Error::other)
             .and_then(|json| {
                 create_private_dir(path.parent().unwrap_or(&self.dir))?;
-                write_atomically(&path, &json)
+                write_atomically(&path, &json, 0o600)
             });
         if let Err(e) = saved {
             tracing::warn!(path = %path.display(), error = %e,
@@ -688,39 +690,6 @@ fn digests_named(line: &[u8]) -> impl Iterator<Item = Digest> + '_ {
         let hex = line.get(start..start + 64)?;
         Digest::parse(std::str::from_utf8(hex).ok()?)
     })
-}
-
-/// A directory only the proxy's user can read (0700), with its parents.
-fn create_private_dir(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-}
-
-/// Writes `bytes` to `path` by a temporary file beside it renamed over it
-/// (0600), so a reader never sees a partial file.
-fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = path.with_extension(format!("tmp{}.{n}", std::process::id()));
-    let result = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_data()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
 }
 
 fn append(path: &Path, bytes: &[u8]) -> io::Result<()> {

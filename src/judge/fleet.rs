@@ -25,7 +25,7 @@
 //! Cluster (the keys carry a hash tag, `{name}`, so a cluster would keep
 //! one fleet's keys on one shard; only a single URL is accepted today).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -104,7 +104,6 @@ pub struct Fleet {
     down: AtomicBool,
     /// During an outage, when Redis is next tried.
     retry_at: Mutex<Option<Instant>>,
-    unavailable: AtomicU64,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -129,17 +128,11 @@ impl Fleet {
             on_unavailable: settings.on_unavailable,
             down: AtomicBool::new(false),
             retry_at: Mutex::new(None),
-            unavailable: AtomicU64::new(0),
         })
     }
 
     pub fn on_unavailable(&self) -> OnUnavailable {
         self.on_unavailable
-    }
-
-    /// Bookings that found Redis unavailable, since start.
-    pub fn unavailable_total(&self) -> u64 {
-        self.unavailable.load(Ordering::Relaxed)
     }
 
     /// The Redis key of a politeness key (`"<origin> <agent>"`).
@@ -175,10 +168,7 @@ impl Fleet {
             let mut retry_at = self.retry_at.lock().unwrap_or_else(PoisonError::into_inner);
             let now = Instant::now();
             match *retry_at {
-                Some(at) if now < at => {
-                    self.unavailable.fetch_add(1, Ordering::Relaxed);
-                    return Err(Unavailable);
-                }
+                Some(at) if now < at => return Err(Unavailable),
                 // This booking tries; the others keep falling back.
                 _ => *retry_at = Some(now + RETRY_EVERY),
             }
@@ -196,7 +186,10 @@ impl Fleet {
         let result = match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
+            Err(_) => Err(format!(
+                "no answer within {}",
+                humantime::format_duration(self.timeout)
+            )),
         };
         match result {
             Ok((booked, wait)) => {
@@ -211,11 +204,14 @@ impl Fleet {
                 })
             }
             Err(error) => {
-                self.unavailable.fetch_add(1, Ordering::Relaxed);
                 *self.retry_at.lock().unwrap_or_else(PoisonError::into_inner) =
                     Some(Instant::now() + RETRY_EVERY);
                 if !self.down.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(%error, on_unavailable = ?self.on_unavailable,
+                    let on_unavailable = match self.on_unavailable {
+                        OnUnavailable::Local => "local",
+                        OnUnavailable::Refuse => "refuse",
+                    };
+                    tracing::warn!(%error, on_unavailable,
                         "fleet: Redis unavailable: Crawl-delay no longer shared");
                 }
                 Err(Unavailable)

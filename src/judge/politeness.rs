@@ -268,13 +268,16 @@ impl Politeness {
                 Ok(wait)
             }
             Ok(Booking::Refused(wait)) => Err(NotNow::Limited(RateLimited { retry_after: wait })),
-            Err(Unavailable) => match (unavailable(), fleet.on_unavailable()).1 {
-                OnUnavailable::Local => self
-                    .acquire(key, crawl_delay)
-                    .await
-                    .map_err(NotNow::Limited),
-                OnUnavailable::Refuse => Err(NotNow::FleetUnavailable),
-            },
+            Err(Unavailable) => {
+                unavailable();
+                match fleet.on_unavailable() {
+                    OnUnavailable::Local => self
+                        .acquire(key, crawl_delay)
+                        .await
+                        .map_err(NotNow::Limited),
+                    OnUnavailable::Refuse => Err(NotNow::FleetUnavailable),
+                }
+            }
         }
     }
 

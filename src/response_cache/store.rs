@@ -66,6 +66,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::Stats;
 use super::body::{self, READ_CHUNK};
 use crate::http::body::{Body, full_body};
+use crate::http::files::create_private_dir;
 
 /// Object key: SHA-256 of the key text (primary key and Vary'd values).
 pub(crate) type ObjKey = [u8; 32];
@@ -400,15 +401,6 @@ pub(crate) struct Store {
 /// user only, as the CA's key is.
 const FILE_MODE: u32 = 0o600;
 const DIR_MODE: u32 = 0o700;
-
-/// Creates `dir` and its missing parents with [`DIR_MODE`].
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(DIR_MODE)
-        .create(dir)
-}
 
 /// Sets [`DIR_MODE`] on an existing directory.
 fn make_private(dir: &Path) -> std::io::Result<()> {

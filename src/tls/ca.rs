@@ -7,8 +7,7 @@
 
 use std::fmt;
 use std::fs;
-use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
@@ -328,50 +327,14 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn create_dir(dir: &Path) -> Result<(), TlsError> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        builder.mode(0o700);
-    }
-    builder.create(dir).map_err(|e| TlsError::io(dir, e))
+    crate::http::files::create_private_dir(dir).map_err(|e| TlsError::io(dir, e))
 }
 
 /// Writes `data` to `path` through a temporary file created with `mode`
 /// (0600 for the key: created that way, never chmod-ed afterwards).
 fn write_atomically(path: &Path, data: &[u8], mode: u32) -> Result<(), TlsError> {
-    let tmp = tmp_path(path);
-    // A leftover from a crash would make create_new fail.
-    let _ = fs::remove_file(&tmp);
-    let result = (|| -> io::Result<()> {
-        let mut opts = fs::OpenOptions::new();
-        opts.write(true).create_new(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            opts.mode(mode);
-        }
-        #[cfg(not(unix))]
-        let _ = mode;
-        let mut file = opts.open(&tmp)?;
-        file.write_all(data)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map_err(|e| TlsError::Io {
+    crate::http::files::write_atomically(path, data, mode).map_err(|e| TlsError::Io {
         path: path.to_owned(),
         source: e,
     })
-}
-
-fn tmp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp{}", std::process::id()))
 }

@@ -4,7 +4,7 @@
 //! `openssl genpkey -algorithm ed25519` is read as well.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use ring::rand::SystemRandom;
@@ -43,7 +43,7 @@ impl SigningKey {
             what: "cannot generate an Ed25519 key".into(),
         })?;
         let text = pem::encode(&pem::Pem::new(PEM_TAG, pkcs8.as_ref()));
-        write_private(path, text.as_bytes()).map_err(io)?;
+        crate::http::files::write_atomically(path, text.as_bytes(), 0o600).map_err(io)?;
         Ok((SigningKey::load(path)?, true))
     }
 
@@ -89,41 +89,6 @@ pub(crate) fn verifies(public: &[u8; 32], message: &[u8], sig: &[u8; 64]) -> boo
     UnparsedPublicKey::new(&ED25519, public)
         .verify(message, sig)
         .is_ok()
-}
-
-/// Writes `data` to `path` through a temporary file created with mode
-/// 0600 (never readable by others, not even for a moment), creating the
-/// directory with mode 0700 if it is missing.
-fn write_private(path: &Path, data: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    if let Some(dir) = path.parent()
-        && !dir.as_os_str().is_empty()
-        && !dir.exists()
-    {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
-    }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    // A leftover from a crash would make create_new fail.
-    let _ = fs::remove_file(&tmp);
-    let result = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        file.write_all(data)?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
 }
 
 #[cfg(test)]
