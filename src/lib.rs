@@ -12,6 +12,7 @@ pub(crate) mod admit;
 pub(crate) mod app;
 pub mod cli;
 pub mod config;
+pub(crate) mod fleet;
 pub(crate) mod http;
 pub(crate) mod judge;
 pub(crate) mod ops;
@@ -29,11 +30,11 @@ pub use app::App;
 /// tests time: not an interface of the crate.
 #[doc(hidden)]
 pub mod measure {
+    pub use crate::fleet::{Booking, Fleet, FleetSettings, OnUnavailable};
     pub use crate::http::destination::Policy;
     pub use crate::http::origin::{Origin, Scheme};
     pub use crate::judge::Gate;
     pub use crate::judge::fetch::FetchSettings;
-    pub use crate::judge::fleet::{Booking, Fleet, FleetSettings, OnUnavailable};
     pub use crate::judge::store::{CacheSettings, RobotsCache};
     pub use crate::upstream::tls::client_config;
     pub use crate::upstream::{ClientSettings, build_client};

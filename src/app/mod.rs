@@ -14,12 +14,12 @@ use tokio::net::TcpListener;
 use crate::admit::{AuthLimits, ClientAcl, ProxyAuth};
 use crate::app::admin::{AdminSettings, AdminState, ProxyView};
 use crate::config::Config;
+use crate::fleet::Fleet;
 use crate::http::destination::Policy;
 use crate::judge::Gate;
 use crate::judge::archive::Archive;
 use crate::judge::fetch::{Concluded, FetchSettings};
 use crate::judge::fetch_budget::FetchBudget;
-use crate::judge::fleet::Fleet;
 use crate::judge::politeness::Politeness;
 use crate::judge::store::{CacheSettings, RobotsCache};
 use crate::ops::audit::{AuditLog, SigningKey, chain};
@@ -143,7 +143,8 @@ pub(crate) fn settings_from(
         Some(prev) => prev.fleet.clone(),
         None => match &config.fleet {
             Some(f) => Some(Arc::new(
-                Fleet::new(&f.settings()).map_err(|e| StartError::Fleet(e.to_string()))?,
+                Fleet::new(&f.settings(config.listen))
+                    .map_err(|e| StartError::Fleet(e.to_string()))?,
             )),
             None => None,
         },
@@ -519,7 +520,7 @@ fn fleet(config: &Config) -> Option<&crate::config::FleetConfig> {
 }
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 43] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 44] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -532,6 +533,10 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 43] {
         (
             fleet(old).map(|f| &f.name) != fleet(new).map(|f| &f.name),
             "fleet.name",
+        ),
+        (
+            fleet(old).map(|f| &f.node) != fleet(new).map(|f| &f.node),
+            "fleet.node",
         ),
         (
             fleet(old).map(|f| &f.timeout) != fleet(new).map(|f| &f.timeout),

@@ -297,6 +297,9 @@ pub struct FleetConfig {
     pub redis: String,
     /// Key namespace: the fleet's name.
     pub name: String,
+    /// This node's name in the fleet (audit lines, `/explain`, heartbeat):
+    /// unique per node. Empty: `<hostname>:<listen port>`.
+    pub node: String,
     /// Longest a request waits on Redis.
     #[serde(deserialize_with = "duration")]
     pub timeout: Duration,
@@ -316,6 +319,7 @@ impl Default for FleetConfig {
         FleetConfig {
             redis: "redis://127.0.0.1:6379/0".into(),
             name: "default".into(),
+            node: String::new(),
             timeout: Duration::from_millis(50),
             on_unavailable: FleetOnUnavailable::Local,
         }
@@ -323,11 +327,24 @@ impl Default for FleetConfig {
 }
 
 impl FleetConfig {
-    pub(crate) fn settings(&self) -> crate::judge::fleet::FleetSettings {
-        use crate::judge::fleet::{FleetSettings, OnUnavailable};
+    /// The fleet's settings; `listen` names the node when `node` is
+    /// empty.
+    pub(crate) fn settings(&self, listen: SocketAddr) -> crate::fleet::FleetSettings {
+        use crate::fleet::{FleetSettings, OnUnavailable};
+        let node = if self.node.is_empty() {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .ok()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "localhost".into());
+            format!("{host}:{}", listen.port())
+        } else {
+            self.node.clone()
+        };
         FleetSettings {
             redis: self.redis.clone(),
             name: self.name.clone(),
+            node,
             timeout: self.timeout,
             on_unavailable: match self.on_unavailable {
                 FleetOnUnavailable::Local => OnUnavailable::Local,
@@ -804,6 +821,19 @@ impl Config {
                 "key `agent`: {:?} has no product token (letters, '-', '_')",
                 self.agent
             ));
+        }
+        if let Some(fleet) = &self.fleet {
+            // Braces would change the keys' Redis Cluster hash tag.
+            for (key, value) in [("fleet.name", &fleet.name), ("fleet.node", &fleet.node)] {
+                if value.contains(['{', '}']) || value.chars().any(char::is_control) {
+                    errors.push(format!(
+                        "key `{key}`: {value:?} may not hold braces or control characters"
+                    ));
+                }
+            }
+            if fleet.name.is_empty() {
+                errors.push("key `fleet.name`: empty".into());
+            }
         }
         for (client, token) in &self.agents {
             if crate::robots::product_token(token).is_empty() {

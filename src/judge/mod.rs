@@ -4,7 +4,6 @@
 pub(crate) mod archive;
 pub mod fetch;
 pub(crate) mod fetch_budget;
-pub mod fleet;
 pub mod politeness;
 pub mod store;
 

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use lru::LruCache;
 
-use super::fleet::{Booking, Fleet, OnUnavailable, Unavailable};
+use crate::fleet::{Booking, Fleet, OnUnavailable, Unavailable};
 use tokio::time::Instant;
 
 /// Default cap on an honoured `Crawl-delay`.

@@ -79,7 +79,7 @@ pub struct Settings {
     pub(crate) politeness_config: crate::judge::politeness::PolitenessSettings,
     /// `[fleet]`: the shared Crawl-delay schedule, if configured (set at
     /// start, kept by reloads).
-    pub(crate) fleet: Option<Arc<crate::judge::fleet::Fleet>>,
+    pub(crate) fleet: Option<Arc<crate::fleet::Fleet>>,
 }
 
 /// The request header that adds purposes for one request (removed before

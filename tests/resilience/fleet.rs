@@ -4,91 +4,12 @@
 //! 503 with `on_unavailable = "refuse"`. A request with no Crawl-delay
 //! makes no Redis call. Skipped, with a message, without `redis-server`.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use robots_proxy::config::{FleetConfig, FleetOnUnavailable};
 
+use crate::support::redis::Redis;
 use crate::support::{Origin, Proxy, admin, metric};
-
-/// A `redis-server` child on a free loopback port, killed when dropped.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    /// Starts one and waits until it answers PING; `None` (with a message)
-    /// when `redis-server` is not installed.
-    async fn start() -> Option<Redis> {
-        // redis-server needs an explicit port: take a free one.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        Redis::start_on(port).await
-    }
-
-    /// Starts one on `port` (a restart on the same address).
-    async fn start_on(port: u16) -> Option<Redis> {
-        let child = match Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-        {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("skipped: redis-server not available ({e})");
-                return None;
-            }
-        };
-        let redis = Redis { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if redis.command(&["PING"]).await.is_ok() {
-                return Some(redis);
-            }
-            assert!(Instant::now() < deadline, "redis-server did not answer");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    async fn command(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
-        let client = redis::Client::open(self.url())?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
-        let mut cmd = redis::cmd(args[0]);
-        for a in &args[1..] {
-            cmd.arg(*a);
-        }
-        cmd.query_async(&mut conn).await
-    }
-
-    /// `INFO commandstats` as text.
-    async fn commandstats(&self) -> String {
-        match self.command(&["INFO", "commandstats"]).await {
-            Ok(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
-            Ok(redis::Value::VerbatimString { text, .. }) => text,
-            other => panic!("INFO: {other:?}"),
-        }
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 fn fleet(redis: &Redis, timeout: Duration, on_unavailable: FleetOnUnavailable) -> FleetConfig {
     FleetConfig {
@@ -96,6 +17,7 @@ fn fleet(redis: &Redis, timeout: Duration, on_unavailable: FleetOnUnavailable) -
         name: "test".into(),
         timeout,
         on_unavailable,
+        ..FleetConfig::default()
     }
 }
 
@@ -250,7 +172,7 @@ async fn the_fleet_shares_again_once_redis_is_back() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let key = format!(
-        "robots-proxy:{{test}}:http://{} robots-proxy:next",
+        "robots-proxy:test:{{http://{}}}:robots-proxy:next",
         origin.addr
     );
     assert_eq!(
@@ -325,6 +247,7 @@ async fn booking_latency_on_loopback_redis() {
     let fleet = Fleet::new(&FleetSettings {
         redis: redis.url(),
         name: "latency".into(),
+        node: "latency-test".into(),
         timeout: Duration::from_secs(1),
         on_unavailable: OnUnavailable::Refuse,
     })

@@ -14,6 +14,7 @@ pub mod events;
 pub mod faulty;
 pub mod nginx;
 pub mod raw;
+pub mod redis;
 pub mod tls;
 pub mod webdriver;
 

@@ -1,0 +1,199 @@
+//! Fleet mode: several proxies sharing one Redis (or a Redis Cluster) act
+//! as one towards every origin: one Crawl-delay schedule per origin and
+//! agent ([`schedule`]), one robots.txt fetch per origin, and limits that
+//! hold across the fleet.
+//!
+//! This module holds what every shared piece of state needs: the
+//! connection, the key names, and [`Fleet::call`], the one way to reach
+//! Redis. Every call is bounded by `timeout`; when Redis is down or slow
+//! the caller falls back to local state or refuses, as configured. During
+//! an outage one call per [`RETRY_EVERY`] tries Redis again; the others
+//! fall back at once, so a Redis that does not answer at all costs most
+//! requests nothing, not the timeout each.
+//!
+//! Every key of one origin carries the origin as its hash tag
+//! (`robots-proxy:<name>:{<origin>}:…`), so a script touches one slot of a
+//! Redis Cluster and origins spread over its shards.
+
+pub mod schedule;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::time::Instant;
+
+pub use schedule::Booking;
+
+/// During an outage, how often a call tries Redis again.
+pub const RETRY_EVERY: Duration = Duration::from_secs(1);
+
+/// What to do when Redis cannot be reached within the timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnUnavailable {
+    /// Go on with this node's own state (as without a fleet).
+    Local,
+    /// Refuse requests whose origin's state cannot be shared (503).
+    Refuse,
+}
+
+/// Fleet settings, from `[fleet]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetSettings {
+    /// `redis://host:port/db`.
+    pub redis: String,
+    /// Key namespace: fleets sharing one Redis keep apart by name.
+    pub name: String,
+    /// This node's name, unique in the fleet.
+    pub node: String,
+    /// Longest any request waits on Redis.
+    pub timeout: Duration,
+    pub on_unavailable: OnUnavailable,
+}
+
+/// Redis did not answer within the timeout, or answered an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unavailable;
+
+/// The fleet's shared state; one per process.
+pub struct Fleet {
+    client: redis::Client,
+    conn: OnceLock<ConnectionManager>,
+    name: String,
+    node: String,
+    timeout: Duration,
+    on_unavailable: OnUnavailable,
+    /// Whether the last call failed: one warning per outage.
+    down: AtomicBool,
+    /// During an outage, when Redis is next tried.
+    retry_at: Mutex<Option<Instant>>,
+    book_script: redis::Script,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("name", &self.name)
+            .field("node", &self.node)
+            .field("timeout", &self.timeout)
+            .field("on_unavailable", &self.on_unavailable)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fleet {
+    /// Parses the URL; nothing is contacted until the first call.
+    pub fn new(settings: &FleetSettings) -> Result<Fleet, redis::RedisError> {
+        Ok(Fleet {
+            client: redis::Client::open(settings.redis.as_str())?,
+            conn: OnceLock::new(),
+            name: settings.name.clone(),
+            node: settings.node.clone(),
+            timeout: settings.timeout,
+            on_unavailable: settings.on_unavailable,
+            down: AtomicBool::new(false),
+            retry_at: Mutex::new(None),
+            book_script: redis::Script::new(schedule::BOOK_SCRIPT),
+        })
+    }
+
+    pub fn on_unavailable(&self) -> OnUnavailable {
+        self.on_unavailable
+    }
+
+    /// This node's name.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The fleet's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Longest any call waits on Redis.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The key `robots-proxy:<name>:{<tag>}:<suffix>`: keys with one tag
+    /// (one origin) are kept on one Redis Cluster slot.
+    pub fn key(&self, tag: &str, suffix: &str) -> String {
+        format!("robots-proxy:{}:{{{tag}}}:{suffix}", self.name)
+    }
+
+    /// Whether Redis answered the last call.
+    pub fn is_reachable(&self) -> bool {
+        !self.down.load(Ordering::Relaxed)
+    }
+
+    fn connection(&self) -> redis::RedisResult<ConnectionManager> {
+        if let Some(c) = self.conn.get() {
+            return Ok(c.clone());
+        }
+        // Reconnects are the manager's; each attempt is bounded anyway by
+        // the timeout around every call.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(1));
+        let c = ConnectionManager::new_lazy_with_config(self.client.clone(), config)?;
+        Ok(self.conn.get_or_init(|| c).clone())
+    }
+
+    /// Runs `call` on a connection to Redis within the timeout. During an
+    /// outage, fails at once except once per [`RETRY_EVERY`]; logs once
+    /// when Redis stops answering and once when it answers again.
+    pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, Unavailable>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        if self.down.load(Ordering::Relaxed) {
+            let mut retry_at = self.retry_at.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            match *retry_at {
+                Some(at) if now < at => return Err(Unavailable),
+                // This call tries; the others keep falling back.
+                _ => *retry_at = Some(now + RETRY_EVERY),
+            }
+        }
+        let work = async { call(self.connection()?).await };
+        let result = match tokio::time::timeout(self.timeout, work).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "no answer within {}",
+                humantime::format_duration(self.timeout)
+            )),
+        };
+        match result {
+            Ok(r) => {
+                if self.down.swap(false, Ordering::Relaxed) {
+                    tracing::info!("fleet: Redis answers again: state shared again");
+                }
+                Ok(r)
+            }
+            Err(error) => {
+                *self.retry_at.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some(Instant::now() + RETRY_EVERY);
+                if !self.down.swap(true, Ordering::Relaxed) {
+                    let on_unavailable = match self.on_unavailable {
+                        OnUnavailable::Local => "local",
+                        OnUnavailable::Refuse => "refuse",
+                    };
+                    tracing::warn!(%error, on_unavailable,
+                        "fleet: Redis unavailable: state no longer shared");
+                }
+                Err(Unavailable)
+            }
+        }
+    }
+}
+
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
