@@ -106,6 +106,16 @@ pub(crate) fn settings_from(
     config: &Config,
     previous: Option<&Settings>,
 ) -> Result<Settings, StartError> {
+    settings_bound(config, previous, config.listen)
+}
+
+/// [`settings_from`] for a proxy listening on `listen`, the address bound
+/// (the fleet's default node name carries its port, not a configured 0).
+fn settings_bound(
+    config: &Config,
+    previous: Option<&Settings>,
+    listen: SocketAddr,
+) -> Result<Settings, StartError> {
     let acl = ClientAcl::new(config.access.allow_clients.iter().map(|n| n.to_string()))?;
     // The per-address allowances survive a reload that keeps the limit;
     // proxy and admin passwords share them (and the verifications running
@@ -143,8 +153,7 @@ pub(crate) fn settings_from(
         Some(prev) => prev.fleet.clone(),
         None => match &config.fleet {
             Some(f) => Some(Arc::new(
-                Fleet::new(&f.settings(config.listen))
-                    .map_err(|e| StartError::Fleet(e.to_string()))?,
+                Fleet::new(&f.settings(listen)).map_err(|e| StartError::Fleet(e.to_string()))?,
             )),
             None => None,
         },
@@ -300,7 +309,13 @@ impl App {
         let ca_dir = config.ca_dir();
         let (ca, created) = Ca::load_or_create(&ca_dir)?;
         let minter = Arc::new(Minter::new(ca, config.tls.leaf_cache)?);
-        let settings = settings_from(&config, None)?;
+        let bound = listener.local_addr().unwrap_or(config.listen);
+        let settings = settings_bound(&config, None, bound)?;
+        if let Some(fleet) = &settings.fleet {
+            metrics.attach_fleet(fleet.clone());
+            tracing::info!(node = fleet.node(), fleet = fleet.name(), "fleet node");
+        }
+        let audit = audit.with_node(settings.fleet.as_ref().map(|f| f.node()));
         let admin_acl = ClientAcl::new(config.admin.allow_clients.iter().map(|n| n.to_string()))
             .map_err(StartError::AdminAcl)?;
         let upstream = crate::upstream::Pool::for_threads(client_settings, config.worker_threads());
@@ -371,6 +386,14 @@ impl App {
             };
             tokio::spawn(crate::app::admin::serve(listener, state, admin_limits))
         });
+        // The fleet's heartbeat (live nodes, and Redis tried again during
+        // an outage): kept across reloads, like the fleet.
+        let heartbeat = self
+            .proxy
+            .settings()
+            .fleet
+            .clone()
+            .map(|fleet| tokio::spawn(fleet.keep_heartbeat()));
         let ready_flag = ready.clone();
         let cut = server::serve(
             self.listener,
@@ -383,6 +406,9 @@ impl App {
         )
         .await;
         if let Some(task) = admin_task {
+            task.abort();
+        }
+        if let Some(task) = heartbeat {
             task.abort();
         }
         cut

@@ -1,7 +1,9 @@
 //! Fleet mode: several proxies sharing one Redis (or a Redis Cluster) act
 //! as one towards every origin: one Crawl-delay schedule per origin and
 //! agent ([`schedule`]), one robots.txt fetch per origin, and limits that
-//! hold across the fleet.
+//! hold across the fleet. Every node writes a heartbeat and keeps the
+//! list of live nodes ([`nodes`]); [`FleetStats`] holds the counters
+//! `/metrics` reads.
 //!
 //! This module holds what every shared piece of state needs: the
 //! connection, the key names, and [`Fleet::call`], the one way to reach
@@ -15,16 +17,18 @@
 //! (`robots-proxy:<name>:{<origin>}:…`), so a script touches one slot of a
 //! Redis Cluster and origins spread over its shards.
 
+pub mod nodes;
 pub mod schedule;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
+pub use nodes::LiveNodes;
 pub use schedule::Booking;
 
 /// During an outage, how often a call tries Redis again.
@@ -70,6 +74,59 @@ pub struct Fleet {
     /// During an outage, when Redis is next tried.
     retry_at: Mutex<Option<Instant>>,
     book_script: redis::Script,
+    heartbeat_script: redis::Script,
+    /// The live nodes as last read by the heartbeat ([`nodes`]).
+    live: Mutex<Arc<LiveNodes>>,
+    stats: FleetStats,
+}
+
+/// Upper bounds (microseconds) of the Redis round-trip histogram:
+/// 100 µs .. 1 s; a last bucket holds the rest.
+pub const ROUND_TRIP_BUCKETS_US: [u64; 12] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
+];
+
+/// The round trips of [`Fleet::call`]: one atomic per bucket, read by
+/// `/metrics` at scrape time. Calls cut off by `timeout` count at the
+/// timeout; calls refused at once during an outage are not round trips.
+#[derive(Debug, Default)]
+pub struct RoundTrips {
+    /// Per bucket (not cumulative); the last one is above every bound.
+    buckets: [AtomicU64; ROUND_TRIP_BUCKETS_US.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl RoundTrips {
+    fn observe(&self, took: Duration) {
+        let us = micros(took);
+        let i = ROUND_TRIP_BUCKETS_US.partition_point(|&b| b < us);
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    /// Counts per bucket (the last above every bound) and the sum in
+    /// microseconds.
+    pub fn snapshot(&self) -> ([u64; ROUND_TRIP_BUCKETS_US.len() + 1], u64) {
+        (
+            std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
+            self.sum_us.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The fleet's counters, cheap to update (atomics), read by `/metrics`.
+#[derive(Debug, Default)]
+pub struct FleetStats {
+    /// Round trips of every call to Redis.
+    pub round_trips: RoundTrips,
+    /// Live nodes as last read (0 until Redis first answered).
+    pub live_nodes: AtomicU64,
+    /// robots.txt fetches this node waited for from another node
+    /// (`robots_proxy_fleet_robots_waited_total`).
+    pub robots_waited: AtomicU64,
+    /// robots.txt fetches this node made for the fleet, under its lease
+    /// (`robots_proxy_fleet_robots_fetched_total`).
+    pub robots_fetched: AtomicU64,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -96,6 +153,9 @@ impl Fleet {
             down: AtomicBool::new(false),
             retry_at: Mutex::new(None),
             book_script: redis::Script::new(schedule::BOOK_SCRIPT),
+            heartbeat_script: redis::Script::new(nodes::HEARTBEAT_SCRIPT),
+            live: Mutex::new(Arc::default()),
+            stats: FleetStats::default(),
         })
     }
 
@@ -127,6 +187,11 @@ impl Fleet {
     /// Whether Redis answered the last call.
     pub fn is_reachable(&self) -> bool {
         !self.down.load(Ordering::Relaxed)
+    }
+
+    /// The fleet's counters, for `/metrics`.
+    pub fn stats(&self) -> &FleetStats {
+        &self.stats
     }
 
     fn connection(&self) -> redis::RedisResult<ConnectionManager> {
@@ -162,7 +227,10 @@ impl Fleet {
             }
         }
         let work = async { call(self.connection()?).await };
-        let result = match tokio::time::timeout(self.timeout, work).await {
+        let started = Instant::now();
+        let answered = tokio::time::timeout(self.timeout, work).await;
+        self.stats.round_trips.observe(started.elapsed());
+        let result = match answered {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!(
@@ -196,4 +264,28 @@ impl Fleet {
 
 pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_fall_in_their_bucket() {
+        let r = RoundTrips::default();
+        for us in [0, 100, 101, 50_000, 1_000_000, 1_000_001, 10_000_000] {
+            r.observe(Duration::from_micros(us));
+        }
+        let (buckets, _) = r.snapshot();
+        assert_eq!(buckets[0], 2, "0 and 100 µs: le 100 µs");
+        assert_eq!(buckets[1], 1);
+        assert_eq!(buckets[8], 1, "50 ms");
+        assert_eq!(buckets[11], 1, "1 s");
+        assert_eq!(buckets[12], 2, "above every bound");
+        assert_eq!(buckets.iter().sum::<u64>(), 7);
+    }
+}
+
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

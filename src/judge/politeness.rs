@@ -18,13 +18,30 @@
 //! is full of still-active keys is an active one evicted, which is counted
 //! in [`Politeness::evicted_active`] since it may let that key's next request
 //! through early.
+//!
+//! In a fleet the schedule is Redis's ([`crate::fleet::schedule`]). When
+//! Redis cannot be reached and `fleet.on_unavailable = "local"`, a node of
+//! N live nodes keeps the interval across the fleet by booking only its own
+//! slots of a wall-clock schedule interleaved by rank ([`interleaved_slot`]):
+//! with interval I and rank k (0-based, by sorted node name, from the last
+//! list the heartbeat read), slot starts m·I of Unix time with
+//! m ≡ k (mod N), each at most once. One node's requests are then N·I
+//! apart and two nodes' at least I apart, **up to clock skew**: the nodes'
+//! wall clocks are assumed NTP-synchronised, and the gap between two nodes'
+//! requests shrinks by at most the skew between their clocks (typically
+//! well under 10 ms on NTP; a node whose clock is off by more than the
+//! interval breaks the guarantee for its neighbours). Lists that differ
+//! between nodes (a node joined or died within a heartbeat or three of the
+//! outage) may give two nodes one rank; a node alone (N = 1, or no list
+//! ever read) uses the plain local schedule.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::num::NonZeroUsize;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use lru::LruCache;
 
@@ -131,6 +148,10 @@ pub struct Politeness {
     shards: Box<[Shard]>,
     hasher: RandomState,
     evicted_active: AtomicU64,
+    /// The interleaved fallback's state, made on the first fleet outage:
+    /// per key the start of this node's last slot (µs of Unix time).
+    interleaved: OnceLock<Mutex<LruCache<Box<str>, u64>>>,
+    max_tracked: NonZeroUsize,
 }
 
 /// A request waiting for its slot: the slot is given back if it is dropped
@@ -175,6 +196,8 @@ impl Politeness {
             shards,
             hasher: RandomState::new(),
             evicted_active: AtomicU64::new(0),
+            interleaved: OnceLock::new(),
+            max_tracked: NonZeroUsize::new(max_tracked).unwrap_or(NonZeroUsize::MIN),
         }
     }
 
@@ -271,14 +294,103 @@ impl Politeness {
             Err(Unavailable) => {
                 unavailable();
                 match fleet.on_unavailable() {
-                    OnUnavailable::Local => self
-                        .acquire(key, crawl_delay)
-                        .await
-                        .map_err(NotNow::Limited),
+                    OnUnavailable::Local => {
+                        let live = fleet.live_nodes();
+                        let nodes = live.count();
+                        if nodes <= 1 {
+                            self.acquire(key, crawl_delay)
+                                .await
+                                .map_err(NotNow::Limited)
+                        } else {
+                            self.acquire_interleaved(key, interval, nodes, live.rank)
+                                .await
+                                .map_err(NotNow::Limited)
+                        }
+                    }
                     OnUnavailable::Refuse => Err(NotNow::FleetUnavailable),
                 }
             }
         }
+    }
+
+    /// The fleet's local fallback with `nodes` live nodes: books this
+    /// node's next slot of the interleaved wall-clock schedule (see the
+    /// module documentation) and sleeps until it starts. `max_wait` and
+    /// `max_queue` apply as on the local schedule, with this node's own
+    /// spacing (`nodes` × `interval`) as the interval for `max_queue`; in
+    /// `Mode::Reject` only a slot starting now would do, so requests are
+    /// refused with the time to this node's next slot. A slot is not given
+    /// back if the client gives up while held (as on Redis).
+    async fn acquire_interleaved(
+        &self,
+        key: &str,
+        interval: Duration,
+        nodes: usize,
+        rank: usize,
+    ) -> Result<Duration, RateLimited> {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(crate::fleet::micros)
+            .unwrap_or(0);
+        let slot = self.reserve_interleaved(key, interval, nodes, rank, now)?;
+        let wait = Duration::from_micros(slot.saturating_sub(now));
+        if !wait.is_zero() {
+            tracing::debug!(key, nodes, rank, wait = %format_args!("{:.2} s", wait.as_secs_f64()),
+                "held for this node's interleaved Crawl-delay slot (fleet unavailable)");
+            tokio::time::sleep(wait).await;
+        }
+        Ok(wait)
+    }
+
+    /// Reserves this node's next interleaved slot for `key` at `now` (µs
+    /// of Unix time) and returns its start, or refuses (nothing stored).
+    fn reserve_interleaved(
+        &self,
+        key: &str,
+        interval: Duration,
+        nodes: usize,
+        rank: usize,
+        now: u64,
+    ) -> Result<u64, RateLimited> {
+        let spacing = interval.saturating_mul(u32::try_from(nodes).unwrap_or(u32::MAX));
+        let mut map = self
+            .interleaved
+            .get_or_init(|| Mutex::new(LruCache::new(self.max_tracked)))
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let last = map.get(key).copied();
+        let slot = interleaved_slot(
+            now,
+            crate::fleet::micros(interval),
+            nodes as u64,
+            rank as u64,
+            last,
+        );
+        let wait = Duration::from_micros(slot.saturating_sub(now));
+        let allowed = match self.mode {
+            Mode::Reject => wait.is_zero(),
+            // Each request held on this node waits one `spacing` more.
+            Mode::Delay {
+                max_wait,
+                max_queue,
+            } => {
+                wait <= max_wait
+                    && (max_queue == 0
+                        || wait
+                            <= spacing.saturating_mul(u32::try_from(max_queue).unwrap_or(u32::MAX)))
+            }
+        };
+        if !allowed {
+            return Err(RateLimited { retry_after: wait });
+        }
+        if let Some(used) = map.get_mut(key) {
+            *used = slot;
+        } else if let Some((_, evicted)) = map.push(key.into(), slot)
+            && evicted > now
+        {
+            self.evicted_active.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(slot)
     }
 
     /// The interval in force for `key` and how long until its next free
@@ -439,6 +551,30 @@ impl Politeness {
     }
 }
 
+/// The start (µs of Unix time) of this node's next slot on the
+/// interleaved wall-clock schedule: the first m·`interval` with
+/// m ≡ `rank` (mod `nodes`) that is not before `now` and, when this node
+/// last used the slot starting at `last`, not before `last + interval`
+/// (so each slot is used at most once, and a changed interval applies from
+/// the previous slot). Pure arithmetic on microseconds; `nodes` and
+/// `interval` of 0 are taken as 1.
+pub(crate) fn interleaved_slot(
+    now: u64,
+    interval: u64,
+    nodes: u64,
+    rank: u64,
+    last: Option<u64>,
+) -> u64 {
+    let interval = interval.max(1);
+    let nodes = nodes.max(1);
+    let mut m = now.div_ceil(interval);
+    if let Some(last) = last {
+        m = m.max(last.saturating_add(interval).div_ceil(interval));
+    }
+    m = m.saturating_add((rank % nodes + nodes - m % nodes) % nodes);
+    m.saturating_mul(interval)
+}
+
 /// The key of one Crawl-delay schedule: an origin and the robots agent
 /// its requests are judged as. Used as the `&str` it derefs to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -575,6 +711,113 @@ mod tests {
         // b's next free slot is four intervals on, less the time passed.
         assert!(busy[0].2 > Duration::from_secs(39) && busy[0].2 <= Duration::from_secs(40));
         assert_eq!(pol.busiest(10).len(), 3);
+    }
+
+    const S: u64 = 1_000_000;
+
+    #[test]
+    fn interleaved_slots_belong_to_their_rank() {
+        // Three nodes, 1 s: node k takes the slots starting k, k+3, k+6 … s.
+        for k in 0..3 {
+            assert_eq!(interleaved_slot(0, S, 3, k, None), k * S);
+        }
+        // Just after a slot start: the next one of this rank.
+        assert_eq!(interleaved_slot(1, S, 3, 0, None), 3 * S);
+        assert_eq!(interleaved_slot(1, S, 3, 1, None), S);
+        // Exactly on one of its own slots: that one, no wait.
+        assert_eq!(interleaved_slot(6 * S, S, 3, 0, None), 6 * S);
+        // Each slot once: after using 6 s, node 0's next is 9 s.
+        assert_eq!(interleaved_slot(6 * S, S, 3, 0, Some(6 * S)), 9 * S);
+        // A booked slot still ahead counts: the next one is N intervals on.
+        assert_eq!(interleaved_slot(S, S, 3, 0, Some(9 * S)), 12 * S);
+        // One node: every slot is its own.
+        assert_eq!(interleaved_slot(S + 1, S, 1, 0, None), 2 * S);
+        // A longer interval applies from the last slot, not only the lattice.
+        let next = interleaved_slot(3 * S, 3 * S / 2, 3, 0, Some(3 * S));
+        assert!(next >= 3 * S + 3 * S / 2, "{next}");
+        assert_eq!(next % (3 * S / 2), 0);
+        assert_eq!((next / (3 * S / 2)) % 3, 0);
+        // Zeros are taken as 1, and nothing overflows.
+        assert_eq!(interleaved_slot(5, 0, 0, 7, None), 5);
+        let far = interleaved_slot(u64::MAX - 10, S, 3, 2, Some(u64::MAX - 10));
+        assert!(far >= u64::MAX - S * 4);
+    }
+
+    #[test]
+    fn interleaved_nodes_keep_the_interval_between_them() {
+        // Three nodes booking at pseudo-random moments, each as often as it
+        // may: the union of their slots never has two closer than I, and
+        // each node's own are N·I apart.
+        let (i, n) = (700_000u64, 3u64);
+        let mut all = Vec::new();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for k in 0..n {
+            let mut last = None;
+            let mut now = 1_764_000_000 * S;
+            let mut mine = Vec::new();
+            for _ in 0..200 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                now += seed % (3 * i);
+                let slot = interleaved_slot(now, i, n, k, last);
+                assert!(slot >= now);
+                assert_eq!((slot / i) % n, k);
+                last = Some(slot);
+                mine.push(slot);
+            }
+            for w in mine.windows(2) {
+                assert!(w[1] >= w[0] + n * i, "{w:?}");
+            }
+            all.extend(mine);
+        }
+        all.sort_unstable();
+        for w in all.windows(2) {
+            assert!(w[1] >= w[0] + i, "{w:?}");
+        }
+    }
+
+    #[test]
+    fn interleaved_booking_keeps_max_wait_and_max_queue() {
+        let pol = p(
+            Mode::Delay {
+                max_wait: Duration::from_secs(5),
+                max_queue: 0,
+            },
+            None,
+        );
+        let i = Duration::from_secs(1);
+        let now = 10 * S;
+        // Node 1 of 3: 10 s is its own; then 13 s; 16 s is past max_wait.
+        assert_eq!(pol.reserve_interleaved("k", i, 3, 1, now), Ok(10 * S));
+        assert_eq!(pol.reserve_interleaved("k", i, 3, 1, now), Ok(13 * S));
+        assert_eq!(
+            pol.reserve_interleaved("k", i, 3, 1, now),
+            Err(RateLimited {
+                retry_after: Duration::from_secs(6)
+            })
+        );
+        // Nothing was stored by the refusal.
+        assert_eq!(pol.reserve_interleaved("k", i, 3, 1, 13 * S), Ok(16 * S));
+        // max_queue counts this node's own spacing (N·I) per held request.
+        let queued = p(
+            Mode::Delay {
+                max_wait: Duration::from_secs(600),
+                max_queue: 1,
+            },
+            None,
+        );
+        assert_eq!(queued.reserve_interleaved("k", i, 3, 0, 1), Ok(3 * S));
+        assert!(queued.reserve_interleaved("k", i, 3, 0, 1).is_err());
+        // Reject: only a slot starting now.
+        let reject = p(Mode::Reject, None);
+        assert_eq!(reject.reserve_interleaved("k", i, 2, 0, 4 * S), Ok(4 * S));
+        assert_eq!(
+            reject.reserve_interleaved("k", i, 2, 0, 4 * S),
+            Err(RateLimited {
+                retry_after: Duration::from_secs(2)
+            })
+        );
     }
 
     #[test]

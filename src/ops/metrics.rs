@@ -6,15 +6,23 @@
 //! `Family` hash map or its lock.
 
 use std::fmt;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::fleet::{Fleet, ROUND_TRIP_BUCKETS_US};
 
 /// `Content-Type` for the body returned by [`Metrics::encode`].
 pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -261,6 +269,8 @@ struct Inner {
     fetch_budget: (Gauge, Gauge),
     /// The response cache whose counters are exposed, once attached.
     response_cache: Arc<OnceLock<crate::response_cache::ResponseCache>>,
+    /// The fleet whose state is exposed, once attached.
+    fleet: Arc<OnceLock<Arc<Fleet>>>,
 }
 
 impl fmt::Debug for Metrics {
@@ -399,6 +409,10 @@ impl Metrics {
         registry.register_collector(Box::new(crate::response_cache::CacheCollector::new(
             response_cache.clone(),
         )));
+        let fleet = Arc::new(OnceLock::new());
+        registry.register_collector(Box::new(FleetCollector {
+            fleet: fleet.clone(),
+        }));
 
         Metrics {
             inner: Arc::new(Inner {
@@ -418,6 +432,7 @@ impl Metrics {
                 fleet_unavailable,
                 fetch_budget,
                 response_cache,
+                fleet,
             }),
         }
     }
@@ -513,6 +528,12 @@ impl Metrics {
         let _ = self.inner.response_cache.set(cache);
     }
 
+    /// Exposes the fleet's state (`robots_proxy_fleet_reachable`, its
+    /// round trips, live nodes and shared robots.txt fetches).
+    pub fn attach_fleet(&self, fleet: Arc<Fleet>) {
+        let _ = self.inner.fleet.set(fleet);
+    }
+
     /// The whole registry in the OpenMetrics text format (ends with `# EOF`);
     /// serve it with [`CONTENT_TYPE`].
     pub(crate) fn encode(&self) -> String {
@@ -521,6 +542,82 @@ impl Metrics {
         // metric's own encoder, and a partial page is better than none.
         let _ = encode(&mut out, &self.inner.registry);
         out
+    }
+}
+
+/// Encodes the fleet's state at each scrape, read from the fleet's own
+/// atomics (nothing without a fleet): the request path pays one atomic add
+/// per Redis call, no lock and no registry.
+struct FleetCollector {
+    fleet: Arc<OnceLock<Arc<Fleet>>>,
+}
+
+impl fmt::Debug for FleetCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FleetCollector").finish_non_exhaustive()
+    }
+}
+
+impl Collector for FleetCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        let Some(fleet) = self.fleet.get() else {
+            return Ok(());
+        };
+        let stats = fleet.stats();
+        let count = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        let gauges: [(&str, &str, u64); 2] = [
+            (
+                "robots_proxy_fleet_reachable",
+                "Whether the fleet's Redis answered the last call (1) or not (0)",
+                u64::from(fleet.is_reachable()),
+            ),
+            (
+                "robots_proxy_fleet_live_nodes",
+                "Nodes of the fleet with a heartbeat in Redis within the last 3 seconds, as last read (kept during an outage)",
+                count(&stats.live_nodes),
+            ),
+        ];
+        for (name, help, v) in gauges {
+            let gauge = ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX));
+            let m = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            gauge.encode(m)?;
+        }
+        let counters: [(&str, &str, u64); 2] = [
+            (
+                "robots_proxy_fleet_robots_waited",
+                "robots.txt fetches this node waited for from another node of the fleet",
+                count(&stats.robots_waited),
+            ),
+            (
+                "robots_proxy_fleet_robots_fetched",
+                "robots.txt fetches this node made for the fleet (under the fleet's lease)",
+                count(&stats.robots_fetched),
+            ),
+        ];
+        for (name, help, v) in counters {
+            let counter = ConstCounter::new(v);
+            let m = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            counter.encode(m)?;
+        }
+        let (per_bucket, sum_us) = stats.round_trips.snapshot();
+        let bounds = ROUND_TRIP_BUCKETS_US
+            .iter()
+            .map(|&us| us as f64 / 1e6)
+            .chain(std::iter::once(f64::INFINITY));
+        let buckets: Vec<(f64, u64)> = bounds.zip(per_bucket).collect();
+        let mut m = encoder.encode_descriptor(
+            "robots_proxy_fleet_round_trip_seconds",
+            "Time of each call to the fleet's Redis, to its answer (calls cut off by fleet.timeout count at the timeout)",
+            None,
+            MetricType::Histogram,
+        )?;
+        m.encode_histogram::<NoLabelSet>(
+            sum_us as f64 / 1e6,
+            per_bucket.iter().sum(),
+            &buckets,
+            None,
+        )?;
+        Ok(())
     }
 }
 
@@ -726,5 +823,60 @@ mod tests {
             sample(&t, "robots_proxy_upstream_latency_seconds_count"),
             Some(3.0)
         );
+    }
+
+    #[tokio::test]
+    async fn the_fleet_is_exposed_once_attached() {
+        use crate::fleet::{FleetSettings, OnUnavailable};
+        let m = Metrics::new();
+        assert!(!m.encode().contains("robots_proxy_fleet_reachable"));
+        // Nothing listens on port 1: the call fails at once.
+        let fleet = Arc::new(
+            Fleet::new(&FleetSettings {
+                redis: "redis://127.0.0.1:1/0".into(),
+                name: "t".into(),
+                node: "n1".into(),
+                timeout: Duration::from_secs(2),
+                on_unavailable: OnUnavailable::Local,
+            })
+            .expect("fleet"),
+        );
+        fleet
+            .stats()
+            .robots_waited
+            .fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+        m.attach_fleet(fleet.clone());
+        let t = m.encode();
+        assert_eq!(sample(&t, "robots_proxy_fleet_reachable"), Some(1.0), "{t}");
+        assert_eq!(sample(&t, "robots_proxy_fleet_live_nodes"), Some(0.0));
+        assert_eq!(
+            sample(&t, "robots_proxy_fleet_robots_waited_total"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(&t, "robots_proxy_fleet_robots_fetched_total"),
+            Some(0.0)
+        );
+        assert_eq!(
+            sample(&t, "robots_proxy_fleet_round_trip_seconds_count"),
+            Some(0.0)
+        );
+        assert!(fleet.heartbeat().await.is_err());
+        let t = m.encode();
+        assert_eq!(sample(&t, "robots_proxy_fleet_reachable"), Some(0.0), "{t}");
+        assert_eq!(
+            sample(&t, "robots_proxy_fleet_round_trip_seconds_count"),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &t,
+                "robots_proxy_fleet_round_trip_seconds_bucket{le=\"+Inf\"}"
+            ),
+            Some(1.0),
+            "{t}"
+        );
+        assert!(t.contains("robots_proxy_fleet_round_trip_seconds_bucket{le=\"0.0001\"}"));
+        assert!(t.ends_with("# EOF\n"));
     }
 }

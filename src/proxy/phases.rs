@@ -284,6 +284,7 @@ impl Proxy {
             );
             record.user_agent = ua.and_then(|v| v.to_str().ok());
             record.cache = cache;
+            record.node = self.audit.node();
             if self.audit.write(&record).is_err() {
                 self.metrics.audit_write_failure();
                 return Err(Answer::audit_unavailable());
@@ -315,7 +316,7 @@ impl Proxy {
         reason: &str,
     ) -> Result<(), Answer> {
         let url = unjudged_url(req.uri());
-        let record = Record::unjudged(
+        let mut record = Record::unjudged(
             client,
             user,
             req.method().as_str(),
@@ -326,6 +327,7 @@ impl Proxy {
             decision,
             reason,
         );
+        record.node = self.audit.node();
         if !self.audit.is_writable() {
             return Err(Answer::audit_unavailable());
         }

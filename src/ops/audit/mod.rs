@@ -43,6 +43,10 @@ use checkpoint::Reason;
 pub(crate) struct Record<'a> {
     /// RFC 3339, UTC.
     pub(crate) time: String,
+    /// The fleet node that wrote the line (`fleet.node`); absent without
+    /// a fleet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) node: Option<&'a str>,
     pub(crate) client: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) user: Option<&'a str>,
@@ -105,6 +109,7 @@ impl<'a> Record<'a> {
         );
         Record {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            node: None,
             client: client.to_string(),
             user,
             method,
@@ -155,6 +160,7 @@ impl<'a> Record<'a> {
     ) -> Record<'a> {
         Record {
             time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            node: None,
             client: client.to_string(),
             user,
             method,
@@ -186,6 +192,8 @@ pub struct AuditLog {
     log_all: AtomicBool,
     /// Signs checkpoints, when configured.
     key: Option<SigningKey>,
+    /// This node's name in a fleet, for every record's `node`.
+    node: Option<Box<str>>,
 }
 
 /// The open file, the chain's head, and when the file was last checked
@@ -324,6 +332,7 @@ impl AuditLog {
             healthy: AtomicBool::new(true),
             log_all: AtomicBool::new(log_all),
             key,
+            node: None,
         };
         {
             let mut state = log.lock();
@@ -338,6 +347,17 @@ impl AuditLog {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Names this node (a fleet's `fleet.node`) in the records written.
+    pub(crate) fn with_node(mut self, node: Option<&str>) -> AuditLog {
+        self.node = node.map(Box::from);
+        self
+    }
+
+    /// This node's name in a fleet, for a record's `node`.
+    pub(crate) fn node(&self) -> Option<&str> {
+        self.node.as_deref()
     }
 
     /// Whether allowed requests are logged too.

@@ -9,6 +9,7 @@ use super::{AuditLog, Record, SigningKey};
 fn record(url: &str) -> Record<'_> {
     Record {
         time: "2026-11-22T01:13:45.336Z".into(),
+        node: None,
         client: "127.0.0.1:4711".into(),
         user: None,
         method: "GET",
