@@ -121,6 +121,8 @@ pub struct FleetStats {
     pub round_trips: RoundTrips,
     /// Live nodes as last read (0 until Redis first answered).
     pub live_nodes: AtomicU64,
+    /// When Redis last answered (µs of Unix time; 0: never).
+    pub answered_at: AtomicU64,
     /// robots.txt fetches this node waited for from another node
     /// (`robots_proxy_fleet_robots_waited_total`).
     pub robots_waited: AtomicU64,
@@ -194,6 +196,22 @@ impl Fleet {
         &self.stats
     }
 
+    /// The earliest a node's first slot of the interleaved fallback may
+    /// start (µs of Unix time) for `interval`: one interval after the
+    /// latest a shared slot booked without a queue can lie, i.e. after
+    /// Redis last answered this node, plus a heartbeat period (another
+    /// node may have booked since) and the timeout. 0 when Redis never
+    /// answered.
+    pub fn interleave_from(&self, interval: Duration) -> u64 {
+        match self.stats.answered_at.load(Ordering::Relaxed) {
+            0 => 0,
+            at => at
+                .saturating_add(micros(nodes::HEARTBEAT_EVERY))
+                .saturating_add(micros(self.timeout))
+                .saturating_add(micros(interval)),
+        }
+    }
+
     fn connection(&self) -> redis::RedisResult<ConnectionManager> {
         if let Some(c) = self.conn.get() {
             return Ok(c.clone());
@@ -230,6 +248,11 @@ impl Fleet {
         let started = Instant::now();
         let answered = tokio::time::timeout(self.timeout, work).await;
         self.stats.round_trips.observe(started.elapsed());
+        if matches!(answered, Ok(Ok(_))) {
+            self.stats
+                .answered_at
+                .store(now_micros(), Ordering::Relaxed);
+        }
         let result = match answered {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(e.to_string()),
@@ -266,6 +289,18 @@ pub(crate) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// Microseconds of Unix time, now (0 before 1970).
+pub(crate) fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map(micros)
+        .unwrap_or(0)
+}
+
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,8 +319,4 @@ mod tests {
         assert_eq!(buckets[12], 2, "above every bound");
         assert_eq!(buckets.iter().sum::<u64>(), 7);
     }
-}
-
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

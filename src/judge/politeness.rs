@@ -34,6 +34,15 @@
 //! between nodes (a node joined or died within a heartbeat or three of the
 //! outage) may give two nodes one rank; a node alone (N = 1, or no list
 //! ever read) uses the plain local schedule.
+//!
+//! The switch: slots booked on Redis before the outage are not known
+//! locally, so a node's first interleaved slot starts no earlier than one
+//! interval after the latest an unqueued shared slot can lie
+//! ([`Fleet::interleave_from`]: when Redis last answered, plus a heartbeat
+//! period and the timeout). Requests already held on Redis for slots
+//! further ahead (a queue at the moment Redis went) keep them and may come
+//! closer than the interval to interleaved ones; likewise requests held
+//! for interleaved slots when Redis comes back.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -41,7 +50,7 @@ use std::num::NonZeroUsize;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use lru::LruCache;
 
@@ -302,7 +311,8 @@ impl Politeness {
                                 .await
                                 .map_err(NotNow::Limited)
                         } else {
-                            self.acquire_interleaved(key, interval, nodes, live.rank)
+                            let from = fleet.interleave_from(interval);
+                            self.acquire_interleaved(key, interval, (nodes, live.rank), from)
                                 .await
                                 .map_err(NotNow::Limited)
                         }
@@ -325,14 +335,11 @@ impl Politeness {
         &self,
         key: &str,
         interval: Duration,
-        nodes: usize,
-        rank: usize,
+        (nodes, rank): (usize, usize),
+        from: u64,
     ) -> Result<Duration, RateLimited> {
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(crate::fleet::micros)
-            .unwrap_or(0);
-        let slot = self.reserve_interleaved(key, interval, nodes, rank, now)?;
+        let now = crate::fleet::now_micros();
+        let slot = self.reserve_interleaved(key, interval, (nodes, rank), now.max(from), now)?;
         let wait = Duration::from_micros(slot.saturating_sub(now));
         if !wait.is_zero() {
             tracing::debug!(key, nodes, rank, wait = %format_args!("{:.2} s", wait.as_secs_f64()),
@@ -343,13 +350,14 @@ impl Politeness {
     }
 
     /// Reserves this node's next interleaved slot for `key` at `now` (µs
-    /// of Unix time) and returns its start, or refuses (nothing stored).
+    /// of Unix time), starting no earlier than `from`, and returns its
+    /// start, or refuses (nothing stored).
     fn reserve_interleaved(
         &self,
         key: &str,
         interval: Duration,
-        nodes: usize,
-        rank: usize,
+        (nodes, rank): (usize, usize),
+        from: u64,
         now: u64,
     ) -> Result<u64, RateLimited> {
         let spacing = interval.saturating_mul(u32::try_from(nodes).unwrap_or(u32::MAX));
@@ -360,7 +368,7 @@ impl Politeness {
             .unwrap_or_else(PoisonError::into_inner);
         let last = map.get(key).copied();
         let slot = interleaved_slot(
-            now,
+            from.max(now),
             crate::fleet::micros(interval),
             nodes as u64,
             rank as u64,
@@ -789,16 +797,24 @@ mod tests {
         let i = Duration::from_secs(1);
         let now = 10 * S;
         // Node 1 of 3: 10 s is its own; then 13 s; 16 s is past max_wait.
-        assert_eq!(pol.reserve_interleaved("k", i, 3, 1, now), Ok(10 * S));
-        assert_eq!(pol.reserve_interleaved("k", i, 3, 1, now), Ok(13 * S));
+        assert_eq!(pol.reserve_interleaved("k", i, (3, 1), 0, now), Ok(10 * S));
+        assert_eq!(pol.reserve_interleaved("k", i, (3, 1), 0, now), Ok(13 * S));
         assert_eq!(
-            pol.reserve_interleaved("k", i, 3, 1, now),
+            pol.reserve_interleaved("k", i, (3, 1), 0, now),
             Err(RateLimited {
                 retry_after: Duration::from_secs(6)
             })
         );
         // Nothing was stored by the refusal.
-        assert_eq!(pol.reserve_interleaved("k", i, 3, 1, 13 * S), Ok(16 * S));
+        assert_eq!(
+            pol.reserve_interleaved("k", i, (3, 1), 0, 13 * S),
+            Ok(16 * S)
+        );
+        // Not before `from` (just after the last shared slot).
+        assert_eq!(
+            pol.reserve_interleaved("k2", i, (3, 0), 5 * S + 1, S),
+            Ok(6 * S)
+        );
         // max_queue counts this node's own spacing (N·I) per held request.
         let queued = p(
             Mode::Delay {
@@ -807,13 +823,16 @@ mod tests {
             },
             None,
         );
-        assert_eq!(queued.reserve_interleaved("k", i, 3, 0, 1), Ok(3 * S));
-        assert!(queued.reserve_interleaved("k", i, 3, 0, 1).is_err());
+        assert_eq!(queued.reserve_interleaved("k", i, (3, 0), 0, 1), Ok(3 * S));
+        assert!(queued.reserve_interleaved("k", i, (3, 0), 0, 1).is_err());
         // Reject: only a slot starting now.
         let reject = p(Mode::Reject, None);
-        assert_eq!(reject.reserve_interleaved("k", i, 2, 0, 4 * S), Ok(4 * S));
         assert_eq!(
-            reject.reserve_interleaved("k", i, 2, 0, 4 * S),
+            reject.reserve_interleaved("k", i, (2, 0), 0, 4 * S),
+            Ok(4 * S)
+        );
+        assert_eq!(
+            reject.reserve_interleaved("k", i, (2, 0), 0, 4 * S),
             Err(RateLimited {
                 retry_after: Duration::from_secs(2)
             })

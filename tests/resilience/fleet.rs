@@ -108,6 +108,10 @@ async fn redis_stopped_mid_run_books_locally() {
     let timeout = Duration::from_millis(300);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
     let nodes = proxies(2, Some(fleet(&redis, timeout, FleetOnUnavailable::Local))).await;
+    until_all(&nodes, "two live nodes", |t| {
+        metric(t, "robots_proxy_fleet_live_nodes") == Some(2.0)
+    })
+    .await;
     assert_eq!(nodes[0].get(&origin.url("/a")).await.status, 200);
     // On the shared schedule: the other node waits for the first's slot.
     let second = nodes[1].get(&origin.url("/b")).await;
@@ -115,18 +119,22 @@ async fn redis_stopped_mid_run_books_locally() {
     assert!(second.parsed::<f64>("x-robots-proxy-delay").unwrap_or(0.0) > 0.5);
 
     redis.stop();
-    // Node 0's local schedule has no slot booked: it goes within the
-    // timeout; then its own local Crawl-delay applies.
-    for (path, local) in [("/c", 0.0), ("/d", 1.0)] {
+    // Node 0, one of two live nodes, books only its own slots of the
+    // interleaved schedule: one every other second, the first no earlier
+    // than an interval after the last shared slot can lie (a heartbeat
+    // period and the timeout after Redis last answered). Each request
+    // waits the timeout at most, and then for its slot.
+    let switch = 1.0 + timeout.as_secs_f64() + 1.0;
+    for (path, most) in [("/c", switch + 2.0), ("/d", 2.0)] {
         let started = Instant::now();
         let r = nodes[0].get(&origin.url(path)).await;
         assert_eq!(r.status, 200, "{}", r.body);
         let held = r.parsed::<f64>("x-robots-proxy-delay").unwrap_or(0.0);
-        assert!(held <= local, "{path}: held {held} s");
+        assert!(held <= most + 0.01, "{path}: held {held} s");
         let took = started.elapsed().as_secs_f64();
         assert!(
-            took <= timeout.as_secs_f64() + local + 0.5,
-            "{path}: took {took} s"
+            took <= timeout.as_secs_f64() + held + 0.5,
+            "{path}: took {took} s, held {held} s"
         );
     }
     let text = nodes[0].metrics().await;
@@ -226,13 +234,15 @@ async fn a_request_with_no_crawl_delay_makes_no_redis_call() {
     for path in ["/a", "/b", "/c"] {
         assert_eq!(nodes[0].get(&free.url(path)).await.status, 200);
     }
+    // The heartbeat calls Redis every second on its own; a booking is
+    // the one caller that SETs a key.
     let stats = redis.commandstats().await;
-    assert!(!stats.contains("cmdstat_eval"), "{stats}");
+    assert!(!stats.contains("cmdstat_set:"), "{stats}");
     // The same with a Crawl-delay does call it (so the check can fail).
     let slow = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
     assert_eq!(nodes[0].get(&slow.url("/a")).await.status, 200);
     let stats = redis.commandstats().await;
-    assert!(stats.contains("cmdstat_eval"), "{stats}");
+    assert!(stats.contains("cmdstat_set:"), "{stats}");
 }
 
 /// The latency a booking adds: ~1000 bookings on loopback Redis, p50 and
@@ -280,4 +290,341 @@ async fn booking_latency_on_loopback_redis() {
     let p99 = took[took.len() * 99 / 100];
     eprintln!("fleet booking on loopback Redis: p50 {p50:?}, p99 {p99:?}");
     assert!(p99 < Duration::from_millis(200), "p50 {p50:?}, p99 {p99:?}");
+}
+
+/// Polls every node's `/metrics` until `ok` holds on each; panics with the
+/// last page after 20 s.
+async fn until_all(nodes: &[Proxy], what: &str, ok: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut failing = None;
+        for n in nodes {
+            let text = n.metrics().await;
+            if !ok(&text) {
+                failing = Some(text);
+                break;
+            }
+        }
+        let Some(text) = failing else {
+            return;
+        };
+        assert!(Instant::now() < deadline, "{what}: not reached:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One request of [`spread`]: how long it took and how long the proxy
+/// says it was held for its Crawl-delay slot.
+struct Sent {
+    took: Duration,
+    held: Duration,
+}
+
+/// Sends `n` page requests `<prefix><i>` at once, request i to node
+/// i mod N; all must be answered 200.
+async fn spread(origin: &Origin, nodes: &[Proxy], prefix: &str, n: usize) -> Vec<Sent> {
+    let sent = (0..n).map(|i| {
+        let url = origin.url(&format!("{prefix}{i}"));
+        let node = &nodes[i % nodes.len()];
+        async move {
+            let started = Instant::now();
+            let r = node.get(&url).await;
+            assert_eq!(r.status, 200, "{url}: {}", r.body);
+            let held = r.parsed::<f64>("x-robots-proxy-delay").unwrap_or(0.0);
+            Sent {
+                took: started.elapsed(),
+                held: Duration::from_secs_f64(held),
+            }
+        }
+    });
+    futures_util::future::join_all(sent).await
+}
+
+/// When the origin saw the pages whose paths start with one of
+/// `prefixes` (none a prefix of `/robots.txt`), in order.
+fn arrivals(origin: &Origin, prefixes: &[&str]) -> Vec<Instant> {
+    let mut at: Vec<Instant> = origin
+        .arrivals
+        .lock()
+        .expect("arrivals")
+        .iter()
+        .filter(|(path, _)| prefixes.iter().any(|p| path.starts_with(p)))
+        .map(|(_, t)| *t)
+        .collect();
+    at.sort();
+    at
+}
+
+fn gaps_of(at: &[Instant]) -> Vec<Duration> {
+    at.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+/// A request's own work on top of Redis's timeout and its slot: proxying
+/// on a busy two-core machine running a debug build.
+const OWN_WORK: Duration = Duration::from_millis(500);
+
+/// Every request of an outage waited at most `fleet.timeout` on Redis
+/// plus its own slot; returns the longest wait beyond the slot.
+fn no_wait_past_timeout(phase: &str, sent: &[Sent], timeout: Duration) -> Duration {
+    let mut worst = Duration::ZERO;
+    for s in sent {
+        let beyond = s.took.saturating_sub(s.held);
+        assert!(
+            beyond <= timeout + OWN_WORK,
+            "{phase}: took {:?}, held {:?}",
+            s.took,
+            s.held
+        );
+        worst = worst.max(beyond);
+    }
+    worst
+}
+
+fn assert_spaced(phase: &str, gaps: &[Duration], interval: Duration) {
+    for g in gaps {
+        assert!(
+            *g >= interval - TOLERANCE,
+            "{phase}: pages closer than the Crawl-delay: {gaps:?}"
+        );
+    }
+}
+
+/// Three nodes sharing one Redis; Redis stopped (SIGSTOP: connections
+/// open, nothing answered), then killed, then started again on its port.
+/// During the outage each node books only its own slots of the
+/// interleaved wall-clock schedule, so pages stay one Crawl-delay apart
+/// across the nodes (all on one machine: no clock skew, the tolerance is
+/// the forwarding jitter); no request waits on Redis past
+/// `fleet.timeout`; then the nodes share again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_keep_the_interval_through_a_redis_outage() {
+    let Some(mut redis) = Redis::start().await else {
+        return;
+    };
+    let interval = Duration::from_secs(1);
+    let timeout = Duration::from_millis(100);
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let nodes = proxies(3, Some(fleet(&redis, timeout, FleetOnUnavailable::Local))).await;
+    until_all(&nodes, "three live nodes", |t| {
+        metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
+    })
+    .await;
+
+    spread(&origin, &nodes, "/s", 6).await;
+    let shared = gaps_of(&arrivals(&origin, &["/s"]));
+    assert_spaced("shared", &shared, interval);
+
+    // SIGSTOP mid-run: the first bookings wait for the timeout, the
+    // others fall back at once.
+    redis.signal("STOP");
+    let stopped = spread(&origin, &nodes, "/x", 6).await;
+    let stopped_worst = no_wait_past_timeout("SIGSTOP", &stopped, timeout);
+    let stopped_gaps = gaps_of(&arrivals(&origin, &["/x"]));
+    assert_spaced("SIGSTOP", &stopped_gaps, interval);
+    until_all(&nodes, "Redis unreachable", |t| {
+        metric(t, "robots_proxy_fleet_reachable") == Some(0.0)
+            && metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
+    })
+    .await;
+
+    let port = redis.port;
+    redis.stop();
+    let killed = spread(&origin, &nodes, "/k", 6).await;
+    let killed_worst = no_wait_past_timeout("SIGKILL", &killed, timeout);
+    // The shared pages and the two outage phases: one schedule, the
+    // switch included.
+    let outage = gaps_of(&arrivals(&origin, &["/s", "/x", "/k"]));
+    assert_spaced("shared, SIGSTOP, SIGKILL", &outage, interval);
+
+    // Redis back, empty: the heartbeats find it and the nodes share again.
+    let redis = Redis::start_on(port).await.expect("restarted");
+    until_all(&nodes, "sharing again", |t| {
+        metric(t, "robots_proxy_fleet_reachable") == Some(1.0)
+            && metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
+    })
+    .await;
+    spread(&origin, &nodes, "/b", 6).await;
+    let again = gaps_of(&arrivals(&origin, &["/b"]));
+    assert_spaced("shared again", &again, interval);
+    let key = format!(
+        "robots-proxy:test:{{http://{}}}:robots-proxy:next",
+        origin.addr
+    );
+    assert_eq!(
+        redis.command(&["EXISTS", &key]).await.ok(),
+        Some(redis::Value::Int(1)),
+        "{key}"
+    );
+    let min = |g: &[Duration]| g.iter().min().copied().unwrap_or_default();
+    let all = arrivals(&origin, &["/s", "/x", "/k", "/b"]);
+    eprintln!(
+        "page gaps (min): shared {:?}, SIGSTOP {:?}, SIGKILL {:?} (shared to outage {:?}), shared again {:?} \
+         (the switches included {:?}), longest wait beyond the slot: SIGSTOP {stopped_worst:?}, SIGKILL {killed_worst:?}; \
+         every gap of the run: {:?}",
+        min(&shared),
+        min(&stopped_gaps),
+        min(&gaps_of(&arrivals(&origin, &["/k"]))),
+        min(&outage),
+        min(&again),
+        min(&gaps_of(&all)),
+        gaps_of(&all)
+    );
+}
+
+/// Without a list of live nodes (Redis never reached) a node cannot
+/// interleave: each books its own local schedule, and three nodes send
+/// pages close together, which is what the interleaving prevents (so the
+/// test above can fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_node_list_the_local_fallback_does_not_interleave() {
+    let Some(mut redis) = Redis::start().await else {
+        return;
+    };
+    let timeout = Duration::from_millis(100);
+    let config = fleet(&redis, timeout, FleetOnUnavailable::Local);
+    redis.stop();
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let nodes = proxies(3, Some(config)).await;
+    let sent = spread(&origin, &nodes, "/p", 6).await;
+    no_wait_past_timeout("never reached", &sent, timeout);
+    let gaps = gaps_of(&arrivals(&origin, &["/p"]));
+    eprintln!("page gaps without interleaving: {gaps:?}");
+    assert!(
+        gaps.iter().any(|g| *g < Duration::from_millis(500)),
+        "independent local schedules kept the interval? {gaps:?}"
+    );
+}
+
+/// `/metrics` of a node of three: Redis reachable, three live nodes, the
+/// round trips of its calls; the heartbeat set names each node by its
+/// host and bound port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_three_live_nodes_and_the_round_trips() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let nodes = proxies(
+        3,
+        Some(fleet(
+            &redis,
+            Duration::from_secs(1),
+            FleetOnUnavailable::Local,
+        )),
+    )
+    .await;
+    until_all(&nodes, "three live nodes", |t| {
+        metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
+    })
+    .await;
+    let text = nodes[0].metrics().await;
+    assert_eq!(metric(&text, "robots_proxy_fleet_reachable"), Some(1.0));
+    let calls = metric(&text, "robots_proxy_fleet_round_trip_seconds_count").unwrap_or(0.0);
+    assert!(calls >= 1.0, "{text}");
+    assert_eq!(
+        metric(
+            &text,
+            "robots_proxy_fleet_round_trip_seconds_bucket{le=\"+Inf\"}"
+        ),
+        Some(calls)
+    );
+    assert_eq!(
+        metric(&text, "robots_proxy_fleet_robots_waited_total"),
+        Some(0.0)
+    );
+    let members = match redis
+        .command(&["ZRANGE", "robots-proxy:test:{nodes}:live", "0", "-1"])
+        .await
+    {
+        Ok(redis::Value::Array(m)) => m,
+        other => panic!("ZRANGE: {other:?}"),
+    };
+    let names: Vec<String> = members
+        .iter()
+        .map(|m| match m {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    for n in &nodes {
+        let port = format!(":{}", n.addr.port());
+        assert!(names.iter().any(|m| m.ends_with(&port)), "{names:?}");
+    }
+}
+
+/// The round trips of many calls, from the histogram (`--nocapture`):
+/// ~500 heartbeats of one node on loopback Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trip_histogram_on_loopback_redis() {
+    use robots_proxy::measure::{Fleet, FleetSettings, OnUnavailable};
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let fleet = Fleet::new(&FleetSettings {
+        redis: redis.url(),
+        name: "rtt".into(),
+        node: "rtt-test".into(),
+        timeout: Duration::from_secs(1),
+        on_unavailable: OnUnavailable::Refuse,
+    })
+    .expect("fleet");
+    for _ in 0..500 {
+        fleet.heartbeat().await.expect("heartbeat");
+    }
+    assert_eq!(fleet.live_nodes().names.len(), 1);
+    let (buckets, sum_us) = fleet.stats().round_trips.snapshot();
+    let count: u64 = buckets.iter().sum();
+    assert_eq!(count, 500);
+    // The bucket bound under which half and 99% of the calls fall.
+    let bound = |q: f64| {
+        let mut seen = 0;
+        for (i, n) in buckets.iter().enumerate() {
+            seen += n;
+            if seen as f64 >= q * count as f64 {
+                return robots_proxy::measure::ROUND_TRIP_BUCKETS_US
+                    .get(i)
+                    .copied()
+                    .unwrap_or(u64::MAX);
+            }
+        }
+        u64::MAX
+    };
+    eprintln!(
+        "fleet round trips (heartbeat script, loopback): mean {} µs, p50 ≤ {} µs, p99 ≤ {} µs",
+        sum_us / count,
+        bound(0.5),
+        bound(0.99)
+    );
+    assert!(bound(0.99) <= 250_000, "{buckets:?}");
+}
+
+/// An audit line written by a fleet node names it; one written without a
+/// fleet has no `node`; `audit verify` and `audit report` read both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audit_line_names_the_fleet_node() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
+    let mut config = fleet(&redis, Duration::from_secs(1), FleetOnUnavailable::Local);
+    config.node = "node-a".into();
+    let node = proxies(1, Some(config)).await.remove(0);
+    let alone = proxies(1, None).await.remove(0);
+    for p in [&node, &alone] {
+        assert_eq!(p.get(&origin.url("/private/x")).await.status, 403);
+    }
+    let blocked = |p: &Proxy| {
+        p.audit()
+            .into_iter()
+            .find(|l| l["decision"] == "disallowed")
+            .expect("a disallowed line")
+    };
+    assert_eq!(blocked(&node)["node"], "node-a");
+    assert!(blocked(&alone).get("node").is_none());
+    for p in [&node, &alone] {
+        let path = p.audit_path.to_str().expect("path");
+        let out = crate::support::binary::run(&["audit", "verify", path]);
+        assert!(out.status.success(), "{out:?}");
+        let out = crate::support::binary::run(&["audit", "report", path]);
+        assert!(out.status.success(), "{out:?}");
+    }
 }

@@ -70,6 +70,22 @@ impl Redis {
         }
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) with kill(1): SIGSTOP leaves the
+    /// port open and every connection unanswered, the slow failure.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .expect("kill(1)");
+        assert!(status.success(), "kill -{signal}: {status}");
+    }
+
+    /// SIGKILL (a stopped server too) and reaped.
     pub fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
