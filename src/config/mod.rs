@@ -834,6 +834,13 @@ impl Config {
             if fleet.name.is_empty() {
                 errors.push("key `fleet.name`: empty".into());
             }
+            // Longer names are left out of the live nodes the others read.
+            if fleet.node.len() > crate::fleet::nodes::MAX_NODE_NAME {
+                errors.push(format!(
+                    "key `fleet.node`: longer than {} bytes",
+                    crate::fleet::nodes::MAX_NODE_NAME
+                ));
+            }
         }
         for (client, token) in &self.agents {
             if crate::robots::product_token(token).is_empty() {
@@ -1211,6 +1218,14 @@ mod tests {
             .expect_err("small")
             .to_string();
         assert!(err.contains("`cache.disk_size`"), "{err}");
+    }
+
+    #[test]
+    fn a_fleet_node_name_is_bounded() {
+        let name = |n: usize| format!("[fleet]\nnode = \"{}\"\n", "n".repeat(n));
+        assert!(parse(&name(255)).is_ok());
+        let err = parse(&name(256)).expect_err("long").to_string();
+        assert!(err.contains("`fleet.node`"), "{err}");
     }
 
     #[test]
