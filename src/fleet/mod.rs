@@ -15,6 +15,8 @@
 //! (`robots-proxy:<name>:{<origin>}:…`), so a script touches one slot of a
 //! Redis Cluster and origins spread over its shards.
 
+pub mod events;
+pub mod robots;
 pub mod schedule;
 
 use std::future::Future;
@@ -70,6 +72,10 @@ pub struct Fleet {
     /// During an outage, when Redis is next tried.
     retry_at: Mutex<Option<Instant>>,
     book_script: redis::Script,
+    /// What the nodes tell each other ([`events`]).
+    events: tokio::sync::broadcast::Sender<events::Event>,
+    /// Set once the subscriber task runs.
+    subscriber: OnceLock<()>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -96,6 +102,8 @@ impl Fleet {
             down: AtomicBool::new(false),
             retry_at: Mutex::new(None),
             book_script: redis::Script::new(schedule::BOOK_SCRIPT),
+            events: events::new_channel(),
+            subscriber: OnceLock::new(),
         })
     }
 
@@ -127,6 +135,12 @@ impl Fleet {
     /// Whether Redis answered the last call.
     pub fn is_reachable(&self) -> bool {
         !self.down.load(Ordering::Relaxed)
+    }
+
+    /// A client for pub/sub (one node of a cluster: classic pub/sub
+    /// reaches every node).
+    pub(crate) fn pubsub_client(&self) -> redis::Client {
+        self.client.clone()
     }
 
     fn connection(&self) -> redis::RedisResult<ConnectionManager> {

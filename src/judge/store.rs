@@ -19,7 +19,9 @@ use lru::LruCache;
 use tokio::time::Instant;
 
 use crate::http::origin::Origin;
-use crate::judge::archive::{Archive, Digest, KeptEntry};
+use bytes::Bytes;
+
+use crate::judge::archive::{Archive, Digest, Evidence, KeptEntry};
 use crate::judge::fetch::{self, Concluded, FetchSettings, Fetched};
 use crate::robots::{AgentRules, Robots};
 use crate::upstream::HttpClient;
@@ -136,6 +138,8 @@ pub struct Entry {
     pub(crate) expires: Instant,
     /// Fetches in a row that found the origin unreachable (for backoff).
     failures: u32,
+    /// In a fleet, the node whose fetch this is.
+    pub(crate) fetched_by: Option<Arc<str>>,
 }
 
 impl Entry {
@@ -180,6 +184,7 @@ impl Entry {
             fetched_instant: now,
             expires: now + ttl,
             failures: 0,
+            fetched_by: None,
         }
     }
 }
@@ -312,7 +317,7 @@ pub struct RobotsCache {
     client: HttpClient,
     /// User-Agent, timeout, redirects: changed by a reload.
     fetch: RwLock<Arc<FetchSettings>>,
-    settings: CacheSettings,
+    pub(super) settings: CacheSettings,
     /// Called after every fetch (metrics).
     on_fetch: Option<FetchHook>,
     /// Bytes of files being fetched and compiled at once
@@ -323,7 +328,10 @@ pub struct RobotsCache {
     /// Entries for other agents (`/explain` questions), few and small.
     others: Mutex<LruCache<OtherKey, Arc<Entry>>>,
     /// Where every fetched file is kept, when `audit.archive_max` is set.
-    archive: Option<Arc<Archive>>,
+    pub(super) archive: Option<Arc<Archive>>,
+    /// `[fleet]`: one fetch per origin for the whole fleet
+    /// ([`super::shared`]).
+    pub(super) fleet: Option<Arc<crate::fleet::Fleet>>,
 }
 
 /// An origin and an agent token the cache's entries are not compiled for.
@@ -361,10 +369,17 @@ impl RobotsCache {
             on_fetch: None,
             budget: None,
             archive: None,
+            fleet: None,
         }
     }
 
     /// Every fetch is kept in `archive`.
+    /// Shares fetches with the fleet, if there is one.
+    pub(crate) fn with_fleet(mut self, fleet: Option<Arc<crate::fleet::Fleet>>) -> Self {
+        self.fleet = fleet;
+        self
+    }
+
     pub(crate) fn with_archive(mut self, archive: Option<Arc<Archive>>) -> Self {
         self.archive = archive;
         self
@@ -387,7 +402,7 @@ impl RobotsCache {
         }
     }
 
-    fn fetch_settings(&self) -> Arc<FetchSettings> {
+    pub(super) fn fetch_settings(&self) -> Arc<FetchSettings> {
         match self.fetch.read() {
             Ok(f) => f.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -402,7 +417,7 @@ impl RobotsCache {
         }
     }
 
-    fn agents(&self) -> Arc<[Arc<str>]> {
+    pub(super) fn agents(&self) -> Arc<[Arc<str>]> {
         self.agents
             .read()
             .map(|a| a.clone())
@@ -436,7 +451,7 @@ impl RobotsCache {
             return (entry.clone(), StoreLookup::Hit);
         }
         let agents: Arc<[Arc<str>]> = Arc::from([Arc::from(token)]);
-        let entry = Arc::new(self.fetch_entry(origin, previous.clone(), agents).await);
+        let entry = Arc::new(self.fetch_entry(origin, previous.clone(), agents).await.0);
         if matches!(entry.state, State::LocalError { .. }) {
             return (entry, StoreLookup::Miss);
         }
@@ -632,22 +647,10 @@ impl RobotsCache {
         let flight_origin = origin.clone();
         let this = self.clone();
         let handle = tokio::spawn(async move {
-            let previous = match previous {
-                Some(p) => Some(p),
-                None => match this.restore(&origin).await {
-                    // Kept on disk and still fresh: judged by, nothing
-                    // fetched.
-                    Some(kept) if kept.expires > Instant::now() => {
-                        if let Ok(mut slots) = this.slots.lock() {
-                            slots.store(origin, kept.clone(), this.settings.max_bytes);
-                        }
-                        return kept;
-                    }
-                    // Expired: the copy stale-on-error falls back to.
-                    other => other,
-                },
+            let entry = match this.fleet.clone() {
+                Some(fleet) => this.obtain_shared(&fleet, &origin, previous).await,
+                None => this.obtain(&origin, previous).await,
             };
-            let entry = Arc::new(this.fetch_entry(&origin, previous, this.agents()).await);
             if let Ok(mut slots) = this.slots.lock() {
                 if matches!(entry.state, State::LocalError { .. }) {
                     // Says nothing about the origin: the waiting requests
@@ -682,26 +685,51 @@ impl RobotsCache {
         .shared()
     }
 
+    /// `origin`'s entry without a fleet: kept on disk and still fresh, or
+    /// fetched (with `previous`, or the expired kept copy, to fall back
+    /// on).
+    pub(super) async fn obtain(
+        self: &Arc<Self>,
+        origin: &Origin,
+        previous: Option<Arc<Entry>>,
+    ) -> Arc<Entry> {
+        let previous = match previous {
+            Some(p) => Some(p),
+            None => match self.restore(origin).await {
+                // Kept on disk and still fresh: judged by, nothing fetched.
+                Some(kept) if kept.expires > Instant::now() => return kept,
+                // Expired: the copy stale-on-error falls back to.
+                other => other,
+            },
+        };
+        Arc::new(self.fetch_entry(origin, previous, self.agents()).await.0)
+    }
+
     /// Fetches `origin`'s robots.txt, reports it to the fetch hook, and
-    /// builds its entry compiled for `agents`. Compiling a large file's
+    /// builds its entry compiled for `agents`; with the text fetched and
+    /// where it came from, if one was. Compiling a large file's
     /// rules takes milliseconds: it runs on the blocking pool, not on an
     /// async worker where it would stall every connection that worker
     /// serves.
-    async fn fetch_entry(
+    pub(super) async fn fetch_entry(
         self: &Arc<Self>,
         origin: &Origin,
         previous: Option<Arc<Entry>>,
         agents: Arc<[Arc<str>]>,
-    ) -> Entry {
+    ) -> (Entry, Option<(Bytes, Evidence)>) {
         let settings = self.fetch_settings();
         let (fetched, reservation) =
             fetch::fetch(&self.client, origin, &settings, self.budget.as_ref()).await;
         if let Some(cb) = &self.on_fetch {
             cb(&fetched);
         }
+        let text = match &fetched.outcome {
+            Concluded::Parsed(_, Some(t)) => Some((t.text.clone(), t.evidence.clone())),
+            _ => None,
+        };
         let this = self.clone();
         let origin = origin.to_string();
-        tokio::task::spawn_blocking(move || {
+        let entry = tokio::task::spawn_blocking(move || {
             if let Some(archive) = &this.archive {
                 archive_fetch(archive, &origin, &fetched);
             }
@@ -716,7 +744,8 @@ impl RobotsCache {
             entry
         })
         .await
-        .unwrap_or_else(|_| self.poisoned())
+        .unwrap_or_else(|_| self.poisoned());
+        (entry, text)
     }
 
     /// After a restart, `origin`'s entry as kept on disk, compiled for the
@@ -747,7 +776,12 @@ impl RobotsCache {
 
     /// Applies the status policy and lifetimes to a finished fetch, and
     /// compiles a parsed file for `agents`.
-    fn entry_from(&self, previous: Option<&Entry>, fetched: Fetched, agents: &[Arc<str>]) -> Entry {
+    pub(super) fn entry_from(
+        &self,
+        previous: Option<&Entry>,
+        fetched: Fetched,
+        agents: &[Arc<str>],
+    ) -> Entry {
         let now = Instant::now();
         let wall = SystemTime::now();
         let s = &self.settings;
@@ -801,13 +835,14 @@ impl RobotsCache {
             fetched_instant,
             expires,
             failures,
+            fetched_by: None,
         }
     }
 }
 
 /// `entry` as the archive keeps it; `None` for the proxy's own shortage
 /// (never kept).
-fn kept_from(origin: &str, entry: &Entry) -> Option<KeptEntry> {
+pub(super) fn kept_from(origin: &str, entry: &Entry) -> Option<KeptEntry> {
     let (state, sha256) = match &entry.state {
         State::Fresh(rules) => ("fresh", rules.digest()),
         State::Stale { rules, .. } => ("stale", rules.digest()),
@@ -854,9 +889,22 @@ fn restore(
     settings: &CacheSettings,
 ) -> Option<Entry> {
     let (kept, text) = archive.load_entry(origin)?;
+    from_kept(&kept, text.as_deref(), agents, settings, None)
+}
+
+/// An entry kept on disk or shared by the fleet, compiled for `agents`.
+/// `left`: the time left as the fleet's Redis counts it; `None`: from
+/// the kept expiry and this host's clock.
+pub(super) fn from_kept(
+    kept: &KeptEntry,
+    text: Option<&[u8]>,
+    agents: &[Arc<str>],
+    settings: &CacheSettings,
+    shared_left: Option<Duration>,
+) -> Option<Entry> {
     let reason = || kept.reason.clone().unwrap_or_default();
     let compiled = || {
-        let text = text.as_deref()?;
+        let text = text?;
         let digest = kept.sha256.as_deref().and_then(Digest::parse)?;
         Some(Compiled::new(&Robots::parse(text), agents, Some(digest)))
     };
@@ -880,9 +928,11 @@ fn restore(
     if matches!(state, State::Stale { .. }) && age > settings.stale_max {
         return None;
     }
-    let stored = at(kept.expires_at_ms)
-        .duration_since(now_w)
-        .unwrap_or_default();
+    let stored = shared_left.unwrap_or_else(|| {
+        at(kept.expires_at_ms)
+            .duration_since(now_w)
+            .unwrap_or_default()
+    });
     let left = match state {
         // A file's life since it was fetched stays within max_ttl.
         State::Fresh(_) | State::AllowAll { .. } => {
@@ -897,12 +947,13 @@ fn restore(
         fetched_instant: now_i.checked_sub(age).unwrap_or(now_i),
         expires: now_i + left,
         failures: kept.failures,
+        fetched_by: None,
     })
 }
 
 /// Keeps what a fetch brought back in the archive: the text, or the
 /// outcome of a fetch that gave none.
-fn archive_fetch(archive: &Archive, origin: &str, fetched: &Fetched) {
+pub(super) fn archive_fetch(archive: &Archive, origin: &str, fetched: &Fetched) {
     let now = SystemTime::now();
     let (outcome, reason) = match &fetched.outcome {
         Concluded::Parsed(_, Some(t)) => {
