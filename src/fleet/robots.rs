@@ -108,6 +108,10 @@ pub enum Text<'a> {
     Keep,
 }
 
+/// The largest `meta` read back (a corrupted or hostile Redis could hold
+/// any size): larger counts as none.
+const MAX_META: usize = 64 * 1024;
+
 /// The lease lasts the fetch's own timeout and this much more: a node
 /// that died while fetching holds the others up no longer than that.
 const LEASE_MARGIN: Duration = Duration::from_secs(2);
@@ -143,7 +147,7 @@ impl Fleet {
             })
             .await?;
         let shared = || {
-            (!meta.is_empty()).then(|| SharedRobots {
+            (!meta.is_empty() && meta.len() <= MAX_META).then(|| SharedRobots {
                 meta: meta.clone(),
                 text: (!text.is_empty())
                     .then(|| decompress(&text, max_text))

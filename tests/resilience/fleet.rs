@@ -228,7 +228,10 @@ async fn a_request_with_no_crawl_delay_makes_no_redis_call() {
     // The first request looks robots.txt up in Redis; the next ones find
     // it in the local store.
     assert_eq!(nodes[0].get(&free.url("/a")).await.status, 200);
-    redis.command(&["CONFIG", "RESETSTAT"]).await.expect("reset");
+    redis
+        .command(&["CONFIG", "RESETSTAT"])
+        .await
+        .expect("reset");
     for path in ["/b", "/c", "/d"] {
         assert_eq!(nodes[0].get(&free.url(path)).await.status, 200);
     }
