@@ -55,6 +55,7 @@ impl RobotsCache {
         fleet: &Arc<Fleet>,
         origin: &Origin,
         previous: Option<Arc<Entry>>,
+        purges: u64,
     ) -> Arc<Entry> {
         let key = origin.to_string();
         let timeout = self.fetch_settings().timeout;
@@ -69,21 +70,21 @@ impl RobotsCache {
             other => other,
         };
         match look {
-            Ok(Look::Fresh(shared)) => match self.adopt(&key, shared).await {
+            Ok(Look::Fresh(shared)) => match self.adopt(&key, shared, purges).await {
                 Some(entry) => entry,
                 // Unreadable (another version, a corrupted text): fetched
                 // here, and stored over it.
-                None => self.lead(fleet, origin, previous).await,
+                None => self.lead(fleet, origin, previous, purges).await,
             },
             Ok(Look::Lead(shared)) => {
                 let previous = match shared {
-                    Some(s) => self.adopt(&key, s).await.or(previous),
+                    Some(s) => self.adopt(&key, s, purges).await.or(previous),
                     None => previous,
                 };
-                self.lead(fleet, origin, previous).await
+                self.lead(fleet, origin, previous, purges).await
             }
             Ok(Look::Busy) | Err(_) => match fleet.on_unavailable() {
-                OnUnavailable::Local => self.obtain(origin, previous).await,
+                OnUnavailable::Local => self.obtain(origin, previous, purges).await,
                 OnUnavailable::Refuse => Arc::new(self.entry_from(
                     previous.as_deref(),
                     Fetched {
@@ -107,15 +108,20 @@ impl RobotsCache {
         fleet: &Arc<Fleet>,
         origin: &Origin,
         previous: Option<Arc<Entry>>,
+        purges: u64,
     ) -> Arc<Entry> {
         let key = origin.to_string();
-        let (mut entry, text) = self.fetch_entry(origin, previous, self.agents()).await;
+        let (mut entry, text) = self
+            .fetch_entry(origin, previous, self.agents(), Some(purges))
+            .await;
         entry.fetched_by = Some(fleet.node().into());
         let kept = kept_from(&key, &entry);
         let stored = match kept {
-            // The proxy's own shortage says nothing about the origin: the
+            // The proxy's own shortage says nothing about the origin, and a
+            // fetch a purge overtook may have read the file purged: the
             // next node fetches.
             None => fleet.release_robots(&key).await,
+            Some(_) if self.purged_since(purges) => fleet.release_robots(&key).await,
             Some(kept) => {
                 let (text, evidence) = match (&entry.state, &text) {
                     (State::Fresh(_), Some((t, evidence))) => {
@@ -148,7 +154,12 @@ impl RobotsCache {
 
     /// A shared entry compiled for this node's agents, its text kept in
     /// the archive; `None` if it cannot be read back whole.
-    async fn adopt(self: &Arc<Self>, origin: &str, shared: SharedRobots) -> Option<Arc<Entry>> {
+    async fn adopt(
+        self: &Arc<Self>,
+        origin: &str,
+        shared: SharedRobots,
+        purges: u64,
+    ) -> Option<Arc<Entry>> {
         let meta: SharedMeta = serde_json::from_slice(&shared.meta).ok()?;
         if meta.kept.origin != origin {
             return None;
@@ -182,8 +193,8 @@ impl RobotsCache {
                         SystemTime::now(),
                     );
                 }
-                archive.save_entry(&meta.kept);
             }
+            this.keep_entry(&meta.kept, purges);
             entry.fetched_by = Some(meta.node.into());
             Some(Arc::new(entry))
         })

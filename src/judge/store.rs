@@ -250,6 +250,9 @@ struct Slots {
     /// fetched again on every request, but not counted as cached robots.txt
     /// state ([`RobotsCache::len`]).
     refused: usize,
+    /// Purges so far: a fetch that was under way during a purge may have
+    /// read the file the purge is for, so its entry is not kept.
+    purges: u64,
 }
 
 /// True if `slot` holds a destination-policy refusal.
@@ -332,6 +335,9 @@ pub struct RobotsCache {
     /// `[fleet]`: one fetch per origin for the whole fleet
     /// ([`super::shared`]).
     pub(super) fleet: Option<Arc<crate::fleet::Fleet>>,
+    /// Orders the saves of kept entries with purges: a purge's forget
+    /// never comes before the save of a fetch it overtook.
+    kept: Mutex<()>,
 }
 
 /// An origin and an agent token the cache's entries are not compiled for.
@@ -358,6 +364,7 @@ impl RobotsCache {
                 lru: LruCache::new(cap),
                 bytes: 0,
                 refused: 0,
+                purges: 0,
             }),
             client,
             fetch: RwLock::new(Arc::new(fetch)),
@@ -370,10 +377,26 @@ impl RobotsCache {
             budget: None,
             archive: None,
             fleet: None,
+            kept: Mutex::new(()),
         }
     }
 
     /// Every fetch is kept in `archive`.
+    /// Whether a purge came after the count was `purges`.
+    pub(super) fn purged_since(&self, purges: u64) -> bool {
+        self.slots.lock().map_or(true, |s| s.purges != purges)
+    }
+
+    /// Keeps `kept` on disk for a restart, unless a purge came after the
+    /// fetch it is from started (`purges`: the count then).
+    pub(super) fn keep_entry(&self, kept: &KeptEntry, purges: u64) {
+        let Some(archive) = &self.archive else { return };
+        let _order = self.kept.lock();
+        if !self.purged_since(purges) {
+            archive.save_entry(kept);
+        }
+    }
+
     /// Shares fetches with the fleet, if there is one.
     pub(crate) fn with_fleet(mut self, fleet: Option<Arc<crate::fleet::Fleet>>) -> Self {
         self.fleet = fleet;
@@ -451,7 +474,11 @@ impl RobotsCache {
             return (entry.clone(), StoreLookup::Hit);
         }
         let agents: Arc<[Arc<str>]> = Arc::from([Arc::from(token)]);
-        let entry = Arc::new(self.fetch_entry(origin, previous.clone(), agents).await.0);
+        let entry = Arc::new(
+            self.fetch_entry(origin, previous.clone(), agents, None)
+                .await
+                .0,
+        );
         if matches!(entry.state, State::LocalError { .. }) {
             return (entry, StoreLookup::Miss);
         }
@@ -526,6 +553,7 @@ impl RobotsCache {
     /// Drops an origin's entry, and the copy kept on disk; true if there
     /// was one in memory.
     pub(crate) fn purge(&self, origin: &Origin) -> bool {
+        let _order = self.kept.lock();
         if let Some(archive) = &self.archive {
             archive.forget_entry(&origin.to_string());
         }
@@ -541,7 +569,10 @@ impl RobotsCache {
         }
         self.slots
             .lock()
-            .map(|mut s| s.remove(origin))
+            .map(|mut s| {
+                s.purges += 1;
+                s.remove(origin)
+            })
             .unwrap_or(false)
     }
 
@@ -601,6 +632,7 @@ impl RobotsCache {
         if !self.is_configured(token) {
             return Next::OtherAgent;
         }
+        let slots_purges = slots.purges;
         match slots.lru.get_mut(origin) {
             Some(slot) => {
                 // A stale copy lacking the agent cannot be refreshed by
@@ -619,14 +651,14 @@ impl RobotsCache {
                 match &slot.flight {
                     Some(f) => Next::Wait(f.clone(), lookup),
                     None => {
-                        let f = self.start_flight(origin.clone(), slot.entry.clone());
+                        let f = self.start_flight(origin.clone(), slot.entry.clone(), slots_purges);
                         slot.flight = Some(f.clone());
                         Next::Wait(f, lookup)
                     }
                 }
             }
             None => {
-                let f = self.start_flight(origin.clone(), None);
+                let f = self.start_flight(origin.clone(), None, slots.purges);
                 let evicted = slots.lru.push(
                     origin.clone(),
                     Slot {
@@ -643,16 +675,26 @@ impl RobotsCache {
         }
     }
 
-    fn start_flight(self: &Arc<Self>, origin: Origin, previous: Option<Arc<Entry>>) -> Flight {
+    /// Starts the fetch of `origin`'s entry; `purges`: the purge count
+    /// now.
+    fn start_flight(
+        self: &Arc<Self>,
+        origin: Origin,
+        previous: Option<Arc<Entry>>,
+        purges: u64,
+    ) -> Flight {
         let flight_origin = origin.clone();
         let this = self.clone();
         let handle = tokio::spawn(async move {
             let entry = match this.fleet.clone() {
-                Some(fleet) => this.obtain_shared(&fleet, &origin, previous).await,
-                None => this.obtain(&origin, previous).await,
+                Some(fleet) => this.obtain_shared(&fleet, &origin, previous, purges).await,
+                None => this.obtain(&origin, previous, purges).await,
             };
             if let Ok(mut slots) = this.slots.lock() {
-                if matches!(entry.state, State::LocalError { .. }) {
+                if slots.purges != purges {
+                    // Purged meanwhile: the waiting requests get it,
+                    // nothing is kept, the next request fetches again.
+                } else if matches!(entry.state, State::LocalError { .. }) {
                     // Says nothing about the origin: the waiting requests
                     // get it, the slot keeps what it had, and the next
                     // request fetches again.
@@ -692,6 +734,7 @@ impl RobotsCache {
         self: &Arc<Self>,
         origin: &Origin,
         previous: Option<Arc<Entry>>,
+        purges: u64,
     ) -> Arc<Entry> {
         let previous = match previous {
             Some(p) => Some(p),
@@ -702,7 +745,11 @@ impl RobotsCache {
                 other => other,
             },
         };
-        Arc::new(self.fetch_entry(origin, previous, self.agents()).await.0)
+        Arc::new(
+            self.fetch_entry(origin, previous, self.agents(), Some(purges))
+                .await
+                .0,
+        )
     }
 
     /// Fetches `origin`'s robots.txt, reports it to the fetch hook, and
@@ -716,6 +763,7 @@ impl RobotsCache {
         origin: &Origin,
         previous: Option<Arc<Entry>>,
         agents: Arc<[Arc<str>]>,
+        purges: Option<u64>,
     ) -> (Entry, Option<(Bytes, Evidence)>) {
         let settings = self.fetch_settings();
         let (fetched, reservation) =
@@ -736,10 +784,10 @@ impl RobotsCache {
             let entry = this.entry_from(previous.as_deref(), fetched, &agents);
             // The parsed file is gone, its rules compiled into `entry`.
             drop(reservation);
-            if let Some(archive) = &this.archive
+            if let Some(purges) = purges
                 && let Some(kept) = kept_from(&origin, &entry)
             {
-                archive.save_entry(&kept);
+                this.keep_entry(&kept, purges);
             }
             entry
         })
