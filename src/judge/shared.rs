@@ -181,18 +181,18 @@ impl RobotsCache {
                 &this.settings,
                 Some(shared.left),
             )?;
-            if let Some(archive) = &this.archive {
-                if let (Some(text), Some(digest)) = (&shared.text, digest) {
-                    let evidence = meta.evidence.clone().unwrap_or_default();
-                    archive.keep_text(
-                        &meta.kept.origin,
-                        meta.kept.status,
-                        &evidence,
-                        text,
-                        digest,
-                        SystemTime::now(),
-                    );
-                }
+            if let Some(archive) = &this.archive
+                && let (Some(text), Some(digest)) = (&shared.text, digest)
+            {
+                let evidence = meta.evidence.clone().unwrap_or_default();
+                archive.keep_text(
+                    &meta.kept.origin,
+                    meta.kept.status,
+                    &evidence,
+                    text,
+                    digest,
+                    SystemTime::now(),
+                );
             }
             this.keep_entry(&meta.kept, purges);
             entry.fetched_by = Some(meta.node.into());
