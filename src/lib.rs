@@ -30,6 +30,7 @@ pub use app::App;
 /// tests time: not an interface of the crate.
 #[doc(hidden)]
 pub mod measure {
+    pub use crate::fleet::robots::{Look, Text};
     pub use crate::fleet::{Booking, Fleet, FleetSettings, OnUnavailable, ROUND_TRIP_BUCKETS_US};
     pub use crate::http::destination::Policy;
     pub use crate::http::origin::{Origin, Scheme};

@@ -106,16 +106,6 @@ pub(crate) fn settings_from(
     config: &Config,
     previous: Option<&Settings>,
 ) -> Result<Settings, StartError> {
-    settings_bound(config, previous, config.listen)
-}
-
-/// [`settings_from`] for a proxy listening on `listen`, the address bound
-/// (the fleet's default node name carries its port, not a configured 0).
-fn settings_bound(
-    config: &Config,
-    previous: Option<&Settings>,
-    listen: SocketAddr,
-) -> Result<Settings, StartError> {
     let acl = ClientAcl::new(config.access.allow_clients.iter().map(|n| n.to_string()))?;
     // The per-address allowances survive a reload that keeps the limit;
     // proxy and admin passwords share them (and the verifications running
@@ -148,16 +138,9 @@ fn settings_bound(
         Some(prev) if prev.politeness_config == pconf => prev.politeness.clone(),
         _ => Arc::new(Politeness::new(pconf.clone())),
     };
-    // Set at start only: a reload keeps the running fleet.
-    let fleet = match previous {
-        Some(prev) => prev.fleet.clone(),
-        None => match &config.fleet {
-            Some(f) => Some(Arc::new(
-                Fleet::new(&f.settings(listen)).map_err(|e| StartError::Fleet(e.to_string()))?,
-            )),
-            None => None,
-        },
-    };
+    // Made at start ([`App::start`], which knows the bound address); a
+    // reload keeps the running fleet.
+    let fleet = previous.and_then(|prev| prev.fleet.clone());
     Ok(Settings {
         fleet,
         agent: config.agent_token(),
@@ -264,6 +247,16 @@ impl App {
         let tls = Arc::new(tls);
         let client = build_client(&client_settings, tls.clone());
         let upstream_tls = tls.clone();
+        let mut settings = settings_from(&config, None)?;
+        if let Some(f) = &config.fleet {
+            let bound = listener.local_addr().unwrap_or(config.listen);
+            let fleet =
+                Fleet::new(&f.settings(bound)).map_err(|e| StartError::Fleet(e.to_string()))?;
+            let fleet = Arc::new(fleet);
+            metrics.attach_fleet(fleet.clone());
+            tracing::info!(node = fleet.node(), fleet = fleet.name(), "fleet node");
+            settings.fleet = Some(fleet);
+        }
         let r = &config.robots;
         let cache = RobotsCache::new(
             build_fetch_client(&client_settings, tls),
@@ -281,6 +274,7 @@ impl App {
         )
         .on_fetch(fetch_metrics(&metrics))
         .with_archive(open_archive(&config)?)
+        .with_fleet(settings.fleet.clone())
         .with_fetch_budget(FetchBudget::with_gauges(
             config.robots_fetch_budget_mib(),
             metrics.fetch_budget_gauges(),
@@ -306,16 +300,10 @@ impl App {
                     source,
                 }
             })?;
+        let audit = audit.with_node(settings.fleet.as_ref().map(|f| f.node()));
         let ca_dir = config.ca_dir();
         let (ca, created) = Ca::load_or_create(&ca_dir)?;
         let minter = Arc::new(Minter::new(ca, config.tls.leaf_cache)?);
-        let bound = listener.local_addr().unwrap_or(config.listen);
-        let settings = settings_bound(&config, None, bound)?;
-        if let Some(fleet) = &settings.fleet {
-            metrics.attach_fleet(fleet.clone());
-            tracing::info!(node = fleet.node(), fleet = fleet.name(), "fleet node");
-        }
-        let audit = audit.with_node(settings.fleet.as_ref().map(|f| f.node()));
         let admin_acl = ClientAcl::new(config.admin.allow_clients.iter().map(|n| n.to_string()))
             .map_err(StartError::AdminAcl)?;
         let upstream = crate::upstream::Pool::for_threads(client_settings, config.worker_threads());
@@ -386,6 +374,10 @@ impl App {
             };
             tokio::spawn(crate::app::admin::serve(listener, state, admin_limits))
         });
+        let fleet_task = self.proxy.settings().fleet.clone().map(|fleet| {
+            let view: Arc<dyn ProxyView> = self.proxy.clone();
+            tokio::spawn(crate::app::admin::follow_fleet_purges(view, fleet))
+        });
         // The fleet's heartbeat (live nodes, and Redis tried again during
         // an outage): kept across reloads, like the fleet.
         let heartbeat = self
@@ -405,10 +397,7 @@ impl App {
             limits,
         )
         .await;
-        if let Some(task) = admin_task {
-            task.abort();
-        }
-        if let Some(task) = heartbeat {
+        for task in admin_task.into_iter().chain(fleet_task).chain(heartbeat) {
             task.abort();
         }
         cut
@@ -435,6 +424,7 @@ impl ProxyView for Proxy {
             usage_mode: s.usage_mode,
             auth: s.admin_auth.clone(),
             politeness_settings: s.politeness_config.clone(),
+            fleet: s.fleet.clone(),
         }
     }
 

@@ -17,7 +17,9 @@
 //! (`robots-proxy:<name>:{<origin>}:…`), so a script touches one slot of a
 //! Redis Cluster and origins spread over its shards.
 
+pub mod events;
 pub mod nodes;
+pub mod robots;
 pub mod schedule;
 
 use std::future::Future;
@@ -78,6 +80,10 @@ pub struct Fleet {
     /// The live nodes as last read by the heartbeat ([`nodes`]).
     live: Mutex<Arc<LiveNodes>>,
     stats: FleetStats,
+    /// What the nodes tell each other ([`events`]).
+    events: tokio::sync::broadcast::Sender<events::Event>,
+    /// Set once the subscriber task runs.
+    subscriber: OnceLock<()>,
 }
 
 /// Upper bounds (microseconds) of the Redis round-trip histogram:
@@ -158,6 +164,8 @@ impl Fleet {
             heartbeat_script: redis::Script::new(nodes::HEARTBEAT_SCRIPT),
             live: Mutex::new(Arc::default()),
             stats: FleetStats::default(),
+            events: events::new_channel(),
+            subscriber: OnceLock::new(),
         })
     }
 
@@ -210,6 +218,12 @@ impl Fleet {
                 .saturating_add(micros(self.timeout))
                 .saturating_add(micros(interval)),
         }
+    }
+
+    /// A client for pub/sub (one node of a cluster: classic pub/sub
+    /// reaches every node).
+    pub(crate) fn pubsub_client(&self) -> redis::Client {
+        self.client.clone()
     }
 
     fn connection(&self) -> redis::RedisResult<ConnectionManager> {
