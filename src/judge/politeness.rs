@@ -375,16 +375,18 @@ impl Politeness {
             last,
         );
         let wait = Duration::from_micros(slot.saturating_sub(now));
+        // Each request held on this node waits one `spacing` more, counted
+        // from when this node's slots begin.
+        let queued = Duration::from_micros(slot.saturating_sub(from.max(now)));
         let allowed = match self.mode {
             Mode::Reject => wait.is_zero(),
-            // Each request held on this node waits one `spacing` more.
             Mode::Delay {
                 max_wait,
                 max_queue,
             } => {
                 wait <= max_wait
                     && (max_queue == 0
-                        || wait
+                        || queued
                             <= spacing.saturating_mul(u32::try_from(max_queue).unwrap_or(u32::MAX)))
             }
         };
@@ -815,7 +817,8 @@ mod tests {
             pol.reserve_interleaved("k2", i, (3, 0), 5 * S + 1, S),
             Ok(6 * S)
         );
-        // max_queue counts this node's own spacing (N·I) per held request.
+        // max_queue counts this node's own spacing (N·I) per held request,
+        // from `from` on.
         let queued = p(
             Mode::Delay {
                 max_wait: Duration::from_secs(600),
@@ -825,6 +828,15 @@ mod tests {
         );
         assert_eq!(queued.reserve_interleaved("k", i, (3, 0), 0, 1), Ok(3 * S));
         assert!(queued.reserve_interleaved("k", i, (3, 0), 0, 1).is_err());
+        assert_eq!(
+            queued.reserve_interleaved("k3", i, (3, 0), 10 * S + 1, 1),
+            Ok(12 * S)
+        );
+        assert!(
+            queued
+                .reserve_interleaved("k3", i, (3, 0), 10 * S + 1, 1)
+                .is_err()
+        );
         // Reject: only a slot starting now.
         let reject = p(Mode::Reject, None);
         assert_eq!(
