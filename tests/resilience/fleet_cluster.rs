@@ -1,0 +1,165 @@
+//! Fleet mode on a real three-master Redis Cluster (`fleet.redis` a list
+//! of its nodes' URLs): the proxies keep one Crawl-delay schedule per
+//! origin as on one server; origins spread over the masters, and every key
+//! of one origin is in one slot. Skipped, with a message, without
+//! `redis-server` and `redis-cli`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
+
+use super::fleet::{TOLERANCE, gaps, proxies};
+use crate::support::redis::RedisCluster;
+use crate::support::{Origin, get_with};
+
+fn fleet(cluster: &RedisCluster) -> FleetConfig {
+    FleetConfig {
+        redis: RedisTarget::Cluster(cluster.urls()),
+        name: "cluster".into(),
+        timeout: Duration::from_secs(1),
+        on_unavailable: FleetOnUnavailable::Refuse,
+        ..FleetConfig::default()
+    }
+}
+
+/// The fleet's keys on each node, by node.
+async fn keys_by_node(cluster: &RedisCluster) -> Vec<Vec<String>> {
+    let mut all = Vec::new();
+    for node in &cluster.nodes {
+        all.push(node.keys("robots-proxy:cluster:*").await);
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_on_a_redis_cluster_keeps_one_crawl_delay_schedule() {
+    let Some(cluster) = RedisCluster::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let nodes = proxies(3, Some(fleet(&cluster))).await;
+    let gaps = gaps(&origin, &nodes, 6).await;
+    eprintln!("page gaps through a fleet on a Redis Cluster: {gaps:?}");
+    for g in &gaps {
+        assert!(
+            *g >= Duration::from_secs(1) - TOLERANCE,
+            "pages closer than the Crawl-delay through a fleet on a cluster: {gaps:?}"
+        );
+    }
+    // One schedule: one key, held by one master.
+    let held: Vec<usize> = keys_by_node(&cluster).await.iter().map(Vec::len).collect();
+    assert_eq!(held.iter().sum::<usize>(), 1, "keys per node: {held:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origins_spread_over_the_masters_and_each_origin_keeps_one_slot() {
+    let Some(cluster) = RedisCluster::start().await else {
+        return;
+    };
+    let mut origins = Vec::new();
+    for _ in 0..12 {
+        origins.push(Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await);
+    }
+    // Two agents: two schedules (two keys) per origin.
+    let fleet = fleet(&cluster);
+    let proxy = crate::support::Proxy::start_with(move |c| {
+        c.agents.insert("alphabot".into(), "alphabot".into());
+        c.fleet = Some(fleet);
+    })
+    .await;
+    let sent = origins.iter().flat_map(|o| {
+        let url = o.url("/page");
+        [
+            proxy.request(get_with(&url, &[("user-agent", "curl/8.0")])),
+            proxy.request(get_with(&url, &[("user-agent", "AlphaBot/1.0")])),
+        ]
+    });
+    for r in futures_util::future::join_all(sent).await {
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+
+    // Each origin's keys, found on the node that holds them.
+    let by_node = keys_by_node(&cluster).await;
+    let mut origin_nodes: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (node, keys) in by_node.iter().enumerate() {
+        for key in keys {
+            let tag = key
+                .split_once('{')
+                .and_then(|(_, rest)| rest.split_once('}'))
+                .map(|(tag, _)| tag.to_string())
+                .unwrap_or_else(|| panic!("untagged key {key}"));
+            origin_nodes.entry(tag).or_default().push(node);
+        }
+    }
+    let per_node: Vec<usize> = by_node.iter().map(Vec::len).collect();
+    eprintln!("fleet keys per cluster master: {per_node:?} (12 origins x 2 agents)");
+    assert_eq!(origin_nodes.len(), 12, "{origin_nodes:?}");
+    for (origin, on) in &origin_nodes {
+        assert_eq!(on.len(), 2, "{origin}: {on:?}");
+        assert_eq!(on[0], on[1], "{origin}'s keys on two nodes: {on:?}");
+    }
+    assert!(
+        per_node.iter().filter(|n| **n > 0).count() > 1,
+        "every origin on one master: {per_node:?}"
+    );
+
+    // And by the cluster's own reckoning: one slot per origin, whatever
+    // the key's suffix.
+    let node = &cluster.nodes[0];
+    for keys in &by_node {
+        for key in keys {
+            let (prefix, _) = key.rsplit_once('}').expect("tagged");
+            let slot = node.keyslot(key).await;
+            for suffix in ["robots", "lease", "other:next"] {
+                let sibling = format!("{prefix}}}:{suffix}");
+                assert_eq!(node.keyslot(&sibling).await, slot, "{key} / {sibling}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_stopped_is_refused_within_the_timeout_and_used_again_once_back() {
+    let Some(mut cluster) = RedisCluster::start().await else {
+        return;
+    };
+    let timeout = Duration::from_millis(300);
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let nodes = proxies(
+        1,
+        Some(FleetConfig {
+            timeout,
+            ..fleet(&cluster)
+        }),
+    )
+    .await;
+    assert_eq!(nodes[0].get(&origin.url("/a")).await.status, 200);
+
+    cluster.stop();
+    let started = Instant::now();
+    let r = nodes[0].get(&origin.url("/b")).await;
+    let took = started.elapsed();
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(took < timeout + Duration::from_millis(500), "took {took:?}");
+    assert_eq!(origin.hits("/b"), 0);
+
+    // The cluster back (same nodes and slots, no keys): bookings go to it
+    // again within a retry period or a few.
+    cluster.restart().await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut i = 0;
+    let back = loop {
+        i += 1;
+        let r = nodes[0].get(&origin.url(&format!("/c{i}"))).await;
+        if r.status == 200 {
+            break started.elapsed();
+        }
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert!(Instant::now() < deadline, "the cluster not used again");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    eprintln!("cluster down: refused in {took:?}; shared again {back:?} after the stop");
+    let held: usize = keys_by_node(&cluster).await.iter().map(Vec::len).sum();
+    assert_eq!(held, 1, "the schedule's key, booked on the cluster again");
+}
