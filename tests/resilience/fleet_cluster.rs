@@ -1,8 +1,9 @@
 //! Fleet mode on a real three-master Redis Cluster (`fleet.redis` a list
 //! of its nodes' URLs): the proxies keep one Crawl-delay schedule per
 //! origin as on one server; origins spread over the masters, and every key
-//! of one origin is in one slot. Skipped, with a message, without
-//! `redis-server` and `redis-cli`.
+//! of one origin is in one slot. And on a Redis reached over TLS
+//! (`rediss://`). Skipped, with a message, without `redis-server` and
+//! `redis-cli`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -10,8 +11,9 @@ use std::time::{Duration, Instant};
 use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
 
 use super::fleet::{TOLERANCE, gaps, proxies};
-use crate::support::redis::RedisCluster;
-use crate::support::{Origin, get_with};
+use crate::support::binary::{self, Running, Setup};
+use crate::support::redis::{RedisCluster, TlsRedis};
+use crate::support::{Conn, Origin, get_with};
 
 fn fleet(cluster: &RedisCluster) -> FleetConfig {
     FleetConfig {
@@ -162,4 +164,56 @@ async fn a_cluster_stopped_is_refused_within_the_timeout_and_used_again_once_bac
     eprintln!("cluster down: refused in {took:?}; shared again {back:?} after the stop");
     let held: usize = keys_by_node(&cluster).await.iter().map(Vec::len).sum();
     assert_eq!(held, 1, "the schedule's key, booked on the cluster again");
+}
+
+/// `rediss://`: the proxy (the real binary, so its trust store can be set
+/// with `SSL_CERT_FILE` for it alone) books on a Redis it reaches over TLS
+/// when it trusts the server's CA, and refuses when it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_over_tls_books_on_a_redis_whose_certificate_it_trusts() {
+    let Some(tls) = TlsRedis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let setup = Setup::new();
+    setup.write_config(
+        "robots-proxy",
+        &format!(
+            "[fleet]\nredis = \"rediss://localhost:{}/0\"\nname = \"tls\"\n\
+             timeout = \"2s\"\non_unavailable = \"refuse\"\n",
+            tls.tls_port
+        ),
+    );
+    let start = |trust: Option<&std::path::Path>| {
+        let mut command = binary::command();
+        command.env("RUST_LOG", "info").env_remove("NOTIFY_SOCKET");
+        match trust {
+            Some(ca) => command.env("SSL_CERT_FILE", ca),
+            None => command.env_remove("SSL_CERT_FILE"),
+        };
+        command.args(["run", "--config"]).arg(setup.config_path());
+        Running::start(command)
+    };
+
+    let trusting = start(Some(&tls.ca_file)).await;
+    let r = Conn::open(trusting.addr).await.get(&origin.url("/a")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let key = format!(
+        "robots-proxy:tls:{{http://{}}}:robots-proxy:next",
+        origin.addr
+    );
+    assert_eq!(
+        tls.redis.command(&["EXISTS", &key]).await.ok(),
+        Some(redis::Value::Int(1)),
+        "{key}"
+    );
+    drop(trusting);
+
+    // The system's roots only: Redis's certificate is not trusted.
+    let mut doubting = start(None).await;
+    let r = Conn::open(doubting.addr).await.get(&origin.url("/b")).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(origin.hits("/b"), 0);
+    let warned = doubting.wait_for("Redis unavailable").await;
+    assert!(warned.contains("certificate"), "{warned}");
 }

@@ -243,3 +243,65 @@ fn cluster_ports(n: usize) -> Vec<u16> {
     }
     ports
 }
+
+/// A `redis-server` that speaks TLS on `tls_port` (and plain RESP on its
+/// `port`, for the test's own commands), with a certificate for
+/// `localhost` signed by a test CA whose PEM file is `ca_file`.
+pub struct TlsRedis {
+    pub redis: Redis,
+    pub tls_port: u16,
+    pub ca_file: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsRedis {
+    /// `None` (with a message) when `redis-server` is not installed.
+    pub async fn start() -> Option<TlsRedis> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca_key = rcgen::KeyPair::generate().expect("CA key");
+        let mut ca = rcgen::CertificateParams::default();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).expect("CA");
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = rcgen::KeyPair::generate().expect("key");
+        let leaf = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .expect("params")
+            .signed_by(&key, &issuer)
+            .expect("certificate");
+        let path = |name: &str| dir.path().join(name);
+        std::fs::write(path("ca.pem"), ca_cert.pem()).expect("write");
+        std::fs::write(path("redis.pem"), leaf.pem()).expect("write");
+        std::fs::write(path("redis.key"), key.serialize_pem()).expect("write");
+        let [port, tls_port] = [(); 2].map(|()| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("free port")
+                .port()
+        });
+        let arg = |name: &str| path(name).to_str().expect("utf-8 path").to_string();
+        let (cert, key, ca) = (arg("redis.pem"), arg("redis.key"), arg("ca.pem"));
+        let tls_port_arg = tls_port.to_string();
+        let redis = Redis::start_with(
+            port,
+            &[
+                "--tls-port",
+                &tls_port_arg,
+                "--tls-cert-file",
+                &cert,
+                "--tls-key-file",
+                &key,
+                "--tls-ca-cert-file",
+                &ca,
+                "--tls-auth-clients",
+                "no",
+            ],
+        )
+        .await?;
+        Some(TlsRedis {
+            redis,
+            tls_port,
+            ca_file: path("ca.pem"),
+            _dir: dir,
+        })
+    }
+}
