@@ -30,7 +30,8 @@ pub use app::App;
 /// tests time: not an interface of the crate.
 #[doc(hidden)]
 pub mod measure {
-    pub use crate::fleet::{Booking, Fleet, FleetSettings, OnUnavailable};
+    pub use crate::fleet::robots::{Look, Text};
+    pub use crate::fleet::{Booking, Fleet, FleetSettings, OnUnavailable, RedisTarget};
     pub use crate::http::destination::Policy;
     pub use crate::http::origin::{Origin, Scheme};
     pub use crate::judge::Gate;

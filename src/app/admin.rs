@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::admit::{AuthOutcome, ClientAcl, ProxyAuth};
+use crate::fleet::events::{Event, Purge};
 use crate::http::body::{Body, full_body, text};
 use crate::http::origin::{Origin, path_of};
 use crate::judge::Gate;
@@ -67,6 +68,8 @@ pub(crate) struct AdminSettings {
     pub(crate) auth: Option<Arc<ProxyAuth>>,
     /// `politeness.*` as in force, for the web view.
     pub(crate) politeness_settings: PolitenessSettings,
+    /// `[fleet]`: a purge reaches every node.
+    pub(crate) fleet: Option<Arc<crate::fleet::Fleet>>,
 }
 
 /// Everything the admin listener needs.
@@ -234,7 +237,7 @@ pub(crate) async fn handle(
             StatusCode::FORBIDDEN,
             json!({ "error": "a purge sent by a page of another site is refused" }),
         ),
-        (&Method::POST, "/purge") => purge(proxy, req.uri()),
+        (&Method::POST, "/purge") => purge(proxy, req.uri()).await,
         (&Method::GET, "/") => super::web::overview(state),
         (&Method::GET, "/ca") => super::web::ca_page(state, &req),
         (&Method::GET, "/ca.pem") => super::web::ca_pem(proxy),
@@ -337,6 +340,9 @@ async fn explain_value(
         "fetch_outcome": j.entry_state().map(|s| s.name()),
         "fetch_reason": j.entry_state().and_then(|s| s.reason()),
         "cache_age_secs": j.entry.as_ref().map(|e| e.age().as_secs()),
+        "fetched_at": j.entry.as_ref()
+            .map(|e| humantime::format_rfc3339_seconds(e.fetched_at).to_string()),
+        "fetched_by": j.entry.as_ref().and_then(|e| e.fetched_by.as_deref()),
         "crawl_delay": j.crawl_delay,
         "purposes": purposes,
         "usage": usage.as_ref().map(|n| json!({
@@ -378,8 +384,10 @@ fn from_another_site(headers: &http::HeaderMap) -> bool {
 
 /// `POST /purge?origin=URL`: drops the origin's cached robots.txt.
 /// `POST /purge?url=URL` and `POST /purge?prefix=URL`: drop what the
-/// response cache holds for that URL, or under that prefix.
-fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
+/// response cache holds for that URL, or under that prefix. In a fleet,
+/// every node drops it too (the answer's `fleet` says whether the other
+/// nodes were told).
+async fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
     let q = query(uri);
     if let Some(target) = q.get("prefix").map(|p| (p, true)).or_else(|| {
         q.get("url")
@@ -404,13 +412,20 @@ fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
                 "the url or prefix must be an absolute http(s) URL",
             );
         }
-        let purged = if prefix {
-            cache.purge_prefix(value)
+        let (purged, what) = if prefix {
+            (
+                cache.purge_prefix(value),
+                Purge::Prefix(value.as_str().into()),
+            )
         } else {
-            cache.purge_url(value)
+            (cache.purge_url(value), Purge::Url(value.as_str().into()))
         };
+        let fleet = tell_fleet(proxy, what).await;
         let key = if prefix { "prefix" } else { "url" };
-        return json_response(StatusCode::OK, json!({ key: value, "purged": purged }));
+        return json_response(
+            StatusCode::OK,
+            json!({ key: value, "purged": purged, "fleet": fleet }),
+        );
     }
     let Some(url) = q.get("origin") else {
         return error(
@@ -421,12 +436,65 @@ fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
     match parse_url(url) {
         Ok((origin, _)) => {
             let purged = proxy.gate().cache().purge(&origin);
+            let fleet = tell_fleet(proxy, Purge::Robots(origin.to_string().into())).await;
             json_response(
                 StatusCode::OK,
-                json!({ "origin": origin.to_string(), "purged": purged }),
+                json!({ "origin": origin.to_string(), "purged": purged, "fleet": fleet }),
             )
         }
         Err(e) => error(StatusCode::BAD_REQUEST, &e),
+    }
+}
+
+/// Tells the fleet's other nodes to purge `what` too (a robots.txt purge
+/// also drops the shared entry): `"every node"`, or why only this one.
+async fn tell_fleet(proxy: &dyn ProxyView, what: Purge) -> Option<&'static str> {
+    let fleet = proxy.admin_settings().fleet?;
+    let told = match &what {
+        Purge::Robots(origin) => fleet.purge_robots(origin).await,
+        _ => fleet.publish_purge(what).await,
+    };
+    Some(match told {
+        Ok(()) => "every node",
+        Err(_) => "this node only: the fleet's Redis is unavailable",
+    })
+}
+
+/// Applies the purges other nodes of the fleet tell of, until the fleet
+/// is gone.
+pub(crate) async fn follow_fleet_purges(
+    proxy: Arc<dyn ProxyView>,
+    fleet: Arc<crate::fleet::Fleet>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    let mut events = fleet.events();
+    loop {
+        let (what, from) = match events.recv().await {
+            Ok(Event::Purged { what, from }) => (what, from),
+            Ok(Event::Fetched(_)) | Err(RecvError::Lagged(_)) => continue,
+            Err(RecvError::Closed) => return,
+        };
+        if *from == *fleet.node() {
+            continue;
+        }
+        match &what {
+            Purge::Robots(origin) => {
+                if let Ok((origin, _)) = parse_url(origin) {
+                    proxy.gate().cache().purge(&origin);
+                }
+            }
+            Purge::Url(url) => {
+                if let Some(cache) = proxy.response_cache() {
+                    cache.purge_url(url);
+                }
+            }
+            Purge::Prefix(prefix) => {
+                if let Some(cache) = proxy.response_cache() {
+                    cache.purge_prefix(prefix);
+                }
+            }
+        }
+        tracing::info!(from = %from, what = ?what, "purged as another node of the fleet asked");
     }
 }
 

@@ -138,17 +138,9 @@ pub(crate) fn settings_from(
         Some(prev) if prev.politeness_config == pconf => prev.politeness.clone(),
         _ => Arc::new(Politeness::new(pconf.clone())),
     };
-    // Set at start only: a reload keeps the running fleet.
-    let fleet = match previous {
-        Some(prev) => prev.fleet.clone(),
-        None => match &config.fleet {
-            Some(f) => Some(Arc::new(
-                Fleet::new(&f.settings(config.listen))
-                    .map_err(|e| StartError::Fleet(e.to_string()))?,
-            )),
-            None => None,
-        },
-    };
+    // Made at start ([`App::start`], which knows the bound address); a
+    // reload keeps the running fleet.
+    let fleet = previous.and_then(|prev| prev.fleet.clone());
     Ok(Settings {
         fleet,
         agent: config.agent_token(),
@@ -255,6 +247,13 @@ impl App {
         let tls = Arc::new(tls);
         let client = build_client(&client_settings, tls.clone());
         let upstream_tls = tls.clone();
+        let mut settings = settings_from(&config, None)?;
+        if let Some(f) = &config.fleet {
+            let bound = listener.local_addr().unwrap_or(config.listen);
+            let fleet =
+                Fleet::new(&f.settings(bound)).map_err(|e| StartError::Fleet(e.to_string()))?;
+            settings.fleet = Some(Arc::new(fleet));
+        }
         let r = &config.robots;
         let cache = RobotsCache::new(
             build_fetch_client(&client_settings, tls),
@@ -272,6 +271,7 @@ impl App {
         )
         .on_fetch(fetch_metrics(&metrics))
         .with_archive(open_archive(&config)?)
+        .with_fleet(settings.fleet.clone())
         .with_fetch_budget(FetchBudget::with_gauges(
             config.robots_fetch_budget_mib(),
             metrics.fetch_budget_gauges(),
@@ -300,7 +300,6 @@ impl App {
         let ca_dir = config.ca_dir();
         let (ca, created) = Ca::load_or_create(&ca_dir)?;
         let minter = Arc::new(Minter::new(ca, config.tls.leaf_cache)?);
-        let settings = settings_from(&config, None)?;
         let admin_acl = ClientAcl::new(config.admin.allow_clients.iter().map(|n| n.to_string()))
             .map_err(StartError::AdminAcl)?;
         let upstream = crate::upstream::Pool::for_threads(client_settings, config.worker_threads());
@@ -371,6 +370,10 @@ impl App {
             };
             tokio::spawn(crate::app::admin::serve(listener, state, admin_limits))
         });
+        let fleet_task = self.proxy.settings().fleet.clone().map(|fleet| {
+            let view: Arc<dyn ProxyView> = self.proxy.clone();
+            tokio::spawn(crate::app::admin::follow_fleet_purges(view, fleet))
+        });
         let ready_flag = ready.clone();
         let cut = server::serve(
             self.listener,
@@ -382,7 +385,7 @@ impl App {
             limits,
         )
         .await;
-        if let Some(task) = admin_task {
+        for task in admin_task.into_iter().chain(fleet_task) {
             task.abort();
         }
         cut
@@ -409,6 +412,7 @@ impl ProxyView for Proxy {
             usage_mode: s.usage_mode,
             auth: s.admin_auth.clone(),
             politeness_settings: s.politeness_config.clone(),
+            fleet: s.fleet.clone(),
         }
     }
 

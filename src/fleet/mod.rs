@@ -16,6 +16,8 @@
 //! Redis Cluster and origins spread over its shards.
 
 mod connection;
+pub mod events;
+pub mod robots;
 pub mod schedule;
 
 use std::future::Future;
@@ -71,6 +73,10 @@ pub struct Fleet {
     /// During an outage, when Redis is next tried.
     retry_at: Mutex<Option<Instant>>,
     book_script: redis::Script,
+    /// What the nodes tell each other ([`events`]).
+    events: tokio::sync::broadcast::Sender<events::Event>,
+    /// Set once the subscriber task runs.
+    subscriber: OnceLock<()>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -97,6 +103,8 @@ impl Fleet {
             down: AtomicBool::new(false),
             retry_at: Mutex::new(None),
             book_script: redis::Script::new(schedule::BOOK_SCRIPT),
+            events: events::new_channel(),
+            subscriber: OnceLock::new(),
         })
     }
 
@@ -133,7 +141,6 @@ impl Fleet {
     /// A client for one Redis server, for pub/sub: the server, or a
     /// cluster's first node (a cluster passes every published message to
     /// every node, so subscribing on one node hears the whole fleet).
-    #[allow(dead_code, reason = "for the fleet's pub/sub subscriber")]
     pub(crate) fn pubsub_client(&self) -> redis::Client {
         self.clients.single().clone()
     }

@@ -78,7 +78,7 @@ impl fmt::Debug for Digest {
 }
 
 /// What a fetch brought back, as the archive keeps it.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub(crate) struct Evidence {
     /// The URL fetched first (the origin's `/robots.txt`).
     pub(crate) url: String,

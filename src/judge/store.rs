@@ -19,7 +19,9 @@ use lru::LruCache;
 use tokio::time::Instant;
 
 use crate::http::origin::Origin;
-use crate::judge::archive::{Archive, Digest, KeptEntry};
+use bytes::Bytes;
+
+use crate::judge::archive::{Archive, Digest, Evidence, KeptEntry};
 use crate::judge::fetch::{self, Concluded, FetchSettings, Fetched};
 use crate::robots::{AgentRules, Robots};
 use crate::upstream::HttpClient;
@@ -136,6 +138,8 @@ pub struct Entry {
     pub(crate) expires: Instant,
     /// Fetches in a row that found the origin unreachable (for backoff).
     failures: u32,
+    /// In a fleet, the node whose fetch this is.
+    pub(crate) fetched_by: Option<Arc<str>>,
 }
 
 impl Entry {
@@ -180,6 +184,7 @@ impl Entry {
             fetched_instant: now,
             expires: now + ttl,
             failures: 0,
+            fetched_by: None,
         }
     }
 }
@@ -245,6 +250,9 @@ struct Slots {
     /// fetched again on every request, but not counted as cached robots.txt
     /// state ([`RobotsCache::len`]).
     refused: usize,
+    /// Purges so far: a fetch that was under way during a purge may have
+    /// read the file the purge is for, so its entry is not kept.
+    purges: u64,
 }
 
 /// True if `slot` holds a destination-policy refusal.
@@ -312,7 +320,7 @@ pub struct RobotsCache {
     client: HttpClient,
     /// User-Agent, timeout, redirects: changed by a reload.
     fetch: RwLock<Arc<FetchSettings>>,
-    settings: CacheSettings,
+    pub(super) settings: CacheSettings,
     /// Called after every fetch (metrics).
     on_fetch: Option<FetchHook>,
     /// Bytes of files being fetched and compiled at once
@@ -323,7 +331,13 @@ pub struct RobotsCache {
     /// Entries for other agents (`/explain` questions), few and small.
     others: Mutex<LruCache<OtherKey, Arc<Entry>>>,
     /// Where every fetched file is kept, when `audit.archive_max` is set.
-    archive: Option<Arc<Archive>>,
+    pub(super) archive: Option<Arc<Archive>>,
+    /// `[fleet]`: one fetch per origin for the whole fleet
+    /// ([`super::shared`]).
+    pub(super) fleet: Option<Arc<crate::fleet::Fleet>>,
+    /// Orders the saves of kept entries with purges: a purge's forget
+    /// never comes before the save of a fetch it overtook.
+    kept: Mutex<()>,
 }
 
 /// An origin and an agent token the cache's entries are not compiled for.
@@ -350,6 +364,7 @@ impl RobotsCache {
                 lru: LruCache::new(cap),
                 bytes: 0,
                 refused: 0,
+                purges: 0,
             }),
             client,
             fetch: RwLock::new(Arc::new(fetch)),
@@ -361,10 +376,33 @@ impl RobotsCache {
             on_fetch: None,
             budget: None,
             archive: None,
+            fleet: None,
+            kept: Mutex::new(()),
         }
     }
 
     /// Every fetch is kept in `archive`.
+    /// Whether a purge came after the count was `purges`.
+    pub(super) fn purged_since(&self, purges: u64) -> bool {
+        self.slots.lock().map_or(true, |s| s.purges != purges)
+    }
+
+    /// Keeps `kept` on disk for a restart, unless a purge came after the
+    /// fetch it is from started (`purges`: the count then).
+    pub(super) fn keep_entry(&self, kept: &KeptEntry, purges: u64) {
+        let Some(archive) = &self.archive else { return };
+        let _order = self.kept.lock();
+        if !self.purged_since(purges) {
+            archive.save_entry(kept);
+        }
+    }
+
+    /// Shares fetches with the fleet, if there is one.
+    pub(crate) fn with_fleet(mut self, fleet: Option<Arc<crate::fleet::Fleet>>) -> Self {
+        self.fleet = fleet;
+        self
+    }
+
     pub(crate) fn with_archive(mut self, archive: Option<Arc<Archive>>) -> Self {
         self.archive = archive;
         self
@@ -387,7 +425,7 @@ impl RobotsCache {
         }
     }
 
-    fn fetch_settings(&self) -> Arc<FetchSettings> {
+    pub(super) fn fetch_settings(&self) -> Arc<FetchSettings> {
         match self.fetch.read() {
             Ok(f) => f.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -402,7 +440,7 @@ impl RobotsCache {
         }
     }
 
-    fn agents(&self) -> Arc<[Arc<str>]> {
+    pub(super) fn agents(&self) -> Arc<[Arc<str>]> {
         self.agents
             .read()
             .map(|a| a.clone())
@@ -436,7 +474,11 @@ impl RobotsCache {
             return (entry.clone(), StoreLookup::Hit);
         }
         let agents: Arc<[Arc<str>]> = Arc::from([Arc::from(token)]);
-        let entry = Arc::new(self.fetch_entry(origin, previous.clone(), agents).await);
+        let entry = Arc::new(
+            self.fetch_entry(origin, previous.clone(), agents, None)
+                .await
+                .0,
+        );
         if matches!(entry.state, State::LocalError { .. }) {
             return (entry, StoreLookup::Miss);
         }
@@ -511,6 +553,7 @@ impl RobotsCache {
     /// Drops an origin's entry, and the copy kept on disk; true if there
     /// was one in memory.
     pub(crate) fn purge(&self, origin: &Origin) -> bool {
+        let _order = self.kept.lock();
         if let Some(archive) = &self.archive {
             archive.forget_entry(&origin.to_string());
         }
@@ -526,7 +569,10 @@ impl RobotsCache {
         }
         self.slots
             .lock()
-            .map(|mut s| s.remove(origin))
+            .map(|mut s| {
+                s.purges += 1;
+                s.remove(origin)
+            })
             .unwrap_or(false)
     }
 
@@ -586,6 +632,7 @@ impl RobotsCache {
         if !self.is_configured(token) {
             return Next::OtherAgent;
         }
+        let slots_purges = slots.purges;
         match slots.lru.get_mut(origin) {
             Some(slot) => {
                 // A stale copy lacking the agent cannot be refreshed by
@@ -604,14 +651,14 @@ impl RobotsCache {
                 match &slot.flight {
                     Some(f) => Next::Wait(f.clone(), lookup),
                     None => {
-                        let f = self.start_flight(origin.clone(), slot.entry.clone());
+                        let f = self.start_flight(origin.clone(), slot.entry.clone(), slots_purges);
                         slot.flight = Some(f.clone());
                         Next::Wait(f, lookup)
                     }
                 }
             }
             None => {
-                let f = self.start_flight(origin.clone(), None);
+                let f = self.start_flight(origin.clone(), None, slots.purges);
                 let evicted = slots.lru.push(
                     origin.clone(),
                     Slot {
@@ -628,28 +675,26 @@ impl RobotsCache {
         }
     }
 
-    fn start_flight(self: &Arc<Self>, origin: Origin, previous: Option<Arc<Entry>>) -> Flight {
+    /// Starts the fetch of `origin`'s entry; `purges`: the purge count
+    /// now.
+    fn start_flight(
+        self: &Arc<Self>,
+        origin: Origin,
+        previous: Option<Arc<Entry>>,
+        purges: u64,
+    ) -> Flight {
         let flight_origin = origin.clone();
         let this = self.clone();
         let handle = tokio::spawn(async move {
-            let previous = match previous {
-                Some(p) => Some(p),
-                None => match this.restore(&origin).await {
-                    // Kept on disk and still fresh: judged by, nothing
-                    // fetched.
-                    Some(kept) if kept.expires > Instant::now() => {
-                        if let Ok(mut slots) = this.slots.lock() {
-                            slots.store(origin, kept.clone(), this.settings.max_bytes);
-                        }
-                        return kept;
-                    }
-                    // Expired: the copy stale-on-error falls back to.
-                    other => other,
-                },
+            let entry = match this.fleet.clone() {
+                Some(fleet) => this.obtain_shared(&fleet, &origin, previous, purges).await,
+                None => this.obtain(&origin, previous, purges).await,
             };
-            let entry = Arc::new(this.fetch_entry(&origin, previous, this.agents()).await);
             if let Ok(mut slots) = this.slots.lock() {
-                if matches!(entry.state, State::LocalError { .. }) {
+                if slots.purges != purges {
+                    // Purged meanwhile: the waiting requests get it,
+                    // nothing is kept, the next request fetches again.
+                } else if matches!(entry.state, State::LocalError { .. }) {
                     // Says nothing about the origin: the waiting requests
                     // get it, the slot keeps what it had, and the next
                     // request fetches again.
@@ -682,41 +727,73 @@ impl RobotsCache {
         .shared()
     }
 
+    /// `origin`'s entry without a fleet: kept on disk and still fresh, or
+    /// fetched (with `previous`, or the expired kept copy, to fall back
+    /// on).
+    pub(super) async fn obtain(
+        self: &Arc<Self>,
+        origin: &Origin,
+        previous: Option<Arc<Entry>>,
+        purges: u64,
+    ) -> Arc<Entry> {
+        let previous = match previous {
+            Some(p) => Some(p),
+            None => match self.restore(origin).await {
+                // Kept on disk and still fresh: judged by, nothing fetched.
+                Some(kept) if kept.expires > Instant::now() => return kept,
+                // Expired: the copy stale-on-error falls back to.
+                other => other,
+            },
+        };
+        Arc::new(
+            self.fetch_entry(origin, previous, self.agents(), Some(purges))
+                .await
+                .0,
+        )
+    }
+
     /// Fetches `origin`'s robots.txt, reports it to the fetch hook, and
-    /// builds its entry compiled for `agents`. Compiling a large file's
+    /// builds its entry compiled for `agents`; with the text fetched and
+    /// where it came from, if one was. Compiling a large file's
     /// rules takes milliseconds: it runs on the blocking pool, not on an
     /// async worker where it would stall every connection that worker
     /// serves.
-    async fn fetch_entry(
+    pub(super) async fn fetch_entry(
         self: &Arc<Self>,
         origin: &Origin,
         previous: Option<Arc<Entry>>,
         agents: Arc<[Arc<str>]>,
-    ) -> Entry {
+        purges: Option<u64>,
+    ) -> (Entry, Option<(Bytes, Evidence)>) {
         let settings = self.fetch_settings();
         let (fetched, reservation) =
             fetch::fetch(&self.client, origin, &settings, self.budget.as_ref()).await;
         if let Some(cb) = &self.on_fetch {
             cb(&fetched);
         }
+        let text = match &fetched.outcome {
+            Concluded::Parsed(_, Some(t)) => Some((t.text.clone(), t.evidence.clone())),
+            _ => None,
+        };
         let this = self.clone();
         let origin = origin.to_string();
-        tokio::task::spawn_blocking(move || {
+        let entry = tokio::task::spawn_blocking(move || {
             if let Some(archive) = &this.archive {
                 archive_fetch(archive, &origin, &fetched);
             }
             let entry = this.entry_from(previous.as_deref(), fetched, &agents);
             // The parsed file is gone, its rules compiled into `entry`.
             drop(reservation);
-            if let Some(archive) = &this.archive
+            if let Some(purges) = purges
                 && let Some(kept) = kept_from(&origin, &entry)
             {
-                archive.save_entry(&kept);
+                this.keep_entry(&kept, purges);
             }
             entry
         })
         .await
-        .unwrap_or_else(|_| self.poisoned())
+        .unwrap_or_else(|_| self.poisoned());
+        (entry, text)
     }
 
     /// After a restart, `origin`'s entry as kept on disk, compiled for the
@@ -747,7 +824,12 @@ impl RobotsCache {
 
     /// Applies the status policy and lifetimes to a finished fetch, and
     /// compiles a parsed file for `agents`.
-    fn entry_from(&self, previous: Option<&Entry>, fetched: Fetched, agents: &[Arc<str>]) -> Entry {
+    pub(super) fn entry_from(
+        &self,
+        previous: Option<&Entry>,
+        fetched: Fetched,
+        agents: &[Arc<str>],
+    ) -> Entry {
         let now = Instant::now();
         let wall = SystemTime::now();
         let s = &self.settings;
@@ -801,13 +883,14 @@ impl RobotsCache {
             fetched_instant,
             expires,
             failures,
+            fetched_by: None,
         }
     }
 }
 
 /// `entry` as the archive keeps it; `None` for the proxy's own shortage
 /// (never kept).
-fn kept_from(origin: &str, entry: &Entry) -> Option<KeptEntry> {
+pub(super) fn kept_from(origin: &str, entry: &Entry) -> Option<KeptEntry> {
     let (state, sha256) = match &entry.state {
         State::Fresh(rules) => ("fresh", rules.digest()),
         State::Stale { rules, .. } => ("stale", rules.digest()),
@@ -854,9 +937,22 @@ fn restore(
     settings: &CacheSettings,
 ) -> Option<Entry> {
     let (kept, text) = archive.load_entry(origin)?;
+    from_kept(&kept, text.as_deref(), agents, settings, None)
+}
+
+/// An entry kept on disk or shared by the fleet, compiled for `agents`.
+/// `left`: the time left as the fleet's Redis counts it; `None`: from
+/// the kept expiry and this host's clock.
+pub(super) fn from_kept(
+    kept: &KeptEntry,
+    text: Option<&[u8]>,
+    agents: &[Arc<str>],
+    settings: &CacheSettings,
+    shared_left: Option<Duration>,
+) -> Option<Entry> {
     let reason = || kept.reason.clone().unwrap_or_default();
     let compiled = || {
-        let text = text.as_deref()?;
+        let text = text?;
         let digest = kept.sha256.as_deref().and_then(Digest::parse)?;
         Some(Compiled::new(&Robots::parse(text), agents, Some(digest)))
     };
@@ -880,9 +976,11 @@ fn restore(
     if matches!(state, State::Stale { .. }) && age > settings.stale_max {
         return None;
     }
-    let stored = at(kept.expires_at_ms)
-        .duration_since(now_w)
-        .unwrap_or_default();
+    let stored = shared_left.unwrap_or_else(|| {
+        at(kept.expires_at_ms)
+            .duration_since(now_w)
+            .unwrap_or_default()
+    });
     let left = match state {
         // A file's life since it was fetched stays within max_ttl.
         State::Fresh(_) | State::AllowAll { .. } => {
@@ -897,12 +995,13 @@ fn restore(
         fetched_instant: now_i.checked_sub(age).unwrap_or(now_i),
         expires: now_i + left,
         failures: kept.failures,
+        fetched_by: None,
     })
 }
 
 /// Keeps what a fetch brought back in the archive: the text, or the
 /// outcome of a fetch that gave none.
-fn archive_fetch(archive: &Archive, origin: &str, fetched: &Fetched) {
+pub(super) fn archive_fetch(archive: &Archive, origin: &str, fetched: &Fetched) {
     let now = SystemTime::now();
     let (outcome, reason) = match &fetched.outcome {
         Concluded::Parsed(_, Some(t)) => {

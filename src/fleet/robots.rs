@@ -1,0 +1,316 @@
+//! One robots.txt fetch per origin for the whole fleet.
+//!
+//! An origin's shared entry is one Redis hash (`…:{<origin>}:robots`):
+//! `meta` (the entry as the robots store describes it, opaque here),
+//! `text` (the file in force, deflate-compressed) and `expires` (Redis
+//! clock, milliseconds). A node that misses locally runs [`LOOK_SCRIPT`]:
+//! a fresh entry is returned; else the node takes the lease
+//! (`SET …:lease <node> NX PX`) and fetches, with the expired entry as its
+//! stale-on-error copy; else another node is fetching, and this one waits
+//! for its result ([`Fleet::wait_robots`]): woken by the `fetched` event,
+//! or by a poll every [`POLL_EVERY`] if the event is lost. The hash
+//! outlives its expiry by `robots.stale_max`, so the last good copy is
+//! there for any node whose fetch fails.
+//!
+//! Redis's clock decides freshness, so the nodes' clocks do not matter;
+//! each node turns the time left into its own clock when it copies the
+//! entry into its local store.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use flate2::Compression;
+use flate2::read::DeflateDecoder;
+use flate2::write::DeflateEncoder;
+use tokio::time::Instant;
+
+use super::events::{Event, Purge};
+use super::{Fleet, Unavailable};
+
+/// How often a node waiting for another's fetch looks again, when no
+/// event wakes it first.
+pub const POLL_EVERY: Duration = Duration::from_millis(100);
+
+/// KEYS: entry, lease. ARGV: node ('' = look only, take no lease), lease
+/// ms. Returns `{state, meta, text, ms left}`: state 1 fresh, 2 lease
+/// taken (meta and text: the expired entry, if any), 0 another node
+/// holds the lease (or look only).
+const LOOK_SCRIPT: &str = r"
+local e = redis.call('HMGET', KEYS[1], 'meta', 'text', 'expires')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local left = 0
+if e[1] and e[3] then left = math.max(0, (tonumber(e[3]) or 0) - now) end
+if left > 0 then return {1, e[1], e[2] or '', left} end
+if ARGV[1] ~= '' and redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {2, e[1] or '', e[2] or '', 0}
+end
+return {0, '', '', 0}
+";
+
+/// KEYS: entry, lease. ARGV: meta, text, text mode ('1' set, '0' drop,
+/// '2' keep: a stale entry's text is the one already stored), ms fresh,
+/// ms kept after, node, channel, message. Stores the entry, gives the
+/// lease back if this node holds it, and publishes the message.
+const STORE_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local fresh = tonumber(ARGV[4])
+redis.call('HSET', KEYS[1], 'meta', ARGV[1], 'expires', string.format('%.0f', now + fresh))
+if ARGV[3] == '1' then
+  redis.call('HSET', KEYS[1], 'text', ARGV[2])
+elseif ARGV[3] == '0' then
+  redis.call('HDEL', KEYS[1], 'text')
+end
+redis.call('PEXPIRE', KEYS[1], string.format('%.0f', fresh + tonumber(ARGV[5])))
+if redis.call('GET', KEYS[2]) == ARGV[6] then redis.call('DEL', KEYS[2]) end
+redis.call('PUBLISH', ARGV[7], ARGV[8])
+return 1
+";
+
+/// KEYS: lease. ARGV: node. Gives the lease back if this node holds it.
+const RELEASE_SCRIPT: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+";
+
+/// An origin's entry as the fleet shares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedRobots {
+    /// The robots store's description of the entry.
+    pub meta: Vec<u8>,
+    /// The file in force, if any (decompressed).
+    pub text: Option<Vec<u8>>,
+    /// Time left until it expires (zero: expired).
+    pub left: Duration,
+}
+
+/// What a look at the shared entry found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Look {
+    /// A fresh entry: judge by it.
+    Fresh(SharedRobots),
+    /// This node holds the lease: fetch, then [`Fleet::store_robots`];
+    /// the expired entry, if any, is the stale-on-error copy.
+    Lead(Option<SharedRobots>),
+    /// Another node is fetching.
+    Busy,
+}
+
+/// What to do with the stored text when an entry is stored.
+#[derive(Debug, Clone, Copy)]
+pub enum Text<'a> {
+    /// This file is in force.
+    Set(&'a [u8]),
+    /// No file is in force.
+    Drop,
+    /// The file already stored stays in force (a stale copy).
+    Keep,
+}
+
+/// The largest `meta` read back (a corrupted or hostile Redis could hold
+/// any size): larger counts as none.
+const MAX_META: usize = 64 * 1024;
+
+/// The lease lasts the fetch's own timeout and this much more: a node
+/// that died while fetching holds the others up no longer than that.
+const LEASE_MARGIN: Duration = Duration::from_secs(2);
+
+impl Fleet {
+    fn robots_keys(&self, origin: &str) -> (String, String) {
+        (self.key(origin, "robots"), self.key(origin, "lease"))
+    }
+
+    /// Looks up `origin`'s shared entry; without a fresh one, takes the
+    /// lease to fetch it (for `fetch_timeout` plus a margin) when
+    /// `lead`. A text larger than `max_text` once decompressed (a
+    /// corrupted or hostile Redis) counts as none.
+    pub async fn look_robots(
+        &self,
+        origin: &str,
+        lead: bool,
+        fetch_timeout: Duration,
+        max_text: usize,
+    ) -> Result<Look, Unavailable> {
+        let (entry, lease) = self.robots_keys(origin);
+        let node = if lead { self.node() } else { "" };
+        let lease_ms = super::micros(fetch_timeout + LEASE_MARGIN) / 1000;
+        let (state, meta, text, left) = self
+            .call(|mut conn| async move {
+                redis::Script::new(LOOK_SCRIPT)
+                    .key(&entry)
+                    .key(&lease)
+                    .arg(node)
+                    .arg(lease_ms)
+                    .invoke_async::<(i64, Vec<u8>, Vec<u8>, i64)>(&mut conn)
+                    .await
+            })
+            .await?;
+        let shared = || {
+            (!meta.is_empty() && meta.len() <= MAX_META).then(|| SharedRobots {
+                meta: meta.clone(),
+                text: (!text.is_empty())
+                    .then(|| decompress(&text, max_text))
+                    .flatten(),
+                left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
+            })
+        };
+        Ok(match state {
+            1 => match shared() {
+                Some(s) => Look::Fresh(s),
+                None => Look::Busy,
+            },
+            2 => Look::Lead(shared()),
+            _ => Look::Busy,
+        })
+    }
+
+    /// Waits for the node holding `origin`'s lease to store its result,
+    /// until `deadline`: the fresh entry, or the lease when the other
+    /// node gave up or died (this node fetches then). `Err` when Redis
+    /// stops answering or the deadline passes.
+    pub async fn wait_robots(
+        &self,
+        origin: &str,
+        fetch_timeout: Duration,
+        max_text: usize,
+        deadline: Instant,
+    ) -> Result<Look, Unavailable> {
+        let mut events = self.events();
+        loop {
+            let woken = tokio::time::timeout_at(deadline.min(Instant::now() + POLL_EVERY), async {
+                loop {
+                    match events.recv().await {
+                        Ok(Event::Fetched(o)) if *o == *origin => return,
+                        Ok(_) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                            std::future::pending::<()>().await
+                        }
+                    }
+                }
+            })
+            .await;
+            if woken.is_err() && Instant::now() >= deadline {
+                return Err(Unavailable);
+            }
+            match self
+                .look_robots(origin, true, fetch_timeout, max_text)
+                .await?
+            {
+                Look::Busy => {}
+                found => return Ok(found),
+            }
+        }
+    }
+
+    /// Stores `origin`'s entry for the fleet: fresh for `fresh`, kept
+    /// `kept_after` longer as the stale-on-error copy; gives the lease
+    /// back and tells the other nodes.
+    pub async fn store_robots(
+        &self,
+        origin: &str,
+        meta: &[u8],
+        text: Text<'_>,
+        fresh: Duration,
+        kept_after: Duration,
+    ) -> Result<(), Unavailable> {
+        let (entry, lease) = self.robots_keys(origin);
+        let (mode, compressed) = match text {
+            Text::Set(t) => ("1", compress(t)),
+            Text::Drop => ("0", Vec::new()),
+            Text::Keep => ("2", Vec::new()),
+        };
+        let message = Event::Fetched(origin.into()).encode_from(self.node());
+        let channel = self.channel();
+        self.call(|mut conn| async move {
+            redis::Script::new(STORE_SCRIPT)
+                .key(&entry)
+                .key(&lease)
+                .arg(meta)
+                .arg(compressed)
+                .arg(mode)
+                .arg(super::micros(fresh.max(Duration::from_millis(1))) / 1000)
+                .arg(super::micros(kept_after) / 1000)
+                .arg(self.node())
+                .arg(channel)
+                .arg(message)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Gives `origin`'s lease back without a result (the proxy's own
+    /// shortage said nothing about the origin): the next node fetches.
+    pub async fn release_robots(&self, origin: &str) -> Result<(), Unavailable> {
+        let (_, lease) = self.robots_keys(origin);
+        self.call(|mut conn| async move {
+            redis::Script::new(RELEASE_SCRIPT)
+                .key(&lease)
+                .arg(self.node())
+                .invoke_async::<i64>(&mut conn)
+                .await
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Drops `origin`'s shared entry and tells every node to drop its own
+    /// copy.
+    pub async fn purge_robots(&self, origin: &str) -> Result<(), Unavailable> {
+        let (entry, _) = self.robots_keys(origin);
+        let message = Event::Purged {
+            what: Purge::Robots(origin.into()),
+            from: self.node().into(),
+        }
+        .encode_from(self.node());
+        let channel = self.channel();
+        self.call(|mut conn| async move {
+            redis::pipe()
+                .del(&entry)
+                .ignore()
+                .publish(channel, message)
+                .ignore()
+                .query_async::<()>(&mut conn)
+                .await
+        })
+        .await
+    }
+}
+
+fn compress(text: &[u8]) -> Vec<u8> {
+    let mut encoder = DeflateEncoder::new(Vec::new(), Compression::fast());
+    // Writing to a Vec cannot fail.
+    encoder
+        .write_all(text)
+        .and_then(|()| encoder.finish())
+        .unwrap_or_default()
+}
+
+/// `None` when the bytes are not deflate or hold more than `limit`.
+fn decompress(bytes: &[u8], limit: usize) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    DeflateDecoder::new(bytes)
+        .take(cap)
+        .read_to_end(&mut out)
+        .ok()?;
+    (out.len() <= limit).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts_come_back_whole_and_bombs_do_not() {
+        let text = b"User-agent: *\nDisallow: /private\n".repeat(100);
+        let packed = compress(&text);
+        assert!(packed.len() < text.len() / 10);
+        assert_eq!(decompress(&packed, text.len()).as_deref(), Some(&text[..]));
+        assert_eq!(decompress(&packed, text.len() - 1), None);
+        assert_eq!(decompress(b"not deflate at all", 1000), None);
+    }
+}

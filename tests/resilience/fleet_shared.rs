@@ -1,0 +1,256 @@
+//! Fleet mode, the robots.txt side: three proxy processes sharing one
+//! Redis fetch an origin's robots.txt once between them and keep its
+//! Crawl-delay as one schedule (three independent ones fetch it three
+//! times and send pages close together); a purge on one node reaches the
+//! others; `/explain` says which node fetched; with Redis gone a miss is
+//! fetched locally or refused, as configured. Skipped, with a message,
+//! without `redis-server`.
+
+use std::time::{Duration, Instant};
+
+use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
+
+use crate::support::binary::{Running, Setup};
+use crate::support::redis::Redis;
+use crate::support::{Conn, Origin, Proxy, admin};
+
+/// Pages may arrive this much closer than the Crawl-delay: the proxies'
+/// own forwarding jitter on a busy machine (all nodes share one clock,
+/// Redis's, so no skew enters).
+const TOLERANCE: Duration = Duration::from_millis(150);
+
+/// A proxy process on its own config file; `fleet` is the `[fleet]`
+/// table's body, if any.
+async fn process(fleet: Option<String>) -> (Setup, Running) {
+    let mut extra = String::from("[politeness]\nmax_wait = \"120s\"\nmax_queue = 100\n");
+    if let Some(f) = fleet {
+        extra.push_str(&format!("[fleet]\n{f}"));
+    }
+    let setup = Setup::with_config("robots-proxy", &extra);
+    let running = setup.start().await;
+    (setup, running)
+}
+
+/// Sends `n` page requests at once spread over `nodes` (each on its own
+/// connection); all must be answered 200. Returns the gaps between the
+/// pages' arrivals at the origin.
+async fn spread(origin: &Origin, nodes: &[std::net::SocketAddr], n: usize) -> Vec<Duration> {
+    let sent = (0..n).map(|i| {
+        let url = origin.url(&format!("/p{i}"));
+        let node = nodes[i % nodes.len()];
+        async move { Conn::open(node).await.get(&url).await }
+    });
+    for r in futures_util::future::join_all(sent).await {
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let mut at: Vec<Instant> = origin
+        .arrivals
+        .lock()
+        .expect("arrivals")
+        .iter()
+        .filter(|(path, _)| path.starts_with("/p"))
+        .map(|(_, t)| *t)
+        .collect();
+    assert_eq!(at.len(), n);
+    at.sort();
+    at.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_fetch_robots_txt_once_and_keep_one_schedule() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let table = |i: usize| {
+        format!(
+            "redis = {:?}\nname = \"spacing\"\nnode = \"node-{i}\"\ntimeout = \"1s\"\n",
+            redis.url()
+        )
+    };
+    let mut fleet = Vec::new();
+    for i in 1..=3 {
+        fleet.push(process(Some(table(i))).await);
+    }
+    let addrs: Vec<_> = fleet.iter().map(|(_, r)| r.addr).collect();
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let gaps_fleet = spread(&origin, &addrs, 30).await;
+    let fetches_fleet = origin.hits("/robots.txt");
+
+    let mut alone = Vec::new();
+    for _ in 0..3 {
+        alone.push(process(None).await);
+    }
+    let addrs: Vec<_> = alone.iter().map(|(_, r)| r.addr).collect();
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let gaps_alone = spread(&origin, &addrs, 9).await;
+    let fetches_alone = origin.hits("/robots.txt");
+
+    let min = |g: &[Duration]| g.iter().min().copied().unwrap_or_default();
+    eprintln!(
+        "robots.txt fetches: fleet {fetches_fleet}, independent {fetches_alone}; \
+         smallest page gap: fleet {:?}, independent {:?}",
+        min(&gaps_fleet),
+        min(&gaps_alone)
+    );
+    assert_eq!(fetches_fleet, 1, "robots.txt fetched once for the fleet");
+    assert!(
+        min(&gaps_fleet) >= Duration::from_secs(1) - TOLERANCE,
+        "pages closer than the Crawl-delay through a fleet: {gaps_fleet:?}"
+    );
+    assert_eq!(fetches_alone, 3, "each independent proxy fetches");
+    assert!(
+        min(&gaps_alone) < Duration::from_millis(500),
+        "independent proxies kept one schedule? {gaps_alone:?}"
+    );
+}
+
+fn fleet_config(redis: &Redis, node: &str, on_unavailable: FleetOnUnavailable) -> FleetConfig {
+    FleetConfig {
+        redis: RedisTarget::Server(redis.url()),
+        name: "shared".into(),
+        node: node.into(),
+        timeout: Duration::from_millis(300),
+        on_unavailable,
+    }
+}
+
+async fn node(redis: &Redis, name: &str, on_unavailable: FleetOnUnavailable) -> Proxy {
+    let fleet = fleet_config(redis, name, on_unavailable);
+    Proxy::start_with(move |c| {
+        admin(c);
+        c.fleet = Some(fleet);
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_on_one_node_is_seen_by_the_others() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
+    let one = node(&redis, "node-1", FleetOnUnavailable::Local).await;
+    let two = node(&redis, "node-2", FleetOnUnavailable::Local).await;
+    assert_eq!(one.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(two.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(
+        origin.hits("/robots.txt"),
+        1,
+        "node 2 judged by node 1's fetch"
+    );
+    let explained = two.explain(&origin.url("/a")).await;
+    assert_eq!(explained["fetched_by"], "node-1", "{explained}");
+
+    origin.robots("User-agent: *\nDisallow:\n");
+    let purged = one
+        .admin_post(&format!("/purge?origin={}", origin.url("/")))
+        .await;
+    assert_eq!(purged.status, 200, "{}", purged.body);
+    assert!(purged.body.contains("every node"), "{}", purged.body);
+    // Node 2 drops its copy when the purge reaches it; until then it
+    // judges by the old one.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = two.get(&origin.url("/a")).await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 403, "{}", r.body);
+        assert!(Instant::now() < deadline, "the purge never reached node 2");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(origin.hits("/robots.txt"), 2);
+    // Node 1 judges by node 2's new fetch, fetching nothing itself.
+    assert_eq!(one.get(&origin.url("/a")).await.status, 200);
+    assert_eq!(origin.hits("/robots.txt"), 2);
+    assert_eq!(one.explain(&origin.url("/a")).await["fetched_by"], "node-2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_redis_a_miss_is_fetched_locally_or_refused() {
+    let Some(mut redis) = Redis::start().await else {
+        return;
+    };
+    let local = node(&redis, "local", FleetOnUnavailable::Local).await;
+    let refuse = node(&redis, "refuse", FleetOnUnavailable::Refuse).await;
+    redis.stop();
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
+    let started = Instant::now();
+    let r = refuse.get(&origin.url("/b")).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("fleet"), "{}", r.body);
+    assert_eq!(origin.hits("/robots.txt"), 0, "refused without a fetch");
+    assert_eq!(local.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(local.get(&origin.url("/b")).await.status, 200);
+    assert_eq!(origin.hits("/robots.txt"), 1, "fetched by the local node");
+    // Each waited on Redis once at most (the timeout), not per request.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// The Redis work of a shared robots.txt miss, on loopback: the node that
+/// fetches looks and takes the lease, then stores; another node's miss
+/// is one look that brings the entry back (a 20 KB file). p50 and p99
+/// printed (`--nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_miss_latency_on_loopback_redis() {
+    use robots_proxy::measure::{Fleet, FleetSettings, Look, OnUnavailable, Text};
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let fleet = |node: &str| {
+        Fleet::new(&FleetSettings {
+            redis: RedisTarget::Server(redis.url()),
+            name: "latency".into(),
+            node: node.into(),
+            timeout: Duration::from_secs(1),
+            on_unavailable: OnUnavailable::Refuse,
+        })
+        .expect("fleet")
+    };
+    let (a, b) = (fleet("a"), fleet("b"));
+    let text: Vec<u8> = (0..800)
+        .flat_map(|i| format!("Disallow: /section-{i}/private\n").into_bytes())
+        .collect();
+    let timeout = Duration::from_secs(5);
+    let (mut lead, mut follow) = (Vec::new(), Vec::new());
+    for i in 0..500 {
+        let origin = format!("http://origin{i}.example:80");
+        let started = Instant::now();
+        let look = a.look_robots(&origin, true, timeout, 1 << 20).await;
+        assert!(matches!(look, Ok(Look::Lead(None))), "{look:?}");
+        a.store_robots(
+            &origin,
+            b"{}",
+            Text::Set(&text),
+            Duration::from_secs(60),
+            Duration::ZERO,
+        )
+        .await
+        .expect("stored");
+        lead.push(started.elapsed());
+        let started = Instant::now();
+        let look = b.look_robots(&origin, true, timeout, 1 << 20).await;
+        follow.push(started.elapsed());
+        match look {
+            Ok(Look::Fresh(shared)) => assert_eq!(shared.text.as_deref(), Some(&text[..])),
+            other => panic!("{other:?}"),
+        }
+    }
+    let pct = |v: &mut Vec<Duration>, p: usize| {
+        v.sort();
+        v[(v.len() * p / 100).min(v.len() - 1)]
+    };
+    eprintln!(
+        "shared robots.txt miss on loopback Redis: fetching node (look + store) p50 {:?} p99 {:?}; \
+         other node (look) p50 {:?} p99 {:?}",
+        pct(&mut lead, 50),
+        pct(&mut lead, 99),
+        pct(&mut follow, 50),
+        pct(&mut follow, 99)
+    );
+    assert!(pct(&mut follow, 50) < Duration::from_millis(100));
+}
