@@ -1,7 +1,7 @@
 //! Fleet mode on a real three-master Redis Cluster (`fleet.redis` a list
 //! of its nodes' URLs): the proxies keep one Crawl-delay schedule per
-//! origin as on one server; origins spread over the masters, and every key
-//! of one origin is in one slot. And on a Redis reached over TLS
+//! origin and fetch its robots.txt once, as on one server; origins spread
+//! over the masters, and every key of one origin is in one slot. And on a Redis reached over TLS
 //! (`rediss://`). Skipped, with a message, without `redis-server` and
 //! `redis-cli`.
 
@@ -49,9 +49,20 @@ async fn a_fleet_on_a_redis_cluster_keeps_one_crawl_delay_schedule() {
             "pages closer than the Crawl-delay through a fleet on a cluster: {gaps:?}"
         );
     }
-    // One schedule: one key, held by one master.
-    let held: Vec<usize> = keys_by_node(&cluster).await.iter().map(Vec::len).collect();
-    assert_eq!(held.iter().sum::<usize>(), 1, "keys per node: {held:?}");
+    // One fetch of robots.txt for the fleet (the shared entry, and the
+    // fetching node's message to the others, through the cluster).
+    assert_eq!(origin.hits("/robots.txt"), 1, "robots.txt fetched once");
+    // The origin's keys (its schedule, its robots.txt entry) on one master.
+    let keys = keys_by_node(&cluster).await;
+    let held: Vec<usize> = keys.iter().map(Vec::len).collect();
+    eprintln!("the origin's keys by master: {keys:?}");
+    assert_eq!(held.iter().filter(|n| **n > 0).count(), 1, "{keys:?}");
+    assert!(
+        keys.concat()
+            .iter()
+            .any(|k| k.ends_with(":robots-proxy:next")),
+        "{keys:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,7 +74,7 @@ async fn origins_spread_over_the_masters_and_each_origin_keeps_one_slot() {
     for _ in 0..12 {
         origins.push(Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await);
     }
-    // Two agents: two schedules (two keys) per origin.
+    // Two agents: two schedules (two keys) per origin, and its robots.txt.
     let fleet = fleet(&cluster);
     let proxy = crate::support::Proxy::start_with(move |c| {
         c.agents.insert("alphabot".into(), "alphabot".into());
@@ -95,11 +106,15 @@ async fn origins_spread_over_the_masters_and_each_origin_keeps_one_slot() {
         }
     }
     let per_node: Vec<usize> = by_node.iter().map(Vec::len).collect();
-    eprintln!("fleet keys per cluster master: {per_node:?} (12 origins x 2 agents)");
+    eprintln!("fleet keys per cluster master: {per_node:?} (12 origins, 2 agents)");
     assert_eq!(origin_nodes.len(), 12, "{origin_nodes:?}");
     for (origin, on) in &origin_nodes {
-        assert_eq!(on.len(), 2, "{origin}: {on:?}");
-        assert_eq!(on[0], on[1], "{origin}'s keys on two nodes: {on:?}");
+        // Two schedules and the shared robots.txt entry.
+        assert!(on.len() >= 3, "{origin}: {on:?}");
+        assert!(
+            on.iter().all(|n| *n == on[0]),
+            "{origin}'s keys on several nodes: {on:?}"
+        );
     }
     assert!(
         per_node.iter().filter(|n| **n > 0).count() > 1,
@@ -175,8 +190,11 @@ async fn a_cluster_stopped_is_refused_within_the_timeout_and_used_again_once_bac
         "cluster back: both nodes book on it within {:?}",
         restarted.elapsed()
     );
-    let held: usize = keys_by_node(&cluster).await.iter().map(Vec::len).sum();
-    assert_eq!(held, 1, "the schedule's key, booked on the cluster again");
+    let keys = keys_by_node(&cluster).await.concat();
+    assert!(
+        keys.iter().any(|k| k.ends_with(":robots-proxy:next")),
+        "the schedule's key, booked on the cluster again: {keys:?}"
+    );
 }
 
 /// `rediss://`: the proxy (the real binary, so its trust store can be set
