@@ -248,3 +248,53 @@ async fn a_fleet_over_tls_books_on_a_redis_whose_certificate_it_trusts() {
     let warned = doubting.wait_for("Redis unavailable").await;
     assert!(warned.contains("certificate"), "{warned}");
 }
+
+/// The latency a booking adds on a loopback cluster: ~1000 bookings over
+/// as many origins (so over every master), p50 and p99 printed
+/// (`--nocapture`); bounded loosely as on one server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn booking_latency_on_a_loopback_cluster() {
+    use robots_proxy::measure::{Booking, Fleet, FleetSettings, OnUnavailable};
+    let Some(cluster) = RedisCluster::start().await else {
+        return;
+    };
+    let fleet = Fleet::new(&FleetSettings {
+        redis: RedisTarget::Cluster(cluster.urls()),
+        name: "latency".into(),
+        node: "latency-test".into(),
+        timeout: Duration::from_secs(1),
+        on_unavailable: OnUnavailable::Refuse,
+    })
+    .expect("fleet");
+    let interval = Duration::from_secs(1);
+    let mut took = Vec::new();
+    for i in 0..1000 {
+        let key = format!("http://origin{i}.example:80 bot");
+        let started = Instant::now();
+        let booked = fleet
+            .book(&key, interval, Duration::from_secs(10), 0)
+            .await
+            .expect("booked");
+        took.push(started.elapsed());
+        assert_eq!(booked, Booking::Wait(Duration::ZERO));
+    }
+    let per_node: Vec<usize> = keys_by_node_named(&cluster, "latency").await;
+    assert_eq!(per_node.iter().sum::<usize>(), 1000, "{per_node:?}");
+    took.sort();
+    let p50 = took[took.len() / 2];
+    let p99 = took[took.len() * 99 / 100];
+    eprintln!(
+        "fleet booking on a loopback Redis Cluster: p50 {p50:?}, p99 {p99:?}, \
+         keys per master {per_node:?}"
+    );
+    assert!(p99 < Duration::from_millis(200), "p50 {p50:?}, p99 {p99:?}");
+}
+
+/// How many of fleet `name`'s keys each node holds.
+async fn keys_by_node_named(cluster: &RedisCluster, name: &str) -> Vec<usize> {
+    let mut all = Vec::new();
+    for node in &cluster.nodes {
+        all.push(node.keys(&format!("robots-proxy:{name}:*")).await.len());
+    }
+    all
+}
