@@ -13,7 +13,7 @@ use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
 use super::fleet::{TOLERANCE, gaps, proxies};
 use crate::support::binary::{self, Running, Setup};
 use crate::support::redis::{RedisCluster, TlsRedis};
-use crate::support::{Conn, Origin, get_with};
+use crate::support::{Conn, Origin, Proxy, admin, get_with};
 
 fn fleet(cluster: &RedisCluster) -> FleetConfig {
     FleetConfig {
@@ -76,7 +76,7 @@ async fn origins_spread_over_the_masters_and_each_origin_keeps_one_slot() {
     }
     // Two agents: two schedules (two keys) per origin, and its robots.txt.
     let fleet = fleet(&cluster);
-    let proxy = crate::support::Proxy::start_with(move |c| {
+    let proxy = Proxy::start_with(move |c| {
         c.agents.insert("alphabot".into(), "alphabot".into());
         c.fleet = Some(fleet);
     })
@@ -194,6 +194,57 @@ async fn a_cluster_stopped_is_refused_within_the_timeout_and_used_again_once_bac
     assert!(
         keys.iter().any(|k| k.ends_with(":robots-proxy:next")),
         "the schedule's key, booked on the cluster again: {keys:?}"
+    );
+}
+
+/// A purge on one node reaches the other through the cluster: the message
+/// is published on the channel's master and heard on the first node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_on_one_node_reaches_the_others_through_the_cluster() {
+    let Some(cluster) = RedisCluster::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
+    let node = |name: &str| {
+        let fleet = FleetConfig {
+            node: name.into(),
+            ..fleet(&cluster)
+        };
+        Proxy::start_with(move |c| {
+            admin(c);
+            c.fleet = Some(fleet);
+        })
+    };
+    let (one, two) = (node("node-1").await, node("node-2").await);
+    assert_eq!(one.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(two.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(
+        origin.hits("/robots.txt"),
+        1,
+        "node 2 judged by node 1's fetch"
+    );
+
+    origin.robots("User-agent: *\nDisallow:\n");
+    let purged = one
+        .admin_post(&format!("/purge?origin={}", origin.url("/")))
+        .await;
+    assert_eq!(purged.status, 200, "{}", purged.body);
+    assert!(purged.body.contains("every node"), "{}", purged.body);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = two.get(&origin.url("/a")).await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 403, "{}", r.body);
+        assert!(Instant::now() < deadline, "the purge never reached node 2");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(one.get(&origin.url("/a")).await.status, 200);
+    assert_eq!(
+        origin.hits("/robots.txt"),
+        2,
+        "fetched again once, by node 2"
     );
 }
 
