@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use http::{Method, Uri};
 
-use super::date;
+use crate::http::date;
 
 /// Name this cache gives itself in `Cache-Status`.
 pub const CACHE_NAME: &str = "robots-proxy";

@@ -273,7 +273,11 @@ async fn a_refusal_by_one_nodes_policy_is_not_shared() {
     let open = node(&redis, "open", FleetOnUnavailable::Local).await;
     let refused = strict.get(&origin.url("/b")).await;
     assert_eq!(refused.status, 403, "{}", refused.body);
-    assert!(refused.body.contains("destination policy"), "{}", refused.body);
+    assert!(
+        refused.body.contains("destination policy"),
+        "{}",
+        refused.body
+    );
     assert_eq!(open.get(&origin.url("/b")).await.status, 200);
     assert_eq!(open.get(&origin.url("/a")).await.status, 403);
     assert_eq!(origin.hits("/robots.txt"), 1);
