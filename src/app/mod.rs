@@ -409,6 +409,7 @@ impl ProxyView for Proxy {
             usage_mode: s.usage_mode,
             auth: s.admin_auth.clone(),
             politeness_settings: s.politeness_config.clone(),
+            fleet: s.fleet.clone(),
         }
     }
 

@@ -15,6 +15,7 @@
 //! (`robots-proxy:<name>:{<origin>}:…`), so a script touches one slot of a
 //! Redis Cluster and origins spread over its shards.
 
+pub mod rate;
 pub mod schedule;
 
 use std::future::Future;
