@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::Request;
-use robots_proxy::config::{AccessConfig, FleetConfig, FleetOnUnavailable, UserConfig};
+use robots_proxy::config::{AccessConfig, AdminUser, FleetConfig, FleetOnUnavailable, UserConfig};
 
 use crate::support::binary::{Running, Setup};
 use crate::support::redis::Redis;
@@ -366,6 +366,52 @@ async fn redis_not_answering_the_local_limits_apply_within_the_timeout() {
         Some(6.0),
         "{text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_and_proxy_passwords_share_the_address_allowance_across_the_fleet() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        let fleet = fleet(&redis, Duration::from_secs(2), FleetOnUnavailable::Local);
+        nodes.push(
+            Proxy::start_with(move |c| {
+                admin(c);
+                c.admin.users = vec![AdminUser {
+                    name: "ops".into(),
+                    password_hash: cheap_hash("secret"),
+                }];
+                c.access = access(3, vec![user("crawler", "pw")]);
+                c.fleet = Some(fleet);
+            })
+            .await,
+        );
+    }
+    let admin_with = async |node: &Proxy, credentials: &str| {
+        let addr = node.admin_addr.expect("admin listener");
+        let req = Request::get("/metrics")
+            .header(http::header::HOST, addr.to_string())
+            .header(http::header::AUTHORIZATION, basic(credentials))
+            .body(Bytes::new())
+            .expect("request");
+        Conn::open(addr).await.send(req).await.status
+    };
+    let proxy_with = async |node: &Proxy, credentials: &str| {
+        node.request(get(&origin.url("/x"), credentials))
+            .await
+            .status
+    };
+    // Three verifications from this address, on either listener of
+    // either node, then none.
+    assert_eq!(proxy_with(&nodes[0], "crawler:wrong").await, 407);
+    assert_eq!(admin_with(&nodes[1], "ops:wrong").await, 401);
+    assert_eq!(admin_with(&nodes[0], "ops:wrong").await, 401);
+    assert_eq!(proxy_with(&nodes[1], "crawler:wrong").await, 429);
+    assert_eq!(admin_with(&nodes[0], "ops:secret").await, 429);
+    assert_eq!(admin_with(&nodes[1], "ops:wrong").await, 429);
 }
 
 /// The script's arithmetic on a real Redis: a burst, then one per
