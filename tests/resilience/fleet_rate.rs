@@ -483,4 +483,19 @@ async fn the_rate_script_is_governors_gcra_on_redis_time() {
         Ok(Ok(())),
         "the same /64 after its wait"
     );
+    // What a check adds to a request of a user with max_rps: printed
+    // (`--nocapture`), bounded loosely for a debug build on a busy machine.
+    let mut took = Vec::new();
+    for i in 0..500 {
+        let started = Instant::now();
+        let admitted = fleet
+            .admit_rate(Rated::User(&format!("u{i}")), interval, 5)
+            .await;
+        took.push(started.elapsed());
+        assert_eq!(admitted, Ok(Ok(())));
+    }
+    took.sort();
+    let (p50, p99) = (took[took.len() / 2], took[took.len() * 99 / 100]);
+    eprintln!("fleet rate check on loopback Redis: p50 {p50:?}, p99 {p99:?}");
+    assert!(p99 < Duration::from_millis(200), "p50 {p50:?}, p99 {p99:?}");
 }
