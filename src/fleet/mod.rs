@@ -16,6 +16,7 @@
 //! Redis Cluster and origins spread over its shards.
 
 pub mod events;
+pub mod rate;
 pub mod robots;
 pub mod schedule;
 

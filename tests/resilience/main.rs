@@ -12,6 +12,7 @@ mod support;
 mod auth_flood;
 mod descriptor_budget;
 mod fleet;
+mod fleet_rate;
 mod fleet_shared;
 mod hostile_clients;
 mod informational_flood;
