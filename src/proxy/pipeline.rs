@@ -160,8 +160,9 @@ impl Proxy {
     /// The judge phase: robots.txt and the destination policy for origin,
     /// path and agent; then the user's quota (a disallowed request is
     /// refused whatever the quota, and the quota is spent before Crawl-delay
-    /// books a slot; in a fleet, the fleet's allowance on Redis), a body on a method that defines none, and the usage
-    /// preferences for the declared purposes. The purpose header never
+    /// books a slot; in a fleet, the fleet's allowance on Redis), a body on
+    /// a method that defines none, and the usage preferences for the
+    /// declared purposes. The purpose header never
     /// reaches the origin.
     async fn judge<'a>(
         &self,
