@@ -314,11 +314,7 @@ async fn explain_value(
     let j = proxy.gate().judge(&origin, &path, &agent).await;
     let mut purposes = settings.purposes.clone();
     if let Some(p) = q.get("purpose") {
-        purposes.extend(
-            p.split(',')
-                .map(|p| p.trim().to_ascii_lowercase())
-                .filter(|p| crate::robots::usage::is_category(p)),
-        );
+        purposes.extend(crate::robots::usage::categories(p));
     }
     let usage = if j.decision.is_allowed() {
         proxy.gate().usage(&j, &purposes)

@@ -108,11 +108,7 @@ impl Settings {
             all.extend(own.iter().cloned());
         }
         if let Some(v) = header.and_then(|v| v.to_str().ok()) {
-            all.extend(
-                v.split(',')
-                    .map(|p| p.trim().to_ascii_lowercase())
-                    .filter(|p| crate::robots::usage::is_category(p)),
-            );
+            all.extend(crate::robots::usage::categories(v));
         }
         all.sort();
         all.dedup();
