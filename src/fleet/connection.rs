@@ -21,6 +21,20 @@ pub enum RedisTarget {
     Cluster(Vec<String>),
 }
 
+/// One URL: one server.
+impl From<&str> for RedisTarget {
+    fn from(url: &str) -> RedisTarget {
+        RedisTarget::Server(url.to_string())
+    }
+}
+
+/// One URL: one server.
+impl From<String> for RedisTarget {
+    fn from(url: String) -> RedisTarget {
+        RedisTarget::Server(url)
+    }
+}
+
 impl RedisTarget {
     /// Whether the URLs can be used: well-formed, a scheme the build
     /// speaks, and for a cluster at least one node and one password, TLS

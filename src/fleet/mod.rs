@@ -17,6 +17,7 @@
 
 mod connection;
 pub mod events;
+pub mod rate;
 pub mod robots;
 pub mod schedule;
 

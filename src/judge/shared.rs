@@ -11,6 +11,10 @@
 //! fetched keeps that text in its own archive, so its audit lines never
 //! name a text it cannot produce.
 //!
+//! What only this node's configuration decided is not shared: a
+//! destination the policy refuses, a TLS failure (trust anchors), the
+//! proxy's own shortage.
+//!
 //! Redis unavailable (or a wait past the lease): with
 //! `on_unavailable = "local"` the node goes on as without a fleet; with
 //! `"refuse"` it judges by its own stale copy if it has one within
@@ -122,6 +126,11 @@ impl RobotsCache {
             // next node fetches.
             None => fleet.release_robots(&key).await,
             Some(_) if self.purged_since(purges) => fleet.release_robots(&key).await,
+            // This node's own destination policy and trust anchors
+            // decided these: another node may be configured otherwise.
+            Some(_) if matches!(entry.state, State::Refused { .. } | State::BadTls { .. }) => {
+                fleet.release_robots(&key).await
+            }
             Some(kept) => {
                 let (text, evidence) = match (&entry.state, &text) {
                     (State::Fresh(_), Some((t, evidence))) => {
@@ -161,7 +170,7 @@ impl RobotsCache {
         purges: u64,
     ) -> Option<Arc<Entry>> {
         let meta: SharedMeta = serde_json::from_slice(&shared.meta).ok()?;
-        if meta.kept.origin != origin {
+        if meta.kept.origin != origin || matches!(meta.kept.state.as_str(), "refused" | "bad_tls") {
             return None;
         }
         let digest = match (&meta.kept.sha256, &shared.text) {
@@ -181,18 +190,18 @@ impl RobotsCache {
                 &this.settings,
                 Some(shared.left),
             )?;
-            if let Some(archive) = &this.archive {
-                if let (Some(text), Some(digest)) = (&shared.text, digest) {
-                    let evidence = meta.evidence.clone().unwrap_or_default();
-                    archive.keep_text(
-                        &meta.kept.origin,
-                        meta.kept.status,
-                        &evidence,
-                        text,
-                        digest,
-                        SystemTime::now(),
-                    );
-                }
+            if let Some(archive) = &this.archive
+                && let (Some(text), Some(digest)) = (&shared.text, digest)
+            {
+                let evidence = meta.evidence.clone().unwrap_or_default();
+                archive.keep_text(
+                    &meta.kept.origin,
+                    meta.kept.status,
+                    &evidence,
+                    text,
+                    digest,
+                    SystemTime::now(),
+                );
             }
             this.keep_entry(&meta.kept, purges);
             entry.fetched_by = Some(meta.node.into());

@@ -254,3 +254,32 @@ async fn shared_miss_latency_on_loopback_redis() {
     );
     assert!(pct(&mut follow, 50) < Duration::from_millis(100));
 }
+
+/// A node whose destination policy refuses an origin does not share that
+/// refusal: another node, allowed to reach it, fetches robots.txt and
+/// judges by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_by_one_nodes_policy_is_not_shared() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
+    let strict_fleet = fleet_config(&redis, "strict", FleetOnUnavailable::Local);
+    let strict = Proxy::start_with(move |c| {
+        c.allow_private_destinations = false;
+        c.fleet = Some(strict_fleet);
+    })
+    .await;
+    let open = node(&redis, "open", FleetOnUnavailable::Local).await;
+    let refused = strict.get(&origin.url("/b")).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(
+        refused.body.contains("destination policy"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(open.get(&origin.url("/b")).await.status, 200);
+    assert_eq!(open.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(origin.hits("/robots.txt"), 1);
+    assert_eq!(open.explain(&origin.url("/a")).await["fetched_by"], "open");
+}
