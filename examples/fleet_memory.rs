@@ -19,7 +19,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use robots_proxy::measure::{Booking, Fleet, FleetSettings, Look, OnUnavailable, Text};
+use robots_proxy::measure::{
+    Booking, Fleet, FleetSettings, Look, OnUnavailable, RedisTarget, Text,
+};
 
 fn corpus() -> Vec<Vec<u8>> {
     let dir = std::env::var_os("ROBOTS_CORPUS")
@@ -82,7 +84,7 @@ async fn main() {
             .expect("FLUSHDB");
     }
     let fleet = Fleet::new(&FleetSettings {
-        redis: url.clone(),
+        redis: RedisTarget::Server(url.clone()),
         name: "default".into(),
         node: "robots-1.example:3128".into(),
         timeout: Duration::from_secs(5),

@@ -26,12 +26,15 @@ pub(crate) mod upstream;
 pub use app::App;
 
 /// What `examples/cache_memory` measures (the robots store and the gate
-/// at scale) and builds them from, and the fleet's booking that the fleet
-/// tests time: not an interface of the crate.
+/// at scale) and builds them from, and the fleet's booking and rate limits
+/// that the fleet tests time and check: not an interface of the crate.
 #[doc(hidden)]
 pub mod measure {
+    pub use crate::fleet::rate::Rated;
     pub use crate::fleet::robots::{Look, Text};
-    pub use crate::fleet::{Booking, Fleet, FleetSettings, OnUnavailable, ROUND_TRIP_BUCKETS_US};
+    pub use crate::fleet::{
+        Booking, Fleet, FleetSettings, OnUnavailable, ROUND_TRIP_BUCKETS_US, RedisTarget,
+    };
     pub use crate::http::destination::Policy;
     pub use crate::http::origin::{Origin, Scheme};
     pub use crate::judge::Gate;

@@ -1,6 +1,8 @@
 //! What a client can make the proxy spend on authentication (Argon2 runs
 //! at once and per address: [`AuthLimits`]), and the per-user request
-//! quota (`max_rps`, GCRA through governor).
+//! quota (`max_rps`, GCRA through governor). In a fleet both are taken
+//! from allowances on Redis instead ([`crate::fleet::rate`]), the same
+//! GCRA over every node.
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
@@ -11,7 +13,9 @@ use argon2::Block;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use super::{AuthError, AuthOutcome};
+use super::{AuthError, AuthOutcome, InFleet};
+use crate::fleet::Unavailable;
+use crate::fleet::rate::Rated;
 
 /// Bounds on the work unauthenticated clients can cause: Argon2 needs
 /// tens of MiB and milliseconds per verification, so a flood of wrong
@@ -26,6 +30,8 @@ pub struct AuthLimits {
     /// One log line per address and window.
     logged: Option<DefaultKeyedRateLimiter<IpAddr>>,
     per_minute: u32,
+    /// The per-address quota, for the fleet's allowance on Redis.
+    quota: Option<Quota>,
     clock: DefaultClock,
     /// Argon2 working memory, reused: at most one buffer per running
     /// verification. (Allocated per verification, glibc kept every 19 MiB
@@ -39,9 +45,10 @@ impl AuthLimits {
     /// 0 turns the per-address limit off.
     pub fn new(per_minute: u32) -> AuthLimits {
         let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-        let (per_client, logged) = match NonZeroU32::new(per_minute) {
-            Some(n) => (
-                Some(RateLimiter::keyed(Quota::per_minute(n))),
+        let quota = NonZeroU32::new(per_minute).map(Quota::per_minute);
+        let (per_client, logged) = match quota {
+            Some(q) => (
+                Some(RateLimiter::keyed(q)),
                 Some(RateLimiter::keyed(Quota::per_minute(NonZeroU32::MIN))),
             ),
             None => (None, None),
@@ -51,6 +58,7 @@ impl AuthLimits {
             per_client,
             logged,
             per_minute,
+            quota,
             clock: DefaultClock::default(),
             memory: std::sync::Mutex::new(Vec::new()),
         }
@@ -91,16 +99,63 @@ impl AuthLimits {
             }
         }
         let client = crate::http::destination::client_key(client);
-        limiter.check_key(&client).map_err(|not_until| {
-            let first = self
-                .logged
-                .as_ref()
-                .is_some_and(|l| l.check_key(&client).is_ok());
-            AuthOutcome::Throttled {
+        limiter
+            .check_key(&client)
+            .map_err(|not_until| AuthOutcome::Throttled {
                 retry_after: not_until.wait_time_from(self.clock.now()),
-                first,
+                first: self.first_refusal(client),
+            })
+    }
+
+    /// Like [`AuthLimits::take`], from the address's allowance shared by
+    /// the fleet. When Redis is unavailable the node's own allowance
+    /// applies, whatever `on_unavailable` says: `refuse` is for state that
+    /// is an origin's (its Crawl-delay), and refusing every password
+    /// because Redis is down would lock every user out.
+    pub(super) async fn take_in_fleet(
+        &self,
+        client: IpAddr,
+        fleet: InFleet<'_>,
+    ) -> Result<(), AuthOutcome> {
+        let Some(quota) = self.quota else {
+            return Ok(());
+        };
+        let client = crate::http::destination::client_key(client);
+        let shared = fleet
+            .fleet
+            .admit_rate(
+                Rated::Client(client),
+                quota.replenish_interval(),
+                quota.burst_size().get(),
+            )
+            .await;
+        match shared {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(retry_after)) => {
+                // Only refusals reach the log limiter here: keep it bounded.
+                if let Some(l) = &self.logged
+                    && l.len() > 4096
+                {
+                    l.retain_recent();
+                }
+                Err(AuthOutcome::Throttled {
+                    retry_after,
+                    first: self.first_refusal(client),
+                })
             }
-        })
+            Err(Unavailable) => {
+                (fleet.unavailable)();
+                self.take(client)
+            }
+        }
+    }
+
+    /// Whether this is `client`'s first refusal in its window (logged once
+    /// per node and window).
+    fn first_refusal(&self, client: IpAddr) -> bool {
+        self.logged
+            .as_ref()
+            .is_some_and(|l| l.check_key(&client).is_ok())
     }
 }
 

@@ -8,6 +8,10 @@
 //! later requests with the same credentials cost one HMAC instead of one
 //! Argon2 run. The cache holds one entry per configured user, so it is
 //! bounded by the user list, and it is dropped with the `ProxyAuth` on reload.
+//!
+//! In a fleet ([`InFleet`]) a user's `max_rps` and an address's password
+//! verifications are taken from allowances on Redis shared by every node;
+//! without one nothing of the fleet is touched.
 
 mod acl;
 mod limits;
@@ -24,12 +28,14 @@ use argon2::password_hash::phc::PasswordHash;
 use argon2::{Algorithm, Argon2, Block, Version};
 use base64::Engine as _;
 use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultDirectRateLimiter, RateLimiter};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use http::header::{HeaderName, HeaderValue, PROXY_AUTHENTICATE};
 use http::{Response, StatusCode};
 use ring::hmac;
 use ring::rand::SystemRandom;
 
+use crate::fleet::rate::Rated;
+use crate::fleet::{Fleet, Unavailable};
 pub use acl::{AclError, ClientAcl};
 pub use limits::AuthLimits;
 use limits::user_quota;
@@ -134,12 +140,22 @@ pub enum AuthOutcome {
     },
 }
 
+/// The fleet whose allowances on Redis a request's limits are taken
+/// from, and what to call (a metric) each time Redis is unavailable and
+/// this node's own limits applied instead.
+#[derive(Clone, Copy)]
+pub(crate) struct InFleet<'a> {
+    pub(crate) fleet: &'a Fleet,
+    pub(crate) unavailable: &'a (dyn Fn() + Sync),
+}
+
 struct User {
     hash: PasswordHash,
     settings: (Algorithm, Version, Params),
     agent: Option<String>,
-    /// `max_rps`, if set.
-    quota: Option<DefaultDirectRateLimiter>,
+    /// `max_rps`, if set: its limiter on this node, and its quota for the
+    /// fleet's allowance.
+    quota: Option<(DefaultDirectRateLimiter, Quota)>,
     /// HMAC of the last credentials that verified, if any.
     verified: RwLock<Option<[u8; 32]>>,
 }
@@ -167,7 +183,10 @@ impl User {
         };
         let quota = match u.max_rps {
             None => None,
-            Some(rps) => Some(RateLimiter::direct(user_quota(&u.name, rps)?)),
+            Some(rps) => {
+                let quota = user_quota(&u.name, rps)?;
+                Some((RateLimiter::direct(quota), quota))
+            }
         };
         Ok(User {
             hash,
@@ -277,11 +296,41 @@ impl ProxyAuth {
     /// `None` if `user` may make a request now, else how long until it may
     /// (its `max_rps`).
     pub(crate) fn quota_wait(&self, user: &str) -> Option<Duration> {
-        let quota = self.users.get(user)?.quota.as_ref()?;
-        quota
+        let (limiter, _) = self.users.get(user)?.quota.as_ref()?;
+        limiter
             .check()
             .err()
             .map(|not_until| not_until.wait_time_from(self.clock.now()))
+    }
+
+    /// [`ProxyAuth::quota_wait`] on `user`'s allowance shared by the
+    /// fleet: one Redis round trip for a user with `max_rps`, none for
+    /// others. When Redis is unavailable this node's own limiter applies,
+    /// whatever `on_unavailable` says: `refuse` is for state that is an
+    /// origin's (its Crawl-delay), and refusing every user's requests
+    /// because Redis is down is not what it is for. The fleet then admits
+    /// up to its number of nodes times `max_rps` until Redis is back.
+    pub(crate) async fn quota_wait_in_fleet(
+        &self,
+        user: &str,
+        fleet: InFleet<'_>,
+    ) -> Option<Duration> {
+        let (_, quota) = self.users.get(user)?.quota.as_ref()?;
+        let shared = fleet
+            .fleet
+            .admit_rate(
+                Rated::User(user),
+                quota.replenish_interval(),
+                quota.burst_size().get(),
+            )
+            .await;
+        match shared {
+            Ok(admitted) => admitted.err(),
+            Err(Unavailable) => {
+                (fleet.unavailable)();
+                self.quota_wait(user)
+            }
+        }
     }
 
     /// Checks a `Proxy-Authorization` header. A cache hit costs one HMAC; a
@@ -296,19 +345,41 @@ impl ProxyAuth {
         }
     }
 
-    /// [`ProxyAuth::check`] for a request from `client`, with the Argon2
-    /// work on `spawn_blocking`: at most one verification per CPU at once
-    /// (others wait their turn), and at most the configured number per
-    /// client address and minute ([`AuthOutcome::Throttled`] beyond).
+    /// [`ProxyAuth::check_async_in`] without a fleet.
+    #[cfg(test)]
     pub async fn check_async(
         self: &Arc<Self>,
         client: IpAddr,
         header: Option<&HeaderValue>,
     ) -> AuthOutcome {
+        self.check_async_in(client, header, None).await
+    }
+
+    /// [`ProxyAuth::check`] for a request from `client`, with the Argon2
+    /// work on `spawn_blocking`: at most one verification per CPU at once
+    /// (others wait their turn), and at most the configured number per
+    /// client address and minute ([`AuthOutcome::Throttled`] beyond). With
+    /// `fleet` set, that number is taken from the address's allowance
+    /// shared by the fleet (one Redis round trip per verification;
+    /// remembered credentials make none); when Redis is unavailable this
+    /// node's own allowance applies, whatever `on_unavailable` says (see
+    /// [`ProxyAuth::quota_wait_in_fleet`]).
+    pub(crate) async fn check_async_in(
+        self: &Arc<Self>,
+        client: IpAddr,
+        header: Option<&HeaderValue>,
+        fleet: Option<InFleet<'_>>,
+    ) -> AuthOutcome {
         match self.fast_path(header) {
             Step::Done(outcome) => outcome,
             Step::Verify { user, password } => {
-                if let Err(throttled) = self.limits.take(client) {
+                let taken = match fleet {
+                    None => self.limits.take(client),
+                    // Boxed: the Redis call is rare and kept out of every
+                    // request's future.
+                    Some(fleet) => Box::pin(self.limits.take_in_fleet(client, fleet)).await,
+                };
+                if let Err(throttled) = taken {
                     return throttled;
                 }
                 let claimed = user.clone();

@@ -20,7 +20,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::admit::{AuthOutcome, ClientAcl, ProxyAuth};
+use crate::admit::{AuthOutcome, ClientAcl, InFleet, ProxyAuth};
 use crate::fleet::events::{Event, Purge};
 use crate::http::body::{Body, full_body, text};
 use crate::http::origin::{Origin, path_of};
@@ -68,7 +68,9 @@ pub(crate) struct AdminSettings {
     pub(crate) auth: Option<Arc<ProxyAuth>>,
     /// `politeness.*` as in force, for the web view.
     pub(crate) politeness_settings: PolitenessSettings,
-    /// `[fleet]`: a purge reaches every node.
+    /// `[fleet]`: a purge reaches every node, and admin password
+    /// verifications per address are taken from the fleet's allowance, as
+    /// proxy ones are.
     pub(crate) fleet: Option<Arc<crate::fleet::Fleet>>,
 }
 
@@ -154,14 +156,22 @@ pub(crate) const ADMIN_REALM: &str = "Basic realm=\"robots-proxy admin\", charse
 
 /// With `[[admin.users]]`, the request's `Authorization` checked (as proxy
 /// credentials are: verified ones remembered, failures per address
-/// limited): `Err` is the 401 or 429 to answer.
+/// limited, in a fleet on the fleet's allowance): `Err` is the 401 or 429
+/// to answer.
 async fn authenticate(
     auth: &Arc<ProxyAuth>,
+    fleet: Option<&crate::fleet::Fleet>,
+    metrics: &Metrics,
     peer: SocketAddr,
     req: &Request<Incoming>,
 ) -> Result<(), Response<Body>> {
+    let unavailable = || metrics.fleet_unavailable();
+    let fleet = fleet.map(|fleet| InFleet {
+        fleet,
+        unavailable: &unavailable,
+    });
     match auth
-        .check_async(peer.ip(), req.headers().get(AUTHORIZATION))
+        .check_async_in(peer.ip(), req.headers().get(AUTHORIZATION), fleet)
         .await
     {
         AuthOutcome::Ok { .. } => Ok(()),
@@ -208,8 +218,12 @@ pub(crate) async fn handle(
     let path = req.uri().path();
     // Probes stay open: a health check carries no credentials.
     if !matches!(path, "/healthz" | "/readyz")
-        && let Some(auth) = proxy.admin_settings().auth
-        && let Err(resp) = authenticate(&auth, peer, &req).await
+        && let AdminSettings {
+            auth: Some(auth),
+            fleet,
+            ..
+        } = proxy.admin_settings()
+        && let Err(resp) = authenticate(&auth, fleet.as_deref(), &state.metrics, peer, &req).await
     {
         return resp;
     }
@@ -300,11 +314,7 @@ async fn explain_value(
     let j = proxy.gate().judge(&origin, &path, &agent).await;
     let mut purposes = settings.purposes.clone();
     if let Some(p) = q.get("purpose") {
-        purposes.extend(
-            p.split(',')
-                .map(|p| p.trim().to_ascii_lowercase())
-                .filter(|p| crate::robots::usage::is_category(p)),
-        );
+        purposes.extend(crate::robots::usage::categories(p));
     }
     let usage = if j.decision.is_allowed() {
         proxy.gate().usage(&j, &purposes)

@@ -13,6 +13,8 @@ use serde::{Deserialize, Deserializer};
 
 /// Proxy users and their password hashes, for `[[access.users]]`.
 pub use crate::admit::{Params as PasswordParams, UserConfig, hash_password, hash_password_with};
+/// `fleet.redis`: one server or a Redis Cluster.
+pub use crate::fleet::RedisTarget;
 
 /// Upper bound of `workers`: far above any useful value, below what would
 /// exhaust a machine's threads.
@@ -293,8 +295,10 @@ pub enum PolitenessMode {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FleetConfig {
-    /// One Redis URL (a list for Redis Cluster is not supported yet).
-    pub redis: String,
+    /// One Redis URL (`redis://`, `rediss://`), or a list of Redis
+    /// Cluster nodes' URLs.
+    #[serde(deserialize_with = "fleet_redis")]
+    pub redis: RedisTarget,
     /// Key namespace: the fleet's name.
     pub name: String,
     /// This node's name in the fleet (audit lines, `/explain`, heartbeat):
@@ -317,7 +321,7 @@ pub enum FleetOnUnavailable {
 impl Default for FleetConfig {
     fn default() -> Self {
         FleetConfig {
-            redis: "redis://127.0.0.1:6379/0".into(),
+            redis: RedisTarget::Server("redis://127.0.0.1:6379/0".into()),
             name: "default".into(),
             node: String::new(),
             timeout: Duration::from_millis(50),
@@ -686,6 +690,36 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
         .map_err(|e| format!("{s:?}: cannot resolve {host:?}: {e}"))?
         .next()
         .ok_or_else(|| format!("{s:?}: {host:?} has no address"))
+}
+
+/// Reads `fleet.redis`: one URL (a server) or a list of URLs (a Redis
+/// Cluster's nodes), checked now so a bad one is reported with its line.
+fn fleet_redis<'de, D: Deserializer<'de>>(d: D) -> Result<RedisTarget, D::Error> {
+    struct Visitor;
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = RedisTarget;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a Redis URL or a list of Redis Cluster nodes' URLs")
+        }
+        fn visit_str<E: serde::de::Error>(self, url: &str) -> Result<RedisTarget, E> {
+            Ok(RedisTarget::Server(url.to_string()))
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<RedisTarget, A::Error> {
+            let mut urls = Vec::new();
+            while let Some(url) = seq.next_element::<String>()? {
+                urls.push(url);
+            }
+            Ok(RedisTarget::Cluster(urls))
+        }
+    }
+    let named =
+        |e: &dyn std::fmt::Display| serde::de::Error::custom(format!("key `fleet.redis`: {e}"));
+    let target = d.deserialize_any(Visitor).map_err(|e| named(&e))?;
+    target.check().map_err(|e| named(&e))?;
+    Ok(target)
 }
 
 /// Reads `humantime` durations: `30s`, `5m`, `24h`, `1h 30m`, `0s`.
@@ -1258,5 +1292,34 @@ mod tests {
             .expect_err("too many workers")
             .to_string();
         assert!(err.contains("`workers`"), "{err}");
+    }
+
+    #[test]
+    fn fleet_redis_is_one_url_or_a_list_of_cluster_nodes() {
+        let c = parse("[fleet]\nredis = \"rediss://r.example:6380/2\"\n").expect("one URL");
+        assert_eq!(
+            c.fleet.expect("fleet").redis,
+            RedisTarget::Server("rediss://r.example:6380/2".into())
+        );
+        let c = parse("[fleet]\nredis = [\"redis://a:1\", \"redis://b:2\"]\n").expect("a list");
+        assert_eq!(
+            c.fleet.expect("fleet").redis,
+            RedisTarget::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
+        );
+        for (bad, why) in [
+            ("5", "integer"),
+            ("[5]", "integer"),
+            ("[]", "at least one"),
+            ("\"http://a:1\"", "not a Redis URL"),
+            ("[\"redis://a:1\", \"rediss://b:2\"]", "TLS"),
+        ] {
+            let err = parse(&format!("[fleet]\nname = \"f\"\nredis = {bad}\n"))
+                .expect_err(bad)
+                .to_string();
+            assert!(
+                err.contains("`fleet.redis`") && err.contains("line 3") && err.contains(why),
+                "{bad}: {err}"
+            );
+        }
     }
 }

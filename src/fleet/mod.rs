@@ -17,8 +17,10 @@
 //! (`robots-proxy:<name>:{<origin>}:…`), so a script touches one slot of a
 //! Redis Cluster and origins spread over its shards.
 
+mod connection;
 pub mod events;
 pub mod nodes;
+pub mod rate;
 pub mod robots;
 pub mod schedule;
 
@@ -27,9 +29,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
+pub use connection::{Connection, RedisTarget};
 pub use nodes::LiveNodes;
 pub use schedule::Booking;
 
@@ -48,8 +50,8 @@ pub enum OnUnavailable {
 /// Fleet settings, from `[fleet]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FleetSettings {
-    /// `redis://host:port/db`.
-    pub redis: String,
+    /// One server, or a Redis Cluster's nodes.
+    pub redis: RedisTarget,
     /// Key namespace: fleets sharing one Redis keep apart by name.
     pub name: String,
     /// This node's name, unique in the fleet.
@@ -65,8 +67,8 @@ pub struct Unavailable;
 
 /// The fleet's shared state; one per process.
 pub struct Fleet {
-    client: redis::Client,
-    conn: OnceLock<ConnectionManager>,
+    clients: connection::Clients,
+    conn: OnceLock<Connection>,
     name: String,
     node: String,
     timeout: Duration,
@@ -149,10 +151,10 @@ impl std::fmt::Debug for Fleet {
 }
 
 impl Fleet {
-    /// Parses the URL; nothing is contacted until the first call.
+    /// Parses the URLs; nothing is contacted until the first call.
     pub fn new(settings: &FleetSettings) -> Result<Fleet, redis::RedisError> {
         Ok(Fleet {
-            client: redis::Client::open(settings.redis.as_str())?,
+            clients: connection::Clients::open(&settings.redis)?,
             conn: OnceLock::new(),
             name: settings.name.clone(),
             node: settings.node.clone(),
@@ -220,24 +222,20 @@ impl Fleet {
         }
     }
 
-    /// A client for pub/sub (one node of a cluster: classic pub/sub
-    /// reaches every node).
+    /// A client for one Redis server, for pub/sub: the server, or a
+    /// cluster's first node (a cluster passes every published message to
+    /// every node, so subscribing on one node hears the whole fleet).
     pub(crate) fn pubsub_client(&self) -> redis::Client {
-        self.client.clone()
+        self.clients.single().clone()
     }
 
-    fn connection(&self) -> redis::RedisResult<ConnectionManager> {
+    fn connection(&self) -> redis::RedisResult<Connection> {
         if let Some(c) = self.conn.get() {
             return Ok(c.clone());
         }
-        // Reconnects are the manager's; each attempt is bounded anyway by
-        // the timeout around every call.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_secs(1));
-        let c = ConnectionManager::new_lazy_with_config(self.client.clone(), config)?;
+        // Reconnects are the connection's own; each attempt is bounded
+        // anyway by the timeout around every call.
+        let c = self.clients.connect_lazily(self.timeout)?;
         Ok(self.conn.get_or_init(|| c).clone())
     }
 
@@ -246,7 +244,7 @@ impl Fleet {
     /// when Redis stops answering and once when it answers again.
     pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, Unavailable>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         if self.down.load(Ordering::Relaxed) {

@@ -268,11 +268,15 @@ impl Fleet {
         .encode_from(self.node());
         let channel = self.channel();
         self.call(|mut conn| async move {
-            redis::pipe()
-                .del(&entry)
-                .ignore()
-                .publish(channel, message)
-                .ignore()
+            // Two commands, not one pipeline: on a Redis Cluster the
+            // entry's slot and the channel's are not one slot.
+            redis::cmd("DEL")
+                .arg(&entry)
+                .query_async::<()>(&mut conn)
+                .await?;
+            redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(message)
                 .query_async::<()>(&mut conn)
                 .await
         })

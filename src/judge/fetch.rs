@@ -629,18 +629,9 @@ fn retry_after(headers: &http::HeaderMap, now: std::time::SystemTime) -> Option<
     if let Ok(secs) = value.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
-    let when = httpdate_to_system_time(value)?;
+    let when = crate::http::date::parse(value)?;
+    let when = std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(when).ok()?);
     Some(when.duration_since(now).unwrap_or(Duration::ZERO))
-}
-
-/// An IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the form HTTP dates
-/// take.
-fn httpdate_to_system_time(value: &str) -> Option<std::time::SystemTime> {
-    let format = time::macros::format_description!(
-        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
-    );
-    let date = time::PrimitiveDateTime::parse(value, &format).ok()?;
-    Some(date.assume_utc().into())
 }
 
 /// `max-age` from `Cache-Control` (`s-maxage` is for shared caches: this

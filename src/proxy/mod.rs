@@ -19,7 +19,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use crate::admit::{AuthOutcome, ClientAcl, ProxyAuth};
+use crate::admit::{AuthOutcome, ClientAcl, InFleet, ProxyAuth};
 use crate::http::body::Body;
 use crate::http::origin::Origin;
 use crate::judge::politeness::Politeness;
@@ -108,11 +108,7 @@ impl Settings {
             all.extend(own.iter().cloned());
         }
         if let Some(v) = header.and_then(|v| v.to_str().ok()) {
-            all.extend(
-                v.split(',')
-                    .map(|p| p.trim().to_ascii_lowercase())
-                    .filter(|p| crate::robots::usage::is_category(p)),
-            );
+            all.extend(crate::robots::usage::categories(v));
         }
         all.sort();
         all.dedup();
@@ -299,8 +295,13 @@ impl Proxy {
                 user_agent: None,
             });
         };
+        let unavailable = || self.metrics.fleet_unavailable();
+        let fleet = settings.fleet.as_deref().map(|fleet| InFleet {
+            fleet,
+            unavailable: &unavailable,
+        });
         match auth
-            .check_async(client.ip(), req.headers().get(PROXY_AUTHORIZATION))
+            .check_async_in(client.ip(), req.headers().get(PROXY_AUTHORIZATION), fleet)
             .await
         {
             AuthOutcome::Ok { user, agent } => Ok(Caller {

@@ -11,6 +11,7 @@ use http::{Method, Request, Response, StatusCode};
 
 use super::phases::{Answer, Caller, Forwarded, Outcome, Recorded};
 use super::{CONTENT_USAGE, PURPOSE_HEADER, Proxy, Settings, forward, respond, upgrade};
+use crate::admit::InFleet;
 use crate::http::body::Body;
 use crate::http::origin::Origin;
 use crate::judge::politeness::NotNow;
@@ -159,8 +160,9 @@ impl Proxy {
     /// The judge phase: robots.txt and the destination policy for origin,
     /// path and agent; then the user's quota (a disallowed request is
     /// refused whatever the quota, and the quota is spent before Crawl-delay
-    /// books a slot), a body on a method that defines none, and the usage
-    /// preferences for the declared purposes. The purpose header never
+    /// books a slot; in a fleet, the fleet's allowance on Redis), a body on
+    /// a method that defines none, and the usage preferences for the
+    /// declared purposes. The purpose header never
     /// reaches the origin.
     async fn judge<'a>(
         &self,
@@ -175,7 +177,18 @@ impl Proxy {
         self.count_lookup(&judgement);
         if judgement.decision.is_allowed()
             && let (Some(auth), Some(user)) = (&settings.auth, caller.user.as_deref())
-            && let Some(retry_after) = auth.quota_wait(user)
+            && let Some(retry_after) = match &settings.fleet {
+                None => auth.quota_wait(user),
+                // Boxed: kept out of the request's future without a fleet.
+                Some(fleet) => {
+                    let unavailable = || self.metrics.fleet_unavailable();
+                    let fleet = InFleet {
+                        fleet,
+                        unavailable: &unavailable,
+                    };
+                    Box::pin(auth.quota_wait_in_fleet(user, fleet)).await
+                }
+            }
         {
             judgement.decision = Decision::RateLimited {
                 retry_after,

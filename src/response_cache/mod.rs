@@ -33,7 +33,6 @@
 //!   robots cache or its origin).
 
 mod body;
-mod date;
 mod metrics;
 pub mod policy;
 mod store;

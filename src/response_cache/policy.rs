@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use http::{Method, Uri};
 
-use super::date;
+use crate::http::date;
 
 /// Name this cache gives itself in `Cache-Status`.
 pub const CACHE_NAME: &str = "robots-proxy";
@@ -383,7 +383,13 @@ pub fn selects(stored: &HeaderMap, not_modified: &HeaderMap) -> bool {
 /// Whether a 304's ETag is one the client itself asked about in
 /// If-None-Match (weak comparison): then the 304 is the client's answer.
 pub fn answers_client(req: &HeaderMap, not_modified: &HeaderMap) -> bool {
-    let Some(etag) = not_modified
+    if_none_match(req, not_modified)
+}
+
+/// Whether the request's If-None-Match names the ETag of `headers` (weak
+/// comparison, RFC 9110 §13.1.2), or is `*` for a response that has one.
+fn if_none_match(req: &HeaderMap, headers: &HeaderMap) -> bool {
+    let Some(etag) = headers
         .get(header::ETAG)
         .and_then(|v| v.to_str().ok())
         .map(|s| s.trim().trim_start_matches("W/"))
@@ -412,17 +418,7 @@ pub fn not_modified(req: &HeaderMap, stored: &HeaderMap) -> bool {
             .map(|s| s.trim().to_string())
     };
     if req.contains_key(header::IF_NONE_MATCH) {
-        let Some(etag) = text(stored, header::ETAG) else {
-            return false;
-        };
-        let etag = etag.trim_start_matches("W/");
-        return req
-            .get_all(header::IF_NONE_MATCH)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .any(|t| t == "*" || t.trim_start_matches("W/") == etag);
+        return if_none_match(req, stored);
     }
     let (Some(ims), Some(lm)) = (
         text(req, header::IF_MODIFIED_SINCE),

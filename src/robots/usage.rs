@@ -481,6 +481,14 @@ pub fn is_category(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"_-.*".contains(c))
 }
 
+/// The usage categories of a comma-separated list (a purpose header or
+/// query), lower-cased; what is not a category is left out.
+pub fn categories(list: &str) -> impl Iterator<Item = String> + '_ {
+    list.split(',')
+        .map(|p| p.trim().to_ascii_lowercase())
+        .filter(|p| is_category(p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,14 +6,14 @@
 
 use std::time::{Duration, Instant};
 
-use robots_proxy::config::{FleetConfig, FleetOnUnavailable};
+use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
 
 use crate::support::redis::Redis;
 use crate::support::{Origin, Proxy, admin, metric};
 
 fn fleet(redis: &Redis, timeout: Duration, on_unavailable: FleetOnUnavailable) -> FleetConfig {
     FleetConfig {
-        redis: redis.url(),
+        redis: RedisTarget::Server(redis.url()),
         name: "test".into(),
         timeout,
         on_unavailable,
@@ -21,7 +21,7 @@ fn fleet(redis: &Redis, timeout: Duration, on_unavailable: FleetOnUnavailable) -
     }
 }
 
-async fn proxies(n: usize, fleet: Option<FleetConfig>) -> Vec<Proxy> {
+pub(super) async fn proxies(n: usize, fleet: Option<FleetConfig>) -> Vec<Proxy> {
     let mut all = Vec::new();
     for _ in 0..n {
         let fleet = fleet.clone();
@@ -40,7 +40,7 @@ async fn proxies(n: usize, fleet: Option<FleetConfig>) -> Vec<Proxy> {
 /// Sends `n` page requests at once, spread over `proxies`; all must be
 /// answered 200. Returns the gaps between the pages' arrivals at the
 /// origin, in arrival order.
-async fn gaps(origin: &Origin, proxies: &[Proxy], n: usize) -> Vec<Duration> {
+pub(super) async fn gaps(origin: &Origin, proxies: &[Proxy], n: usize) -> Vec<Duration> {
     let urls: Vec<String> = (0..n).map(|i| origin.url(&format!("/p{i}"))).collect();
     let sent = urls
         .iter()
@@ -64,7 +64,7 @@ async fn gaps(origin: &Origin, proxies: &[Proxy], n: usize) -> Vec<Duration> {
 
 /// What the origin's Crawl-delay allows, less this much for the
 /// proxies' own forwarding jitter on a busy machine.
-const TOLERANCE: Duration = Duration::from_millis(150);
+pub(super) const TOLERANCE: Duration = Duration::from_millis(150);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_keeps_one_crawl_delay_schedule_independent_proxies_do_not() {
@@ -264,7 +264,7 @@ async fn booking_latency_on_loopback_redis() {
         return;
     };
     let fleet = Fleet::new(&FleetSettings {
-        redis: redis.url(),
+        redis: RedisTarget::Server(redis.url()),
         name: "latency".into(),
         node: "latency-test".into(),
         timeout: Duration::from_secs(1),
@@ -569,7 +569,7 @@ async fn round_trip_histogram_on_loopback_redis() {
         return;
     };
     let fleet = Fleet::new(&FleetSettings {
-        redis: redis.url(),
+        redis: redis.url().into(),
         name: "rtt".into(),
         node: "rtt-test".into(),
         timeout: Duration::from_secs(1),

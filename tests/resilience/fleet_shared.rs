@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use robots_proxy::config::{FleetConfig, FleetOnUnavailable};
+use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
 
 use crate::support::binary::{Running, Setup};
 use crate::support::redis::Redis;
@@ -106,7 +106,7 @@ async fn three_processes_fetch_robots_txt_once_and_keep_one_schedule() {
 
 fn fleet_config(redis: &Redis, node: &str, on_unavailable: FleetOnUnavailable) -> FleetConfig {
     FleetConfig {
-        redis: redis.url(),
+        redis: RedisTarget::Server(redis.url()),
         name: "shared".into(),
         node: node.into(),
         timeout: Duration::from_millis(300),
@@ -203,7 +203,7 @@ async fn shared_miss_latency_on_loopback_redis() {
     };
     let fleet = |node: &str| {
         Fleet::new(&FleetSettings {
-            redis: redis.url(),
+            redis: RedisTarget::Server(redis.url()),
             name: "latency".into(),
             node: node.into(),
             timeout: Duration::from_secs(1),

@@ -1,7 +1,7 @@
 //! Resilience: load with faulty origins, hostile clients and origins,
 //! floods of wrong passwords and of `100 Continue`, running out of file
 //! descriptors, robots.txt outages, the robots.txt fetch budget and a
-//! fleet's shared Redis coming and going.
+//! fleet's shared Redis coming and going, and a fleet on a Redis Cluster.
 //!
 //! `load_fault` checks this process's resident memory after its run: keep
 //! tests that hold much memory for long out of this binary.
@@ -12,6 +12,8 @@ mod support;
 mod auth_flood;
 mod descriptor_budget;
 mod fleet;
+mod fleet_cluster;
+mod fleet_rate;
 mod fleet_shared;
 mod hostile_clients;
 mod informational_flood;

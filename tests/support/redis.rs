@@ -1,4 +1,5 @@
-//! A real `redis-server` for the fleet tests, on a free loopback port.
+//! A real `redis-server` for the fleet tests, on a free loopback port,
+//! and a real three-master Redis Cluster of them.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,9 +24,15 @@ impl Redis {
 
     /// Starts one on `port` (a restart on the same address).
     pub async fn start_on(port: u16) -> Option<Redis> {
+        Redis::start_with(port, &[]).await
+    }
+
+    /// Starts one on `port` with more `redis-server` arguments.
+    async fn start_with(port: u16, more: &[&str]) -> Option<Redis> {
         let child = match Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(more)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -51,6 +58,8 @@ impl Redis {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// One command on this server alone (on a cluster node, a key of
+    /// another node's slot is answered with MOVED).
     pub async fn command(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
         let client = redis::Client::open(self.url())?;
         let mut conn = client.get_multiplexed_async_connection().await?;
@@ -63,10 +72,37 @@ impl Redis {
 
     /// `INFO commandstats` as text.
     pub async fn commandstats(&self) -> String {
-        match self.command(&["INFO", "commandstats"]).await {
+        self.text(&["INFO", "commandstats"]).await
+    }
+
+    /// A command whose answer is text (`INFO`, `CLUSTER INFO`).
+    pub async fn text(&self, args: &[&str]) -> String {
+        match self.command(args).await {
             Ok(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
             Ok(redis::Value::VerbatimString { text, .. }) => text,
-            other => panic!("INFO: {other:?}"),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    /// The keys this server holds that match `pattern`.
+    pub async fn keys(&self, pattern: &str) -> Vec<String> {
+        match self.command(&["KEYS", pattern]).await {
+            Ok(redis::Value::Array(keys)) => keys
+                .into_iter()
+                .map(|k| match k {
+                    redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                    other => panic!("KEYS: {other:?}"),
+                })
+                .collect(),
+            other => panic!("KEYS: {other:?}"),
+        }
+    }
+
+    /// `CLUSTER KEYSLOT key`.
+    pub async fn keyslot(&self, key: &str) -> i64 {
+        match self.command(&["CLUSTER", "KEYSLOT", key]).await {
+            Ok(redis::Value::Int(slot)) => slot,
+            other => panic!("CLUSTER KEYSLOT: {other:?}"),
         }
     }
 
@@ -95,5 +131,193 @@ impl Redis {
 impl Drop for Redis {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A Redis Cluster of three masters (no replicas) on free loopback ports,
+/// made with `redis-cli --cluster create`; its servers are killed when
+/// dropped.
+pub struct RedisCluster {
+    pub nodes: Vec<Redis>,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisCluster {
+    /// Starts three cluster-enabled servers, joins them into one cluster
+    /// and waits until every node says `cluster_state:ok`; `None` (with a
+    /// message) when `redis-server` or `redis-cli` is not installed.
+    pub async fn start() -> Option<RedisCluster> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut nodes = Vec::new();
+        for port in cluster_ports(3) {
+            nodes.push(cluster_node(&dir, port).await?);
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let created = tokio::process::Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .await;
+        match created {
+            Ok(out) => assert!(
+                out.status.success(),
+                "redis-cli --cluster create: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => {
+                eprintln!("skipped: redis-cli not available ({e})");
+                return None;
+            }
+        }
+        let cluster = RedisCluster { nodes, _dir: dir };
+        cluster.wait_ok().await;
+        Some(cluster)
+    }
+
+    /// The nodes learn the slot assignment by gossip: polls each one's
+    /// own view until all say the cluster is up.
+    async fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for node in &self.nodes {
+            loop {
+                let info = node.text(&["CLUSTER", "INFO"]).await;
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "node {} not ok: {info}",
+                    node.port
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+
+    /// Kills every node (their cluster configuration files stay).
+    pub fn stop(&mut self) {
+        for node in &mut self.nodes {
+            node.stop();
+        }
+    }
+
+    /// Starts every node again on its port, from its cluster configuration
+    /// file (same node ids and slots, no keys), and waits until the
+    /// cluster is up.
+    pub async fn restart(&mut self) {
+        for node in &mut self.nodes {
+            *node = cluster_node(&self._dir, node.port)
+                .await
+                .expect("redis-server restarts");
+        }
+        self.wait_ok().await;
+    }
+
+    /// The nodes' URLs: `fleet.redis` for the cluster.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Redis::url).collect()
+    }
+}
+
+/// A cluster-enabled `redis-server` on `port`, its cluster configuration
+/// file in `dir`.
+async fn cluster_node(dir: &tempfile::TempDir, port: u16) -> Option<Redis> {
+    let conf = dir.path().join(format!("nodes-{port}.conf"));
+    let conf = conf.to_str().expect("utf-8 path");
+    Redis::start_with(
+        port,
+        &["--cluster-enabled", "yes", "--cluster-config-file", conf],
+    )
+    .await
+}
+
+/// `n` free loopback ports whose cluster bus ports (port + 10000) are
+/// free too.
+fn cluster_ports(n: usize) -> Vec<u16> {
+    let mut ports: Vec<u16> = Vec::new();
+    let mut held = Vec::new();
+    while ports.len() < n {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+        let port = listener.local_addr().expect("addr").port();
+        let Some(bus) = port.checked_add(10000) else {
+            continue;
+        };
+        if ports.contains(&port) || ports.contains(&bus) {
+            continue;
+        }
+        if let Ok(bus_listener) = std::net::TcpListener::bind(("127.0.0.1", bus)) {
+            ports.push(port);
+            // Held until all are chosen, so no two are the same.
+            held.push(listener);
+            held.push(bus_listener);
+        }
+    }
+    ports
+}
+
+/// A `redis-server` that speaks TLS on `tls_port` (and plain RESP on its
+/// `port`, for the test's own commands), with a certificate for
+/// `localhost` signed by a test CA whose PEM file is `ca_file`.
+pub struct TlsRedis {
+    pub redis: Redis,
+    pub tls_port: u16,
+    pub ca_file: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsRedis {
+    /// `None` (with a message) when `redis-server` is not installed.
+    pub async fn start() -> Option<TlsRedis> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca_key = rcgen::KeyPair::generate().expect("CA key");
+        let mut ca = rcgen::CertificateParams::default();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).expect("CA");
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = rcgen::KeyPair::generate().expect("key");
+        let leaf = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .expect("params")
+            .signed_by(&key, &issuer)
+            .expect("certificate");
+        let path = |name: &str| dir.path().join(name);
+        std::fs::write(path("ca.pem"), ca_cert.pem()).expect("write");
+        std::fs::write(path("redis.pem"), leaf.pem()).expect("write");
+        std::fs::write(path("redis.key"), key.serialize_pem()).expect("write");
+        let [port, tls_port] = [(); 2].map(|()| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("free port")
+                .port()
+        });
+        let arg = |name: &str| path(name).to_str().expect("utf-8 path").to_string();
+        let (cert, key, ca) = (arg("redis.pem"), arg("redis.key"), arg("ca.pem"));
+        let tls_port_arg = tls_port.to_string();
+        let redis = Redis::start_with(
+            port,
+            &[
+                "--tls-port",
+                &tls_port_arg,
+                "--tls-cert-file",
+                &cert,
+                "--tls-key-file",
+                &key,
+                "--tls-ca-cert-file",
+                &ca,
+                "--tls-auth-clients",
+                "no",
+            ],
+        )
+        .await?;
+        Some(TlsRedis {
+            redis,
+            tls_port,
+            ca_file: path("ca.pem"),
+            _dir: dir,
+        })
     }
 }
