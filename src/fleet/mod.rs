@@ -89,9 +89,9 @@ pub struct Fleet {
 }
 
 /// Upper bounds (microseconds) of the Redis round-trip histogram:
-/// 100 µs .. 1 s; a last bucket holds the rest.
-pub const ROUND_TRIP_BUCKETS_US: [u64; 12] = [
-    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
+/// 50 µs (loopback) .. 1 s; a last bucket holds the rest.
+pub const ROUND_TRIP_BUCKETS_US: [u64; 13] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 1_000_000,
 ];
 
 /// The round trips of [`Fleet::call`]: one atomic per bucket, read by
@@ -324,11 +324,12 @@ mod tests {
             r.observe(Duration::from_micros(us));
         }
         let (buckets, _) = r.snapshot();
-        assert_eq!(buckets[0], 2, "0 and 100 µs: le 100 µs");
-        assert_eq!(buckets[1], 1);
-        assert_eq!(buckets[8], 1, "50 ms");
-        assert_eq!(buckets[11], 1, "1 s");
-        assert_eq!(buckets[12], 2, "above every bound");
+        assert_eq!(buckets[0], 1, "0 µs: le 50 µs");
+        assert_eq!(buckets[1], 1, "100 µs: le 100 µs");
+        assert_eq!(buckets[2], 1, "101 µs: le 250 µs");
+        assert_eq!(buckets[9], 1, "50 ms");
+        assert_eq!(buckets[12], 1, "1 s");
+        assert_eq!(buckets[13], 2, "above every bound");
         assert_eq!(buckets.iter().sum::<u64>(), 7);
     }
 }

@@ -876,7 +876,11 @@ mod tests {
             Some(1.0),
             "{t}"
         );
-        assert!(t.contains("robots_proxy_fleet_round_trip_seconds_bucket{le=\"0.0001\"}"));
+        assert!(
+            t.contains("robots_proxy_fleet_round_trip_seconds_bucket{le=\"0.0001\"}"),
+            "{t}"
+        );
+        assert!(!t.contains("le=\"5e"), "{t}");
         assert!(t.ends_with("# EOF\n"));
     }
 }
