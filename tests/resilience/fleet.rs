@@ -637,3 +637,50 @@ async fn an_audit_line_names_the_fleet_node() {
         assert!(out.status.success(), "{out:?}");
     }
 }
+
+/// A heartbeat set polluted with thousands of fresh members (and names too
+/// long to be a node's) is read capped: at most 1,000 names, this node
+/// added to them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polluted_heartbeat_set_is_read_capped() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    // Fresh on Redis's clock, a minute ahead so they stay live.
+    let now_ms = match redis.command(&["TIME"]).await {
+        Ok(redis::Value::Array(t)) => match &t[0] {
+            redis::Value::BulkString(s) => {
+                String::from_utf8_lossy(s).parse::<u64>().expect("seconds") * 1000
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("TIME: {other:?}"),
+    };
+    let score = (now_ms + 60_000).to_string();
+    let key = "robots-proxy:test:{nodes}:live";
+    let long = "x".repeat(300);
+    let names: Vec<String> = (0..5000).map(|i| format!("bogus-{i:05}")).collect();
+    let mut args = vec!["ZADD", key];
+    for n in names.iter().chain([&long]) {
+        args.push(&score);
+        args.push(n);
+    }
+    redis.command(&args).await.expect("ZADD");
+    let nodes = proxies(
+        1,
+        Some(fleet(
+            &redis,
+            Duration::from_secs(1),
+            FleetOnUnavailable::Local,
+        )),
+    )
+    .await;
+    until_all(&nodes, "the capped list", |t| {
+        metric(t, "robots_proxy_fleet_live_nodes").is_some_and(|n| n > 1.0)
+    })
+    .await;
+    let text = nodes[0].metrics().await;
+    let live = metric(&text, "robots_proxy_fleet_live_nodes").unwrap_or(0.0);
+    // 1,000 read, this node among them or added to them.
+    assert!((1000.0..=1001.0).contains(&live), "{text}");
+}
