@@ -400,6 +400,11 @@ impl App {
         for task in admin_task.into_iter().chain(fleet_task).chain(heartbeat) {
             task.abort();
         }
+        // Bounded by fleet.timeout; an unreachable Redis forgets the node
+        // by itself.
+        if let Some(fleet) = self.proxy.settings().fleet.clone() {
+            let _ = fleet.leave().await;
+        }
         cut
     }
 }

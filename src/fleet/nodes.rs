@@ -125,6 +125,20 @@ impl Fleet {
         }
     }
 
+    /// Takes this node's heartbeat out (a clean stop), so the others see
+    /// it gone at their next heartbeat rather than [`DEAD_AFTER`] later.
+    pub async fn leave(&self) -> Result<(), Unavailable> {
+        self.call(|mut conn| async move {
+            redis::cmd("ZREM")
+                .arg(self.nodes_key())
+                .arg(&self.node)
+                .query_async::<i64>(&mut conn)
+                .await
+        })
+        .await
+        .map(drop)
+    }
+
     /// The live nodes as last read (kept during an outage).
     pub fn live_nodes(&self) -> Arc<LiveNodes> {
         self.live

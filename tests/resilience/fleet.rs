@@ -558,6 +558,23 @@ async fn metrics_show_three_live_nodes_and_the_round_trips() {
         let port = format!(":{}", n.addr.port());
         assert!(names.iter().any(|m| m.ends_with(&port)), "{names:?}");
     }
+    // A node stopped cleanly takes its heartbeat out at once.
+    let mut nodes = nodes;
+    let mut gone = nodes.pop().expect("a node");
+    gone.stop();
+    gone.finished().await;
+    let left = match redis
+        .command(&["ZCARD", "robots-proxy:test:{nodes}:live"])
+        .await
+    {
+        Ok(redis::Value::Int(n)) => n,
+        other => panic!("ZCARD: {other:?}"),
+    };
+    assert_eq!(left, 2);
+    until_all(&nodes, "two live nodes", |t| {
+        metric(t, "robots_proxy_fleet_live_nodes") == Some(2.0)
+    })
+    .await;
 }
 
 /// The round trips of many calls, from the histogram (`--nocapture`):
