@@ -61,9 +61,9 @@ impl RedisTarget {
 
 /// The clients connections are made from.
 pub(super) struct Clients {
-    /// The server, or a cluster's first node: for pub/sub (a cluster
-    /// passes published messages to every node).
-    single: redis::Client,
+    /// The server, or each of a cluster's seed nodes: for pub/sub (a
+    /// cluster passes published messages to every node, so one will do).
+    singles: Vec<redis::Client>,
     /// The cluster, when `fleet.redis` lists its nodes.
     cluster: Option<ClusterClient>,
 }
@@ -72,45 +72,55 @@ impl Clients {
     pub(super) fn open(target: &RedisTarget) -> redis::RedisResult<Clients> {
         Ok(match target {
             RedisTarget::Server(url) => Clients {
-                single: redis::Client::open(url.as_str())?,
+                singles: vec![redis::Client::open(url.as_str())?],
                 cluster: None,
             },
             RedisTarget::Cluster(urls) => {
-                let Some(first) = urls.first() else {
+                if urls.is_empty() {
                     return Err(redis::RedisError::from((
                         redis::ErrorKind::InvalidClientConfig,
                         "a Redis Cluster needs at least one node's URL",
                     )));
-                };
+                }
                 Clients {
-                    single: redis::Client::open(first.as_str())?,
+                    singles: urls
+                        .iter()
+                        .map(|u| redis::Client::open(u.as_str()))
+                        .collect::<Result<_, _>>()?,
                     cluster: Some(cluster_builder(urls).build()?),
                 }
             }
         })
     }
 
-    /// A client for one server (a cluster's first node).
-    pub(super) fn single(&self) -> &redis::Client {
-        &self.single
+    /// A client for each server: the one server, or each seed node of a
+    /// cluster (never empty).
+    pub(super) fn singles(&self) -> &[redis::Client] {
+        &self.singles
     }
 
     /// A connection that connects, and reconnects, by itself. `timeout`
     /// bounds each attempt; every call is bounded by it anyway.
     pub(super) fn connect_lazily(&self, timeout: Duration) -> redis::RedisResult<Connection> {
-        Ok(match &self.cluster {
-            None => {
+        Ok(match (&self.cluster, self.singles.first()) {
+            (None, None) => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "no Redis URL",
+                )));
+            }
+            (None, Some(single)) => {
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout))
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_secs(1));
                 Connection::Server(ConnectionManager::new_lazy_with_config(
-                    self.single.clone(),
+                    single.clone(),
                     config,
                 )?)
             }
-            Some(cluster) => {
+            (Some(cluster), _) => {
                 // The slot map is fetched in the background; a command sent
                 // before it is known waits for it, within the call's
                 // timeout. A redirection (MOVED, ASK) is one retry.

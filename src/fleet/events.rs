@@ -5,7 +5,8 @@
 //!
 //! One subscriber task per process, started by the first
 //! [`Fleet::events`] call, reconnects every [`RETRY_EVERY`] while Redis is
-//! away and ends when the fleet is dropped. An event missed while it is
+//! away (to the next seed node of a cluster) and ends when the fleet is
+//! dropped. An event missed while it is
 //! away costs a waiting node one poll; a purge missed then leaves that
 //! node's copy until it expires (the shared entry is gone, so it is
 //! fetched again then).
@@ -100,7 +101,7 @@ impl Fleet {
         self.subscriber.get_or_init(|| {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 rt.spawn(subscribe(
-                    self.pubsub_client(),
+                    self.pubsub_clients(),
                     self.channel(),
                     self.events.downgrade(),
                     self.timeout,
@@ -133,12 +134,12 @@ impl Fleet {
 /// Forwards the channel's messages to `events` until every sender is
 /// gone; reconnects while Redis is away.
 async fn subscribe(
-    client: redis::Client,
+    clients: Vec<redis::Client>,
     channel: String,
     events: broadcast::WeakSender<Event>,
     timeout: Duration,
 ) {
-    loop {
+    for client in clients.iter().cycle() {
         let connected = tokio::time::timeout(timeout.max(Duration::from_secs(1)), async {
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe(&channel).await?;

@@ -222,11 +222,12 @@ impl Fleet {
         }
     }
 
-    /// A client for one Redis server, for pub/sub: the server, or a
-    /// cluster's first node (a cluster passes every published message to
-    /// every node, so subscribing on one node hears the whole fleet).
-    pub(crate) fn pubsub_client(&self) -> redis::Client {
-        self.clients.single().clone()
+    /// Clients for pub/sub: the server, or each of a cluster's seed nodes
+    /// (a cluster passes every published message to every node, so
+    /// subscribing on any one hears the whole fleet; the next is tried
+    /// when one is down).
+    pub(crate) fn pubsub_clients(&self) -> Vec<redis::Client> {
+        self.clients.singles().to_vec()
     }
 
     fn connection(&self) -> redis::RedisResult<Connection> {
