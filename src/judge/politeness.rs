@@ -329,8 +329,10 @@ impl Politeness {
     /// `max_queue` apply as on the local schedule, with this node's own
     /// spacing (`nodes` × `interval`) as the interval for `max_queue`; in
     /// `Mode::Reject` only a slot starting now would do, so requests are
-    /// refused with the time to this node's next slot. A slot is not given
-    /// back if the client gives up while held (as on Redis).
+    /// refused with the time to this node's next slot (holding none is
+    /// what reject means, and taking a slot already begun would shorten
+    /// the next node's gap). A slot is not given back if the client gives
+    /// up while held (as on Redis).
     async fn acquire_interleaved(
         &self,
         key: &str,
