@@ -22,6 +22,7 @@
 //! shortage), as it cannot share the origin's state.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -66,6 +67,7 @@ impl RobotsCache {
         let look = match fleet.look_robots(&key, true, timeout, MAX_BYTES + 1).await {
             Ok(Look::Busy) => {
                 tracing::debug!(origin = %key, "waiting for another node's robots.txt fetch");
+                fleet.stats().robots_waited.fetch_add(1, Ordering::Relaxed);
                 let deadline = Instant::now() + timeout + WAIT_MARGIN + POLL_EVERY;
                 fleet
                     .wait_robots(&key, timeout, MAX_BYTES + 1, deadline)
@@ -115,6 +117,7 @@ impl RobotsCache {
         purges: u64,
     ) -> Arc<Entry> {
         let key = origin.to_string();
+        fleet.stats().robots_fetched.fetch_add(1, Ordering::Relaxed);
         let (mut entry, text) = self
             .fetch_entry(origin, previous, self.agents(), Some(purges))
             .await;

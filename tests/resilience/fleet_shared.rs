@@ -283,3 +283,76 @@ async fn a_refusal_by_one_nodes_policy_is_not_shared() {
     assert_eq!(origin.hits("/robots.txt"), 1);
     assert_eq!(open.explain(&origin.url("/a")).await["fetched_by"], "open");
 }
+
+/// A node that misses while another node fetches waits for that fetch
+/// instead of fetching too, and the metrics say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_waits_for_the_fetch_under_way_on_another() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    // robots.txt is held until released; the first request for it is
+    // announced.
+    let fetches = Arc::new(AtomicUsize::new(0));
+    let arrived = Arc::new(tokio::sync::Notify::new());
+    let (release, _) = tokio::sync::watch::channel(false);
+    let (f, a, r) = (fetches.clone(), arrived.clone(), release.clone());
+    let addr = crate::support::serve_tcp(move |mut stream| {
+        let (f, a, mut released) = (f.clone(), a.clone(), r.subscribe());
+        async move {
+            let mut buf = vec![0u8; 4096];
+            let n = stream.read(&mut buf).await.unwrap_or(0);
+            let body = if buf[..n].starts_with(b"GET /robots.txt ") {
+                f.fetch_add(1, Ordering::SeqCst);
+                a.notify_one();
+                let _ = released.wait_for(|r| *r).await;
+                "User-agent: *\nDisallow: /a\n"
+            } else {
+                "page"
+            };
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(reply.as_bytes()).await;
+        }
+    })
+    .await;
+    let one = node(&redis, "node-1", FleetOnUnavailable::Local).await;
+    let two = node(&redis, "node-2", FleetOnUnavailable::Local).await;
+    let url = |path: &str| format!("http://{addr}{path}");
+    let first = tokio::spawn({
+        let (proxy, url) = (one.addr, url("/a"));
+        async move { Conn::open(proxy).await.get(&url).await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), arrived.notified())
+        .await
+        .expect("node 1 fetches robots.txt");
+    let second = tokio::spawn({
+        let (proxy, url) = (two.addr, url("/b"));
+        async move { Conn::open(proxy).await.get(&url).await }
+    });
+    // Node 2 is waiting once its metric says so.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while crate::support::metric(
+        &two.metrics().await,
+        "robots_proxy_fleet_robots_waited_total",
+    ) != Some(1.0)
+    {
+        assert!(Instant::now() < deadline, "node 2 never waited");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    release.send_replace(true);
+    assert_eq!(first.await.expect("first").status, 403);
+    assert_eq!(second.await.expect("second").status, 200);
+    assert_eq!(fetches.load(Ordering::SeqCst), 1, "one fetch for both");
+    let fetched =
+        |text: &str| crate::support::metric(text, "robots_proxy_fleet_robots_fetched_total");
+    assert_eq!(fetched(&one.metrics().await), Some(1.0));
+    assert_eq!(fetched(&two.metrics().await), Some(0.0));
+    assert_eq!(two.explain(&url("/a")).await["fetched_by"], "node-1");
+}
