@@ -481,7 +481,7 @@ pub(crate) async fn follow_fleet_purges(
     loop {
         let (what, from) = match events.recv().await {
             Ok(Event::Purged { what, from }) => (what, from),
-            Ok(Event::Fetched(_)) | Err(RecvError::Lagged(_)) => continue,
+            Ok(Event::Fetched(_) | Event::Reload { .. }) | Err(RecvError::Lagged(_)) => continue,
             Err(RecvError::Closed) => return,
         };
         if *from == *fleet.node() {

@@ -344,12 +344,27 @@ fn spawn_reloader(
             .unwrap_or_default()
     };
     let mut text = read_file(&args);
+    // In a fleet, a SIGHUP on one node reloads every node (each from its
+    // own file), and this node reloads when another says so.
+    let fleet = proxy.settings().fleet.clone();
+    let mut reloads = fleet.as_ref().map(|f| f.events());
     tokio::spawn(async move {
-        let Ok(mut hup) = hup else {
-            tracing::warn!("cannot listen for SIGHUP: reload disabled");
-            return;
+        let mut hup = match hup {
+            Ok(hup) => Some(hup),
+            Err(_) => {
+                tracing::warn!("cannot listen for SIGHUP: reload disabled");
+                None
+            }
         };
-        while hup.recv().await.is_some() {
+        loop {
+            let asked_by_signal = tokio::select! {
+                Some(()) = async { hup.as_mut()?.recv().await } => true,
+                Some(from) = another_nodes_reload(reloads.as_mut(), fleet.as_deref()) => {
+                    tracing::info!(from = %from, "reloading as another node of the fleet did");
+                    false
+                }
+                else => return,
+            };
             crate::ops::systemd::notify_reloading();
             match load_config(&args) {
                 Err(e) => {
@@ -380,8 +395,32 @@ fn spawn_reloader(
                 },
             }
             crate::ops::systemd::notify_ready();
+            if asked_by_signal
+                && let Some(fleet) = &fleet
+                && fleet.publish_reload().await.is_err()
+            {
+                tracing::warn!("the fleet's Redis is unavailable: only this node reloaded");
+            }
         }
     });
+}
+
+/// The name of the next other node of the fleet that reloaded; `None`
+/// once the fleet's events end (or without a fleet).
+async fn another_nodes_reload(
+    events: Option<&mut tokio::sync::broadcast::Receiver<crate::fleet::events::Event>>,
+    fleet: Option<&crate::fleet::Fleet>,
+) -> Option<Arc<str>> {
+    use crate::fleet::events::Event;
+    use tokio::sync::broadcast::error::RecvError;
+    let (events, fleet) = (events?, fleet?);
+    loop {
+        match events.recv().await {
+            Ok(Event::Reload { from }) if *from != *fleet.node() => return Some(from),
+            Ok(_) | Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return None,
+        }
+    }
 }
 
 /// A multi-line error message as one log line. The TOML parser's message

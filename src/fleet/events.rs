@@ -1,7 +1,8 @@
 //! What the nodes of a fleet tell each other, on one Redis pub/sub
 //! channel (`robots-proxy:<name>:events`): an origin's robots.txt was
 //! stored (nodes waiting for it look again), or something was purged
-//! (every node drops its own copy).
+//! (every node drops its own copy), or a node reloaded its
+//! configuration (every node reads its own again).
 //!
 //! One subscriber task per process, started by the first
 //! [`Fleet::events`] call, reconnects every [`RETRY_EVERY`] while Redis is
@@ -46,12 +47,16 @@ pub enum Event {
     Fetched(Arc<str>),
     /// A node (`from`) purged something.
     Purged { what: Purge, from: Arc<str> },
+    /// A node (`from`) reloaded its configuration (SIGHUP): every node
+    /// reads its own file again.
+    Reload { from: Arc<str> },
 }
 
 impl Event {
     pub(crate) fn encode_from(&self, node: &str) -> Vec<u8> {
         let (kind, value) = match self {
             Event::Fetched(o) => ("fetched", o),
+            Event::Reload { .. } => return format!("reload\n{node}\nconfiguration").into_bytes(),
             Event::Purged { what, .. } => match what {
                 Purge::Robots(v) => ("purge-robots", v),
                 Purge::Url(v) => ("purge-url", v),
@@ -83,6 +88,7 @@ impl Event {
                 what: Purge::Prefix(value),
                 from,
             },
+            "reload" => Event::Reload { from },
             _ => return None,
         })
     }
@@ -111,13 +117,17 @@ impl Fleet {
         rx
     }
 
-    /// Tells every node (this one included) about `what`.
-    pub async fn publish_purge(&self, what: Purge) -> Result<(), super::Unavailable> {
-        let message = Event::Purged {
-            what,
+    /// Tells every other node to read its configuration again, as a
+    /// SIGHUP on this one did.
+    pub async fn publish_reload(&self) -> Result<(), super::Unavailable> {
+        let message = Event::Reload {
             from: self.node().into(),
         }
         .encode_from(self.node());
+        self.publish(message).await
+    }
+
+    async fn publish(&self, message: Vec<u8>) -> Result<(), super::Unavailable> {
         let channel = self.channel();
         self.call(|mut conn| async move {
             redis::cmd("PUBLISH")
@@ -128,6 +138,16 @@ impl Fleet {
         })
         .await
         .map(drop)
+    }
+
+    /// Tells every node (this one included) about `what`.
+    pub async fn publish_purge(&self, what: Purge) -> Result<(), super::Unavailable> {
+        let message = Event::Purged {
+            what,
+            from: self.node().into(),
+        }
+        .encode_from(self.node());
+        self.publish(message).await
     }
 }
 
@@ -185,6 +205,9 @@ mod tests {
             Event::Fetched("https://a.example".into()),
             Event::Purged {
                 what: Purge::Prefix("https://a.example/x".into()),
+                from: "node-1".into(),
+            },
+            Event::Reload {
                 from: "node-1".into(),
             },
         ] {

@@ -356,3 +356,49 @@ async fn a_node_waits_for_the_fetch_under_way_on_another() {
     assert_eq!(fetched(&two.metrics().await), Some(0.0));
     assert_eq!(two.explain(&url("/a")).await["fetched_by"], "node-1");
 }
+
+/// A SIGHUP on one node reloads every node of the fleet, each from its own
+/// file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_on_one_node_reloads_every_node() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let table = |i: usize| {
+        format!(
+            "redis = {:?}\nname = \"reload\"\nnode = \"node-{i}\"\ntimeout = \"1s\"\n",
+            redis.url()
+        )
+    };
+    let (_one_setup, mut one) = process(Some(table(1))).await;
+    let (two_setup, mut two) = process(Some(table(2))).await;
+    // The nodes hear each other once both are subscribed to the fleet's
+    // channel.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let subscribers = redis
+            .command(&["PUBSUB", "NUMSUB", "robots-proxy:reload:events"])
+            .await
+            .expect("PUBSUB");
+        if matches!(&subscribers, redis::Value::Array(v) if v.get(1) == Some(&redis::Value::Int(2)))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not subscribed: {subscribers:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let path = two_setup.config_path();
+    let text = std::fs::read_to_string(&path).expect("config");
+    std::fs::write(
+        &path,
+        text.replace("agent = \"robots-proxy\"", "agent = \"examplebot\""),
+    )
+    .expect("edit");
+    one.reload("configuration reloaded").await;
+    let line = two
+        .wait_for("reloading as another node of the fleet did")
+        .await;
+    assert!(line.contains("node-1"), "{line}");
+    let line = two.wait_for("configuration reloaded").await;
+    assert!(line.contains("agent"), "{line}");
+}
