@@ -96,7 +96,11 @@ fn open_archive(config: &Config) -> Result<Option<Arc<Archive>>, StartError> {
     }
     let dir = config.archive_dir();
     let archive = Archive::open(&dir, config.audit.archive_max, &config.audit_path())
-        .map_err(|source| StartError::Archive { path: dir, source })?;
+        .map_err(|source| StartError::Archive { path: dir, source })?
+        .with_entry_limits(crate::judge::archive::EntryLimits {
+            max_entries: config.robots.cache_entries,
+            max_age: config.robots.stale_max,
+        });
     Ok(Some(Arc::new(archive)))
 }
 

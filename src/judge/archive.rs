@@ -29,7 +29,7 @@ use std::fs;
 use std::io::{self, BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -170,6 +170,31 @@ pub(crate) struct Archive {
     /// the kept audit files.
     audit_path: PathBuf,
     state: Mutex<State>,
+    /// Bounds on the kept robots store entries (`entries/`).
+    entries: EntryLimits,
+}
+
+/// How many robots store entries are kept on disk, and for how long: an
+/// entry is one small file per origin (a 4 KiB block each), and origins
+/// come and go, so without a bound the directory grows with every origin
+/// ever seen.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct EntryLimits {
+    /// At most this many (the robots store's capacity: a restart cannot
+    /// use more); the least recently saved go first.
+    pub(crate) max_entries: usize,
+    /// An entry saved longer ago than this is of no use
+    /// (`robots.stale_max`: not even as a stale copy).
+    pub(crate) max_age: Duration,
+}
+
+impl Default for EntryLimits {
+    fn default() -> Self {
+        EntryLimits {
+            max_entries: 100_000,
+            max_age: Duration::from_secs(30 * 86_400),
+        }
+    }
 }
 
 struct State {
@@ -180,6 +205,9 @@ struct State {
     /// The digest or outcome last recorded per origin (bounded): what is in
     /// force now, kept from removal, and what `outcomes.jsonl` compares to.
     last: lru::LruCache<String, Last>,
+    /// Entries saved since `entries/` was last swept (the first save
+    /// sweeps).
+    entry_saves: Option<usize>,
 }
 
 #[derive(Clone, PartialEq)]
@@ -209,8 +237,16 @@ impl Archive {
                 bytes,
                 prune_again_at: 0,
                 last: lru::LruCache::new(remembered),
+                entry_saves: None,
             }),
+            entries: EntryLimits::default(),
         })
+    }
+
+    /// Bounds the kept robots store entries.
+    pub(crate) fn with_entry_limits(mut self, limits: EntryLimits) -> Archive {
+        self.entries = limits;
+        self
     }
 
     pub(crate) fn dir(&self) -> &Path {
@@ -336,6 +372,65 @@ impl Archive {
             tracing::warn!(path = %path.display(), error = %e,
                 "cannot keep a robots.txt entry: a restart fetches it again");
         }
+        // Swept on the first save and then every tenth of the bound, so
+        // the directory holds at most 1.1 times it, and a sweep's cost (a
+        // stat per entry) is spread over as many saves as it checks.
+        let sweep = {
+            let mut state = self.lock();
+            let every = (self.entries.max_entries / 10).max(1);
+            match state.entry_saves {
+                Some(n) if n + 1 < every => {
+                    state.entry_saves = Some(n + 1);
+                    false
+                }
+                _ => {
+                    state.entry_saves = Some(0);
+                    true
+                }
+            }
+        };
+        if sweep {
+            self.sweep_entries(SystemTime::now());
+        }
+    }
+
+    /// Removes the kept entries older than the age bound, then the least
+    /// recently saved beyond the count bound. Returns how many are left.
+    pub(crate) fn sweep_entries(&self, now: SystemTime) -> usize {
+        let mut found: Vec<(SystemTime, PathBuf)> = Vec::new();
+        let Ok(subs) = fs::read_dir(self.dir.join("entries")) else {
+            return 0;
+        };
+        for sub in subs.flatten() {
+            let Ok(files) = fs::read_dir(sub.path()) else {
+                continue;
+            };
+            for file in files.flatten() {
+                let saved = file
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .unwrap_or(SystemTime::UNIX_EPOCH);
+                found.push((saved, file.path()));
+            }
+        }
+        let oldest = now
+            .checked_sub(self.entries.max_age)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        found.sort_unstable();
+        let excess = found.len().saturating_sub(self.entries.max_entries);
+        let mut removed = 0;
+        for (i, (saved, path)) in found.iter().enumerate() {
+            if i >= excess && *saved >= oldest {
+                break;
+            }
+            if fs::remove_file(path).is_ok() {
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            tracing::debug!(removed, "removed kept robots.txt entries past their use");
+        }
+        found.len() - removed
     }
 
     /// Forgets `origin`'s kept entry (a purge): the next request fetches.
@@ -712,6 +807,63 @@ mod tests {
             final_url: "http://a.example/robots.txt".into(),
             content_type: Some("text/plain".into()),
             ..Evidence::default()
+        }
+    }
+
+    #[test]
+    fn kept_entries_are_bounded_in_number_and_age() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut archive = Archive::open(dir.path(), 1 << 20, &dir.path().join("audit.jsonl"))
+            .expect("open")
+            .with_entry_limits(EntryLimits {
+                max_entries: 1000,
+                max_age: Duration::from_secs(3600),
+            });
+        let kept = |i: usize| KeptEntry {
+            origin: format!("https://o{i}.example"),
+            state: "allow_all".into(),
+            reason: None,
+            status: Some(404),
+            fetched_at_ms: 0,
+            expires_at_ms: 0,
+            sha256: None,
+            failures: 0,
+        };
+        // Saved a second apart, the last one now.
+        let now = SystemTime::now();
+        for i in 0..100 {
+            archive.save_entry(&kept(i));
+            let saved = now - Duration::from_secs(99 - i as u64);
+            fs::File::options()
+                .write(true)
+                .open(entry_path(dir.path(), &kept(i).origin))
+                .and_then(|f| f.set_modified(saved))
+                .expect("set mtime");
+        }
+        archive.entries.max_entries = 20;
+        assert_eq!(archive.sweep_entries(now), 20);
+        assert!(
+            archive.load_entry("https://o99.example").is_some(),
+            "the newest stay"
+        );
+        assert!(archive.load_entry("https://o80.example").is_some());
+        assert!(
+            archive.load_entry("https://o79.example").is_none(),
+            "the oldest go"
+        );
+        // Two hours on, every entry is past its use.
+        assert_eq!(archive.sweep_entries(now + Duration::from_secs(7200)), 0);
+        // Saves sweep as they go: never more than 1.1 times the bound.
+        let files = || -> usize {
+            fs::read_dir(dir.path().join("entries"))
+                .expect("entries")
+                .flatten()
+                .map(|sub| fs::read_dir(sub.path()).map_or(0, |f| f.count()))
+                .sum()
+        };
+        for i in 100..200 {
+            archive.save_entry(&kept(i));
+            assert!(files() <= 22, "{} entries kept", files());
         }
     }
 
