@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use robots_proxy::measure::{
-    Booking, Fleet, FleetSettings, Look, OnUnavailable, RedisTarget, Text,
+    Booking, Fleet, FleetSettings, Look, OnUnavailable, RedisTarget, Take, Text,
 };
 
 fn corpus() -> Vec<Vec<u8>> {
@@ -111,24 +111,27 @@ async fn main() {
         );
         let started = Instant::now();
         let look = fleet
-            .look_robots(&origin, true, Duration::from_secs(10), 1 << 20)
+            .look_robots(&origin, Take::IfNotFresh, Duration::from_secs(10), 1 << 20)
             .await;
-        assert!(matches!(look, Ok(Look::Lead(None))), "{look:?}");
-        fleet
+        let Ok(Look::Lead(None, lease)) = look else {
+            panic!("{look:?}")
+        };
+        let stored = fleet
             .store_robots(
                 &origin,
+                &lease,
                 meta.as_bytes(),
                 Text::Set(&files[i % files.len()]),
                 day,
                 Duration::from_secs(30 * 86_400),
             )
-            .await
-            .expect("stored");
+            .await;
+        assert_eq!(stored, Ok(true));
         stores.push(started.elapsed());
         if i % 10 == 0 {
             let started = Instant::now();
             let look = fleet
-                .look_robots(&origin, false, Duration::from_secs(10), 1 << 20)
+                .look_robots(&origin, Take::No, Duration::from_secs(10), 1 << 20)
                 .await;
             looks.push(started.elapsed());
             assert!(matches!(look, Ok(Look::Fresh(_))));

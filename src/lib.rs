@@ -31,7 +31,7 @@ pub use app::App;
 #[doc(hidden)]
 pub mod measure {
     pub use crate::fleet::rate::Rated;
-    pub use crate::fleet::robots::{Look, Text};
+    pub use crate::fleet::robots::{Look, Take, Text};
     pub use crate::fleet::{
         Booking, Fleet, FleetSettings, OnUnavailable, ROUND_TRIP_BUCKETS_US, RedisTarget,
     };

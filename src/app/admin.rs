@@ -411,12 +411,7 @@ async fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
                 "the response cache is not enabled (cache.enabled); purge robots.txt with ?origin=",
             );
         };
-        if value
-            .parse::<Uri>()
-            .ok()
-            .and_then(|u| u.scheme().cloned())
-            .is_none()
-        {
+        if !is_absolute_http(value) {
             return error(
                 StatusCode::BAD_REQUEST,
                 "the url or prefix must be an absolute http(s) URL",
@@ -445,8 +440,10 @@ async fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
     };
     match parse_url(url) {
         Ok((origin, _)) => {
-            let purged = proxy.gate().cache().purge(&origin);
+            // Redis first: a miss here in between would otherwise adopt
+            // the shared entry being purged.
             let fleet = tell_fleet(proxy, Purge::Robots(origin.to_string().into())).await;
+            let purged = proxy.gate().cache().purge(&origin);
             json_response(
                 StatusCode::OK,
                 json!({ "origin": origin.to_string(), "purged": purged, "fleet": fleet }),
@@ -457,16 +454,25 @@ async fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
 }
 
 /// Tells the fleet's other nodes to purge `what` too (a robots.txt purge
-/// also drops the shared entry): `"every node"`, or why only this one.
-async fn tell_fleet(proxy: &dyn ProxyView, what: Purge) -> Option<&'static str> {
+/// also drops the shared entry): `"every node"` with how many nodes'
+/// subscriptions heard it (on a cluster, through one master), or why only
+/// this one.
+async fn tell_fleet(proxy: &dyn ProxyView, what: Purge) -> Option<serde_json::Value> {
     let fleet = proxy.admin_settings().fleet?;
     let told = match &what {
         Purge::Robots(origin) => fleet.purge_robots(origin).await,
         _ => fleet.publish_purge(what).await,
     };
     Some(match told {
-        Ok(()) => "every node",
-        Err(_) => "this node only: the fleet's Redis is unavailable",
+        Ok(heard) => json!({ "told": "every node", "heard_by": heard }),
+        Err(_) => json!({ "told": "this node only: the fleet's Redis is unavailable" }),
+    })
+}
+
+/// An absolute `http://` or `https://` URL with a host.
+fn is_absolute_http(value: &str) -> bool {
+    value.parse::<Uri>().ok().is_some_and(|u| {
+        matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some_and(|h| !h.is_empty())
     })
 }
 
@@ -493,16 +499,19 @@ pub(crate) async fn follow_fleet_purges(
                     proxy.gate().cache().purge(&origin);
                 }
             }
-            Purge::Url(url) => {
+            // As the admin endpoint checks them: a message from a broken
+            // or hostile Redis cannot empty the cache with a prefix "h".
+            Purge::Url(url) if is_absolute_http(url) => {
                 if let Some(cache) = proxy.response_cache() {
                     cache.purge_url(url);
                 }
             }
-            Purge::Prefix(prefix) => {
+            Purge::Prefix(prefix) if is_absolute_http(prefix) => {
                 if let Some(cache) = proxy.response_cache() {
                     cache.purge_prefix(prefix);
                 }
             }
+            Purge::Url(_) | Purge::Prefix(_) => continue,
         }
         tracing::info!(from = %from, what = ?what, "purged as another node of the fleet asked");
     }

@@ -119,7 +119,7 @@ impl Fleet {
 
     /// Tells every other node to read its configuration again, as a
     /// SIGHUP on this one did.
-    pub async fn publish_reload(&self) -> Result<(), super::Unavailable> {
+    pub async fn publish_reload(&self) -> Result<u64, super::Unavailable> {
         let message = Event::Reload {
             from: self.node().into(),
         }
@@ -127,21 +127,23 @@ impl Fleet {
         self.publish(message).await
     }
 
-    async fn publish(&self, message: Vec<u8>) -> Result<(), super::Unavailable> {
+    /// Publishes `message`; returns how many subscribers heard it (on a
+    /// Redis Cluster, those subscribed through the node it went to).
+    async fn publish(&self, message: Vec<u8>) -> Result<u64, super::Unavailable> {
         let channel = self.channel();
         self.call(|mut conn| async move {
             redis::cmd("PUBLISH")
                 .arg(channel)
                 .arg(message)
-                .query_async::<i64>(&mut conn)
+                .query_async::<u64>(&mut conn)
                 .await
         })
         .await
-        .map(drop)
     }
 
-    /// Tells every node (this one included) about `what`.
-    pub async fn publish_purge(&self, what: Purge) -> Result<(), super::Unavailable> {
+    /// Tells every node (this one included) about `what`; returns how
+    /// many subscribers heard it.
+    pub async fn publish_purge(&self, what: Purge) -> Result<u64, super::Unavailable> {
         let message = Event::Purged {
             what,
             from: self.node().into(),

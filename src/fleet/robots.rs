@@ -17,6 +17,7 @@
 //! entry into its local store.
 
 use std::io::{Read, Write};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use flate2::Compression;
@@ -31,17 +32,18 @@ use super::{Fleet, Unavailable};
 /// event wakes it first.
 pub const POLL_EVERY: Duration = Duration::from_millis(100);
 
-/// KEYS: entry, lease. ARGV: node ('' = look only, take no lease), lease
-/// ms. Returns `{state, meta, text, ms left}`: state 1 fresh, 2 lease
-/// taken (meta and text: the expired entry, if any), 0 another node
-/// holds the lease (or look only).
+/// KEYS: entry, lease. ARGV: lease token ('' = look only, take no
+/// lease), lease ms, '1' to take the lease even over a fresh entry (one
+/// this node could not read). Returns `{state, meta, text, ms left}`:
+/// state 1 fresh, 2 lease taken (meta and text: the entry, if any), 0
+/// another node holds the lease (or look only).
 const LOOK_SCRIPT: &str = r"
 local e = redis.call('HMGET', KEYS[1], 'meta', 'text', 'expires')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local left = 0
 if e[1] and e[3] then left = math.max(0, (tonumber(e[3]) or 0) - now) end
-if left > 0 then return {1, e[1], e[2] or '', left} end
+if left > 0 and ARGV[3] ~= '1' then return {1, e[1], e[2] or '', left} end
 if ARGV[1] ~= '' and redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {2, e[1] or '', e[2] or '', 0}
 end
@@ -50,9 +52,12 @@ return {0, '', '', 0}
 
 /// KEYS: entry, lease. ARGV: meta, text, text mode ('1' set, '0' drop,
 /// '2' keep: a stale entry's text is the one already stored), ms fresh,
-/// ms kept after, node, channel, message. Stores the entry, gives the
-/// lease back if this node holds it, and publishes the message.
+/// ms kept after, lease token, channel, message. Stores the entry only
+/// while the token holds the lease (a purge, or a lease that ran out,
+/// took it away), gives the lease back, and publishes the message.
+/// Returns 1 when stored, 0 when not.
 const STORE_SCRIPT: &str = r"
+if redis.call('GET', KEYS[2]) ~= ARGV[6] then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local fresh = tonumber(ARGV[4])
@@ -63,16 +68,39 @@ elseif ARGV[3] == '0' then
   redis.call('HDEL', KEYS[1], 'text')
 end
 redis.call('PEXPIRE', KEYS[1], string.format('%.0f', fresh + tonumber(ARGV[5])))
-if redis.call('GET', KEYS[2]) == ARGV[6] then redis.call('DEL', KEYS[2]) end
+redis.call('DEL', KEYS[2])
 redis.call('PUBLISH', ARGV[7], ARGV[8])
 return 1
 ";
 
-/// KEYS: lease. ARGV: node. Gives the lease back if this node holds it.
+/// KEYS: lease. ARGV: lease token. Gives the lease back if the token
+/// holds it.
 const RELEASE_SCRIPT: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 ";
+
+/// KEYS: entry, lease. ARGV: channel, message. Drops the entry and any
+/// lease (a fetch under way cannot store what it read before the purge),
+/// then tells every node. Returns how many subscribers heard it.
+const PURGE_SCRIPT: &str = r"
+redis.call('DEL', KEYS[1], KEYS[2])
+return redis.call('PUBLISH', ARGV[1], ARGV[2])
+";
+
+static LOOK: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(LOOK_SCRIPT));
+static STORE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(STORE_SCRIPT));
+static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE_SCRIPT));
+static PURGE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PURGE_SCRIPT));
+
+/// The largest `meta` stored or read back (a corrupted or hostile Redis
+/// could hold any size; an origin's redirect URLs and ETag are in it):
+/// larger counts as none, and is not stored.
+pub const MAX_META: usize = 64 * 1024;
+
+/// The version of the shared entry's form, in its key: nodes of another
+/// version keep apart instead of overwriting each other's entries.
+const FORM: &str = "robots.1";
 
 /// An origin's entry as the fleet shares it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,16 +113,32 @@ pub struct SharedRobots {
     pub left: Duration,
 }
 
+/// The right to fetch an origin's robots.txt for the fleet: a token
+/// unique to one fetch of one process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease(String);
+
 /// What a look at the shared entry found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Look {
     /// A fresh entry: judge by it.
     Fresh(SharedRobots),
     /// This node holds the lease: fetch, then [`Fleet::store_robots`];
-    /// the expired entry, if any, is the stale-on-error copy.
-    Lead(Option<SharedRobots>),
+    /// the entry, if any, is the stale-on-error copy.
+    Lead(Option<SharedRobots>, Lease),
     /// Another node is fetching.
     Busy,
+}
+
+/// Whether a look takes the lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// Look only.
+    No,
+    /// When there is no fresh entry.
+    IfNotFresh,
+    /// Even over a fresh entry (one this node could not read).
+    Always,
 }
 
 /// What to do with the stored text when an entry is stored.
@@ -108,42 +152,45 @@ pub enum Text<'a> {
     Keep,
 }
 
-/// The largest `meta` read back (a corrupted or hostile Redis could hold
-/// any size): larger counts as none.
-const MAX_META: usize = 64 * 1024;
-
 /// The lease lasts the fetch's own timeout and this much more: a node
 /// that died while fetching holds the others up no longer than that.
 const LEASE_MARGIN: Duration = Duration::from_secs(2);
 
 impl Fleet {
     fn robots_keys(&self, origin: &str) -> (String, String) {
-        (self.key(origin, "robots"), self.key(origin, "lease"))
+        (self.key(origin, FORM), self.key(origin, "lease"))
     }
 
-    /// Looks up `origin`'s shared entry; without a fresh one, takes the
-    /// lease to fetch it (for `fetch_timeout` plus a margin) when
-    /// `lead`. A text larger than `max_text` once decompressed (a
-    /// corrupted or hostile Redis) counts as none.
+    /// Looks up `origin`'s shared entry, taking the lease to fetch it (for
+    /// `fetch_timeout` plus a margin) as `take` says. A text larger than
+    /// `max_text` once decompressed (a corrupted or hostile Redis) counts
+    /// as none.
     pub async fn look_robots(
         &self,
         origin: &str,
-        lead: bool,
+        take: Take,
         fetch_timeout: Duration,
         max_text: usize,
     ) -> Result<Look, Unavailable> {
         let (entry, lease) = self.robots_keys(origin);
-        let node = if lead { self.node() } else { "" };
+        let token = match take {
+            Take::No => String::new(),
+            Take::IfNotFresh | Take::Always => self.lease_token(),
+        };
+        let always = if take == Take::Always { "1" } else { "0" };
         let lease_ms = super::micros(fetch_timeout + LEASE_MARGIN) / 1000;
         let (state, meta, text, left) = self
-            .call(|mut conn| async move {
-                redis::Script::new(LOOK_SCRIPT)
-                    .key(&entry)
-                    .key(&lease)
-                    .arg(node)
-                    .arg(lease_ms)
-                    .invoke_async::<(i64, Vec<u8>, Vec<u8>, i64)>(&mut conn)
-                    .await
+            .call(|mut conn| {
+                let token = token.clone();
+                async move {
+                    LOOK.key(&entry)
+                        .key(&lease)
+                        .arg(token)
+                        .arg(lease_ms)
+                        .arg(always)
+                        .invoke_async::<(i64, Vec<u8>, Vec<u8>, i64)>(&mut conn)
+                        .await
+                }
             })
             .await?;
         let shared = || {
@@ -156,13 +203,24 @@ impl Fleet {
             })
         };
         Ok(match state {
+            // Fresh but too large to read: fetched again, under the lease.
             1 => match shared() {
                 Some(s) => Look::Fresh(s),
-                None => Look::Busy,
+                None => {
+                    Box::pin(self.look_robots(origin, Take::Always, fetch_timeout, max_text))
+                        .await?
+                }
             },
-            2 => Look::Lead(shared()),
+            2 => Look::Lead(shared(), Lease(token)),
             _ => Look::Busy,
         })
+    }
+
+    /// A lease token: this node, this process, this fetch.
+    fn lease_token(&self) -> String {
+        static FETCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = FETCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{} {} {n}", self.node(), std::process::id())
     }
 
     /// Waits for the node holding `origin`'s lease to store its result,
@@ -195,7 +253,7 @@ impl Fleet {
                 return Err(Unavailable);
             }
             match self
-                .look_robots(origin, true, fetch_timeout, max_text)
+                .look_robots(origin, Take::IfNotFresh, fetch_timeout, max_text)
                 .await?
             {
                 Look::Busy => {}
@@ -204,18 +262,25 @@ impl Fleet {
         }
     }
 
-    /// Stores `origin`'s entry for the fleet: fresh for `fresh`, kept
-    /// `kept_after` longer as the stale-on-error copy; gives the lease
-    /// back and tells the other nodes.
+    /// Stores `origin`'s entry for the fleet while `lease` holds: fresh
+    /// for `fresh`, kept `kept_after` longer as the stale-on-error copy;
+    /// gives the lease back and tells the other nodes. `Ok(false)`: not
+    /// stored (the lease was lost to a purge or ran out, or `meta` is
+    /// larger than [`MAX_META`]).
     pub async fn store_robots(
         &self,
         origin: &str,
+        lease: &Lease,
         meta: &[u8],
         text: Text<'_>,
         fresh: Duration,
         kept_after: Duration,
-    ) -> Result<(), Unavailable> {
-        let (entry, lease) = self.robots_keys(origin);
+    ) -> Result<bool, Unavailable> {
+        if meta.len() > MAX_META {
+            self.release_robots(origin, lease).await?;
+            return Ok(false);
+        }
+        let (entry, lease_key) = self.robots_keys(origin);
         let (mode, compressed) = match text {
             Text::Set(t) => ("1", compress(t)),
             Text::Drop => ("0", Vec::new()),
@@ -223,33 +288,34 @@ impl Fleet {
         };
         let message = Event::Fetched(origin.into()).encode_from(self.node());
         let channel = self.channel();
-        self.call(|mut conn| async move {
-            redis::Script::new(STORE_SCRIPT)
-                .key(&entry)
-                .key(&lease)
-                .arg(meta)
-                .arg(compressed)
-                .arg(mode)
-                .arg(super::micros(fresh.max(Duration::from_millis(1))) / 1000)
-                .arg(super::micros(kept_after) / 1000)
-                .arg(self.node())
-                .arg(channel)
-                .arg(message)
-                .invoke_async::<i64>(&mut conn)
-                .await
-        })
-        .await
-        .map(drop)
+        let stored = self
+            .call(|mut conn| async move {
+                STORE
+                    .key(&entry)
+                    .key(&lease_key)
+                    .arg(meta)
+                    .arg(compressed)
+                    .arg(mode)
+                    .arg(super::micros(fresh.max(Duration::from_millis(1))) / 1000)
+                    .arg(super::micros(kept_after) / 1000)
+                    .arg(&lease.0)
+                    .arg(channel)
+                    .arg(message)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(stored == 1)
     }
 
     /// Gives `origin`'s lease back without a result (the proxy's own
     /// shortage said nothing about the origin): the next node fetches.
-    pub async fn release_robots(&self, origin: &str) -> Result<(), Unavailable> {
-        let (_, lease) = self.robots_keys(origin);
+    pub async fn release_robots(&self, origin: &str, lease: &Lease) -> Result<(), Unavailable> {
+        let (_, lease_key) = self.robots_keys(origin);
         self.call(|mut conn| async move {
-            redis::Script::new(RELEASE_SCRIPT)
-                .key(&lease)
-                .arg(self.node())
+            RELEASE
+                .key(&lease_key)
+                .arg(&lease.0)
                 .invoke_async::<i64>(&mut conn)
                 .await
         })
@@ -257,10 +323,11 @@ impl Fleet {
         .map(drop)
     }
 
-    /// Drops `origin`'s shared entry and tells every node to drop its own
-    /// copy.
-    pub async fn purge_robots(&self, origin: &str) -> Result<(), Unavailable> {
-        let (entry, _) = self.robots_keys(origin);
+    /// Drops `origin`'s shared entry and any lease on it, and tells every
+    /// node to drop its own copy. Returns how many nodes heard it (on a
+    /// Redis Cluster, those subscribed through the origin's master).
+    pub async fn purge_robots(&self, origin: &str) -> Result<u64, Unavailable> {
+        let (entry, lease) = self.robots_keys(origin);
         let message = Event::Purged {
             what: Purge::Robots(origin.into()),
             from: self.node().into(),
@@ -268,16 +335,12 @@ impl Fleet {
         .encode_from(self.node());
         let channel = self.channel();
         self.call(|mut conn| async move {
-            // Two commands, not one pipeline: on a Redis Cluster the
-            // entry's slot and the channel's are not one slot.
-            redis::cmd("DEL")
-                .arg(&entry)
-                .query_async::<()>(&mut conn)
-                .await?;
-            redis::cmd("PUBLISH")
+            PURGE
+                .key(&entry)
+                .key(&lease)
                 .arg(channel)
                 .arg(message)
-                .query_async::<()>(&mut conn)
+                .invoke_async::<u64>(&mut conn)
                 .await
         })
         .await

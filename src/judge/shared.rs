@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::fleet::robots::{Look, POLL_EVERY, SharedRobots, Text};
+use crate::fleet::robots::{Lease, Look, POLL_EVERY, SharedRobots, Take, Text};
 use crate::fleet::{Fleet, OnUnavailable};
 use crate::http::origin::Origin;
 use crate::judge::archive::{Digest, Evidence, KeptEntry};
@@ -64,57 +64,71 @@ impl RobotsCache {
     ) -> Arc<Entry> {
         let key = origin.to_string();
         let timeout = self.fetch_settings().timeout;
-        let look = match fleet.look_robots(&key, true, timeout, MAX_BYTES + 1).await {
-            Ok(Look::Busy) => {
-                tracing::debug!(origin = %key, "waiting for another node's robots.txt fetch");
-                fleet.stats().robots_waited.fetch_add(1, Ordering::Relaxed);
-                let deadline = Instant::now() + timeout + WAIT_MARGIN + POLL_EVERY;
-                fleet
-                    .wait_robots(&key, timeout, MAX_BYTES + 1, deadline)
-                    .await
+        let max_text = MAX_BYTES + 1;
+        let mut take = Take::IfNotFresh;
+        // At most: a look, a wait, a look that takes the lease over an
+        // entry this node could not read, a wait.
+        for _ in 0..2 {
+            let look = match fleet.look_robots(&key, take, timeout, max_text).await {
+                Ok(Look::Busy) => {
+                    tracing::debug!(origin = %key, "waiting for another node's robots.txt fetch");
+                    fleet.stats().robots_waited.fetch_add(1, Ordering::Relaxed);
+                    let deadline = Instant::now() + timeout + WAIT_MARGIN + POLL_EVERY;
+                    fleet.wait_robots(&key, timeout, max_text, deadline).await
+                }
+                other => other,
+            };
+            match look {
+                Ok(Look::Fresh(shared)) => match self.adopt(&key, shared, purges).await {
+                    Some(entry) => return entry,
+                    // Unreadable (a corrupted text, a description this
+                    // version cannot read): fetched again, under the
+                    // lease.
+                    None => take = Take::Always,
+                },
+                Ok(Look::Lead(shared, lease)) => {
+                    let (previous, shared_text) = match shared {
+                        Some(s) => {
+                            let text = s.text.clone();
+                            (self.adopt(&key, s, purges).await.or(previous), text)
+                        }
+                        None => (previous, None),
+                    };
+                    return self
+                        .lead(fleet, origin, previous, purges, lease, shared_text)
+                        .await;
+                }
+                Ok(Look::Busy) | Err(_) => break,
             }
-            other => other,
-        };
-        match look {
-            Ok(Look::Fresh(shared)) => match self.adopt(&key, shared, purges).await {
-                Some(entry) => entry,
-                // Unreadable (another version, a corrupted text): fetched
-                // here, and stored over it.
-                None => self.lead(fleet, origin, previous, purges).await,
-            },
-            Ok(Look::Lead(shared)) => {
-                let previous = match shared {
-                    Some(s) => self.adopt(&key, s, purges).await.or(previous),
-                    None => previous,
-                };
-                self.lead(fleet, origin, previous, purges).await
-            }
-            Ok(Look::Busy) | Err(_) => match fleet.on_unavailable() {
-                OnUnavailable::Local => self.obtain(origin, previous, purges).await,
-                OnUnavailable::Refuse => Arc::new(self.entry_from(
-                    previous.as_deref(),
-                    Fetched {
-                        outcome: Concluded::LocalError(
-                            "the fleet's Redis is unavailable and fleet.on_unavailable = \"refuse\": robots.txt not fetched".into(),
-                        ),
-                        status: None,
-                        max_age: None,
-                        retry_after: None,
-                    },
-                    &[],
-                )),
-            },
+        }
+        match fleet.on_unavailable() {
+            OnUnavailable::Local => self.obtain(origin, previous, purges).await,
+            OnUnavailable::Refuse => Arc::new(self.entry_from(
+                previous.as_deref(),
+                Fetched {
+                    outcome: Concluded::LocalError(
+                        "robots.txt could not be shared through the fleet's Redis (unavailable, or another node's fetch did not finish) and fleet.on_unavailable = \"refuse\": not fetched".into(),
+                    ),
+                    status: None,
+                    max_age: None,
+                    retry_after: None,
+                },
+                &[],
+            )),
         }
     }
 
-    /// Fetches `origin`'s robots.txt for the fleet (this node holds the
-    /// lease) and stores the result in Redis for the others.
+    /// Fetches `origin`'s robots.txt for the fleet (this node holds
+    /// `lease`) and stores the result in Redis for the others.
+    /// `shared_text`: the text the shared entry held, if any.
     async fn lead(
         self: &Arc<Self>,
         fleet: &Arc<Fleet>,
         origin: &Origin,
         previous: Option<Arc<Entry>>,
         purges: u64,
+        lease: Lease,
+        shared_text: Option<Vec<u8>>,
     ) -> Arc<Entry> {
         let key = origin.to_string();
         fleet.stats().robots_fetched.fetch_add(1, Ordering::Relaxed);
@@ -122,24 +136,28 @@ impl RobotsCache {
             .fetch_entry(origin, previous, self.agents(), Some(purges))
             .await;
         entry.fetched_by = Some(fleet.node().into());
-        let kept = kept_from(&key, &entry);
-        let stored = match kept {
+        let meta = kept_from(&key, &entry)
             // The proxy's own shortage says nothing about the origin, and a
-            // fetch a purge overtook may have read the file purged: the
-            // next node fetches.
-            None => fleet.release_robots(&key).await,
-            Some(_) if self.purged_since(purges) => fleet.release_robots(&key).await,
+            // fetch a purge overtook may have read the file purged.
+            .filter(|_| !self.purged_since(purges))
             // This node's own destination policy and trust anchors
             // decided these: another node may be configured otherwise.
-            Some(_) if matches!(entry.state, State::Refused { .. } | State::BadTls { .. }) => {
-                fleet.release_robots(&key).await
-            }
-            Some(kept) => {
+            .filter(|_| !matches!(entry.state, State::Refused { .. } | State::BadTls { .. }))
+            .and_then(|kept| {
+                let stale_text = || {
+                    let digest = entry.state.rules().and_then(|r| r.digest())?;
+                    match &shared_text {
+                        Some(t) if Digest::of(t) == digest => Some(Text::Keep),
+                        _ => None,
+                    }
+                };
                 let (text, evidence) = match (&entry.state, &text) {
                     (State::Fresh(_), Some((t, evidence))) => {
                         (Text::Set(t), Some(evidence.clone()))
                     }
-                    (State::Stale { .. }, _) => (Text::Keep, None),
+                    // Kept only when Redis holds that very text; else the
+                    // others could not read the entry: not shared.
+                    (State::Stale { .. }, _) => (stale_text()?, None),
                     _ => (Text::Drop, None),
                 };
                 let meta = SharedMeta {
@@ -147,19 +165,24 @@ impl RobotsCache {
                     node: fleet.node().to_string(),
                     evidence,
                 };
-                match serde_json::to_vec(&meta) {
-                    Ok(meta) => {
-                        let fresh = entry.expires.saturating_duration_since(Instant::now());
-                        fleet
-                            .store_robots(&key, &meta, text, fresh, self.settings.stale_max)
-                            .await
-                    }
-                    Err(_) => fleet.release_robots(&key).await,
-                }
+                Some((serde_json::to_vec(&meta).ok()?, text))
+            });
+        let shared = match meta {
+            // The next node fetches.
+            None => fleet.release_robots(&key, &lease).await.map(|()| false),
+            Some((meta, text)) => {
+                let fresh = entry.expires.saturating_duration_since(Instant::now());
+                fleet
+                    .store_robots(&key, &lease, &meta, text, fresh, self.settings.stale_max)
+                    .await
             }
         };
-        if stored.is_err() {
-            tracing::debug!(origin = %key, "robots.txt fetched but not shared: Redis unavailable");
+        match shared {
+            Ok(true) => {}
+            Ok(false) => tracing::debug!(origin = %key, "robots.txt fetched, not shared"),
+            Err(_) => {
+                tracing::debug!(origin = %key, "robots.txt fetched but not shared: Redis unavailable")
+            }
         }
         Arc::new(entry)
     }

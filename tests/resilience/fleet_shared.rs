@@ -197,7 +197,7 @@ async fn without_redis_a_miss_is_fetched_locally_or_refused() {
 /// printed (`--nocapture`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_miss_latency_on_loopback_redis() {
-    use robots_proxy::measure::{Fleet, FleetSettings, Look, OnUnavailable, Text};
+    use robots_proxy::measure::{Fleet, FleetSettings, Look, OnUnavailable, Take, Text};
     let Some(redis) = Redis::start().await else {
         return;
     };
@@ -220,20 +220,28 @@ async fn shared_miss_latency_on_loopback_redis() {
     for i in 0..500 {
         let origin = format!("http://origin{i}.example:80");
         let started = Instant::now();
-        let look = a.look_robots(&origin, true, timeout, 1 << 20).await;
-        assert!(matches!(look, Ok(Look::Lead(None))), "{look:?}");
-        a.store_robots(
-            &origin,
-            b"{}",
-            Text::Set(&text),
-            Duration::from_secs(60),
-            Duration::ZERO,
-        )
-        .await
-        .expect("stored");
+        let look = a
+            .look_robots(&origin, Take::IfNotFresh, timeout, 1 << 20)
+            .await;
+        let Ok(Look::Lead(None, lease)) = look else {
+            panic!("{look:?}")
+        };
+        let stored = a
+            .store_robots(
+                &origin,
+                &lease,
+                b"{}",
+                Text::Set(&text),
+                Duration::from_secs(60),
+                Duration::ZERO,
+            )
+            .await;
+        assert_eq!(stored, Ok(true));
         lead.push(started.elapsed());
         let started = Instant::now();
-        let look = b.look_robots(&origin, true, timeout, 1 << 20).await;
+        let look = b
+            .look_robots(&origin, Take::IfNotFresh, timeout, 1 << 20)
+            .await;
         follow.push(started.elapsed());
         match look {
             Ok(Look::Fresh(shared)) => assert_eq!(shared.text.as_deref(), Some(&text[..])),
@@ -401,4 +409,69 @@ async fn a_reload_on_one_node_reloads_every_node() {
     assert!(line.contains("node-1"), "{line}");
     let line = two.wait_for("configuration reloaded").await;
     assert!(line.contains("agent"), "{line}");
+}
+
+/// A purge takes the lease away too: a fetch that started before it
+/// cannot store what it read afterwards, and the next look fetches again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_overtaken_by_a_purge_is_not_shared() {
+    use robots_proxy::measure::{Fleet, FleetSettings, Look, OnUnavailable, Take, Text};
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let fleet = Fleet::new(&FleetSettings {
+        redis: redis.url().into(),
+        name: "purged".into(),
+        node: "a".into(),
+        timeout: Duration::from_secs(1),
+        on_unavailable: OnUnavailable::Refuse,
+    })
+    .expect("fleet");
+    let origin = "http://purged.example:80";
+    let timeout = Duration::from_secs(5);
+    let Ok(Look::Lead(None, lease)) = fleet
+        .look_robots(origin, Take::IfNotFresh, timeout, 1 << 20)
+        .await
+    else {
+        panic!("no lease");
+    };
+    assert!(fleet.purge_robots(origin).await.is_ok());
+    let stored = fleet
+        .store_robots(
+            origin,
+            &lease,
+            b"{}",
+            Text::Drop,
+            Duration::from_secs(60),
+            Duration::ZERO,
+        )
+        .await;
+    assert_eq!(stored, Ok(false), "stored after the purge");
+    let again = fleet
+        .look_robots(origin, Take::IfNotFresh, timeout, 1 << 20)
+        .await;
+    assert!(matches!(again, Ok(Look::Lead(None, _))), "{again:?}");
+}
+
+/// A fresh shared entry this node cannot read (corrupted, or written by
+/// another version) is fetched again under the lease and replaced, not
+/// judged by and not fetched by every node without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_shared_entry_is_fetched_again_under_the_lease() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
+    let key = format!("robots-proxy:shared:{{http://{}}}:robots.1", origin.addr);
+    let far = format!("{}", u64::MAX / 2);
+    redis
+        .command(&["HSET", &key, "meta", "not json", "expires", &far])
+        .await
+        .expect("HSET");
+    let one = node(&redis, "node-1", FleetOnUnavailable::Refuse).await;
+    assert_eq!(one.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(origin.hits("/robots.txt"), 1);
+    let two = node(&redis, "node-2", FleetOnUnavailable::Refuse).await;
+    assert_eq!(two.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(origin.hits("/robots.txt"), 1, "node 2 read node 1's entry");
 }
