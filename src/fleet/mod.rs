@@ -75,6 +75,8 @@ pub struct Fleet {
     on_unavailable: OnUnavailable,
     /// Whether the last call failed: one warning per outage.
     down: AtomicBool,
+    /// The minute a command error was last logged.
+    command_error_logged: AtomicU64,
     /// During an outage, when Redis is next tried.
     retry_at: Mutex<Option<Instant>>,
     book_script: redis::Script,
@@ -161,6 +163,7 @@ impl Fleet {
             timeout: settings.timeout,
             on_unavailable: settings.on_unavailable,
             down: AtomicBool::new(false),
+            command_error_logged: AtomicU64::new(0),
             retry_at: Mutex::new(None),
             book_script: redis::Script::new(schedule::BOOK_SCRIPT),
             heartbeat_script: redis::Script::new(nodes::HEARTBEAT_SCRIPT),
@@ -268,6 +271,18 @@ impl Fleet {
         }
         let result = match answered {
             Ok(Ok(r)) => Ok(r),
+            // Redis answered, with an error for this command (a script
+            // error, a key of another type): this call fails, the others
+            // go on sharing.
+            Ok(Err(e)) if !is_outage(&e) => {
+                // One line a minute at most: a key of the wrong type
+                // fails every request that uses it.
+                let now = now_micros() / 60_000_000;
+                if self.command_error_logged.swap(now, Ordering::Relaxed) != now {
+                    tracing::warn!(error = %e, "fleet: a Redis command failed");
+                }
+                return Err(Unavailable);
+            }
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!(
                 "no answer within {}",
@@ -296,6 +311,28 @@ impl Fleet {
             }
         }
     }
+}
+
+/// Whether `e` says Redis (or the part of a cluster a key lives on) cannot
+/// be reached, rather than that one command failed.
+fn is_outage(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_cluster_error()
+        || matches!(
+            e.kind(),
+            redis::ErrorKind::AuthenticationFailed
+                | redis::ErrorKind::ClusterConnectionNotFound
+                | redis::ErrorKind::Server(
+                    redis::ServerErrorKind::BusyLoading
+                        | redis::ServerErrorKind::ClusterDown
+                        | redis::ServerErrorKind::MasterDown
+                        | redis::ServerErrorKind::TryAgain
+                        | redis::ServerErrorKind::ReadOnly
+                )
+        )
 }
 
 pub(crate) fn micros(d: Duration) -> u64 {

@@ -475,3 +475,40 @@ async fn an_unreadable_shared_entry_is_fetched_again_under_the_lease() {
     assert_eq!(two.get(&origin.url("/a")).await.status, 403);
     assert_eq!(origin.hits("/robots.txt"), 1, "node 2 read node 1's entry");
 }
+
+/// A command that fails on one key (here a schedule key of the wrong
+/// type) fails that request only: the node goes on sharing everything
+/// else, and Redis still counts as reachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_command_on_one_key_is_no_outage() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let broken = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let fine = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let key = |o: &Origin| {
+        format!(
+            "robots-proxy:shared:{{http://{}}}:robots-proxy:next",
+            o.addr
+        )
+    };
+    redis
+        .command(&["HSET", &key(&broken), "not", "a slot"])
+        .await
+        .expect("HSET");
+    let one = node(&redis, "node-1", FleetOnUnavailable::Refuse).await;
+    let r = one.get(&broken.url("/a")).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(one.get(&fine.url("/a")).await.status, 200);
+    assert_eq!(
+        redis.command(&["EXISTS", &key(&fine)]).await.ok(),
+        Some(redis::Value::Int(1)),
+        "the other origin was booked on Redis"
+    );
+    let metrics = one.metrics().await;
+    assert_eq!(
+        crate::support::metric(&metrics, "robots_proxy_fleet_reachable"),
+        Some(1.0),
+        "{metrics}"
+    );
+}
