@@ -487,7 +487,17 @@ pub(crate) async fn follow_fleet_purges(
     loop {
         let (what, from) = match events.recv().await {
             Ok(Event::Purged { what, from }) => (what, from),
-            Ok(Event::Fetched(_) | Event::Reload { .. }) | Err(RecvError::Lagged(_)) => continue,
+            // Purges may have been said while this node was not listening:
+            // its copies are dropped, and read from Redis again as needed.
+            Ok(Event::Rejoined) | Err(RecvError::Lagged(_)) => {
+                let dropped = proxy.gate().cache().forget_all();
+                tracing::info!(
+                    dropped,
+                    "fleet messages may have been missed: robots.txt copies dropped, read again from Redis"
+                );
+                continue;
+            }
+            Ok(Event::Fetched(_) | Event::Reload { .. }) => continue,
             Err(RecvError::Closed) => return,
         };
         if *from == *fleet.node() {

@@ -26,6 +26,10 @@ use super::{Fleet, RETRY_EVERY};
 /// The longest value a message carries (an origin or URL).
 pub const MAX_VALUE: usize = 8 * 1024;
 
+/// How long the subscription may be quiet before the connection is asked
+/// whether it is still there.
+const QUIET: Duration = Duration::from_secs(5);
+
 /// Events kept for a slow receiver before it is told it lagged.
 const BACKLOG: usize = 1024;
 
@@ -50,6 +54,10 @@ pub enum Event {
     /// A node (`from`) reloaded its configuration (SIGHUP): every node
     /// reads its own file again.
     Reload { from: Arc<str> },
+    /// This node reached Redis again, or subscribed again, after losing
+    /// it: what was said meanwhile (purges) was not heard. Never sent to
+    /// other nodes.
+    Rejoined,
 }
 
 impl Event {
@@ -57,6 +65,7 @@ impl Event {
         let (kind, value) = match self {
             Event::Fetched(o) => ("fetched", o),
             Event::Reload { .. } => return format!("reload\n{node}\nconfiguration").into_bytes(),
+            Event::Rejoined => return Vec::new(),
             Event::Purged { what, .. } => match what {
                 Purge::Robots(v) => ("purge-robots", v),
                 Purge::Url(v) => ("purge-url", v),
@@ -161,17 +170,27 @@ async fn subscribe(
     events: broadcast::WeakSender<Event>,
     timeout: Duration,
 ) {
+    let timeout = timeout.max(Duration::from_secs(1));
+    let mut subscribed_before = false;
     for client in clients.iter().cycle() {
-        let connected = tokio::time::timeout(timeout.max(Duration::from_secs(1)), async {
+        let connected = tokio::time::timeout(timeout, async {
             let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe(&channel).await?;
             Ok::<_, redis::RedisError>(pubsub)
         })
         .await;
         if let Ok(Ok(pubsub)) = connected {
-            let mut messages = pubsub.into_on_message();
+            let (mut sink, mut messages) = pubsub.split();
+            if subscribed_before {
+                // Messages sent while this node was away are lost.
+                match events.upgrade() {
+                    Some(tx) => drop(tx.send(Event::Rejoined)),
+                    None => return,
+                }
+            }
+            subscribed_before = true;
             loop {
-                let next = tokio::time::timeout(Duration::from_secs(5), messages.next()).await;
+                let next = tokio::time::timeout(QUIET, messages.next()).await;
                 let Some(tx) = events.upgrade() else { return };
                 match next {
                     Ok(Some(msg)) => {
@@ -181,8 +200,14 @@ async fn subscribe(
                     }
                     // The connection is gone: connect again.
                     Ok(None) => break,
-                    // Quiet: look whether the fleet is still there.
-                    Err(_) => {}
+                    // Quiet: a connection a partition or a NAT dropped
+                    // without a word stays quiet for ever, so ask.
+                    Err(_) => {
+                        let pong = tokio::time::timeout(timeout, sink.ping::<redis::Value>()).await;
+                        if !matches!(pong, Ok(Ok(_))) {
+                            break;
+                        }
+                    }
                 }
             }
         }

@@ -293,6 +293,10 @@ impl Fleet {
             Ok(r) => {
                 if self.down.swap(false, Ordering::Relaxed) {
                     tracing::info!("fleet: Redis answers again: state shared again");
+                    // What this node took alone meanwhile (a copy restored
+                    // from disk, a fetch of its own) is read from Redis
+                    // again: a purge may have been said meanwhile.
+                    let _ = self.events.send(events::Event::Rejoined);
                 }
                 Ok(r)
             }

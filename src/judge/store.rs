@@ -576,6 +576,26 @@ impl RobotsCache {
             .unwrap_or(false)
     }
 
+    /// Drops every entry from memory (not the copies kept on disk for a
+    /// restart), as a purge of each would; fetches under way keep
+    /// nothing. Returns how many were dropped.
+    pub(crate) fn forget_all(&self) -> usize {
+        if let Ok(mut others) = self.others.lock() {
+            others.clear();
+        }
+        self.slots
+            .lock()
+            .map(|mut s| {
+                s.purges += 1;
+                let n = s.lru.len();
+                s.lru.clear();
+                s.bytes = 0;
+                s.refused = 0;
+                n
+            })
+            .unwrap_or(0)
+    }
+
     /// Inserts already-parsed rules for `origin` (used by benchmarks and
     /// tests that fill the cache without fetching).
     pub fn insert_parsed(&self, origin: Origin, robots: Robots) {

@@ -512,3 +512,108 @@ async fn a_failed_command_on_one_key_is_no_outage() {
         "{metrics}"
     );
 }
+
+/// A node that lost Redis (here: restarted empty) may have missed purges:
+/// once Redis answers again it drops its robots.txt copies and reads them
+/// from Redis again (fetching what Redis lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_are_dropped_when_redis_comes_back() {
+    let Some(mut redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
+    let one = node(&redis, "node-1", FleetOnUnavailable::Local).await;
+    assert_eq!(one.get(&origin.url("/a")).await.status, 403);
+    origin.robots("User-agent: *\nDisallow:\n");
+    let port = redis.port;
+    redis.stop();
+    let _redis = Redis::start_on(port).await.expect("restarted");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = one.get(&origin.url("/a")).await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 403, "{}", r.body);
+        assert!(Instant::now() < deadline, "the old copy was kept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(origin.hits("/robots.txt"), 2);
+}
+
+/// Only the subscription is cut (`CLIENT KILL TYPE pubsub`), the node's
+/// commands go on: a purge said before it subscribes again is not heard,
+/// so once subscribed again the node drops its copies and reads the
+/// purged origin from Redis again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_missed_while_unsubscribed_is_made_good_on_subscribing_again() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
+    let one = node(&redis, "node-1", FleetOnUnavailable::Local).await;
+    let two = node(&redis, "node-2", FleetOnUnavailable::Local).await;
+    assert_eq!(one.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(two.get(&origin.url("/a")).await.status, 403);
+    origin.robots("User-agent: *\nDisallow:\n");
+    let channel = "robots-proxy:shared:events";
+    let subscribers = || async {
+        match redis.command(&["PUBSUB", "NUMSUB", channel]).await {
+            Ok(redis::Value::Array(v)) => match v.get(1) {
+                Some(redis::Value::Int(n)) => *n,
+                other => panic!("NUMSUB: {other:?}"),
+            },
+            other => panic!("NUMSUB: {other:?}"),
+        }
+    };
+    assert_eq!(subscribers().await, 2, "both nodes subscribed");
+    // Cut the subscriptions and purge before they are made again (a
+    // node waits a second before it subscribes again); the answer says
+    // whether anyone heard.
+    let mut tries = 0;
+    let heard = loop {
+        tries += 1;
+        redis
+            .command(&["CLIENT", "KILL", "TYPE", "pubsub"])
+            .await
+            .expect("CLIENT KILL");
+        let purged = two
+            .admin_post(&format!("/purge?origin={}", origin.url("/")))
+            .await;
+        assert_eq!(purged.status, 200, "{}", purged.body);
+        let answer: serde_json::Value = serde_json::from_str(&purged.body).expect("JSON");
+        if answer["fleet"]["heard_by"] == 0 {
+            break answer;
+        }
+        assert!(
+            tries < 10,
+            "a node subscribed again at once: {}",
+            purged.body
+        );
+    };
+    assert_eq!(heard["fleet"]["told"], "every node", "{heard}");
+    // Node 2 purged its own copy; node 1 heard nothing, and judges by its
+    // old copy until it has subscribed again.
+    assert_eq!(two.get(&origin.url("/a")).await.status, 200);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = one.get(&origin.url("/a")).await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 403, "{}", r.body);
+        assert!(Instant::now() < deadline, "node 1 kept the purged copy");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(subscribers().await, 2, "both nodes subscribed again");
+    assert_eq!(
+        origin.hits("/robots.txt"),
+        2,
+        "node 1 read node 2's new fetch from Redis"
+    );
+    let metrics = one.metrics().await;
+    assert!(
+        metrics.contains("robots_proxy_fleet_reachable 1"),
+        "{metrics}"
+    );
+}
