@@ -477,7 +477,9 @@ fn is_absolute_http(value: &str) -> bool {
 }
 
 /// Applies the purges other nodes of the fleet tell of, until the fleet
-/// is gone.
+/// is gone; when this node may have missed some (Redis answers again, or
+/// the subscription was made again), drops its robots.txt copies and
+/// writes the Crawl-delay slots it held alone into the shared schedule.
 pub(crate) async fn follow_fleet_purges(
     proxy: Arc<dyn ProxyView>,
     fleet: Arc<crate::fleet::Fleet>,
@@ -490,6 +492,17 @@ pub(crate) async fn follow_fleet_purges(
             // Purges may have been said while this node was not listening:
             // its copies are dropped, and read from Redis again as needed.
             Ok(Event::Rejoined) | Err(RecvError::Lagged(_)) => {
+                let politeness = proxy.admin_settings().politeness;
+                let written = fleet.clone();
+                tokio::spawn(async move {
+                    let written = politeness.write_back(&written).await;
+                    if written > 0 {
+                        tracing::info!(
+                            written,
+                            "fleet: Crawl-delay slots held while Redis was unavailable written into the shared schedule"
+                        );
+                    }
+                });
                 let dropped = proxy.gate().cache().forget_all();
                 tracing::info!(
                     dropped,

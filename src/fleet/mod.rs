@@ -33,7 +33,7 @@ use tokio::time::Instant;
 
 pub use connection::{Connection, RedisTarget};
 pub use nodes::LiveNodes;
-pub use schedule::Booking;
+pub use schedule::{Booking, Bounds};
 
 /// During an outage, how often a call tries Redis again.
 pub const RETRY_EVERY: Duration = Duration::from_secs(1);
@@ -133,6 +133,9 @@ pub struct FleetStats {
     pub live_nodes: AtomicU64,
     /// When Redis last answered (µs of Unix time; 0: never).
     pub answered_at: AtomicU64,
+    /// When Redis last answered again after an outage (µs of Unix time;
+    /// 0: never).
+    pub recovered_at: AtomicU64,
     /// robots.txt fetches this node waited for from another node
     /// (`robots_proxy_fleet_robots_waited_total`).
     pub robots_waited: AtomicU64,
@@ -292,6 +295,9 @@ impl Fleet {
         match result {
             Ok(r) => {
                 if self.down.swap(false, Ordering::Relaxed) {
+                    self.stats
+                        .recovered_at
+                        .store(now_micros(), Ordering::Relaxed);
                     tracing::info!("fleet: Redis answers again: state shared again");
                     // What this node took alone meanwhile (a copy restored
                     // from disk, a fetch of its own) is read from Redis

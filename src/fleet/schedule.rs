@@ -12,26 +12,47 @@
 //!
 //! A slot booked on Redis is not given back if the client gives up while
 //! held (the polite direction).
+//!
+//! The return from an outage: slots a node held on the interleaved local
+//! schedule (`judge::politeness`) are unknown to Redis. When Redis answers
+//! again, each node writes its own into the shared schedule
+//! ([`Fleet::raise`]), and for [`Fleet::settle`] after that it books on
+//! Redis only its own slots of the interleaved schedule ([`Bounds::grid`]):
+//! a node that has not noticed yet that Redis is back still books its own
+//! slots locally, and two ranks' slots are an interval apart. Once every
+//! node has had the time to notice and write back, bookings are plain
+//! again.
 
 use std::time::Duration;
 
 use super::{Fleet, Unavailable, micros};
 
 /// Books the next slot of KEYS[1]. ARGV: interval, max_wait, max_queue
-/// (microseconds, microseconds, count; max_queue 0: no bound). Returns
-/// `{1, wait}` when booked, `{0, wait}` when refused (nothing stored).
-/// Microseconds since the epoch fit a Lua double exactly; they are
-/// written with `%.0f` since `tostring` would round them.
+/// (microseconds, microseconds, count; max_queue 0: no bound), not before
+/// (microseconds of Unix time, 0: now), nodes and rank (nodes > 1: only
+/// the slots m·interval with m ≡ rank mod nodes, each node's spacing then
+/// nodes × interval for max_queue). Returns `{1, wait}` when booked,
+/// `{0, wait}` when refused (nothing stored). Microseconds since the epoch
+/// fit a Lua double exactly; they are written with `%.0f` since `tostring`
+/// would round them.
 pub(crate) const BOOK_SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local max_wait = tonumber(ARGV[2])
 local max_queue = tonumber(ARGV[3])
+local nodes = tonumber(ARGV[5])
 local next = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-local slot = math.max(now, next)
+local slot = math.max(now, next, tonumber(ARGV[4]))
+local spacing = interval
+if nodes > 1 and interval > 0 then
+  local m = math.ceil(slot / interval)
+  m = m + (tonumber(ARGV[6]) - m) % nodes
+  slot = m * interval
+  spacing = interval * nodes
+end
 local wait = slot - now
-if wait > max_wait or (max_queue > 0 and wait > interval * max_queue) then
+if wait > max_wait or (max_queue > 0 and wait > spacing * max_queue) then
   return {0, wait}
 end
 local ttl = math.ceil((wait + 3 * interval) / 1000) + 1
@@ -39,6 +60,31 @@ redis.call('SET', KEYS[1], string.format('%.0f', slot + interval),
   'PX', string.format('%.0f', ttl))
 return {1, wait}
 ";
+
+/// Moves KEYS[1]'s next free slot to ARGV[1] (microseconds of Unix time)
+/// if it is earlier, kept ARGV[2] ms. Returns 1 when moved.
+const RAISE_SCRIPT: &str = r"
+local next = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local want = tonumber(ARGV[1])
+if want <= next then return 0 end
+redis.call('SET', KEYS[1], string.format('%.0f', want), 'PX', ARGV[2])
+return 1
+";
+
+static RAISE: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(RAISE_SCRIPT));
+
+/// Where a booking may land, besides after the shared schedule's next free
+/// slot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Bounds {
+    /// Not before this (microseconds of Unix time; 0: no bound): after
+    /// this node's own slots held from an outage.
+    pub not_before: u64,
+    /// Only this node's slots of the interleaved schedule: `(nodes,
+    /// rank)`, during [`Fleet::settle`] after an outage.
+    pub grid: Option<(usize, usize)>,
+}
 
 /// The outcome of a fleet booking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +111,20 @@ impl Fleet {
         max_wait: Duration,
         max_queue: usize,
     ) -> Result<Booking, Unavailable> {
+        self.book_within(key, interval, max_wait, max_queue, Bounds::default())
+            .await
+    }
+
+    /// [`Fleet::book`], within `bounds`.
+    pub async fn book_within(
+        &self,
+        key: &str,
+        interval: Duration,
+        max_wait: Duration,
+        max_queue: usize,
+        bounds: Bounds,
+    ) -> Result<Booking, Unavailable> {
+        let (nodes, rank) = bounds.grid.unwrap_or((1, 0));
         let (booked, wait) = self
             .call(|mut conn| async move {
                 self.book_script
@@ -72,6 +132,9 @@ impl Fleet {
                     .arg(micros(interval))
                     .arg(micros(max_wait))
                     .arg(max_queue as u64)
+                    .arg(bounds.not_before)
+                    .arg(nodes as u64)
+                    .arg(rank as u64)
                     .invoke_async::<(i64, i64)>(&mut conn)
                     .await
             })
@@ -82,5 +145,55 @@ impl Fleet {
         } else {
             Booking::Refused(wait)
         })
+    }
+
+    /// Moves `key`'s next free slot on the shared schedule to `next`
+    /// (microseconds of Unix time) unless it is later already: a slot this
+    /// node held while Redis was unavailable, written back. Kept three
+    /// intervals past `next`.
+    pub async fn raise(
+        &self,
+        key: &str,
+        next: u64,
+        interval: Duration,
+    ) -> Result<bool, Unavailable> {
+        let keep_ms = next
+            .saturating_sub(super::now_micros())
+            .saturating_add(micros(interval).saturating_mul(3))
+            / 1000
+            + 1;
+        let raised = self
+            .call(|mut conn| async move {
+                RAISE
+                    .key(self.schedule_key(key))
+                    .arg(next)
+                    .arg(keep_ms)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(raised == 1)
+    }
+
+    /// How long after Redis answers again bookings stay on this node's own
+    /// interleaved slots: until every live node has tried Redis again (a
+    /// node tries at least once per [`super::RETRY_EVERY`], its heartbeat
+    /// once per [`super::nodes::HEARTBEAT_EVERY`]) and written back what it
+    /// held, each within the timeout.
+    pub fn settle(&self) -> Duration {
+        super::RETRY_EVERY + super::nodes::HEARTBEAT_EVERY + self.timeout() * 2
+    }
+
+    /// Whether Redis answered again after an outage less than
+    /// [`Fleet::settle`] ago.
+    pub fn settling(&self) -> bool {
+        match self
+            .stats
+            .recovered_at
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => false,
+            at => super::now_micros() < at.saturating_add(micros(self.settle())),
+        }
     }
 }

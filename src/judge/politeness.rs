@@ -54,7 +54,7 @@ use std::time::Duration;
 
 use lru::LruCache;
 
-use crate::fleet::{Booking, Fleet, OnUnavailable, Unavailable};
+use crate::fleet::{Booking, Bounds, Fleet, OnUnavailable, Unavailable};
 use tokio::time::Instant;
 
 /// Default cap on an honoured `Crawl-delay`.
@@ -158,9 +158,25 @@ pub struct Politeness {
     hasher: RandomState,
     evicted_active: AtomicU64,
     /// The interleaved fallback's state, made on the first fleet outage:
-    /// per key the start of this node's last slot (µs of Unix time).
-    interleaved: OnceLock<Mutex<LruCache<Box<str>, u64>>>,
+    /// per key this node's last slot.
+    interleaved: OnceLock<Mutex<LruCache<Box<str>, Interleaved>>>,
     max_tracked: NonZeroUsize,
+}
+
+/// This node's last slot of a key on the interleaved schedule.
+#[derive(Debug, Clone, Copy)]
+struct Interleaved {
+    /// Its start, µs of Unix time.
+    slot: u64,
+    /// The interval it was booked with, µs.
+    interval: u64,
+}
+
+impl Interleaved {
+    /// When the next request may go after it (µs of Unix time).
+    fn next(self) -> u64 {
+        self.slot.saturating_add(self.interval)
+    }
 }
 
 /// A request waiting for its slot: the slot is given back if it is dropped
@@ -290,7 +306,22 @@ impl Politeness {
             } => (max_wait, max_queue),
             Mode::Reject => (Duration::ZERO, 0),
         };
-        match fleet.book(key, interval, max_wait, max_queue).await {
+        // After this node's own slots held from an outage; for a while
+        // after one, on its own interleaved slots (`fleet::schedule`).
+        let grid = if fleet.settling() {
+            let live = fleet.live_nodes();
+            (live.count() > 1).then(|| (live.count(), live.rank))
+        } else {
+            None
+        };
+        let bounds = Bounds {
+            not_before: self.interleaved_next(key).unwrap_or(0),
+            grid,
+        };
+        match fleet
+            .book_within(key, interval, max_wait, max_queue, bounds)
+            .await
+        {
             Ok(Booking::Wait(wait)) => {
                 if !wait.is_zero() {
                     tracing::debug!(key, wait = %format_args!("{:.2} s", wait.as_secs_f64()),
@@ -368,7 +399,7 @@ impl Politeness {
             .get_or_init(|| Mutex::new(LruCache::new(self.max_tracked)))
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let last = map.get(key).copied();
+        let last = map.get(key).map(|held| held.slot);
         let slot = interleaved_slot(
             from.max(now),
             crate::fleet::micros(interval),
@@ -395,14 +426,54 @@ impl Politeness {
         if !allowed {
             return Err(RateLimited { retry_after: wait });
         }
+        let held = Interleaved {
+            slot,
+            interval: crate::fleet::micros(interval),
+        };
         if let Some(used) = map.get_mut(key) {
-            *used = slot;
-        } else if let Some((_, evicted)) = map.push(key.into(), slot)
-            && evicted > now
+            *used = held;
+        } else if let Some((_, evicted)) = map.push(key.into(), held)
+            && evicted.slot > now
         {
             self.evicted_active.fetch_add(1, Ordering::Relaxed);
         }
         Ok(slot)
+    }
+
+    /// When the next request of `key` may go after this node's last slot
+    /// of the interleaved schedule (µs of Unix time), if it has one.
+    fn interleaved_next(&self, key: &str) -> Option<u64> {
+        let map = self.interleaved.get()?;
+        let map = map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.peek(key).map(|held| held.next())
+    }
+
+    /// Writes this node's slots of the interleaved schedule that still
+    /// hold requests back (or whose interval has not run out) into the
+    /// fleet's shared schedule, so no node books closer to them: called
+    /// when Redis answers again after an outage. Returns how many keys
+    /// were written; stops at the first failure (Redis gone again).
+    pub async fn write_back(&self, fleet: &Fleet) -> usize {
+        let now = crate::fleet::now_micros();
+        let held: Vec<(Box<str>, Interleaved)> = match self.interleaved.get() {
+            Some(map) => map
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .filter(|(_, held)| held.next() > now)
+                .map(|(key, held)| (key.clone(), *held))
+                .collect(),
+            None => return 0,
+        };
+        let mut written = 0;
+        for (key, held) in held {
+            let interval = Duration::from_micros(held.interval);
+            match fleet.raise(&key, held.next(), interval).await {
+                Ok(_) => written += 1,
+                Err(Unavailable) => break,
+            }
+        }
+        written
     }
 
     /// The interval in force for `key` and how long until its next free

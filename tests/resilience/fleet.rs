@@ -482,6 +482,65 @@ async fn three_nodes_keep_the_interval_through_a_redis_outage() {
     );
 }
 
+/// Redis comes back while requests are held for slots of the interleaved
+/// schedule: each node writes what it held into the shared schedule, and
+/// books only its own interleaved slots until every node has had the time
+/// to do so, so pages booked after the return keep the interval with the
+/// ones held from the outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_booked_after_redis_returns_keep_the_interval_with_those_held_from_the_outage() {
+    let Some(mut redis) = Redis::start().await else {
+        return;
+    };
+    let interval = Duration::from_secs(1);
+    let timeout = Duration::from_millis(100);
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let nodes = proxies(3, Some(fleet(&redis, timeout, FleetOnUnavailable::Local))).await;
+    until_all(&nodes, "three live nodes", |t| {
+        metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
+    })
+    .await;
+    spread(&origin, &nodes, "/s", 3).await;
+
+    // Killed: it comes back empty, knowing nothing of the slots held.
+    let port = redis.port;
+    redis.stop();
+    let held = spread(&origin, &nodes, "/x", 9);
+    let after = async {
+        // The first page of the outage has gone: the others are held for
+        // their nodes' interleaved slots (three a node, 3 s apart).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while arrivals(&origin, &["/x"]).is_empty() {
+            assert!(Instant::now() < deadline, "no page during the outage");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let redis = Redis::start_on(port).await.expect("restarted");
+        until_all(&nodes, "sharing again", |t| {
+            metric(t, "robots_proxy_fleet_reachable") == Some(1.0)
+        })
+        .await;
+        let returned = Instant::now();
+        let held_then = 9 - arrivals(&origin, &["/x"]).len();
+        let sent = spread(&origin, &nodes, "/b", 6).await;
+        (returned, held_then, sent, redis)
+    };
+    let (_, (returned, held_then, _, _redis)) = tokio::join!(held, after);
+    let all = arrivals(&origin, &["/s", "/x", "/b"]);
+    let gaps = gaps_of(&all);
+    eprintln!(
+        "pages held from the outage when Redis was back: {held_then}; every gap of the run: {gaps:?}"
+    );
+    assert!(
+        held_then >= 3,
+        "the return came after most held pages had gone: {held_then}"
+    );
+    assert!(
+        arrivals(&origin, &["/b"]).iter().all(|b| *b > returned),
+        "pages booked after the return"
+    );
+    assert_spaced("the return from an outage", &gaps, interval);
+}
+
 /// Without a list of live nodes (Redis never reached) a node cannot
 /// interleave: each books its own local schedule, and three nodes send
 /// pages close together, which is what the interleaving prevents (so the
