@@ -104,6 +104,12 @@ impl Fleet {
                     .await
             })
             .await?;
+        // Right after an outage the set holds only the nodes that have
+        // noticed Redis is back: the list the outage was interleaved by is
+        // kept until every node has had the time to ([`Fleet::settle`]).
+        if self.settling() {
+            return Ok(());
+        }
         let live = LiveNodes::from_names(names, &self.node);
         let count = u64::try_from(live.names.len()).unwrap_or(u64::MAX);
         *self.live.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(live);

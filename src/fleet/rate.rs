@@ -26,6 +26,8 @@ use super::{Fleet, Unavailable, micros};
 /// Takes one request from KEYS[1]'s allowance. ARGV: the emission
 /// interval (microseconds, at least 1) and the burst (at least 1).
 /// Returns 0 when admitted, else the wait in microseconds (more than 0).
+/// A stored value that is no number, or more than a day ahead (a corrupted
+/// or hostile Redis), is read as none.
 /// Microseconds since the epoch fit a Lua double exactly; they are
 /// written with `%.0f` since `tostring` would round them.
 pub(crate) const RATE_SCRIPT: &str = r"
@@ -34,6 +36,7 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
 local tau = interval * (tonumber(ARGV[2]) - 1)
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if tat ~= tat or tat > now + 86400000000 then tat = now end
 if tat < now then tat = now end
 if now < tat - tau then
   return tat - tau - now
@@ -109,10 +112,12 @@ impl Fleet {
                     .await
             })
             .await?;
-        Ok(match u64::try_from(wait) {
-            Ok(w) if w > 0 => Err(Duration::from_micros(w)),
-            _ => Ok(()),
-        })
+        match u64::try_from(wait) {
+            Ok(0) => Ok(Ok(())),
+            Ok(w) => Ok(Err(Duration::from_micros(w))),
+            // No answer the script gives: the local limit applies.
+            Err(_) => Err(Unavailable),
+        }
     }
 }
 

@@ -32,7 +32,8 @@ use super::{Fleet, Unavailable, micros};
 /// (microseconds of Unix time, 0: now), nodes and rank (nodes > 1: only
 /// the slots m·interval with m ≡ rank mod nodes, each node's spacing then
 /// nodes × interval for max_queue). Returns `{1, wait}` when booked,
-/// `{0, wait}` when refused (nothing stored). Microseconds since the epoch
+/// `{0, wait}` when refused (nothing stored); a stored value that is no
+/// number or more than a day ahead is read as none. Microseconds since the epoch
 /// fit a Lua double exactly; they are written with `%.0f` since `tostring`
 /// would round them.
 pub(crate) const BOOK_SCRIPT: &str = r"
@@ -43,6 +44,7 @@ local max_wait = tonumber(ARGV[2])
 local max_queue = tonumber(ARGV[3])
 local nodes = tonumber(ARGV[5])
 local next = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if next ~= next or next > now + 86400000000 then next = 0 end
 local slot = math.max(now, next, tonumber(ARGV[4]))
 local spacing = interval
 if nodes > 1 and interval > 0 then
@@ -62,10 +64,15 @@ return {1, wait}
 ";
 
 /// Moves KEYS[1]'s next free slot to ARGV[1] (microseconds of Unix time)
-/// if it is earlier, kept ARGV[2] ms. Returns 1 when moved.
+/// if it is earlier, but no further than ARGV[3] microseconds from now
+/// (a node whose clock runs ahead cannot hold the fleet up longer), kept
+/// ARGV[2] ms. Returns 1 when moved.
 const RAISE_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local next = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-local want = tonumber(ARGV[1])
+if next ~= next or next > now + 86400000000 then next = 0 end
+local want = math.min(tonumber(ARGV[1]), now + tonumber(ARGV[3]))
 if want <= next then return 0 end
 redis.call('SET', KEYS[1], string.format('%.0f', want), 'PX', ARGV[2])
 return 1
@@ -149,13 +156,15 @@ impl Fleet {
 
     /// Moves `key`'s next free slot on the shared schedule to `next`
     /// (microseconds of Unix time) unless it is later already: a slot this
-    /// node held while Redis was unavailable, written back. Kept three
-    /// intervals past `next`.
+    /// node held while Redis was unavailable, written back; at most
+    /// `within` from now on Redis's clock. Kept three intervals past
+    /// `next`.
     pub async fn raise(
         &self,
         key: &str,
         next: u64,
         interval: Duration,
+        within: Duration,
     ) -> Result<bool, Unavailable> {
         let keep_ms = next
             .saturating_sub(super::now_micros())
@@ -168,6 +177,7 @@ impl Fleet {
                     .key(self.schedule_key(key))
                     .arg(next)
                     .arg(keep_ms)
+                    .arg(micros(within))
                     .invoke_async::<i64>(&mut conn)
                     .await
             })

@@ -308,7 +308,9 @@ impl Politeness {
         };
         // After this node's own slots held from an outage; for a while
         // after one, on its own interleaved slots (`fleet::schedule`).
-        let grid = if fleet.settling() {
+        // In reject mode nobody holds a slot, and a slot of the grid would
+        // seldom start now.
+        let grid = if fleet.settling() && matches!(self.mode, Mode::Delay { .. }) {
             let live = fleet.live_nodes();
             (live.count() > 1).then(|| (live.count(), live.rank))
         } else {
@@ -335,18 +337,14 @@ impl Politeness {
                 unavailable();
                 match fleet.on_unavailable() {
                     OnUnavailable::Local => {
+                        // A node alone (N = 1) has no grid to keep to, but
+                        // its slots start after those it may have booked on
+                        // Redis and are written back when Redis returns.
                         let live = fleet.live_nodes();
-                        let nodes = live.count();
-                        if nodes <= 1 {
-                            self.acquire(key, crawl_delay)
-                                .await
-                                .map_err(NotNow::Limited)
-                        } else {
-                            let from = fleet.interleave_from(interval);
-                            self.acquire_interleaved(key, interval, (nodes, live.rank), from)
-                                .await
-                                .map_err(NotNow::Limited)
-                        }
+                        let from = fleet.interleave_from(interval);
+                        self.acquire_interleaved(key, interval, (live.count(), live.rank), from)
+                            .await
+                            .map_err(NotNow::Limited)
                     }
                     OnUnavailable::Refuse => Err(NotNow::FleetUnavailable),
                 }
@@ -454,7 +452,13 @@ impl Politeness {
     /// when Redis answers again after an outage. Returns how many keys
     /// were written; stops at the first failure (Redis gone again).
     pub async fn write_back(&self, fleet: &Fleet) -> usize {
+        use futures_util::StreamExt;
         let now = crate::fleet::now_micros();
+        let nodes = u32::try_from(fleet.live_nodes().count()).unwrap_or(u32::MAX);
+        let max_wait = match self.mode {
+            Mode::Delay { max_wait, .. } => max_wait,
+            Mode::Reject => Duration::ZERO,
+        };
         let held: Vec<(Box<str>, Interleaved)> = match self.interleaved.get() {
             Some(map) => map
                 .lock()
@@ -465,15 +469,21 @@ impl Politeness {
                 .collect(),
             None => return 0,
         };
-        let mut written = 0;
-        for (key, held) in held {
-            let interval = Duration::from_micros(held.interval);
-            match fleet.raise(&key, held.next(), interval).await {
-                Ok(_) => written += 1,
-                Err(Unavailable) => break,
-            }
-        }
-        written
+        // No slot lies further ahead than a booking may wait plus a round
+        // of the grid.
+        futures_util::stream::iter(held)
+            .map(|(key, held)| async move {
+                let interval = Duration::from_micros(held.interval);
+                let within = max_wait + interval.saturating_mul(nodes.saturating_add(1));
+                fleet
+                    .raise(&key, held.next(), interval, within)
+                    .await
+                    .is_ok()
+            })
+            .buffer_unordered(16)
+            .filter(|written| std::future::ready(*written))
+            .count()
+            .await
     }
 
     /// The interval in force for `key` and how long until its next free
@@ -639,8 +649,9 @@ impl Politeness {
 /// m ≡ `rank` (mod `nodes`) that is not before `now` and, when this node
 /// last used the slot starting at `last`, not before `last + interval`
 /// (so each slot is used at most once, and a changed interval applies from
-/// the previous slot). Pure arithmetic on microseconds; `nodes` and
-/// `interval` of 0 are taken as 1.
+/// the previous slot). A node alone (`nodes` ≤ 1) keeps to no grid: its
+/// slot is the later of `now` and `last + interval`. Pure arithmetic on
+/// microseconds; `interval` of 0 is taken as 1.
 pub(crate) fn interleaved_slot(
     now: u64,
     interval: u64,
@@ -649,7 +660,9 @@ pub(crate) fn interleaved_slot(
     last: Option<u64>,
 ) -> u64 {
     let interval = interval.max(1);
-    let nodes = nodes.max(1);
+    if nodes <= 1 {
+        return last.map_or(now, |l| now.max(l.saturating_add(interval)));
+    }
     let mut m = now.div_ceil(interval);
     if let Some(last) = last {
         m = m.max(last.saturating_add(interval).div_ceil(interval));
@@ -814,7 +827,9 @@ mod tests {
         // A booked slot still ahead counts: the next one is N intervals on.
         assert_eq!(interleaved_slot(S, S, 3, 0, Some(9 * S)), 12 * S);
         // One node: every slot is its own.
-        assert_eq!(interleaved_slot(S + 1, S, 1, 0, None), 2 * S);
+        // Alone: no grid, only the interval after the last slot.
+        assert_eq!(interleaved_slot(S + 1, S, 1, 0, None), S + 1);
+        assert_eq!(interleaved_slot(S + 1, S, 1, 0, Some(S)), 2 * S);
         // A longer interval applies from the last slot, not only the lattice.
         let next = interleaved_slot(3 * S, 3 * S / 2, 3, 0, Some(3 * S));
         assert!(next >= 3 * S + 3 * S / 2, "{next}");
