@@ -485,6 +485,36 @@ async fn the_rate_script_is_governors_gcra_on_redis_time() {
         Ok(Ok(())),
         "the same /64 after its wait"
     );
+    // A value no script wrote (a corrupted or hostile Redis) is read as
+    // none: the allowance starts afresh, it neither admits for ever nor
+    // refuses for ever.
+    for junk in ["inf", "nan", "-inf", "1e30", "junk"] {
+        redis.command(&["SET", key, junk]).await.expect("SET");
+        for _ in 0..3 {
+            assert_eq!(
+                fleet.admit_rate(rated, interval, 3).await,
+                Ok(Ok(())),
+                "{junk}"
+            );
+        }
+        assert!(
+            matches!(fleet.admit_rate(rated, interval, 3).await, Ok(Err(_))),
+            "{junk}: the fourth of a burst of three"
+        );
+    }
+    // The same on the Crawl-delay schedule.
+    let schedule = fleet.schedule_key("http://junk.example robots-proxy");
+    for junk in ["inf", "nan", "1e30"] {
+        redis.command(&["SET", &schedule, junk]).await.expect("SET");
+        let booked = fleet
+            .book("http://junk.example robots-proxy", interval, interval, 0)
+            .await;
+        assert_eq!(
+            booked,
+            Ok(robots_proxy::measure::Booking::Wait(Duration::ZERO)),
+            "{junk}"
+        );
+    }
     // What a check adds to a request of a user with max_rps: printed
     // (`--nocapture`), bounded loosely for a debug build on a busy machine.
     let mut took = Vec::new();
