@@ -489,9 +489,10 @@ pub(crate) async fn follow_fleet_purges(
     loop {
         let (what, from) = match events.recv().await {
             Ok(Event::Purged { what, from }) => (what, from),
-            // Purges may have been said while this node was not listening:
-            // its copies are dropped, and read from Redis again as needed.
-            Ok(Event::Rejoined) | Err(RecvError::Lagged(_)) => {
+            // Redis is back: the Crawl-delay slots held alone are written
+            // into the shared schedule, the robots.txt entries decided
+            // alone are read from Redis again.
+            Ok(Event::Recovered) => {
                 let politeness = proxy.admin_settings().politeness;
                 let written = fleet.clone();
                 tokio::spawn(async move {
@@ -503,6 +504,18 @@ pub(crate) async fn follow_fleet_purges(
                         );
                     }
                 });
+                let dropped = proxy.gate().cache().forget_alone();
+                if dropped > 0 {
+                    tracing::info!(
+                        dropped,
+                        "fleet: robots.txt entries decided while Redis was unavailable dropped, read from Redis again"
+                    );
+                }
+                continue;
+            }
+            // Purges may have been said while this node was not listening:
+            // its copies are dropped, and read from Redis again as needed.
+            Ok(Event::Rejoined) | Err(RecvError::Lagged(_)) => {
                 let dropped = proxy.gate().cache().forget_all();
                 tracing::info!(
                     dropped,

@@ -54,10 +54,12 @@ pub enum Event {
     /// A node (`from`) reloaded its configuration (SIGHUP): every node
     /// reads its own file again.
     Reload { from: Arc<str> },
-    /// This node reached Redis again, or subscribed again, after losing
-    /// it: what was said meanwhile (purges) was not heard. Never sent to
-    /// other nodes.
+    /// This node subscribed again after its subscription broke: what was
+    /// said meanwhile (purges) was not heard. Never sent to other nodes.
     Rejoined,
+    /// Redis answered this node again after an outage: what it decided
+    /// alone meanwhile is shared again. Never sent to other nodes.
+    Recovered,
 }
 
 impl Event {
@@ -65,7 +67,7 @@ impl Event {
         let (kind, value) = match self {
             Event::Fetched(o) => ("fetched", o),
             Event::Reload { .. } => return format!("reload\n{node}\nconfiguration").into_bytes(),
-            Event::Rejoined => return Vec::new(),
+            Event::Rejoined | Event::Recovered => return Vec::new(),
             Event::Purged { what, .. } => match what {
                 Purge::Robots(v) => ("purge-robots", v),
                 Purge::Url(v) => ("purge-url", v),

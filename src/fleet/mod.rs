@@ -299,10 +299,9 @@ impl Fleet {
                         .recovered_at
                         .store(now_micros(), Ordering::Relaxed);
                     tracing::info!("fleet: Redis answers again: state shared again");
-                    // What this node took alone meanwhile (a copy restored
-                    // from disk, a fetch of its own) is read from Redis
-                    // again: a purge may have been said meanwhile.
-                    let _ = self.events.send(events::Event::Rejoined);
+                    // What this node decided alone meanwhile is shared
+                    // again (see `app::admin::follow_fleet_purges`).
+                    let _ = self.events.send(events::Event::Recovered);
                 }
                 Ok(r)
             }

@@ -253,6 +253,12 @@ struct Slots {
     /// Purges so far: a fetch that was under way during a purge may have
     /// read the file the purge is for, so its entry is not kept.
     purges: u64,
+    /// In a fleet, origins whose entry this node decided alone while Redis
+    /// was unavailable (a fetch of its own, a copy restored from disk):
+    /// dropped when Redis answers again ([`RobotsCache::forget_alone`]).
+    /// At most the LRU's capacity; `None` once that overflowed (every
+    /// entry is dropped then).
+    alone: Option<std::collections::HashSet<Origin>>,
 }
 
 /// True if `slot` holds a destination-policy refusal.
@@ -299,6 +305,18 @@ impl Slots {
             match self.lru.pop_lru() {
                 Some((_, old)) => self.forget(&old),
                 None => break,
+            }
+        }
+    }
+
+    /// Notes that `origin`'s entry was decided without the fleet.
+    fn note_alone(&mut self, origin: &Origin) {
+        let cap = self.lru.cap().get();
+        if let Some(alone) = &mut self.alone {
+            if alone.len() < cap {
+                alone.insert(origin.clone());
+            } else {
+                self.alone = None;
             }
         }
     }
@@ -365,6 +383,7 @@ impl RobotsCache {
                 bytes: 0,
                 refused: 0,
                 purges: 0,
+                alone: Some(Default::default()),
             }),
             client,
             fetch: RwLock::new(Arc::new(fetch)),
@@ -591,9 +610,30 @@ impl RobotsCache {
                 s.lru.clear();
                 s.bytes = 0;
                 s.refused = 0;
+                s.alone = Some(Default::default());
                 n
             })
             .unwrap_or(0)
+    }
+
+    /// Drops from memory the entries this node decided alone while the
+    /// fleet's Redis was unavailable, so they are read from Redis again
+    /// (a copy restored from disk may be older than a purge; a fetch of its
+    /// own is one the fleet does not know). Returns how many were dropped.
+    pub(crate) fn forget_alone(&self) -> usize {
+        let Ok(mut s) = self.slots.lock() else {
+            return 0;
+        };
+        match s.alone.replace(Default::default()) {
+            Some(alone) => alone.iter().filter(|o| s.remove(o)).count(),
+            None => {
+                let n = s.lru.len();
+                s.lru.clear();
+                s.bytes = 0;
+                s.refused = 0;
+                n
+            }
+        }
     }
 
     /// Inserts already-parsed rules for `origin` (used by benchmarks and
@@ -707,9 +747,15 @@ impl RobotsCache {
         let this = self.clone();
         let handle = tokio::spawn(async move {
             let entry = match this.fleet.clone() {
-                Some(fleet) => this.obtain_shared(&fleet, &origin, previous, purges).await,
-                None => this.obtain(&origin, previous, purges).await,
+                Some(fleet) => {
+                    let entry = this.obtain_shared(&fleet, &origin, previous, purges).await;
+                    // Redis did not answer: what the node fell back on is
+                    // its own (see `forget_alone`).
+                    (entry, !fleet.is_reachable())
+                }
+                None => (this.obtain(&origin, previous, purges).await, false),
             };
+            let (entry, alone) = entry;
             if let Ok(mut slots) = this.slots.lock() {
                 if slots.purges != purges {
                     // Purged meanwhile: the waiting requests get it,
@@ -722,6 +768,9 @@ impl RobotsCache {
                         slot.flight = None;
                     }
                 } else {
+                    if alone {
+                        slots.note_alone(&origin);
+                    }
                     slots.store(origin, entry.clone(), this.settings.max_bytes);
                 }
             }

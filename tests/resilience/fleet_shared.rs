@@ -617,3 +617,46 @@ async fn a_purge_missed_while_unsubscribed_is_made_good_on_subscribing_again() {
         "{metrics}"
     );
 }
+
+/// One slow answer is no reason to read everything again: Redis stopped
+/// for longer than the timeout and continued (the subscription stays
+/// open, nothing said is lost): the node's shared copies are kept, and a
+/// request for a cached origin is a hit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_redis_costs_no_copies() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
+    let one = node(&redis, "node-1", FleetOnUnavailable::Local).await;
+    assert_eq!(one.get(&origin.url("/a")).await.status, 403);
+    let reachable = |v: f64| {
+        move |t: &str| crate::support::metric(t, "robots_proxy_fleet_reachable") == Some(v)
+    };
+    redis.signal("STOP");
+    until(&one, "Redis unreachable", reachable(0.0)).await;
+    redis.signal("CONT");
+    until(&one, "Redis reachable", reachable(1.0)).await;
+    let hits = |t: &str| {
+        crate::support::metric(t, "robots_proxy_robots_cache_events_total{event=\"hit\"}")
+            .unwrap_or(0.0)
+    };
+    let before = hits(&one.metrics().await);
+    assert_eq!(one.get(&origin.url("/a")).await.status, 403);
+    let after = hits(&one.metrics().await);
+    assert_eq!(after, before + 1.0, "the copy was kept: a hit");
+    assert_eq!(origin.hits("/robots.txt"), 1);
+}
+
+/// Polls `proxy`'s `/metrics` until `ok` holds; panics after 20 s.
+async fn until(proxy: &Proxy, what: &str, ok: impl Fn(&str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = proxy.metrics().await;
+        if ok(&text) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: not reached:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
