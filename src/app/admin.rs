@@ -425,10 +425,10 @@ async fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
         } else {
             (cache.purge_url(value), Purge::Url(value.as_str().into()))
         };
-        let fleet = tell_fleet(proxy, what).await;
+        let (fleet, status) = tell_fleet(proxy, what).await;
         let key = if prefix { "prefix" } else { "url" };
         return json_response(
-            StatusCode::OK,
+            status,
             json!({ key: value, "purged": purged, "fleet": fleet }),
         );
     }
@@ -442,10 +442,10 @@ async fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
         Ok((origin, _)) => {
             // Redis first: a miss here in between would otherwise adopt
             // the shared entry being purged.
-            let fleet = tell_fleet(proxy, Purge::Robots(origin.to_string().into())).await;
+            let (fleet, status) = tell_fleet(proxy, Purge::Robots(origin.to_string().into())).await;
             let purged = proxy.gate().cache().purge(&origin);
             json_response(
-                StatusCode::OK,
+                status,
                 json!({ "origin": origin.to_string(), "purged": purged, "fleet": fleet }),
             )
         }
@@ -456,17 +456,28 @@ async fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
 /// Tells the fleet's other nodes to purge `what` too (a robots.txt purge
 /// also drops the shared entry): `"every node"` with how many nodes'
 /// subscriptions heard it (on a cluster, through one master), or why only
-/// this one.
-async fn tell_fleet(proxy: &dyn ProxyView, what: Purge) -> Option<serde_json::Value> {
-    let fleet = proxy.admin_settings().fleet?;
+/// this one; with the answer's status: 503 when the fleet could not be
+/// told (this node purged, the others and Redis did not: repeat it).
+async fn tell_fleet(proxy: &dyn ProxyView, what: Purge) -> (Option<serde_json::Value>, StatusCode) {
+    let Some(fleet) = proxy.admin_settings().fleet else {
+        return (None, StatusCode::OK);
+    };
     let told = match &what {
         Purge::Robots(origin) => fleet.purge_robots(origin).await,
         _ => fleet.publish_purge(what).await,
     };
-    Some(match told {
-        Ok(heard) => json!({ "told": "every node", "heard_by": heard }),
-        Err(_) => json!({ "told": "this node only: the fleet's Redis is unavailable" }),
-    })
+    match told {
+        Ok(heard) => (
+            Some(json!({ "told": "every node", "heard_by": heard })),
+            StatusCode::OK,
+        ),
+        Err(_) => (
+            Some(json!({
+                "told": "this node only: the fleet's Redis is unavailable; repeat the purge when it is back"
+            })),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+    }
 }
 
 /// An absolute `http://` or `https://` URL with a host.

@@ -189,6 +189,13 @@ async fn without_redis_a_miss_is_fetched_locally_or_refused() {
         "{:?}",
         started.elapsed()
     );
+    // A purge reaches this node alone, and says so with a 503.
+    let purged = local
+        .admin_post(&format!("/purge?origin={}", origin.url("/")))
+        .await;
+    assert_eq!(purged.status, 503, "{}", purged.body);
+    assert!(purged.body.contains("this node only"), "{}", purged.body);
+    assert!(purged.body.contains("\"purged\": true"), "{}", purged.body);
 }
 
 /// The Redis work of a shared robots.txt miss, on loopback: the node that
