@@ -10,8 +10,10 @@
 //! `max_queue` intervals means `max_queue` requests are held fleet-wide.
 //! No second key is needed.
 //!
-//! A slot booked on Redis is not given back if the client gives up while
-//! held (the polite direction).
+//! A request whose client gives up while held gives its slot back, as on
+//! the local schedule, if it is still the key's latest ([`Fleet::give_back`]):
+//! a client cannot hold an origin's queue for the fleet by sending
+//! `max_queue` requests and leaving.
 //!
 //! The return from an outage: slots a node held on the interleaved local
 //! schedule (`judge::politeness`) are unknown to Redis. When Redis answers
@@ -31,8 +33,8 @@ use super::{Fleet, Unavailable, micros};
 /// (microseconds, microseconds, count; max_queue 0: no bound), not before
 /// (microseconds of Unix time, 0: now), nodes and rank (nodes > 1: only
 /// the slots m·interval with m ≡ rank mod nodes, each node's spacing then
-/// nodes × interval for max_queue). Returns `{1, wait}` when booked,
-/// `{0, wait}` when refused (nothing stored); a stored value that is no
+/// nodes × interval for max_queue). Returns `{1, wait, slot}` when booked,
+/// `{0, wait, 0}` when refused (nothing stored); a stored value that is no
 /// number or more than a day ahead is read as none. Microseconds since the epoch
 /// fit a Lua double exactly; they are written with `%.0f` since `tostring`
 /// would round them.
@@ -55,13 +57,26 @@ if nodes > 1 and interval > 0 then
 end
 local wait = slot - now
 if wait > max_wait or (max_queue > 0 and wait > spacing * max_queue) then
-  return {0, wait}
+  return {0, wait, 0}
 end
 local ttl = math.ceil((wait + 3 * interval) / 1000) + 1
 redis.call('SET', KEYS[1], string.format('%.0f', slot + interval),
   'PX', string.format('%.0f', ttl))
-return {1, wait}
+return {1, wait, slot}
 ";
+
+/// Gives the slot ARGV[1] (microseconds) of KEYS[1] back if it is still
+/// the latest booked (the next free slot is ARGV[1] + ARGV[2]). Returns 1
+/// when given back.
+const GIVE_BACK_SCRIPT: &str = r"
+local next = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if next ~= tonumber(ARGV[1]) + tonumber(ARGV[2]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+return 1
+";
+
+static GIVE_BACK: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(GIVE_BACK_SCRIPT));
 
 /// Moves KEYS[1]'s next free slot to ARGV[1] (microseconds of Unix time)
 /// if it is earlier, but no further than ARGV[3] microseconds from now
@@ -120,9 +135,11 @@ impl Fleet {
     ) -> Result<Booking, Unavailable> {
         self.book_within(key, interval, max_wait, max_queue, Bounds::default())
             .await
+            .map(|(booking, _)| booking)
     }
 
-    /// [`Fleet::book`], within `bounds`.
+    /// [`Fleet::book`], within `bounds`; with the slot booked (µs on
+    /// Redis's clock, for [`Fleet::give_back`]; 0 when refused).
     pub async fn book_within(
         &self,
         key: &str,
@@ -130,9 +147,9 @@ impl Fleet {
         max_wait: Duration,
         max_queue: usize,
         bounds: Bounds,
-    ) -> Result<Booking, Unavailable> {
+    ) -> Result<(Booking, u64), Unavailable> {
         let (nodes, rank) = bounds.grid.unwrap_or((1, 0));
-        let (booked, wait) = self
+        let (booked, wait, slot) = self
             .call(|mut conn| async move {
                 self.book_script
                     .key(self.schedule_key(key))
@@ -142,16 +159,38 @@ impl Fleet {
                     .arg(bounds.not_before)
                     .arg(nodes as u64)
                     .arg(rank as u64)
-                    .invoke_async::<(i64, i64)>(&mut conn)
+                    .invoke_async::<(i64, i64, i64)>(&mut conn)
                     .await
             })
             .await?;
         let wait = Duration::from_micros(u64::try_from(wait).unwrap_or(0));
+        let slot = u64::try_from(slot).unwrap_or(0);
         Ok(if booked == 1 {
-            Booking::Wait(wait)
+            (Booking::Wait(wait), slot)
         } else {
-            Booking::Refused(wait)
+            (Booking::Refused(wait), 0)
         })
+    }
+
+    /// Gives `slot` of `key` back (its client gave up while held) if it is
+    /// still the latest booked: the next request may take it.
+    pub async fn give_back(
+        &self,
+        key: &str,
+        slot: u64,
+        interval: Duration,
+    ) -> Result<bool, Unavailable> {
+        let given = self
+            .call(|mut conn| async move {
+                GIVE_BACK
+                    .key(self.schedule_key(key))
+                    .arg(slot)
+                    .arg(micros(interval))
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(given == 1)
     }
 
     /// Moves `key`'s next free slot on the shared schedule to `next`

@@ -41,15 +41,16 @@
 //! ([`Fleet::interleave_from`]: when Redis last answered, plus a heartbeat
 //! period and the timeout). Requests already held on Redis for slots
 //! further ahead (a queue at the moment Redis went) keep them and may come
-//! closer than the interval to interleaved ones; likewise requests held
-//! for interleaved slots when Redis comes back.
+//! closer than the interval to interleaved ones. The return: see
+//! `fleet::schedule` (held slots written back, a settling time on the
+//! grid).
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::num::NonZeroUsize;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use lru::LruCache;
@@ -201,6 +202,43 @@ impl Drop for Held<'_> {
     }
 }
 
+/// A request waiting for its slot on the fleet's schedule: the slot is
+/// given back, if it is still the latest, when the request is dropped
+/// before the slot comes (its client gave up).
+struct HeldInFleet<'a> {
+    fleet: &'a Arc<Fleet>,
+    key: &'a str,
+    /// µs on Redis's clock.
+    slot: u64,
+    interval: Duration,
+    done: bool,
+}
+
+impl Drop for HeldInFleet<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (fleet, key, slot, interval) = (
+            self.fleet.clone(),
+            self.key.to_owned(),
+            self.slot,
+            self.interval,
+        );
+        rt.spawn(async move {
+            if let Ok(true) = fleet.give_back(&key, slot, interval).await {
+                tracing::debug!(
+                    key,
+                    "request ended while held: fleet Crawl-delay slot given back"
+                );
+            }
+        });
+    }
+}
+
 const MAX_SHARDS: usize = 16;
 
 impl Politeness {
@@ -291,7 +329,7 @@ impl Politeness {
     /// interval, Redis is not contacted.
     pub async fn acquire_in_fleet(
         &self,
-        fleet: &Fleet,
+        fleet: &Arc<Fleet>,
         key: &str,
         crawl_delay: Option<f64>,
         unavailable: &(dyn Fn() + Sync),
@@ -324,15 +362,25 @@ impl Politeness {
             .book_within(key, interval, max_wait, max_queue, bounds)
             .await
         {
-            Ok(Booking::Wait(wait)) => {
+            Ok((Booking::Wait(wait), slot)) => {
                 if !wait.is_zero() {
                     tracing::debug!(key, wait = %format_args!("{:.2} s", wait.as_secs_f64()),
                         "held for a fleet Crawl-delay slot");
+                    let mut held = HeldInFleet {
+                        fleet,
+                        key,
+                        slot,
+                        interval,
+                        done: false,
+                    };
                     tokio::time::sleep(wait).await;
+                    held.done = true;
                 }
                 Ok(wait)
             }
-            Ok(Booking::Refused(wait)) => Err(NotNow::Limited(RateLimited { retry_after: wait })),
+            Ok((Booking::Refused(wait), _)) => {
+                Err(NotNow::Limited(RateLimited { retry_after: wait }))
+            }
             Err(Unavailable) => {
                 unavailable();
                 match fleet.on_unavailable() {
@@ -361,7 +409,7 @@ impl Politeness {
     /// refused with the time to this node's next slot (holding none is
     /// what reject means, and taking a slot already begun would shorten
     /// the next node's gap). A slot is not given back if the client gives
-    /// up while held (as on Redis).
+    /// up while held (outages are short, and the slot is this node's own).
     async fn acquire_interleaved(
         &self,
         key: &str,

@@ -541,6 +541,64 @@ async fn pages_booked_after_redis_returns_keep_the_interval_with_those_held_from
     assert_spaced("the return from an outage", &gaps, interval);
 }
 
+/// A client that gives up while held gives its slot on the fleet's
+/// schedule back (as on the local one), so leaving clients cannot hold
+/// an origin's queue for the whole fleet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_gives_up_while_held_gives_its_fleet_slot_back() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 20\n").await;
+    let nodes = proxies(
+        1,
+        Some(fleet(
+            &redis,
+            Duration::from_secs(1),
+            FleetOnUnavailable::Local,
+        )),
+    )
+    .await;
+    assert_eq!(nodes[0].get(&origin.url("/first")).await.status, 200);
+    let key = format!(
+        "robots-proxy:test:{{http://{}}}:robots-proxy:next",
+        origin.addr
+    );
+    let next = || async {
+        match redis.command(&["GET", &key]).await {
+            Ok(redis::Value::BulkString(b)) => String::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .expect("a number"),
+            other => panic!("{key}: {other:?}"),
+        }
+    };
+    let after_first = next().await;
+    let addr = nodes[0].addr;
+    let url = origin.url("/second");
+    let client = tokio::spawn(async move {
+        let mut conn = crate::support::Conn::open(addr).await;
+        conn.send(
+            http::Request::get(url)
+                .body(bytes::Bytes::new())
+                .expect("request"),
+        )
+        .await
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while next().await == after_first {
+        assert!(Instant::now() < deadline, "the second request never booked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(next().await, after_first + 20_000_000, "one slot more");
+    client.abort();
+    while next().await != after_first {
+        assert!(Instant::now() < deadline, "the slot was not given back");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(origin.hits("/second"), 0);
+}
+
 /// Without a list of live nodes (Redis never reached) a node cannot
 /// interleave: each books its own local schedule, and three nodes send
 /// pages close together, which is what the interleaving prevents (so the
