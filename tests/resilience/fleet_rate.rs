@@ -531,3 +531,52 @@ async fn the_rate_script_is_governors_gcra_on_redis_time() {
     eprintln!("fleet rate check on loopback Redis: p50 {p50:?}, p99 {p99:?}");
     assert!(p99 < Duration::from_millis(200), "p50 {p50:?}, p99 {p99:?}");
 }
+
+/// A Redis that answers every call just within the timeout: a request that
+/// needs two calls (its user's `max_rps`, then its Crawl-delay booking)
+/// waits on Redis for the timeout in all, not twice, and the call cut
+/// short by the request's allowance does not make Redis unavailable for
+/// the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waits_on_redis_for_the_timeout_in_all() {
+    use crate::support::redis::SlowRelay;
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let relay = SlowRelay::start(&redis).await;
+    let timeout = Duration::from_millis(1500);
+    let config = FleetConfig {
+        redis: RedisTarget::Server(relay.url()),
+        name: "allowance".into(),
+        timeout,
+        on_unavailable: FleetOnUnavailable::Local,
+        ..FleetConfig::default()
+    };
+    let node = nodes(1, 1000.0, Some(config)).await.remove(0);
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let mut conn = Conn::open(node.addr).await;
+    // robots.txt and the first slot, at Redis's own speed.
+    let r = conn.send(get(&origin.url("/warm"), "crawler:pw")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let answer = 1000;
+    relay.set_delay(Duration::from_millis(answer));
+    let started = Instant::now();
+    let r = conn.send(get(&origin.url("/slow"), "crawler:pw")).await;
+    let took = started.elapsed();
+    assert_eq!(r.status, 200, "{}", r.body);
+    let held = Duration::from_secs_f64(r.parsed::<f64>("x-robots-proxy-delay").unwrap_or(0.0));
+    let on_redis = took.saturating_sub(held);
+    eprintln!("each answer {answer} ms late, timeout {timeout:?}: took {took:?}, held {held:?}");
+    // Two calls of 1 s each would be 2 s; the allowance is 1.5 s, and the
+    // request's own work is small.
+    assert!(
+        on_redis < timeout + Duration::from_millis(400),
+        "waited {on_redis:?} beyond its slot"
+    );
+    let metrics = node.metrics().await;
+    assert_eq!(
+        crate::support::metric(&metrics, "robots_proxy_fleet_reachable"),
+        Some(1.0),
+        "a call cut by the request's allowance says nothing of Redis"
+    );
+}

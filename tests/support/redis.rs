@@ -321,3 +321,90 @@ impl TlsRedis {
         })
     }
 }
+
+/// A relay on a free loopback port in front of a Redis that holds every
+/// answer back for [`SlowRelay::set_delay`] (zero at first): a Redis that
+/// answers, slowly.
+pub struct SlowRelay {
+    pub port: u16,
+    delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SlowRelay {
+    pub async fn start(redis: &Redis) -> SlowRelay {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let delay_ms = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (upstream, delay) = (redis.port, delay_ms.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let delay = delay.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                    else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let up = tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                    });
+                    // Each chunk goes out `delay` after it came in: a
+                    // constant latency, no queue behind a slow one.
+                    let (tx, mut rx) =
+                        tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+                    let down = tokio::spawn(async move {
+                        while let Some((at, bytes)) = rx.recv().await {
+                            tokio::time::sleep_until(at).await;
+                            if cw.write_all(&bytes).await.is_err() {
+                                break;
+                            }
+                        }
+                    });
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match sr.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let at = tokio::time::Instant::now()
+                            + Duration::from_millis(delay.load(Ordering::Relaxed));
+                        if tx.send((at, buf[..n].to_vec())).is_err() {
+                            break;
+                        }
+                    }
+                    drop(tx);
+                    let _ = down.await;
+                    up.abort();
+                });
+            }
+        });
+        SlowRelay {
+            port,
+            delay_ms,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Every answer from now on comes `delay` late.
+    pub fn set_delay(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.delay_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for SlowRelay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
