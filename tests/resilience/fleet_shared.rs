@@ -149,16 +149,7 @@ async fn a_purge_on_one_node_is_seen_by_the_others() {
     assert!(purged.body.contains("every node"), "{}", purged.body);
     // Node 2 drops its copy when the purge reaches it; until then it
     // judges by the old one.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = two.get(&origin.url("/a")).await;
-        if r.status == 200 {
-            break;
-        }
-        assert_eq!(r.status, 403, "{}", r.body);
-        assert!(Instant::now() < deadline, "the purge never reached node 2");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_allowed(&two, &origin.url("/a"), "the purge never reached node 2").await;
     assert_eq!(origin.hits("/robots.txt"), 2);
     // Node 1 judges by node 2's new fetch, fetching nothing itself.
     assert_eq!(one.get(&origin.url("/a")).await.status, 200);
@@ -535,16 +526,7 @@ async fn copies_are_dropped_when_redis_comes_back() {
     let port = redis.port;
     redis.stop();
     let _redis = Redis::start_on(port).await.expect("restarted");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let r = one.get(&origin.url("/a")).await;
-        if r.status == 200 {
-            break;
-        }
-        assert_eq!(r.status, 403, "{}", r.body);
-        assert!(Instant::now() < deadline, "the old copy was kept");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_allowed(&one, &origin.url("/a"), "the old copy was kept").await;
     assert_eq!(origin.hits("/robots.txt"), 2);
 }
 
@@ -602,16 +584,7 @@ async fn a_purge_missed_while_unsubscribed_is_made_good_on_subscribing_again() {
     // Node 2 purged its own copy; node 1 heard nothing, and judges by its
     // old copy until it has subscribed again.
     assert_eq!(two.get(&origin.url("/a")).await.status, 200);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let r = one.get(&origin.url("/a")).await;
-        if r.status == 200 {
-            break;
-        }
-        assert_eq!(r.status, 403, "{}", r.body);
-        assert!(Instant::now() < deadline, "node 1 kept the purged copy");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_allowed(&one, &origin.url("/a"), "node 1 kept the purged copy").await;
     assert_eq!(subscribers().await, 2, "both nodes subscribed again");
     assert_eq!(
         origin.hits("/robots.txt"),
@@ -665,5 +638,20 @@ async fn until(proxy: &Proxy, what: &str, ok: impl Fn(&str) -> bool) {
         }
         assert!(Instant::now() < deadline, "{what}: not reached:\n{text}");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Asks `node` for `url` until it is allowed (200), each answer before
+/// that a 403 (the old copy); panics with `what` after 15 s.
+async fn until_allowed(node: &Proxy, url: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = node.get(url).await;
+        if r.status == 200 {
+            return;
+        }
+        assert_eq!(r.status, 403, "{}", r.body);
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
