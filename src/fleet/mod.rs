@@ -24,7 +24,6 @@ pub mod rate;
 pub mod robots;
 pub mod schedule;
 
-use std::cell::Cell;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -247,17 +246,33 @@ impl Fleet {
         Ok(self.conn.get_or_init(|| c).clone())
     }
 
-    /// Runs `call` on a connection to Redis within the timeout, and within
-    /// what is left of the request's own allowance ([`within_timeout`]).
-    /// During an outage, fails at once except once per [`RETRY_EVERY`];
-    /// logs once when Redis stops answering and once when it answers again.
+    /// Runs `call` on a connection to Redis within the timeout. During an
+    /// outage, fails at once except once per [`RETRY_EVERY`]; logs once
+    /// when Redis stops answering and once when it answers again.
     pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, Unavailable>
     where
         F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let allowance = ALLOWANCE.try_with(Cell::get).ok();
-        let limit = allowance.map_or(self.timeout, |left| left.min(self.timeout));
+        self.call_within(self.timeout, call).await
+    }
+
+    /// [`Fleet::call`] within `allowance` too: what is left of a request's
+    /// `timeout` for all its calls to Redis together (its user's
+    /// `max_rps`, then its Crawl-delay booking), so a Redis that answers
+    /// each call just within the timeout cannot hold a request several
+    /// times as long. A call cut short by the allowance fails without
+    /// counting as an outage.
+    pub async fn call_within<T, F, Fut>(
+        &self,
+        allowance: Duration,
+        call: F,
+    ) -> Result<T, Unavailable>
+    where
+        F: FnOnce(Connection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let limit = allowance.min(self.timeout);
         if limit.is_zero() {
             // This request has waited on Redis for the whole timeout.
             return Err(Unavailable);
@@ -274,11 +289,7 @@ impl Fleet {
         let work = async { call(self.connection()?).await };
         let started = Instant::now();
         let answered = tokio::time::timeout(limit, work).await;
-        let took = started.elapsed();
-        self.stats.round_trips.observe(took);
-        if let Some(left) = allowance {
-            let _ = ALLOWANCE.try_with(|a| a.set(left.saturating_sub(took)));
-        }
+        self.stats.round_trips.observe(started.elapsed());
         if answered.is_err() && limit < self.timeout {
             // Cut short by the request's allowance, not by Redis's
             // timeout: it says nothing of Redis.
@@ -337,21 +348,6 @@ impl Fleet {
             }
         }
     }
-}
-
-tokio::task_local! {
-    /// What the request served by this task may still wait on Redis.
-    static ALLOWANCE: Cell<Duration>;
-}
-
-/// Runs `request` (one request's handling, in this task) with an allowance
-/// of `timeout` for all its calls to Redis together: a Redis that answers
-/// each call just within the timeout cannot hold a request that makes
-/// several (a rate, a booking) several times as long. Work spawned on
-/// other tasks (a robots.txt fetch shared by several requests) has the
-/// timeout per call.
-pub async fn within_timeout<F: Future>(timeout: Duration, request: F) -> F::Output {
-    ALLOWANCE.scope(Cell::new(timeout), request).await
 }
 
 /// Whether `e` says Redis (or the part of a cluster a key lives on) cannot

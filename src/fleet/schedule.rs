@@ -106,6 +106,10 @@ pub struct Bounds {
     /// Only this node's slots of the interleaved schedule: `(nodes,
     /// rank)`, during [`Fleet::settle`] after an outage.
     pub grid: Option<(usize, usize)>,
+    /// The most the booking may wait on Redis: what is left of the
+    /// request's `fleet.timeout` ([`Fleet::call_within`]); `None`: all of
+    /// it.
+    pub allowance: Option<Duration>,
 }
 
 /// The outcome of a fleet booking.
@@ -149,8 +153,9 @@ impl Fleet {
         bounds: Bounds,
     ) -> Result<(Booking, u64), Unavailable> {
         let (nodes, rank) = bounds.grid.unwrap_or((1, 0));
+        let allowance = bounds.allowance.unwrap_or(self.timeout());
         let (booked, wait, slot) = self
-            .call(|mut conn| async move {
+            .call_within(allowance, |mut conn| async move {
                 self.book_script
                     .key(self.schedule_key(key))
                     .arg(micros(interval))

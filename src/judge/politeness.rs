@@ -332,6 +332,7 @@ impl Politeness {
         fleet: &Arc<Fleet>,
         key: &str,
         crawl_delay: Option<f64>,
+        spent: Duration,
         unavailable: &(dyn Fn() + Sync),
     ) -> Result<Duration, NotNow> {
         let Some(interval) = self.effective_interval(crawl_delay) else {
@@ -357,6 +358,7 @@ impl Politeness {
         let bounds = Bounds {
             not_before: self.interleaved_next(key).unwrap_or(0),
             grid,
+            allowance: Some(fleet.timeout().saturating_sub(spent)),
         };
         match fleet
             .book_within(key, interval, max_wait, max_queue, bounds)

@@ -363,43 +363,23 @@ impl Proxy {
     ) -> Response<Body> {
         // One read of the reloadable settings per request.
         let settings = self.settings();
-        let answer = match settings.fleet.clone() {
-            Some(fleet) => {
-                crate::fleet::within_timeout(
-                    fleet.timeout(),
-                    self.answer(&settings, client, queue, req),
-                )
-                .await
-            }
-            None => self.answer(&settings, client, queue, req).await,
-        };
-        self.finish(answer)
-    }
-
-    /// The phases of [`Proxy::handle`] up to the answer.
-    async fn answer(
-        self: &Arc<Self>,
-        settings: &Arc<Settings>,
-        client: SocketAddr,
-        queue: Arc<slots::ClientQueue>,
-        req: Request<Incoming>,
-    ) -> Answer {
-        match self.admit(settings, client, queue, &req).await {
+        let answer = match self.admit(&settings, client, queue, &req).await {
             Err(answer) => answer,
             // Boxed: the tunnel's future is large, and kept inline it would
             // make every plain request's future (moved on each call) as
             // large.
             Ok(caller) if req.method() == Method::CONNECT => {
-                Box::pin(connect::handle(self.clone(), settings.clone(), caller, req)).await
+                Box::pin(connect::handle(self.clone(), settings, caller, req)).await
             }
             Ok(caller) => match self.frame(&req) {
                 Ok((origin, path)) => {
-                    self.serve(settings, &caller, origin, &path, req.map(|b| b.boxed()))
+                    self.serve(&settings, &caller, origin, &path, req.map(|b| b.boxed()))
                         .await
                 }
                 Err(answer) => answer,
             },
-        }
+        };
+        self.finish(answer)
     }
 
     /// Handles one request inside an intercepted tunnel for `origin`: the
@@ -410,17 +390,7 @@ impl Proxy {
         origin: &Origin,
         req: Request<Incoming>,
     ) -> Response<Body> {
-        let answer = match self.settings().fleet.clone() {
-            Some(fleet) => {
-                crate::fleet::within_timeout(
-                    fleet.timeout(),
-                    connect::inner_request(self, caller, origin, req),
-                )
-                .await
-            }
-            None => connect::inner_request(self, caller, origin, req).await,
-        };
-        self.finish(answer)
+        self.finish(connect::inner_request(self, caller, origin, req).await)
     }
 }
 

@@ -36,6 +36,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) cache: Option<CacheOutcome>,
     /// How long it was held for its origin's Crawl-delay.
     pub(crate) held: Duration,
+    /// How long it has waited on the fleet's Redis (its user's quota):
+    /// taken from the `fleet.timeout` its Crawl-delay booking may wait.
+    pub(crate) fleet_spent: Duration,
     /// The request's `User-Agent`, for the audit lines written after it
     /// is forwarded (a response's usage preference): kept only when
     /// purposes are declared, as a copy costs an allocation per request.
@@ -175,6 +178,7 @@ impl Proxy {
         let agent = settings.agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT));
         let mut judgement = self.gate.judge(origin, path, agent).await;
         self.count_lookup(&judgement);
+        let mut fleet_spent = Duration::ZERO;
         if judgement.decision.is_allowed()
             && let (Some(auth), Some(user)) = (&settings.auth, caller.user.as_deref())
             && let Some(retry_after) = match &settings.fleet {
@@ -186,7 +190,10 @@ impl Proxy {
                         fleet,
                         unavailable: &unavailable,
                     };
-                    Box::pin(auth.quota_wait_in_fleet(user, fleet)).await
+                    let started = tokio::time::Instant::now();
+                    let wait = Box::pin(auth.quota_wait_in_fleet(user, fleet)).await;
+                    fleet_spent = started.elapsed();
+                    wait
                 }
             }
         {
@@ -236,6 +243,7 @@ impl Proxy {
             purposes,
             cache: None,
             held: Duration::ZERO,
+            fleet_spent,
             client_ua,
         };
         (ctx, req)
@@ -300,7 +308,7 @@ impl Proxy {
         let acquired = match &ctx.settings.fleet {
             Some(fleet) => {
                 politeness
-                    .acquire_in_fleet(fleet, &key, judgement.crawl_delay, &|| {
+                    .acquire_in_fleet(fleet, &key, judgement.crawl_delay, ctx.fleet_spent, &|| {
                         self.metrics.fleet_unavailable()
                     })
                     .await
