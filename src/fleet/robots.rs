@@ -36,13 +36,21 @@ pub const POLL_EVERY: Duration = Duration::from_millis(100);
 /// lease), lease ms, '1' to take the lease even over a fresh entry (one
 /// this node could not read). Returns `{state, meta, text, ms left}`:
 /// state 1 fresh, 2 lease taken (meta and text: the entry, if any), 0
-/// another node holds the lease (or look only).
+/// another node holds the lease (or look only). An `expires` that is not
+/// a number, or whose time left is not a finite positive number ('inf',
+/// 'nan', a corrupted or hostile hash), counts as expired; the time left
+/// is at most [`MAX_LEFT`].
 const LOOK_SCRIPT: &str = r"
 local e = redis.call('HMGET', KEYS[1], 'meta', 'text', 'expires')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local left = 0
-if e[1] and e[3] then left = math.max(0, (tonumber(e[3]) or 0) - now) end
+local expires = e[1] and e[3] and tonumber(e[3])
+if expires then
+  left = expires - now
+  if left ~= left or left <= 0 or left == math.huge then left = 0 end
+  left = math.floor(math.min(left, 31536000000))
+end
 if left > 0 and ARGV[3] ~= '1' then return {1, e[1], e[2] or '', left} end
 if ARGV[1] ~= '' and redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {2, e[1] or '', e[2] or '', 0}
@@ -97,6 +105,11 @@ static PURGE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PURG
 /// could hold any size; an origin's redirect URLs and ETag are in it):
 /// larger counts as none, and is not stored.
 pub const MAX_META: usize = 64 * 1024;
+
+/// The most time left a look returns (a year, in milliseconds: what
+/// the scripts write in `expires`), whatever a hash says: the robots
+/// store bounds it by `robots.max_ttl` in any case.
+pub const MAX_LEFT: Duration = Duration::from_millis(31_536_000_000);
 
 /// The version of the shared entry's form, in its key: nodes of another
 /// version keep apart instead of overwriting each other's entries.
@@ -199,10 +212,20 @@ impl Fleet {
                 text: (!text.is_empty())
                     .then(|| decompress(&text, max_text))
                     .flatten(),
-                left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
+                left: Duration::from_millis(u64::try_from(left).unwrap_or(0)).min(MAX_LEFT),
             })
         };
         Ok(match state {
+            // Fresh with no time left (the script says fresh only with
+            // time left; kept as a guard): nothing fresh. A look only
+            // finds nothing; otherwise fetched again, under the lease.
+            1 if left <= 0 => match take {
+                Take::No => Look::Busy,
+                Take::IfNotFresh | Take::Always => {
+                    Box::pin(self.look_robots(origin, Take::Always, fetch_timeout, max_text))
+                        .await?
+                }
+            },
             // Fresh but too large to read: fetched again, under the lease.
             1 => match shared() {
                 Some(s) => Look::Fresh(s),
@@ -370,6 +393,11 @@ fn decompress(bytes: &[u8], limit: usize) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_look_script_bounds_the_time_left_as_max_left_says() {
+        assert!(LOOK_SCRIPT.contains(&format!("math.min(left, {})", MAX_LEFT.as_millis())));
+    }
 
     #[test]
     fn texts_come_back_whole_and_bombs_do_not() {

@@ -617,3 +617,68 @@ async fn a_purge_missed_while_unsubscribed_is_made_good_on_subscribing_again() {
         "{metrics}"
     );
 }
+
+/// The shared entry's key for `origin` (fleet "shared").
+fn entry_key(origin: &Origin) -> String {
+    format!("robots-proxy:shared:{{http://{}}}:robots.1", origin.addr)
+}
+
+/// Waits until the shared entry of `origin` holds `field`.
+async fn wait_stored(redis: &Redis, origin: &Origin, field: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis
+        .command(&["HEXISTS", &entry_key(origin), field])
+        .await
+        .ok()
+        != Some(redis::Value::Int(1))
+    {
+        assert!(Instant::now() < deadline, "{field} never stored");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A shared entry whose `expires` is not a finite number (a corrupted or
+/// hostile hash) counts as expired: the next node to miss fetches again
+/// once, stores a good entry, and every node judges by that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_expiring_at_no_finite_time_is_fetched_again_once() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
+    let one = node(&redis, "node-1", FleetOnUnavailable::Refuse).await;
+    assert_eq!(one.get(&origin.url("/a")).await.status, 403);
+    wait_stored(&redis, &origin, "text").await;
+    // Node 1's lease is given back once its entry is stored.
+    let lease = format!("robots-proxy:shared:{{http://{}}}:lease", origin.addr);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.command(&["EXISTS", &lease]).await.ok() != Some(redis::Value::Int(0)) {
+        assert!(Instant::now() < deadline, "the lease was kept");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    origin.robots("User-agent: *\nDisallow:\n");
+    redis
+        .command(&["HSET", &entry_key(&origin), "expires", "inf"])
+        .await
+        .expect("HSET");
+    let two = node(&redis, "node-2", FleetOnUnavailable::Refuse).await;
+    let r = two.get(&origin.url("/a")).await;
+    assert_eq!(
+        r.status, 200,
+        "judged by the entry that never expires: {}",
+        r.body
+    );
+    assert_eq!(origin.hits("/robots.txt"), 2, "fetched again");
+    for _ in 0..3 {
+        assert_eq!(two.get(&origin.url("/a")).await.status, 200);
+    }
+    let three = node(&redis, "node-3", FleetOnUnavailable::Refuse).await;
+    assert_eq!(three.get(&origin.url("/a")).await.status, 200);
+    assert_eq!(origin.hits("/robots.txt"), 2, "once");
+    assert_eq!(
+        three.explain(&origin.url("/a")).await["fetched_by"],
+        "node-2"
+    );
+    let expires = redis.text(&["HGET", &entry_key(&origin), "expires"]).await;
+    assert!(expires.parse::<u64>().is_ok(), "{expires}");
+}
