@@ -62,10 +62,16 @@ return {0, '', '', 0}
 /// '2' keep: a stale entry's text is the one already stored), ms fresh,
 /// ms kept after, lease token, channel, message. Stores the entry only
 /// while the token holds the lease (a purge, or a lease that ran out,
-/// took it away), gives the lease back, and publishes the message.
-/// Returns 1 when stored, 0 when not.
+/// took it away) and, to keep a text, while the text is there (the hash
+/// may have been evicted or deleted under a lease that held: an entry
+/// without its text could be read by no node); gives the lease back, and
+/// publishes the message when stored. Returns 1 when stored, 0 when not.
 const STORE_SCRIPT: &str = r"
 if redis.call('GET', KEYS[2]) ~= ARGV[6] then return 0 end
+if ARGV[3] == '2' and redis.call('HEXISTS', KEYS[1], 'text') == 0 then
+  redis.call('DEL', KEYS[2])
+  return 0
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local fresh = tonumber(ARGV[4])
@@ -288,8 +294,8 @@ impl Fleet {
     /// Stores `origin`'s entry for the fleet while `lease` holds: fresh
     /// for `fresh`, kept `kept_after` longer as the stale-on-error copy;
     /// gives the lease back and tells the other nodes. `Ok(false)`: not
-    /// stored (the lease was lost to a purge or ran out, or `meta` is
-    /// larger than [`MAX_META`]).
+    /// stored (the lease was lost to a purge or ran out, the text to keep
+    /// is no longer in Redis, or `meta` is larger than [`MAX_META`]).
     pub async fn store_robots(
         &self,
         origin: &str,

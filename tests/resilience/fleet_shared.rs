@@ -682,3 +682,65 @@ async fn an_entry_expiring_at_no_finite_time_is_fetched_again_once() {
     let expires = redis.text(&["HGET", &entry_key(&origin), "expires"]).await;
     assert!(expires.parse::<u64>().is_ok(), "{expires}");
 }
+
+/// A stale entry keeps the text Redis holds; when the hash is gone (evicted,
+/// deleted) but the lease still holds, nothing is stored (an entry
+/// without its text could be read by no node) and the lease is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_entry_whose_text_is_gone_is_not_stored() {
+    use robots_proxy::measure::{Fleet, FleetSettings, Look, OnUnavailable, Take, Text};
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let fleet = Fleet::new(&FleetSettings {
+        redis: redis.url().into(),
+        name: "evicted".into(),
+        node: "a".into(),
+        timeout: Duration::from_secs(1),
+        on_unavailable: OnUnavailable::Refuse,
+    })
+    .expect("fleet");
+    let origin = "http://evicted.example:80";
+    let timeout = Duration::from_secs(5);
+    let look = || fleet.look_robots(origin, Take::IfNotFresh, timeout, 1 << 20);
+    let Ok(Look::Lead(None, lease)) = look().await else {
+        panic!("no lease");
+    };
+    let text = b"User-agent: *\nDisallow: /a\n";
+    let stored = fleet
+        .store_robots(
+            origin,
+            &lease,
+            b"{}",
+            Text::Set(&text[..]),
+            Duration::from_millis(1),
+            Duration::from_secs(60),
+        )
+        .await;
+    assert_eq!(stored, Ok(true));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let Ok(Look::Lead(Some(expired), lease)) = look().await else {
+        panic!("no lease over the expired entry");
+    };
+    assert_eq!(expired.text.as_deref(), Some(&text[..]));
+    redis
+        .command(&[
+            "DEL",
+            "robots-proxy:evicted:{http://evicted.example:80}:robots.1",
+        ])
+        .await
+        .expect("DEL");
+    let stored = fleet
+        .store_robots(
+            origin,
+            &lease,
+            b"{}",
+            Text::Keep,
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+        )
+        .await;
+    assert_eq!(stored, Ok(false), "stored without its text");
+    let again = look().await;
+    assert!(matches!(again, Ok(Look::Lead(None, _))), "{again:?}");
+}
