@@ -80,6 +80,21 @@ pub(crate) struct Fetched {
     pub(crate) retry_after: Option<Duration>,
 }
 
+impl Fetched {
+    /// Whether what the fetch concluded is the origin's, for a fleet to
+    /// share: not what only this node's destination policy, trust
+    /// anchors or resources decided.
+    pub(crate) fn is_the_origins(&self) -> bool {
+        match &self.outcome {
+            Concluded::Parsed(..)
+            | Concluded::Unavailable(_)
+            | Concluded::RedirectLimit(_)
+            | Concluded::Unreachable(_) => true,
+            Concluded::Refused(_) | Concluded::BadTls(_) | Concluded::LocalError(_) => false,
+        }
+    }
+}
+
 /// Settings for [`fetch`].
 #[derive(Clone, Debug)]
 pub struct FetchSettings {

@@ -33,7 +33,7 @@ use crate::fleet::{Fleet, OnUnavailable};
 use crate::http::origin::Origin;
 use crate::judge::archive::{Digest, Evidence, KeptEntry};
 use crate::judge::fetch::{Concluded, Fetched};
-use crate::judge::store::{Entry, RobotsCache, State, from_kept, kept_from};
+use crate::judge::store::{Entry, FetchedEntry, RobotsCache, State, from_kept, kept_from};
 use crate::robots::parse::MAX_BYTES;
 
 /// An entry as the fleet shares it (the `meta` of the shared hash).
@@ -132,17 +132,23 @@ impl RobotsCache {
     ) -> Arc<Entry> {
         let key = origin.to_string();
         fleet.stats().robots_fetched.fetch_add(1, Ordering::Relaxed);
-        let (mut entry, text) = self
+        let FetchedEntry {
+            mut entry,
+            text,
+            shareable,
+        } = self
             .fetch_entry(origin, previous, self.agents(), Some(purges))
             .await;
         entry.fetched_by = Some(fleet.node().into());
         let meta = kept_from(&key, &entry)
-            // The proxy's own shortage says nothing about the origin, and a
-            // fetch a purge overtook may have read the file purged.
+            // Decided by the fetch's outcome, not by the entry's state (the
+            // proxy's own shortage with a good copy makes a stale entry
+            // too): what only this node's destination policy, trust
+            // anchors or resources decided is not shared, another node
+            // may be configured or placed otherwise.
+            .filter(|_| shareable)
+            // A fetch a purge overtook may have read the file purged.
             .filter(|_| !self.purged_since(purges))
-            // This node's own destination policy and trust anchors
-            // decided these: another node may be configured otherwise.
-            .filter(|_| !matches!(entry.state, State::Refused { .. } | State::BadTls { .. }))
             .and_then(|kept| {
                 let stale_text = || {
                     let digest = entry.state.rules().and_then(|r| r.digest())?;

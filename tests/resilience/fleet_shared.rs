@@ -744,3 +744,82 @@ async fn a_stale_entry_whose_text_is_gone_is_not_stored() {
     let again = look().await;
     assert!(matches!(again, Ok(Look::Lead(None, _))), "{again:?}");
 }
+
+/// The proxy's own shortage says nothing about the origin, even when a
+/// good copy makes the node judge by it (stale): out of file
+/// descriptors, the node that took the lease stores nothing and gives
+/// the lease back; the shared entry stays the origin's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_copy_used_for_the_proxys_own_shortage_is_not_shared() {
+    use crate::support::binary::Setup;
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
+    let extra = format!(
+        "[robots]\ndefault_ttl = \"1s\"\nmin_ttl = \"1s\"\n\
+         [fleet]\nredis = {:?}\nname = \"shortage\"\nnode = \"node-1\"\ntimeout = \"1s\"\n",
+        redis.url()
+    );
+    let setup = Setup::with_config("TestBot/1.0", &extra);
+    let mut running = setup.start().await;
+    let pid = running.child.id();
+    let mut client = Conn::open(running.addr).await;
+    assert_eq!(client.get(&origin.url("/private")).await.status, 403);
+    let key = format!("robots-proxy:shortage:{{http://{}}}:robots.1", origin.addr);
+    let lease = format!("robots-proxy:shortage:{{http://{}}}:lease", origin.addr);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.command(&["HEXISTS", &key, "text"]).await.ok() != Some(redis::Value::Int(1))
+        || redis.command(&["EXISTS", &lease]).await.ok() != Some(redis::Value::Int(0))
+    {
+        assert!(Instant::now() < deadline, "never stored");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let meta = redis.text(&["HGET", &key, "meta"]).await;
+    assert!(meta.contains("\"fresh\""), "{meta}");
+    // Both copies expire (1 s); then the node runs out of descriptors.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let open = |pid: u32| {
+        let fds: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .expect("the proxy's /proc/PID/fd")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        (fds.len() as u64, fds.iter().copied().max().unwrap_or(0))
+    };
+    let (used, highest) = open(pid);
+    let limit = highest + 1 + 24;
+    let pid_t = rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid");
+    rustix::process::prlimit(
+        Some(pid_t),
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: Some(limit),
+            maximum: Some(limit),
+        },
+    )
+    .expect("prlimit");
+    let mut hogs = Vec::new();
+    for _ in 0..limit - used + 16 {
+        hogs.push(
+            tokio::net::TcpStream::connect(running.addr)
+                .await
+                .expect("connect"),
+        );
+    }
+    running.wait_for("accept failed").await;
+    let r = client.get(&origin.url("/private")).await;
+    assert_eq!(r.status, 403, "judged by the good copy: {}", r.body);
+    running.wait_for("lack of a local resource").await;
+    assert_eq!(origin.hits("/robots.txt"), 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.command(&["EXISTS", &lease]).await.ok() != Some(redis::Value::Int(0)) {
+        assert!(Instant::now() < deadline, "the lease was kept");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(hogs);
+    assert_eq!(
+        redis.text(&["HGET", &key, "meta"]).await,
+        meta,
+        "the node's own shortage was shared"
+    );
+}
