@@ -337,8 +337,9 @@ impl Fleet {
         Ok(stored == 1)
     }
 
-    /// Gives `origin`'s lease back without a result (the proxy's own
-    /// shortage said nothing about the origin): the next node fetches.
+    /// Gives `origin`'s lease back without a result (what this node
+    /// found says nothing about the origin: its own shortage, its own
+    /// network): the next node fetches.
     pub async fn release_robots(&self, origin: &str, lease: &Lease) -> Result<(), Unavailable> {
         let (_, lease_key) = self.robots_keys(origin);
         self.call(|mut conn| async move {

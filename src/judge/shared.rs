@@ -11,9 +11,11 @@
 //! fetched keeps that text in its own archive, so its audit lines never
 //! name a text it cannot produce.
 //!
-//! What only this node's configuration decided is not shared: a
-//! destination the policy refuses, a TLS failure (trust anchors), the
-//! proxy's own shortage.
+//! What only this node's configuration, resources or network decided is
+//! not shared ([`Fetched::is_the_origins`]): a destination the policy
+//! refuses, a TLS failure (trust anchors), the proxy's own shortage, a
+//! failure with no answer from the origin. The node keeps its own entry
+//! and gives the lease back: the next node fetches for itself.
 //!
 //! Redis unavailable (or a wait past the lease): with
 //! `on_unavailable = "local"` the node goes on as without a fleet; with
@@ -144,8 +146,8 @@ impl RobotsCache {
             // Decided by the fetch's outcome, not by the entry's state (the
             // proxy's own shortage with a good copy makes a stale entry
             // too): what only this node's destination policy, trust
-            // anchors or resources decided is not shared, another node
-            // may be configured or placed otherwise.
+            // anchors, resources or network decided is not shared, another
+            // node may be configured or placed otherwise.
             .filter(|_| shareable)
             // A fetch a purge overtook may have read the file purged.
             .filter(|_| !self.purged_since(purges))

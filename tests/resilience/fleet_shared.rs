@@ -823,3 +823,46 @@ async fn a_stale_copy_used_for_the_proxys_own_shortage_is_not_shared() {
         "the node's own shortage was shared"
     );
 }
+
+/// A failure with no answer from the origin (here node 1's fetch timing
+/// out) may be the node's own network: it is not shared, and the next
+/// node fetches for itself. An answer of the origin's (a 503) is shared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_with_no_answer_from_the_origin_is_not_shared() {
+    use crate::support::Reply;
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::start().await;
+    let text = "User-agent: *\nDisallow: /a\n";
+    origin.route(
+        "/robots.txt",
+        Reply::ok(text.to_string()).delay(Duration::from_secs(3)),
+    );
+    let impatient = fleet_config(&redis, "node-1", FleetOnUnavailable::Refuse);
+    let one = Proxy::start_with(move |c| {
+        admin(c);
+        c.robots.fetch_timeout = Duration::from_millis(500);
+        c.fleet = Some(impatient);
+    })
+    .await;
+    let r = one.get(&origin.url("/b")).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("unreachable"), "{}", r.body);
+    origin.robots(text);
+    let two = node(&redis, "node-2", FleetOnUnavailable::Refuse).await;
+    let r = two.get(&origin.url("/b")).await;
+    assert_eq!(r.status, 200, "refused for node 1's failure: {}", r.body);
+    assert_eq!(two.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(origin.hits("/robots.txt"), 2, "node 2 fetched for itself");
+    // Node 1 keeps its own entry, as without a fleet.
+    assert_eq!(one.get(&origin.url("/b")).await.status, 503);
+
+    let down = Origin::start().await;
+    down.route("/robots.txt", Reply::status(503));
+    assert_eq!(one.get(&down.url("/b")).await.status, 503);
+    let r = two.get(&down.url("/b")).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(down.hits("/robots.txt"), 1, "node 2 judged by node 1's 503");
+    assert_eq!(two.explain(&down.url("/b")).await["fetched_by"], "node-1");
+}
