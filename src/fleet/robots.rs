@@ -20,6 +20,7 @@ use std::io::{Read, Write};
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use bytes::Bytes;
 use flate2::Compression;
 use flate2::read::DeflateDecoder;
 use flate2::write::DeflateEncoder;
@@ -161,10 +162,10 @@ pub enum Take {
 }
 
 /// What to do with the stored text when an entry is stored.
-#[derive(Debug, Clone, Copy)]
-pub enum Text<'a> {
+#[derive(Debug, Clone)]
+pub enum Text {
     /// This file is in force.
-    Set(&'a [u8]),
+    Set(Bytes),
     /// No file is in force.
     Drop,
     /// The file already stored stays in force (a stale copy).
@@ -301,7 +302,7 @@ impl Fleet {
         origin: &str,
         lease: &Lease,
         meta: &[u8],
-        text: Text<'_>,
+        text: Text,
         fresh: Duration,
         kept_after: Duration,
     ) -> Result<bool, Unavailable> {
@@ -311,7 +312,7 @@ impl Fleet {
         }
         let (entry, lease_key) = self.robots_keys(origin);
         let (mode, compressed) = match text {
-            Text::Set(t) => ("1", compress(t)),
+            Text::Set(t) => ("1", compress(&t)),
             Text::Drop => ("0", Vec::new()),
             Text::Keep => ("2", Vec::new()),
         };

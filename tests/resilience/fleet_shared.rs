@@ -231,7 +231,7 @@ async fn shared_miss_latency_on_loopback_redis() {
                 &origin,
                 &lease,
                 b"{}",
-                Text::Set(&text),
+                Text::Set(text.clone().into()),
                 Duration::from_secs(60),
                 Duration::ZERO,
             )
@@ -712,7 +712,7 @@ async fn a_stale_entry_whose_text_is_gone_is_not_stored() {
             origin,
             &lease,
             b"{}",
-            Text::Set(&text[..]),
+            Text::Set(text[..].to_vec().into()),
             Duration::from_millis(1),
             Duration::from_secs(60),
         )
@@ -865,4 +865,62 @@ async fn a_failure_with_no_answer_from_the_origin_is_not_shared() {
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(down.hits("/robots.txt"), 1, "node 2 judged by node 1's 503");
     assert_eq!(two.explain(&down.url("/b")).await["fetched_by"], "node-1");
+}
+
+/// The requests waiting for a fetch get its entry when the fetch is
+/// done, not once Redis has stored it: here Redis stops answering
+/// (SIGSTOP) while the file is on its way, and the request is answered
+/// without waiting for the fleet's timeout (2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_waiting_for_a_fetch_do_not_wait_for_its_store() {
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let arrived = Arc::new(tokio::sync::Notify::new());
+    let (release, _) = tokio::sync::watch::channel(false);
+    let (a, r) = (arrived.clone(), release.clone());
+    let addr = crate::support::serve_tcp(move |mut stream| {
+        let (a, mut released) = (a.clone(), r.subscribe());
+        async move {
+            let mut buf = vec![0u8; 4096];
+            let n = stream.read(&mut buf).await.unwrap_or(0);
+            let body = if buf[..n].starts_with(b"GET /robots.txt ") {
+                a.notify_one();
+                let _ = released.wait_for(|r| *r).await;
+                "User-agent: *\nDisallow: /a\n"
+            } else {
+                "page"
+            };
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(reply.as_bytes()).await;
+        }
+    })
+    .await;
+    let mut fleet = fleet_config(&redis, "node-1", FleetOnUnavailable::Refuse);
+    fleet.timeout = Duration::from_secs(2);
+    let one = Proxy::start_with(move |c| c.fleet = Some(fleet)).await;
+    let request = tokio::spawn({
+        let (proxy, url) = (one.addr, format!("http://{addr}/a"));
+        async move { Conn::open(proxy).await.get(&url).await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), arrived.notified())
+        .await
+        .expect("node 1 fetches robots.txt");
+    redis.signal("STOP");
+    let released = Instant::now();
+    release.send_replace(true);
+    let answer = request.await.expect("request");
+    let took = released.elapsed();
+    redis.signal("CONT");
+    assert_eq!(answer.status, 403, "{}", answer.body);
+    assert!(
+        took < Duration::from_secs(1),
+        "the request waited {took:?} for Redis"
+    );
 }
