@@ -213,12 +213,24 @@ impl Fleet {
                 }
             })
             .await?;
-        let shared = || {
-            (!meta.is_empty() && meta.len() <= MAX_META).then(|| SharedRobots {
-                meta: meta.clone(),
-                text: (!text.is_empty())
-                    .then(|| decompress(&text, max_text))
-                    .flatten(),
+        // Decompressed on the blocking pool: a text of up to `max_text`
+        // takes a millisecond or more, which would stall every connection
+        // an async worker serves.
+        let shared = async move {
+            if meta.is_empty() || meta.len() > MAX_META {
+                return None;
+            }
+            let text = if text.is_empty() {
+                None
+            } else {
+                tokio::task::spawn_blocking(move || decompress(&text, max_text))
+                    .await
+                    .ok()
+                    .flatten()
+            };
+            Some(SharedRobots {
+                meta,
+                text,
                 left: Duration::from_millis(u64::try_from(left).unwrap_or(0)).min(MAX_LEFT),
             })
         };
@@ -234,14 +246,14 @@ impl Fleet {
                 }
             },
             // Fresh but too large to read: fetched again, under the lease.
-            1 => match shared() {
+            1 => match shared.await {
                 Some(s) => Look::Fresh(s),
                 None => {
                     Box::pin(self.look_robots(origin, Take::Always, fetch_timeout, max_text))
                         .await?
                 }
             },
-            2 => Look::Lead(shared(), Lease(token)),
+            2 => Look::Lead(shared.await, Lease(token)),
             _ => Look::Busy,
         })
     }
@@ -312,7 +324,14 @@ impl Fleet {
         }
         let (entry, lease_key) = self.robots_keys(origin);
         let (mode, compressed) = match text {
-            Text::Set(t) => ("1", compress(&t)),
+            // On the blocking pool, as a text is decompressed.
+            Text::Set(t) => match tokio::task::spawn_blocking(move || compress(&t)).await {
+                Ok(packed) => ("1", packed),
+                Err(_) => {
+                    self.release_robots(origin, lease).await?;
+                    return Ok(false);
+                }
+            },
             Text::Drop => ("0", Vec::new()),
             Text::Keep => ("2", Vec::new()),
         };

@@ -256,16 +256,18 @@ impl RobotsCache {
         if meta.kept.origin != origin || matches!(meta.kept.state.as_str(), "refused" | "bad_tls") {
             return None;
         }
-        let digest = match (&meta.kept.sha256, &shared.text) {
-            (Some(sha), Some(text)) => {
-                let digest = Digest::parse(sha)?;
-                (Digest::of(text) == digest).then_some(Some(digest))?
-            }
-            (Some(_), None) => return None,
-            (None, _) => None,
-        };
         let this = self.clone();
+        // Hashing and compiling a text of up to 500 KiB take milliseconds:
+        // on the blocking pool, not on an async worker.
         tokio::task::spawn_blocking(move || {
+            let digest = match (&meta.kept.sha256, &shared.text) {
+                (Some(sha), Some(text)) => {
+                    let digest = Digest::parse(sha)?;
+                    (Digest::of(text) == digest).then_some(Some(digest))?
+                }
+                (Some(_), None) => return None,
+                (None, _) => None,
+            };
             let mut entry = from_kept(
                 &meta.kept,
                 shared.text.as_deref(),
