@@ -258,11 +258,13 @@ impl Fleet {
         })
     }
 
-    /// A lease token: this node, this process, this fetch.
+    /// A lease token: this node, this instance of the proxy (random: two
+    /// nodes of one name, say two containers whose process is pid 1, are
+    /// told apart), this fetch.
     fn lease_token(&self) -> String {
         static FETCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = FETCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        format!("{} {} {n}", self.node(), std::process::id())
+        format!("{} {:016x} {n}", self.node(), self.instance)
     }
 
     /// Waits for the node holding `origin`'s lease to store its result,
@@ -335,7 +337,7 @@ impl Fleet {
             Text::Drop => ("0", Vec::new()),
             Text::Keep => ("2", Vec::new()),
         };
-        let message = Event::Fetched(origin.into()).encode_from(self.node());
+        let message = Event::Fetched(origin.into()).encode_from(&self.author());
         let channel = self.channel();
         let stored = self
             .call(|mut conn| async move {
@@ -380,9 +382,9 @@ impl Fleet {
         let (entry, lease) = self.robots_keys(origin);
         let message = Event::Purged {
             what: Purge::Robots(origin.into()),
-            from: self.node().into(),
+            from: self.author(),
         }
-        .encode_from(self.node());
+        .encode_from(&self.author());
         let channel = self.channel();
         self.call(|mut conn| async move {
             PURGE

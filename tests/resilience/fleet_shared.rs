@@ -924,3 +924,38 @@ async fn requests_waiting_for_a_fetch_do_not_wait_for_its_store() {
         "the request waited {took:?} for Redis"
     );
 }
+
+/// Two nodes given one name (say two containers of one image) are two
+/// nodes: each hears the other's purges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_of_one_name_hear_each_others_purges() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
+    let one = node(&redis, "twin", FleetOnUnavailable::Local).await;
+    let two = node(&redis, "twin", FleetOnUnavailable::Local).await;
+    assert_eq!(one.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(two.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(origin.hits("/robots.txt"), 1);
+    origin.robots("User-agent: *\nDisallow:\n");
+    let purged = one
+        .admin_post(&format!("/purge?origin={}", origin.url("/")))
+        .await;
+    assert_eq!(purged.status, 200, "{}", purged.body);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = two.get(&origin.url("/a")).await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 403, "{}", r.body);
+        assert!(
+            Instant::now() < deadline,
+            "node 2 took node 1's purge for its own"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(one.get(&origin.url("/a")).await.status, 200);
+    assert_eq!(origin.hits("/robots.txt"), 2);
+}
