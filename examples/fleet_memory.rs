@@ -23,7 +23,7 @@ use robots_proxy::measure::{
     Booking, Fleet, FleetSettings, Look, OnUnavailable, RedisTarget, Take, Text,
 };
 
-fn corpus() -> Vec<Vec<u8>> {
+fn corpus() -> Vec<bytes::Bytes> {
     let dir = std::env::var_os("ROBOTS_CORPUS")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -40,7 +40,10 @@ fn corpus() -> Vec<Vec<u8>> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     files.sort();
-    files.iter().filter_map(|p| std::fs::read(p).ok()).collect()
+    files
+        .iter()
+        .filter_map(|p| std::fs::read(p).ok().map(bytes::Bytes::from))
+        .collect()
 }
 
 async fn used_memory(url: &str) -> u64 {
@@ -92,7 +95,7 @@ async fn main() {
     })
     .expect("fleet");
     let files = corpus();
-    let text_bytes: usize = files.iter().map(Vec::len).sum();
+    let text_bytes: usize = files.iter().map(bytes::Bytes::len).sum();
     println!(
         "{} corpus files, mean {} bytes",
         files.len(),
@@ -121,7 +124,7 @@ async fn main() {
                 &origin,
                 &lease,
                 meta.as_bytes(),
-                Text::Set(&files[i % files.len()]),
+                Text::Set(files[i % files.len()].clone()),
                 day,
                 Duration::from_secs(30 * 86_400),
             )

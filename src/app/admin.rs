@@ -537,7 +537,7 @@ pub(crate) async fn follow_fleet_purges(
             Ok(Event::Fetched(_) | Event::Reload { .. }) => continue,
             Err(RecvError::Closed) => return,
         };
-        if *from == *fleet.node() {
+        if fleet.is_me(&from) {
             continue;
         }
         match &what {

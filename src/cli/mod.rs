@@ -416,7 +416,7 @@ async fn another_nodes_reload(
     let (events, fleet) = (events?, fleet?);
     loop {
         match events.recv().await {
-            Ok(Event::Reload { from }) if *from != *fleet.node() => return Some(from),
+            Ok(Event::Reload { from }) if !fleet.is_me(&from) => return Some(from.node),
             Ok(_) | Err(RecvError::Lagged(_)) => {}
             Err(RecvError::Closed) => return None,
         }

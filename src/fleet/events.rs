@@ -12,8 +12,10 @@
 //! node's copy until it expires (the shared entry is gone, so it is
 //! fetched again then).
 //!
-//! A message is `<kind>\n<node>\n<value>`; messages that do not parse, or
-//! whose value is longer than [`MAX_VALUE`], are ignored.
+//! A message is `<kind>\n<node>#<instance>\n<value>` ([`Author`]); a
+//! `<node>` alone (an earlier version's) is read as a node of another
+//! instance. Messages that do not parse, or whose value is longer than
+//! [`MAX_VALUE`], are ignored.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,16 +46,78 @@ pub enum Purge {
     Prefix(Arc<str>),
 }
 
+/// Who said an event: a node by its name (for logs), and the instance
+/// of the proxy that runs it, a random number drawn at its start: two
+/// nodes given one name (say two containers of one image) are told apart
+/// by it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Author {
+    pub node: Arc<str>,
+    /// `None`: a node of an earlier version, which sends its name alone.
+    pub instance: Option<u64>,
+}
+
+impl Author {
+    /// As a message carries it: `<node>#<instance>` (16 hex digits).
+    fn encode(&self) -> String {
+        match self.instance {
+            Some(i) => format!("{}#{i:016x}", self.node),
+            None => self.node.to_string(),
+        }
+    }
+
+    /// A message's author; without an instance, the name as sent.
+    fn decode(from: &str) -> Author {
+        if let Some((node, hex)) = from.rsplit_once('#')
+            && hex.len() == 16
+            && hex.bytes().all(|b| b.is_ascii_hexdigit())
+            && let Ok(instance) = u64::from_str_radix(hex, 16)
+        {
+            return Author {
+                node: node.into(),
+                instance: Some(instance),
+            };
+        }
+        Author {
+            node: from.into(),
+            instance: None,
+        }
+    }
+}
+
+/// The node's name.
+impl std::fmt::Display for Author {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.node)
+    }
+}
+
+/// A random number for this instance of the proxy: its fleet's events
+/// and leases carry it.
+pub(crate) fn new_instance() -> u64 {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 8];
+    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
+        // No randomness from the system (not seen in practice): the
+        // clock and the process id are unlikely to repeat together.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        return nanos ^ (u64::from(std::process::id()) << 32);
+    }
+    u64::from_le_bytes(bytes)
+}
+
 /// An event of the fleet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// An origin's robots.txt entry was stored.
     Fetched(Arc<str>),
     /// A node (`from`) purged something.
-    Purged { what: Purge, from: Arc<str> },
+    Purged { what: Purge, from: Author },
     /// A node (`from`) reloaded its configuration (SIGHUP): every node
     /// reads its own file again.
-    Reload { from: Arc<str> },
+    Reload { from: Author },
     /// This node subscribed again after its subscription broke: what was
     /// said meanwhile (purges) was not heard. Never sent to other nodes.
     Rejoined,
@@ -63,7 +127,8 @@ pub enum Event {
 }
 
 impl Event {
-    pub(crate) fn encode_from(&self, node: &str) -> Vec<u8> {
+    pub(crate) fn encode_from(&self, from: &Author) -> Vec<u8> {
+        let node = from.encode();
         let (kind, value) = match self {
             Event::Fetched(o) => ("fetched", o),
             Event::Reload { .. } => return format!("reload\n{node}\nconfiguration").into_bytes(),
@@ -84,7 +149,7 @@ impl Event {
         if value.len() > MAX_VALUE || value.is_empty() {
             return None;
         }
-        let (from, value) = (Arc::<str>::from(from), Arc::<str>::from(value));
+        let (from, value) = (Author::decode(from), Arc::<str>::from(value));
         Some(match kind {
             "fetched" => Event::Fetched(value),
             "purge-robots" => Event::Purged {
@@ -106,6 +171,19 @@ impl Event {
 }
 
 impl Fleet {
+    /// This node, as its events name it.
+    pub(crate) fn author(&self) -> Author {
+        Author {
+            node: self.node().into(),
+            instance: Some(self.instance),
+        }
+    }
+
+    /// Whether `from` is this very node: another of the same name is not.
+    pub fn is_me(&self, from: &Author) -> bool {
+        from.instance == Some(self.instance)
+    }
+
     /// The fleet's pub/sub channel.
     pub(crate) fn channel(&self) -> String {
         format!("robots-proxy:{}:events", self.name)
@@ -132,9 +210,9 @@ impl Fleet {
     /// SIGHUP on this one did.
     pub async fn publish_reload(&self) -> Result<u64, super::Unavailable> {
         let message = Event::Reload {
-            from: self.node().into(),
+            from: self.author(),
         }
-        .encode_from(self.node());
+        .encode_from(&self.author());
         self.publish(message).await
     }
 
@@ -157,9 +235,9 @@ impl Fleet {
     pub async fn publish_purge(&self, what: Purge) -> Result<u64, super::Unavailable> {
         let message = Event::Purged {
             what,
-            from: self.node().into(),
+            from: self.author(),
         }
-        .encode_from(self.node());
+        .encode_from(&self.author());
         self.publish(message).await
     }
 }
@@ -228,19 +306,42 @@ pub(crate) fn new_channel() -> broadcast::Sender<Event> {
 mod tests {
     use super::*;
 
+    fn node_1() -> Author {
+        Author {
+            node: "node-1".into(),
+            instance: Some(0x00ab_cdef_0123_4567),
+        }
+    }
+
+    #[test]
+    fn authors_are_read_with_their_instance_or_as_named() {
+        assert_eq!(node_1().encode(), "node-1#00abcdef01234567");
+        assert_eq!(Author::decode("node-1#00abcdef01234567"), node_1());
+        // An earlier version's name alone, or a name with a '#' of its own.
+        for name in [
+            "node-1",
+            "node#1",
+            "a#+0abcdef01234567",
+            "a#00abcdef0123456",
+        ] {
+            let author = Author::decode(name);
+            assert_eq!((&*author.node, author.instance), (name, None));
+        }
+        assert_eq!(Author::decode("a#b#00abcdef01234567").node.as_ref(), "a#b");
+        assert_ne!(new_instance(), new_instance());
+    }
+
     #[test]
     fn messages_round_trip_and_junk_is_ignored() {
         for event in [
             Event::Fetched("https://a.example".into()),
             Event::Purged {
                 what: Purge::Prefix("https://a.example/x".into()),
-                from: "node-1".into(),
+                from: node_1(),
             },
-            Event::Reload {
-                from: "node-1".into(),
-            },
+            Event::Reload { from: node_1() },
         ] {
-            let decoded = Event::decode(&event.encode_from("node-1"));
+            let decoded = Event::decode(&event.encode_from(&node_1()));
             match (&event, decoded) {
                 (Event::Fetched(a), Some(Event::Fetched(b))) => assert_eq!(*a, b),
                 (e, d) => assert_eq!(Some(e.clone()), d),

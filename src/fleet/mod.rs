@@ -71,6 +71,8 @@ pub struct Fleet {
     conn: OnceLock<Connection>,
     name: String,
     node: String,
+    /// This instance of the proxy, random ([`events::Author`]).
+    instance: u64,
     timeout: Duration,
     on_unavailable: OnUnavailable,
     /// Whether the last call failed: one warning per outage.
@@ -163,6 +165,7 @@ impl Fleet {
             conn: OnceLock::new(),
             name: settings.name.clone(),
             node: settings.node.clone(),
+            instance: events::new_instance(),
             timeout: settings.timeout,
             on_unavailable: settings.on_unavailable,
             down: AtomicBool::new(false),

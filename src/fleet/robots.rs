@@ -20,6 +20,7 @@ use std::io::{Read, Write};
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use bytes::Bytes;
 use flate2::Compression;
 use flate2::read::DeflateDecoder;
 use flate2::write::DeflateEncoder;
@@ -36,13 +37,21 @@ pub const POLL_EVERY: Duration = Duration::from_millis(100);
 /// lease), lease ms, '1' to take the lease even over a fresh entry (one
 /// this node could not read). Returns `{state, meta, text, ms left}`:
 /// state 1 fresh, 2 lease taken (meta and text: the entry, if any), 0
-/// another node holds the lease (or look only).
+/// another node holds the lease (or look only). An `expires` that is not
+/// a number, or whose time left is not a finite positive number ('inf',
+/// 'nan', a corrupted or hostile hash), counts as expired; the time left
+/// is at most [`MAX_LEFT`].
 const LOOK_SCRIPT: &str = r"
 local e = redis.call('HMGET', KEYS[1], 'meta', 'text', 'expires')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local left = 0
-if e[1] and e[3] then left = math.max(0, (tonumber(e[3]) or 0) - now) end
+local expires = e[1] and e[3] and tonumber(e[3])
+if expires then
+  left = expires - now
+  if left ~= left or left <= 0 or left == math.huge then left = 0 end
+  left = math.floor(math.min(left, 31536000000))
+end
 if left > 0 and ARGV[3] ~= '1' then return {1, e[1], e[2] or '', left} end
 if ARGV[1] ~= '' and redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {2, e[1] or '', e[2] or '', 0}
@@ -54,10 +63,16 @@ return {0, '', '', 0}
 /// '2' keep: a stale entry's text is the one already stored), ms fresh,
 /// ms kept after, lease token, channel, message. Stores the entry only
 /// while the token holds the lease (a purge, or a lease that ran out,
-/// took it away), gives the lease back, and publishes the message.
-/// Returns 1 when stored, 0 when not.
+/// took it away) and, to keep a text, while the text is there (the hash
+/// may have been evicted or deleted under a lease that held: an entry
+/// without its text could be read by no node); gives the lease back, and
+/// publishes the message when stored. Returns 1 when stored, 0 when not.
 const STORE_SCRIPT: &str = r"
 if redis.call('GET', KEYS[2]) ~= ARGV[6] then return 0 end
+if ARGV[3] == '2' and redis.call('HEXISTS', KEYS[1], 'text') == 0 then
+  redis.call('DEL', KEYS[2])
+  return 0
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local fresh = tonumber(ARGV[4])
@@ -97,6 +112,11 @@ static PURGE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PURG
 /// could hold any size; an origin's redirect URLs and ETag are in it):
 /// larger counts as none, and is not stored.
 pub const MAX_META: usize = 64 * 1024;
+
+/// The most time left a look returns (a year, in milliseconds: what
+/// the scripts write in `expires`), whatever a hash says: the robots
+/// store bounds it by `robots.max_ttl` in any case.
+pub const MAX_LEFT: Duration = Duration::from_millis(31_536_000_000);
 
 /// The version of the shared entry's form, in its key: nodes of another
 /// version keep apart instead of overwriting each other's entries.
@@ -142,10 +162,10 @@ pub enum Take {
 }
 
 /// What to do with the stored text when an entry is stored.
-#[derive(Debug, Clone, Copy)]
-pub enum Text<'a> {
+#[derive(Debug, Clone)]
+pub enum Text {
     /// This file is in force.
-    Set(&'a [u8]),
+    Set(Bytes),
     /// No file is in force.
     Drop,
     /// The file already stored stays in force (a stale copy).
@@ -193,34 +213,58 @@ impl Fleet {
                 }
             })
             .await?;
-        let shared = || {
-            (!meta.is_empty() && meta.len() <= MAX_META).then(|| SharedRobots {
-                meta: meta.clone(),
-                text: (!text.is_empty())
-                    .then(|| decompress(&text, max_text))
-                    .flatten(),
-                left: Duration::from_millis(u64::try_from(left).unwrap_or(0)),
+        // Decompressed on the blocking pool: a text of up to `max_text`
+        // takes a millisecond or more, which would stall every connection
+        // an async worker serves.
+        let shared = async move {
+            if meta.is_empty() || meta.len() > MAX_META {
+                return None;
+            }
+            let text = if text.is_empty() {
+                None
+            } else {
+                tokio::task::spawn_blocking(move || decompress(&text, max_text))
+                    .await
+                    .ok()
+                    .flatten()
+            };
+            Some(SharedRobots {
+                meta,
+                text,
+                left: Duration::from_millis(u64::try_from(left).unwrap_or(0)).min(MAX_LEFT),
             })
         };
         Ok(match state {
+            // Fresh with no time left (the script says fresh only with
+            // time left; kept as a guard): nothing fresh. A look only
+            // finds nothing; otherwise fetched again, under the lease.
+            1 if left <= 0 => match take {
+                Take::No => Look::Busy,
+                Take::IfNotFresh | Take::Always => {
+                    Box::pin(self.look_robots(origin, Take::Always, fetch_timeout, max_text))
+                        .await?
+                }
+            },
             // Fresh but too large to read: fetched again, under the lease.
-            1 => match shared() {
+            1 => match shared.await {
                 Some(s) => Look::Fresh(s),
                 None => {
                     Box::pin(self.look_robots(origin, Take::Always, fetch_timeout, max_text))
                         .await?
                 }
             },
-            2 => Look::Lead(shared(), Lease(token)),
+            2 => Look::Lead(shared.await, Lease(token)),
             _ => Look::Busy,
         })
     }
 
-    /// A lease token: this node, this process, this fetch.
+    /// A lease token: this node, this instance of the proxy (random: two
+    /// nodes of one name, say two containers whose process is pid 1, are
+    /// told apart), this fetch.
     fn lease_token(&self) -> String {
         static FETCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = FETCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        format!("{} {} {n}", self.node(), std::process::id())
+        format!("{} {:016x} {n}", self.node(), self.instance)
     }
 
     /// Waits for the node holding `origin`'s lease to store its result,
@@ -265,14 +309,14 @@ impl Fleet {
     /// Stores `origin`'s entry for the fleet while `lease` holds: fresh
     /// for `fresh`, kept `kept_after` longer as the stale-on-error copy;
     /// gives the lease back and tells the other nodes. `Ok(false)`: not
-    /// stored (the lease was lost to a purge or ran out, or `meta` is
-    /// larger than [`MAX_META`]).
+    /// stored (the lease was lost to a purge or ran out, the text to keep
+    /// is no longer in Redis, or `meta` is larger than [`MAX_META`]).
     pub async fn store_robots(
         &self,
         origin: &str,
         lease: &Lease,
         meta: &[u8],
-        text: Text<'_>,
+        text: Text,
         fresh: Duration,
         kept_after: Duration,
     ) -> Result<bool, Unavailable> {
@@ -282,11 +326,18 @@ impl Fleet {
         }
         let (entry, lease_key) = self.robots_keys(origin);
         let (mode, compressed) = match text {
-            Text::Set(t) => ("1", compress(t)),
+            // On the blocking pool, as a text is decompressed.
+            Text::Set(t) => match tokio::task::spawn_blocking(move || compress(&t)).await {
+                Ok(packed) => ("1", packed),
+                Err(_) => {
+                    self.release_robots(origin, lease).await?;
+                    return Ok(false);
+                }
+            },
             Text::Drop => ("0", Vec::new()),
             Text::Keep => ("2", Vec::new()),
         };
-        let message = Event::Fetched(origin.into()).encode_from(self.node());
+        let message = Event::Fetched(origin.into()).encode_from(&self.author());
         let channel = self.channel();
         let stored = self
             .call(|mut conn| async move {
@@ -308,8 +359,9 @@ impl Fleet {
         Ok(stored == 1)
     }
 
-    /// Gives `origin`'s lease back without a result (the proxy's own
-    /// shortage said nothing about the origin): the next node fetches.
+    /// Gives `origin`'s lease back without a result (what this node
+    /// found says nothing about the origin: its own shortage, its own
+    /// network): the next node fetches.
     pub async fn release_robots(&self, origin: &str, lease: &Lease) -> Result<(), Unavailable> {
         let (_, lease_key) = self.robots_keys(origin);
         self.call(|mut conn| async move {
@@ -330,9 +382,9 @@ impl Fleet {
         let (entry, lease) = self.robots_keys(origin);
         let message = Event::Purged {
             what: Purge::Robots(origin.into()),
-            from: self.node().into(),
+            from: self.author(),
         }
-        .encode_from(self.node());
+        .encode_from(&self.author());
         let channel = self.channel();
         self.call(|mut conn| async move {
             PURGE
@@ -370,6 +422,11 @@ fn decompress(bytes: &[u8], limit: usize) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_look_script_bounds_the_time_left_as_max_left_says() {
+        assert!(LOOK_SCRIPT.contains(&format!("math.min(left, {})", MAX_LEFT.as_millis())));
+    }
 
     #[test]
     fn texts_come_back_whole_and_bombs_do_not() {

@@ -80,6 +80,23 @@ pub(crate) struct Fetched {
     pub(crate) retry_after: Option<Duration>,
 }
 
+impl Fetched {
+    /// Whether what the fetch concluded is the origin's, for a fleet to
+    /// share: not what only this node's destination policy, trust
+    /// anchors, resources or network decided. An unreachable robots.txt
+    /// is the origin's only when the origin answered it with an error
+    /// status (5xx, 429, another code); a failure with no answer (DNS,
+    /// connect, a timeout, a connection reset) or a 2xx whose body could
+    /// not be read may be this node's alone.
+    pub(crate) fn is_the_origins(&self) -> bool {
+        match &self.outcome {
+            Concluded::Parsed(..) | Concluded::Unavailable(_) | Concluded::RedirectLimit(_) => true,
+            Concluded::Unreachable(_) => self.status.is_some_and(|s| !(200..300).contains(&s)),
+            Concluded::Refused(_) | Concluded::BadTls(_) | Concluded::LocalError(_) => false,
+        }
+    }
+}
+
 /// Settings for [`fetch`].
 #[derive(Clone, Debug)]
 pub struct FetchSettings {

@@ -11,9 +11,11 @@
 //! fetched keeps that text in its own archive, so its audit lines never
 //! name a text it cannot produce.
 //!
-//! What only this node's configuration decided is not shared: a
-//! destination the policy refuses, a TLS failure (trust anchors), the
-//! proxy's own shortage.
+//! What only this node's configuration, resources or network decided is
+//! not shared ([`Fetched::is_the_origins`]): a destination the policy
+//! refuses, a TLS failure (trust anchors), the proxy's own shortage, a
+//! failure with no answer from the origin. The node keeps its own entry
+//! and gives the lease back: the next node fetches for itself.
 //!
 //! Redis unavailable (or a wait past the lease): with
 //! `on_unavailable = "local"` the node goes on as without a fleet; with
@@ -25,6 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -33,7 +36,9 @@ use crate::fleet::{Fleet, OnUnavailable};
 use crate::http::origin::Origin;
 use crate::judge::archive::{Digest, Evidence, KeptEntry};
 use crate::judge::fetch::{Concluded, Fetched};
-use crate::judge::store::{Entry, RobotsCache, State, from_kept, kept_from};
+use crate::judge::store::{
+    Compiled, Entry, FetchedEntry, RobotsCache, State, from_kept, kept_from,
+};
 use crate::robots::parse::MAX_BYTES;
 
 /// An entry as the fleet shares it (the `meta` of the shared hash).
@@ -46,6 +51,19 @@ struct SharedMeta {
     /// Where the text came from (with a text).
     #[serde(default)]
     evidence: Option<Evidence>,
+}
+
+/// A fetch made under the lease, to share ([`RobotsCache::share`]).
+struct Fetch {
+    origin: String,
+    entry: Arc<Entry>,
+    /// The text fetched and where it came from (none when the entry is
+    /// not to be shared).
+    text: Option<(Bytes, Evidence)>,
+    /// Whether the fetch's outcome is the origin's.
+    shareable: bool,
+    /// The purge count when the fetch started.
+    purges: u64,
 }
 
 /// How much longer than the fetch's own timeout a waiting node waits for
@@ -87,15 +105,18 @@ impl RobotsCache {
                     None => take = Take::Always,
                 },
                 Ok(Look::Lead(shared, lease)) => {
-                    let (previous, shared_text) = match shared {
-                        Some(s) => {
-                            let text = s.text.clone();
-                            (self.adopt(&key, s, purges).await.or(previous), text)
-                        }
-                        None => (previous, None),
+                    let adopted = match shared {
+                        Some(s) => self.adopt(&key, s, purges).await,
+                        None => None,
                     };
+                    // The text Redis holds, as adopting it checked.
+                    let shared_digest = adopted
+                        .as_ref()
+                        .and_then(|e| e.state.rules())
+                        .and_then(Compiled::digest);
+                    let previous = adopted.or(previous);
                     return self
-                        .lead(fleet, origin, previous, purges, lease, shared_text)
+                        .lead(fleet, origin, previous, purges, lease, shared_digest)
                         .await;
                 }
                 Ok(Look::Busy) | Err(_) => break,
@@ -119,8 +140,10 @@ impl RobotsCache {
     }
 
     /// Fetches `origin`'s robots.txt for the fleet (this node holds
-    /// `lease`) and stores the result in Redis for the others.
-    /// `shared_text`: the text the shared entry held, if any.
+    /// `lease`). The entry is this node's at once (the requests waiting
+    /// for it wait for the fetch alone); it is stored in Redis for the
+    /// others meanwhile ([`Self::share`]). `shared_digest`: the text the
+    /// shared entry holds, if any.
     async fn lead(
         self: &Arc<Self>,
         fleet: &Arc<Fleet>,
@@ -128,36 +151,71 @@ impl RobotsCache {
         previous: Option<Arc<Entry>>,
         purges: u64,
         lease: Lease,
-        shared_text: Option<Vec<u8>>,
+        shared_digest: Option<Digest>,
     ) -> Arc<Entry> {
-        let key = origin.to_string();
         fleet.stats().robots_fetched.fetch_add(1, Ordering::Relaxed);
-        let (mut entry, text) = self
+        let FetchedEntry {
+            mut entry,
+            text,
+            shareable,
+        } = self
             .fetch_entry(origin, previous, self.agents(), Some(purges))
             .await;
         entry.fetched_by = Some(fleet.node().into());
+        let entry = Arc::new(entry);
+        let fetched = Fetch {
+            origin: origin.to_string(),
+            entry: entry.clone(),
+            text: text.filter(|_| shareable),
+            shareable,
+            purges,
+        };
+        tokio::spawn(
+            self.clone()
+                .share(fleet.clone(), fetched, lease, shared_digest),
+        );
+        entry
+    }
+
+    /// Stores a fetch's entry in Redis for the other nodes while this
+    /// node's `lease` holds, or gives the lease back when the entry is not
+    /// to be shared. Runs in a task of its own, after the entry was given
+    /// to the requests waiting for it; each Redis call is bounded by the
+    /// fleet's timeout. A purge that overtook the fetch took the lease
+    /// away, so the store finds it gone and stores nothing, whenever it
+    /// runs.
+    async fn share(
+        self: Arc<Self>,
+        fleet: Arc<Fleet>,
+        fetched: Fetch,
+        lease: Lease,
+        shared_digest: Option<Digest>,
+    ) {
+        let Fetch {
+            origin: key,
+            entry,
+            text,
+            shareable,
+            purges,
+        } = fetched;
         let meta = kept_from(&key, &entry)
-            // The proxy's own shortage says nothing about the origin, and a
-            // fetch a purge overtook may have read the file purged.
+            // Decided by the fetch's outcome, not by the entry's state (the
+            // proxy's own shortage with a good copy makes a stale entry
+            // too): what only this node's destination policy, trust
+            // anchors, resources or network decided is not shared, another
+            // node may be configured or placed otherwise.
+            .filter(|_| shareable)
+            // A fetch a purge overtook may have read the file purged.
             .filter(|_| !self.purged_since(purges))
-            // This node's own destination policy and trust anchors
-            // decided these: another node may be configured otherwise.
-            .filter(|_| !matches!(entry.state, State::Refused { .. } | State::BadTls { .. }))
             .and_then(|kept| {
-                let stale_text = || {
-                    let digest = entry.state.rules().and_then(|r| r.digest())?;
-                    match &shared_text {
-                        Some(t) if Digest::of(t) == digest => Some(Text::Keep),
-                        _ => None,
-                    }
-                };
-                let (text, evidence) = match (&entry.state, &text) {
-                    (State::Fresh(_), Some((t, evidence))) => {
-                        (Text::Set(t), Some(evidence.clone()))
-                    }
+                let (text, evidence) = match (&entry.state, text) {
+                    (State::Fresh(_), Some((t, evidence))) => (Text::Set(t), Some(evidence)),
                     // Kept only when Redis holds that very text; else the
                     // others could not read the entry: not shared.
-                    (State::Stale { .. }, _) => (stale_text()?, None),
+                    (State::Stale { rules, .. }, _) => {
+                        let digest = rules.digest()?;
+                        (shared_digest == Some(digest)).then_some((Text::Keep, None))?
+                    }
                     _ => (Text::Drop, None),
                 };
                 let meta = SharedMeta {
@@ -184,7 +242,6 @@ impl RobotsCache {
                 tracing::debug!(origin = %key, "robots.txt fetched but not shared: Redis unavailable")
             }
         }
-        Arc::new(entry)
     }
 
     /// A shared entry compiled for this node's agents, its text kept in
@@ -199,16 +256,18 @@ impl RobotsCache {
         if meta.kept.origin != origin || matches!(meta.kept.state.as_str(), "refused" | "bad_tls") {
             return None;
         }
-        let digest = match (&meta.kept.sha256, &shared.text) {
-            (Some(sha), Some(text)) => {
-                let digest = Digest::parse(sha)?;
-                (Digest::of(text) == digest).then_some(Some(digest))?
-            }
-            (Some(_), None) => return None,
-            (None, _) => None,
-        };
         let this = self.clone();
+        // Hashing and compiling a text of up to 500 KiB take milliseconds:
+        // on the blocking pool, not on an async worker.
         tokio::task::spawn_blocking(move || {
+            let digest = match (&meta.kept.sha256, &shared.text) {
+                (Some(sha), Some(text)) => {
+                    let digest = Digest::parse(sha)?;
+                    (Digest::of(text) == digest).then_some(Some(digest))?
+                }
+                (Some(_), None) => return None,
+                (None, _) => None,
+            };
             let mut entry = from_kept(
                 &meta.kept,
                 shared.text.as_deref(),

@@ -224,6 +224,18 @@ pub(crate) type FetchHook = Box<dyn Fn(&Fetched) + Send + Sync>;
 
 type Flight = Shared<BoxFuture<'static, Arc<Entry>>>;
 
+/// A fetch's entry ([`RobotsCache::fetch_entry`]).
+pub(super) struct FetchedEntry {
+    pub(super) entry: Entry,
+    /// The text fetched and where it came from, if one was.
+    pub(super) text: Option<(Bytes, Evidence)>,
+    /// Whether the entry is the origin's ([`Fetched::is_the_origins`]),
+    /// for a fleet to share; not when the proxy's own state decided it
+    /// (a stale copy used for the proxy's own shortage is the origin's
+    /// old file, but says nothing new about the origin).
+    pub(super) shareable: bool,
+}
+
 /// The next step of a lookup.
 enum Next {
     /// A usable entry.
@@ -496,7 +508,7 @@ impl RobotsCache {
         let entry = Arc::new(
             self.fetch_entry(origin, previous.clone(), agents, None)
                 .await
-                .0,
+                .entry,
         );
         if matches!(entry.state, State::LocalError { .. }) {
             return (entry, StoreLookup::Miss);
@@ -817,13 +829,12 @@ impl RobotsCache {
         Arc::new(
             self.fetch_entry(origin, previous, self.agents(), Some(purges))
                 .await
-                .0,
+                .entry,
         )
     }
 
     /// Fetches `origin`'s robots.txt, reports it to the fetch hook, and
-    /// builds its entry compiled for `agents`; with the text fetched and
-    /// where it came from, if one was. Compiling a large file's
+    /// builds its entry compiled for `agents`. Compiling a large file's
     /// rules takes milliseconds: it runs on the blocking pool, not on an
     /// async worker where it would stall every connection that worker
     /// serves.
@@ -833,7 +844,7 @@ impl RobotsCache {
         previous: Option<Arc<Entry>>,
         agents: Arc<[Arc<str>]>,
         purges: Option<u64>,
-    ) -> (Entry, Option<(Bytes, Evidence)>) {
+    ) -> FetchedEntry {
         let settings = self.fetch_settings();
         let (fetched, reservation) =
             fetch::fetch(&self.client, origin, &settings, self.budget.as_ref()).await;
@@ -844,6 +855,7 @@ impl RobotsCache {
             Concluded::Parsed(_, Some(t)) => Some((t.text.clone(), t.evidence.clone())),
             _ => None,
         };
+        let shareable = fetched.is_the_origins();
         let this = self.clone();
         let origin = origin.to_string();
         let entry = tokio::task::spawn_blocking(move || {
@@ -860,9 +872,19 @@ impl RobotsCache {
             }
             entry
         })
-        .await
-        .unwrap_or_else(|_| self.poisoned());
-        (entry, text)
+        .await;
+        match entry {
+            Ok(entry) => FetchedEntry {
+                entry,
+                text,
+                shareable,
+            },
+            Err(_) => FetchedEntry {
+                entry: self.poisoned(),
+                text: None,
+                shareable: false,
+            },
+        }
     }
 
     /// After a restart, `origin`'s entry as kept on disk, compiled for the

@@ -229,7 +229,7 @@ async fn shared_miss_latency_on_loopback_redis() {
                 &origin,
                 &lease,
                 b"{}",
-                Text::Set(&text),
+                Text::Set(text.clone().into()),
                 Duration::from_secs(60),
                 Duration::ZERO,
             )
@@ -654,4 +654,346 @@ async fn until_allowed(node: &Proxy, url: &str, what: &str) {
         assert!(Instant::now() < deadline, "{what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The shared entry's key for `origin` (fleet "shared").
+fn entry_key(origin: &Origin) -> String {
+    format!("robots-proxy:shared:{{http://{}}}:robots.1", origin.addr)
+}
+
+/// Waits until the shared entry of `origin` holds `field`.
+async fn wait_stored(redis: &Redis, origin: &Origin, field: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis
+        .command(&["HEXISTS", &entry_key(origin), field])
+        .await
+        .ok()
+        != Some(redis::Value::Int(1))
+    {
+        assert!(Instant::now() < deadline, "{field} never stored");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A shared entry whose `expires` is not a finite number (a corrupted or
+/// hostile hash) counts as expired: the next node to miss fetches again
+/// once, stores a good entry, and every node judges by that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_expiring_at_no_finite_time_is_fetched_again_once() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
+    let one = node(&redis, "node-1", FleetOnUnavailable::Refuse).await;
+    assert_eq!(one.get(&origin.url("/a")).await.status, 403);
+    wait_stored(&redis, &origin, "text").await;
+    // Node 1's lease is given back once its entry is stored.
+    let lease = format!("robots-proxy:shared:{{http://{}}}:lease", origin.addr);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.command(&["EXISTS", &lease]).await.ok() != Some(redis::Value::Int(0)) {
+        assert!(Instant::now() < deadline, "the lease was kept");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    origin.robots("User-agent: *\nDisallow:\n");
+    redis
+        .command(&["HSET", &entry_key(&origin), "expires", "inf"])
+        .await
+        .expect("HSET");
+    let two = node(&redis, "node-2", FleetOnUnavailable::Refuse).await;
+    let r = two.get(&origin.url("/a")).await;
+    assert_eq!(
+        r.status, 200,
+        "judged by the entry that never expires: {}",
+        r.body
+    );
+    assert_eq!(origin.hits("/robots.txt"), 2, "fetched again");
+    for _ in 0..3 {
+        assert_eq!(two.get(&origin.url("/a")).await.status, 200);
+    }
+    let three = node(&redis, "node-3", FleetOnUnavailable::Refuse).await;
+    assert_eq!(three.get(&origin.url("/a")).await.status, 200);
+    assert_eq!(origin.hits("/robots.txt"), 2, "once");
+    assert_eq!(
+        three.explain(&origin.url("/a")).await["fetched_by"],
+        "node-2"
+    );
+    let expires = redis.text(&["HGET", &entry_key(&origin), "expires"]).await;
+    assert!(expires.parse::<u64>().is_ok(), "{expires}");
+}
+
+/// A stale entry keeps the text Redis holds; when the hash is gone (evicted,
+/// deleted) but the lease still holds, nothing is stored (an entry
+/// without its text could be read by no node) and the lease is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_entry_whose_text_is_gone_is_not_stored() {
+    use robots_proxy::measure::{Fleet, FleetSettings, Look, OnUnavailable, Take, Text};
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let fleet = Fleet::new(&FleetSettings {
+        redis: redis.url().into(),
+        name: "evicted".into(),
+        node: "a".into(),
+        timeout: Duration::from_secs(1),
+        on_unavailable: OnUnavailable::Refuse,
+    })
+    .expect("fleet");
+    let origin = "http://evicted.example:80";
+    let timeout = Duration::from_secs(5);
+    let look = || fleet.look_robots(origin, Take::IfNotFresh, timeout, 1 << 20);
+    let Ok(Look::Lead(None, lease)) = look().await else {
+        panic!("no lease");
+    };
+    let text = b"User-agent: *\nDisallow: /a\n";
+    let stored = fleet
+        .store_robots(
+            origin,
+            &lease,
+            b"{}",
+            Text::Set(text[..].to_vec().into()),
+            Duration::from_millis(1),
+            Duration::from_secs(60),
+        )
+        .await;
+    assert_eq!(stored, Ok(true));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let Ok(Look::Lead(Some(expired), lease)) = look().await else {
+        panic!("no lease over the expired entry");
+    };
+    assert_eq!(expired.text.as_deref(), Some(&text[..]));
+    redis
+        .command(&[
+            "DEL",
+            "robots-proxy:evicted:{http://evicted.example:80}:robots.1",
+        ])
+        .await
+        .expect("DEL");
+    let stored = fleet
+        .store_robots(
+            origin,
+            &lease,
+            b"{}",
+            Text::Keep,
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+        )
+        .await;
+    assert_eq!(stored, Ok(false), "stored without its text");
+    let again = look().await;
+    assert!(matches!(again, Ok(Look::Lead(None, _))), "{again:?}");
+}
+
+/// The proxy's own shortage says nothing about the origin, even when a
+/// good copy makes the node judge by it (stale): out of file
+/// descriptors, the node that took the lease stores nothing and gives
+/// the lease back; the shared entry stays the origin's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_copy_used_for_the_proxys_own_shortage_is_not_shared() {
+    use crate::support::binary::Setup;
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
+    let extra = format!(
+        "[robots]\ndefault_ttl = \"1s\"\nmin_ttl = \"1s\"\n\
+         [fleet]\nredis = {:?}\nname = \"shortage\"\nnode = \"node-1\"\ntimeout = \"1s\"\n",
+        redis.url()
+    );
+    let setup = Setup::with_config("TestBot/1.0", &extra);
+    let mut running = setup.start().await;
+    let pid = running.child.id();
+    let mut client = Conn::open(running.addr).await;
+    assert_eq!(client.get(&origin.url("/private")).await.status, 403);
+    let key = format!("robots-proxy:shortage:{{http://{}}}:robots.1", origin.addr);
+    let lease = format!("robots-proxy:shortage:{{http://{}}}:lease", origin.addr);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.command(&["HEXISTS", &key, "text"]).await.ok() != Some(redis::Value::Int(1))
+        || redis.command(&["EXISTS", &lease]).await.ok() != Some(redis::Value::Int(0))
+    {
+        assert!(Instant::now() < deadline, "never stored");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let meta = redis.text(&["HGET", &key, "meta"]).await;
+    assert!(meta.contains("\"fresh\""), "{meta}");
+    // Both copies expire (1 s); then the node runs out of descriptors.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let open = |pid: u32| {
+        let fds: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .expect("the proxy's /proc/PID/fd")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        (fds.len() as u64, fds.iter().copied().max().unwrap_or(0))
+    };
+    let (used, highest) = open(pid);
+    let limit = highest + 1 + 24;
+    let pid_t = rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid");
+    rustix::process::prlimit(
+        Some(pid_t),
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: Some(limit),
+            maximum: Some(limit),
+        },
+    )
+    .expect("prlimit");
+    let mut hogs = Vec::new();
+    for _ in 0..limit - used + 16 {
+        hogs.push(
+            tokio::net::TcpStream::connect(running.addr)
+                .await
+                .expect("connect"),
+        );
+    }
+    running.wait_for("accept failed").await;
+    let r = client.get(&origin.url("/private")).await;
+    assert_eq!(r.status, 403, "judged by the good copy: {}", r.body);
+    running.wait_for("lack of a local resource").await;
+    assert_eq!(origin.hits("/robots.txt"), 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.command(&["EXISTS", &lease]).await.ok() != Some(redis::Value::Int(0)) {
+        assert!(Instant::now() < deadline, "the lease was kept");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(hogs);
+    assert_eq!(
+        redis.text(&["HGET", &key, "meta"]).await,
+        meta,
+        "the node's own shortage was shared"
+    );
+}
+
+/// A failure with no answer from the origin (here node 1's fetch timing
+/// out) may be the node's own network: it is not shared, and the next
+/// node fetches for itself. An answer of the origin's (a 503) is shared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_with_no_answer_from_the_origin_is_not_shared() {
+    use crate::support::Reply;
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::start().await;
+    let text = "User-agent: *\nDisallow: /a\n";
+    origin.route(
+        "/robots.txt",
+        Reply::ok(text.to_string()).delay(Duration::from_secs(3)),
+    );
+    let impatient = fleet_config(&redis, "node-1", FleetOnUnavailable::Refuse);
+    let one = Proxy::start_with(move |c| {
+        admin(c);
+        c.robots.fetch_timeout = Duration::from_millis(500);
+        c.fleet = Some(impatient);
+    })
+    .await;
+    let r = one.get(&origin.url("/b")).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("unreachable"), "{}", r.body);
+    origin.robots(text);
+    let two = node(&redis, "node-2", FleetOnUnavailable::Refuse).await;
+    let r = two.get(&origin.url("/b")).await;
+    assert_eq!(r.status, 200, "refused for node 1's failure: {}", r.body);
+    assert_eq!(two.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(origin.hits("/robots.txt"), 2, "node 2 fetched for itself");
+    // Node 1 keeps its own entry, as without a fleet.
+    assert_eq!(one.get(&origin.url("/b")).await.status, 503);
+
+    let down = Origin::start().await;
+    down.route("/robots.txt", Reply::status(503));
+    assert_eq!(one.get(&down.url("/b")).await.status, 503);
+    let r = two.get(&down.url("/b")).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(down.hits("/robots.txt"), 1, "node 2 judged by node 1's 503");
+    assert_eq!(two.explain(&down.url("/b")).await["fetched_by"], "node-1");
+}
+
+/// The requests waiting for a fetch get its entry when the fetch is
+/// done, not once Redis has stored it: here Redis stops answering
+/// (SIGSTOP) while the file is on its way, and the request is answered
+/// without waiting for the fleet's timeout (2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_waiting_for_a_fetch_do_not_wait_for_its_store() {
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let arrived = Arc::new(tokio::sync::Notify::new());
+    let (release, _) = tokio::sync::watch::channel(false);
+    let (a, r) = (arrived.clone(), release.clone());
+    let addr = crate::support::serve_tcp(move |mut stream| {
+        let (a, mut released) = (a.clone(), r.subscribe());
+        async move {
+            let mut buf = vec![0u8; 4096];
+            let n = stream.read(&mut buf).await.unwrap_or(0);
+            let body = if buf[..n].starts_with(b"GET /robots.txt ") {
+                a.notify_one();
+                let _ = released.wait_for(|r| *r).await;
+                "User-agent: *\nDisallow: /a\n"
+            } else {
+                "page"
+            };
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(reply.as_bytes()).await;
+        }
+    })
+    .await;
+    let mut fleet = fleet_config(&redis, "node-1", FleetOnUnavailable::Refuse);
+    fleet.timeout = Duration::from_secs(2);
+    let one = Proxy::start_with(move |c| c.fleet = Some(fleet)).await;
+    let request = tokio::spawn({
+        let (proxy, url) = (one.addr, format!("http://{addr}/a"));
+        async move { Conn::open(proxy).await.get(&url).await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), arrived.notified())
+        .await
+        .expect("node 1 fetches robots.txt");
+    redis.signal("STOP");
+    let released = Instant::now();
+    release.send_replace(true);
+    let answer = request.await.expect("request");
+    let took = released.elapsed();
+    redis.signal("CONT");
+    assert_eq!(answer.status, 403, "{}", answer.body);
+    assert!(
+        took < Duration::from_secs(1),
+        "the request waited {took:?} for Redis"
+    );
+}
+
+/// Two nodes given one name (say two containers of one image) are two
+/// nodes: each hears the other's purges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_of_one_name_hear_each_others_purges() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
+    let one = node(&redis, "twin", FleetOnUnavailable::Local).await;
+    let two = node(&redis, "twin", FleetOnUnavailable::Local).await;
+    assert_eq!(one.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(two.get(&origin.url("/a")).await.status, 403);
+    assert_eq!(origin.hits("/robots.txt"), 1);
+    origin.robots("User-agent: *\nDisallow:\n");
+    let purged = one
+        .admin_post(&format!("/purge?origin={}", origin.url("/")))
+        .await;
+    assert_eq!(purged.status, 200, "{}", purged.body);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = two.get(&origin.url("/a")).await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 403, "{}", r.body);
+        assert!(
+            Instant::now() < deadline,
+            "node 2 took node 1's purge for its own"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(one.get(&origin.url("/a")).await.status, 200);
+    assert_eq!(origin.hits("/robots.txt"), 2);
 }
