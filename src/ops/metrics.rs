@@ -390,7 +390,7 @@ impl Metrics {
         let fleet_unavailable = Counter::default();
         registry.register(
             "robots_proxy_fleet_unavailable",
-            "Crawl-delay bookings that found the fleet's Redis unavailable (booked locally or refused)",
+            "Crawl-delay bookings and fleet-wide rate checks (max_rps, auth_failures_per_minute) that found the fleet's Redis unavailable (done locally or refused)",
             fleet_unavailable.clone(),
         );
 
