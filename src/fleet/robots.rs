@@ -40,9 +40,16 @@ pub const POLL_EVERY: Duration = Duration::from_millis(100);
 /// another node holds the lease (or look only). An `expires` that is not
 /// a number, or whose time left is not a finite positive number ('inf',
 /// 'nan', a corrupted or hostile hash), counts as expired; the time left
-/// is at most [`MAX_LEFT`].
+/// is at most [`MAX_LEFT`]. ARGV[4] and ARGV[5]: the largest `meta` and
+/// (compressed) `text` read; an entry with a larger one is not read at
+/// all (a corrupted or hostile Redis could hold 512 MB there), and counts
+/// as none: the node takes the lease and fetches.
 const LOOK_SCRIPT: &str = r"
-local e = redis.call('HMGET', KEYS[1], 'meta', 'text', 'expires')
+local e = {false, false, false}
+if redis.call('HSTRLEN', KEYS[1], 'meta') <= tonumber(ARGV[4])
+  and redis.call('HSTRLEN', KEYS[1], 'text') <= tonumber(ARGV[5]) then
+  e = redis.call('HMGET', KEYS[1], 'meta', 'text', 'expires')
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local left = 0
@@ -199,6 +206,8 @@ impl Fleet {
         };
         let always = if take == Take::Always { "1" } else { "0" };
         let lease_ms = super::micros(fetch_timeout + LEASE_MARGIN) / 1000;
+        // Deflate grows what it cannot compress by a little.
+        let max_compressed = max_text + max_text / 64 + 1024;
         let (state, meta, text, left) = self
             .call(|mut conn| {
                 let token = token.clone();
@@ -208,6 +217,8 @@ impl Fleet {
                         .arg(token)
                         .arg(lease_ms)
                         .arg(always)
+                        .arg(MAX_META)
+                        .arg(max_compressed)
                         .invoke_async::<(i64, Vec<u8>, Vec<u8>, i64)>(&mut conn)
                         .await
                 }

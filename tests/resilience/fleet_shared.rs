@@ -472,6 +472,27 @@ async fn an_unreadable_shared_entry_is_fetched_again_under_the_lease() {
     let two = node(&redis, "node-2", FleetOnUnavailable::Refuse).await;
     assert_eq!(two.get(&origin.url("/a")).await.status, 403);
     assert_eq!(origin.hits("/robots.txt"), 1, "node 2 read node 1's entry");
+
+    // Larger than any entry a node writes: not even read.
+    let other = Origin::with_robots("User-agent: *\nDisallow: /b\n").await;
+    let key = format!("robots-proxy:shared:{{http://{}}}:robots.1", other.addr);
+    let huge = "x".repeat(2 * 1024 * 1024);
+    redis
+        .command(&["HSET", &key, "meta", "{}", "text", &huge, "expires", &far])
+        .await
+        .expect("HSET");
+    assert_eq!(one.get(&other.url("/b")).await.status, 403);
+    assert_eq!(
+        other.hits("/robots.txt"),
+        1,
+        "fetched again under the lease"
+    );
+    assert_eq!(two.get(&other.url("/b")).await.status, 403);
+    assert_eq!(other.hits("/robots.txt"), 1, "node 2 read node 1's entry");
+    match redis.command(&["HSTRLEN", &key, "text"]).await {
+        Ok(redis::Value::Int(n)) => assert!(n < 1024, "replaced: {n} bytes"),
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A command that fails on one key (here a schedule key of the wrong
