@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
 
-use crate::support::redis::Redis;
+use crate::support::redis::{Redis, bare_fleet};
 use crate::support::{Origin, Proxy, admin, metric};
 
 fn fleet(redis: &Redis, timeout: Duration, on_unavailable: FleetOnUnavailable) -> FleetConfig {
@@ -261,18 +261,11 @@ async fn a_request_with_no_crawl_delay_makes_no_redis_call() {
 /// machine passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn booking_latency_on_loopback_redis() {
-    use robots_proxy::measure::{Booking, Fleet, FleetSettings, OnUnavailable};
+    use robots_proxy::measure::Booking;
     let Some(redis) = Redis::start().await else {
         return;
     };
-    let fleet = Fleet::new(&FleetSettings {
-        redis: RedisTarget::Server(redis.url()),
-        name: "latency".into(),
-        node: "latency-test".into(),
-        timeout: Duration::from_secs(1),
-        on_unavailable: OnUnavailable::Refuse,
-    })
-    .expect("fleet");
+    let fleet = bare_fleet(RedisTarget::Server(redis.url()), "latency", "latency-test");
     let interval = Duration::from_secs(1);
     let mut took = Vec::new();
     for i in 0..1000 {
@@ -700,18 +693,10 @@ async fn metrics_show_three_live_nodes_and_the_round_trips() {
 /// ~500 heartbeats of one node on loopback Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_trip_histogram_on_loopback_redis() {
-    use robots_proxy::measure::{Fleet, FleetSettings, OnUnavailable};
     let Some(redis) = Redis::start().await else {
         return;
     };
-    let fleet = Fleet::new(&FleetSettings {
-        redis: redis.url().into(),
-        name: "rtt".into(),
-        node: "rtt-test".into(),
-        timeout: Duration::from_secs(1),
-        on_unavailable: OnUnavailable::Refuse,
-    })
-    .expect("fleet");
+    let fleet = bare_fleet(RedisTarget::Server(redis.url()), "rtt", "rtt-test");
     for _ in 0..500 {
         fleet.heartbeat().await.expect("heartbeat");
     }

@@ -12,7 +12,7 @@ use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
 
 use super::fleet::{TOLERANCE, gaps, proxies};
 use crate::support::binary::{self, Running, Setup};
-use crate::support::redis::{RedisCluster, TlsRedis};
+use crate::support::redis::{RedisCluster, TlsRedis, bare_fleet};
 use crate::support::{Conn, Origin, Proxy, admin, get_with};
 
 fn fleet(cluster: &RedisCluster) -> FleetConfig {
@@ -308,18 +308,15 @@ async fn a_fleet_over_tls_books_on_a_redis_whose_certificate_it_trusts() {
 /// (`--nocapture`); bounded loosely as on one server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn booking_latency_on_a_loopback_cluster() {
-    use robots_proxy::measure::{Booking, Fleet, FleetSettings, OnUnavailable};
+    use robots_proxy::measure::Booking;
     let Some(cluster) = RedisCluster::start().await else {
         return;
     };
-    let fleet = Fleet::new(&FleetSettings {
-        redis: RedisTarget::Cluster(cluster.urls()),
-        name: "latency".into(),
-        node: "latency-test".into(),
-        timeout: Duration::from_secs(1),
-        on_unavailable: OnUnavailable::Refuse,
-    })
-    .expect("fleet");
+    let fleet = bare_fleet(
+        RedisTarget::Cluster(cluster.urls()),
+        "latency",
+        "latency-test",
+    );
     let interval = Duration::from_secs(1);
     let mut took = Vec::new();
     for i in 0..1000 {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
 
 use crate::support::binary::{Running, Setup};
-use crate::support::redis::Redis;
+use crate::support::redis::{Redis, bare_fleet};
 use crate::support::{Conn, Origin, Proxy, admin};
 
 /// Pages may arrive this much closer than the Crawl-delay: the proxies'
@@ -195,20 +195,11 @@ async fn without_redis_a_miss_is_fetched_locally_or_refused() {
 /// printed (`--nocapture`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_miss_latency_on_loopback_redis() {
-    use robots_proxy::measure::{Fleet, FleetSettings, Look, OnUnavailable, Take, Text};
+    use robots_proxy::measure::{Look, Take, Text};
     let Some(redis) = Redis::start().await else {
         return;
     };
-    let fleet = |node: &str| {
-        Fleet::new(&FleetSettings {
-            redis: RedisTarget::Server(redis.url()),
-            name: "latency".into(),
-            node: node.into(),
-            timeout: Duration::from_secs(1),
-            on_unavailable: OnUnavailable::Refuse,
-        })
-        .expect("fleet")
-    };
+    let fleet = |node: &str| bare_fleet(RedisTarget::Server(redis.url()), "latency", node);
     let (a, b) = (fleet("a"), fleet("b"));
     let text: Vec<u8> = (0..800)
         .flat_map(|i| format!("Disallow: /section-{i}/private\n").into_bytes())
@@ -413,18 +404,11 @@ async fn a_reload_on_one_node_reloads_every_node() {
 /// cannot store what it read afterwards, and the next look fetches again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetch_overtaken_by_a_purge_is_not_shared() {
-    use robots_proxy::measure::{Fleet, FleetSettings, Look, OnUnavailable, Take, Text};
+    use robots_proxy::measure::{Look, Take, Text};
     let Some(redis) = Redis::start().await else {
         return;
     };
-    let fleet = Fleet::new(&FleetSettings {
-        redis: redis.url().into(),
-        name: "purged".into(),
-        node: "a".into(),
-        timeout: Duration::from_secs(1),
-        on_unavailable: OnUnavailable::Refuse,
-    })
-    .expect("fleet");
+    let fleet = bare_fleet(RedisTarget::Server(redis.url()), "purged", "a");
     let origin = "http://purged.example:80";
     let timeout = Duration::from_secs(5);
     let Ok(Look::Lead(None, lease)) = fleet
@@ -747,18 +731,11 @@ async fn an_entry_expiring_at_no_finite_time_is_fetched_again_once() {
 /// without its text could be read by no node) and the lease is given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_entry_whose_text_is_gone_is_not_stored() {
-    use robots_proxy::measure::{Fleet, FleetSettings, Look, OnUnavailable, Take, Text};
+    use robots_proxy::measure::{Look, Take, Text};
     let Some(redis) = Redis::start().await else {
         return;
     };
-    let fleet = Fleet::new(&FleetSettings {
-        redis: redis.url().into(),
-        name: "evicted".into(),
-        node: "a".into(),
-        timeout: Duration::from_secs(1),
-        on_unavailable: OnUnavailable::Refuse,
-    })
-    .expect("fleet");
+    let fleet = bare_fleet(RedisTarget::Server(redis.url()), "evicted", "a");
     let origin = "http://evicted.example:80";
     let timeout = Duration::from_secs(5);
     let look = || fleet.look_robots(origin, Take::IfNotFresh, timeout, 1 << 20);

@@ -408,3 +408,22 @@ impl Drop for SlowRelay {
         self.task.abort();
     }
 }
+
+/// A fleet connection of its own on `redis` (fleet `name`, node `node`):
+/// a 1 s timeout, `refuse` when Redis is unavailable. For tests that call
+/// the fleet's scripts directly.
+pub fn bare_fleet(
+    redis: robots_proxy::measure::RedisTarget,
+    name: &str,
+    node: &str,
+) -> robots_proxy::measure::Fleet {
+    use robots_proxy::measure::{Fleet, FleetSettings, OnUnavailable};
+    Fleet::new(&FleetSettings {
+        redis,
+        name: name.into(),
+        node: node.into(),
+        timeout: Duration::from_secs(1),
+        on_unavailable: OnUnavailable::Refuse,
+    })
+    .expect("fleet")
+}
