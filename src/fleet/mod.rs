@@ -275,12 +275,37 @@ impl Fleet {
         F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
+        self.attempt(allowance, true, call).await
+    }
+
+    /// [`Fleet::call`] even during an outage, when it is not this call's
+    /// turn to try: the heartbeat, so every node tries Redis once per
+    /// [`nodes::HEARTBEAT_EVERY`] at least and notices its return within
+    /// that (what [`Fleet::settle`] counts on).
+    pub(crate) async fn call_always<T, F, Fut>(&self, call: F) -> Result<T, Unavailable>
+    where
+        F: FnOnce(Connection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        self.attempt(self.timeout, false, call).await
+    }
+
+    async fn attempt<T, F, Fut>(
+        &self,
+        allowance: Duration,
+        gated: bool,
+        call: F,
+    ) -> Result<T, Unavailable>
+    where
+        F: FnOnce(Connection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
         let limit = allowance.min(self.timeout);
         if limit.is_zero() {
             // This request has waited on Redis for the whole timeout.
             return Err(Unavailable);
         }
-        if self.down.load(Ordering::Relaxed) {
+        if gated && self.down.load(Ordering::Relaxed) {
             let mut retry_at = self.retry_at.lock().unwrap_or_else(PoisonError::into_inner);
             let now = Instant::now();
             match *retry_at {

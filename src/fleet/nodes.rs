@@ -93,7 +93,7 @@ impl Fleet {
     /// them. On failure the last known list is kept.
     pub async fn heartbeat(&self) -> Result<(), Unavailable> {
         let names = self
-            .call(|mut conn| async move {
+            .call_always(|mut conn| async move {
                 self.heartbeat_script
                     .key(self.nodes_key())
                     .arg(&self.node)

@@ -230,10 +230,10 @@ impl Fleet {
     }
 
     /// How long after Redis answers again bookings stay on this node's own
-    /// interleaved slots: until every live node has tried Redis again (a
-    /// node tries at least once per [`super::RETRY_EVERY`], its heartbeat
-    /// once per [`super::nodes::HEARTBEAT_EVERY`]) and written back what it
-    /// held, each within the timeout.
+    /// interleaved slots: until every live node has noticed (its heartbeat
+    /// tries Redis once per [`super::nodes::HEARTBEAT_EVERY`] even during
+    /// an outage, within the timeout) and written back what it held (a
+    /// [`super::RETRY_EVERY`] and a timeout more for that).
     pub fn settle(&self) -> Duration {
         super::RETRY_EVERY + super::nodes::HEARTBEAT_EVERY + self.timeout() * 2
     }

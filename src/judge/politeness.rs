@@ -385,6 +385,14 @@ impl Politeness {
             }
             Err(Unavailable) => {
                 unavailable();
+                if fleet.is_reachable() {
+                    // Not an outage: Redis answers, but not this booking
+                    // (cut short by the request's allowance, or a command
+                    // that failed on this key). A slot of this node's own
+                    // would be one the others do not know: refused, as
+                    // `refuse` does, whatever `on_unavailable` says.
+                    return Err(NotNow::FleetUnavailable);
+                }
                 match fleet.on_unavailable() {
                     OnUnavailable::Local => {
                         // A node alone (N = 1) has no grid to keep to, but
@@ -500,7 +508,8 @@ impl Politeness {
     /// hold requests back (or whose interval has not run out) into the
     /// fleet's shared schedule, so no node books closer to them: called
     /// when Redis answers again after an outage. Returns how many keys
-    /// were written; stops at the first failure (Redis gone again).
+    /// were written (a key that fails is skipped; during a new outage the
+    /// calls fail at once).
     pub async fn write_back(&self, fleet: &Fleet) -> usize {
         use futures_util::StreamExt;
         let now = crate::fleet::now_micros();

@@ -72,14 +72,15 @@ const WAIT_MARGIN: Duration = Duration::from_secs(3);
 
 impl RobotsCache {
     /// `origin`'s entry in a fleet: shared by another node, or fetched
-    /// by this one for all.
+    /// by this one for all; and whether this node decided it alone, Redis
+    /// being unavailable (see `RobotsCache::forget_alone`).
     pub(super) async fn obtain_shared(
         self: &Arc<Self>,
         fleet: &Arc<Fleet>,
         origin: &Origin,
         previous: Option<Arc<Entry>>,
         purges: u64,
-    ) -> Arc<Entry> {
+    ) -> (Arc<Entry>, bool) {
         let key = origin.to_string();
         let timeout = self.fetch_settings().timeout;
         let max_text = MAX_BYTES + 1;
@@ -98,7 +99,7 @@ impl RobotsCache {
             };
             match look {
                 Ok(Look::Fresh(shared)) => match self.adopt(&key, shared, purges).await {
-                    Some(entry) => return entry,
+                    Some(entry) => return (entry, false),
                     // Unreadable (a corrupted text, a description this
                     // version cannot read): fetched again, under the
                     // lease.
@@ -115,16 +116,17 @@ impl RobotsCache {
                         .and_then(|e| e.state.rules())
                         .and_then(Compiled::digest);
                     let previous = adopted.or(previous);
-                    return self
+                    let entry = self
                         .lead(fleet, origin, previous, purges, lease, shared_digest)
                         .await;
+                    return (entry, false);
                 }
                 Ok(Look::Busy) | Err(_) => break,
             }
         }
         match fleet.on_unavailable() {
-            OnUnavailable::Local => self.obtain(origin, previous, purges).await,
-            OnUnavailable::Refuse => Arc::new(self.entry_from(
+            OnUnavailable::Local => (self.obtain(origin, previous, purges).await, true),
+            OnUnavailable::Refuse => (Arc::new(self.entry_from(
                 previous.as_deref(),
                 Fetched {
                     outcome: Concluded::LocalError(
@@ -135,7 +137,7 @@ impl RobotsCache {
                     retry_after: None,
                 },
                 &[],
-            )),
+            )), false),
         }
     }
 

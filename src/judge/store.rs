@@ -759,12 +759,7 @@ impl RobotsCache {
         let this = self.clone();
         let handle = tokio::spawn(async move {
             let entry = match this.fleet.clone() {
-                Some(fleet) => {
-                    let entry = this.obtain_shared(&fleet, &origin, previous, purges).await;
-                    // Redis did not answer: what the node fell back on is
-                    // its own (see `forget_alone`).
-                    (entry, !fleet.is_reachable())
-                }
+                Some(fleet) => this.obtain_shared(&fleet, &origin, previous, purges).await,
                 None => (this.obtain(&origin, previous, purges).await, false),
             };
             let (entry, alone) = entry;
