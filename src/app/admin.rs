@@ -487,6 +487,22 @@ fn is_absolute_http(value: &str) -> bool {
     })
 }
 
+/// Writes the Crawl-delay slots this node held while Redis was unavailable
+/// into the shared schedule, in a task of its own.
+fn write_back(proxy: &dyn ProxyView, fleet: &Arc<crate::fleet::Fleet>) {
+    let politeness = proxy.admin_settings().politeness;
+    let fleet = fleet.clone();
+    tokio::spawn(async move {
+        let written = politeness.write_back(&fleet).await;
+        if written > 0 {
+            tracing::info!(
+                written,
+                "fleet: Crawl-delay slots held while Redis was unavailable written into the shared schedule"
+            );
+        }
+    });
+}
+
 /// Applies the purges other nodes of the fleet tell of, until the fleet
 /// is gone; when this node may have missed some (Redis answers again, or
 /// the subscription was made again), drops its robots.txt copies and
@@ -504,17 +520,7 @@ pub(crate) async fn follow_fleet_purges(
             // into the shared schedule, the robots.txt entries decided
             // alone are read from Redis again.
             Ok(Event::Recovered) => {
-                let politeness = proxy.admin_settings().politeness;
-                let written = fleet.clone();
-                tokio::spawn(async move {
-                    let written = politeness.write_back(&written).await;
-                    if written > 0 {
-                        tracing::info!(
-                            written,
-                            "fleet: Crawl-delay slots held while Redis was unavailable written into the shared schedule"
-                        );
-                    }
-                });
+                write_back(&*proxy, &fleet);
                 let dropped = proxy.gate().cache().forget_alone();
                 if dropped > 0 {
                     tracing::info!(
@@ -527,6 +533,10 @@ pub(crate) async fn follow_fleet_purges(
             // Purges may have been said while this node was not listening:
             // its copies are dropped, and read from Redis again as needed.
             Ok(Event::Rejoined) | Err(RecvError::Lagged(_)) => {
+                // A `Recovered` among the messages lost.
+                if fleet.settling() {
+                    write_back(&*proxy, &fleet);
+                }
                 let dropped = proxy.gate().cache().forget_all();
                 tracing::info!(
                     dropped,
