@@ -81,8 +81,6 @@ pub struct Fleet {
     command_error_logged: AtomicU64,
     /// During an outage, when Redis is next tried.
     retry_at: Mutex<Option<Instant>>,
-    book_script: redis::Script,
-    heartbeat_script: redis::Script,
     /// The live nodes as last read by the heartbeat ([`nodes`]).
     live: Mutex<Arc<LiveNodes>>,
     stats: FleetStats,
@@ -171,8 +169,6 @@ impl Fleet {
             down: AtomicBool::new(false),
             command_error_logged: AtomicU64::new(0),
             retry_at: Mutex::new(None),
-            book_script: redis::Script::new(schedule::BOOK_SCRIPT),
-            heartbeat_script: redis::Script::new(nodes::HEARTBEAT_SCRIPT),
             live: Mutex::new(Arc::default()),
             stats: FleetStats::default(),
             events: events::new_channel(),

@@ -31,7 +31,7 @@ pub const MAX_NODE_NAME: usize = 255;
 /// Writes KEYS[1] member ARGV[1] with Redis's time (ms) as score, drops
 /// members older than ARGV[2] ms, keeps the key ten times that long, and
 /// returns at most ARGV[3] live members of at most ARGV[4] bytes.
-pub(crate) const HEARTBEAT_SCRIPT: &str = r"
+const HEARTBEAT_SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead_after = tonumber(ARGV[2])
@@ -47,6 +47,9 @@ for _, m in ipairs(live) do
 end
 return out
 ";
+
+static HEARTBEAT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(HEARTBEAT_SCRIPT));
 
 /// The live nodes as last read from Redis, sorted by name, this node
 /// among them, and this node's place in that order.
@@ -94,7 +97,7 @@ impl Fleet {
     pub async fn heartbeat(&self) -> Result<(), Unavailable> {
         let names = self
             .call_always(|mut conn| async move {
-                self.heartbeat_script
+                HEARTBEAT
                     .key(self.nodes_key())
                     .arg(&self.node)
                     .arg(super::millis(DEAD_AFTER))

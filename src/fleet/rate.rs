@@ -30,7 +30,7 @@ use super::{Fleet, Unavailable, micros};
 /// or hostile Redis), is read as none.
 /// Microseconds since the epoch fit a Lua double exactly; they are
 /// written with `%.0f` since `tostring` would round them.
-pub(crate) const RATE_SCRIPT: &str = r"
+const RATE_SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])

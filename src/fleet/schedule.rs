@@ -38,7 +38,7 @@ use super::{Fleet, Unavailable, micros};
 /// number or more than a day ahead is read as none. Microseconds since the epoch
 /// fit a Lua double exactly; they are written with `%.0f` since `tostring`
 /// would round them.
-pub(crate) const BOOK_SCRIPT: &str = r"
+const BOOK_SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])
@@ -74,6 +74,9 @@ if next ~= tonumber(ARGV[1]) + tonumber(ARGV[2]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
 return 1
 ";
+
+static BOOK: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(BOOK_SCRIPT));
 
 static GIVE_BACK: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(GIVE_BACK_SCRIPT));
@@ -156,8 +159,7 @@ impl Fleet {
         let allowance = bounds.allowance.unwrap_or(self.timeout());
         let (booked, wait, slot) = self
             .call_within(allowance, |mut conn| async move {
-                self.book_script
-                    .key(self.schedule_key(key))
+                BOOK.key(self.schedule_key(key))
                     .arg(micros(interval))
                     .arg(micros(max_wait))
                     .arg(max_queue as u64)

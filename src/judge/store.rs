@@ -333,6 +333,17 @@ impl Slots {
         }
     }
 
+    /// Drops every entry (fetches under way keep their flights' waiters,
+    /// not their slots); returns how many there were.
+    fn clear(&mut self) -> usize {
+        let n = self.lru.len();
+        self.lru.clear();
+        self.bytes = 0;
+        self.refused = 0;
+        self.alone = Some(Default::default());
+        n
+    }
+
     fn remove(&mut self, origin: &Origin) -> bool {
         match self.lru.pop(origin) {
             Some(old) => {
@@ -618,12 +629,7 @@ impl RobotsCache {
             .lock()
             .map(|mut s| {
                 s.purges += 1;
-                let n = s.lru.len();
-                s.lru.clear();
-                s.bytes = 0;
-                s.refused = 0;
-                s.alone = Some(Default::default());
-                n
+                s.clear()
             })
             .unwrap_or(0)
     }
@@ -638,13 +644,7 @@ impl RobotsCache {
         };
         match s.alone.replace(Default::default()) {
             Some(alone) => alone.iter().filter(|o| s.remove(o)).count(),
-            None => {
-                let n = s.lru.len();
-                s.lru.clear();
-                s.bytes = 0;
-                s.refused = 0;
-                n
-            }
+            None => s.clear(),
         }
     }
 
@@ -758,11 +758,10 @@ impl RobotsCache {
         let flight_origin = origin.clone();
         let this = self.clone();
         let handle = tokio::spawn(async move {
-            let entry = match this.fleet.clone() {
+            let (entry, alone) = match this.fleet.clone() {
                 Some(fleet) => this.obtain_shared(&fleet, &origin, previous, purges).await,
                 None => (this.obtain(&origin, previous, purges).await, false),
             };
-            let (entry, alone) = entry;
             if let Ok(mut slots) = this.slots.lock() {
                 if slots.purges != purges {
                     // Purged meanwhile: the waiting requests get it,

@@ -298,7 +298,7 @@ async fn booking_latency_on_loopback_redis() {
 
 /// Polls every node's `/metrics` until `ok` holds on each; panics with the
 /// last page after 20 s.
-async fn until_all(nodes: &[Proxy], what: &str, ok: impl Fn(&str) -> bool) {
+pub(super) async fn until_all(nodes: &[Proxy], what: &str, ok: impl Fn(&str) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let mut failing = None;

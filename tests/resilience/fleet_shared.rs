@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
 
+use crate::fleet::until_all;
 use crate::support::binary::{Running, Setup};
 use crate::support::redis::{Redis, bare_fleet};
 use crate::support::{Conn, Origin, Proxy, admin};
@@ -619,9 +620,19 @@ async fn a_slow_redis_costs_no_copies() {
         move |t: &str| crate::support::metric(t, "robots_proxy_fleet_reachable") == Some(v)
     };
     redis.signal("STOP");
-    until(&one, "Redis unreachable", reachable(0.0)).await;
+    until_all(
+        std::slice::from_ref(&one),
+        "Redis unreachable",
+        reachable(0.0),
+    )
+    .await;
     redis.signal("CONT");
-    until(&one, "Redis reachable", reachable(1.0)).await;
+    until_all(
+        std::slice::from_ref(&one),
+        "Redis reachable",
+        reachable(1.0),
+    )
+    .await;
     let hits = |t: &str| {
         crate::support::metric(t, "robots_proxy_robots_cache_events_total{event=\"hit\"}")
             .unwrap_or(0.0)
@@ -631,19 +642,6 @@ async fn a_slow_redis_costs_no_copies() {
     let after = hits(&one.metrics().await);
     assert_eq!(after, before + 1.0, "the copy was kept: a hit");
     assert_eq!(origin.hits("/robots.txt"), 1);
-}
-
-/// Polls `proxy`'s `/metrics` until `ok` holds; panics after 20 s.
-async fn until(proxy: &Proxy, what: &str, ok: impl Fn(&str) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = proxy.metrics().await;
-        if ok(&text) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: not reached:\n{text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Asks `node` for `url` until it is allowed (200), each answer before
