@@ -374,40 +374,13 @@ async fn every_redirect_hop_passes_the_policy() {
 /// fetches again.
 #[tokio::test]
 async fn a_purge_during_a_fetch_keeps_nothing_of_that_fetch() {
-    use std::sync::Arc;
-    use std::sync::atomic::AtomicUsize;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    let fetches = Arc::new(AtomicUsize::new(0));
-    let arrived = Arc::new(tokio::sync::Notify::new());
-    let (release, _) = tokio::sync::watch::channel(false);
-    let (f, a, r) = (fetches.clone(), arrived.clone(), release.clone());
-    let addr = crate::support::serve_tcp(move |mut stream| {
-        let (f, a, mut released) = (f.clone(), a.clone(), r.subscribe());
-        async move {
-            let mut buf = vec![0u8; 4096];
-            let n = stream.read(&mut buf).await.unwrap_or(0);
-            let head = String::from_utf8_lossy(&buf[..n]).into_owned();
-            let body = if head.starts_with("GET /robots.txt ") {
-                if f.fetch_add(1, Ordering::SeqCst) == 0 {
-                    // The first fetch: the old file, held until released.
-                    a.notify_one();
-                    let _ = released.wait_for(|r| *r).await;
-                    "User-agent: *\nDisallow: /a\n"
-                } else {
-                    "User-agent: *\nDisallow:\n"
-                }
-            } else {
-                "page"
-            };
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(reply.as_bytes()).await;
-        }
-    })
+    // The first fetch: the old file, held until released.
+    let origin = crate::support::HeldRobots::start(
+        "User-agent: *\nDisallow: /a\n",
+        "User-agent: *\nDisallow:\n",
+    )
     .await;
+    let (addr, arrived) = (origin.addr, origin.arrived.clone());
     let proxy = Proxy::start_with(admin).await;
     let url = format!("http://{addr}/a");
     let first = tokio::spawn({
@@ -419,10 +392,10 @@ async fn a_purge_during_a_fetch_keeps_nothing_of_that_fetch() {
         .expect("robots.txt fetch started");
     let purge = format!("/purge?origin={}", percent(&format!("http://{addr}/")));
     assert_eq!(proxy.admin_post(&purge).await.status, 200);
-    release.send_replace(true);
+    origin.release();
     // The request that waited for the fetch is judged by what it read.
     assert_eq!(first.await.expect("first").status, 403);
     // Nothing of it was kept: fetched again, the new file applies.
     assert_eq!(proxy.get(&url).await.status, 200);
-    assert_eq!(fetches.load(Ordering::SeqCst), 2);
+    assert_eq!(origin.fetches(), 2);
 }

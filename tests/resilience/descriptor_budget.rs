@@ -14,7 +14,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use crate::support::binary::{NO_HANG, Setup};
+use crate::support::binary::{NO_HANG, Setup, descriptors, limit_descriptors};
 use crate::support::{Conn, Origin, Proxy, serve_tcp};
 
 /// Starts a loopback origin answering `robots` at `/robots.txt` (and a
@@ -84,15 +84,6 @@ async fn robots_txt_fetches_leave_no_connection_open_at_the_origins() {
     );
 }
 
-/// The proxy's descriptors in use, and the highest one.
-fn descriptors(pid: u32) -> (usize, u64) {
-    let fds: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .expect("the proxy's /proc/PID/fd")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    (fds.len(), fds.iter().copied().max().unwrap_or(0))
-}
-
 /// Out of file descriptors, a robots.txt fetch fails with EMFILE: the
 /// request gets 503 saying so, and nothing is cached: once descriptors are
 /// free again the very next request fetches robots.txt and is judged by
@@ -113,16 +104,7 @@ async fn a_fetch_failing_for_lack_of_descriptors_is_not_cached() {
     let (open, highest) = descriptors(pid);
     let limit = highest + 1 + SPARE;
     let free = limit - open as u64;
-    let pid_t = rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid");
-    rustix::process::prlimit(
-        Some(pid_t),
-        rustix::process::Resource::Nofile,
-        rustix::process::Rlimit {
-            current: Some(limit),
-            maximum: Some(limit),
-        },
-    )
-    .expect("prlimit");
+    limit_descriptors(pid, limit);
     // More clients than free descriptors: the proxy accepts until none is
     // left, the rest wait in the listen queue.
     let mut hogs = Vec::new();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
 
 use crate::fleet::until_all;
-use crate::support::binary::{Running, Setup};
+use crate::support::binary::{Running, Setup, descriptors, limit_descriptors};
 use crate::support::redis::{Redis, bare_fleet};
 use crate::support::{Conn, Origin, Proxy, admin};
 
@@ -813,25 +813,10 @@ async fn a_stale_copy_used_for_the_proxys_own_shortage_is_not_shared() {
     assert!(meta.contains("\"fresh\""), "{meta}");
     // Both copies expire (1 s); then the node runs out of descriptors.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let open = |pid: u32| {
-        let fds: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .expect("the proxy's /proc/PID/fd")
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
-        (fds.len() as u64, fds.iter().copied().max().unwrap_or(0))
-    };
-    let (used, highest) = open(pid);
+    let (used, highest) = descriptors(pid);
+    let used = used as u64;
     let limit = highest + 1 + 24;
-    let pid_t = rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid");
-    rustix::process::prlimit(
-        Some(pid_t),
-        rustix::process::Resource::Nofile,
-        rustix::process::Rlimit {
-            current: Some(limit),
-            maximum: Some(limit),
-        },
-    )
-    .expect("prlimit");
+    limit_descriptors(pid, limit);
     let mut hogs = Vec::new();
     for _ in 0..limit - used + 16 {
         hogs.push(
@@ -907,35 +892,15 @@ async fn a_failure_with_no_answer_from_the_origin_is_not_shared() {
 /// without waiting for the fleet's timeout (2 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_waiting_for_a_fetch_do_not_wait_for_its_store() {
-    use std::sync::Arc;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
     let Some(redis) = Redis::start().await else {
         return;
     };
-    let arrived = Arc::new(tokio::sync::Notify::new());
-    let (release, _) = tokio::sync::watch::channel(false);
-    let (a, r) = (arrived.clone(), release.clone());
-    let addr = crate::support::serve_tcp(move |mut stream| {
-        let (a, mut released) = (a.clone(), r.subscribe());
-        async move {
-            let mut buf = vec![0u8; 4096];
-            let n = stream.read(&mut buf).await.unwrap_or(0);
-            let body = if buf[..n].starts_with(b"GET /robots.txt ") {
-                a.notify_one();
-                let _ = released.wait_for(|r| *r).await;
-                "User-agent: *\nDisallow: /a\n"
-            } else {
-                "page"
-            };
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(reply.as_bytes()).await;
-        }
-    })
+    let origin = crate::support::HeldRobots::start(
+        "User-agent: *\nDisallow: /a\n",
+        "User-agent: *\nDisallow: /a\n",
+    )
     .await;
+    let (addr, arrived) = (origin.addr, origin.arrived.clone());
     let mut fleet = fleet_config(&redis, "node-1", FleetOnUnavailable::Refuse);
     fleet.timeout = Duration::from_secs(2);
     let one = Proxy::start_with(move |c| c.fleet = Some(fleet)).await;
@@ -948,7 +913,7 @@ async fn requests_waiting_for_a_fetch_do_not_wait_for_its_store() {
         .expect("node 1 fetches robots.txt");
     redis.signal("STOP");
     let released = Instant::now();
-    release.send_replace(true);
+    origin.release();
     let answer = request.await.expect("request");
     let took = released.elapsed();
     redis.signal("CONT");

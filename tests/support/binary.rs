@@ -295,3 +295,26 @@ impl Drop for Running {
         }
     }
 }
+
+/// How many file descriptors process `pid` has open, and the highest.
+pub fn descriptors(pid: u32) -> (usize, u64) {
+    let fds: Vec<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the proxy's /proc/PID/fd")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (fds.len(), fds.iter().copied().max().unwrap_or(0))
+}
+
+/// Sets process `pid`'s descriptor limit, soft and hard, to `limit`.
+pub fn limit_descriptors(pid: u32, limit: u64) {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).expect("pid")).expect("pid");
+    rustix::process::prlimit(
+        Some(pid),
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: Some(limit),
+            maximum: Some(limit),
+        },
+    )
+    .expect("prlimit");
+}

@@ -802,3 +802,66 @@ pub async fn counting_listener(
     });
     Some((addr, accepts))
 }
+
+/// An origin whose first robots.txt fetch is held until the test releases
+/// it: `first` is served then, `later` to every fetch after; any other path
+/// is a 200 "page". One request a connection.
+pub struct HeldRobots {
+    pub addr: SocketAddr,
+    /// Notified when the first fetch has arrived (and is held).
+    pub arrived: std::sync::Arc<tokio::sync::Notify>,
+    release: tokio::sync::watch::Sender<bool>,
+    fetches: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl HeldRobots {
+    pub async fn start(first: &'static str, later: &'static str) -> HeldRobots {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let arrived = Arc::new(tokio::sync::Notify::new());
+        let (release, _) = tokio::sync::watch::channel(false);
+        let (f, a, r) = (fetches.clone(), arrived.clone(), release.clone());
+        let addr = serve_tcp(move |mut stream| {
+            let (f, a, mut released) = (f.clone(), a.clone(), r.subscribe());
+            async move {
+                let mut buf = vec![0u8; 4096];
+                let n = stream.read(&mut buf).await.unwrap_or(0);
+                let body = if buf[..n].starts_with(b"GET /robots.txt ") {
+                    if f.fetch_add(1, Ordering::SeqCst) == 0 {
+                        a.notify_one();
+                        let _ = released.wait_for(|r| *r).await;
+                        first
+                    } else {
+                        later
+                    }
+                } else {
+                    "page"
+                };
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(reply.as_bytes()).await;
+            }
+        })
+        .await;
+        HeldRobots {
+            addr,
+            arrived,
+            release,
+            fetches,
+        }
+    }
+
+    /// Lets the first fetch have its answer.
+    pub fn release(&self) {
+        self.release.send_replace(true);
+    }
+
+    /// robots.txt fetches so far.
+    pub fn fetches(&self) -> usize {
+        self.fetches.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
