@@ -4,6 +4,8 @@
 //! against a cluster each is routed to the master of its key's slot (every
 //! key of one origin has one slot, see [`super::Fleet::key`]).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -143,6 +145,114 @@ fn cluster_builder(urls: &[String]) -> ClusterClientBuilder {
         .max_retry_wait(100)
 }
 
+/// How long calls must keep failing, as an outage, before the connection
+/// is replaced by a new one. The client reconnects by itself when a
+/// connection is closed or refused, but not when it goes silent: a
+/// half-open TCP connection (the Redis host gone behind a firewall that
+/// drops its packets, a NAT that forgot it) times every call out for the
+/// many minutes TCP takes to give up, while a new connection would be
+/// answered at once. Any other state the client cannot leave on its own
+/// ends the same way.
+pub(super) const REPLACE_AFTER: Duration = Duration::from_secs(3);
+
+/// The fleet's connection, made on first use and replaced when calls have
+/// failed as an outage for [`REPLACE_AFTER`] (at most once per that).
+pub(super) struct Link {
+    clients: Clients,
+    /// The connection and when it was made.
+    current: RwLock<Option<(Connection, tokio::time::Instant)>>,
+    /// Outage failures that go on: when the first one of this run was and
+    /// when the last one was.
+    streak: Mutex<Option<Streak>>,
+    /// Whether `streak` is set: what a call that succeeds reads (one
+    /// load while all is well).
+    failing: AtomicBool,
+    timeout: Duration,
+}
+
+#[derive(Clone, Copy)]
+struct Streak {
+    since: tokio::time::Instant,
+    last: tokio::time::Instant,
+}
+
+impl Link {
+    pub(super) fn new(clients: Clients, timeout: Duration) -> Link {
+        Link {
+            clients,
+            current: RwLock::new(None),
+            streak: Mutex::new(None),
+            failing: AtomicBool::new(false),
+            timeout,
+        }
+    }
+
+    pub(super) fn clients(&self) -> &Clients {
+        &self.clients
+    }
+
+    /// The connection (made now if there is none yet).
+    pub(super) fn get(&self) -> redis::RedisResult<Connection> {
+        if let Some((c, _)) = &*self.current.read().unwrap_or_else(PoisonError::into_inner) {
+            return Ok(c.clone());
+        }
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some((c, _)) = &*current {
+            return Ok(c.clone());
+        }
+        // Reconnects are the connection's own; each attempt is bounded
+        // anyway by the timeout around every call.
+        let c = self.clients.connect_lazily(self.timeout)?;
+        *current = Some((c.clone(), tokio::time::Instant::now()));
+        Ok(c)
+    }
+
+    /// A call was answered. The failures end once none came for
+    /// [`REPLACE_AFTER`]: a call answered between failures (another key's
+    /// node of a cluster, one connection of several) does not end them.
+    pub(super) fn answered(&self) {
+        if !self.failing.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut streak = self.streak.lock().unwrap_or_else(PoisonError::into_inner);
+        if streak.is_some_and(|s| s.last.elapsed() >= REPLACE_AFTER) {
+            *streak = None;
+            self.failing.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// A call failed as an outage. Returns whether the connection was
+    /// replaced: failures have gone on for [`REPLACE_AFTER`] and the
+    /// connection is at least that old.
+    pub(super) fn failed(&self) -> bool {
+        let now = tokio::time::Instant::now();
+        let mut streak = self.streak.lock().unwrap_or_else(PoisonError::into_inner);
+        let since = match *streak {
+            Some(s) if now.duration_since(s.last) < REPLACE_AFTER => s.since,
+            _ => now,
+        };
+        *streak = Some(Streak { since, last: now });
+        self.failing.store(true, Ordering::Relaxed);
+        if now.duration_since(since) < REPLACE_AFTER {
+            return false;
+        }
+        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        match &*current {
+            Some((_, made)) if now.duration_since(*made) >= REPLACE_AFTER => {
+                // The next call makes a new one; calls under way finish
+                // on the old one, which closes when the last ends.
+                *current = None;
+                *streak = Some(Streak {
+                    since: now,
+                    last: now,
+                });
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// A connection to the fleet's Redis, one server or a cluster: what
 /// [`super::Fleet::call`] hands its closure. Cheap to clone; clones share
 /// the connections underneath.
@@ -177,5 +287,96 @@ impl ConnectionLike for Connection {
             Connection::Server(c) => c.get_db(),
             Connection::Cluster(c) => c.get_db(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A link to a server nothing listens on: connections are made lazily,
+    /// so nothing is contacted.
+    fn link() -> Link {
+        let target = RedisTarget::Server("redis://127.0.0.1:1/0".into());
+        Link::new(
+            Clients::open(&target).expect("a URL"),
+            Duration::from_millis(50),
+        )
+    }
+
+    fn made(link: &Link) -> Option<tokio::time::Instant> {
+        link.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|(_, at)| *at)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_for_the_whole_period_replace_the_connection_once() {
+        let link = link();
+        link.get().expect("lazy");
+        let first = made(&link);
+        for _ in 0..3 {
+            assert!(!link.failed());
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        assert!(link.failed(), "3 s of failures");
+        assert_eq!(made(&link), None, "the next call makes a new one");
+        link.get().expect("lazy");
+        assert!(made(&link) > first);
+        // The replacement starts a new period: no second one at once.
+        assert!(!link.failed());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(!link.failed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_answered_between_failures_do_not_end_them() {
+        // A cluster whose one master's connection went silent: the
+        // heartbeat's key is answered, the booking's is not.
+        let link = link();
+        link.get().expect("lazy");
+        for _ in 0..3 {
+            assert!(!link.failed());
+            link.answered();
+            tokio::time::advance(Duration::from_secs(1)).await;
+            link.answered();
+        }
+        assert!(link.failed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_that_stop_are_forgotten() {
+        let link = link();
+        link.get().expect("lazy");
+        assert!(!link.failed());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        link.answered();
+        assert!(link.failing.load(Ordering::Relaxed), "1 s since a failure");
+        tokio::time::advance(REPLACE_AFTER).await;
+        link.answered();
+        assert!(!link.failing.load(Ordering::Relaxed));
+        assert!(!link.failed(), "a new run of failures");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(!link.failed(), "2 s old");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_young_connection_is_not_replaced() {
+        // Failures that began before the connection was made (Redis down
+        // at start): the connection is given the whole period too.
+        let link = link();
+        for _ in 0..2 {
+            assert!(!link.failed());
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        link.get().expect("lazy");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(!link.failed(), "failing for 3 s, the connection 1 s old");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(!link.failed());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(link.failed(), "the connection 3 s old");
     }
 }

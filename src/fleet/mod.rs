@@ -67,8 +67,7 @@ pub struct Unavailable;
 
 /// The fleet's shared state; one per process.
 pub struct Fleet {
-    clients: connection::Clients,
-    conn: OnceLock<Connection>,
+    link: connection::Link,
     name: String,
     node: String,
     /// This instance of the proxy, random ([`events::Author`]).
@@ -142,6 +141,9 @@ pub struct FleetStats {
     /// robots.txt fetches this node made for the fleet, under its lease
     /// (`robots_proxy_fleet_robots_fetched_total`).
     pub robots_fetched: AtomicU64,
+    /// Connections to Redis replaced after calls kept failing
+    /// (`robots_proxy_fleet_reconnects_total`).
+    pub reconnects: AtomicU64,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -159,8 +161,10 @@ impl Fleet {
     /// Parses the URLs; nothing is contacted until the first call.
     pub fn new(settings: &FleetSettings) -> Result<Fleet, redis::RedisError> {
         Ok(Fleet {
-            clients: connection::Clients::open(&settings.redis)?,
-            conn: OnceLock::new(),
+            link: connection::Link::new(
+                connection::Clients::open(&settings.redis)?,
+                settings.timeout,
+            ),
             name: settings.name.clone(),
             node: settings.node.clone(),
             instance: events::new_instance(),
@@ -232,17 +236,7 @@ impl Fleet {
     /// subscribing on any one hears the whole fleet; the next is tried
     /// when one is down).
     pub(crate) fn pubsub_clients(&self) -> Vec<redis::Client> {
-        self.clients.singles().to_vec()
-    }
-
-    fn connection(&self) -> redis::RedisResult<Connection> {
-        if let Some(c) = self.conn.get() {
-            return Ok(c.clone());
-        }
-        // Reconnects are the connection's own; each attempt is bounded
-        // anyway by the timeout around every call.
-        let c = self.clients.connect_lazily(self.timeout)?;
-        Ok(self.conn.get_or_init(|| c).clone())
+        self.link.clients().singles().to_vec()
     }
 
     /// Runs `call` on a connection to Redis within the timeout. During an
@@ -310,7 +304,7 @@ impl Fleet {
                 _ => *retry_at = Some(now + RETRY_EVERY),
             }
         }
-        let work = async { call(self.connection()?).await };
+        let work = async { call(self.link.get()?).await };
         let started = Instant::now();
         let answered = tokio::time::timeout(limit, work).await;
         self.stats.round_trips.observe(started.elapsed());
@@ -346,6 +340,7 @@ impl Fleet {
         };
         match result {
             Ok(r) => {
+                self.link.answered();
                 if self.down.swap(false, Ordering::Relaxed) {
                     self.stats
                         .recovered_at
@@ -360,6 +355,11 @@ impl Fleet {
             Err(error) => {
                 *self.retry_at.lock().unwrap_or_else(PoisonError::into_inner) =
                     Some(Instant::now() + RETRY_EVERY);
+                if self.link.failed() {
+                    self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%error, after = %humantime::format_duration(connection::REPLACE_AFTER),
+                        "fleet: Redis calls keep failing: the connection is replaced by a new one");
+                }
                 if !self.down.swap(true, Ordering::Relaxed) {
                     let on_unavailable = match self.on_unavailable {
                         OnUnavailable::Local => "local",

@@ -582,7 +582,7 @@ impl Collector for FleetCollector {
             let m = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
             gauge.encode(m)?;
         }
-        let counters: [(&str, &str, u64); 2] = [
+        let counters: [(&str, &str, u64); 3] = [
             (
                 "robots_proxy_fleet_robots_waited",
                 "robots.txt fetches this node waited for from another node of the fleet",
@@ -592,6 +592,11 @@ impl Collector for FleetCollector {
                 "robots_proxy_fleet_robots_fetched",
                 "robots.txt fetches this node made for the fleet (under the fleet's lease)",
                 count(&stats.robots_fetched),
+            ),
+            (
+                "robots_proxy_fleet_reconnects",
+                "connections to Redis replaced by new ones after calls kept failing (a silent connection)",
+                count(&stats.reconnects),
             ),
         ];
         for (name, help, v) in counters {
@@ -857,6 +862,7 @@ mod tests {
             sample(&t, "robots_proxy_fleet_robots_fetched_total"),
             Some(0.0)
         );
+        assert_eq!(sample(&t, "robots_proxy_fleet_reconnects_total"), Some(0.0));
         assert_eq!(
             sample(&t, "robots_proxy_fleet_round_trip_seconds_count"),
             Some(0.0)

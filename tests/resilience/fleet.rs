@@ -218,6 +218,59 @@ async fn redis_stopped_mid_run_refuses_with_503() {
     assert_eq!(nodes[0].get(&free.url("/c")).await.status, 200);
 }
 
+/// The connection to Redis goes half-open (the host gone behind a firewall
+/// that drops its packets: no answer, no close, for the many minutes TCP
+/// takes to give up) while a new connection would be answered: the node
+/// makes one and shares again within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_open_connection_to_redis_is_replaced() {
+    use crate::support::redis::SlowRelay;
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let relay = SlowRelay::start(&redis).await;
+    let config = FleetConfig {
+        redis: RedisTarget::Server(relay.url()),
+        ..fleet(
+            &redis,
+            Duration::from_millis(300),
+            FleetOnUnavailable::Refuse,
+        )
+    };
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let nodes = proxies(1, Some(config)).await;
+    assert_eq!(nodes[0].get(&origin.url("/a")).await.status, 200);
+
+    relay.strand();
+    let stranded = Instant::now();
+    let mut refused = 0;
+    for i in 0.. {
+        let r = nodes[0].get(&origin.url(&format!("/b{i}"))).await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 503, "{}", r.body);
+        refused += 1;
+        assert!(
+            stranded.elapsed() < Duration::from_secs(30),
+            "still refused after {refused} requests: {}",
+            r.body
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "half-open connection replaced: shared again {:?} after it went silent ({refused} refused)",
+        stranded.elapsed()
+    );
+    assert!(refused > 0, "the silent connection was noticed");
+    let metrics = nodes[0].metrics().await;
+    assert_eq!(
+        metric(&metrics, "robots_proxy_fleet_reconnects_total"),
+        Some(1.0),
+        "one new connection"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_with_no_crawl_delay_makes_no_redis_call() {
     let Some(redis) = Redis::start().await else {

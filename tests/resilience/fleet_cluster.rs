@@ -182,10 +182,18 @@ async fn a_cluster_stopped_is_refused_within_the_timeout_and_used_again_once_bac
                 break;
             }
             assert_eq!(r.status, 503, "{}", r.body);
-            assert!(
-                restarted.elapsed() < Duration::from_secs(15),
-                "node {n} does not use the cluster again"
-            );
+            if restarted.elapsed() > Duration::from_secs(20) {
+                let metrics = node.metrics().await;
+                let fleet: Vec<&str> = metrics
+                    .lines()
+                    .filter(|l| l.starts_with("robots_proxy_fleet_"))
+                    .collect();
+                panic!(
+                    "node {n} does not use the cluster again: {}\n{}",
+                    r.body,
+                    fleet.join("\n")
+                );
+            }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }

@@ -324,10 +324,15 @@ impl TlsRedis {
 
 /// A relay on a free loopback port in front of a Redis that holds every
 /// answer back for [`SlowRelay::set_delay`] (zero at first): a Redis that
-/// answers, slowly.
+/// answers, slowly. [`SlowRelay::strand`] makes the connections open at
+/// that moment half-open ones: nothing more passes either way and nothing
+/// closes them, while connections made later are relayed.
 pub struct SlowRelay {
     pub port: u16,
     delay_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Bumped by `strand`: a connection accepted in an earlier epoch is
+    /// stranded.
+    epoch: std::sync::Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -340,10 +345,14 @@ impl SlowRelay {
             .expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let delay_ms = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let (upstream, delay) = (redis.port, delay_ms.clone());
+        let epoch = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (upstream, delay, epochs) = (redis.port, delay_ms.clone(), epoch.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let delay = delay.clone();
+                let epochs = epochs.clone();
+                let born = epochs.load(Ordering::SeqCst);
+                let stranded = move || epochs.load(Ordering::SeqCst) != born;
                 tokio::spawn(async move {
                     let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
                     else {
@@ -351,8 +360,22 @@ impl SlowRelay {
                     };
                     let (mut cr, mut cw) = client.into_split();
                     let (mut sr, mut sw) = server.into_split();
+                    let up_stranded = stranded.clone();
                     let up = tokio::spawn(async move {
-                        let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                        let mut buf = vec![0u8; 64 * 1024];
+                        while let Ok(n) = cr.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                            if up_stranded() {
+                                // Half-open: the bytes are lost, the
+                                // connection stays.
+                                std::future::pending::<()>().await;
+                            }
+                            if sw.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
                     });
                     // Each chunk goes out `delay` after it came in: a
                     // constant latency, no queue behind a slow one.
@@ -361,6 +384,9 @@ impl SlowRelay {
                     let down = tokio::spawn(async move {
                         while let Some((at, bytes)) = rx.recv().await {
                             tokio::time::sleep_until(at).await;
+                            if stranded() {
+                                std::future::pending::<()>().await;
+                            }
                             if cw.write_all(&bytes).await.is_err() {
                                 break;
                             }
@@ -387,8 +413,16 @@ impl SlowRelay {
         SlowRelay {
             port,
             delay_ms,
+            epoch,
             task,
         }
+    }
+
+    /// Every connection open now goes silent for good (a Redis host gone
+    /// behind a firewall that drops its packets): neither closed nor
+    /// answered. New connections are relayed as before.
+    pub fn strand(&self) {
+        self.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn url(&self) -> String {
