@@ -250,7 +250,6 @@ async fn shared_miss_latency_on_loopback_redis() {
         pct(&mut follow, 50),
         pct(&mut follow, 99)
     );
-    assert!(pct(&mut follow, 50) < Duration::from_millis(100));
 }
 
 /// A node whose destination policy refuses an origin does not share that
