@@ -375,7 +375,10 @@ impl Fleet {
 }
 
 /// Whether `e` says Redis (or the part of a cluster a key lives on) cannot
-/// be reached, rather than that one command failed.
+/// be reached, rather than that one command failed. The client's own
+/// failures count: a command it could not hand to its connection (the
+/// cluster client's "request wasn't handled due to internal failure") did
+/// not reach Redis.
 fn is_outage(e: &redis::RedisError) -> bool {
     e.is_io_error()
         || e.is_timeout()
@@ -385,6 +388,7 @@ fn is_outage(e: &redis::RedisError) -> bool {
         || matches!(
             e.kind(),
             redis::ErrorKind::AuthenticationFailed
+                | redis::ErrorKind::Client
                 | redis::ErrorKind::ClusterConnectionNotFound
                 | redis::ErrorKind::Server(
                     redis::ServerErrorKind::BusyLoading
@@ -430,5 +434,33 @@ mod tests {
         assert_eq!(buckets[12], 1, "1 s");
         assert_eq!(buckets[13], 2, "above every bound");
         assert_eq!(buckets.iter().sum::<u64>(), 7);
+    }
+
+    #[test]
+    fn failures_of_the_way_to_redis_are_outages_failures_of_a_command_are_not() {
+        use redis::{ErrorKind, RedisError};
+        let outage = [
+            RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+            RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
+            RedisError::from((ErrorKind::Io, "Cluster connection task were dropped")),
+            RedisError::from((
+                ErrorKind::Client,
+                "request wasn't handled due to internal failure",
+            )),
+            RedisError::from((ErrorKind::ClusterConnectionNotFound, "No connections found")),
+        ];
+        for e in &outage {
+            assert!(is_outage(e), "{e}");
+        }
+        let command = [
+            RedisError::from((ErrorKind::UnexpectedReturnType, "not a number")),
+            RedisError::from((
+                ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "WRONGTYPE",
+            )),
+        ];
+        for e in &command {
+            assert!(!is_outage(e), "{e}");
+        }
     }
 }
