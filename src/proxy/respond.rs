@@ -207,7 +207,7 @@ pub(crate) fn blocked(j: &Judgement) -> Response<Body> {
             ..
         } => (
             StatusCode::SERVICE_UNAVAILABLE,
-            "robots.txt not fetched: the proxy is short of a local resource (not the origin's fault); retry shortly",
+            "robots.txt not fetched, for a cause of the proxy's own (not the origin's fault: see Reason); retry shortly",
             Some(*retry_after),
         ),
         Decision::Unreachable { retry_after, .. } => (
