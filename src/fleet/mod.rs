@@ -65,6 +65,25 @@ pub struct FleetSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Unavailable;
 
+/// Why a call failed, for callers whose answer differs: an outage falls
+/// back as `on_unavailable` says, a failure of the call alone is refused
+/// (what the other nodes do meanwhile goes on on Redis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Redis, or the node of a cluster that holds the key, cannot be
+    /// reached (this call's failure, or an outage under way).
+    Outage,
+    /// Redis answers, but not this call: cut short by the request's
+    /// allowance, or the command failed on its key.
+    Call,
+}
+
+impl From<Failure> for Unavailable {
+    fn from(_: Failure) -> Unavailable {
+        Unavailable
+    }
+}
+
 /// The fleet's shared state; one per process.
 pub struct Fleet {
     link: connection::Link,
@@ -247,7 +266,7 @@ impl Fleet {
         F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        self.call_within(self.timeout, call).await
+        Ok(self.attempt(self.timeout, true, call).await?)
     }
 
     /// [`Fleet::call`] within `allowance` too: what is left of a request's
@@ -255,12 +274,8 @@ impl Fleet {
     /// `max_rps`, then its Crawl-delay booking), so a Redis that answers
     /// each call just within the timeout cannot hold a request several
     /// times as long. A call cut short by the allowance fails without
-    /// counting as an outage.
-    pub async fn call_within<T, F, Fut>(
-        &self,
-        allowance: Duration,
-        call: F,
-    ) -> Result<T, Unavailable>
+    /// counting as an outage; the failure says which it was.
+    pub async fn call_within<T, F, Fut>(&self, allowance: Duration, call: F) -> Result<T, Failure>
     where
         F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
@@ -277,7 +292,7 @@ impl Fleet {
         F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        self.attempt(self.timeout, false, call).await
+        Ok(self.attempt(self.timeout, false, call).await?)
     }
 
     async fn attempt<T, F, Fut>(
@@ -285,7 +300,7 @@ impl Fleet {
         allowance: Duration,
         gated: bool,
         call: F,
-    ) -> Result<T, Unavailable>
+    ) -> Result<T, Failure>
     where
         F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
@@ -293,13 +308,13 @@ impl Fleet {
         let limit = allowance.min(self.timeout);
         if limit.is_zero() {
             // This request has waited on Redis for the whole timeout.
-            return Err(Unavailable);
+            return Err(Failure::Call);
         }
         if gated && self.down.load(Ordering::Relaxed) {
             let mut retry_at = self.retry_at.lock().unwrap_or_else(PoisonError::into_inner);
             let now = Instant::now();
             match *retry_at {
-                Some(at) if now < at => return Err(Unavailable),
+                Some(at) if now < at => return Err(Failure::Outage),
                 // This call tries; the others keep falling back.
                 _ => *retry_at = Some(now + RETRY_EVERY),
             }
@@ -311,7 +326,7 @@ impl Fleet {
         if answered.is_err() && limit < self.timeout {
             // Cut short by the request's allowance, not by Redis's
             // timeout: it says nothing of Redis.
-            return Err(Unavailable);
+            return Err(Failure::Call);
         }
         if matches!(answered, Ok(Ok(_))) {
             self.stats
@@ -330,7 +345,7 @@ impl Fleet {
                 if self.command_error_logged.swap(now, Ordering::Relaxed) != now {
                     tracing::warn!(error = %e, "fleet: a Redis command failed");
                 }
-                return Err(Unavailable);
+                return Err(Failure::Call);
             }
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!(
@@ -368,7 +383,7 @@ impl Fleet {
                     tracing::warn!(%error, on_unavailable,
                         "fleet: Redis unavailable: state no longer shared");
                 }
-                Err(Unavailable)
+                Err(Failure::Outage)
             }
         }
     }

@@ -27,7 +27,7 @@
 
 use std::time::Duration;
 
-use super::{Fleet, Unavailable, micros};
+use super::{Failure, Fleet, Unavailable, micros};
 
 /// Books the next slot of KEYS[1]. ARGV: interval, max_wait, max_queue
 /// (microseconds, microseconds, count; max_queue 0: no bound), not before
@@ -140,9 +140,10 @@ impl Fleet {
         max_wait: Duration,
         max_queue: usize,
     ) -> Result<Booking, Unavailable> {
-        self.book_within(key, interval, max_wait, max_queue, Bounds::default())
+        Ok(self
+            .book_within(key, interval, max_wait, max_queue, Bounds::default())
             .await
-            .map(|(booking, _)| booking)
+            .map(|(booking, _)| booking)?)
     }
 
     /// [`Fleet::book`], within `bounds`; with the slot booked (µs on
@@ -154,7 +155,7 @@ impl Fleet {
         max_wait: Duration,
         max_queue: usize,
         bounds: Bounds,
-    ) -> Result<(Booking, u64), Unavailable> {
+    ) -> Result<(Booking, u64), Failure> {
         let (nodes, rank) = bounds.grid.unwrap_or((1, 0));
         let allowance = bounds.allowance.unwrap_or(self.timeout());
         let (booked, wait, slot) = self

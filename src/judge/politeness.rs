@@ -55,7 +55,7 @@ use std::time::Duration;
 
 use lru::LruCache;
 
-use crate::fleet::{Booking, Bounds, Fleet, OnUnavailable, Unavailable};
+use crate::fleet::{Booking, Bounds, Failure, Fleet, OnUnavailable};
 use tokio::time::Instant;
 
 /// Default cap on an honoured `Crawl-delay`.
@@ -383,16 +383,17 @@ impl Politeness {
             Ok((Booking::Refused(wait), _)) => {
                 Err(NotNow::Limited(RateLimited { retry_after: wait }))
             }
-            Err(Unavailable) => {
+            Err(Failure::Call) => {
+                // Not an outage: Redis answers, but not this booking (cut
+                // short by the request's allowance, or a command that
+                // failed on this key). A slot of this node's own would be
+                // one the others do not know: refused, as `refuse` does,
+                // whatever `on_unavailable` says.
                 unavailable();
-                if fleet.is_reachable() {
-                    // Not an outage: Redis answers, but not this booking
-                    // (cut short by the request's allowance, or a command
-                    // that failed on this key). A slot of this node's own
-                    // would be one the others do not know: refused, as
-                    // `refuse` does, whatever `on_unavailable` says.
-                    return Err(NotNow::FleetUnavailable);
-                }
+                Err(NotNow::FleetUnavailable)
+            }
+            Err(Failure::Outage) => {
+                unavailable();
                 match fleet.on_unavailable() {
                     OnUnavailable::Local => {
                         // A node alone (N = 1) has no grid to keep to, but
