@@ -505,16 +505,26 @@ fn write_back(proxy: &dyn ProxyView, fleet: &Arc<crate::fleet::Fleet>) {
 
 /// Applies the purges other nodes of the fleet tell of, until the fleet
 /// is gone; when this node may have missed some (Redis answers again, or
-/// the subscription was made again), drops its robots.txt copies and
-/// writes the Crawl-delay slots it held alone into the shared schedule.
+/// the subscription was made again), drops its robots.txt copies, applies
+/// the response-cache purges said meanwhile and writes the Crawl-delay
+/// slots it held alone into the shared schedule.
 pub(crate) async fn follow_fleet_purges(
     proxy: Arc<dyn ProxyView>,
     fleet: Arc<crate::fleet::Fleet>,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     let mut events = fleet.events();
+    // When the last event came: a lag lost events since.
+    let mut received = tokio::time::Instant::now();
     loop {
-        let (what, from) = match events.recv().await {
+        let event = events.recv().await;
+        let missed = match &event {
+            Ok(Event::Rejoined { away }) => Some(*away),
+            Err(RecvError::Lagged(_)) => Some(received.elapsed()),
+            _ => None,
+        };
+        received = tokio::time::Instant::now();
+        let (what, from) = match event {
             Ok(Event::Purged { what, from }) => (what, from),
             // Redis is back: the Crawl-delay slots held alone are written
             // into the shared schedule, the robots.txt entries decided
@@ -531,8 +541,10 @@ pub(crate) async fn follow_fleet_purges(
                 continue;
             }
             // Purges may have been said while this node was not listening:
-            // its copies are dropped, and read from Redis again as needed.
-            Ok(Event::Rejoined) | Err(RecvError::Lagged(_)) => {
+            // its robots.txt copies are dropped (read from Redis again as
+            // needed), and the response-cache purges said meanwhile are
+            // read from Redis and applied.
+            Ok(Event::Rejoined { .. }) | Err(RecvError::Lagged(_)) => {
                 // A `Recovered` among the messages lost.
                 if fleet.settling() {
                     write_back(&*proxy, &fleet);
@@ -542,6 +554,9 @@ pub(crate) async fn follow_fleet_purges(
                     dropped,
                     "fleet messages may have been missed: robots.txt copies dropped, read again from Redis"
                 );
+                if let Some(away) = missed {
+                    replay_purges(proxy.clone(), fleet.clone(), away);
+                }
                 continue;
             }
             Ok(Event::Fetched(_) | Event::Reload { .. }) => continue,
@@ -550,29 +565,87 @@ pub(crate) async fn follow_fleet_purges(
         if fleet.is_me(&from) {
             continue;
         }
-        match &what {
-            Purge::Robots(origin) => {
-                if let Ok((origin, _)) = parse_url(origin) {
-                    proxy.gate().cache().purge(&origin);
-                }
-            }
-            // As the admin endpoint checks them: a message from a broken
-            // or hostile Redis cannot empty the cache with a prefix "h".
-            Purge::Url(url) if is_absolute_http(url) => {
-                if let Some(cache) = proxy.response_cache() {
-                    cache.purge_url(url);
-                }
-            }
-            Purge::Prefix(prefix) if is_absolute_http(prefix) => {
-                if let Some(cache) = proxy.response_cache() {
-                    cache.purge_prefix(prefix);
-                }
-            }
-            Purge::Url(_) | Purge::Prefix(_) => continue,
+        if apply_purge(&*proxy, &what) {
+            tracing::info!(from = %from, what = ?what, "purged as another node of the fleet asked");
         }
-        tracing::info!(from = %from, what = ?what, "purged as another node of the fleet asked");
     }
 }
+
+/// Applies a purge another node said; false when it is not one to apply.
+fn apply_purge(proxy: &dyn ProxyView, what: &Purge) -> bool {
+    match what {
+        Purge::Robots(origin) => {
+            if let Ok((origin, _)) = parse_url(origin) {
+                proxy.gate().cache().purge(&origin);
+            }
+        }
+        // As the admin endpoint checks them: a message from a broken or
+        // hostile Redis cannot empty the cache with a prefix "h".
+        Purge::Url(url) if is_absolute_http(url) => {
+            if let Some(cache) = proxy.response_cache() {
+                cache.purge_url(url);
+            }
+        }
+        Purge::Prefix(prefix) if is_absolute_http(prefix) => {
+            if let Some(cache) = proxy.response_cache() {
+                cache.purge_prefix(prefix);
+            }
+        }
+        Purge::Url(_) | Purge::Prefix(_) => return false,
+    }
+    true
+}
+
+/// Reads the response-cache purges said in the last `away` (plus a margin
+/// for the clocks and the time to subscribe) from Redis and applies them,
+/// in a task of its own. When more were said than Redis keeps, the whole
+/// response cache is dropped; when Redis does not answer, the log says
+/// so.
+fn replay_purges(proxy: Arc<dyn ProxyView>, fleet: Arc<crate::fleet::Fleet>, away: Duration) {
+    if proxy.response_cache().is_none() {
+        return;
+    }
+    let within = away + REPLAY_MARGIN + fleet.timeout();
+    tokio::spawn(async move {
+        let Ok(recent) = fleet.purges_since(Some(within)).await else {
+            tracing::warn!(
+                "fleet: purges said while this node was not listening could not be read from Redis: a URL purged meanwhile may be served from this node's cache until it expires"
+            );
+            return;
+        };
+        let Some(cache) = proxy.response_cache() else {
+            return;
+        };
+        if !recent.complete {
+            let dropped = cache.purge_all();
+            tracing::warn!(
+                dropped,
+                kept = crate::fleet::events::PURGES_KEPT,
+                "fleet: more purges were said while this node was not listening than Redis keeps: response cache dropped"
+            );
+            return;
+        }
+        let mut applied = 0;
+        for (what, from) in &recent.purges {
+            if matches!(what, Purge::Url(_) | Purge::Prefix(_))
+                && !fleet.is_me(from)
+                && apply_purge(&*proxy, what)
+            {
+                applied += 1;
+            }
+        }
+        if applied > 0 {
+            tracing::info!(
+                applied,
+                "fleet: response-cache purges said while this node was not listening applied"
+            );
+        }
+    });
+}
+
+/// Added to the time a node was not listening when it reads the purges
+/// said meanwhile: Redis's clock and this node's may differ a little.
+const REPLAY_MARGIN: Duration = Duration::from_secs(2);
 
 #[cfg(test)]
 mod tests {

@@ -7,10 +7,11 @@
 //! One subscriber task per process, started by the first
 //! [`Fleet::events`] call, reconnects every [`RETRY_EVERY`] while Redis is
 //! away (to the next seed node of a cluster) and ends when the fleet is
-//! dropped. An event missed while it is
-//! away costs a waiting node one poll; a purge missed then leaves that
-//! node's copy until it expires (the shared entry is gone, so it is
-//! fetched again then).
+//! dropped. An event missed while it is away costs a waiting node one
+//! poll. Purges are kept too, the last [`PURGES_KEPT`] for a day, in a
+//! list of Redis (`robots-proxy:<name>:{events}:purges`): a node that
+//! subscribes again reads those said while it was away
+//! ([`Fleet::purges_since`]) and applies them.
 //!
 //! A message is `<kind>\n<node>#<instance>\n<value>` ([`Author`]); a
 //! `<node>` alone (an earlier version's) is read as a node of another
@@ -34,6 +35,44 @@ const QUIET: Duration = Duration::from_secs(5);
 
 /// Events kept for a slow receiver before it is told it lagged.
 const BACKLOG: usize = 1024;
+
+/// Purges kept in Redis for nodes that were not listening.
+pub const PURGES_KEPT: usize = 1000;
+
+/// How long the purges are kept after the last one.
+const PURGES_FOR: Duration = Duration::from_secs(24 * 3600);
+
+/// Adds a purge message (ARGV[1]) to the list, stamped with Redis's clock
+/// in microseconds: `<µs>\n<message>`, newest first, at most ARGV[2].
+const LOG_PURGE_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+redis.call('LPUSH', KEYS[1], now .. '\n' .. ARGV[1])
+redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+";
+
+/// Redis's clock (µs, as a string) and the purges kept, newest first.
+const READ_PURGES_SCRIPT: &str = r"
+local t = redis.call('TIME')
+return {t[1] .. string.format('%06d', tonumber(t[2])), redis.call('LRANGE', KEYS[1], 0, -1)}
+";
+
+static LOG_PURGE: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(LOG_PURGE_SCRIPT));
+static READ_PURGES: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(READ_PURGES_SCRIPT));
+
+/// The purges said within a while, as [`Fleet::purges_since`] reads them.
+#[derive(Debug, Default)]
+pub struct Recent {
+    /// Oldest first.
+    pub purges: Vec<(Purge, Author)>,
+    /// Whether every purge of the while is there: false when the list was
+    /// full and its oldest is within it (older ones were dropped).
+    pub complete: bool,
+}
 
 /// What was purged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,8 +158,10 @@ pub enum Event {
     /// reads its own file again.
     Reload { from: Author },
     /// This node subscribed again after its subscription broke: what was
-    /// said meanwhile (purges) was not heard. Never sent to other nodes.
-    Rejoined,
+    /// said meanwhile (purges) was not heard. `away`: how long since the
+    /// broken subscription last heard from Redis. Never sent to other
+    /// nodes.
+    Rejoined { away: Duration },
     /// Redis answered this node again after an outage: what it decided
     /// alone meanwhile is shared again. Never sent to other nodes.
     Recovered,
@@ -132,7 +173,7 @@ impl Event {
         let (kind, value) = match self {
             Event::Fetched(o) => ("fetched", o),
             Event::Reload { .. } => return format!("reload\n{node}\nconfiguration").into_bytes(),
-            Event::Rejoined | Event::Recovered => return Vec::new(),
+            Event::Rejoined { .. } | Event::Recovered => return Vec::new(),
             Event::Purged { what, .. } => match what {
                 Purge::Robots(v) => ("purge-robots", v),
                 Purge::Url(v) => ("purge-url", v),
@@ -231,14 +272,82 @@ impl Fleet {
     }
 
     /// Tells every node (this one included) about `what`; returns how
-    /// many subscribers heard it.
+    /// many subscribers heard it. The purge is kept for nodes that are not
+    /// listening now ([`Fleet::purges_since`]).
     pub async fn publish_purge(&self, what: Purge) -> Result<u64, super::Unavailable> {
         let message = Event::Purged {
             what,
             from: self.author(),
         }
         .encode_from(&self.author());
+        let key = self.purges_key();
+        let kept = message.clone();
+        self.call(|mut conn| async move {
+            LOG_PURGE
+                .key(key)
+                .arg(kept)
+                .arg(PURGES_KEPT as u64)
+                .arg(super::micros(PURGES_FOR) / 1000)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        })
+        .await?;
         self.publish(message).await
+    }
+
+    fn purges_key(&self) -> String {
+        self.key("events", "purges")
+    }
+
+    /// The purges kept that were said within `within` (on Redis's clock),
+    /// or all kept (`None`), this node's own included.
+    pub async fn purges_since(
+        &self,
+        within: Option<Duration>,
+    ) -> Result<Recent, super::Unavailable> {
+        let key = self.purges_key();
+        let (now, kept) = self
+            .call(|mut conn| async move {
+                READ_PURGES
+                    .key(key)
+                    .invoke_async::<(String, Vec<Vec<u8>>)>(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(recent(&now, &kept, within))
+    }
+}
+
+/// The purges of `kept` (newest first, as the list holds them) said within
+/// `within` of `now` (µs of Redis's clock), oldest first. Entries that do
+/// not parse are skipped.
+fn recent(now: &str, kept: &[Vec<u8>], within: Option<Duration>) -> Recent {
+    let now: u64 = now.parse().unwrap_or(0);
+    let since = within.map_or(0, |w| now.saturating_sub(super::micros(w)));
+    let mut purges = Vec::new();
+    let mut oldest_within = true;
+    for entry in kept {
+        let Some(at_end) = entry.iter().position(|&b| b == b'\n') else {
+            continue;
+        };
+        let Some(at) = std::str::from_utf8(&entry[..at_end])
+            .ok()
+            .and_then(|t| t.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if at < since {
+            oldest_within = false;
+            break;
+        }
+        if let Some(Event::Purged { what, from }) = Event::decode(&entry[at_end + 1..]) {
+            purges.push((what, from));
+        }
+    }
+    purges.reverse();
+    Recent {
+        purges,
+        complete: !oldest_within || kept.len() < PURGES_KEPT,
     }
 }
 
@@ -251,7 +360,9 @@ async fn subscribe(
     timeout: Duration,
 ) {
     let timeout = timeout.max(Duration::from_secs(1));
-    let mut subscribed_before = false;
+    // When the subscription last heard from Redis (`None`: never
+    // subscribed).
+    let mut heard: Option<tokio::time::Instant> = None;
     for client in clients.iter().cycle() {
         let connected = tokio::time::timeout(timeout, async {
             let mut pubsub = client.get_async_pubsub().await?;
@@ -261,19 +372,21 @@ async fn subscribe(
         .await;
         if let Ok(Ok(pubsub)) = connected {
             let (mut sink, mut messages) = pubsub.split();
-            if subscribed_before {
+            if let Some(heard) = heard {
                 // Messages sent while this node was away are lost.
+                let away = heard.elapsed();
                 match events.upgrade() {
-                    Some(tx) => drop(tx.send(Event::Rejoined)),
+                    Some(tx) => drop(tx.send(Event::Rejoined { away })),
                     None => return,
                 }
             }
-            subscribed_before = true;
+            heard = Some(tokio::time::Instant::now());
             loop {
                 let next = tokio::time::timeout(QUIET, messages.next()).await;
                 let Some(tx) = events.upgrade() else { return };
                 match next {
                     Ok(Some(msg)) => {
+                        heard = Some(tokio::time::Instant::now());
                         if let Some(event) = Event::decode(msg.get_payload_bytes()) {
                             let _ = tx.send(event);
                         }
@@ -287,6 +400,7 @@ async fn subscribe(
                         if !matches!(pong, Ok(Ok(_))) {
                             break;
                         }
+                        heard = Some(tokio::time::Instant::now());
                     }
                 }
             }

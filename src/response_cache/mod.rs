@@ -974,6 +974,16 @@ impl ResponseCache {
         n
     }
 
+    /// Removes everything stored; returns how many objects.
+    pub fn purge_all(&self) -> usize {
+        let n = self.inner.store.purge_prefix("");
+        self.inner
+            .stats
+            .invalidations
+            .fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
     /// Removes everything stored under URLs starting with `prefix`.
     pub fn purge_prefix(&self, prefix: &str) -> usize {
         let prefix = normalize(prefix);

@@ -561,30 +561,7 @@ async fn a_purge_missed_while_unsubscribed_is_made_good_on_subscribing_again() {
         }
     };
     assert_eq!(subscribers().await, 2, "both nodes subscribed");
-    // Cut the subscriptions and purge before they are made again (a
-    // node waits a second before it subscribes again); the answer says
-    // whether anyone heard.
-    let mut tries = 0;
-    let heard = loop {
-        tries += 1;
-        redis
-            .command(&["CLIENT", "KILL", "TYPE", "pubsub"])
-            .await
-            .expect("CLIENT KILL");
-        let purged = two
-            .admin_post(&format!("/purge?origin={}", origin.url("/")))
-            .await;
-        assert_eq!(purged.status, 200, "{}", purged.body);
-        let answer: serde_json::Value = serde_json::from_str(&purged.body).expect("JSON");
-        if answer["fleet"]["heard_by"] == 0 {
-            break answer;
-        }
-        assert!(
-            tries < 10,
-            "a node subscribed again at once: {}",
-            purged.body
-        );
-    };
+    let heard = purge_unheard(&redis, &two, &format!("/purge?origin={}", origin.url("/"))).await;
     assert_eq!(heard["fleet"]["told"], "every node", "{heard}");
     // Node 2 purged its own copy; node 1 heard nothing, and judges by its
     // old copy until it has subscribed again.
@@ -645,6 +622,81 @@ async fn a_slow_redis_costs_no_copies() {
 
 /// Asks `node` for `url` until it is allowed (200), each answer before
 /// that a 403 (the old copy); panics with `what` after 15 s.
+/// Cuts every subscription and sends the purge `path` (an admin POST)
+/// through `node` before they are made again (a node waits a second
+/// before it subscribes again), as often as it takes for nobody to hear
+/// it; returns the purge's answer.
+async fn purge_unheard(redis: &Redis, node: &Proxy, path: &str) -> serde_json::Value {
+    for _ in 0..10 {
+        redis
+            .command(&["CLIENT", "KILL", "TYPE", "pubsub"])
+            .await
+            .expect("CLIENT KILL");
+        let purged = node.admin_post(path).await;
+        assert_eq!(purged.status, 200, "{}", purged.body);
+        let answer: serde_json::Value = serde_json::from_str(&purged.body).expect("JSON");
+        if answer["fleet"]["heard_by"] == 0 {
+            return answer;
+        }
+    }
+    panic!("a node subscribed again at once every time");
+}
+
+/// Response-cache purges said while a node's subscription was cut are
+/// kept in Redis: once subscribed again the node applies them, and
+/// serves the purged URLs from the origin again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_cache_purges_missed_while_unsubscribed_are_applied_on_subscribing_again() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
+    for p in ["/u", "/dir/1", "/kept"] {
+        origin.route(
+            p,
+            crate::support::Reply::ok("x").header("cache-control", "max-age=600"),
+        );
+    }
+    let cached_node = |name: &str| {
+        let fleet = fleet_config(&redis, name, FleetOnUnavailable::Local);
+        Proxy::start_with(move |c| {
+            admin(c);
+            c.cache.enabled = true;
+            c.fleet = Some(fleet);
+        })
+    };
+    let (one, two) = (cached_node("node-1").await, cached_node("node-2").await);
+    for p in ["/u", "/dir/1", "/kept"] {
+        one.get(&origin.url(p)).await;
+        one.get(&origin.url(p)).await;
+        assert_eq!(origin.hits(p), 1, "{p}: node 1 serves it from its cache");
+    }
+    let url = purge_unheard(&redis, &two, &format!("/purge?url={}", origin.url("/u"))).await;
+    assert_eq!(url["fleet"]["told"], "every node", "{url}");
+    let prefix = purge_unheard(
+        &redis,
+        &two,
+        &format!("/purge?prefix={}", origin.url("/dir/")),
+    )
+    .await;
+    assert_eq!(prefix["fleet"]["told"], "every node", "{prefix}");
+    // Node 1 heard neither; once subscribed again it reads them from Redis.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while origin.hits("/u") < 2 || origin.hits("/dir/1") < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "node 1 still serves the purged URLs from its cache: /u {} /dir/1 {}",
+            origin.hits("/u"),
+            origin.hits("/dir/1")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        one.get(&origin.url("/u")).await;
+        one.get(&origin.url("/dir/1")).await;
+    }
+    one.get(&origin.url("/kept")).await;
+    assert_eq!(origin.hits("/kept"), 1, "what was not purged stays cached");
+}
+
 async fn until_allowed(node: &Proxy, url: &str, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
