@@ -53,10 +53,16 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 ";
 
-/// Redis's clock (µs, as a string) and the purges kept, newest first.
+/// Redis's clock (µs, as a string), the list's length and its first
+/// ARGV[1] entries (newest first) of at most ARGV[2] bytes: what a list
+/// written by something else holds costs a bounded read.
 const READ_PURGES_SCRIPT: &str = r"
 local t = redis.call('TIME')
-return {t[1] .. string.format('%06d', tonumber(t[2])), redis.call('LRANGE', KEYS[1], 0, -1)}
+local out = {}
+for _, e in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)) do
+  if string.len(e) <= tonumber(ARGV[2]) then out[#out + 1] = e end
+end
+return {t[1] .. string.format('%06d', tonumber(t[2])), redis.call('LLEN', KEYS[1]), out}
 ";
 
 static LOG_PURGE: std::sync::LazyLock<redis::Script> =
@@ -306,26 +312,32 @@ impl Fleet {
         within: Option<Duration>,
     ) -> Result<Recent, super::Unavailable> {
         let key = self.purges_key();
-        let (now, kept) = self
+        let (now, listed, kept) = self
             .call(|mut conn| async move {
                 READ_PURGES
                     .key(key)
-                    .invoke_async::<(String, Vec<Vec<u8>>)>(&mut conn)
+                    .arg(PURGES_KEPT as u64)
+                    // The stamp, the message's kind and author, the value.
+                    .arg((MAX_VALUE + 512) as u64)
+                    .invoke_async::<(String, u64, Vec<Vec<u8>>)>(&mut conn)
                     .await
             })
             .await?;
-        Ok(recent(&now, &kept, within))
+        Ok(recent(&now, listed, &kept, within))
     }
 }
 
 /// The purges of `kept` (newest first, as the list holds them) said within
-/// `within` of `now` (µs of Redis's clock), oldest first. Entries that do
-/// not parse are skipped.
-fn recent(now: &str, kept: &[Vec<u8>], within: Option<Duration>) -> Recent {
+/// `within` of `now` (µs of Redis's clock), oldest first; `listed`: how
+/// many the list holds (more than were read when it is over-full). Entries that do
+/// not parse are skipped (a list of at most [`PURGES_KEPT`] is read whole:
+/// one written by something else need not be in order).
+fn recent(now: &str, listed: u64, kept: &[Vec<u8>], within: Option<Duration>) -> Recent {
     let now: u64 = now.parse().unwrap_or(0);
     let since = within.map_or(0, |w| now.saturating_sub(super::micros(w)));
     let mut purges = Vec::new();
-    let mut oldest_within = true;
+    // An entry older than the while: the list reaches back past it.
+    let mut older = false;
     for entry in kept {
         let Some(at_end) = entry.iter().position(|&b| b == b'\n') else {
             continue;
@@ -337,8 +349,8 @@ fn recent(now: &str, kept: &[Vec<u8>], within: Option<Duration>) -> Recent {
             continue;
         };
         if at < since {
-            oldest_within = false;
-            break;
+            older = true;
+            continue;
         }
         if let Some(Event::Purged { what, from }) = Event::decode(&entry[at_end + 1..]) {
             purges.push((what, from));
@@ -347,7 +359,7 @@ fn recent(now: &str, kept: &[Vec<u8>], within: Option<Duration>) -> Recent {
     purges.reverse();
     Recent {
         purges,
-        complete: !oldest_within || kept.len() < PURGES_KEPT,
+        complete: older || listed < PURGES_KEPT as u64,
     }
 }
 
@@ -466,5 +478,66 @@ mod tests {
         assert_eq!(Event::decode(&[0xff, b'\n', b'a', b'\n', b'b']), None);
         let long = format!("fetched\nn\n{}", "a".repeat(MAX_VALUE + 1));
         assert_eq!(Event::decode(long.as_bytes()), None);
+    }
+
+    /// A kept entry: `<µs>\n<message>`.
+    fn kept(at: u64, what: Purge) -> Vec<u8> {
+        let message = Event::Purged {
+            what,
+            from: node_1(),
+        }
+        .encode_from(&node_1());
+        let mut entry = format!("{at}\n").into_bytes();
+        entry.extend(message);
+        entry
+    }
+
+    #[test]
+    fn purges_kept_are_read_within_the_while_oldest_first() {
+        let now = 1_800_000_000_000_000u64;
+        let s = 1_000_000;
+        // Newest first, as the list holds them; one entry broken.
+        let list = vec![
+            kept(now - s, Purge::Url("http://a/1".into())),
+            b"junk".to_vec(),
+            b"12\nnot a message".to_vec(),
+            kept(now - 5 * s, Purge::Prefix("http://a/".into())),
+            kept(now - 20 * s, Purge::Url("http://a/old".into())),
+        ];
+        let r = recent(&now.to_string(), 5, &list, Some(Duration::from_secs(10)));
+        let got: Vec<&Purge> = r.purges.iter().map(|(p, _)| p).collect();
+        assert_eq!(
+            got,
+            [
+                &Purge::Prefix("http://a/".into()),
+                &Purge::Url("http://a/1".into())
+            ]
+        );
+        assert_eq!(r.purges[0].1, node_1());
+        assert!(
+            r.complete,
+            "an older one is there: nothing of the while lost"
+        );
+        assert_eq!(recent(&now.to_string(), 5, &list, None).purges.len(), 3);
+    }
+
+    #[test]
+    fn a_full_list_whose_oldest_is_within_the_while_may_have_lost_some() {
+        let now = 1_800_000_000_000_000u64;
+        let full: Vec<Vec<u8>> = (0..PURGES_KEPT as u64)
+            .map(|i| kept(now - i, Purge::Url(format!("http://a/{i}").into())))
+            .collect();
+        let n = PURGES_KEPT as u64;
+        let within = Some(Duration::from_secs(10));
+        let r = recent(&now.to_string(), n, &full, within);
+        assert!(!r.complete);
+        assert_eq!(r.purges.len(), PURGES_KEPT);
+        // A list not full holds all there was.
+        assert!(recent(&now.to_string(), n - 1, &full[1..], within).complete);
+        // Over-full (written by something else): some may be lost.
+        assert!(!recent(&now.to_string(), n + 5, &full[1..], within).complete);
+        // Redis's clock unreadable: everything kept is read.
+        let all = recent("", n - 1, &full[1..], Some(Duration::from_secs(1)));
+        assert_eq!(all.purges.len(), PURGES_KEPT - 1);
     }
 }
