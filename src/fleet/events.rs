@@ -104,7 +104,7 @@ pub struct Author {
 
 impl Author {
     /// As a message carries it: `<node>#<instance>` (16 hex digits).
-    fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         match self.instance {
             Some(i) => format!("{}#{i:016x}", self.node),
             None => self.node.to_string(),

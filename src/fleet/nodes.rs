@@ -5,10 +5,14 @@
 //! ranks the nodes by (see `judge::politeness`), and what `/metrics`
 //! counts.
 //!
-//! Bounded: the script returns at most [`MAX_NODES`] names of at most
-//! [`MAX_NODE_NAME`] bytes, so a polluted Redis cannot make a node
-//! allocate without bound. Dead members are removed by every heartbeat,
-//! and the key expires when the whole fleet has stopped.
+//! A member is the node's name and its instance (`<node>#<16 hex digits>`,
+//! [`super::events::Author`]): two nodes given one name are two nodes,
+//! each with a rank of its own.
+//!
+//! Bounded: the script returns at most [`MAX_NODES`] members of at most
+//! [`MAX_NODE_NAME`] bytes and an instance, so a polluted Redis cannot
+//! make a node allocate without bound. Dead members are removed by every
+//! heartbeat, and the key expires when the whole fleet has stopped.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
@@ -27,6 +31,9 @@ pub const MAX_NODES: usize = 1000;
 
 /// Longest node name read from Redis (longer members are skipped).
 pub const MAX_NODE_NAME: usize = 255;
+
+/// What a member adds to the name: `#` and the instance's 16 hex digits.
+const INSTANCE_LEN: usize = 17;
 
 /// Writes KEYS[1] member ARGV[1] with Redis's time (ms) as score, drops
 /// members older than ARGV[2] ms, keeps the key ten times that long, and
@@ -55,7 +62,8 @@ static HEARTBEAT: std::sync::LazyLock<redis::Script> =
 /// among them, and this node's place in that order.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LiveNodes {
-    /// Sorted, without duplicates; empty until Redis first answered.
+    /// Heartbeat members (`<node>#<instance>`), sorted, without
+    /// duplicates; empty until Redis first answered.
     pub names: Vec<Box<str>>,
     /// This node's index in `names` (0 while `names` is empty).
     pub rank: usize,
@@ -95,14 +103,16 @@ impl Fleet {
     /// One heartbeat: writes this node's, reads the live nodes and keeps
     /// them. On failure the last known list is kept.
     pub async fn heartbeat(&self) -> Result<(), Unavailable> {
+        let me = self.member();
+        let member = &me;
         let names = self
             .call_always(|mut conn| async move {
                 HEARTBEAT
                     .key(self.nodes_key())
-                    .arg(&self.node)
+                    .arg(member)
                     .arg(super::millis(DEAD_AFTER))
                     .arg(MAX_NODES as u64)
-                    .arg(MAX_NODE_NAME as u64)
+                    .arg((MAX_NODE_NAME + INSTANCE_LEN) as u64)
                     .invoke_async::<Vec<String>>(&mut conn)
                     .await
             })
@@ -113,7 +123,7 @@ impl Fleet {
         if self.settling() {
             return Ok(());
         }
-        let live = LiveNodes::from_names(names, &self.node);
+        let live = LiveNodes::from_names(names, &me);
         let count = u64::try_from(live.names.len()).unwrap_or(u64::MAX);
         *self.live.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(live);
         self.stats.live_nodes.store(count, Ordering::Relaxed);
@@ -137,15 +147,21 @@ impl Fleet {
     /// Takes this node's heartbeat out (a clean stop), so the others see
     /// it gone at their next heartbeat rather than [`DEAD_AFTER`] later.
     pub async fn leave(&self) -> Result<(), Unavailable> {
+        let me = self.member();
         self.call(|mut conn| async move {
             redis::cmd("ZREM")
                 .arg(self.nodes_key())
-                .arg(&self.node)
+                .arg(me)
                 .query_async::<i64>(&mut conn)
                 .await
         })
         .await
         .map(drop)
+    }
+
+    /// This node's member of the heartbeat set: its name and instance.
+    fn member(&self) -> String {
+        self.author().encode()
     }
 
     /// The live nodes as last read (kept during an outage).

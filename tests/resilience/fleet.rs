@@ -718,9 +718,11 @@ async fn metrics_show_three_live_nodes_and_the_round_trips() {
             other => panic!("{other:?}"),
         })
         .collect();
+    // Each member is a node's name (`<host>:<port>` by default) and its
+    // instance.
     for n in &nodes {
-        let port = format!(":{}", n.addr.port());
-        assert!(names.iter().any(|m| m.ends_with(&port)), "{names:?}");
+        let port = format!(":{}#", n.addr.port());
+        assert!(names.iter().any(|m| m.contains(&port)), "{names:?}");
     }
     // A node stopped cleanly takes its heartbeat out at once.
     let mut nodes = nodes;

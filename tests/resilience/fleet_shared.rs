@@ -976,7 +976,8 @@ async fn requests_waiting_for_a_fetch_do_not_wait_for_its_store() {
 }
 
 /// Two nodes given one name (say two containers of one image) are two
-/// nodes: each hears the other's purges.
+/// nodes: each hears the other's purges, and both count as live nodes
+/// (each with a rank of its own in the interleaved fallback).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_of_one_name_hear_each_others_purges() {
     let Some(redis) = Redis::start().await else {
@@ -1008,4 +1009,8 @@ async fn two_nodes_of_one_name_hear_each_others_purges() {
     }
     assert_eq!(one.get(&origin.url("/a")).await.status, 200);
     assert_eq!(origin.hits("/robots.txt"), 2);
+    until_all(&[one, two], "two live nodes of one name", |t| {
+        crate::support::metric(t, "robots_proxy_fleet_live_nodes") == Some(2.0)
+    })
+    .await;
 }
