@@ -4,7 +4,7 @@
 //! against a cluster each is routed to the master of its key's slot (every
 //! key of one origin has one slot, see [`super::Fleet::key`]).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -146,34 +146,54 @@ fn cluster_builder(urls: &[String]) -> ClusterClientBuilder {
 }
 
 /// How long calls must keep failing, as an outage, before the connection
-/// is replaced by a new one. The client reconnects by itself when a
-/// connection is closed or refused, but not when it goes silent: a
-/// half-open TCP connection (the Redis host gone behind a firewall that
-/// drops its packets, a NAT that forgot it) times every call out for the
-/// many minutes TCP takes to give up, while a new connection would be
-/// answered at once. Any other state the client cannot leave on its own
-/// ends the same way.
+/// is replaced by a new one (three timeouts when that is longer). The
+/// client reconnects by itself when a connection is closed or refused,
+/// but not when it goes silent: a half-open TCP connection (the Redis
+/// host gone behind a firewall that drops its packets, a NAT that forgot
+/// it) times every call out for the many minutes TCP takes to give up,
+/// while a new connection would be answered at once. Any other state the
+/// client cannot leave on its own ends the same way.
 pub(super) const REPLACE_AFTER: Duration = Duration::from_secs(3);
 
-/// The fleet's connection, made on first use and replaced when calls have
-/// failed as an outage for [`REPLACE_AFTER`] (at most once per that).
+/// Fewest failures of a run that replace the connection.
+const REPLACE_FAILURES: u32 = 3;
+
+/// The connection is replaced only while at least one call in this many
+/// of the run fails: a connection that mostly answers (a Redis whose
+/// answers now and then come after the timeout) is kept.
+const FAILING_ONE_IN: u32 = 5;
+
+/// The fleet's connection, made on first use and replaced when calls on it
+/// have kept failing as an outage (see [`REPLACE_AFTER`]).
 pub(super) struct Link {
     clients: Clients,
-    /// The connection and when it was made.
-    current: RwLock<Option<(Connection, tokio::time::Instant)>>,
-    /// Outage failures that go on: when the first one of this run was and
-    /// when the last one was.
+    /// The connection, its number (each one made gets the next) and when
+    /// it was made.
+    current: RwLock<Option<Made>>,
+    /// Numbers the connections: failures of one already replaced (calls
+    /// that were under way on it) do not count against the next.
+    made: AtomicU64,
+    /// The run of outage failures under way, if any.
     streak: Mutex<Option<Streak>>,
-    /// Whether `streak` is set: what a call that succeeds reads (one
-    /// load while all is well).
+    /// Whether `streak` is set: what a call that succeeds reads (one load
+    /// while all is well).
     failing: AtomicBool,
     timeout: Duration,
+}
+
+#[derive(Clone)]
+struct Made {
+    conn: Connection,
+    number: u64,
+    at: tokio::time::Instant,
 }
 
 #[derive(Clone, Copy)]
 struct Streak {
     since: tokio::time::Instant,
     last: tokio::time::Instant,
+    failed: u32,
+    answered: u32,
 }
 
 impl Link {
@@ -181,6 +201,7 @@ impl Link {
         Link {
             clients,
             current: RwLock::new(None),
+            made: AtomicU64::new(0),
             streak: Mutex::new(None),
             failing: AtomicBool::new(false),
             timeout,
@@ -191,65 +212,99 @@ impl Link {
         &self.clients
     }
 
-    /// The connection (made now if there is none yet).
-    pub(super) fn get(&self) -> redis::RedisResult<Connection> {
-        if let Some((c, _)) = &*self.current.read().unwrap_or_else(PoisonError::into_inner) {
-            return Ok(c.clone());
+    /// How long failures must go on, and the longest gap between two of
+    /// one run: an idle node tries once per heartbeat or timeout.
+    fn period(&self) -> Duration {
+        REPLACE_AFTER.max(self.timeout * 3)
+    }
+
+    /// The connection and its number (made now if there is none).
+    pub(super) fn get(&self) -> redis::RedisResult<(Connection, u64)> {
+        if let Some(m) = &*self.current.read().unwrap_or_else(PoisonError::into_inner) {
+            return Ok((m.conn.clone(), m.number));
         }
         let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some((c, _)) = &*current {
-            return Ok(c.clone());
+        if let Some(m) = &*current {
+            return Ok((m.conn.clone(), m.number));
         }
         // Reconnects are the connection's own; each attempt is bounded
         // anyway by the timeout around every call.
-        let c = self.clients.connect_lazily(self.timeout)?;
-        *current = Some((c.clone(), tokio::time::Instant::now()));
-        Ok(c)
+        let conn = self.clients.connect_lazily(self.timeout)?;
+        let number = self.made.fetch_add(1, Ordering::Relaxed) + 1;
+        *current = Some(Made {
+            conn: conn.clone(),
+            number,
+            at: tokio::time::Instant::now(),
+        });
+        Ok((conn, number))
     }
 
-    /// A call was answered. The failures end once none came for
-    /// [`REPLACE_AFTER`]: a call answered between failures (another key's
-    /// node of a cluster, one connection of several) does not end them.
-    pub(super) fn answered(&self) {
+    /// Whether `number` is the connection in use.
+    fn is_current(&self, number: u64) -> bool {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|m| m.number == number)
+    }
+
+    /// A call on connection `number` was answered. It counts in the run of
+    /// failures under way (a cluster's other nodes answer while one does
+    /// not); the run ends once none came for a period.
+    pub(super) fn answered(&self, number: u64) {
         if !self.failing.load(Ordering::Relaxed) {
             return;
         }
         let mut streak = self.streak.lock().unwrap_or_else(PoisonError::into_inner);
-        if streak.is_some_and(|s| s.last.elapsed() >= REPLACE_AFTER) {
+        let Some(s) = streak.as_mut() else { return };
+        if s.last.elapsed() >= self.period() {
             *streak = None;
             self.failing.store(false, Ordering::Relaxed);
+        } else if self.is_current(number) {
+            s.answered = s.answered.saturating_add(1);
         }
     }
 
-    /// A call failed as an outage. Returns whether the connection was
-    /// replaced: failures have gone on for [`REPLACE_AFTER`] and the
-    /// connection is at least that old.
-    pub(super) fn failed(&self) -> bool {
+    /// A call on connection `number` failed as an outage. Returns whether
+    /// the connection was replaced: failures on it have gone on for a
+    /// period, at least [`REPLACE_FAILURES`] of them and one call in
+    /// [`FAILING_ONE_IN`] or more, and it is at least a period old.
+    pub(super) fn failed(&self, number: u64) -> bool {
+        let period = self.period();
         let now = tokio::time::Instant::now();
         let mut streak = self.streak.lock().unwrap_or_else(PoisonError::into_inner);
-        let since = match *streak {
-            Some(s) if now.duration_since(s.last) < REPLACE_AFTER => s.since,
-            _ => now,
-        };
-        *streak = Some(Streak { since, last: now });
-        self.failing.store(true, Ordering::Relaxed);
-        if now.duration_since(since) < REPLACE_AFTER {
-            return false;
-        }
         let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
-        match &*current {
-            Some((_, made)) if now.duration_since(*made) >= REPLACE_AFTER => {
-                // The next call makes a new one; calls under way finish
-                // on the old one, which closes when the last ends.
-                *current = None;
-                *streak = Some(Streak {
-                    since: now,
-                    last: now,
-                });
-                true
-            }
-            _ => false,
+        let Some(made) = current.as_ref().filter(|m| m.number == number) else {
+            // A call under way on a connection already replaced.
+            return false;
+        };
+        let s = match *streak {
+            Some(s) if now.duration_since(s.last) < period => Streak {
+                last: now,
+                failed: s.failed.saturating_add(1),
+                ..s
+            },
+            _ => Streak {
+                since: now,
+                last: now,
+                failed: 1,
+                answered: 0,
+            },
+        };
+        *streak = Some(s);
+        self.failing.store(true, Ordering::Relaxed);
+        let replace = now.duration_since(s.since) >= period
+            && now.duration_since(made.at) >= period
+            && s.failed >= REPLACE_FAILURES
+            && s.failed.saturating_mul(FAILING_ONE_IN) >= s.answered;
+        if replace {
+            // The next call makes a new one; calls under way finish on
+            // the old one, which closes when the last ends.
+            *current = None;
+            *streak = None;
+            self.failing.store(false, Ordering::Relaxed);
         }
+        replace
     }
 }
 
@@ -296,87 +351,115 @@ mod tests {
 
     /// A link to a server nothing listens on: connections are made lazily,
     /// so nothing is contacted.
-    fn link() -> Link {
+    fn link(timeout: Duration) -> Link {
         let target = RedisTarget::Server("redis://127.0.0.1:1/0".into());
-        Link::new(
-            Clients::open(&target).expect("a URL"),
-            Duration::from_millis(50),
-        )
+        Link::new(Clients::open(&target).expect("a URL"), timeout)
     }
 
-    fn made(link: &Link) -> Option<tokio::time::Instant> {
-        link.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-            .map(|(_, at)| *at)
+    fn number(link: &Link) -> u64 {
+        link.get().expect("lazy").1
+    }
+
+    fn second() -> Duration {
+        Duration::from_secs(1)
     }
 
     #[tokio::test(start_paused = true)]
-    async fn failures_for_the_whole_period_replace_the_connection_once() {
-        let link = link();
-        link.get().expect("lazy");
-        let first = made(&link);
+    async fn failures_for_a_period_replace_the_connection_once() {
+        let link = link(Duration::from_millis(50));
+        let first = number(&link);
         for _ in 0..3 {
-            assert!(!link.failed());
-            tokio::time::advance(Duration::from_secs(1)).await;
+            assert!(!link.failed(first));
+            tokio::time::advance(second()).await;
         }
-        assert!(link.failed(), "3 s of failures");
-        assert_eq!(made(&link), None, "the next call makes a new one");
-        link.get().expect("lazy");
-        assert!(made(&link) > first);
-        // The replacement starts a new period: no second one at once.
-        assert!(!link.failed());
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(!link.failed());
+        assert!(link.failed(first), "3 s of failures");
+        let second_one = number(&link);
+        assert_eq!(second_one, first + 1, "the next call makes a new one");
+        // Calls that were under way on the old one fail too: not held
+        // against the new one.
+        for _ in 0..5 {
+            assert!(!link.failed(first));
+            tokio::time::advance(second()).await;
+        }
+        assert_eq!(number(&link), second_one);
+        assert!(!link.failing.load(Ordering::Relaxed));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn calls_answered_between_failures_do_not_end_them() {
-        // A cluster whose one master's connection went silent: the
-        // heartbeat's key is answered, the booking's is not.
-        let link = link();
-        link.get().expect("lazy");
+    async fn a_node_of_a_cluster_that_fails_while_the_others_answer_is_replaced() {
+        // One master's connection went silent: the heartbeat's key is
+        // answered, the booking's is not.
+        let link = link(Duration::from_millis(50));
+        let n = number(&link);
         for _ in 0..3 {
-            assert!(!link.failed());
-            link.answered();
-            tokio::time::advance(Duration::from_secs(1)).await;
-            link.answered();
+            assert!(!link.failed(n));
+            link.answered(n);
+            tokio::time::advance(second()).await;
+            link.answered(n);
         }
-        assert!(link.failed());
+        assert!(link.failed(n));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_mostly_answers_is_kept() {
+        // Now and then an answer after the timeout, many answered between.
+        let link = link(Duration::from_millis(50));
+        let n = number(&link);
+        for _ in 0..10 {
+            assert!(!link.failed(n));
+            for _ in 0..20 {
+                link.answered(n);
+            }
+            tokio::time::advance(second()).await;
+        }
+        assert_eq!(number(&link), n);
     }
 
     #[tokio::test(start_paused = true)]
     async fn failures_that_stop_are_forgotten() {
-        let link = link();
-        link.get().expect("lazy");
-        assert!(!link.failed());
-        tokio::time::advance(Duration::from_secs(1)).await;
-        link.answered();
+        let link = link(Duration::from_millis(50));
+        let n = number(&link);
+        assert!(!link.failed(n));
+        tokio::time::advance(second()).await;
+        link.answered(n);
         assert!(link.failing.load(Ordering::Relaxed), "1 s since a failure");
         tokio::time::advance(REPLACE_AFTER).await;
-        link.answered();
+        link.answered(n);
         assert!(!link.failing.load(Ordering::Relaxed));
-        assert!(!link.failed(), "a new run of failures");
-        tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(!link.failed(), "2 s old");
+        for _ in 0..2 {
+            assert!(!link.failed(n), "a new run");
+            tokio::time::advance(second()).await;
+        }
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_young_connection_is_not_replaced() {
-        // Failures that began before the connection was made (Redis down
-        // at start): the connection is given the whole period too.
-        let link = link();
-        for _ in 0..2 {
-            assert!(!link.failed());
-            tokio::time::advance(Duration::from_secs(1)).await;
+    async fn a_new_connection_is_given_a_whole_period() {
+        let link = link(Duration::from_millis(50));
+        let n = number(&link);
+        for _ in 0..3 {
+            assert!(!link.failed(n));
+            tokio::time::advance(second()).await;
         }
-        link.get().expect("lazy");
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(!link.failed(), "failing for 3 s, the connection 1 s old");
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(!link.failed());
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(link.failed(), "the connection 3 s old");
+        assert!(link.failed(n));
+        let m = number(&link);
+        for _ in 0..3 {
+            tokio::time::advance(second()).await;
+            assert!(!link.failed(m), "a run of its own, under 3 s");
+        }
+        tokio::time::advance(second()).await;
+        assert!(link.failed(m), "3 s of failures on it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_timeout_stretches_the_period() {
+        // Timeout 2 s: an idle node fails once per 2 s or so; the run
+        // holds, and lasts three timeouts.
+        let link = link(Duration::from_secs(2));
+        let n = number(&link);
+        for _ in 0..3 {
+            assert!(!link.failed(n));
+            tokio::time::advance(Duration::from_secs(2)).await;
+        }
+        assert!(link.failed(n), "6 s of failures 2 s apart");
     }
 }

@@ -288,16 +288,24 @@ impl Fleet {
         .encode_from(&self.author());
         let key = self.purges_key();
         let kept = message.clone();
-        self.call(|mut conn| async move {
-            LOG_PURGE
-                .key(key)
-                .arg(kept)
-                .arg(PURGES_KEPT as u64)
-                .arg(super::micros(PURGES_FOR) / 1000)
-                .invoke_async::<i64>(&mut conn)
-                .await
-        })
-        .await?;
+        // Best effort: a log Redis cannot write (memory full, its slot's
+        // master down) must not keep the purge from the nodes listening.
+        let logged = self
+            .call(|mut conn| async move {
+                LOG_PURGE
+                    .key(key)
+                    .arg(kept)
+                    .arg(PURGES_KEPT as u64)
+                    .arg(super::micros(PURGES_FOR) / 1000)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+            })
+            .await;
+        if logged.is_err() {
+            tracing::warn!(
+                "fleet: a purge could not be kept in Redis: a node not listening now will not hear of it"
+            );
+        }
         self.publish(message).await
     }
 

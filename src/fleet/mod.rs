@@ -306,9 +306,18 @@ impl Fleet {
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let limit = allowance.min(self.timeout);
+        // A call cut short by the request's allowance says nothing of
+        // Redis: during an outage it is the outage's, else its own.
+        let cut_short = || {
+            if self.down.load(Ordering::Relaxed) {
+                Failure::Outage
+            } else {
+                Failure::Call
+            }
+        };
         if limit.is_zero() {
             // This request has waited on Redis for the whole timeout.
-            return Err(Failure::Call);
+            return Err(cut_short());
         }
         if gated && self.down.load(Ordering::Relaxed) {
             let mut retry_at = self.retry_at.lock().unwrap_or_else(PoisonError::into_inner);
@@ -319,14 +328,16 @@ impl Fleet {
                 _ => *retry_at = Some(now + RETRY_EVERY),
             }
         }
-        let work = async { call(self.link.get()?).await };
+        let link = self.link.get();
+        let number = link.as_ref().map_or(0, |(_, n)| *n);
+        let work = async move { call(link?.0).await };
         let started = Instant::now();
         let answered = tokio::time::timeout(limit, work).await;
         self.stats.round_trips.observe(started.elapsed());
         if answered.is_err() && limit < self.timeout {
             // Cut short by the request's allowance, not by Redis's
-            // timeout: it says nothing of Redis.
-            return Err(Failure::Call);
+            // timeout.
+            return Err(cut_short());
         }
         if matches!(answered, Ok(Ok(_))) {
             self.stats
@@ -339,6 +350,7 @@ impl Fleet {
             // error, a key of another type): this call fails, the others
             // go on sharing.
             Ok(Err(e)) if !is_outage(&e) => {
+                self.link.answered(number);
                 // One line a minute at most: a key of the wrong type
                 // fails every request that uses it.
                 let now = now_micros() / 60_000_000;
@@ -355,7 +367,7 @@ impl Fleet {
         };
         match result {
             Ok(r) => {
-                self.link.answered();
+                self.link.answered(number);
                 if self.down.swap(false, Ordering::Relaxed) {
                     self.stats
                         .recovered_at
@@ -370,7 +382,7 @@ impl Fleet {
             Err(error) => {
                 *self.retry_at.lock().unwrap_or_else(PoisonError::into_inner) =
                     Some(Instant::now() + RETRY_EVERY);
-                if self.link.failed() {
+                if self.link.failed(number) {
                     self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(%error, after = %humantime::format_duration(connection::REPLACE_AFTER),
                         "fleet: Redis calls keep failing: the connection is replaced by a new one");
