@@ -579,3 +579,41 @@ async fn a_request_waits_on_redis_for_the_timeout_in_all() {
         "a call cut by the request's allowance says nothing of Redis"
     );
 }
+
+/// Redis stops answering under `local`: a request of a user with
+/// `max_rps` spends the whole timeout on its quota's call, so its
+/// Crawl-delay booking has no time left. That is the outage's doing: the
+/// booking falls back to the node's own slots (the request is served), it
+/// is not refused as a booking Redis would not make.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_booking_left_no_time_by_an_outage_falls_back() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let config = fleet(
+        &redis,
+        Duration::from_millis(300),
+        FleetOnUnavailable::Local,
+    );
+    let node = nodes(1, 1000.0, Some(config)).await.remove(0);
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let mut conn = Conn::open(node.addr).await;
+    let r = conn.send(get(&origin.url("/warm"), "crawler:pw")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Redis takes every command and answers none (as a hung server).
+    assert_eq!(
+        redis
+            .command(&["CLIENT", "PAUSE", "30000", "ALL"])
+            .await
+            .ok(),
+        Some(redis::Value::Okay)
+    );
+    let r = conn.send(get(&origin.url("/during"), "crawler:pw")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(origin.hits("/during"), 1);
+    let metrics = node.metrics().await;
+    assert_eq!(
+        crate::support::metric(&metrics, "robots_proxy_fleet_reachable"),
+        Some(0.0)
+    );
+}
