@@ -504,27 +504,21 @@ fn write_back(proxy: &dyn ProxyView, fleet: &Arc<crate::fleet::Fleet>) {
 }
 
 /// Applies the purges other nodes of the fleet tell of, until the fleet
-/// is gone; when this node may have missed some (Redis answers again, or
-/// the subscription was made again), drops its robots.txt copies, applies
-/// the response-cache purges said meanwhile and writes the Crawl-delay
-/// slots it held alone into the shared schedule.
+/// is gone. When this node may have missed some (it subscribed again, or
+/// fell behind the events) it drops its robots.txt copies and writes the
+/// Crawl-delay slots it held alone into the shared schedule; when Redis
+/// answers again after an outage, only what it decided alone. Whenever
+/// it subscribes (at start too) it applies the response-cache purges
+/// kept in Redis to what it stored before each was said.
 pub(crate) async fn follow_fleet_purges(
     proxy: Arc<dyn ProxyView>,
     fleet: Arc<crate::fleet::Fleet>,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     let mut events = fleet.events();
-    // When the last event came: a lag lost events since.
-    let mut received = tokio::time::Instant::now();
+    let replays = Arc::new(tokio::sync::Mutex::new(()));
     loop {
-        let event = events.recv().await;
-        let missed = match &event {
-            Ok(Event::Rejoined { away }) => Some(*away),
-            Err(RecvError::Lagged(_)) => Some(received.elapsed()),
-            _ => None,
-        };
-        received = tokio::time::Instant::now();
-        let (what, from) = match event {
+        let (what, from) = match events.recv().await {
             Ok(Event::Purged { what, from }) => (what, from),
             // Redis is back: the Crawl-delay slots held alone are written
             // into the shared schedule, the robots.txt entries decided
@@ -540,11 +534,16 @@ pub(crate) async fn follow_fleet_purges(
                 }
                 continue;
             }
+            // The first subscription: what was said before this node
+            // started is in Redis.
+            Ok(Event::Subscribed { away: None }) => {
+                replay_purges(&proxy, &fleet, &replays, None);
+                continue;
+            }
             // Purges may have been said while this node was not listening:
             // its robots.txt copies are dropped (read from Redis again as
-            // needed), and the response-cache purges said meanwhile are
-            // read from Redis and applied.
-            Ok(Event::Rejoined { .. }) | Err(RecvError::Lagged(_)) => {
+            // needed), and the response-cache purges kept are applied.
+            missed @ (Ok(Event::Subscribed { .. }) | Err(RecvError::Lagged(_))) => {
                 // A `Recovered` among the messages lost.
                 if fleet.settling() {
                     write_back(&*proxy, &fleet);
@@ -554,9 +553,12 @@ pub(crate) async fn follow_fleet_purges(
                     dropped,
                     "fleet messages may have been missed: robots.txt copies dropped, read again from Redis"
                 );
-                if let Some(away) = missed {
-                    replay_purges(proxy.clone(), fleet.clone(), away);
-                }
+                // A lag lost events of an unknown while.
+                let away = match missed {
+                    Ok(Event::Subscribed { away }) => away,
+                    _ => None,
+                };
+                replay_purges(&proxy, &fleet, &replays, away);
                 continue;
             }
             Ok(Event::Fetched(_) | Event::Reload { .. }) => continue,
@@ -596,56 +598,83 @@ fn apply_purge(proxy: &dyn ProxyView, what: &Purge) -> bool {
     true
 }
 
-/// Reads the response-cache purges said in the last `away` (plus a margin
-/// for the clocks and the time to subscribe) from Redis and applies them,
-/// in a task of its own. When more were said than Redis keeps, the whole
-/// response cache is dropped; when Redis does not answer, the log says
-/// so.
-fn replay_purges(proxy: Arc<dyn ProxyView>, fleet: Arc<crate::fleet::Fleet>, away: Duration) {
+/// How often, and how far apart, a node tries to read the purges kept
+/// when Redis does not answer at once (it may subscribe before its calls
+/// see Redis back).
+const REPLAY_TRIES: u32 = 10;
+
+/// Applies the response-cache purges kept in Redis to what this node
+/// stored before each was said, in a task of its own (one at a time).
+/// `away`: how long this node did not listen (`None`: unknown, or since
+/// before it started). When Redis kept fewer purges than were said in
+/// that while, what was stored before the oldest kept is dropped.
+fn replay_purges(
+    proxy: &Arc<dyn ProxyView>,
+    fleet: &Arc<crate::fleet::Fleet>,
+    replays: &Arc<tokio::sync::Mutex<()>>,
+    away: Option<Duration>,
+) {
     if proxy.response_cache().is_none() {
         return;
     }
-    let within = away + REPLAY_MARGIN + fleet.timeout();
+    let (proxy, fleet, replays) = (proxy.clone(), fleet.clone(), replays.clone());
     tokio::spawn(async move {
-        let Ok(recent) = fleet.purges_since(Some(within)).await else {
-            tracing::warn!(
-                "fleet: purges said while this node was not listening could not be read from Redis: a URL purged meanwhile may be served from this node's cache until it expires"
-            );
-            return;
-        };
-        let Some(cache) = proxy.response_cache() else {
-            return;
-        };
-        if !recent.complete {
-            let dropped = cache.purge_all();
-            tracing::warn!(
-                dropped,
-                kept = crate::fleet::events::PURGES_KEPT,
-                "fleet: more purges were said while this node was not listening than Redis keeps: response cache dropped"
-            );
-            return;
-        }
-        let mut applied = 0;
-        for (what, from) in &recent.purges {
-            if matches!(what, Purge::Url(_) | Purge::Prefix(_))
-                && !fleet.is_me(from)
-                && apply_purge(&*proxy, what)
-            {
-                applied += 1;
+        let _one_at_a_time = replays.lock().await;
+        let mut kept = None;
+        for _ in 0..REPLAY_TRIES {
+            if let Ok(k) = fleet.purges_kept().await {
+                kept = Some(k);
+                break;
             }
+            tokio::time::sleep(crate::fleet::RETRY_EVERY).await;
         }
-        if applied > 0 {
-            tracing::info!(
-                applied,
-                "fleet: response-cache purges said while this node was not listening applied"
+        let Some(kept) = kept else {
+            tracing::warn!(
+                "fleet: the purges said while this node was not listening could not be read from Redis: a URL purged meanwhile may be served from this node's cache until it expires"
             );
+            return;
+        };
+        let me = fleet.author();
+        let work = move || {
+            let cache = proxy.response_cache()?;
+            let mut applied = 0;
+            for k in &kept.purges {
+                if k.from == me {
+                    continue;
+                }
+                applied += match &k.what {
+                    Purge::Url(url) if is_absolute_http(url) => {
+                        cache.purge_said_at(Some(url), false, k.said)
+                    }
+                    Purge::Prefix(prefix) if is_absolute_http(prefix) => {
+                        cache.purge_said_at(Some(prefix), true, k.said)
+                    }
+                    _ => 0,
+                };
+            }
+            // Purges older than the oldest kept were dropped: if this node
+            // may have missed some of them, what it stored before is
+            // dropped too.
+            let lost = kept.lost_before.filter(|&oldest| match away {
+                None => true,
+                Some(a) => {
+                    let from = kept.now.saturating_sub(a.as_secs() + 1);
+                    from < oldest
+                }
+            });
+            let dropped = lost.map_or(0, |oldest| cache.purge_said_at(None, false, oldest));
+            Some((applied, dropped))
+        };
+        match tokio::task::spawn_blocking(work).await {
+            Ok(Some((applied, dropped))) if applied + dropped > 0 => tracing::info!(
+                applied,
+                dropped,
+                "fleet: response-cache purges said while this node was not listening applied"
+            ),
+            _ => {}
         }
     });
 }
-
-/// Added to the time a node was not listening when it reads the purges
-/// said meanwhile: Redis's clock and this node's may differ a little.
-const REPLAY_MARGIN: Duration = Duration::from_secs(2);
 
 #[cfg(test)]
 mod tests {

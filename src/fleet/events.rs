@@ -8,10 +8,11 @@
 //! [`Fleet::events`] call, reconnects every [`RETRY_EVERY`] while Redis is
 //! away (to the next seed node of a cluster) and ends when the fleet is
 //! dropped. An event missed while it is away costs a waiting node one
-//! poll. Purges are kept too, the last [`PURGES_KEPT`] for a day, in a
-//! list of Redis (`robots-proxy:<name>:{events}:purges`): a node that
-//! subscribes again reads those said while it was away
-//! ([`Fleet::purges_since`]) and applies them.
+//! poll. Purges are kept too, the last [`PURGES_KEPT`] for a month, in a
+//! list of Redis (`robots-proxy:<name>:{events}:purges`), each stamped
+//! with Redis's clock: a node that subscribes (at its start, or again
+//! after its subscription broke) reads them ([`Fleet::purges_kept`]) and
+//! applies each to what it stored before the purge was said.
 //!
 //! A message is `<kind>\n<node>#<instance>\n<value>` ([`Author`]); a
 //! `<node>` alone (an earlier version's) is read as a node of another
@@ -40,7 +41,7 @@ const BACKLOG: usize = 1024;
 pub const PURGES_KEPT: usize = 1000;
 
 /// How long the purges are kept after the last one.
-const PURGES_FOR: Duration = Duration::from_secs(24 * 3600);
+const PURGES_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Adds a purge message (ARGV[1]) to the list, stamped with Redis's clock
 /// in microseconds: `<µs>\n<message>`, newest first, at most ARGV[2].
@@ -70,14 +71,24 @@ static LOG_PURGE: std::sync::LazyLock<redis::Script> =
 static READ_PURGES: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(READ_PURGES_SCRIPT));
 
-/// The purges said within a while, as [`Fleet::purges_since`] reads them.
+/// A purge kept in Redis, and when it was said (seconds of Redis's clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept {
+    pub what: Purge,
+    pub from: Author,
+    pub said: u64,
+}
+
+/// The purges kept, as [`Fleet::purges_kept`] reads them.
 #[derive(Debug, Default)]
 pub struct Recent {
     /// Oldest first.
-    pub purges: Vec<(Purge, Author)>,
-    /// Whether every purge of the while is there: false when the list was
-    /// full and its oldest is within it (older ones were dropped).
-    pub complete: bool,
+    pub purges: Vec<Kept>,
+    /// Redis's clock when they were read (seconds).
+    pub now: u64,
+    /// When the list is full: when its oldest was said. Purges said
+    /// before then may have been dropped.
+    pub lost_before: Option<u64>,
 }
 
 /// What was purged.
@@ -163,11 +174,11 @@ pub enum Event {
     /// A node (`from`) reloaded its configuration (SIGHUP): every node
     /// reads its own file again.
     Reload { from: Author },
-    /// This node subscribed again after its subscription broke: what was
-    /// said meanwhile (purges) was not heard. `away`: how long since the
-    /// broken subscription last heard from Redis. Never sent to other
+    /// This node subscribed: at its start (`away` `None`), or again after
+    /// its subscription broke, `away` since it last heard from Redis. What
+    /// was said meanwhile (purges) was not heard. Never sent to other
     /// nodes.
-    Rejoined { away: Duration },
+    Subscribed { away: Option<Duration> },
     /// Redis answered this node again after an outage: what it decided
     /// alone meanwhile is shared again. Never sent to other nodes.
     Recovered,
@@ -179,7 +190,7 @@ impl Event {
         let (kind, value) = match self {
             Event::Fetched(o) => ("fetched", o),
             Event::Reload { .. } => return format!("reload\n{node}\nconfiguration").into_bytes(),
-            Event::Rejoined { .. } | Event::Recovered => return Vec::new(),
+            Event::Subscribed { .. } | Event::Recovered => return Vec::new(),
             Event::Purged { what, .. } => match what {
                 Purge::Robots(v) => ("purge-robots", v),
                 Purge::Url(v) => ("purge-url", v),
@@ -279,7 +290,7 @@ impl Fleet {
 
     /// Tells every node (this one included) about `what`; returns how
     /// many subscribers heard it. The purge is kept for nodes that are not
-    /// listening now ([`Fleet::purges_since`]).
+    /// listening now ([`Fleet::purges_kept`]).
     pub async fn publish_purge(&self, what: Purge) -> Result<u64, super::Unavailable> {
         let message = Event::Purged {
             what,
@@ -313,15 +324,12 @@ impl Fleet {
         self.key("events", "purges")
     }
 
-    /// The purges kept that were said within `within` (on Redis's clock),
-    /// or all kept (`None`), this node's own included.
-    pub async fn purges_since(
-        &self,
-        within: Option<Duration>,
-    ) -> Result<Recent, super::Unavailable> {
+    /// The purges kept, tried even during an outage (a node reads them
+    /// when it subscribes, which may be before its calls try Redis again).
+    pub async fn purges_kept(&self) -> Result<Recent, super::Unavailable> {
         let key = self.purges_key();
         let (now, listed, kept) = self
-            .call(|mut conn| async move {
+            .call_always(|mut conn| async move {
                 READ_PURGES
                     .key(key)
                     .arg(PURGES_KEPT as u64)
@@ -331,43 +339,37 @@ impl Fleet {
                     .await
             })
             .await?;
-        Ok(recent(&now, listed, &kept, within))
+        Ok(recent(&now, listed, &kept))
     }
 }
 
-/// The purges of `kept` (newest first, as the list holds them) said within
-/// `within` of `now` (µs of Redis's clock), oldest first; `listed`: how
-/// many the list holds (more than were read when it is over-full). Entries that do
-/// not parse are skipped (a list of at most [`PURGES_KEPT`] is read whole:
-/// one written by something else need not be in order).
-fn recent(now: &str, listed: u64, kept: &[Vec<u8>], within: Option<Duration>) -> Recent {
-    let now: u64 = now.parse().unwrap_or(0);
-    let since = within.map_or(0, |w| now.saturating_sub(super::micros(w)));
-    let mut purges = Vec::new();
-    // An entry older than the while: the list reaches back past it.
-    let mut older = false;
-    for entry in kept {
-        let Some(at_end) = entry.iter().position(|&b| b == b'\n') else {
-            continue;
-        };
-        let Some(at) = std::str::from_utf8(&entry[..at_end])
-            .ok()
-            .and_then(|t| t.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        if at < since {
-            older = true;
-            continue;
-        }
-        if let Some(Event::Purged { what, from }) = Event::decode(&entry[at_end + 1..]) {
-            purges.push((what, from));
-        }
-    }
-    purges.reverse();
+/// The purges of `kept` (newest first, as the list holds them), oldest
+/// first; `now`: Redis's clock (µs); `listed`: how many the list holds
+/// (more than were read when it is over-full). Entries that do not parse
+/// are skipped.
+fn recent(now: &str, listed: u64, kept: &[Vec<u8>]) -> Recent {
+    let mut purges: Vec<Kept> = kept
+        .iter()
+        .filter_map(|entry| {
+            let at_end = entry.iter().position(|&b| b == b'\n')?;
+            let at: u64 = std::str::from_utf8(&entry[..at_end]).ok()?.parse().ok()?;
+            match Event::decode(&entry[at_end + 1..])? {
+                Event::Purged { what, from } => Some(Kept {
+                    what,
+                    from,
+                    said: at / 1_000_000,
+                }),
+                _ => None,
+            }
+        })
+        .collect();
+    // Oldest first, whatever order a list written by something else is in.
+    purges.sort_by_key(|k| k.said);
+    let full = listed >= PURGES_KEPT as u64;
     Recent {
+        now: now.parse::<u64>().map_or(0, |us| us / 1_000_000),
+        lost_before: full.then(|| purges.first().map_or(u64::MAX, |k| k.said)),
         purges,
-        complete: older || listed < PURGES_KEPT as u64,
     }
 }
 
@@ -392,13 +394,12 @@ async fn subscribe(
         .await;
         if let Ok(Ok(pubsub)) = connected {
             let (mut sink, mut messages) = pubsub.split();
-            if let Some(heard) = heard {
-                // Messages sent while this node was away are lost.
-                let away = heard.elapsed();
-                match events.upgrade() {
-                    Some(tx) => drop(tx.send(Event::Rejoined { away })),
-                    None => return,
-                }
+            // Messages sent while this node was away, or before it
+            // started, were not heard.
+            let away = heard.map(|h| h.elapsed());
+            match events.upgrade() {
+                Some(tx) => drop(tx.send(Event::Subscribed { away })),
+                None => return,
             }
             heard = Some(tokio::time::Instant::now());
             loop {
@@ -501,10 +502,10 @@ mod tests {
     }
 
     #[test]
-    fn purges_kept_are_read_within_the_while_oldest_first() {
+    fn purges_kept_are_read_oldest_first_with_when_they_were_said() {
         let now = 1_800_000_000_000_000u64;
         let s = 1_000_000;
-        // Newest first, as the list holds them; one entry broken.
+        // Newest first, as the list holds them; some entries broken.
         let list = vec![
             kept(now - s, Purge::Url("http://a/1".into())),
             b"junk".to_vec(),
@@ -512,40 +513,48 @@ mod tests {
             kept(now - 5 * s, Purge::Prefix("http://a/".into())),
             kept(now - 20 * s, Purge::Url("http://a/old".into())),
         ];
-        let r = recent(&now.to_string(), 5, &list, Some(Duration::from_secs(10)));
-        let got: Vec<&Purge> = r.purges.iter().map(|(p, _)| p).collect();
+        let r = recent(&now.to_string(), 5, &list);
+        let got: Vec<(&Purge, u64)> = r.purges.iter().map(|k| (&k.what, k.said)).collect();
         assert_eq!(
             got,
             [
-                &Purge::Prefix("http://a/".into()),
-                &Purge::Url("http://a/1".into())
+                (&Purge::Url("http://a/old".into()), 1_800_000_000 - 20),
+                (&Purge::Prefix("http://a/".into()), 1_800_000_000 - 5),
+                (&Purge::Url("http://a/1".into()), 1_800_000_000 - 1),
             ]
         );
-        assert_eq!(r.purges[0].1, node_1());
-        assert!(
-            r.complete,
-            "an older one is there: nothing of the while lost"
-        );
-        assert_eq!(recent(&now.to_string(), 5, &list, None).purges.len(), 3);
+        assert_eq!(r.purges[0].from, node_1());
+        assert_eq!(r.now, 1_800_000_000);
+        assert_eq!(r.lost_before, None, "the list is not full: nothing lost");
     }
 
     #[test]
-    fn a_full_list_whose_oldest_is_within_the_while_may_have_lost_some() {
+    fn a_full_list_may_have_lost_what_was_said_before_its_oldest() {
         let now = 1_800_000_000_000_000u64;
         let full: Vec<Vec<u8>> = (0..PURGES_KEPT as u64)
-            .map(|i| kept(now - i, Purge::Url(format!("http://a/{i}").into())))
+            .map(|i| {
+                kept(
+                    now - i * 1_000_000,
+                    Purge::Url(format!("http://a/{i}").into()),
+                )
+            })
             .collect();
         let n = PURGES_KEPT as u64;
-        let within = Some(Duration::from_secs(10));
-        let r = recent(&now.to_string(), n, &full, within);
-        assert!(!r.complete);
+        let r = recent(&now.to_string(), n, &full);
         assert_eq!(r.purges.len(), PURGES_KEPT);
-        // A list not full holds all there was.
-        assert!(recent(&now.to_string(), n - 1, &full[1..], within).complete);
-        // Over-full (written by something else): some may be lost.
-        assert!(!recent(&now.to_string(), n + 5, &full[1..], within).complete);
-        // Redis's clock unreadable: everything kept is read.
-        let all = recent("", n - 1, &full[1..], Some(Duration::from_secs(1)));
-        assert_eq!(all.purges.len(), PURGES_KEPT - 1);
+        assert_eq!(r.lost_before, Some(1_800_000_000 - (n - 1)));
+        // Over-full (written by something else): some may be lost too.
+        assert!(
+            recent(&now.to_string(), n + 5, &full[1..])
+                .lost_before
+                .is_some()
+        );
+        assert_eq!(
+            recent(&now.to_string(), n - 1, &full[1..]).lost_before,
+            None
+        );
+        // Nothing readable in a full list: everything may be lost.
+        let junk = vec![b"junk".to_vec(); PURGES_KEPT];
+        assert_eq!(recent("", n, &junk).lost_before, Some(u64::MAX));
     }
 }

@@ -59,6 +59,11 @@ use policy::{
 };
 use store::{BodyWriter, Found, Meta, ObjKey, Store, obj_key, unix_now};
 
+/// How far the clock a purge was stamped with (Redis's) and this node's
+/// may differ: [`ResponseCache::purge_said_at`] removes what was stored
+/// up to this long after the purge was said.
+const CLOCK_MARGIN_SECS: u64 = 5;
+
 /// Counters, readable at any time (see [`ResponseCache::counters`]).
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -974,9 +979,18 @@ impl ResponseCache {
         n
     }
 
-    /// Removes everything stored; returns how many objects.
-    pub fn purge_all(&self) -> usize {
-        let n = self.inner.store.purge_prefix("");
+    /// A purge another node of a fleet said at `said` (seconds since the
+    /// epoch, on Redis's clock), heard late: removes what is stored for
+    /// `url` (or under it, `prefix`) at or before then, plus a margin for
+    /// the clocks; what was stored since is kept. `url` `None`: every
+    /// object stored by then. Returns how many objects went.
+    pub fn purge_said_at(&self, url: Option<&str>, prefix: bool, said: u64) -> usize {
+        let before = said.saturating_add(CLOCK_MARGIN_SECS);
+        let n = match url {
+            None => self.inner.store.purge_prefix_before("", before),
+            Some(u) if prefix => self.inner.store.purge_prefix_before(&normalize(u), before),
+            Some(u) => self.inner.store.purge_url_before(&normalize(u), before),
+        };
         self.inner
             .stats
             .invalidations

@@ -785,13 +785,22 @@ impl Store {
 
     /// Removes every object stored for `url`; returns how many.
     pub fn purge_url(&self, url: &str) -> usize {
+        self.purge_url_before(url, u64::MAX)
+    }
+
+    /// Removes the objects stored for `url` at or before `before`
+    /// (seconds since the epoch); returns how many.
+    pub fn purge_url_before(&self, url: &str, before: u64) -> usize {
         let victims = {
             let mut ix = self.lock();
             let keys: Vec<ObjKey> = ix
                 .by_url
                 .get(url)
                 .map(|k| k.as_slice().to_vec())
-                .unwrap_or_default();
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|k| ix.disk.peek(k).is_some_and(|e| e.stored_at <= before))
+                .collect();
             let v = keys
                 .iter()
                 .filter_map(|k| ix.remove(k).map(|s| (*k, s)))
@@ -806,6 +815,12 @@ impl Store {
 
     /// Removes every object whose URL starts with `prefix`.
     pub fn purge_prefix(&self, prefix: &str) -> usize {
+        self.purge_prefix_before(prefix, u64::MAX)
+    }
+
+    /// Removes the objects whose URL starts with `prefix` stored at or
+    /// before `before` (seconds since the epoch).
+    pub fn purge_prefix_before(&self, prefix: &str, before: u64) -> usize {
         let urls: Vec<String> = self
             .lock()
             .by_url
@@ -814,7 +829,7 @@ impl Store {
             .filter(|u| u.starts_with(prefix))
             .map(str::to_string)
             .collect();
-        urls.iter().map(|u| self.purge_url(u)).sum()
+        urls.iter().map(|u| self.purge_url_before(u, before)).sum()
     }
 
     /// Removes one object (the origin made it unstorable); returns whether
