@@ -697,6 +697,60 @@ async fn response_cache_purges_missed_while_unsubscribed_are_applied_on_subscrib
     assert_eq!(origin.hits("/kept"), 1, "what was not purged stays cached");
 }
 
+/// A node stopped while a URL is purged finds the purge kept in Redis
+/// when it starts again: what its disk cache held for that URL goes,
+/// what was not purged stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_applies_the_purges_said_while_it_was_stopped() {
+    let Some(redis) = Redis::start().await else {
+        return;
+    };
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
+    for p in ["/u", "/kept"] {
+        origin.route(
+            p,
+            crate::support::Reply::ok("x").header("cache-control", "max-age=600"),
+        );
+    }
+    let state = tempfile::tempdir().expect("tempdir");
+    let start = |name: &str, dir: Option<std::path::PathBuf>| {
+        let fleet = fleet_config(&redis, name, FleetOnUnavailable::Local);
+        Proxy::start_with(move |c| {
+            admin(c);
+            c.cache.enabled = true;
+            if let Some(dir) = dir {
+                c.state_dir = Some(dir);
+            }
+            c.fleet = Some(fleet);
+        })
+    };
+    let mut one = start("node-1", Some(state.path().to_path_buf())).await;
+    for p in ["/u", "/kept"] {
+        one.get(&origin.url(p)).await;
+        one.get(&origin.url(p)).await;
+        assert_eq!(origin.hits(p), 1, "{p}: cached");
+    }
+    one.stop();
+    one.finished().await;
+    let two = start("node-2", None).await;
+    let purged = two
+        .admin_post(&format!("/purge?url={}", origin.url("/u")))
+        .await;
+    assert_eq!(purged.status, 200, "{}", purged.body);
+    let one = start("node-1", Some(state.path().to_path_buf())).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while origin.hits("/u") < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted node serves the purged URL from its disk cache"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        one.get(&origin.url("/u")).await;
+    }
+    one.get(&origin.url("/kept")).await;
+    assert_eq!(origin.hits("/kept"), 1, "what was not purged stays cached");
+}
+
 async fn until_allowed(node: &Proxy, url: &str, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
