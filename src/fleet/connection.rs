@@ -159,8 +159,9 @@ pub(super) const REPLACE_AFTER: Duration = Duration::from_secs(3);
 const REPLACE_FAILURES: u32 = 3;
 
 /// The connection is replaced only while at least one call in this many
-/// of the run fails: a connection that mostly answers (a Redis whose
-/// answers now and then come after the timeout) is kept.
+/// fails (counted over the last two periods at most): a connection that
+/// mostly answers (a Redis whose answers now and then come after the
+/// timeout) is kept.
 const FAILING_ONE_IN: u32 = 5;
 
 /// The fleet's connection, made on first use and replaced when calls on it
@@ -192,8 +193,32 @@ struct Made {
 struct Streak {
     since: tokio::time::Instant,
     last: tokio::time::Instant,
+    /// Calls are counted from here, for two periods at most: what a
+    /// connection answered long ago says nothing of it now.
+    counted_from: tokio::time::Instant,
     failed: u32,
     answered: u32,
+}
+
+impl Streak {
+    fn new(now: tokio::time::Instant) -> Streak {
+        Streak {
+            since: now,
+            last: now,
+            counted_from: now,
+            failed: 0,
+            answered: 0,
+        }
+    }
+
+    /// Starts counting afresh when the count is two periods old.
+    fn recount(&mut self, now: tokio::time::Instant, period: Duration) {
+        if now.duration_since(self.counted_from) >= period * 2 {
+            self.counted_from = now;
+            self.failed = 0;
+            self.answered = 0;
+        }
+    }
 }
 
 impl Link {
@@ -255,12 +280,15 @@ impl Link {
         if !self.failing.load(Ordering::Relaxed) {
             return;
         }
+        let period = self.period();
+        let now = tokio::time::Instant::now();
         let mut streak = self.streak.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(s) = streak.as_mut() else { return };
-        if s.last.elapsed() >= self.period() {
+        if now.duration_since(s.last) >= period {
             *streak = None;
             self.failing.store(false, Ordering::Relaxed);
         } else if self.is_current(number) {
+            s.recount(now, period);
             s.answered = s.answered.saturating_add(1);
         }
     }
@@ -278,25 +306,21 @@ impl Link {
             // A call under way on a connection already replaced.
             return false;
         };
-        let s = match *streak {
-            Some(s) if now.duration_since(s.last) < period => Streak {
-                last: now,
-                failed: s.failed.saturating_add(1),
-                ..s
-            },
-            _ => Streak {
-                since: now,
-                last: now,
-                failed: 1,
-                answered: 0,
-            },
+        let mut s = match *streak {
+            Some(s) if now.duration_since(s.last) < period => s,
+            _ => Streak::new(now),
         };
+        s.recount(now, period);
+        s.last = now;
+        s.failed = s.failed.saturating_add(1);
         *streak = Some(s);
         self.failing.store(true, Ordering::Relaxed);
+        // One call in FAILING_ONE_IN or more: failed / (failed + answered)
+        // >= 1 / FAILING_ONE_IN.
         let replace = now.duration_since(s.since) >= period
             && now.duration_since(made.at) >= period
             && s.failed >= REPLACE_FAILURES
-            && s.failed.saturating_mul(FAILING_ONE_IN) >= s.answered;
+            && s.failed.saturating_mul(FAILING_ONE_IN - 1) >= s.answered;
         if replace {
             // The next call makes a new one; calls under way finish on
             // the old one, which closes when the last ends.
@@ -461,5 +485,26 @@ mod tests {
             tokio::time::advance(Duration::from_secs(2)).await;
         }
         assert!(link.failed(n), "6 s of failures 2 s apart");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_long_ago_do_not_keep_a_silent_connection() {
+        // A busy node: one late answer, thousands answered; then the
+        // connection goes silent and only failures come, two a second.
+        let link = link(Duration::from_millis(50));
+        let n = number(&link);
+        assert!(!link.failed(n));
+        for _ in 0..3000 {
+            link.answered(n);
+        }
+        let mut waited = Duration::ZERO;
+        loop {
+            tokio::time::advance(Duration::from_millis(500)).await;
+            waited += Duration::from_millis(500);
+            if link.failed(n) {
+                break;
+            }
+            assert!(waited < Duration::from_secs(10), "not replaced");
+        }
     }
 }
