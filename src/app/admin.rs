@@ -507,18 +507,25 @@ fn write_back(proxy: &dyn ProxyView, fleet: &Arc<crate::fleet::Fleet>) {
 /// is gone. When this node may have missed some (it subscribed again, or
 /// fell behind the events) it drops its robots.txt copies and writes the
 /// Crawl-delay slots it held alone into the shared schedule; when Redis
-/// answers again after an outage, only what it decided alone. Whenever
-/// it subscribes (at start too) it applies the response-cache purges
-/// kept in Redis to what it stored before each was said.
+/// answers again after an outage, only what it decided alone. At its
+/// start and whenever it subscribes it applies the response-cache purges
+/// kept in Redis to what it stored before each was said ([`Replays`]).
 pub(crate) async fn follow_fleet_purges(
     proxy: Arc<dyn ProxyView>,
     fleet: Arc<crate::fleet::Fleet>,
 ) {
     use tokio::sync::broadcast::error::RecvError;
     let mut events = fleet.events();
-    let replays = Arc::new(tokio::sync::Mutex::new(()));
+    let replays = Replays::new(proxy.clone(), fleet.clone());
+    // What was said before this node started (its first subscription may
+    // have been told before this receiver existed).
+    replays.start(None);
+    // When the last event came: a lag lost events since.
+    let mut received = tokio::time::Instant::now();
     loop {
-        let (what, from) = match events.recv().await {
+        let event = events.recv().await;
+        let last_received = std::mem::replace(&mut received, tokio::time::Instant::now());
+        let (what, from) = match event {
             Ok(Event::Purged { what, from }) => (what, from),
             // Redis is back: the Crawl-delay slots held alone are written
             // into the shared schedule, the robots.txt entries decided
@@ -536,14 +543,14 @@ pub(crate) async fn follow_fleet_purges(
             }
             // The first subscription: what was said before this node
             // started is in Redis.
-            Ok(Event::Subscribed { away: None }) => {
-                replay_purges(&proxy, &fleet, &replays, None);
+            Ok(Event::Subscribed { heard: None }) => {
+                replays.start(None);
                 continue;
             }
             // Purges may have been said while this node was not listening:
             // its robots.txt copies are dropped (read from Redis again as
             // needed), and the response-cache purges kept are applied.
-            missed @ (Ok(Event::Subscribed { .. }) | Err(RecvError::Lagged(_))) => {
+            missed @ (Ok(Event::Subscribed { heard: Some(_) }) | Err(RecvError::Lagged(_))) => {
                 // A `Recovered` among the messages lost.
                 if fleet.settling() {
                     write_back(&*proxy, &fleet);
@@ -553,12 +560,10 @@ pub(crate) async fn follow_fleet_purges(
                     dropped,
                     "fleet messages may have been missed: robots.txt copies dropped, read again from Redis"
                 );
-                // A lag lost events of an unknown while.
-                let away = match missed {
-                    Ok(Event::Subscribed { away }) => away,
-                    _ => None,
-                };
-                replay_purges(&proxy, &fleet, &replays, away);
+                replays.start(match missed {
+                    Ok(Event::Subscribed { heard }) => heard,
+                    _ => Some(last_received),
+                });
                 continue;
             }
             Ok(Event::Fetched(_) | Event::Reload { .. }) => continue,
@@ -598,31 +603,78 @@ fn apply_purge(proxy: &dyn ProxyView, what: &Purge) -> bool {
     true
 }
 
-/// How often, and how far apart, a node tries to read the purges kept
-/// when Redis does not answer at once (it may subscribe before its calls
-/// see Redis back).
+/// How often, and a retry period apart, a node tries to read the purges
+/// kept when Redis does not answer at once (it may subscribe before its
+/// calls see Redis back).
 const REPLAY_TRIES: u32 = 10;
 
-/// Applies the response-cache purges kept in Redis to what this node
-/// stored before each was said, in a task of its own (one at a time).
-/// `away`: how long this node did not listen (`None`: unknown, or since
-/// before it started). When Redis kept fewer purges than were said in
-/// that while, what was stored before the oldest kept is dropped.
-fn replay_purges(
-    proxy: &Arc<dyn ProxyView>,
-    fleet: &Arc<crate::fleet::Fleet>,
-    replays: &Arc<tokio::sync::Mutex<()>>,
-    away: Option<Duration>,
-) {
-    if proxy.response_cache().is_none() {
-        return;
+/// Replays of the response-cache purges kept in Redis: each kept purge
+/// said by another node is applied to what this node stored before it was
+/// said (on this node's clock, by the offset between it and Redis's read
+/// with the purges). One runs at a time; those asked for meanwhile are
+/// merged into one; purges a replay applied are not applied again.
+struct Replays {
+    proxy: Arc<dyn ProxyView>,
+    fleet: Arc<crate::fleet::Fleet>,
+    /// A replay asked for and not started yet: since when this node may
+    /// have missed purges (`None`: unknown, or since before its start).
+    pending: std::sync::Mutex<Option<Option<tokio::time::Instant>>>,
+    running: tokio::sync::Mutex<()>,
+    /// Purges said before this (seconds of Redis's clock) were applied.
+    applied_to: std::sync::atomic::AtomicU64,
+}
+
+impl Replays {
+    fn new(proxy: Arc<dyn ProxyView>, fleet: Arc<crate::fleet::Fleet>) -> Arc<Replays> {
+        Arc::new(Replays {
+            proxy,
+            fleet,
+            pending: std::sync::Mutex::new(None),
+            running: tokio::sync::Mutex::new(()),
+            applied_to: std::sync::atomic::AtomicU64::new(0),
+        })
     }
-    let (proxy, fleet, replays) = (proxy.clone(), fleet.clone(), replays.clone());
-    tokio::spawn(async move {
-        let _one_at_a_time = replays.lock().await;
+
+    /// Asks for a replay for purges missed since `heard` (`None`:
+    /// unknown).
+    fn start(self: &Arc<Self>, heard: Option<tokio::time::Instant>) {
+        if self.proxy.response_cache().is_none() {
+            return;
+        }
+        {
+            let mut pending = self
+                .pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match &mut *pending {
+                // Merged into the one asked for: the earlier of the two.
+                Some(since) => {
+                    *since = match (*since, heard) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        _ => None,
+                    };
+                    return;
+                }
+                None => *pending = Some(heard),
+            }
+        }
+        let replays = self.clone();
+        tokio::spawn(async move {
+            let _one_at_a_time = replays.running.lock().await;
+            let heard = replays
+                .pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+                .flatten();
+            replays.run(heard).await;
+        });
+    }
+
+    async fn run(self: &Arc<Self>, heard: Option<tokio::time::Instant>) {
         let mut kept = None;
         for _ in 0..REPLAY_TRIES {
-            if let Ok(k) = fleet.purges_kept().await {
+            if let Ok(k) = self.fleet.purges_kept().await {
                 kept = Some(k);
                 break;
             }
@@ -634,46 +686,61 @@ fn replay_purges(
             );
             return;
         };
-        let me = fleet.author();
+        // Redis's clock to this node's, as read now.
+        let local_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let offset = i128::from(local_now) - i128::from(kept.now);
+        let to_local = move |said: u64| u64::try_from(i128::from(said) + offset).unwrap_or(0);
+        // Purges older than the oldest kept were dropped: if this node may
+        // have missed some of them, what it stored before is dropped too.
+        let lost = kept.lost_before.filter(|&oldest| match heard {
+            None => true,
+            Some(h) => kept.now.saturating_sub(h.elapsed().as_secs() + 1) < oldest,
+        });
+        let applied_to = self.applied_to.load(std::sync::atomic::Ordering::Relaxed);
+        let newest = kept
+            .purges
+            .last()
+            .map_or(applied_to, |k| k.said.max(applied_to));
+        let me = self.fleet.author();
+        let proxy = self.proxy.clone();
         let work = move || {
             let cache = proxy.response_cache()?;
             let mut applied = 0;
-            for k in &kept.purges {
-                if k.from == me {
-                    continue;
-                }
+            for k in kept
+                .purges
+                .iter()
+                .filter(|k| k.said >= applied_to && k.from != me)
+            {
                 applied += match &k.what {
                     Purge::Url(url) if is_absolute_http(url) => {
-                        cache.purge_said_at(Some(url), false, k.said)
+                        cache.purge_said_at(Some(url), false, to_local(k.said))
                     }
                     Purge::Prefix(prefix) if is_absolute_http(prefix) => {
-                        cache.purge_said_at(Some(prefix), true, k.said)
+                        cache.purge_said_at(Some(prefix), true, to_local(k.said))
                     }
                     _ => 0,
                 };
             }
-            // Purges older than the oldest kept were dropped: if this node
-            // may have missed some of them, what it stored before is
-            // dropped too.
-            let lost = kept.lost_before.filter(|&oldest| match away {
-                None => true,
-                Some(a) => {
-                    let from = kept.now.saturating_sub(a.as_secs() + 1);
-                    from < oldest
-                }
+            let dropped = lost.map_or(0, |oldest| {
+                cache.purge_said_at(None, false, to_local(oldest))
             });
-            let dropped = lost.map_or(0, |oldest| cache.purge_said_at(None, false, oldest));
             Some((applied, dropped))
         };
-        match tokio::task::spawn_blocking(work).await {
-            Ok(Some((applied, dropped))) if applied + dropped > 0 => tracing::info!(
-                applied,
-                dropped,
-                "fleet: response-cache purges said while this node was not listening applied"
-            ),
-            _ => {}
+        let done = tokio::task::spawn_blocking(work).await;
+        if let Ok(Some((applied, dropped))) = done {
+            self.applied_to
+                .fetch_max(newest, std::sync::atomic::Ordering::Relaxed);
+            if applied + dropped > 0 {
+                tracing::info!(
+                    applied,
+                    dropped,
+                    "fleet: response-cache purges said while this node was not listening applied"
+                );
+            }
         }
-    });
+    }
 }
 
 #[cfg(test)]

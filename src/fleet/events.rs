@@ -174,11 +174,11 @@ pub enum Event {
     /// A node (`from`) reloaded its configuration (SIGHUP): every node
     /// reads its own file again.
     Reload { from: Author },
-    /// This node subscribed: at its start (`away` `None`), or again after
-    /// its subscription broke, `away` since it last heard from Redis. What
-    /// was said meanwhile (purges) was not heard. Never sent to other
-    /// nodes.
-    Subscribed { away: Option<Duration> },
+    /// This node subscribed: at its start (`heard` `None`), or again
+    /// after its subscription broke, which last heard from Redis at
+    /// `heard`. What was said meanwhile (purges) was not heard. Never
+    /// sent to other nodes.
+    Subscribed { heard: Option<tokio::time::Instant> },
     /// Redis answered this node again after an outage: what it decided
     /// alone meanwhile is shared again. Never sent to other nodes.
     Recovered,
@@ -396,9 +396,8 @@ async fn subscribe(
             let (mut sink, mut messages) = pubsub.split();
             // Messages sent while this node was away, or before it
             // started, were not heard.
-            let away = heard.map(|h| h.elapsed());
             match events.upgrade() {
-                Some(tx) => drop(tx.send(Event::Subscribed { away })),
+                Some(tx) => drop(tx.send(Event::Subscribed { heard })),
                 None => return,
             }
             heard = Some(tokio::time::Instant::now());

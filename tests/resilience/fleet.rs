@@ -287,8 +287,18 @@ async fn a_request_with_no_crawl_delay_makes_no_redis_call() {
     )
     .await;
     // The first request looks robots.txt up in Redis; the next ones find
-    // it in the local store.
+    // it in the local store. The store into Redis runs after the answer:
+    // waited for (the entry there, the lease given back).
     assert_eq!(nodes[0].get(&free.url("/a")).await.status, 200);
+    let entry = format!("robots-proxy:test:{{http://{}}}:robots.1", free.addr);
+    let lease = format!("robots-proxy:test:{{http://{}}}:lease", free.addr);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redis.command(&["EXISTS", &entry]).await.ok() != Some(redis::Value::Int(1))
+        || redis.command(&["EXISTS", &lease]).await.ok() != Some(redis::Value::Int(0))
+    {
+        assert!(Instant::now() < deadline, "robots.txt never stored");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     redis
         .command(&["CONFIG", "RESETSTAT"])
         .await
