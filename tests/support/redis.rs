@@ -58,6 +58,17 @@ impl Redis {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// From now on (30 s) Redis takes every command and answers none, as
+    /// a hung server.
+    pub async fn hang(&self) {
+        assert_eq!(
+            self.command(&["CLIENT", "PAUSE", "30000", "ALL"])
+                .await
+                .ok(),
+            Some(redis::Value::Okay)
+        );
+    }
+
     /// One command on this server alone (on a cluster node, a key of
     /// another node's slot is answered with MOVED).
     pub async fn command(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
