@@ -610,8 +610,8 @@ const REPLAY_TRIES: u32 = 10;
 
 /// Replays of the response-cache purges kept in Redis: each kept purge
 /// said by another node is applied to what this node stored before it was
-/// said (on this node's clock, by the offset between it and Redis's read
-/// with the purges). One runs at a time; those asked for meanwhile are
+/// said (both on this node's clock: [`crate::fleet::events::Kept`]). One
+/// runs at a time; those asked for meanwhile are
 /// merged into one; purges a replay applied are not applied again.
 struct Replays {
     proxy: Arc<dyn ProxyView>,
@@ -620,7 +620,7 @@ struct Replays {
     /// have missed purges (`None`: unknown, or since before its start).
     pending: std::sync::Mutex<Option<Option<tokio::time::Instant>>>,
     running: tokio::sync::Mutex<()>,
-    /// Purges said before this (seconds of Redis's clock) were applied.
+    /// Purges said before this (seconds, this node's clock) were applied.
     applied_to: std::sync::atomic::AtomicU64,
 }
 
@@ -686,12 +686,6 @@ impl Replays {
             );
             return;
         };
-        // Redis's clock to this node's, as read now.
-        let local_now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let offset = i128::from(local_now) - i128::from(kept.now);
-        let to_local = move |said: u64| u64::try_from(i128::from(said) + offset).unwrap_or(0);
         // Purges older than the oldest kept were dropped: if this node may
         // have missed some of them, what it stored before is dropped too.
         let lost = kept.lost_before.filter(|&oldest| match heard {
@@ -715,17 +709,15 @@ impl Replays {
             {
                 applied += match &k.what {
                     Purge::Url(url) if is_absolute_http(url) => {
-                        cache.purge_said_at(Some(url), false, to_local(k.said))
+                        cache.purge_said_at(Some(url), false, k.said)
                     }
                     Purge::Prefix(prefix) if is_absolute_http(prefix) => {
-                        cache.purge_said_at(Some(prefix), true, to_local(k.said))
+                        cache.purge_said_at(Some(prefix), true, k.said)
                     }
                     _ => 0,
                 };
             }
-            let dropped = lost.map_or(0, |oldest| {
-                cache.purge_said_at(None, false, to_local(oldest))
-            });
+            let dropped = lost.map_or(0, |oldest| cache.purge_said_at(None, false, oldest));
             Some((applied, dropped))
         };
         let done = tokio::task::spawn_blocking(work).await;

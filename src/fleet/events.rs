@@ -71,11 +71,13 @@ static LOG_PURGE: std::sync::LazyLock<redis::Script> =
 static READ_PURGES: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(READ_PURGES_SCRIPT));
 
-/// A purge kept in Redis, and when it was said (seconds of Redis's clock).
+/// A purge kept in Redis, and when it was said.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Kept {
     pub what: Purge,
     pub from: Author,
+    /// Seconds since the epoch, on this node's clock: Redis's stamp moved
+    /// by the difference between the two clocks read with the purges.
     pub said: u64,
 }
 
@@ -84,10 +86,10 @@ pub struct Kept {
 pub struct Recent {
     /// Oldest first.
     pub purges: Vec<Kept>,
-    /// Redis's clock when they were read (seconds).
+    /// When they were read (seconds, this node's clock).
     pub now: u64,
-    /// When the list is full: when its oldest was said. Purges said
-    /// before then may have been dropped.
+    /// When the list is full: when its oldest was said (this node's
+    /// clock). Purges said before then may have been dropped.
     pub lost_before: Option<u64>,
 }
 
@@ -339,15 +341,24 @@ impl Fleet {
                     .await
             })
             .await?;
-        Ok(recent(&now, listed, &kept))
+        Ok(recent(&now, super::now_micros() / 1_000_000, listed, &kept))
     }
 }
 
 /// The purges of `kept` (newest first, as the list holds them), oldest
-/// first; `now`: Redis's clock (µs); `listed`: how many the list holds
-/// (more than were read when it is over-full). Entries that do not parse
-/// are skipped.
-fn recent(now: &str, listed: u64, kept: &[Vec<u8>]) -> Recent {
+/// first, their times moved to this node's clock; `now`: Redis's clock
+/// (µs), `here`: this node's (seconds), read together; `listed`: how many
+/// the list holds (more than were read when it is over-full). Entries
+/// that do not parse are skipped.
+fn recent(now: &str, here: u64, listed: u64, kept: &[Vec<u8>]) -> Recent {
+    let there = now.parse::<u64>().map_or(0, |us| us / 1_000_000);
+    let to_here = |said: u64| {
+        if here >= there {
+            said.saturating_add(here - there)
+        } else {
+            said.saturating_sub(there - here)
+        }
+    };
     let mut purges: Vec<Kept> = kept
         .iter()
         .filter_map(|entry| {
@@ -357,7 +368,7 @@ fn recent(now: &str, listed: u64, kept: &[Vec<u8>]) -> Recent {
                 Event::Purged { what, from } => Some(Kept {
                     what,
                     from,
-                    said: at / 1_000_000,
+                    said: to_here(at / 1_000_000),
                 }),
                 _ => None,
             }
@@ -367,7 +378,7 @@ fn recent(now: &str, listed: u64, kept: &[Vec<u8>]) -> Recent {
     purges.sort_by_key(|k| k.said);
     let full = listed >= PURGES_KEPT as u64;
     Recent {
-        now: now.parse::<u64>().map_or(0, |us| us / 1_000_000),
+        now: here,
         lost_before: full.then(|| purges.first().map_or(u64::MAX, |k| k.said)),
         purges,
     }
@@ -512,7 +523,7 @@ mod tests {
             kept(now - 5 * s, Purge::Prefix("http://a/".into())),
             kept(now - 20 * s, Purge::Url("http://a/old".into())),
         ];
-        let r = recent(&now.to_string(), 5, &list);
+        let r = recent(&now.to_string(), 1_800_000_000, 5, &list);
         let got: Vec<(&Purge, u64)> = r.purges.iter().map(|k| (&k.what, k.said)).collect();
         assert_eq!(
             got,
@@ -525,6 +536,10 @@ mod tests {
         assert_eq!(r.purges[0].from, node_1());
         assert_eq!(r.now, 1_800_000_000);
         assert_eq!(r.lost_before, None, "the list is not full: nothing lost");
+        // This node's clock 10 s ahead of Redis's: the times move with it.
+        let ahead = recent(&now.to_string(), 1_800_000_010, 5, &list);
+        assert_eq!(ahead.purges[0].said, 1_800_000_000 - 10);
+        assert_eq!(ahead.now, 1_800_000_010);
     }
 
     #[test]
@@ -539,21 +554,24 @@ mod tests {
             })
             .collect();
         let n = PURGES_KEPT as u64;
-        let r = recent(&now.to_string(), n, &full);
+        let r = recent(&now.to_string(), 1_800_000_000, n, &full);
         assert_eq!(r.purges.len(), PURGES_KEPT);
         assert_eq!(r.lost_before, Some(1_800_000_000 - (n - 1)));
         // Over-full (written by something else): some may be lost too.
         assert!(
-            recent(&now.to_string(), n + 5, &full[1..])
+            recent(&now.to_string(), 1_800_000_000, n + 5, &full[1..])
                 .lost_before
                 .is_some()
         );
         assert_eq!(
-            recent(&now.to_string(), n - 1, &full[1..]).lost_before,
+            recent(&now.to_string(), 1_800_000_000, n - 1, &full[1..]).lost_before,
             None
         );
         // Nothing readable in a full list: everything may be lost.
         let junk = vec![b"junk".to_vec(); PURGES_KEPT];
-        assert_eq!(recent("", n, &junk).lost_before, Some(u64::MAX));
+        assert_eq!(
+            recent("", 1_800_000_000, n, &junk).lost_before,
+            Some(u64::MAX)
+        );
     }
 }

@@ -21,6 +21,16 @@ fn fleet(redis: &Redis, timeout: Duration, on_unavailable: FleetOnUnavailable) -
     }
 }
 
+/// `n` proxies of one fleet on `redis` ([`fleet`]).
+async fn fleet_nodes(
+    n: usize,
+    redis: &Redis,
+    timeout: Duration,
+    on_unavailable: FleetOnUnavailable,
+) -> Vec<Proxy> {
+    proxies(n, Some(fleet(redis, timeout, on_unavailable))).await
+}
+
 pub(super) async fn proxies(n: usize, fleet: Option<FleetConfig>) -> Vec<Proxy> {
     let mut all = Vec::new();
     for _ in 0..n {
@@ -72,13 +82,11 @@ async fn a_fleet_keeps_one_crawl_delay_schedule_independent_proxies_do_not() {
         return;
     };
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
-    let shared = proxies(
+    let shared = fleet_nodes(
         3,
-        Some(fleet(
-            &redis,
-            Duration::from_secs(1),
-            FleetOnUnavailable::Refuse,
-        )),
+        &redis,
+        Duration::from_secs(1),
+        FleetOnUnavailable::Refuse,
     )
     .await;
     let gaps_shared = gaps(&origin, &shared, 6).await;
@@ -107,7 +115,7 @@ async fn redis_stopped_mid_run_books_locally() {
     };
     let timeout = Duration::from_millis(300);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
-    let nodes = proxies(2, Some(fleet(&redis, timeout, FleetOnUnavailable::Local))).await;
+    let nodes = fleet_nodes(2, &redis, timeout, FleetOnUnavailable::Local).await;
     until_all(&nodes, "two live nodes", |t| {
         metric(t, "robots_proxy_fleet_live_nodes") == Some(2.0)
     })
@@ -151,13 +159,11 @@ async fn the_fleet_shares_again_once_redis_is_back() {
         return;
     };
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
-    let nodes = proxies(
+    let nodes = fleet_nodes(
         1,
-        Some(fleet(
-            &redis,
-            Duration::from_millis(300),
-            FleetOnUnavailable::Refuse,
-        )),
+        &redis,
+        Duration::from_millis(300),
+        FleetOnUnavailable::Refuse,
     )
     .await;
     assert_eq!(nodes[0].get(&origin.url("/a")).await.status, 200);
@@ -197,13 +203,11 @@ async fn redis_stopped_mid_run_refuses_with_503() {
     };
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
     let free = Origin::with_robots("User-agent: *\nAllow: /\n").await;
-    let nodes = proxies(
+    let nodes = fleet_nodes(
         1,
-        Some(fleet(
-            &redis,
-            Duration::from_millis(300),
-            FleetOnUnavailable::Refuse,
-        )),
+        &redis,
+        Duration::from_millis(300),
+        FleetOnUnavailable::Refuse,
     )
     .await;
     assert_eq!(nodes[0].get(&origin.url("/a")).await.status, 200);
@@ -277,13 +281,11 @@ async fn a_request_with_no_crawl_delay_makes_no_redis_call() {
         return;
     };
     let free = Origin::with_robots("User-agent: *\nAllow: /\n").await;
-    let nodes = proxies(
+    let nodes = fleet_nodes(
         1,
-        Some(fleet(
-            &redis,
-            Duration::from_secs(1),
-            FleetOnUnavailable::Refuse,
-        )),
+        &redis,
+        Duration::from_secs(1),
+        FleetOnUnavailable::Refuse,
     )
     .await;
     // The first request looks robots.txt up in Redis; the next ones find
@@ -470,7 +472,7 @@ async fn three_nodes_keep_the_interval_through_a_redis_outage() {
     let interval = Duration::from_secs(1);
     let timeout = Duration::from_millis(100);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
-    let nodes = proxies(3, Some(fleet(&redis, timeout, FleetOnUnavailable::Local))).await;
+    let nodes = fleet_nodes(3, &redis, timeout, FleetOnUnavailable::Local).await;
     until_all(&nodes, "three live nodes", |t| {
         metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
     })
@@ -550,7 +552,7 @@ async fn pages_booked_after_redis_returns_keep_the_interval_with_those_held_from
     let interval = Duration::from_secs(1);
     let timeout = Duration::from_millis(100);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
-    let nodes = proxies(3, Some(fleet(&redis, timeout, FleetOnUnavailable::Local))).await;
+    let nodes = fleet_nodes(3, &redis, timeout, FleetOnUnavailable::Local).await;
     until_all(&nodes, "three live nodes", |t| {
         metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
     })
@@ -605,15 +607,7 @@ async fn a_client_that_gives_up_while_held_gives_its_fleet_slot_back() {
         return;
     };
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 20\n").await;
-    let nodes = proxies(
-        1,
-        Some(fleet(
-            &redis,
-            Duration::from_secs(1),
-            FleetOnUnavailable::Local,
-        )),
-    )
-    .await;
+    let nodes = fleet_nodes(1, &redis, Duration::from_secs(1), FleetOnUnavailable::Local).await;
     assert_eq!(nodes[0].get(&origin.url("/first")).await.status, 200);
     let key = format!(
         "robots-proxy:test:{{http://{}}}:robots-proxy:next",
@@ -686,15 +680,7 @@ async fn metrics_show_three_live_nodes_and_the_round_trips() {
     let Some(redis) = Redis::start().await else {
         return;
     };
-    let nodes = proxies(
-        3,
-        Some(fleet(
-            &redis,
-            Duration::from_secs(1),
-            FleetOnUnavailable::Local,
-        )),
-    )
-    .await;
+    let nodes = fleet_nodes(3, &redis, Duration::from_secs(1), FleetOnUnavailable::Local).await;
     until_all(&nodes, "three live nodes", |t| {
         metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
     })
@@ -853,15 +839,7 @@ async fn a_polluted_heartbeat_set_is_read_capped() {
         args.push(n);
     }
     redis.command(&args).await.expect("ZADD");
-    let nodes = proxies(
-        1,
-        Some(fleet(
-            &redis,
-            Duration::from_secs(1),
-            FleetOnUnavailable::Local,
-        )),
-    )
-    .await;
+    let nodes = fleet_nodes(1, &redis, Duration::from_secs(1), FleetOnUnavailable::Local).await;
     until_all(&nodes, "the capped list", |t| {
         metric(t, "robots_proxy_fleet_live_nodes").is_some_and(|n| n > 1.0)
     })

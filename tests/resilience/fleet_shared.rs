@@ -285,40 +285,14 @@ async fn a_refusal_by_one_nodes_policy_is_not_shared() {
 /// instead of fetching too, and the metrics say so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_waits_for_the_fetch_under_way_on_another() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
     let Some(redis) = Redis::start().await else {
         return;
     };
     // robots.txt is held until released; the first request for it is
     // announced.
-    let fetches = Arc::new(AtomicUsize::new(0));
-    let arrived = Arc::new(tokio::sync::Notify::new());
-    let (release, _) = tokio::sync::watch::channel(false);
-    let (f, a, r) = (fetches.clone(), arrived.clone(), release.clone());
-    let addr = crate::support::serve_tcp(move |mut stream| {
-        let (f, a, mut released) = (f.clone(), a.clone(), r.subscribe());
-        async move {
-            let mut buf = vec![0u8; 4096];
-            let n = stream.read(&mut buf).await.unwrap_or(0);
-            let body = if buf[..n].starts_with(b"GET /robots.txt ") {
-                f.fetch_add(1, Ordering::SeqCst);
-                a.notify_one();
-                let _ = released.wait_for(|r| *r).await;
-                "User-agent: *\nDisallow: /a\n"
-            } else {
-                "page"
-            };
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(reply.as_bytes()).await;
-        }
-    })
-    .await;
+    let robots = "User-agent: *\nDisallow: /a\n";
+    let held = crate::support::HeldRobots::start(robots, robots).await;
+    let addr = held.addr;
     let one = node(&redis, "node-1", FleetOnUnavailable::Local).await;
     let two = node(&redis, "node-2", FleetOnUnavailable::Local).await;
     let url = |path: &str| format!("http://{addr}{path}");
@@ -326,7 +300,7 @@ async fn a_node_waits_for_the_fetch_under_way_on_another() {
         let (proxy, url) = (one.addr, url("/a"));
         async move { Conn::open(proxy).await.get(&url).await }
     });
-    tokio::time::timeout(Duration::from_secs(10), arrived.notified())
+    tokio::time::timeout(Duration::from_secs(10), held.arrived.notified())
         .await
         .expect("node 1 fetches robots.txt");
     let second = tokio::spawn({
@@ -343,10 +317,10 @@ async fn a_node_waits_for_the_fetch_under_way_on_another() {
         assert!(Instant::now() < deadline, "node 2 never waited");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    release.send_replace(true);
+    held.release();
     assert_eq!(first.await.expect("first").status, 403);
     assert_eq!(second.await.expect("second").status, 200);
-    assert_eq!(fetches.load(Ordering::SeqCst), 1, "one fetch for both");
+    assert_eq!(held.fetches(), 1, "one fetch for both");
     let fetched =
         |text: &str| crate::support::metric(text, "robots_proxy_fleet_robots_fetched_total");
     assert_eq!(fetched(&one.metrics().await), Some(1.0));
@@ -751,7 +725,7 @@ async fn a_node_restarted_applies_the_purges_said_while_it_was_stopped() {
     assert_eq!(origin.hits("/kept"), 1, "what was not purged stays cached");
 }
 
-async fn until_allowed(node: &Proxy, url: &str, what: &str) {
+pub(super) async fn until_allowed(node: &Proxy, url: &str, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let r = node.get(url).await;
@@ -1048,19 +1022,12 @@ async fn two_nodes_of_one_name_hear_each_others_purges() {
         .admin_post(&format!("/purge?origin={}", origin.url("/")))
         .await;
     assert_eq!(purged.status, 200, "{}", purged.body);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = two.get(&origin.url("/a")).await;
-        if r.status == 200 {
-            break;
-        }
-        assert_eq!(r.status, 403, "{}", r.body);
-        assert!(
-            Instant::now() < deadline,
-            "node 2 took node 1's purge for its own"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_allowed(
+        &two,
+        &origin.url("/a"),
+        "node 2 took node 1's purge for its own",
+    )
+    .await;
     assert_eq!(one.get(&origin.url("/a")).await.status, 200);
     assert_eq!(origin.hits("/robots.txt"), 2);
     until_all(&[one, two], "two live nodes of one name", |t| {
