@@ -31,6 +31,17 @@ async fn fleet_nodes(
     proxies(n, Some(fleet(redis, timeout, on_unavailable))).await
 }
 
+/// Three nodes of one fleet (`local` when Redis is unavailable), once
+/// each knows all three live.
+async fn three_live_nodes(redis: &Redis, timeout: Duration) -> Vec<Proxy> {
+    let nodes = fleet_nodes(3, redis, timeout, FleetOnUnavailable::Local).await;
+    until_all(&nodes, "three live nodes", |t| {
+        metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
+    })
+    .await;
+    nodes
+}
+
 pub(super) async fn proxies(n: usize, fleet: Option<FleetConfig>) -> Vec<Proxy> {
     let mut all = Vec::new();
     for _ in 0..n {
@@ -472,11 +483,7 @@ async fn three_nodes_keep_the_interval_through_a_redis_outage() {
     let interval = Duration::from_secs(1);
     let timeout = Duration::from_millis(100);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
-    let nodes = fleet_nodes(3, &redis, timeout, FleetOnUnavailable::Local).await;
-    until_all(&nodes, "three live nodes", |t| {
-        metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
-    })
-    .await;
+    let nodes = three_live_nodes(&redis, timeout).await;
 
     spread(&origin, &nodes, "/s", 6).await;
     let shared = gaps_of(&arrivals(&origin, &["/s"]));
@@ -552,11 +559,7 @@ async fn pages_booked_after_redis_returns_keep_the_interval_with_those_held_from
     let interval = Duration::from_secs(1);
     let timeout = Duration::from_millis(100);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
-    let nodes = fleet_nodes(3, &redis, timeout, FleetOnUnavailable::Local).await;
-    until_all(&nodes, "three live nodes", |t| {
-        metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
-    })
-    .await;
+    let nodes = three_live_nodes(&redis, timeout).await;
     spread(&origin, &nodes, "/s", 3).await;
 
     // Killed: it comes back empty, knowing nothing of the slots held.
