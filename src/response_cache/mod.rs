@@ -54,8 +54,8 @@ use tokio::sync::watch;
 
 use crate::http::body::{Body, empty_body};
 use policy::{
-    CACHE_STATUS, Directives, cache_status, cache_url, merge_304, origin_of, policy_request,
-    primary_key, storable_headers, variant_key, vary_names,
+    CACHE_STATUS, Directives, cache_status, cache_url, merge_304, policy_request, primary_key,
+    storable_headers, variant_key, vary_names,
 };
 use store::{BodyWriter, Found, Meta, ObjKey, Store, obj_key, unix_now};
 
@@ -953,9 +953,8 @@ impl ResponseCache {
             let target = headers
                 .get(&name)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| policy::resolve(&url, v.trim()));
+                .and_then(|v| policy::invalidation_target(&url, v.trim()));
             if let Some(t) = target
-                && origin_of(&t) == origin_of(&url)
                 && t != url
             {
                 n += self.inner.store.purge_url(&t);

@@ -445,27 +445,35 @@ pub fn cache_status(params: &str) -> HeaderValue {
         .unwrap_or_else(|_| HeaderValue::from_static(CACHE_NAME))
 }
 
-/// Resolves Location/Content-Location against `base` (a cache URL).
+/// Resolves a Location or Content-Location value against `base` (a
+/// cache URL) by RFC 3986 §5.2 reference resolution (`Url::join`),
+/// rendered as [`cache_url`] keys a request for it: lower-case scheme and
+/// host, default port dropped, `/` for an empty path, no fragment (a
+/// fragment never reaches a request, so nothing is stored under one).
+/// `None` when either does not parse or the target is not http(s).
 pub fn resolve(base: &str, reference: &str) -> Option<String> {
-    if reference.contains("://") {
-        let uri: Uri = reference.parse().ok()?;
-        return cache_url(&uri);
-    }
-    if reference.starts_with("//") {
-        let scheme = base.split("://").next()?;
-        let uri: Uri = format!("{scheme}:{reference}").parse().ok()?;
-        return cache_url(&uri);
-    }
-    let origin = origin_of(base);
-    let joined = if reference.starts_with('/') {
-        format!("{origin}{reference}")
-    } else {
-        let path = &base[origin.len()..];
-        let path = path.split(['?', '#']).next().unwrap_or("/");
-        let dir = path.rfind('/').map_or("/", |i| &path[..=i]);
-        format!("{origin}{dir}{reference}")
-    };
-    let uri: Uri = joined.parse().ok()?;
+    render(&join(base, reference)?)
+}
+
+/// The cache URL a successful unsafe request to `base` (a cache URL)
+/// invalidates for a Location or Content-Location value (RFC 9111 §4.4):
+/// the value [`resolve`]d, when it has the origin of `base` (scheme, host
+/// and port; both are cache URLs, so a default port is written alike).
+pub fn invalidation_target(base: &str, reference: &str) -> Option<String> {
+    resolve(base, reference).filter(|t| origin_of(t) == origin_of(base))
+}
+
+/// `reference` resolved against `base`, fragment and all.
+fn join(base: &str, reference: &str) -> Option<url::Url> {
+    url::Url::parse(base).ok()?.join(reference).ok()
+}
+
+/// `url` as the cache keys it: through [`cache_url`], as a request for it
+/// would be, without its fragment. Characters the url crate
+/// percent-encodes (a space, `"` or `'` in a query, ...) stay encoded: a
+/// client following the Location sends them so too.
+fn render(url: &url::Url) -> Option<String> {
+    let uri: Uri = url[..url::Position::AfterQuery].parse().ok()?;
     cache_url(&uri)
 }
 
@@ -521,6 +529,164 @@ mod tests {
             Some("https://o.test/y")
         );
         assert_eq!(resolve(b, "//o.test/z").as_deref(), Some("http://o.test/z"));
+    }
+
+    /// RFC 3986 §5.4's base URI.
+    const RFC_BASE: &str = "http://a/b/c/d;p?q";
+
+    /// RFC 3986 §5.4.1 (normal examples) then §5.4.2 (abnormal ones):
+    /// each reference and its target exactly as the RFC lists it. For
+    /// `http:g` the RFC lists `http:g` for strict parsers and
+    /// `http://a/b/c/g` for backward compatibility: `Url::join` (WHATWG)
+    /// is the latter.
+    const RFC_EXAMPLES: [(&str, &str); 42] = [
+        // §5.4.1
+        ("g:h", "g:h"),
+        ("g", "http://a/b/c/g"),
+        ("./g", "http://a/b/c/g"),
+        ("g/", "http://a/b/c/g/"),
+        ("/g", "http://a/g"),
+        ("//g", "http://g"),
+        ("?y", "http://a/b/c/d;p?y"),
+        ("g?y", "http://a/b/c/g?y"),
+        ("#s", "http://a/b/c/d;p?q#s"),
+        ("g#s", "http://a/b/c/g#s"),
+        ("g?y#s", "http://a/b/c/g?y#s"),
+        (";x", "http://a/b/c/;x"),
+        ("g;x", "http://a/b/c/g;x"),
+        ("g;x?y#s", "http://a/b/c/g;x?y#s"),
+        ("", "http://a/b/c/d;p?q"),
+        (".", "http://a/b/c/"),
+        ("./", "http://a/b/c/"),
+        ("..", "http://a/b/"),
+        ("../", "http://a/b/"),
+        ("../g", "http://a/b/g"),
+        ("../..", "http://a/"),
+        ("../../", "http://a/"),
+        ("../../g", "http://a/g"),
+        // §5.4.2
+        ("../../../g", "http://a/g"),
+        ("../../../../g", "http://a/g"),
+        ("/./g", "http://a/g"),
+        ("/../g", "http://a/g"),
+        ("g.", "http://a/b/c/g."),
+        (".g", "http://a/b/c/.g"),
+        ("g..", "http://a/b/c/g.."),
+        ("..g", "http://a/b/c/..g"),
+        ("./../g", "http://a/b/g"),
+        ("./g/.", "http://a/b/c/g/"),
+        ("g/./h", "http://a/b/c/g/h"),
+        ("g/../h", "http://a/b/c/h"),
+        ("g;x=1/./y", "http://a/b/c/g;x=1/y"),
+        ("g;x=1/../y", "http://a/b/c/y"),
+        ("g?y/./x", "http://a/b/c/g?y/./x"),
+        ("g?y/../x", "http://a/b/c/g?y/../x"),
+        ("g#s/./x", "http://a/b/c/g#s/./x"),
+        ("g#s/../x", "http://a/b/c/g#s/../x"),
+        ("http:g", "http://a/b/c/g"),
+    ];
+
+    /// What the cache keys each RFC target as, and so what the
+    /// invalidation purges: the target without its fragment (the cache
+    /// drops fragments: no request carries one), `/` for the empty path
+    /// of `http://g` (RFC 9110 §4.2.3), and nothing for `g:h` (not an
+    /// http(s) URL: nothing is cached there).
+    fn rfc_key(target: &str) -> Option<String> {
+        if target == "g:h" {
+            return None;
+        }
+        let target = target.split('#').next().unwrap_or(target);
+        Some(if target == "http://g" {
+            "http://g/".to_string()
+        } else {
+            target.to_string()
+        })
+    }
+
+    #[test]
+    fn references_resolve_as_rfc_3986_section_5_4_lists_them() {
+        for (reference, target) in RFC_EXAMPLES {
+            // The resolution itself, fragments included; the url crate
+            // writes the empty path of `http://g` as `/` (RFC 3986
+            // §6.2.3: the same URI).
+            let joined = join(RFC_BASE, reference).expect(reference);
+            let expected = if target == "http://g" {
+                "http://g/"
+            } else {
+                target
+            };
+            assert_eq!(joined.as_str(), expected, "{reference:?}");
+            // And as the cache keys it.
+            assert_eq!(
+                resolve(RFC_BASE, reference),
+                rfc_key(target),
+                "{reference:?}"
+            );
+        }
+        // The cases the old hand-written join got wrong, spelled out.
+        assert_eq!(
+            resolve(RFC_BASE, "?y").as_deref(),
+            Some("http://a/b/c/d;p?y")
+        );
+        assert_eq!(resolve(RFC_BASE, "../g").as_deref(), Some("http://a/b/g"));
+        assert_eq!(
+            resolve(RFC_BASE, "g;x?y#s").as_deref(),
+            Some("http://a/b/c/g;x?y")
+        );
+    }
+
+    #[test]
+    fn the_invalidation_takes_every_same_origin_rfc_example_and_no_other() {
+        for (reference, target) in RFC_EXAMPLES {
+            // Every example stays on http://a except `g:h` and `//g`.
+            let same_origin = !matches!(reference, "g:h" | "//g");
+            assert_eq!(
+                invalidation_target(RFC_BASE, reference),
+                rfc_key(target).filter(|_| same_origin),
+                "{reference:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn invalidation_targets_are_keyed_as_requests_are_and_stay_on_the_origin() {
+        let b = "http://h.test:8080/list/all?page=1";
+        let t = |r: &str| invalidation_target(b, r);
+        assert_eq!(
+            t("?page=2").as_deref(),
+            Some("http://h.test:8080/list/all?page=2")
+        );
+        assert_eq!(t("../x").as_deref(), Some("http://h.test:8080/x"));
+        assert_eq!(
+            t("HTTP://H.TEST:8080/y#frag").as_deref(),
+            Some("http://h.test:8080/y")
+        );
+        assert_eq!(t("//h.test:8080").as_deref(), Some("http://h.test:8080/"));
+        // Another port, host or scheme is another origin.
+        for other in [
+            "http://h.test/x",
+            "http://h.test:8081/x",
+            "//other.test:8080/x",
+            "https://h.test:8080/x",
+            "mailto:a@h.test",
+        ] {
+            assert_eq!(t(other), None, "{other}");
+        }
+        // The default port is the port.
+        let d = "https://h.test/a";
+        assert_eq!(
+            invalidation_target(d, "https://H.test:443/b").as_deref(),
+            Some("https://h.test/b")
+        );
+        assert_eq!(invalidation_target(d, "http://h.test:443/b"), None);
+        // A value that does not parse is ignored.
+        for bad in ["http://", "http://[::1/x", "http://h.test:99999/", "//:80/"] {
+            assert_eq!(invalidation_target(d, bad), None, "{bad}");
+            assert_eq!(resolve(d, bad), None, "{bad}");
+        }
+        // And so is a base that does not.
+        assert_eq!(resolve("not a url", "/x"), None);
+        assert_eq!(invalidation_target("/relative", "/x"), None);
     }
 
     #[test]

@@ -362,6 +362,43 @@ async fn a_post_invalidates_and_robots_txt_is_applied_before_the_cache() {
     assert_eq!(origin.hits("/item"), 3);
 }
 
+/// RFC 9111 §4.4: the Location of a successful POST is resolved against
+/// its target as RFC 3986 §5.2 says (`?page=2` keeps the path, `../x`
+/// drops a segment) and the page cached there is invalidated.
+#[tokio::test]
+async fn a_posts_relative_location_invalidates_the_page_it_resolves_to() {
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
+    let fresh = |body: &'static str| Reply::ok(body).header("cache-control", "max-age=60");
+    // POST /list?page=1 -> 303 to /list?page=2.
+    origin.route("/list?page=2", fresh("page two"));
+    origin.route(
+        "/list?page=1",
+        Reply::status(303).header("location", "?page=2"),
+    );
+    // POST /a/b/form -> 201 at /a/x.
+    origin.route("/a/x", fresh("x"));
+    origin.route("/a/b/form", Reply::status(201).header("location", "../x"));
+    let proxy = cached_proxy().await;
+    for (post_to, cached) in [("/list?page=1", "/list?page=2"), ("/a/b/form", "/a/x")] {
+        proxy.get(&origin.url(cached)).await;
+        let r = proxy.get(&origin.url(cached)).await;
+        assert_eq!(cache_status(&r), "robots-proxy; hit", "{cached}");
+        assert_eq!(origin.hits(cached), 1, "{cached}");
+        let post = Request::post(origin.url(post_to))
+            .body(Bytes::from_static(b"change"))
+            .expect("req");
+        let r = proxy.request(post).await;
+        assert_eq!(cache_status(&r), "robots-proxy; fwd=bypass", "{post_to}");
+        assert_eq!(origin.hits(post_to), 1, "{post_to}");
+        let r = proxy.get(&origin.url(cached)).await;
+        assert!(
+            cache_status(&r).starts_with("robots-proxy; fwd=uri-miss"),
+            "{cached}: {r:?}"
+        );
+        assert_eq!(origin.hits(cached), 2, "{cached}");
+    }
+}
+
 #[tokio::test]
 async fn admin_purges_by_url_and_prefix_and_explain_shows_the_stored_response() {
     let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
