@@ -88,7 +88,9 @@ pub enum AuthError {
         reason: String,
     },
     /// A user's agent has no robots product token.
-    #[error("agent {agent:?} of proxy user {user:?} has no product token (letters, '-', '_')")]
+    #[error(
+        "agent {agent:?} of proxy user {user:?} has no product token (letters, digits, '-', '_')"
+    )]
     BadAgent {
         /// The user.
         user: String,

@@ -96,6 +96,18 @@ impl<'r> Printer<'r> {
                     .unwrap_or_default();
                 writeln!(out, "DISALLOWED {url}\t{rule}\tjudged as {path}")
             }
+            // Rare: the path as sent, disallowed by a rule read into its
+            // spelling (`Disallow: /wiki/Special%3A` for `/wiki/Special:`).
+            None if !resolved.verdict.allowed && resolved.reading.is_some() => {
+                self.summary.disallowed += 1;
+                let rule = resolved
+                    .verdict
+                    .rule
+                    .map(|r| r.to_string())
+                    .unwrap_or_default();
+                let reading = resolved.reading.map_or("", |r| r.name());
+                writeln!(out, "DISALLOWED {url}\t{rule}\tread as {reading}")
+            }
             None => self.print(url, resolved.verdict, out),
         }
     }

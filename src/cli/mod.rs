@@ -188,7 +188,7 @@ fn load_config(args: &RunArgs) -> anyhow::Result<Config> {
     if let Some(agent) = &args.agent {
         anyhow::ensure!(
             !crate::robots::product_token(agent).is_empty(),
-            "--agent {agent:?} has no product token (letters, '-', '_')"
+            "--agent {agent:?} has no product token (letters, digits, '-', '_')"
         );
         config.agent = agent.clone();
     }
@@ -518,7 +518,9 @@ fn run_check(path: &Path, agent: &str, urls: &[String], opts: &check::Options) -
         }
     };
     if crate::robots::product_token(agent).is_empty() {
-        eprintln!("robots-proxy check: --agent {agent:?} has no product token (letters, '-', '_')");
+        eprintln!(
+            "robots-proxy check: --agent {agent:?} has no product token (letters, digits, '-', '_')"
+        );
         return ExitCode::from(2);
     }
     let rules = Robots::parse(&bytes).agent_rules(agent);

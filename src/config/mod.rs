@@ -852,7 +852,7 @@ impl Config {
         let mut errors: Vec<String> = Vec::new();
         if crate::robots::product_token(&self.agent).is_empty() {
             errors.push(format!(
-                "key `agent`: {:?} has no product token (letters, '-', '_')",
+                "key `agent`: {:?} has no product token (letters, digits, '-', '_')",
                 self.agent
             ));
         }

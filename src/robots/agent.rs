@@ -6,17 +6,33 @@ fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphabetic() || b == b'_' || b == b'-'
 }
 
-/// The leading product token of `s`, lower-cased: `Googlebot/2.1` →
-/// `googlebot`, `foo bar` → `foo`, `googlebot*` → `googlebot`. Empty if `s`
-/// does not start with a token character.
+/// The leading product token of a `User-agent:` line's value, lower-cased:
+/// `Googlebot/2.1` → `googlebot`, `foo bar` → `foo`, `googlebot*` →
+/// `googlebot`, `AB42bot` → `ab` (RFC 9309 §2.2.1's characters only, as
+/// Google's parser reads the file). Empty if `s` does not start with one.
 pub(crate) fn leading_token(s: &str) -> String {
+    leading(s, is_token_byte)
+}
+
+/// True for the characters of a crawler's own product token: RFC 9309's
+/// and digits (`AB42bot`), which crawler names hold and files cannot.
+fn is_tchar(b: u8) -> bool {
+    is_token_byte(b) || b.is_ascii_digit()
+}
+
+fn leading(s: &str, keep: fn(u8) -> bool) -> String {
     let s = s.trim_start();
-    let end = s.bytes().position(|b| !is_token_byte(b)).unwrap_or(s.len());
+    let end = s.bytes().position(|b| !keep(b)).unwrap_or(s.len());
     s[..end].to_ascii_lowercase()
 }
 
 /// The product token to select robots.txt groups with, from either a bare
-/// token (`ExampleBot`) or a whole User-Agent header.
+/// token (`ExampleBot`) or a whole User-Agent header: the crawler's own
+/// name up to its version (`ExampleBot/1.0`), lower-cased, and *not* cut
+/// at the first character a `User-agent:` line may not hold: a crawler
+/// named `AB42bot` is `ab42bot`, which no line of a file names (the file's
+/// `User-agent: AB42bot` is read as `ab`), so it falls under `*` there, as
+/// in Google's matcher (its `stress/369883` vectors).
 ///
 /// Browser-style strings such as
 /// `Mozilla/5.0 (compatible; ExampleBot/0.1; +https://example.com/bot)` name
@@ -32,13 +48,13 @@ pub fn product_token(user_agent: &str) -> String {
     {
         let lower = ua.to_ascii_lowercase();
         if let Some(i) = lower.find("compatible;") {
-            let token = leading_token(&ua[i + "compatible;".len()..]);
+            let token = leading(&ua[i + "compatible;".len()..], is_tchar);
             if !token.is_empty() {
                 return token;
             }
         }
     }
-    leading_token(ua)
+    leading(ua, is_tchar)
 }
 
 /// What a `User-agent:` line names.
@@ -87,6 +103,17 @@ mod tests {
         assert_eq!(product_token("Googlebot/2.1"), "googlebot");
         assert_eq!(product_token("foo bar"), "foo");
         assert_eq!(product_token("  ExampleBot  "), "examplebot");
+    }
+
+    #[test]
+    fn a_crawler_token_is_read_whole_and_a_file_token_up_to_its_first_other_character() {
+        assert_eq!(product_token("AB42bot"), "ab42bot");
+        assert_eq!(product_token("AB42bot/1.0 (+https://x)"), "ab42bot");
+        assert_eq!(product_token("AB"), "ab");
+        assert_eq!(
+            AgentSpec::parse("AB42bot"),
+            Some(AgentSpec::Token("ab".into()))
+        );
     }
 
     #[test]

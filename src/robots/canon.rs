@@ -14,14 +14,31 @@
 //! must hold for every spelling that reaches it, so a compliance proxy
 //! judges each reading and takes the strictest answer.
 //!
-//! A [`Reading`] is a function of a normalised path-and-query. It is
-//! applied to the rules' patterns too, so a rule means in a reading what it
-//! means as written: `Disallow: /wiki/Special%3A` and `Disallow:
-//! /wiki/Special:` both block `/wiki/Special%3ASearch` in the decoded
-//! reading, and an `Allow` written in the very spelling of a request keeps
-//! allowing it in every reading (its image matches the path's image in
-//! full). Without that, a reading could remove an explicit `Allow` (an
-//! `Allow: /foo?u=http://x` no longer matches `/foo?u=http%3A%2F%2Fx`).
+//! A [`Reading`] is a function of a normalised path-and-query. Rules are
+//! read too, but a reading of a rule may only carry it over to other
+//! spellings of what it names, never widen it:
+//!
+//! * A `Disallow` is read by the reading's *decodings* alone
+//!   ([`Reading::decode_pattern`]): an escape read as the octet it stands
+//!   for (`%3A` as `:`, `%2F` and `%5C` as `/`, a query's delimiters),
+//!   letters folded on case-insensitive origins. `Disallow:
+//!   /wiki/Special%3A` and `Disallow: /wiki/Special:` both block
+//!   `/wiki/Special%3ASearch`. The *removals* (dot-segments, doubled
+//!   slashes, `;parameters`, a segment's trailing dots and spaces) are
+//!   never applied to a `Disallow`: a rule that spells `//`, `;`, `.` or a
+//!   trailing dot matches on those very characters, and removing them would
+//!   make `Disallow: /*.$` (URLs ending in a dot) `/*$` (every URL),
+//!   `Disallow: /;` `/` and `Disallow: //folder/` `/folder/`.
+//! * An `Allow` is read in full ([`Reading::apply_pattern`]), so an `Allow`
+//!   written in the very spelling of a request keeps allowing it in every
+//!   reading (its image matches the path's image in full): without that, a
+//!   reading could remove an explicit `Allow` (`Allow: /a;v=2` under
+//!   `Disallow: /`, read on a server that drops `;v=2`). Reading an `Allow`
+//!   can only make that reading's answer more permissive, never the answer
+//!   for the path as sent.
+//! * In every reading a rule keeps the precedence of its decoded spelling
+//!   ([`Reading::decode_pattern`]'s length): removals do not make an
+//!   `Allow` less specific than the `Disallow`s it beats as written.
 //!
 //! Every reading is idempotent, keeps a path rooted and never above `/`,
 //! and maps a string in normal form (see [`super::normalize`]) to one in
@@ -58,6 +75,12 @@ pub enum Reading {
     /// `http.server`: `unquote`, then `normpath`), merged, and the query's
     /// delimiters decoded.
     Decoded,
+    /// An escaped percent sign decoded before the rest (`%2570` is `%70`,
+    /// that is `p`), then as [`Reading::Decoded`]: origins that decode a
+    /// path twice (a servlet that decodes `getRequestURI()` again, a proxy
+    /// in front that decodes once). Rules are written with one level of
+    /// encoding, so a rule is read as [`Reading::Decoded`] reads it.
+    DoubleDecoded,
     /// The path as sent, the query's delimiters (`%2F %3A %3F %40 %5B
     /// %5D`) decoded: applications read `?u=http%3A%2F%2Fx` as `?u=http://x`.
     QueryDecoded,
@@ -69,7 +92,7 @@ pub enum Reading {
 }
 
 /// Every reading, in the order they are judged (RFC 3986 first).
-pub const READINGS: [Reading; 13] = [
+pub const READINGS: [Reading; 14] = [
     Reading::Rfc3986,
     Reading::Merged,
     Reading::SlashDecoded,
@@ -80,6 +103,7 @@ pub const READINGS: [Reading; 13] = [
     Reading::Backslash,
     Reading::Windows,
     Reading::Decoded,
+    Reading::DoubleDecoded,
     Reading::QueryDecoded,
     Reading::Folded,
     Reading::WindowsFolded,
@@ -107,6 +131,8 @@ impl Traits {
     const QUERY: u16 = 64;
     /// An upper-case ASCII letter in the path part.
     const UPPER: u16 = 128;
+    /// An escaped escape (`%25` and two hex digits) in the path part.
+    const DOUBLE: u16 = 256;
 
     /// One pass over `s` (a normalised path-and-query or pattern). Octets
     /// no trait depends on (most of a path: letters, digits) are skipped
@@ -147,6 +173,7 @@ impl Traits {
                         }
                     }
                     Some(d) if PATH_RESERVED.contains(&d) => t |= Self::RESERVED,
+                    Some(b'%') if escaped(b, i + 2).is_some() => t |= Self::DOUBLE,
                     _ => {}
                 },
                 _ => {}
@@ -168,6 +195,13 @@ impl Traits {
         self.0 & mask != 0
     }
 
+    /// True if the path has an escaped escape: without one,
+    /// [`Reading::DoubleDecoded`] reads it (and every rule) as
+    /// [`Reading::Decoded`] does, so judging it again would change nothing.
+    pub(crate) fn double_escaped(self) -> bool {
+        self.any(Self::DOUBLE)
+    }
+
     /// True unless `reading` certainly leaves a string of these traits as
     /// it is.
     pub(crate) fn may_change(self, reading: Reading) -> bool {
@@ -181,6 +215,10 @@ impl Traits {
             Backslash => Self::SEGMENTS | Self::BACKSLASH,
             Windows => Self::SEGMENTS | Self::SLASH | Self::BACKSLASH | Self::TRAILING,
             Decoded => Self::SEGMENTS | Self::SLASH | Self::RESERVED | Self::QUERY,
+            // Rules are read as Decoded reads them.
+            DoubleDecoded => {
+                Self::SEGMENTS | Self::SLASH | Self::RESERVED | Self::QUERY | Self::DOUBLE
+            }
             QueryDecoded => Self::QUERY,
             Folded => Self::UPPER,
             WindowsFolded => {
@@ -226,6 +264,27 @@ const PATH_RESERVED: [u8; 13] = [
 ];
 
 impl Reading {
+    /// A short name, as `check` and the decision header print it.
+    pub fn name(self) -> &'static str {
+        use Reading::*;
+        match self {
+            Rfc3986 => "rfc3986",
+            Merged => "merged",
+            SlashDecoded => "slash-decoded",
+            SlashDecodedMerged => "slash-decoded-merged",
+            ParamsDropped => "params-dropped",
+            ParamsDroppedFirst => "params-dropped-first",
+            ParamsDroppedThenDecoded => "params-dropped-then-decoded",
+            Backslash => "backslash",
+            Windows => "windows",
+            Decoded => "decoded",
+            DoubleDecoded => "double-decoded",
+            QueryDecoded => "query-decoded",
+            Folded => "folded",
+            WindowsFolded => "windows-folded",
+        }
+    }
+
     /// True for the readings judged only on origins known to be
     /// case-insensitive.
     pub fn folds_case(self) -> bool {
@@ -235,10 +294,7 @@ impl Reading {
     /// This reading of a normalised path-and-query (rooted).
     pub fn apply(self, path_and_query: &str) -> Cow<'_, str> {
         let (path, query) = split_query(path_and_query);
-        let query = match self {
-            Reading::Decoded | Reading::QueryDecoded => decode_query_delimiters(query),
-            _ => Cow::Borrowed(query),
-        };
+        let query = self.apply_query(query);
         let path = self.apply_path(path);
         if let (Cow::Borrowed(_), Cow::Borrowed(_)) = (&path, &query)
             && path.len() + query.len() == path_and_query.len()
@@ -248,30 +304,56 @@ impl Reading {
         Cow::Owned(format!("{path}{query}"))
     }
 
-    /// This reading of a normalised rule pattern: a final `$` stays the
+    /// This reading of a query (with its `?`): its delimiters decoded by
+    /// the readings that decode, as it is otherwise.
+    fn apply_query(self, query: &str) -> Cow<'_, str> {
+        match self {
+            Reading::Decoded | Reading::DoubleDecoded | Reading::QueryDecoded => {
+                decode_query_delimiters(query)
+            }
+            _ => Cow::Borrowed(query),
+        }
+    }
+
+    /// This reading of a normalised `Allow` pattern: a final `$` stays the
     /// anchor and `*` is read as any other octet; a pattern that does not
-    /// start with `/` (it starts with `*`) is decoded and folded, not
-    /// resolved, since where its segments start is unknown.
+    /// start with `/` (it starts with `*`) is only decoded
+    /// ([`Reading::decode_pattern`]), since where its segments start is
+    /// unknown. An escaped escape is left as it is: a rule is written with
+    /// one level of encoding.
     pub fn apply_pattern(self, pattern: &str) -> Cow<'_, str> {
-        let (body, anchor) = match pattern.strip_suffix('$') {
-            Some(body) => (body, "$"),
-            None => (pattern, ""),
-        };
-        let read = if body.starts_with('/') {
-            self.apply(body)
+        let this = if self == Reading::DoubleDecoded {
+            Reading::Decoded
         } else {
-            let (path, query) = split_query(body);
-            let query = match self {
-                Reading::Decoded | Reading::QueryDecoded => decode_query_delimiters(query),
-                _ => Cow::Borrowed(query),
-            };
-            let path = self.decode_only(path);
-            Cow::Owned(format!("{path}{query}"))
+            self
         };
+        let (body, anchor) = split_anchor(pattern);
+        if !body.starts_with('/') {
+            return this.decode_pattern(pattern);
+        }
+        let read = this.apply(body);
         if read == body {
             return Cow::Borrowed(pattern);
         }
         Cow::Owned(format!("{read}{anchor}"))
+    }
+
+    /// This reading's decodings of a normalised pattern, and nothing else:
+    /// escapes read as the octets they stand for (`%3A` as `:`, `%2F` and
+    /// `%5C` as `/`, a query's delimiters) and letters folded, as the
+    /// reading does them; no segment is resolved, merged or trimmed and no
+    /// parameter dropped. How a `Disallow` is read (see the module
+    /// documentation): it names the same octets in another spelling and
+    /// never more paths.
+    pub fn decode_pattern(self, pattern: &str) -> Cow<'_, str> {
+        let (body, anchor) = split_anchor(pattern);
+        let (path, query) = split_query(body);
+        let query = self.apply_query(query);
+        let path = self.decode_only(path);
+        if let (Cow::Borrowed(_), Cow::Borrowed(_)) = (&path, &query) {
+            return Cow::Borrowed(pattern);
+        }
+        Cow::Owned(format!("{path}{query}{anchor}"))
     }
 
     /// The path part's reading (no query).
@@ -288,6 +370,7 @@ impl Reading {
             Backslash => remove_dot_segments(&backslashes(path)),
             Windows => windows(path),
             Decoded => merge_segments(&decode(path, &DECODED)),
+            DoubleDecoded => merge_segments(&decode(&undouble(path), &DECODED)),
             QueryDecoded => return Cow::Borrowed(path),
             Folded => return fold(path),
             WindowsFolded => fold(&windows(path)).into_owned(),
@@ -309,7 +392,7 @@ impl Reading {
             }
             Backslash => backslashes(path),
             Windows => Cow::Owned(backslashes(&decode(path, b"/")).into_owned()),
-            Decoded => decode(path, &DECODED),
+            Decoded | DoubleDecoded => decode(path, &DECODED),
             Folded => fold(path),
             WindowsFolded => Cow::Owned(fold(&backslashes(&decode(path, b"/"))).into_owned()),
             Rfc3986 | Merged | ParamsDroppedFirst | QueryDecoded => Cow::Borrowed(path),
@@ -322,6 +405,42 @@ impl Reading {
 const DECODED: [u8; 14] = [
     b'/', b':', b'@', b'!', b'&', b'\'', b'(', b')', b'+', b',', b';', b'=', b'[', b']',
 ];
+
+/// Splits a pattern into its body and its final `$` anchor (or `""`).
+fn split_anchor(pattern: &str) -> (&str, &str) {
+    match pattern.strip_suffix('$') {
+        Some(body) => (body, "$"),
+        None => (pattern, ""),
+    }
+}
+
+/// A path with every escaped escape (`%25` followed by an escape, at any
+/// depth: `%2570` and `%252570` are `%70`) read as that escape, then put
+/// back in normal form (`%70` is `p`). One pass: at each `%`, the `25`s
+/// that precede two hex digits are skipped.
+fn undouble(path: &str) -> String {
+    let b = path.as_bytes();
+    let mut out = String::with_capacity(path.len());
+    let mut start = 0;
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let mut j = i;
+            while b.get(j + 1..j + 3) == Some(b"25".as_slice()) && escaped(b, j + 2).is_some() {
+                j += 2;
+            }
+            if j > i {
+                out.push_str(&path[start..=i]);
+                start = j + 1;
+                i = j + 1;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out.push_str(&path[start..]);
+    super::normalize::normalize_str(&out, super::normalize::Side::Url).into_owned()
+}
 
 /// Splits a request target into its path and its query (with the `?`).
 fn split_query(path_and_query: &str) -> (&str, &str) {

@@ -41,14 +41,18 @@ struct RawRule {
     /// value as written when that differs from it.
     text: Box<str>,
     pattern_len: u32,
+    /// Precedence length: octets of the normalised pattern as written, or,
+    /// for a rule read by a [`Reading`], of its decoded spelling
+    /// ([`Reading::decode_pattern`]).
+    rank: u32,
     line: u32,
     allow: bool,
 }
 
 impl RawRule {
-    /// Precedence length: octets of the normalised pattern.
+    /// Precedence length (see [`RawRule::rank`]).
     fn specificity(&self) -> usize {
-        self.pattern_len as usize
+        self.rank as usize
     }
     fn memory_usage(&self) -> usize {
         std::mem::size_of::<Self>() + self.text.len()
@@ -179,7 +183,7 @@ pub(crate) struct Table {
 
 impl Table {
     fn build(rules: &[&RawRule]) -> Table {
-        let mut text = String::with_capacity(rules.iter().map(|r| r.specificity()).sum());
+        let mut text = String::with_capacity(rules.iter().map(|r| r.pattern_len as usize).sum());
         let mut metas = Vec::with_capacity(rules.len());
         let mut written = Vec::new();
         for (i, r) in rules.iter().enumerate() {
@@ -510,6 +514,17 @@ fn precedence(a: &RawRule, b: &RawRule) -> std::cmp::Ordering {
         .then(a.line.cmp(&b.line))
 }
 
+/// A rule's pattern as `reading` reads it: an `Allow` in full, a
+/// `Disallow` by the reading's decodings alone, so that reading a rule
+/// never widens what it forbids (see [`canon`]).
+fn read_pattern(reading: Reading, pattern: &str, allow: bool) -> Cow<'_, str> {
+    if allow {
+        reading.apply_pattern(pattern)
+    } else {
+        reading.decode_pattern(pattern)
+    }
+}
+
 /// The readings (bits in [`READINGS`] order) that change some pattern of
 /// `table`: one scan of the patterns, and a reading applied only to those
 /// it may change.
@@ -517,11 +532,12 @@ fn changed_readings(table: &Table) -> u16 {
     let mut bits = 0u16;
     for i in 0..table.len() {
         let pattern = table.pattern(i);
+        let allow = table.metas[i].allow();
         let traits = Traits::of(pattern);
         for (k, reading) in READINGS.iter().enumerate() {
             if bits & (1 << k) == 0
                 && traits.may_change(*reading)
-                && reading.apply_pattern(pattern) != pattern
+                && read_pattern(*reading, pattern, allow) != pattern
             {
                 bits |= 1 << k;
             }
@@ -547,6 +563,7 @@ fn make_rule(allow: bool, line: u32, value: &str) -> RawRule {
     RawRule {
         text: text.into_boxed_str(),
         pattern_len,
+        rank: pattern_len,
         line,
         allow,
     }
@@ -675,7 +692,13 @@ impl AgentRules {
         let mut rows: Vec<(RawRule, u32)> = (0..self.table.len())
             .map(|i| {
                 let meta = self.table.metas[i];
-                let pattern = reading.apply_pattern(self.table.pattern(i)).into_owned();
+                let written = self.table.pattern(i);
+                let pattern = read_pattern(reading, written, meta.allow()).into_owned();
+                let rank = if meta.allow() {
+                    reading.decode_pattern(written).len()
+                } else {
+                    pattern.len()
+                } as u32;
                 let value = self.table.value(i);
                 let pattern_len = pattern.len() as u32;
                 let mut text = pattern;
@@ -685,6 +708,7 @@ impl AgentRules {
                 let rule = RawRule {
                     text: text.into_boxed_str(),
                     pattern_len,
+                    rank,
                     line: meta.line(),
                     allow: meta.allow(),
                 };
@@ -697,7 +721,10 @@ impl AgentRules {
         let changed = rows
             .iter()
             .enumerate()
-            .filter(|(k, (_, i))| rules.table.pattern(*k) != self.table.pattern(*i as usize))
+            .filter(|(k, (rule, i))| {
+                let written = self.table.pattern(*i as usize);
+                rules.table.pattern(*k) != written || rule.specificity() != written.len()
+            })
             .map(|(k, _)| k as u32)
             .collect();
         ReadRules {
@@ -832,6 +859,7 @@ impl AgentRules {
             let rules_read = self.changed & (1 << k) != 0;
             if (reading.folds_case() && !case_insensitive)
                 || !(rules_read || traits.may_change(*reading))
+                || (*reading == Reading::DoubleDecoded && !traits.double_escaped())
             {
                 continue;
             }

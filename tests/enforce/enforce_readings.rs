@@ -195,3 +195,74 @@ async fn case_folds_only_on_origins_configured_case_insensitive() {
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("Judged as:  /private/x"), "{body}");
 }
+
+/// Rules about spellings stay rules about those spellings: the readings
+/// carry a rule over to other spellings of what it names and never widen
+/// it (`Disallow: /*.$` is not `Disallow: /*$`), while a rule about a
+/// resource holds for every spelling of it. Against Node and nginx.
+const SPELLING_RULES: &str =
+    "User-agent: *\nDisallow: /*.$\nDisallow: /;\nDisallow: //folder/*\nDisallow: /private\n";
+const SPELLING_ALLOWED: [&str; 5] = ["/a.pdf", "/Alexa/b", "/", "/folder/page", "/public/x"];
+const SPELLING_BLOCKED: [&str; 8] = [
+    "/a.",
+    "/a.pdf.",
+    "/;x",
+    "//folder/page",
+    "/private.",
+    "/public/..\\private",
+    "/%70rivate",
+    "/%2570rivate/x",
+];
+
+#[tokio::test]
+async fn rules_about_spellings_block_only_those_spellings_on_a_node_origin() {
+    let Some(node) = spawn(
+        "node",
+        &[
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/support/origins/whatwg-origin.js"
+            ),
+            SPELLING_RULES,
+        ],
+    ) else {
+        return;
+    };
+    let proxy = Proxy::start().await;
+    for path in SPELLING_ALLOWED {
+        let url = format!("http://{}{path}", node.addr);
+        let (status, body) = raw_get(proxy.addr, &url, node.addr).await;
+        assert_eq!((status, body.as_str()), (200, "page"), "{path}");
+    }
+    for (i, path) in SPELLING_BLOCKED.iter().enumerate() {
+        let url = format!("http://{}{path}", node.addr);
+        let (status, body) = raw_get(proxy.addr, &url, node.addr).await;
+        assert_eq!(status, 403, "{path}: {body}");
+        assert_eq!(proxy.audit().len(), i + 1, "one audit line for {path}");
+    }
+    let (_, hits) = raw_get(node.addr, "/__hits", node.addr).await;
+    assert_eq!(hits, "0", "nothing under /private reached the origin");
+}
+
+#[tokio::test]
+async fn rules_about_spellings_block_only_those_spellings_on_nginx() {
+    let mut files: Vec<(&str, &str)> = vec![("/robots.txt", SPELLING_RULES)];
+    for path in ["/a.pdf", "/Alexa/b", "/folder/page", "/public/x"] {
+        files.push((path, "page"));
+    }
+    files.push(("/private/x", "SECRET"));
+    let Some(nginx) = crate::support::nginx::Nginx::start(&files) else {
+        return;
+    };
+    let proxy = Proxy::start().await;
+    for path in SPELLING_ALLOWED.iter().filter(|p| **p != "/") {
+        let resp = proxy.get(&nginx.url(path)).await;
+        assert_eq!((resp.status, resp.body.as_str()), (200, "page"), "{path}");
+    }
+    for path in SPELLING_BLOCKED {
+        let resp = raw_get(proxy.addr, &nginx.url(path), nginx.addr).await;
+        assert_eq!(resp.0, 403, "{path}: {}", resp.1);
+    }
+    let log = nginx.access_log();
+    assert!(!log.contains("private"), "{log}");
+}

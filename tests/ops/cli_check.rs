@@ -240,3 +240,36 @@ fn a_declared_purpose_disallows_what_the_site_prefers_not_used_for_it() {
         "{out}"
     );
 }
+
+/// The issue's reproduction: `Disallow: /*.$` (msdn.microsoft.com's) blocks
+/// URLs that end in a dot and nothing else; a rule decoded into the path's
+/// spelling says which reading read it.
+#[test]
+fn a_rule_about_a_spelling_is_not_widened_by_a_reading() {
+    let robots = robots_file("User-agent: *\nDisallow: /*.$\nDisallow: /;\nDisallow: //folder/*\n");
+    let (code, out, _) = check(
+        &robots.path,
+        "ExampleBot",
+        &[],
+        Some(
+            "http://x/a.pdf\nhttp://x/Alexa/b\nhttp://x/a.\nhttp://x/a.pdf.\nhttp://x/\nhttp://x/;x\nhttp://x/folder/page\nhttp://x//folder/page\n",
+        ),
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(
+        out,
+        "ALLOWED http://x/a.pdf\nALLOWED http://x/Alexa/b\n\
+         DISALLOWED http://x/a.\tline 2: Disallow: /*.$\n\
+         DISALLOWED http://x/a.pdf.\tline 2: Disallow: /*.$\n\
+         ALLOWED http://x/\n\
+         DISALLOWED http://x/;x\tline 3: Disallow: /;\n\
+         ALLOWED http://x/folder/page\n\
+         DISALLOWED http://x//folder/page\tline 4: Disallow: //folder/*\n"
+    );
+    let robots = robots_file("User-agent: *\nDisallow: /wiki/Special%3A\n");
+    let (_, out, _) = check(&robots.path, "ExampleBot", &["/wiki/Special:Search"], None);
+    assert_eq!(
+        out,
+        "DISALLOWED /wiki/Special:Search\tline 2: Disallow: /wiki/Special%3A\tread as decoded\n"
+    );
+}

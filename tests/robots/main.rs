@@ -6,6 +6,7 @@
 //! this folder (its default place for a test target with a main.rs).
 
 mod canon_props;
+mod readings_scope;
 mod robots_corpus;
 mod robots_props;
 mod robots_spec;
