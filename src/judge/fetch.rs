@@ -614,26 +614,14 @@ async fn read_capped(mut body: hyper::body::Incoming, limit: usize) -> Result<By
 
 /// Resolves a `Location` header against the URL that returned it.
 fn resolve_location(base: &Uri, location: &str) -> Option<Uri> {
-    let location = location.trim();
-    let lower = location.to_ascii_lowercase();
-    if lower.starts_with("http://") || lower.starts_with("https://") {
-        return location.parse().ok();
+    // RFC 3986 §5.2 with the url crate (`?q`, `../x` and `//host` forms);
+    // only http(s) targets are followed, without their fragment.
+    let base = url::Url::parse(&base.to_string()).ok()?;
+    let target = base.join(location.trim()).ok()?;
+    if !matches!(target.scheme(), "http" | "https") {
+        return None;
     }
-    if lower.contains("://") {
-        return None; // another scheme: not followed
-    }
-    let scheme = base.scheme_str()?;
-    let authority = base.authority()?.as_str();
-    let abs = if let Some(rest) = location.strip_prefix("//") {
-        format!("{scheme}://{rest}")
-    } else if location.starts_with('/') {
-        format!("{scheme}://{authority}{location}")
-    } else {
-        let path = base.path();
-        let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-        format!("{scheme}://{authority}{dir}{location}")
-    };
-    abs.parse().ok()
+    target[..url::Position::AfterQuery].parse().ok()
 }
 
 /// `Retry-After` (delay in seconds, or an HTTP date after `now`).
@@ -765,6 +753,15 @@ mod tests {
             Some("https://c.example/x")
         );
         assert_eq!(r("ftp://c.example/x"), None);
+        let base: Uri = "http://a.example/dir/robots.txt?v=1".parse().expect("uri");
+        let r = |l: &str| resolve_location(&base, l).map(|u| u.to_string());
+        assert_eq!(
+            r("?v=2").as_deref(),
+            Some("http://a.example/dir/robots.txt?v=2")
+        );
+        assert_eq!(r("../r.txt").as_deref(), Some("http://a.example/r.txt"));
+        assert_eq!(r("r.txt#x").as_deref(), Some("http://a.example/dir/r.txt"));
+        assert_eq!(r("mailto:x@example.com"), None);
     }
 
     fn gzip(data: &[u8]) -> Vec<u8> {

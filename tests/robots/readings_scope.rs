@@ -52,10 +52,12 @@ fn a_rule_about_parameters_blocks_only_paths_that_have_them() {
 
 #[test]
 fn a_rule_about_a_doubled_slash_blocks_only_that_spelling() {
-    // protego's test_leading_double_slash_in_pattern #3/#4.
+    // protego's test_leading_double_slash_in_pattern, all six.
     let r = rules("User-agent: *\nDisallow: //folder/*\n");
+    for path in ["/", "/folder", "/folder/", "/folder/page", "//folder"] {
+        assert!(strict(&r, path), "{path}");
+    }
     assert!(!strict(&r, "//folder/page"));
-    assert!(strict(&r, "/folder/page"));
     let r = rules("User-agent: *\nDisallow: //\n");
     assert!(!strict(&r, "//x"));
     assert!(strict(&r, "/x"));
