@@ -5,8 +5,10 @@
 //! rule index decides as a scan of every rule would, and that judging every
 //! reading of a path (`robots::canon`, against the rules as the reading
 //! reads them) is never more permissive than the path as sent, that every
-//! reading is idempotent on paths and patterns and keeps normal form, and
-//! that no reading resolves above `/`.
+//! reading is idempotent on paths and patterns and keeps normal form, that
+//! no reading resolves above `/`, and that readings never widen a rule: on
+//! a path no reading changes, the strict answer differs from the path as
+//! sent only through a `Disallow` decoded into the path's spelling.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -78,6 +80,19 @@ fuzz_target!(|data: &[u8]| {
             if let Some(reading) = strict.reading {
                 assert_eq!(rules.check_reading(reading, &rooted), strict.verdict, "{url}");
             }
+            if strict.verdict.allowed != v.allowed && canon::readings(&norm, false).is_empty() {
+                let reading = strict.reading.expect("a reading decided");
+                let rule = strict.verdict.rule.expect("a rule decided");
+                assert!(!rule.is_allow(), "{url}");
+                let decoded = reading.decode_pattern(rule.pattern());
+                assert!(pattern::matches(&decoded, &norm), "{url}: {reading:?} {rule}");
+                assert!(!pattern::matches(rule.pattern(), &norm), "{url}: {rule}");
+                assert_eq!(
+                    decoded.matches('*').count(),
+                    rule.pattern().matches('*').count(),
+                    "{url}"
+                );
+            }
             // Case folding only adds readings: never more permissive.
             let folded = rules.check_resolved_in(&rooted, true);
             if !strict.verdict.allowed {
@@ -101,6 +116,10 @@ fuzz_target!(|data: &[u8]| {
                     let once = reading.apply_pattern(rule.pattern());
                     assert_eq!(reading.apply_pattern(&once), once, "{reading:?}");
                     assert_eq!(normalize::normalize_str(&once, Side::Pattern), once);
+                    let decoded = reading.decode_pattern(rule.pattern());
+                    assert_eq!(reading.decode_pattern(&decoded), decoded, "{reading:?}");
+                    assert_eq!(normalize::normalize_str(&decoded, Side::Pattern), decoded);
+                    assert_eq!(decoded.ends_with('$'), rule.pattern().ends_with('$'));
                 }
             }
             match v.rule {
