@@ -195,6 +195,13 @@ impl Traits {
         self.0 & mask != 0
     }
 
+    /// True if [`Reading::Decoded`] and [`Reading::QueryDecoded`] read a
+    /// path of these traits alike (its path part has nothing the first
+    /// decodes or resolves), so one's form serves for the other.
+    pub(crate) fn decoded_as_query_decoded(self) -> bool {
+        !self.any(Self::SEGMENTS | Self::SLASH | Self::RESERVED)
+    }
+
     /// True if the path has an escaped escape: without one,
     /// [`Reading::DoubleDecoded`] reads it (and every rule) as
     /// [`Reading::Decoded`] does, so judging it again would change nothing.
@@ -359,26 +366,31 @@ impl Reading {
     /// The path part's reading (no query).
     fn apply_path(self, path: &str) -> Cow<'_, str> {
         use Reading::*;
-        let owned = match self {
-            Rfc3986 => remove_dot_segments(path),
-            Merged => merge_segments(path),
-            SlashDecoded => remove_dot_segments(&decode(path, b"/")),
-            SlashDecodedMerged => merge_segments(&decode(path, b"/")),
-            ParamsDropped => merge_segments(&drop_params(&decode(path, b"/"))),
-            ParamsDroppedFirst => merge_segments(&drop_params(path)),
-            ParamsDroppedThenDecoded => merge_segments(&decode(&drop_params(path), b"/")),
-            Backslash => remove_dot_segments(&backslashes(path)),
-            Windows => windows(path),
-            Decoded => merge_segments(&decode(path, &DECODED)),
-            DoubleDecoded => merge_segments(&decode(&undouble(path), &DECODED)),
+        let read = match self {
+            Rfc3986 => resolved(Cow::Borrowed(path), false),
+            Merged => resolved(Cow::Borrowed(path), true),
+            SlashDecoded => resolved(decode(path, b"/"), false),
+            SlashDecodedMerged => resolved(decode(path, b"/"), true),
+            ParamsDropped => resolved(Cow::Owned(drop_params(&decode(path, b"/"))), true),
+            ParamsDroppedFirst => resolved(Cow::Owned(drop_params(path)), true),
+            ParamsDroppedThenDecoded => resolved(
+                Cow::Owned(decode(&drop_params(path), b"/").into_owned()),
+                true,
+            ),
+            Backslash => resolved(backslashes(path), false),
+            Windows => Cow::Owned(windows(path)),
+            Decoded => resolved(decode(path, &DECODED), true),
+            DoubleDecoded => resolved(
+                Cow::Owned(decode(&undouble(path), &DECODED).into_owned()),
+                true,
+            ),
             QueryDecoded => return Cow::Borrowed(path),
             Folded => return fold(path),
-            WindowsFolded => fold(&windows(path)).into_owned(),
+            WindowsFolded => Cow::Owned(fold(&windows(path)).into_owned()),
         };
-        if owned == path {
-            Cow::Borrowed(path)
-        } else {
-            Cow::Owned(owned)
+        match read {
+            Cow::Owned(owned) if owned == path => Cow::Borrowed(path),
+            read => read,
         }
     }
 
@@ -453,28 +465,22 @@ fn split_query(path_and_query: &str) -> (&str, &str) {
 /// `s` with the escapes of the octets in `set` decoded (either hex case).
 fn decode<'a>(s: &'a str, set: &[u8]) -> Cow<'a, str> {
     let b = s.as_bytes();
-    let hit = |i: usize| {
-        (b[i] == b'%')
-            .then(|| escaped(b, i))
-            .flatten()
-            .filter(|d| set.contains(d))
-    };
-    let Some(first) = (0..b.len()).find(|&i| hit(i).is_some()) else {
+    // The escapes of `set`, found by a vectorised search for `%`.
+    let mut hits = memchr::memchr_iter(b'%', b)
+        .filter_map(|i| escaped(b, i).filter(|d| set.contains(d)).map(|d| (i, d)));
+    let Some((first, d)) = hits.next() else {
         return Cow::Borrowed(s);
     };
     let mut out = String::with_capacity(s.len());
     out.push_str(&s[..first]);
-    let (mut i, mut start) = (first, first);
-    while i < b.len() {
-        match hit(i) {
-            Some(d) => {
-                out.push_str(&s[start..i]);
-                out.push(char::from(d));
-                i += 3;
-                start = i;
-            }
-            None => i += 1,
-        }
+    out.push(char::from(d));
+    let mut start = first + 3;
+    for (i, d) in hits {
+        // Hex digits are never `%`: escapes do not overlap.
+        debug_assert!(i >= start);
+        out.push_str(&s[start..i]);
+        out.push(char::from(d));
+        start = i + 3;
     }
     out.push_str(&s[start..]);
     Cow::Owned(out)
@@ -559,6 +565,24 @@ fn drop_params(path: &str) -> String {
         out.push_str(segment.split(';').next().unwrap_or_default());
     }
     out
+}
+
+/// `path` with its segments resolved ([`merge_segments`] if `merge`, else
+/// [`remove_dot_segments`]); as it is, without a copy, when it has no
+/// empty, `.` or `..` segment (no `//` and no `/.`), which is most paths.
+fn resolved(path: Cow<'_, str>, merge: bool) -> Cow<'_, str> {
+    let b = path.as_bytes();
+    if b.first() == Some(&b'/')
+        && memchr::memmem::find(b, b"//").is_none()
+        && memchr::memmem::find(b, b"/.").is_none()
+    {
+        return path;
+    }
+    Cow::Owned(if merge {
+        merge_segments(&path)
+    } else {
+        remove_dot_segments(&path)
+    })
 }
 
 /// RFC 3986 §5.2.4, for a path that starts with `/` (one that does not is

@@ -605,13 +605,20 @@ struct ReadRules {
     rules: AgentRules,
     /// For each of `rules`' rules, its index in the rules it was read from.
     base: Box<[u32]>,
-    /// The rules (indices into `rules`) whose pattern the reading changed.
-    /// A path the reading leaves as it is can be judged differently only
-    /// if one of them matches it: every other rule, and its precedence, is
-    /// the same as in the rules as written, and a changed rule as written
-    /// cannot match a path the reading leaves alone (its literal text holds
-    /// what the reading rewrites).
-    changed: Box<[u32]>,
+    /// The rules whose pattern (or precedence) the reading changed, alone
+    /// (indexed when there are many). A path the reading leaves as it is
+    /// can be judged differently only if one of them matches it: every
+    /// other rule, and its precedence, is the same as in the rules as
+    /// written, and a changed rule as written cannot match a path the
+    /// reading leaves alone (its literal text holds what the reading
+    /// rewrites).
+    changed: AgentRules,
+    /// Position, in the list of read rules, of the first whose rules are
+    /// these very rules (itself if none): readings that read every rule
+    /// alike (a file whose only read rules are `Disallow`s with `%2F` reads
+    /// the same in the five readings that decode `%2F`) answer a path they
+    /// all leave as it is alike, so it is judged once.
+    same_as: u8,
 }
 
 /// The answer for one URL.
@@ -678,12 +685,21 @@ impl AgentRules {
             return None;
         }
         let all = self.read.get_or_init(|| {
-            READINGS
+            let mut all: Vec<ReadRules> = READINGS
                 .iter()
                 .enumerate()
                 .filter(|(k, _)| self.changed & (1 << k) != 0)
                 .map(|(_, r)| self.build_reading(*r))
-                .collect()
+                .collect();
+            for i in 0..all.len() {
+                let same = (0..i)
+                    .find(|&j| {
+                        all[j].rules.table == all[i].rules.table && all[j].base == all[i].base
+                    })
+                    .unwrap_or(i);
+                all[i].same_as = same as u8;
+            }
+            all.into_boxed_slice()
         });
         all.iter().find(|r| r.reading == reading)
     }
@@ -718,20 +734,22 @@ impl AgentRules {
         rows.sort_by(|(a, _), (b, _)| precedence(a, b));
         let refs: Vec<&RawRule> = rows.iter().map(|(r, _)| r).collect();
         let rules = AgentRules::unread(Table::build(&refs), self.selection, self.crawl_delay);
-        let changed = rows
+        let changed: Vec<&RawRule> = rows
             .iter()
             .enumerate()
             .filter(|(k, (rule, i))| {
                 let written = self.table.pattern(*i as usize);
                 rules.table.pattern(*k) != written || rule.specificity() != written.len()
             })
-            .map(|(k, _)| k as u32)
+            .map(|(_, (rule, _))| rule)
             .collect();
+        let changed = AgentRules::unread(Table::build(&changed), self.selection, None);
         ReadRules {
             reading,
             rules,
             base: rows.iter().map(|(_, i)| *i).collect(),
             changed,
+            same_as: 0,
         }
     }
 
@@ -791,7 +809,7 @@ impl AgentRules {
                 .sum::<usize>()
             + self.read.get().map_or(0, |read| {
                 read.iter()
-                    .map(|r| r.rules.memory_usage() + 4 * r.base.len())
+                    .map(|r| r.rules.memory_usage() + r.changed.memory_usage() + 4 * r.base.len())
                     .sum()
             })
     }
@@ -855,6 +873,10 @@ impl AgentRules {
         // QueryDecoded for a path with an encoded query alone) give the same
         // form, judged once.
         let mut last: Option<Cow<'_, str>> = None;
+        // Bits by `ReadRules::same_as`: read rules already judged on the
+        // path as sent (which those readings leave as it is).
+        let mut unchanged_judged = 0u32;
+        let mut decoded: Option<Cow<'_, str>> = None;
         for (k, reading) in READINGS.iter().enumerate() {
             let rules_read = self.changed & (1 << k) != 0;
             if (reading.folds_case() && !case_insensitive)
@@ -863,20 +885,35 @@ impl AgentRules {
             {
                 continue;
             }
-            let form = reading.apply(&path);
+            // Decoded and QueryDecoded read most paths alike: the query's
+            // decoding is done once.
+            let form = match (&decoded, reading) {
+                (Some(form), Reading::QueryDecoded) if traits.decoded_as_query_decoded() => {
+                    form.clone()
+                }
+                _ => reading.apply(&path),
+            };
+            if *reading == Reading::Decoded {
+                decoded = Some(form.clone());
+            }
             if !rules_read && (form == path || last.as_ref() == Some(&form)) {
                 continue;
             }
             if rules_read
                 && form == path
-                && self.read_rules(*reading).is_some_and(|read| {
-                    !read
-                        .changed
-                        .iter()
-                        .any(|&k| pattern::matches(read.rules.table.pattern(k as usize), &form))
-                })
+                && let Some(read) = self.read_rules(*reading)
             {
-                continue;
+                // Judged already in a reading that reads every rule alike,
+                // or no rule this reading changed matches the path: the
+                // answer is the path's as sent.
+                let bit = 1u32 << read.same_as;
+                if unchanged_judged & bit != 0 {
+                    continue;
+                }
+                unchanged_judged |= bit;
+                if read.changed.check_normalized(&form).rule.is_none() {
+                    continue;
+                }
             }
             let other = self.check_read(*reading, &form);
             if !other.allowed {
