@@ -212,8 +212,26 @@ impl Traits {
     /// True unless `reading` certainly leaves a string of these traits as
     /// it is.
     pub(crate) fn may_change(self, reading: Reading) -> bool {
+        self.any(Self::mask(reading))
+    }
+
+    /// The readings (bits in [`READINGS`] order) that may change a string
+    /// of these traits, looked up per trait: none for most paths, which
+    /// then cost no reading at all.
+    pub(crate) fn readings(self) -> u16 {
+        let mut bits = 0u16;
+        let mut t = self.0;
+        while t != 0 {
+            bits |= READINGS_BY_TRAIT[t.trailing_zeros() as usize];
+            t &= t - 1;
+        }
+        bits
+    }
+
+    /// The traits a change by `reading` needs.
+    const fn mask(reading: Reading) -> u16 {
         use Reading::*;
-        let mask = match reading {
+        match reading {
             Rfc3986 | Merged => Self::SEGMENTS,
             SlashDecoded | SlashDecodedMerged => Self::SEGMENTS | Self::SLASH,
             ParamsDropped | ParamsDroppedFirst | ParamsDroppedThenDecoded => {
@@ -231,10 +249,49 @@ impl Traits {
             WindowsFolded => {
                 Self::SEGMENTS | Self::SLASH | Self::BACKSLASH | Self::TRAILING | Self::UPPER
             }
-        };
-        self.any(mask)
+        }
     }
 }
+
+/// For each trait bit, the readings (bits in [`READINGS`] order) whose
+/// [`Traits::mask`] holds it.
+const READINGS_BY_TRAIT: [u16; 16] = {
+    let mut table = [0u16; 16];
+    let mut t = 0;
+    while t < 16 {
+        let mut k = 0;
+        while k < READINGS.len() {
+            if Traits::mask(READINGS[k]) & (1 << t) != 0 {
+                table[t] |= 1 << k;
+            }
+            k += 1;
+        }
+        t += 1;
+    }
+    table
+};
+
+/// The bits (in [`READINGS`] order) of the case-folding readings.
+pub(crate) const FOLDING_READINGS: u16 = {
+    let mut bits = 0u16;
+    let mut k = 0;
+    while k < READINGS.len() {
+        if matches!(READINGS[k], Reading::Folded | Reading::WindowsFolded) {
+            bits |= 1 << k;
+        }
+        k += 1;
+    }
+    bits
+};
+
+/// The bit (in [`READINGS`] order) of [`Reading::DoubleDecoded`].
+pub(crate) const DOUBLE_DECODED: u16 = {
+    let mut k = 0;
+    while !matches!(READINGS[k], Reading::DoubleDecoded) {
+        k += 1;
+    }
+    1 << k
+};
 
 /// The octet `%xx` at `b[i..]` stands for, if it is an escape.
 fn escaped(b: &[u8], i: usize) -> Option<u8> {
@@ -810,6 +867,25 @@ mod tests {
         ] {
             assert!(forms(p).is_empty(), "{p}: {:?}", forms(p));
         }
+    }
+
+    #[test]
+    fn the_readings_looked_up_per_trait_are_those_that_may_change() {
+        for t in 0..(1u16 << 9) {
+            let traits = Traits(t);
+            for (k, reading) in READINGS.iter().enumerate() {
+                assert_eq!(
+                    traits.readings() & (1 << k) != 0,
+                    traits.may_change(*reading),
+                    "{t:#b} {reading:?}"
+                );
+            }
+        }
+        assert_eq!(FOLDING_READINGS.count_ones(), 2);
+        assert_eq!(
+            READINGS[DOUBLE_DECODED.trailing_zeros() as usize],
+            Reading::DoubleDecoded
+        );
     }
 
     #[test]

@@ -877,14 +877,22 @@ impl AgentRules {
         // path as sent (which those readings leave as it is).
         let mut unchanged_judged = 0u32;
         let mut decoded: Option<Cow<'_, str>> = None;
-        for (k, reading) in READINGS.iter().enumerate() {
+        // The readings to judge, in order: those that may change the path
+        // or read some rule; the case-folding ones only for a
+        // case-insensitive origin; the double-decoding one only for a path
+        // with an escaped escape (otherwise it is the decoded one).
+        let mut todo = self.changed | traits.readings();
+        if !case_insensitive {
+            todo &= !canon::FOLDING_READINGS;
+        }
+        if !traits.double_escaped() {
+            todo &= !canon::DOUBLE_DECODED;
+        }
+        while todo != 0 {
+            let k = todo.trailing_zeros() as usize;
+            todo &= todo - 1;
+            let reading = &READINGS[k];
             let rules_read = self.changed & (1 << k) != 0;
-            if (reading.folds_case() && !case_insensitive)
-                || !(rules_read || traits.may_change(*reading))
-                || (*reading == Reading::DoubleDecoded && !traits.double_escaped())
-            {
-                continue;
-            }
             // Decoded and QueryDecoded read most paths alike: the query's
             // decoding is done once.
             let form = match (&decoded, reading) {
