@@ -5,7 +5,7 @@
 //!
 //! The folders are the layers, each using only those below it (checked by
 //! `.ci/layering`), from the bottom: `robots` (pure), `http`, `tls`,
-//! `upstream`, `judge`, `admit`, `response_cache`, `ops`, `server`,
+//! `upstream`, `fleet`, `judge`, `admit`, `response_cache`, `ops`, `server`,
 //! `proxy`, `config`, `app`, `cli`.
 #![forbid(unsafe_code)]
 pub(crate) mod admit;

@@ -27,7 +27,7 @@ impl Drop for Server {
 
 /// Starts `program args`, reading the port from the first line of its
 /// output that holds one (as the last number on that line). `None` if the
-/// program is missing outside CI; in CI a missing server fails the test.
+/// program is missing outside CI; under `CI=true` that fails the test.
 fn spawn(program: &str, args: &[&str]) -> Option<Server> {
     let child = Command::new(program)
         .args(args)
@@ -36,12 +36,12 @@ fn spawn(program: &str, args: &[&str]) -> Option<Server> {
         .spawn();
     let mut child = match child {
         Ok(c) => c,
-        Err(e) if std::env::var_os("CI").is_none() => {
-            eprintln!("skipped: {program} cannot run here ({e}); .ci/run installs it");
+        Err(e) => {
+            crate::support::component::missing(program, e);
             return None;
         }
-        Err(e) => panic!("{program}: {e}"),
     };
+    crate::support::component::used(program);
     let stdout = child.stdout.take().expect("stdout");
     let mut lines = BufReader::new(stdout).lines();
     let port = loop {

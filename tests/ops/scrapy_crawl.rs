@@ -40,9 +40,10 @@ class Site(scrapy.Spider):
 #[tokio::test]
 async fn scrapy_gets_every_allowed_page_of_a_crawl_delay_site() {
     if !scrapy_installed() {
-        eprintln!("skipping: Scrapy is not installed (pip install scrapy)");
+        crate::support::component::missing("scrapy", "not installed (pip install scrapy)");
         return;
     }
+    crate::support::component::used("scrapy");
     let origin = Origin::with_robots(&format!(
         "User-agent: *\nCrawl-delay: {CRAWL_DELAY}\nDisallow: /private\n"
     ))

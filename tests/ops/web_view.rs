@@ -85,11 +85,13 @@ async fn assert_clean(browser: &Browser, what: &str) {
 async fn the_web_view_in_chromium_shows_the_decisions_loads_nothing_else_and_asks_for_credentials()
 {
     let Some(tools) = tools() else {
-        eprintln!(
-            "skipping: Chromium or chromedriver is not installed (apt-get install chromium chromium-driver)"
+        crate::support::component::missing(
+            "chromium",
+            "Chromium or chromedriver is not installed (apt-get install chromium chromium-driver)",
         );
         return;
     };
+    crate::support::component::used("chromium");
     let origin = Origin::with_robots(ROBOTS).await;
     let proxy = Proxy::start_with(|c| {
         admin(c);

@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod component;
 pub mod events;
 pub mod faulty;
 pub mod nginx;

@@ -35,9 +35,10 @@ impl Nginx {
             .map(PathBuf::from)
             .find(|p| p.exists());
         let Some(binary) = binary else {
-            eprintln!("nginx not installed: skipping the nginx origin (apt-get install -y nginx)");
+            super::component::missing("nginx", "not installed (apt-get install -y nginx)");
             return None;
         };
+        super::component::used("nginx");
         let dir = tempfile::tempdir().expect("tempdir");
         let www = dir.path().join("www");
         for (path, body) in files {

@@ -39,10 +39,11 @@ impl Redis {
         {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("skipped: redis-server not available ({e})");
+                super::component::missing("redis-server", e);
                 return None;
             }
         };
+        super::component::used("redis-server");
         let redis = Redis { child, port };
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -181,7 +182,7 @@ impl RedisCluster {
                 String::from_utf8_lossy(&out.stderr)
             ),
             Err(e) => {
-                eprintln!("skipped: redis-cli not available ({e})");
+                super::component::missing("redis-cli", e);
                 return None;
             }
         }
