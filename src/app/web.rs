@@ -373,13 +373,19 @@ pub(crate) fn overview(state: &AdminState) -> Response<Body> {
     let proxy = &*state.proxy;
     let snap = proxy.activity().snapshot(TOP);
     let mut body = String::from("<h1>Overview</h1>");
+    let settings = proxy.admin_settings();
+    let who = if settings.auth.is_some() {
+        "only to the <code>[[admin.users]]</code> configured"
+    } else {
+        "to anyone who reaches the admin listener: set <code>[[admin.users]]</code> \
+         when more than one person can"
+    };
     let _ = write!(
         body,
-        "<p class=\"note\">This page shows every client's URLs: set <code>[[admin.users]]</code> \
-         when the admin listener is reachable by more than one person. Proxy: <code>{}</code>, \
+        "<p class=\"note\">This page shows every client's URLs, {who}. Proxy: <code>{}</code>, \
          agent <code>{}</code>.</p>",
         escape(&state.listen.to_string()),
-        escape(&proxy.admin_settings().agent),
+        escape(&settings.agent),
     );
     body.push_str(&decisions(state, &snap));
     body.push_str(&top_lists(&snap));

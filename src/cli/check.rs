@@ -66,6 +66,8 @@ impl<'r> Printer<'r> {
     /// Judges `url` as the proxy would: every path an origin may resolve
     /// it to (see [`crate::robots::canon`]).
     fn judge(&mut self, url: &str, out: &mut impl Write) -> io::Result<()> {
+        // An empty line is the root, and is printed as such.
+        let url = if url.is_empty() { "/" } else { url };
         if let Some(reason) = invalid_url(url) {
             self.summary.invalid += 1;
             return writeln!(out, "INVALID {url}\t{reason}");

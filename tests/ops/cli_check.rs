@@ -74,7 +74,7 @@ fn all_allowed_exits_zero() {
     let f = robots_file(ROBOTS);
     let (code, out, _) = check(&f.path, "ExampleBot", &["/a", ""], None);
     assert_eq!(code, Some(0));
-    assert_eq!(out, "ALLOWED /a\nALLOWED \n");
+    assert_eq!(out, "ALLOWED /a\nALLOWED /\n");
 }
 
 #[test]
@@ -84,7 +84,7 @@ fn urls_from_stdin_crlf_and_empty_lines() {
     assert_eq!(code, Some(1));
     assert_eq!(
         out,
-        "ALLOWED /a\nDISALLOWED /private\tline 2: Disallow: /private\nALLOWED \n"
+        "ALLOWED /a\nDISALLOWED /private\tline 2: Disallow: /private\nALLOWED /\n"
     );
 }
 

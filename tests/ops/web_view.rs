@@ -136,6 +136,13 @@ async fn the_web_view_in_chromium_shows_the_decisions_loads_nothing_else_and_ask
     }
     let page = admin_get(&proxy, "/", Some(&credentials)).await;
     assert_eq!(page.status, 200, "{page:?}");
+    // With users set, the page does not ask to set them.
+    assert!(
+        page.body
+            .contains("only to the <code>[[admin.users]]</code> configured"),
+        "{}",
+        page.body
+    );
     assert!(
         page.header("content-security-policy")
             .is_some_and(|p| p.starts_with("default-src 'none'")),
@@ -308,6 +315,10 @@ async fn the_charts_are_rebuilt_from_the_audit_log_at_start() {
     let body = tokio::time::timeout(crate::support::NO_HANG, counts)
         .await
         .expect("the audit log read back");
+    assert!(
+        body.contains("set <code>[[admin.users]]</code> when more than one person can"),
+        "{body}"
+    );
     for (id, n) in [
         ("days-allowed", 1),
         ("days-disallowed", 2),
