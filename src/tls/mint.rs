@@ -179,6 +179,12 @@ impl Minter {
     /// `connect_host` when the client sent none (IP literals), and returns
     /// the stream and the host name the certificate was made for.
     ///
+    /// Without SNI, a client that offers `http/1.1` gets it rather than
+    /// `h2`: HTTP/2 clients that pool sessions by the server name (got's
+    /// http2-wrapper, under Crawlee for JavaScript) fail on a session that
+    /// has none (`Requested origin … does not match server undefined`).
+    /// One that offers `h2` alone still gets it.
+    ///
     /// No timeout is applied: wrap the call in `tokio::time::timeout`.
     pub async fn accept<IO>(
         &self,
@@ -191,8 +197,19 @@ impl Minter {
         let start = LazyConfigAcceptor::new(Acceptor::default(), io)
             .await
             .map_err(TlsError::ClientHandshake)?;
-        let sni = start.client_hello().server_name().map(str::to_owned);
+        let hello = start.client_hello();
+        let sni = hello.server_name().map(str::to_owned);
+        let offers_h1 = hello
+            .alpn()
+            .is_some_and(|mut offered| offered.any(|p| p == b"http/1.1"));
         let (config, served) = self.lookup(sni.as_deref().unwrap_or(connect_host))?;
+        let config = if sni.is_none() && offers_h1 {
+            let mut h1 = (*config).clone();
+            h1.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Arc::new(h1)
+        } else {
+            config
+        };
         let stream = start
             .into_stream(config)
             .await

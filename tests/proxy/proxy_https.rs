@@ -183,23 +183,34 @@ async fn connect_to_a_private_destination_is_refused_by_default() {
     assert!(err.starts_with("HTTP/1.1 403"), "{err}");
 }
 
-/// curl -x ... --cacert DIR/ca.pem, HTTP/1.1 and HTTP/2.
+/// curl -x ... --cacert DIR/ca.pem, HTTP/1.1 and HTTP/2: HTTP/2 to a
+/// host name; to a bare IP (no SNI) a client offering HTTP/1.1 too gets
+/// it, as HTTP/2 clients that pool sessions by server name fail without
+/// one.
 #[tokio::test(flavor = "multi_thread")]
 async fn curl_end_to_end_with_the_proxy_ca() {
+    let named = tls_origin("localhost").await;
+    named.origin.robots("User-agent: *\n");
+    named.origin.route("/pub", support::Reply::ok("public"));
     let o = tls_origin("127.0.0.1").await;
     o.origin.robots("User-agent: *\nDisallow: /private\n");
     o.origin.route("/pub", support::Reply::ok("public"));
-    let proxy = proxy_trusting(&o).await;
+    let (ip_ca, named_ca) = (o.ca_file.clone(), named.ca_file.clone());
+    let proxy = Proxy::start_with(move |c| c.upstream.ca_files = vec![ip_ca, named_ca]).await;
     let ca = proxy.state_dir.join("ca/ca.pem");
     let proxy_url = format!("http://{}", proxy.addr);
     let port = o.origin.addr.port();
+    let named_port = named.origin.addr.port();
     let run = move |path: &str, extra: &[&str]| {
         let out = std::process::Command::new("curl")
             .args(["-s", "-S", "--max-time", "10", "-x", &proxy_url, "--cacert"])
             .arg(&ca)
             .args(extra)
             .args(["-w", "\n%{http_code} %{http_version}"])
-            .arg(format!("https://127.0.0.1:{port}{path}"))
+            .arg(match path.strip_prefix("named:") {
+                Some(path) => format!("https://localhost:{named_port}{path}"),
+                None => format!("https://127.0.0.1:{port}{path}"),
+            })
             .output()
             .expect("curl runs");
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -207,14 +218,16 @@ async fn curl_end_to_end_with_the_proxy_ca() {
     let results = tokio::task::spawn_blocking(move || {
         (
             run("/pub", &["--http1.1"]),
-            run("/pub", &["--http2"]),
+            run("named:/pub", &["--http2"]),
             run("/private/x", &[]),
+            run("/pub", &["--http2"]),
         )
     })
     .await
     .expect("curl task");
     assert!(results.0.ends_with("public\n200 1.1"), "{}", results.0);
     assert!(results.1.ends_with("public\n200 2"), "{}", results.1);
+    assert!(results.3.ends_with("public\n200 1.1"), "{}", results.3);
     assert!(
         results.2.contains("Disallow: /private") && results.2.contains("403"),
         "{}",

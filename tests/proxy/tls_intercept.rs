@@ -219,6 +219,28 @@ async fn handshake_without_sni_uses_the_connect_host_ipv4() {
 }
 
 #[tokio::test]
+async fn handshake_without_sni_offers_only_http_1_1() {
+    // A client that offers h2 to a bare IP (no SNI) gets HTTP/1.1: h2
+    // clients that pool sessions by server name fail on a nameless one.
+    let m = Arc::new(minter());
+    let connector = client_trusting(m.ca().cert_der(), &[b"h2", b"http/1.1"]);
+    let (addr, server) = intercepting_server(m.clone(), "127.0.0.1", 2).await;
+    let name = ServerName::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST).into());
+    let alpn = connect(&connector, addr, name).await.unwrap();
+    assert_eq!(alpn.as_deref(), Some(&b"http/1.1"[..]));
+    // One that offers h2 alone still gets it.
+    let h2_only = client_trusting(m.ca().cert_der(), &[b"h2"]);
+    let name = ServerName::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST).into());
+    let alpn = connect(&h2_only, addr, name).await.unwrap();
+    assert_eq!(alpn.as_deref(), Some(&b"h2"[..]));
+    let served = server.await.unwrap();
+    assert_eq!(
+        served[0].as_ref().unwrap().alpn.as_deref(),
+        Some(&b"http/1.1"[..])
+    );
+}
+
+#[tokio::test]
 async fn handshake_without_sni_uses_the_connect_host_ipv6() {
     let m = Arc::new(minter());
     let connector = client_trusting(m.ca().cert_der(), &[]);
