@@ -245,8 +245,42 @@ fn describe_cert(err: &CertificateError, host: &str) -> String {
         C::InvalidPurpose | C::InvalidPurposeContext { .. } => {
             format!("certificate of host {host} is not for TLS servers")
         }
-        other => format!("certificate of host {host} rejected: {other}"),
+        C::Other(other) => describe_webpki(&other.0.to_string(), host),
+        other => format!("certificate of host {host} rejected: {other:?}"),
     }
+}
+
+/// The certificate errors rustls passes on from its verifier (webpki) by
+/// name, in words; the name stays in brackets for a search.
+fn describe_webpki(name: &str, host: &str) -> String {
+    let what = match name {
+        "CaUsedAsEndEntity" => {
+            "is a CA certificate, which cannot identify a server (the server must present a certificate issued by that CA)"
+        }
+        "EndEntityUsedAsCa" => "was issued by a server certificate, which cannot issue others",
+        "BadDer" | "BadDerTime" | "TrailingData" => "is malformed",
+        "UnsupportedSignatureAlgorithm"
+        | "UnsupportedSignatureAlgorithmForPublicKey"
+        | "UnsupportedSignatureAlgorithmContext"
+        | "UnsupportedSignatureAlgorithmForPublicKeyContext" => {
+            "is signed with an algorithm the proxy does not accept"
+        }
+        "UnsupportedCriticalExtension" | "ExtensionValueInvalid" => {
+            "has an extension the proxy cannot read"
+        }
+        "RequiredEkuNotFound" | "RequiredEkuNotFoundContext" => "is not for TLS servers",
+        "PathLenConstraintViolated" | "MaximumPathDepthExceeded" => {
+            "has a chain longer than its issuers allow"
+        }
+        "NameConstraintViolation" | "MaximumNameConstraintComparisonsExceeded" => {
+            "names a host its issuer may not certify"
+        }
+        "InvalidCertValidity" => "has a validity period that ends before it begins",
+        "UnsupportedCertVersion" => "has an X.509 version the proxy does not accept",
+        _ => "was rejected",
+    };
+    let name = name.split(['(', ' ', '{']).next().unwrap_or(name);
+    format!("certificate of host {host} {what} ({name})")
 }
 
 /// webpki renders presented names as `DnsName("a.example")` and
@@ -285,6 +319,45 @@ mod tests {
         fn source(&self) -> Option<&(dyn StdError + 'static)> {
             Some(&*self.1)
         }
+    }
+
+    /// Stands for a webpki error, whose text is its name.
+    #[derive(Debug)]
+    struct Named(&'static str);
+
+    impl std::fmt::Display for Named {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl StdError for Named {}
+
+    #[test]
+    fn verifier_errors_are_said_in_words() {
+        let other = |name: &'static str| {
+            rustls::Error::InvalidCertificate(CertificateError::Other(rustls::OtherError(
+                std::sync::Arc::new(Named(name)),
+            )))
+        };
+        let reason = upstream_error_reason(
+            &io::Error::new(io::ErrorKind::InvalidData, other("CaUsedAsEndEntity")),
+            "ca.example",
+        );
+        assert_eq!(
+            reason,
+            "certificate of host ca.example is a CA certificate, which cannot identify a server \
+             (the server must present a certificate issued by that CA) (CaUsedAsEndEntity)"
+        );
+        assert!(!reason.contains("OtherError"));
+        let reason = upstream_error_reason(
+            &io::Error::new(io::ErrorKind::InvalidData, other("SomethingNew")),
+            "x.example",
+        );
+        assert_eq!(
+            reason,
+            "certificate of host x.example was rejected (SomethingNew)"
+        );
     }
 
     #[test]

@@ -104,6 +104,44 @@ async fn untrusted_upstream_certificate_is_a_502_that_says_why() {
     assert_eq!(o.origin.hits("/x"), 0);
 }
 
+/// An origin that presents a CA certificate as its own (trusted as a CA
+/// through `upstream.ca_files`): the 502 says so in words, not in the
+/// verifier's debug form (`Other(OtherError(CaUsedAsEndEntity))`).
+#[tokio::test]
+async fn an_origin_presenting_a_ca_certificate_is_a_502_in_words() {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).expect("params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).expect("self-signed CA");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca_file = dir.path().join("ca-as-leaf.pem");
+    std::fs::write(&ca_file, cert.pem()).expect("write");
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![cert.der().clone()],
+        rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+    .expect("server config");
+    let origin = Origin::start_tls(std::sync::Arc::new(config)).await;
+    origin.robots("User-agent: *\nDisallow:\n");
+    let proxy = Proxy::start_with(move |c| c.upstream.ca_files = vec![ca_file]).await;
+    let resp = https_get(&proxy, "127.0.0.1", origin.addr.port(), "/x", false).await;
+    assert_eq!(resp.status, 502, "{}", resp.body);
+    assert!(
+        resp.body
+            .contains("is a CA certificate, which cannot identify a server"),
+        "{}",
+        resp.body
+    );
+    assert!(!resp.body.contains("OtherError"), "{}", resp.body);
+    assert_eq!(origin.hits("/x"), 0);
+}
+
 #[tokio::test]
 async fn no_intercept_host_is_tunnelled_blindly_and_audited() {
     let o = tls_origin("localhost").await;
