@@ -78,7 +78,8 @@ pub(crate) enum AuditCommand {
     /// Exit status: 0 when found and intact, 1 when missing or corrupt,
     /// 2 on a usage or I/O error.
     Robots {
-        /// The SHA-256 (64 hex digits).
+        /// The SHA-256 (64 hex digits), or an unambiguous prefix of it (8 or
+        /// more).
         sha256: String,
         /// Find the archive (`<state_dir>/robots-archive`) from this config.
         #[arg(long, value_name = "FILE")]
@@ -133,7 +134,10 @@ fn robots(sha256: &str, config: Option<&Path>, meta: bool) -> ExitCode {
     let dir = config.archive_dir();
     let (text, found) = match archive::read(&dir, sha256) {
         Ok(found) => found,
-        Err(e @ (ArchiveError::BadDigest(_) | ArchiveError::Io { .. })) => {
+        Err(
+            e
+            @ (ArchiveError::BadDigest(_) | ArchiveError::Ambiguous(..) | ArchiveError::Io { .. }),
+        ) => {
             return usage("robots", e);
         }
         Err(e) => {

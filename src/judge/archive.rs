@@ -146,8 +146,10 @@ struct OutcomeLine<'a> {
 /// What reading an archived text can find.
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {
-    #[error("{0} is not a SHA-256 (64 hex digits)")]
+    #[error("{0} is not a SHA-256 (64 hex digits) or a prefix of one (8 or more)")]
     BadDigest(String),
+    #[error("{0} is the start of {1} archived digests: give more of it")]
+    Ambiguous(String, usize),
     #[error("no archived robots.txt {0} in {1}")]
     Missing(String, PathBuf),
     #[error("{path}: {source}")]
@@ -590,7 +592,8 @@ fn changed_lines(old: &[u8], new: &[u8]) -> usize {
 /// Reads an archived text and its metadata, checking the text against its
 /// digest.
 pub fn read(dir: &Path, sha256: &str) -> Result<(Vec<u8>, Meta), ArchiveError> {
-    let digest = Digest::parse(sha256).ok_or_else(|| ArchiveError::BadDigest(sha256.into()))?;
+    let full = complete(dir, sha256)?;
+    let digest = Digest::parse(&full).ok_or_else(|| ArchiveError::BadDigest(sha256.into()))?;
     let (text_path, meta_path) = paths(dir, digest);
     let text = match fs::read(&text_path) {
         Ok(t) => t,
@@ -623,6 +626,44 @@ pub fn read(dir: &Path, sha256: &str) -> Result<(Vec<u8>, Meta), ArchiveError> {
         },
     })?;
     Ok((text, meta))
+}
+
+/// The whole digest an unambiguous prefix of 8 or more hex digits names
+/// among the archived texts (a digest shown cut, `38ee13a8…`, is one); a
+/// whole digest as it is.
+fn complete(dir: &Path, given: &str) -> Result<String, ArchiveError> {
+    let hex = given
+        .trim()
+        .trim_end_matches('…')
+        .trim_end_matches("...")
+        .to_ascii_lowercase();
+    if hex.len() == 64
+        || !(8..64).contains(&hex.len())
+        || !hex.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return Ok(hex);
+    }
+    let sub = dir.join("bodies").join(&hex[..2]);
+    let names = match fs::read_dir(&sub) {
+        Ok(names) => names,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(ArchiveError::Missing(hex, dir.to_path_buf()));
+        }
+        Err(source) => return Err(ArchiveError::Io { path: sub, source }),
+    };
+    let mut found: Vec<String> = names
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let digest = name.strip_suffix(".txt")?;
+            (digest.len() == 64 && digest.starts_with(&hex)).then(|| digest.to_owned())
+        })
+        .collect();
+    match found.len() {
+        0 => Err(ArchiveError::Missing(hex, dir.to_path_buf())),
+        1 => Ok(found.remove(0)),
+        n => Err(ArchiveError::Ambiguous(hex, n)),
+    }
 }
 
 fn entry_path(dir: &Path, origin: &str) -> PathBuf {
@@ -906,6 +947,58 @@ mod tests {
         assert_eq!(meta.served[0].first_in_force, "2023-11-14T22:13:20Z");
         assert_eq!(meta.served[0].last_in_force, "2023-11-14T23:13:20Z");
         assert_eq!(meta.served[0].content_type.as_deref(), Some("text/plain"));
+        // A prefix names it too, as the docs show it (cut, with an ellipsis).
+        let hex = d.to_string();
+        for prefix in [
+            &hex[..8],
+            &hex[..16],
+            &format!("{}…", &hex[..16]),
+            &hex.to_uppercase()[..12],
+        ] {
+            let (again, _) = read(archive.dir(), prefix).expect("read by prefix");
+            assert_eq!(again, text, "{prefix}");
+        }
+        assert!(matches!(
+            read(archive.dir(), &hex[..7]),
+            Err(ArchiveError::BadDigest(_))
+        ));
+        let other = if hex.starts_with("00000000") {
+            "11111111"
+        } else {
+            "00000000"
+        };
+        assert!(matches!(
+            read(archive.dir(), other),
+            Err(ArchiveError::Missing(..))
+        ));
+    }
+
+    #[test]
+    fn a_prefix_of_two_archived_digests_is_ambiguous() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let archive =
+            Archive::open(dir.path(), 1 << 20, &dir.path().join("audit.jsonl")).expect("open");
+        // Two texts whose digests share their first 8 hex digits are not to
+        // be found by chance: the second is written under a name that does.
+        let text = b"User-agent: *\nDisallow: /a\n";
+        let d = Digest::of(text);
+        archive.keep_text(
+            "http://a.example",
+            Some(200),
+            &evidence(),
+            text,
+            d,
+            SystemTime::now(),
+        );
+        let hex = d.to_string();
+        let twin = format!("{}{}", &hex[..8], "f".repeat(56));
+        let (path, _) = paths(dir.path(), d);
+        fs::copy(&path, path.with_file_name(format!("{twin}.txt"))).expect("copy");
+        assert!(matches!(
+            read(dir.path(), &hex[..8]),
+            Err(ArchiveError::Ambiguous(_, 2))
+        ));
+        assert!(read(dir.path(), &hex[..20]).is_ok() || hex[8..20] == twin[8..20]);
     }
 
     #[test]

@@ -72,6 +72,10 @@ async fn audit_lines_name_the_robots_txt_in_force_and_the_archive_keeps_each_ver
         let out = audit_robots(&proxy.state_dir, sha, false);
         assert!(out.status.success(), "{out:?}");
         assert_eq!(String::from_utf8_lossy(&out.stdout), text);
+        // As docs/compliance.md shows it: its first 16 digits and an ellipsis.
+        let out = audit_robots(&proxy.state_dir, &format!("{}…", &sha[..16]), false);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), text);
         let out = audit_robots(&proxy.state_dir, sha, true);
         assert!(out.status.success(), "{out:?}");
         let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
