@@ -423,7 +423,7 @@ mod tests {
         let input = b"/a\r\n/private/x\n\n/b\xFF\n/private";
         let expected = "ALLOWED /a\n\
                         DISALLOWED /private/x\tline 2: Disallow: /private\n\
-                        ALLOWED \n\
+                        ALLOWED /\n\
                         ALLOWED /b\u{FFFD}\n\
                         DISALLOWED /private\tline 2: Disallow: /private\n";
         for capacity in [1, 2, 3, 5, 8, 64, 8192] {

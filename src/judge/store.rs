@@ -1049,8 +1049,12 @@ pub(super) fn from_kept(
         },
         "allow_all" => State::AllowAll { reason: reason() },
         "disallow_all" => State::DisallowAll { reason: reason() },
-        "refused" => State::Refused { reason: reason() },
-        "bad_tls" => State::BadTls { reason: reason() },
+        // A destination refused by policy, or a certificate not trusted,
+        // depends on the configuration (`allow_private_destinations`,
+        // `upstream.ca_files`), which only a restart changes: a restarted
+        // proxy fetches again rather than keep a failure its new
+        // configuration may cure.
+        "refused" | "bad_tls" => return None,
         _ => return None,
     };
     let now_i = Instant::now();

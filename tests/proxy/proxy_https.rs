@@ -142,6 +142,36 @@ async fn an_origin_presenting_a_ca_certificate_is_a_502_in_words() {
     assert_eq!(origin.hits("/x"), 0);
 }
 
+/// A certificate the proxy did not trust is retried after a restart that
+/// trusts its CA, without a purge: the kept robots.txt state (`bad_tls`)
+/// depends on the configuration, which the restart changed.
+#[tokio::test]
+async fn an_untrusted_certificate_is_tried_again_after_a_restart_that_trusts_it() {
+    let o = tls_origin("127.0.0.1").await;
+    o.origin.robots("User-agent: *\nDisallow: /private\n");
+    o.origin.route("/x", support::Reply::ok("x over tls"));
+    let state = tempfile::tempdir().expect("tempdir");
+    let dir = state.path().to_path_buf();
+    let start = |trust: Option<std::path::PathBuf>| {
+        let dir = dir.clone();
+        Proxy::start_with(move |c| {
+            c.audit.path = Some(dir.join("audit.jsonl"));
+            c.state_dir = Some(dir);
+            c.upstream.ca_files = trust.into_iter().collect();
+        })
+    };
+    let mut first = start(None).await;
+    let resp = https_get(&first, "127.0.0.1", o.origin.addr.port(), "/x", false).await;
+    assert_eq!(resp.status, 502, "{}", resp.body);
+    first.stop();
+    first.finished().await;
+
+    let second = start(Some(o.ca_file.clone())).await;
+    let resp = https_get(&second, "127.0.0.1", o.origin.addr.port(), "/x", false).await;
+    assert_eq!((resp.status, resp.body.as_str()), (200, "x over tls"));
+    assert_eq!(o.origin.hits("/robots.txt"), 1);
+}
+
 #[tokio::test]
 async fn no_intercept_host_is_tunnelled_blindly_and_audited() {
     let o = tls_origin("localhost").await;
