@@ -632,11 +632,14 @@ pub(crate) fn ca_page(state: &AdminState, req: &Request<Incoming>) -> Response<B
             ),
         ),
         (
-            "Node.js",
+            "Node.js (its fetch ignores HTTP_PROXY before Node 24: undici's agent sends it)",
             format!(
-                "export NODE_EXTRA_CA_CERTS=$PWD/robots-proxy-ca.pem\n\
-                 export HTTP_PROXY=http://{proxy} HTTPS_PROXY=http://{proxy} NODE_USE_ENV_PROXY=1\n\
-                 node crawler.js"
+                "npm install undici@6\n\
+                 echo \"const u = require('undici'); u.setGlobalDispatcher(new u.EnvHttpProxyAgent());\" &gt; use-proxy.cjs\n\
+                 export NODE_EXTRA_CA_CERTS=$PWD/robots-proxy-ca.pem\n\
+                 export HTTP_PROXY=http://{proxy} HTTPS_PROXY=http://{proxy}\n\
+                 node --require ./use-proxy.cjs crawler.js\n\
+                 # Node 24 and later: NODE_USE_ENV_PROXY=1 node crawler.js"
             ),
         ),
         (

@@ -17,6 +17,7 @@ mod audit_log;
 mod audit_report;
 mod cli_check;
 mod e2e_curl;
+mod node_fetch;
 mod ops_proxy;
 mod ops_reload;
 mod politeness_visible;
