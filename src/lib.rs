@@ -4,7 +4,8 @@
 //! directly.
 //!
 //! The folders are the layers, each using only those below it (checked by
-//! `.ci/layering`), from the bottom: `robots` (pure), `http`, `tls`,
+//! `.ci/layering`), from the bottom: `robots` (the robots.txt engine, a
+//! pure crate of its own in `crates/robots`, re-exported), `http`, `tls`,
 //! `upstream`, `fleet`, `judge`, `admit`, `response_cache`, `ops`, `server`,
 //! `proxy`, `config`, `app`, `cli`.
 #![forbid(unsafe_code)]
@@ -18,7 +19,8 @@ pub(crate) mod judge;
 pub(crate) mod ops;
 pub(crate) mod proxy;
 pub(crate) mod response_cache;
-pub mod robots;
+/// The robots.txt engine (the `robots-engine` crate, `crates/robots`).
+pub use robots_engine as robots;
 pub(crate) mod server;
 pub mod tls;
 pub(crate) mod upstream;

@@ -12,9 +12,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use robots_proxy::robots::canon;
-use robots_proxy::robots::normalize::{self, Side};
-use robots_proxy::robots::{Robots, pattern, product_token};
+use robots_engine::canon;
+use robots_engine::normalize::{self, Side};
+use robots_engine::{Robots, pattern, product_token};
 
 fuzz_target!(|data: &[u8]| {
     let robots = Robots::parse(data);

@@ -1332,7 +1332,7 @@ mod tests {
             panic!("both agents compiled");
         };
         assert!(Arc::ptr_eq(a, b), "both select the * group: shared");
-        assert_eq!(a.len(), 3);
+        assert_eq!(a.rules().len(), 3);
     }
 
     /// The proxy's own shortage is never the origin's: without a copy,

@@ -73,7 +73,7 @@ pub(crate) struct Line<'a> {
 /// Prepares raw bytes for [`lines`]: drops a BOM, applies [`MAX_BYTES`]
 /// (dropping a line cut in the middle) and percent-encodes invalid UTF-8.
 /// Returns the text and whether anything was cut off.
-pub(crate) fn prepare(bytes: &[u8]) -> (std::borrow::Cow<'_, str>, bool) {
+pub fn prepare(bytes: &[u8]) -> (std::borrow::Cow<'_, str>, bool) {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let truncated = bytes.len() > MAX_BYTES;
     let bytes = if truncated {
@@ -170,7 +170,7 @@ pub(crate) fn lines(text: &str) -> impl Iterator<Item = Line<'_>> {
 /// Every line of prepared text with its 1-based number, as [`lines`]
 /// numbers them (blank and comment lines too): for showing a file with
 /// its rules' line numbers.
-pub(crate) fn raw_lines(text: &str) -> impl Iterator<Item = (u32, &str)> {
+pub fn raw_lines(text: &str) -> impl Iterator<Item = (u32, &str)> {
     LineIter {
         rest: text,
         number: 0,

@@ -46,6 +46,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The line's key as written in robots.txt.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::ContentUsage => "Content-Usage",
@@ -249,6 +250,7 @@ impl fmt::Display for UsageRule {
 /// that says so.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UsageVerdict<'a> {
+    /// The preference stated for the category.
     pub pref: Pref,
     /// The deciding rule: for a `n`, a rule that says `n`.
     pub rule: &'a UsageRule,

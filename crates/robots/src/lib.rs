@@ -1,7 +1,7 @@
 //! The robots.txt engine: pure (no I/O, no async), parse once, query fast.
 //!
 //! ```
-//! use robots_proxy::robots::Robots;
+//! use robots_engine::Robots;
 //! let robots = Robots::parse(b"User-agent: *\nDisallow: /private\n");
 //! let rules = robots.agent_rules("ExampleBot/1.0");
 //! let verdict = rules.check("/private/x");
@@ -14,6 +14,33 @@
 //! selects and merges the groups for one crawler and compiles them into an
 //! [`AgentRules`], whose [`AgentRules::check`] answers a path in time linear in
 //! the path, without allocating in the common case.
+//!
+//! A proxy or crawler that must not reach a disallowed resource through
+//! another spelling of its path asks [`AgentRules::check_resolved`]: the
+//! path as sent and every [`Reading`] an origin may give it (dot-segments,
+//! `%2F`, `;parameters`, backslashes, a segment's trailing dots, decoded
+//! reserved characters; see [`canon`]), disallowed if any is. Rules are
+//! carried over to other spellings of what they name and never widened:
+//!
+//! ```
+//! use robots_engine::Robots;
+//! let robots = Robots::parse(b"User-agent: *\nDisallow: /private\nDisallow: /*.$\n");
+//! let rules = robots.agent_rules("ExampleBot");
+//! let strict = rules.check_resolved("/public/..%2Fprivate/x");
+//! assert!(!strict.verdict.allowed);
+//! assert_eq!(strict.judged_as.as_deref(), Some("/private/x"));
+//! // `Disallow: /*.$` is about URLs that end in a dot, in every reading.
+//! assert!(rules.check_resolved("/a.pdf").verdict.allowed);
+//! assert!(!rules.check_resolved("/a.").verdict.allowed);
+//! ```
+//!
+//! Other parts: [`product_token`] (the token a User-Agent header selects
+//! groups with), [`usage`] (`Content-Usage` and `Content-Signal` lines),
+//! [`normalize`] (percent-encoding normal form), [`pattern`] (one pattern
+//! against one path) and [`parse`] (lines as the parser reads them).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub(crate) mod agent;
 pub mod canon;
@@ -452,7 +479,7 @@ impl Robots {
 
     /// Compiles the rules of several agents at once; agents that select the
     /// same groups share one [`AgentRules`]. In the order of `agents`.
-    pub(crate) fn agent_rules_shared(&self, agents: &[&str]) -> Vec<Arc<AgentRules>> {
+    pub fn agent_rules_shared(&self, agents: &[&str]) -> Vec<Arc<AgentRules>> {
         // The same groups selected the same way (a group naming both an
         // agent and `*` is Specific for one and Global for the other).
         type Key = (Selection, Vec<*const Group>);
@@ -624,6 +651,7 @@ struct ReadRules {
 /// The answer for one URL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Verdict<'a> {
+    /// True if the path may be fetched.
     pub allowed: bool,
     /// The rule that decided, if any rule matched.
     pub rule: Option<Rule<'a>>,
@@ -777,12 +805,6 @@ impl AgentRules {
             table: &self.table,
             index: index as u32,
         })
-    }
-
-    /// Number of rules.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.table.len()
     }
 
     /// True if no rule applies (everything is allowed).
@@ -1003,6 +1025,7 @@ impl AgentRules {
 /// ([`AgentRules::check_resolved`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resolved<'a> {
+    /// The answer: disallowed if the path as sent or any reading of it is.
     pub verdict: Verdict<'a>,
     /// The normalised reading that was disallowed, when it is not the path
     /// as sent (`/private/x` for `/public/../private/x`).
@@ -1022,7 +1045,7 @@ pub struct RuleRef {
 impl RuleRef {
     /// The handle of `rule`, which `rules` returned; `None` for a rule of
     /// other rules.
-    pub(crate) fn new(rules: &Arc<AgentRules>, rule: Rule<'_>) -> Option<RuleRef> {
+    pub fn new(rules: &Arc<AgentRules>, rule: Rule<'_>) -> Option<RuleRef> {
         let index = rules.rule_index(rule)?;
         Some(RuleRef {
             rules: rules.clone(),
@@ -1031,7 +1054,7 @@ impl RuleRef {
     }
 
     /// The rule.
-    pub(crate) fn get(&self) -> Rule<'_> {
+    pub fn get(&self) -> Rule<'_> {
         Rule {
             table: &self.rules.table,
             index: self.index,
