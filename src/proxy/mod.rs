@@ -498,10 +498,14 @@ pub(crate) fn refuse_method(method: &Method) -> Option<Response<Body>> {
 
 pub(crate) use crate::http::origin::path_of;
 
-/// A random-enough instance id without another dependency: the std's
-/// randomly keyed hasher over the process id and the time.
+/// A random instance id, from the system's generator through ring; should
+/// that fail, the std's randomly keyed hasher over the process id and the
+/// time.
 fn rand_id() -> u32 {
     use std::hash::{BuildHasher, Hasher};
+    if let Ok(bytes) = ring::rand::generate::<[u8; 4]>(&ring::rand::SystemRandom::new()) {
+        return u32::from_be_bytes(bytes.expose());
+    }
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
     h.write_u128(

@@ -78,14 +78,7 @@ pub(crate) fn obj_key(text: &str) -> ObjKey {
     k
 }
 
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
-}
+pub(crate) use crate::http::text::hex;
 
 /// What is known of a stored response besides its body.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -322,9 +322,7 @@ pub(crate) fn random_serial() -> Result<SerialNumber, TlsError> {
     Ok(SerialNumber::from_slice(&bytes))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+use crate::http::text::hex;
 
 fn create_dir(dir: &Path) -> Result<(), TlsError> {
     crate::http::files::create_private_dir(dir).map_err(|e| TlsError::io(dir, e))

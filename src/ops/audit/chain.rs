@@ -131,23 +131,7 @@ impl<'a> Sealed<'a> {
     }
 }
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
-/// Appends `bytes` as lowercase hex.
-pub(crate) fn push_hex(out: &mut Vec<u8>, bytes: &[u8]) {
-    for b in bytes {
-        out.push(HEX[usize::from(b >> 4)]);
-        out.push(HEX[usize::from(b & 15)]);
-    }
-}
-
-/// `bytes` as lowercase hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    let mut out = Vec::with_capacity(bytes.len() * 2);
-    push_hex(&mut out, bytes);
-    // Only ASCII hex digits were pushed.
-    String::from_utf8_lossy(&out).into_owned()
-}
+pub(crate) use crate::http::text::{hex, push_hex};
 
 /// Lowercase hex to bytes; `None` on an odd length or another character.
 pub(crate) fn parse_hex(text: &[u8]) -> Option<Vec<u8>> {
