@@ -27,8 +27,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use robots_proxy::measure::{CacheSettings, FetchSettings, Gate, Origin, RobotsCache, Scheme};
 use robots_proxy::measure::{ClientSettings, build_client};
+use robots_proxy::measure::{
+    FetchSettings, Gate, Origin, RobotsCache, RobotsCacheSettings, Scheme,
+};
 use robots_proxy::robots::Robots;
 
 /// The system allocator, counting live bytes.
@@ -293,7 +295,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 max_redirects: 5,
                 max_informational: 10,
             },
-            CacheSettings {
+            RobotsCacheSettings {
                 capacity: origins,
                 default_ttl: Duration::from_secs(24 * 3600),
                 min_ttl: Duration::from_secs(60),

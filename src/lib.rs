@@ -41,7 +41,7 @@ pub mod measure {
     pub use crate::http::origin::{Origin, Scheme};
     pub use crate::judge::Gate;
     pub use crate::judge::fetch::FetchSettings;
-    pub use crate::judge::store::{CacheSettings, RobotsCache};
+    pub use crate::judge::store::{RobotsCache, RobotsCacheSettings};
     pub use crate::upstream::tls::client_config;
     pub use crate::upstream::{ClientSettings, build_client};
 }

@@ -21,7 +21,7 @@ use crate::judge::archive::Archive;
 use crate::judge::fetch::{Concluded, FetchSettings};
 use crate::judge::fetch_budget::FetchBudget;
 use crate::judge::politeness::Politeness;
-use crate::judge::store::{CacheSettings, RobotsCache};
+use crate::judge::store::{RobotsCache, RobotsCacheSettings};
 use crate::ops::audit::{AuditLog, SigningKey, chain};
 use crate::ops::metrics::{self, Metrics};
 use crate::proxy::{Proxy, Settings, Upstreams};
@@ -265,7 +265,7 @@ impl App {
         let cache = RobotsCache::new(
             build_fetch_client(&client_settings, tls),
             fetch_settings(&config),
-            CacheSettings {
+            RobotsCacheSettings {
                 capacity: r.cache_entries,
                 default_ttl: r.default_ttl,
                 min_ttl: r.min_ttl,

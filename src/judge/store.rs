@@ -199,7 +199,7 @@ pub(crate) enum StoreLookup {
 
 /// Cache limits and lifetimes.
 #[derive(Clone, Debug)]
-pub struct CacheSettings {
+pub struct RobotsCacheSettings {
     pub capacity: usize,
     pub default_ttl: Duration,
     pub min_ttl: Duration,
@@ -246,7 +246,8 @@ enum Next {
     OtherAgent,
 }
 
-struct Slot {
+/// An origin's place in the robots cache: its entry, the fetch under way.
+struct Cell {
     entry: Option<Arc<Entry>>,
     flight: Option<Flight>,
     /// Bytes accounted for `entry`.
@@ -255,8 +256,8 @@ struct Slot {
 
 /// The LRU, the bytes its entries hold and how many of them are policy
 /// refusals.
-struct Slots {
-    lru: LruCache<Origin, Slot>,
+struct Cells {
+    lru: LruCache<Origin, Cell>,
     bytes: usize,
     /// Entries that are [`State::Refused`]: kept so a refused origin is not
     /// fetched again on every request, but not counted as cached robots.txt
@@ -273,16 +274,16 @@ struct Slots {
     alone: Option<std::collections::HashSet<Origin>>,
 }
 
-/// True if `slot` holds a destination-policy refusal.
-fn is_refused(slot: &Slot) -> bool {
-    slot.entry
+/// True if `cell` holds a destination-policy refusal.
+fn is_refused(cell: &Cell) -> bool {
+    cell.entry
         .as_ref()
         .is_some_and(|e| matches!(e.state, State::Refused { .. }))
 }
 
-impl Slots {
-    /// Accounts for a slot that left the LRU.
-    fn forget(&mut self, old: &Slot) {
+impl Cells {
+    /// Accounts for a cell that left the LRU.
+    fn forget(&mut self, old: &Cell) {
         self.bytes -= old.weight;
         self.refused -= usize::from(is_refused(old));
     }
@@ -292,23 +293,23 @@ impl Slots {
     fn store(&mut self, origin: Origin, entry: Arc<Entry>, max_bytes: usize) {
         let weight = entry.memory_usage();
         match self.lru.get_mut(&origin) {
-            Some(slot) => {
-                self.bytes = self.bytes - slot.weight + weight;
-                self.refused -= usize::from(is_refused(slot));
-                slot.entry = Some(entry);
-                self.refused += usize::from(is_refused(slot));
-                slot.flight = None;
-                slot.weight = weight;
+            Some(cell) => {
+                self.bytes = self.bytes - cell.weight + weight;
+                self.refused -= usize::from(is_refused(cell));
+                cell.entry = Some(entry);
+                self.refused += usize::from(is_refused(cell));
+                cell.flight = None;
+                cell.weight = weight;
             }
             None => {
                 self.bytes += weight;
-                let slot = Slot {
+                let cell = Cell {
                     entry: Some(entry),
                     flight: None,
                     weight,
                 };
-                self.refused += usize::from(is_refused(&slot));
-                if let Some((_, old)) = self.lru.push(origin, slot) {
+                self.refused += usize::from(is_refused(&cell));
+                if let Some((_, old)) = self.lru.push(origin, cell) {
                     self.forget(&old);
                 }
             }
@@ -334,7 +335,7 @@ impl Slots {
     }
 
     /// Drops every entry (fetches under way keep their flights' waiters,
-    /// not their slots); returns how many there were.
+    /// not their cells); returns how many there were.
     fn clear(&mut self) -> usize {
         let n = self.lru.len();
         self.lru.clear();
@@ -357,11 +358,11 @@ impl Slots {
 
 /// The cache. Cheap to share: use it behind an `Arc`.
 pub struct RobotsCache {
-    slots: Mutex<Slots>,
+    cells: Mutex<Cells>,
     client: HttpClient,
     /// User-Agent, timeout, redirects: changed by a reload.
     fetch: RwLock<Arc<FetchSettings>>,
-    pub(super) settings: CacheSettings,
+    pub(super) settings: RobotsCacheSettings,
     /// Called after every fetch (metrics).
     on_fetch: Option<FetchHook>,
     /// Bytes of files being fetched and compiled at once
@@ -395,13 +396,13 @@ impl RobotsCache {
     pub fn new(
         client: HttpClient,
         fetch: FetchSettings,
-        mut settings: CacheSettings,
+        mut settings: RobotsCacheSettings,
     ) -> RobotsCache {
         // Kept in `agents` only, where a reload changes them.
         let agents = std::mem::take(&mut settings.agents);
         let cap = NonZeroUsize::new(settings.capacity.max(1)).unwrap_or(NonZeroUsize::MIN);
         RobotsCache {
-            slots: Mutex::new(Slots {
+            cells: Mutex::new(Cells {
                 lru: LruCache::new(cap),
                 bytes: 0,
                 refused: 0,
@@ -426,7 +427,7 @@ impl RobotsCache {
     /// Every fetch is kept in `archive`.
     /// Whether a purge came after the count was `purges`.
     pub(super) fn purged_since(&self, purges: u64) -> bool {
-        self.slots.lock().map_or(true, |s| s.purges != purges)
+        self.cells.lock().map_or(true, |s| s.purges != purges)
     }
 
     /// Keeps `kept` on disk for a restart, unless a purge came after the
@@ -555,7 +556,7 @@ impl RobotsCache {
     /// is not fetched again on every request, but not counted: they say
     /// nothing about robots.txt.
     pub fn len(&self) -> usize {
-        self.slots
+        self.cells
             .lock()
             .map(|s| s.lru.len() - s.refused)
             .unwrap_or(0)
@@ -566,16 +567,16 @@ impl RobotsCache {
     /// yet), and how many origins the cache holds in all. Holds the lock
     /// for `limit` steps, whatever the cache's size.
     pub(crate) fn list(&self, limit: usize) -> (Vec<Listed>, usize) {
-        let Ok(slots) = self.slots.lock() else {
+        let Ok(cells) = self.cells.lock() else {
             return (Vec::new(), 0);
         };
-        let listed = slots
+        let listed = cells
             .lru
             .iter()
             .take(limit)
-            .map(|(origin, slot)| (origin.clone(), slot.entry.clone()))
+            .map(|(origin, cell)| (origin.clone(), cell.entry.clone()))
             .collect();
-        (listed, slots.lru.len())
+        (listed, cells.lru.len())
     }
 
     /// The archive fetched files are kept in, if any.
@@ -585,7 +586,7 @@ impl RobotsCache {
 
     /// Approximate bytes held by cached rules.
     pub fn memory_usage(&self) -> usize {
-        self.slots.lock().map(|s| s.bytes).unwrap_or(0)
+        self.cells.lock().map(|s| s.bytes).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -609,7 +610,7 @@ impl RobotsCache {
                 others.pop(&k);
             }
         }
-        self.slots
+        self.cells
             .lock()
             .map(|mut s| {
                 s.purges += 1;
@@ -625,7 +626,7 @@ impl RobotsCache {
         if let Ok(mut others) = self.others.lock() {
             others.clear();
         }
-        self.slots
+        self.cells
             .lock()
             .map(|mut s| {
                 s.purges += 1;
@@ -639,7 +640,7 @@ impl RobotsCache {
     /// (a copy restored from disk may be older than a purge; a fetch of its
     /// own is one the fleet does not know). Returns how many were dropped.
     pub(crate) fn forget_alone(&self) -> usize {
-        let Ok(mut s) = self.slots.lock() else {
+        let Ok(mut s) = self.cells.lock() else {
             return 0;
         };
         match s.alone.replace(Default::default()) {
@@ -661,8 +662,8 @@ impl RobotsCache {
             },
             &self.agents(),
         ));
-        if let Ok(mut slots) = self.slots.lock() {
-            slots.store(origin, entry, self.settings.max_bytes);
+        if let Ok(mut cells) = self.cells.lock() {
+            cells.store(origin, entry, self.settings.max_bytes);
         }
     }
 
@@ -676,8 +677,8 @@ impl RobotsCache {
         origin: &Origin,
         token: &str,
     ) -> (Arc<Entry>, StoreLookup) {
-        let next = match self.slots.lock() {
-            Ok(mut slots) => self.next_step(&mut slots, origin, token),
+        let next = match self.cells.lock() {
+            Ok(mut cells) => self.next_step(&mut cells, origin, token),
             Err(_) => return (Arc::new(self.poisoned()), StoreLookup::Miss),
         };
         match next {
@@ -691,11 +692,11 @@ impl RobotsCache {
 
     /// What [`Self::get`] does next, decided under the lock; starts a fetch
     /// if one is needed and none is under way.
-    fn next_step(self: &Arc<Self>, slots: &mut Slots, origin: &Origin, token: &str) -> Next {
+    fn next_step(self: &Arc<Self>, cells: &mut Cells, origin: &Origin, token: &str) -> Next {
         let fresh = |e: &Arc<Entry>| e.expires > Instant::now();
         // The common case, a fresh entry compiled for the agent, needs no
         // look at the agent list.
-        if let Some(entry) = slots.lru.get(origin).and_then(|s| s.entry.as_ref())
+        if let Some(entry) = cells.lru.get(origin).and_then(|s| s.entry.as_ref())
             && fresh(entry)
             && entry.covers(token)
         {
@@ -704,43 +705,43 @@ impl RobotsCache {
         if !self.is_configured(token) {
             return Next::OtherAgent;
         }
-        let slots_purges = slots.purges;
-        match slots.lru.get_mut(origin) {
-            Some(slot) => {
+        let cells_purges = cells.purges;
+        match cells.lru.get_mut(origin) {
+            Some(cell) => {
                 // A stale copy lacking the agent cannot be refreshed by
                 // fetching again now: the origin is unreachable.
-                if let Some(entry) = &slot.entry
+                if let Some(entry) = &cell.entry
                     && fresh(entry)
                     && matches!(entry.state, State::Stale { .. })
                 {
                     return Next::Ready(entry.clone());
                 }
-                let lookup = if slot.entry.is_some() {
+                let lookup = if cell.entry.is_some() {
                     StoreLookup::Expired
                 } else {
                     StoreLookup::Miss
                 };
-                match &slot.flight {
+                match &cell.flight {
                     Some(f) => Next::Wait(f.clone(), lookup),
                     None => {
-                        let f = self.start_flight(origin.clone(), slot.entry.clone(), slots_purges);
-                        slot.flight = Some(f.clone());
+                        let f = self.start_flight(origin.clone(), cell.entry.clone(), cells_purges);
+                        cell.flight = Some(f.clone());
                         Next::Wait(f, lookup)
                     }
                 }
             }
             None => {
-                let f = self.start_flight(origin.clone(), None, slots.purges);
-                let evicted = slots.lru.push(
+                let f = self.start_flight(origin.clone(), None, cells.purges);
+                let evicted = cells.lru.push(
                     origin.clone(),
-                    Slot {
+                    Cell {
                         entry: None,
                         flight: Some(f.clone()),
                         weight: 0,
                     },
                 );
                 if let Some((_, old)) = evicted {
-                    slots.forget(&old);
+                    cells.forget(&old);
                 }
                 Next::Wait(f, StoreLookup::Miss)
             }
@@ -762,22 +763,22 @@ impl RobotsCache {
                 Some(fleet) => this.obtain_shared(&fleet, &origin, previous, purges).await,
                 None => (this.obtain(&origin, previous, purges).await, false),
             };
-            if let Ok(mut slots) = this.slots.lock() {
-                if slots.purges != purges {
+            if let Ok(mut cells) = this.cells.lock() {
+                if cells.purges != purges {
                     // Purged meanwhile: the waiting requests get it,
                     // nothing is kept, the next request fetches again.
                 } else if matches!(entry.state, State::LocalError { .. }) {
                     // Says nothing about the origin: the waiting requests
-                    // get it, the slot keeps what it had, and the next
+                    // get it, the cell keeps what it had, and the next
                     // request fetches again.
-                    if let Some(slot) = slots.lru.get_mut(&origin) {
-                        slot.flight = None;
+                    if let Some(cell) = cells.lru.get_mut(&origin) {
+                        cell.flight = None;
                     }
                 } else {
                     if alone {
-                        slots.note_alone(&origin);
+                        cells.note_alone(&origin);
                     }
-                    slots.store(origin, entry.clone(), this.settings.max_bytes);
+                    cells.store(origin, entry.clone(), this.settings.max_bytes);
                 }
             }
             entry
@@ -789,10 +790,10 @@ impl RobotsCache {
                 // The fetch task panicked: fail closed for the waiting
                 // requests, and let the next request start a new fetch.
                 Err(_) => {
-                    if let Ok(mut slots) = this.slots.lock()
-                        && let Some(slot) = slots.lru.get_mut(&flight_origin)
+                    if let Ok(mut cells) = this.cells.lock()
+                        && let Some(cell) = cells.lru.get_mut(&flight_origin)
                     {
-                        slot.flight = None;
+                        cell.flight = None;
                     }
                     Arc::new(this.poisoned())
                 }
@@ -1019,7 +1020,7 @@ fn restore(
     archive: &Archive,
     origin: &str,
     agents: &[Arc<str>],
-    settings: &CacheSettings,
+    settings: &RobotsCacheSettings,
 ) -> Option<Entry> {
     let (kept, text) = archive.load_entry(origin)?;
     from_kept(&kept, text.as_deref(), agents, settings, None)
@@ -1032,7 +1033,7 @@ pub(super) fn from_kept(
     kept: &KeptEntry,
     text: Option<&[u8]>,
     agents: &[Arc<str>],
-    settings: &CacheSettings,
+    settings: &RobotsCacheSettings,
     shared_left: Option<Duration>,
 ) -> Option<Entry> {
     let reason = || kept.reason.clone().unwrap_or_default();
@@ -1184,7 +1185,7 @@ mod tests {
                 max_redirects: 5,
                 max_informational: 10,
             },
-            CacheSettings {
+            RobotsCacheSettings {
                 capacity,
                 default_ttl: Duration::from_secs(60),
                 min_ttl: Duration::from_secs(1),
@@ -1233,7 +1234,7 @@ mod tests {
             failures: 0,
         };
         let agents: Vec<Arc<str>> = vec!["bot".into()];
-        let mut settings = CacheSettings {
+        let mut settings = RobotsCacheSettings {
             capacity: 10,
             default_ttl: Duration::from_secs(3600),
             min_ttl: Duration::from_secs(1),
@@ -1291,9 +1292,9 @@ mod tests {
         );
         assert!(c.len() < 200 && c.len() > 1, "{}", c.len());
         // The most recent entry is kept, the oldest are gone.
-        let slots = c.slots.lock().expect("lock");
-        assert!(slots.lru.contains(&origin(199)));
-        assert!(!slots.lru.contains(&origin(0)));
+        let cells = c.cells.lock().expect("lock");
+        assert!(cells.lru.contains(&origin(199)));
+        assert!(!cells.lru.contains(&origin(0)));
     }
 
     #[test]
@@ -1317,8 +1318,8 @@ mod tests {
         let c = cache(usize::MAX, 10);
         c.set_agents(&["Bot/1.0".into(), "other".into()]);
         c.insert_parsed(origin(1), robots(3));
-        let slots = c.slots.lock().expect("lock");
-        let entry = slots
+        let cells = c.cells.lock().expect("lock");
+        let entry = cells
             .lru
             .peek(&origin(1))
             .and_then(|s| s.entry.clone())
@@ -1434,8 +1435,8 @@ mod tests {
         }
         assert_eq!(c.len(), 10);
         let expected: usize = {
-            let slots = c.slots.lock().expect("lock");
-            slots.lru.iter().map(|(_, s)| s.weight).sum()
+            let cells = c.cells.lock().expect("lock");
+            cells.lru.iter().map(|(_, s)| s.weight).sum()
         };
         assert_eq!(c.memory_usage(), expected);
         assert!(c.purge(&origin(49)));

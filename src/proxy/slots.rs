@@ -97,16 +97,16 @@ impl ClientQueue {
     /// A slot if one is free now (a free permit means nobody waits: tokio
     /// hands released permits to waiters first), without the timer a wait
     /// needs.
-    pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<Slot> {
+    pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<ClientPermit> {
         self.semaphore.try_acquire().ok()?.forget();
-        Some(Slot {
+        Some(ClientPermit {
             queue: self.clone(),
             held: true,
         })
     }
 
     /// Waits for a slot (in arrival order).
-    pub(crate) async fn acquire(self: &Arc<Self>) -> Slot {
+    pub(crate) async fn acquire(self: &Arc<Self>) -> ClientPermit {
         // Never closed: an error cannot happen; a slot without a permit
         // would only be unbounded, not wrong.
         let held = match self.semaphore.acquire().await {
@@ -116,7 +116,7 @@ impl ClientQueue {
             }
             Err(_) => false,
         };
-        Slot {
+        ClientPermit {
             queue: self.clone(),
             held,
         }
@@ -138,20 +138,20 @@ impl Drop for ClientQueue {
 }
 
 /// One request's slot under its address's limit, given back on drop.
-pub(crate) struct Slot {
+pub(crate) struct ClientPermit {
     queue: Arc<ClientQueue>,
     /// False only for a slot of a closed semaphore (which never happens).
     held: bool,
 }
 
-impl Slot {
+impl ClientPermit {
     /// `resp` with a body that keeps this slot until it is dropped.
     pub(crate) fn hold_until_sent(self, resp: Response<Body>) -> Response<Body> {
         crate::http::body::hold_until_dropped(resp, self)
     }
 }
 
-impl Drop for Slot {
+impl Drop for ClientPermit {
     fn drop(&mut self) {
         if self.held {
             self.queue.semaphore.add_permits(1);

@@ -33,7 +33,7 @@
 //!
 //! The index keeps only what finding, evicting and purging an object need
 //! (its primary key, which holds the URL, body file number, sizes and
-//! time: an [`Entry`], about 320 bytes plus the URL, 359 bytes with a
+//! time: an [`IndexEntry`], about 320 bytes plus the URL, 359 bytes with a
 //! 38-byte URL, `index_entry_memory`), so a miss never reads a file and
 //! its memory is bounded by `cache.max_objects`. The policy and headers
 //! (the meta, about 10 KB once parsed) are read from the meta file when
@@ -150,7 +150,7 @@ pub(crate) fn on_disk(len: u64) -> u64 {
 const META_MEMORY_FACTOR: u64 = 10;
 
 /// What the index keeps of a stored object: no headers, no policy.
-struct Entry {
+struct IndexEntry {
     /// Its URL: `Index::by_url`'s key, shared.
     url: UrlKey,
     /// Shared with `Index::vary`'s key (and, most often, with `url`).
@@ -172,7 +172,7 @@ struct Hot {
 }
 
 struct Index {
-    disk: LruCache<ObjKey, Entry>,
+    disk: LruCache<ObjKey, IndexEntry>,
     disk_bytes: u64,
     mem: LruCache<ObjKey, Hot>,
     mem_bytes: u64,
@@ -665,7 +665,7 @@ impl Store {
         ix.disk_bytes += size;
         ix.disk.put(
             key,
-            Entry {
+            IndexEntry {
                 url,
                 primary,
                 seq,
