@@ -1056,6 +1056,7 @@ mod tests {
         .expect("write");
         // Room for about three texts and their metadata.
         let archive = Archive::open(&root, 3 * 1400, &audit).expect("open");
+        let start = SystemTime::now() - std::time::Duration::from_secs(60);
         for (i, (text, d)) in texts.iter().zip(&digests).enumerate() {
             archive.keep_text(
                 &format!("http://o{i}.example"),
@@ -1065,8 +1066,13 @@ mod tests {
                 *d,
                 SystemTime::now(),
             );
-            // Distinct archive times, oldest first.
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            // Distinct archive times (the text file's), oldest first.
+            let (path, _) = paths(&root, *d);
+            fs::File::options()
+                .write(true)
+                .open(path)
+                .and_then(|f| f.set_modified(start + std::time::Duration::from_secs(i as u64)))
+                .expect("set mtime");
         }
         // o1 moved on to a fourth file: its old text is no longer in force.
         archive.keep_text(

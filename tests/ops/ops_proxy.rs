@@ -543,17 +543,23 @@ async fn at_max_connections_a_new_client_waits_until_one_closes() {
     let mut first = Conn::open(proxy.addr).await;
     assert_eq!(first.get(&origin.url("/first")).await.status, 200);
 
+    // The acceptor waits for a free connection: nothing more is accepted
+    // while the first is open.
+    crate::support::until("the acceptor to wait at the limit", || async {
+        let metrics = proxy.metrics().await;
+        (metric(&metrics, "robots_proxy_connection_limit_reached_total") == Some(1.0)).then_some(())
+    })
+    .await;
     let (addr, url) = (proxy.addr, origin.url("/second"));
     let second = tokio::spawn(async move { Conn::open(addr).await.get(&url).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!second.is_finished(), "served beyond max_connections");
-    assert_eq!(origin.hits("/second"), 0);
     let metrics = proxy.metrics().await;
     assert_eq!(
-        metric(&metrics, "robots_proxy_connection_limit_reached_total"),
+        metric(&metrics, "robots_proxy_open_connections"),
         Some(1.0),
         "{metrics}"
     );
+    assert!(!second.is_finished(), "served beyond max_connections");
+    assert_eq!(origin.hits("/second"), 0);
 
     // The first client leaves: the second is served.
     drop(first);

@@ -308,15 +308,12 @@ async fn a_node_waits_for_the_fetch_under_way_on_another() {
         async move { Conn::open(proxy).await.get(&url).await }
     });
     // Node 2 is waiting once its metric says so.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while crate::support::metric(
-        &two.metrics().await,
-        "robots_proxy_fleet_robots_waited_total",
-    ) != Some(1.0)
-    {
-        assert!(Instant::now() < deadline, "node 2 never waited");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::support::until("node 2 to wait", || async {
+        let metrics = two.metrics().await;
+        (crate::support::metric(&metrics, "robots_proxy_fleet_robots_waited_total") == Some(1.0))
+            .then_some(())
+    })
+    .await;
     held.release();
     assert_eq!(first.await.expect("first").status, 403);
     assert_eq!(second.await.expect("second").status, 200);
@@ -745,16 +742,12 @@ fn entry_key(origin: &Origin) -> String {
 
 /// Waits until the shared entry of `origin` holds `field`.
 async fn wait_stored(redis: &Redis, origin: &Origin, field: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while redis
-        .command(&["HEXISTS", &entry_key(origin), field])
-        .await
-        .ok()
-        != Some(redis::Value::Int(1))
-    {
-        assert!(Instant::now() < deadline, "{field} never stored");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let key = entry_key(origin);
+    crate::support::until(&format!("{field} to be stored"), || async {
+        let stored = redis.command(&["HEXISTS", &key, field]).await.ok();
+        (stored == Some(redis::Value::Int(1))).then_some(())
+    })
+    .await;
 }
 
 /// A shared entry whose `expires` is not a finite number (a corrupted or
@@ -771,11 +764,11 @@ async fn an_entry_expiring_at_no_finite_time_is_fetched_again_once() {
     wait_stored(&redis, &origin, "text").await;
     // Node 1's lease is given back once its entry is stored.
     let lease = format!("robots-proxy:shared:{{http://{}}}:lease", origin.addr);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while redis.command(&["EXISTS", &lease]).await.ok() != Some(redis::Value::Int(0)) {
-        assert!(Instant::now() < deadline, "the lease was kept");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::support::until("the lease to be given back", || async {
+        let lease = redis.command(&["EXISTS", &lease]).await.ok();
+        (lease == Some(redis::Value::Int(0))).then_some(())
+    })
+    .await;
     origin.robots("User-agent: *\nDisallow:\n");
     redis
         .command(&["HSET", &entry_key(&origin), "expires", "inf"])
@@ -881,13 +874,16 @@ async fn a_stale_copy_used_for_the_proxys_own_shortage_is_not_shared() {
     assert_eq!(client.get(&origin.url("/private")).await.status, 403);
     let key = format!("robots-proxy:shortage:{{http://{}}}:robots.1", origin.addr);
     let lease = format!("robots-proxy:shortage:{{http://{}}}:lease", origin.addr);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while redis.command(&["HEXISTS", &key, "text"]).await.ok() != Some(redis::Value::Int(1))
-        || redis.command(&["EXISTS", &lease]).await.ok() != Some(redis::Value::Int(0))
-    {
-        assert!(Instant::now() < deadline, "never stored");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::support::until(
+        "the entry to be stored and its lease given back",
+        || async {
+            let text = redis.command(&["HEXISTS", &key, "text"]).await.ok();
+            let lease = redis.command(&["EXISTS", &lease]).await.ok();
+            (text == Some(redis::Value::Int(1)) && lease == Some(redis::Value::Int(0)))
+                .then_some(())
+        },
+    )
+    .await;
     let meta = redis.text(&["HGET", &key, "meta"]).await;
     assert!(meta.contains("\"fresh\""), "{meta}");
     // Both copies expire (1 s); then the node runs out of descriptors.
@@ -909,11 +905,11 @@ async fn a_stale_copy_used_for_the_proxys_own_shortage_is_not_shared() {
     assert_eq!(r.status, 403, "judged by the good copy: {}", r.body);
     running.wait_for("lack of a local resource").await;
     assert_eq!(origin.hits("/robots.txt"), 1);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while redis.command(&["EXISTS", &lease]).await.ok() != Some(redis::Value::Int(0)) {
-        assert!(Instant::now() < deadline, "the lease was kept");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crate::support::until("the lease to be given back", || async {
+        let lease = redis.command(&["EXISTS", &lease]).await.ok();
+        (lease == Some(redis::Value::Int(0))).then_some(())
+    })
+    .await;
     drop(hogs);
     assert_eq!(
         redis.text(&["HGET", &key, "meta"]).await,

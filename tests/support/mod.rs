@@ -646,22 +646,45 @@ pub fn status_kib(pid: Option<u32>, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in {status}"))
 }
 
+/// Waits until `check` gives a value, asking it again every 10 ms, for
+/// at most [`NO_HANG`]; then fails naming `what` was awaited. For states
+/// a test can observe but not be told of (a metric, a file, another
+/// process): the one "wait until" of the tests.
+pub async fn until<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    until_within(what, NO_HANG, check).await
+}
+
+/// [`until`] with a limit of its own (a Redis cluster forming, a fleet's
+/// settling time).
+pub async fn until_within<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "waited {limit:?} for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Waits (bounded) until connecting to `addr` fails, as it does once a
 /// listener has closed; returns the error.
 pub async fn until_refused(addr: SocketAddr) -> std::io::Error {
-    let deadline = tokio::time::Instant::now() + NO_HANG;
-    loop {
-        match TcpStream::connect(addr).await {
-            Err(e) => return e,
-            Ok(_) => {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "{addr} still accepting"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
+    until(&format!("{addr} to stop accepting"), || async {
+        TcpStream::connect(addr).await.err()
+    })
+    .await
 }
 
 impl Drop for Proxy {
