@@ -298,3 +298,96 @@ proptest! {
         prop_assert_eq!(decoded.ends_with('$'), rule.pattern().ends_with('$'));
     }
 }
+
+// --- rules after a `*`, and readings that stack -------------------------
+
+/// Strict is disallowed exactly when the path as sent or some reading is.
+fn consistent(r: &AgentRules, path: &str, folded: bool) {
+    let strict = r.check_resolved_in(path, folded);
+    let any = robots_proxy::robots::canon::READINGS
+        .iter()
+        .filter(|k| folded || !k.folds_case())
+        .any(|k| !r.check_reading(*k, path).allowed);
+    assert_eq!(
+        strict.verdict.allowed,
+        r.check(path).allowed && !any,
+        "{path}: {strict:?}"
+    );
+}
+
+#[test]
+fn a_rule_after_a_star_is_not_decoded_where_a_query_keeps_the_escape() {
+    // msdn.microsoft.com's `Disallow: /*%26`: the decoded reading leaves a
+    // query's `%26` and `&` as they are, so the rule stays about `%26`.
+    let r = rules("User-agent: *\nDisallow: /*%26\nDisallow: /*%3D\n");
+    for path in [
+        "/x?a=1&b=2",
+        "/search?a=1",
+        "/subscriptions/downloads/?a=1&b=2",
+    ] {
+        assert!(strict(&r, path), "{path}");
+        consistent(&r, path, false);
+    }
+    assert!(!strict(&r, "/x?a=1%26b"));
+    assert!(!strict(&r, "/x%26y"));
+}
+
+#[test]
+fn an_allow_after_a_star_allows_its_own_spelling_in_every_reading() {
+    let r = rules(
+        "User-agent: *\nDisallow: /redirect\nAllow: /redirect*url=https%3A%2F%2Fexample.com\n",
+    );
+    let path = "/redirect?url=https%3A%2F%2Fexample.com%2Fpage";
+    assert!(r.check(path).allowed);
+    assert!(strict(&r, path));
+    consistent(&r, path, false);
+    let r = rules("User-agent: *\nDisallow: /\nAllow: /*%3A\n");
+    assert!(strict(&r, "/x?y=%3A"));
+    consistent(&r, "/x?y=%3A", false);
+}
+
+#[test]
+fn strict_answers_as_every_reading_does_for_rules_spanning_the_query() {
+    for (txt, path, folded) in [
+        (
+            "User-agent: *\nDisallow: /\nAllow: /*%3B\n",
+            "/x?y=%3B",
+            false,
+        ),
+        (
+            "User-agent: *\nDisallow: /a\nAllow: /a/*/../b\n",
+            "/a/x?/../b",
+            false,
+        ),
+        (
+            "User-agent: *\nDisallow: /a\nAllow: /a/*/../b\n",
+            "/a/./x?/../b",
+            false,
+        ),
+        ("User-agent: *\nDisallow: /\nAllow: /*A\n", "/x?A", true),
+        ("User-agent: *\nDisallow: /\nAllow: /*A\n", "/x%3A", true),
+    ] {
+        consistent(&rules(txt), path, folded);
+    }
+}
+
+#[test]
+fn spellings_that_stack_two_readings_are_blocked() {
+    let r = rules("User-agent: *\nAllow: /public/\nDisallow: /private\n");
+    for path in [
+        "/public/..;/%2570rivate/x",
+        "/public/../;/%2570rivate/x",
+        "/public/%252e%252e;/private/x",
+        "/public/..%252F;/private/x",
+        "/public/..%255Cprivate/x",
+        "/public%5C../%2570rivate/x",
+        "/public/..%3B/private/x",
+        "/public%5C..;/private/x",
+    ] {
+        assert!(!strict(&r, path), "{path}");
+    }
+    for path in ["/public/..;/PRIVATE/x", "/%2550RIVATE/x"] {
+        assert!(r.check_resolved_in(path, false).verdict.allowed, "{path}");
+        assert!(!r.check_resolved_in(path, true).verdict.allowed, "{path}");
+    }
+}

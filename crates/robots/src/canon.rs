@@ -75,11 +75,18 @@ pub enum Reading {
     /// `http.server`: `unquote`, then `normpath`), merged, and the query's
     /// delimiters decoded.
     Decoded,
-    /// An escaped percent sign decoded before the rest (`%2570` is `%70`,
-    /// that is `p`), then as [`Reading::Decoded`]: origins that decode a
-    /// path twice (a servlet that decodes `getRequestURI()` again, a proxy
-    /// in front that decodes once). Rules are written with one level of
-    /// encoding, so a rule is read as [`Reading::Decoded`] reads it.
+    /// Every transform of the readings above at once: reserved characters
+    /// and `%5C` decoded (`\` read as `/`), `;parameters` dropped, a
+    /// segment's trailing dots and spaces dropped, merged; the query's
+    /// delimiters decoded. For origins that stack them (a decoding proxy
+    /// in front of Tomcat: `/public/..%3B/private/x`, `/public%5C..;/x`).
+    Combined,
+    /// An escaped percent sign decoded before the rest, at any depth
+    /// (`%2570` is `%70`, that is `p`; `%255C` is `\`), then as
+    /// [`Reading::Combined`]: origins that decode a path twice (a servlet
+    /// that decodes `getRequestURI()` again, a proxy in front that decodes
+    /// once, IIS's old `..%255c`). Rules are written with one level of
+    /// encoding, so a rule is read as [`Reading::Combined`] reads it.
     DoubleDecoded,
     /// The path as sent, the query's delimiters (`%2F %3A %3F %40 %5B
     /// %5D`) decoded: applications read `?u=http%3A%2F%2Fx` as `?u=http://x`.
@@ -89,10 +96,13 @@ pub enum Reading {
     /// [`Reading::Windows`], then lower-cased: IIS on a case-insensitive
     /// file system.
     WindowsFolded,
+    /// [`Reading::DoubleDecoded`], then lower-cased: every transform at
+    /// once on a case-insensitive origin.
+    CombinedFolded,
 }
 
 /// Every reading, in the order they are judged (RFC 3986 first).
-pub const READINGS: [Reading; 14] = [
+pub const READINGS: [Reading; 16] = [
     Reading::Rfc3986,
     Reading::Merged,
     Reading::SlashDecoded,
@@ -103,10 +113,12 @@ pub const READINGS: [Reading; 14] = [
     Reading::Backslash,
     Reading::Windows,
     Reading::Decoded,
+    Reading::Combined,
     Reading::DoubleDecoded,
     Reading::QueryDecoded,
     Reading::Folded,
     Reading::WindowsFolded,
+    Reading::CombinedFolded,
 ];
 
 /// What one scan of a path (or pattern) found, so that readings that
@@ -131,7 +143,7 @@ impl Traits {
     const QUERY: u16 = 64;
     /// An upper-case ASCII letter in the path part.
     const UPPER: u16 = 128;
-    /// An escaped escape (`%25` and two hex digits) in the path part.
+    /// An escaped percent sign (`%25`) in the path part.
     const DOUBLE: u16 = 256;
 
     /// One pass over `s` (a normalised path-and-query or pattern). Octets
@@ -173,7 +185,7 @@ impl Traits {
                         }
                     }
                     Some(d) if PATH_RESERVED.contains(&d) => t |= Self::RESERVED,
-                    Some(b'%') if escaped(b, i + 2).is_some() => t |= Self::DOUBLE,
+                    Some(b'%') => t |= Self::DOUBLE,
                     _ => {}
                 },
                 _ => {}
@@ -240,17 +252,26 @@ impl Traits {
             Backslash => Self::SEGMENTS | Self::BACKSLASH,
             Windows => Self::SEGMENTS | Self::SLASH | Self::BACKSLASH | Self::TRAILING,
             Decoded => Self::SEGMENTS | Self::SLASH | Self::RESERVED | Self::QUERY,
-            // Rules are read as Decoded reads them.
-            DoubleDecoded => {
-                Self::SEGMENTS | Self::SLASH | Self::RESERVED | Self::QUERY | Self::DOUBLE
-            }
+            Combined => Self::COMBINED,
+            // Rules are read as Combined reads them.
+            DoubleDecoded => Self::COMBINED | Self::DOUBLE,
             QueryDecoded => Self::QUERY,
             Folded => Self::UPPER,
             WindowsFolded => {
                 Self::SEGMENTS | Self::SLASH | Self::BACKSLASH | Self::TRAILING | Self::UPPER
             }
+            CombinedFolded => Self::COMBINED | Self::DOUBLE | Self::UPPER,
         }
     }
+
+    /// What [`Reading::Combined`] may change.
+    const COMBINED: u16 = Self::SEGMENTS
+        | Self::SLASH
+        | Self::PARAMS
+        | Self::BACKSLASH
+        | Self::TRAILING
+        | Self::RESERVED
+        | Self::QUERY;
 }
 
 /// For each trait bit, the readings (bits in [`READINGS`] order) whose
@@ -276,7 +297,7 @@ pub(crate) const FOLDING_READINGS: u16 = {
     let mut bits = 0u16;
     let mut k = 0;
     while k < READINGS.len() {
-        if matches!(READINGS[k], Reading::Folded | Reading::WindowsFolded) {
+        if READINGS[k].folds_case() {
             bits |= 1 << k;
         }
         k += 1;
@@ -342,24 +363,35 @@ impl Reading {
             Backslash => "backslash",
             Windows => "windows",
             Decoded => "decoded",
+            Combined => "combined",
             DoubleDecoded => "double-decoded",
             QueryDecoded => "query-decoded",
             Folded => "folded",
             WindowsFolded => "windows-folded",
+            CombinedFolded => "combined-folded",
         }
     }
 
     /// True for the readings judged only on origins known to be
     /// case-insensitive.
-    pub fn folds_case(self) -> bool {
-        matches!(self, Reading::Folded | Reading::WindowsFolded)
+    pub const fn folds_case(self) -> bool {
+        matches!(
+            self,
+            Reading::Folded | Reading::WindowsFolded | Reading::CombinedFolded
+        )
     }
 
     /// This reading of a normalised path-and-query (rooted).
     pub fn apply(self, path_and_query: &str) -> Cow<'_, str> {
+        self.apply_with(path_and_query, true)
+    }
+
+    /// [`Reading::apply`]; `paths` false for a rule's text, which is
+    /// written with one level of encoding (no escaped escape is decoded).
+    fn apply_with(self, path_and_query: &str, paths: bool) -> Cow<'_, str> {
         let (path, query) = split_query(path_and_query);
         let query = self.apply_query(query);
-        let path = self.apply_path(path);
+        let path = self.apply_path(path, paths);
         if let (Cow::Borrowed(_), Cow::Borrowed(_)) = (&path, &query)
             && path.len() + query.len() == path_and_query.len()
         {
@@ -372,34 +404,21 @@ impl Reading {
     /// the readings that decode, as it is otherwise.
     fn apply_query(self, query: &str) -> Cow<'_, str> {
         match self {
-            Reading::Decoded | Reading::DoubleDecoded | Reading::QueryDecoded => {
-                decode_query_delimiters(query)
-            }
+            Reading::Decoded
+            | Reading::Combined
+            | Reading::DoubleDecoded
+            | Reading::QueryDecoded => decode_query_delimiters(query),
             _ => Cow::Borrowed(query),
         }
     }
 
     /// This reading of a normalised `Allow` pattern: a final `$` stays the
-    /// anchor and `*` is read as any other octet; a pattern that does not
-    /// start with `/` (it starts with `*`) is only decoded
-    /// ([`Reading::decode_pattern`]), since where its segments start is
-    /// unknown. An escaped escape is left as it is: a rule is written with
-    /// one level of encoding.
+    /// anchor. What comes before the first `*` (it matches from the start
+    /// of a path) is read as this reading reads a path; what follows is
+    /// read as this reading reads a query, where an Allow's escapes after a
+    /// `*` most often are; it is never resolved, trimmed or folded.
     pub fn apply_pattern(self, pattern: &str) -> Cow<'_, str> {
-        let this = if self == Reading::DoubleDecoded {
-            Reading::Decoded
-        } else {
-            self
-        };
-        let (body, anchor) = split_anchor(pattern);
-        if !body.starts_with('/') {
-            return this.decode_pattern(pattern);
-        }
-        let read = this.apply(body);
-        if read == body {
-            return Cow::Borrowed(pattern);
-        }
-        Cow::Owned(format!("{read}{anchor}"))
+        self.read_pattern(pattern, true)
     }
 
     /// This reading's decodings of a normalised pattern, and nothing else:
@@ -408,20 +427,62 @@ impl Reading {
     /// reading does them; no segment is resolved, merged or trimmed and no
     /// parameter dropped. How a `Disallow` is read (see the module
     /// documentation): it names the same octets in another spelling and
-    /// never more paths.
+    /// never more paths. After a `*` only the escapes the reading decodes
+    /// in a path and in a query alike are decoded (`/ : @ [ ]`, for the
+    /// readings that decode both): there the text may match either.
     pub fn decode_pattern(self, pattern: &str) -> Cow<'_, str> {
+        self.read_pattern(pattern, false)
+    }
+
+    fn read_pattern(self, pattern: &str, full: bool) -> Cow<'_, str> {
         let (body, anchor) = split_anchor(pattern);
-        let (path, query) = split_query(body);
-        let query = self.apply_query(query);
-        let path = self.decode_only(path);
-        if let (Cow::Borrowed(_), Cow::Borrowed(_)) = (&path, &query) {
+        let (head, tail) = body.split_at(body.find('*').unwrap_or(body.len()));
+        // An Allow is read as the path it may be the spelling of (escaped
+        // escapes too); a Disallow is written with one level of encoding.
+        let head_read = if full && head.starts_with('/') {
+            self.apply_with(head, true)
+        } else {
+            let (path, query) = split_query(head);
+            let query = self.apply_query(query);
+            let path = self.decode_only(path);
+            match (path, query) {
+                (Cow::Borrowed(_), Cow::Borrowed(_)) => Cow::Borrowed(head),
+                (path, query) => Cow::Owned(format!("{path}{query}")),
+            }
+        };
+        let tail_read = if head.contains('?') {
+            // Already in the query: read as the query is.
+            self.apply_query(tail)
+        } else if full {
+            // An Allow's escapes after a `*` are most often a query's
+            // (`*url=https%3A%2F%2F…`): read as the query is, so it keeps
+            // allowing its own spelling there.
+            self.apply_query(tail)
+        } else {
+            self.decode_anywhere(tail)
+        };
+        if let (Cow::Borrowed(_), Cow::Borrowed(_)) = (&head_read, &tail_read) {
             return Cow::Borrowed(pattern);
         }
-        Cow::Owned(format!("{path}{query}{anchor}"))
+        let read = format!("{head_read}{tail_read}");
+        if read == body {
+            return Cow::Borrowed(pattern);
+        }
+        Cow::Owned(format!("{read}{anchor}"))
+    }
+
+    /// The decodings this reading applies in a path and in a query alike:
+    /// for rule text that may match either.
+    fn decode_anywhere(self, text: &str) -> Cow<'_, str> {
+        use Reading::*;
+        match self {
+            Decoded | Combined | DoubleDecoded => decode(text, &DECODED_ANYWHERE),
+            _ => Cow::Borrowed(text),
+        }
     }
 
     /// The path part's reading (no query).
-    fn apply_path(self, path: &str) -> Cow<'_, str> {
+    fn apply_path(self, path: &str, paths: bool) -> Cow<'_, str> {
         use Reading::*;
         let read = match self {
             Rfc3986 => resolved(Cow::Borrowed(path), false),
@@ -437,13 +498,14 @@ impl Reading {
             Backslash => resolved(backslashes(path), false),
             Windows => Cow::Owned(windows(path)),
             Decoded => resolved(decode(path, &DECODED), true),
-            DoubleDecoded => resolved(
-                Cow::Owned(decode(&undouble(path), &DECODED).into_owned()),
-                true,
-            ),
+            Combined => Cow::Owned(combined(path)),
+            DoubleDecoded if paths => Cow::Owned(combined(&undouble(path))),
+            DoubleDecoded => Cow::Owned(combined(path)),
             QueryDecoded => return Cow::Borrowed(path),
             Folded => return fold(path),
             WindowsFolded => Cow::Owned(fold(&windows(path)).into_owned()),
+            CombinedFolded if paths => Cow::Owned(fold(&combined(&undouble(path))).into_owned()),
+            CombinedFolded => Cow::Owned(fold(&combined(path)).into_owned()),
         };
         match read {
             Cow::Owned(owned) if owned == path => Cow::Borrowed(path),
@@ -461,7 +523,11 @@ impl Reading {
             }
             Backslash => backslashes(path),
             Windows => Cow::Owned(backslashes(&decode(path, b"/")).into_owned()),
-            Decoded | DoubleDecoded => decode(path, &DECODED),
+            Decoded => decode(path, &DECODED),
+            Combined | DoubleDecoded => {
+                Cow::Owned(backslashes(&decode(path, &DECODED)).into_owned())
+            }
+            CombinedFolded => Cow::Owned(fold(&backslashes(&decode(path, &DECODED))).into_owned()),
             Folded => fold(path),
             WindowsFolded => Cow::Owned(fold(&backslashes(&decode(path, b"/"))).into_owned()),
             Rfc3986 | Merged | ParamsDroppedFirst | QueryDecoded => Cow::Borrowed(path),
@@ -475,6 +541,25 @@ const DECODED: [u8; 14] = [
     b'/', b':', b'@', b'!', b'&', b'\'', b'(', b')', b'+', b',', b';', b'=', b'[', b']',
 ];
 
+/// What [`Reading::Decoded`] decodes in a path and in a query alike.
+const DECODED_ANYWHERE: [u8; 5] = [b'/', b':', b'@', b'[', b']'];
+
+/// Every transform at once ([`Reading::Combined`]): reserved characters
+/// and `%5C` decoded, `\` as `/`, `;parameters` dropped, a segment's
+/// trailing dots and spaces dropped, merged.
+fn combined(path: &str) -> String {
+    let decoded = backslashes(&decode(path, &DECODED)).into_owned();
+    let dropped = drop_params(&decoded);
+    let mut trimmed = String::with_capacity(dropped.len());
+    for (i, segment) in dropped.split('/').enumerate() {
+        if i > 0 {
+            trimmed.push('/');
+        }
+        trimmed.push_str(trim_segment(segment));
+    }
+    merge_segments(&trimmed)
+}
+
 /// Splits a pattern into its body and its final `$` anchor (or `""`).
 fn split_anchor(pattern: &str) -> (&str, &str) {
     match pattern.strip_suffix('$') {
@@ -483,32 +568,46 @@ fn split_anchor(pattern: &str) -> (&str, &str) {
     }
 }
 
-/// A path with every escaped escape (`%25` followed by an escape, at any
-/// depth: `%2570` and `%252570` are `%70`) read as that escape, then put
-/// back in normal form (`%70` is `p`). One pass: at each `%`, the `25`s
-/// that precede two hex digits are skipped.
+/// A path (in normal form) with every escaped escape read as that escape,
+/// at any depth, as decoding it again and again would: `%2570` and
+/// `%252570` are `%70`, which is `p`; `%25%2541` is `%25A`... One pass: each
+/// octet is appended, then the tail is rewritten while it ends in `%25` and
+/// two hex digits (an escaped escape: `%` and the digits, upper-cased) or
+/// in the escape of an unreserved octet (that octet, as normal form has
+/// it). Each rewrite shortens the output, so the pass is linear; its
+/// result is in normal form and a second pass changes nothing.
 fn undouble(path: &str) -> String {
-    let b = path.as_bytes();
-    let mut out = String::with_capacity(path.len());
-    let mut start = 0;
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let mut j = i;
-            while b.get(j + 1..j + 3) == Some(b"25".as_slice()) && escaped(b, j + 2).is_some() {
-                j += 2;
-            }
-            if j > i {
-                out.push_str(&path[start..=i]);
-                start = j + 1;
-                i = j + 1;
+    let hex = |b: u8| b.is_ascii_hexdigit();
+    let mut out: Vec<u8> = Vec::with_capacity(path.len());
+    for &c in path.as_bytes() {
+        out.push(c);
+        loop {
+            let n = out.len();
+            if n >= 5 && &out[n - 5..n - 2] == b"%25" && hex(out[n - 2]) && hex(out[n - 1]) {
+                let (h, l) = (
+                    out[n - 2].to_ascii_uppercase(),
+                    out[n - 1].to_ascii_uppercase(),
+                );
+                out.truncate(n - 4);
+                out.push(h);
+                out.push(l);
                 continue;
             }
+            if n >= 3 && out[n - 3] == b'%' && hex(out[n - 2]) && hex(out[n - 1]) {
+                let v = (char::from(out[n - 2]).to_digit(16).unwrap_or(0) * 16
+                    + char::from(out[n - 1]).to_digit(16).unwrap_or(0))
+                    as u8;
+                if v.is_ascii_alphanumeric() || matches!(v, b'-' | b'.' | b'_' | b'~') {
+                    out.truncate(n - 3);
+                    out.push(v);
+                    continue;
+                }
+            }
+            break;
         }
-        i += 1;
     }
-    out.push_str(&path[start..]);
-    super::normalize::normalize_str(&out, super::normalize::Side::Url).into_owned()
+    // Only ASCII was rewritten; what was not ASCII is copied as it was.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// Splits a request target into its path and its query (with the `?`).
@@ -848,9 +947,51 @@ mod tests {
         assert_eq!(p(Reading::Rfc3986, "/a/../b*"), "/b*");
         assert_eq!(p(Reading::Merged, "/"), "/");
         assert_eq!(p(Reading::Merged, "/$"), "/$");
-        assert_eq!(p(Reading::Windows, "*%5Cx"), "*/x");
-        assert_eq!(p(Reading::Folded, "*.PDF$"), "*.pdf$");
+        // After a `*` an Allow is read as the query is, never resolved.
+        assert_eq!(p(Reading::Windows, "*%5Cx"), "*%5Cx");
+        assert_eq!(p(Reading::Folded, "*.PDF$"), "*.PDF$");
         assert_eq!(p(Reading::Rfc3986, "*/../x"), "*/../x");
+        assert_eq!(p(Reading::Rfc3986, "/a/*/../b"), "/a/*/../b");
+        assert_eq!(
+            p(Reading::Decoded, "/redirect*url=https%3A%2F%2Fexample.com"),
+            "/redirect*url=https://example.com"
+        );
+        assert_eq!(
+            p(
+                Reading::QueryDecoded,
+                "/redirect*url=https%3A%2F%2Fexample.com"
+            ),
+            "/redirect*url=https://example.com"
+        );
+        // After a `?`, as the query is read.
+        assert_eq!(p(Reading::QueryDecoded, "/a?*%3A"), "/a?*:");
+        // A Disallow is decoded there only where path and query read alike.
+        let d = |r: Reading, s: &str| r.decode_pattern(s).into_owned();
+        assert_eq!(d(Reading::Decoded, "/*%26"), "/*%26");
+        assert_eq!(d(Reading::Decoded, "/*%3D"), "/*%3D");
+        assert_eq!(d(Reading::Decoded, "/x%26*%26"), "/x&*%26");
+        assert_eq!(d(Reading::Decoded, "/*%3A"), "/*:");
+        assert_eq!(d(Reading::Windows, "*%5Cx"), "*%5Cx");
+        assert_eq!(d(Reading::Folded, "*.PDF$"), "*.PDF$");
+    }
+
+    #[test]
+    fn an_escaped_escape_is_read_at_any_depth_in_one_pass() {
+        for (sent, read) in [
+            ("/%2570rivate", "/private"),
+            ("/%252570rivate", "/private"),
+            ("/%25%25413", "/%A3"),
+            ("/%25%2541cc", "/%ACc"),
+            ("/%2525%2532%2546", "/%2F"),
+            ("/100%25", "/100%25"),
+            ("/100%25x", "/100%25x"),
+            ("/%25", "/%25"),
+            ("/%252", "/%252"),
+        ] {
+            let once = undouble(sent);
+            assert_eq!(once, read, "{sent}");
+            assert_eq!(undouble(&once), once, "{sent}: idempotent");
+        }
     }
 
     #[test]
@@ -881,7 +1022,7 @@ mod tests {
                 );
             }
         }
-        assert_eq!(FOLDING_READINGS.count_ones(), 2);
+        assert_eq!(FOLDING_READINGS.count_ones(), 3);
         assert_eq!(
             READINGS[DOUBLE_DECODED.trailing_zeros() as usize],
             Reading::DoubleDecoded

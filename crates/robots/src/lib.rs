@@ -561,9 +561,12 @@ fn changed_readings(table: &Table) -> u16 {
         let pattern = table.pattern(i);
         let allow = table.metas[i].allow();
         let traits = Traits::of(pattern);
+        // Text after a `*` is read as a query may be, which the traits of a
+        // pattern (read as a path up to its first `?`) do not tell.
+        let starred = pattern.contains('*');
         for (k, reading) in READINGS.iter().enumerate() {
             if bits & (1 << k) == 0
-                && traits.may_change(*reading)
+                && (starred || traits.may_change(*reading))
                 && read_pattern(*reading, pattern, allow) != pattern
             {
                 bits |= 1 << k;
@@ -633,13 +636,12 @@ struct ReadRules {
     /// For each of `rules`' rules, its index in the rules it was read from.
     base: Box<[u32]>,
     /// The rules whose pattern (or precedence) the reading changed, alone
-    /// (indexed when there are many). A path the reading leaves as it is
-    /// can be judged differently only if one of them matches it: every
-    /// other rule, and its precedence, is the same as in the rules as
-    /// written, and a changed rule as written cannot match a path the
-    /// reading leaves alone (its literal text holds what the reading
-    /// rewrites).
+    /// (indexed when there are many), as the reading reads them and as
+    /// written. A path the reading leaves as it is is judged differently
+    /// only if one of them matches it in either spelling: every other rule,
+    /// and its order, is the same in both.
     changed: AgentRules,
+    changed_written: AgentRules,
     /// Position, in the list of read rules, of the first whose rules are
     /// these very rules (itself if none): readings that read every rule
     /// alike (a file whose only read rules are `Disallow`s with `%2F` reads
@@ -762,21 +764,39 @@ impl AgentRules {
         rows.sort_by(|(a, _), (b, _)| precedence(a, b));
         let refs: Vec<&RawRule> = rows.iter().map(|(r, _)| r).collect();
         let rules = AgentRules::unread(Table::build(&refs), self.selection, self.crawl_delay);
-        let changed: Vec<&RawRule> = rows
+        let changed_rows: Vec<(&RawRule, u32)> = rows
             .iter()
             .enumerate()
             .filter(|(k, (rule, i))| {
                 let written = self.table.pattern(*i as usize);
                 rules.table.pattern(*k) != written || rule.specificity() != written.len()
             })
-            .map(|(_, (rule, _))| rule)
+            .map(|(_, (rule, i))| (rule, *i))
             .collect();
-        let changed = AgentRules::unread(Table::build(&changed), self.selection, None);
+        let read: Vec<&RawRule> = changed_rows.iter().map(|(rule, _)| *rule).collect();
+        let changed = AgentRules::unread(Table::build(&read), self.selection, None);
+        let written: Vec<RawRule> = changed_rows
+            .iter()
+            .map(|(_, i)| {
+                let i = *i as usize;
+                let pattern = self.table.pattern(i);
+                RawRule {
+                    text: pattern.into(),
+                    pattern_len: pattern.len() as u32,
+                    rank: pattern.len() as u32,
+                    line: self.table.metas[i].line(),
+                    allow: self.table.metas[i].allow(),
+                }
+            })
+            .collect();
+        let written: Vec<&RawRule> = written.iter().collect();
+        let changed_written = AgentRules::unread(Table::build(&written), self.selection, None);
         ReadRules {
             reading,
             rules,
             base: rows.iter().map(|(_, i)| *i).collect(),
             changed,
+            changed_written,
             same_as: 0,
         }
     }
@@ -831,7 +851,12 @@ impl AgentRules {
                 .sum::<usize>()
             + self.read.get().map_or(0, |read| {
                 read.iter()
-                    .map(|r| r.rules.memory_usage() + r.changed.memory_usage() + 4 * r.base.len())
+                    .map(|r| {
+                        r.rules.memory_usage()
+                            + r.changed.memory_usage()
+                            + r.changed_written.memory_usage()
+                            + 4 * r.base.len()
+                    })
                     .sum()
             })
     }
@@ -941,7 +966,9 @@ impl AgentRules {
                     continue;
                 }
                 unchanged_judged |= bit;
-                if read.changed.check_normalized(&form).rule.is_none() {
+                if read.changed.check_normalized(&form).rule.is_none()
+                    && read.changed_written.check_normalized(&form).rule.is_none()
+                {
                     continue;
                 }
             }
