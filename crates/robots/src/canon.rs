@@ -214,6 +214,13 @@ impl Traits {
         !self.any(Self::SEGMENTS | Self::SLASH | Self::RESERVED)
     }
 
+    /// True if [`Reading::Combined`] reads a path of these traits as
+    /// [`Reading::Decoded`] does: no reserved escape, parameter, backslash
+    /// or trailing dot or space in its path part.
+    pub(crate) fn combined_as_decoded(self) -> bool {
+        !self.any(Self::SLASH | Self::RESERVED | Self::PARAMS | Self::BACKSLASH | Self::TRAILING)
+    }
+
     /// True if the path has an escaped escape: without one,
     /// [`Reading::DoubleDecoded`] reads it (and every rule) as
     /// [`Reading::Decoded`] does, so judging it again would change nothing.

@@ -708,6 +708,16 @@ impl AgentRules {
         &self.usage
     }
 
+    /// True if readings `a` and `b` read every rule alike: neither reads
+    /// any, or both read them into the same rules.
+    fn same_rules(&self, a: Reading, b: Reading) -> bool {
+        match (self.read_rules(a), self.read_rules(b)) {
+            (None, None) => true,
+            (Some(x), Some(y)) => x.same_as == y.same_as,
+            _ => false,
+        }
+    }
+
     /// The rules as `reading` reads them, if it changes any pattern.
     fn read_rules(&self, reading: Reading) -> Option<&ReadRules> {
         let k = READINGS.iter().position(|r| *r == reading)?;
@@ -940,6 +950,16 @@ impl AgentRules {
             todo &= todo - 1;
             let reading = &READINGS[k];
             let rules_read = self.changed & (1 << k) != 0;
+            // Combined reads a path with no reserved escape, parameter,
+            // backslash or trailing dot as Decoded does: with the same
+            // rules, its answer is Decoded's, already given.
+            if *reading == Reading::Combined
+                && decoded.is_some()
+                && traits.combined_as_decoded()
+                && self.same_rules(Reading::Decoded, Reading::Combined)
+            {
+                continue;
+            }
             // Decoded and QueryDecoded read most paths alike: the query's
             // decoding is done once.
             let form = match (&decoded, reading) {
