@@ -87,28 +87,25 @@ impl<'r> Printer<'r> {
                 }
             }
         }
-        match &resolved.judged_as {
-            // Rare: disallowed in another reading of the path, named last.
-            Some(path) => {
-                self.summary.disallowed += 1;
-                let rule = resolved
-                    .verdict
-                    .rule
-                    .map(|r| r.to_string())
-                    .unwrap_or_default();
-                writeln!(out, "DISALLOWED {url}\t{rule}\tjudged as {path}")
+        // Rare: disallowed in another reading of the path (named last), or
+        // by a rule read into its spelling (`Disallow: /wiki/Special%3A`
+        // for `/wiki/Special:`).
+        let tag = match (&resolved.judged_as, resolved.reading) {
+            (Some(path), _) => Some(format!("judged as {path}")),
+            (None, Some(reading)) if !resolved.verdict.allowed => {
+                Some(format!("read as {}", reading.name()))
             }
-            // Rare: the path as sent, disallowed by a rule read into its
-            // spelling (`Disallow: /wiki/Special%3A` for `/wiki/Special:`).
-            None if !resolved.verdict.allowed && resolved.reading.is_some() => {
+            _ => None,
+        };
+        match tag {
+            Some(tag) => {
                 self.summary.disallowed += 1;
                 let rule = resolved
                     .verdict
                     .rule
                     .map(|r| r.to_string())
                     .unwrap_or_default();
-                let reading = resolved.reading.map_or("", |r| r.name());
-                writeln!(out, "DISALLOWED {url}\t{rule}\tread as {reading}")
+                writeln!(out, "DISALLOWED {url}\t{rule}\t{tag}")
             }
             None => self.print(url, resolved.verdict, out),
         }
