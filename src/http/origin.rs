@@ -192,6 +192,18 @@ impl fmt::Display for Origin {
     }
 }
 
+/// `reference` (a `Location` or `Content-Location` value) resolved against
+/// `base` as RFC 3986 §5.2 says, by the url crate's join: an http(s) URI
+/// without its fragment; `None` for a value that does not parse or names
+/// another scheme.
+pub(crate) fn resolve_reference(base: &str, reference: &str) -> Option<Uri> {
+    let target = url::Url::parse(base).ok()?.join(reference).ok()?;
+    if !matches!(target.scheme(), "http" | "https") {
+        return None;
+    }
+    target[..url::Position::AfterQuery].parse().ok()
+}
+
 /// The path and query of a request target, `/` when it has none.
 pub(crate) fn path_of(uri: &Uri) -> String {
     match uri.path_and_query().map(|pq| pq.as_str()) {

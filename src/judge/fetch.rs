@@ -614,14 +614,7 @@ async fn read_capped(mut body: hyper::body::Incoming, limit: usize) -> Result<By
 
 /// Resolves a `Location` header against the URL that returned it.
 fn resolve_location(base: &Uri, location: &str) -> Option<Uri> {
-    // RFC 3986 §5.2 with the url crate (`?q`, `../x` and `//host` forms);
-    // only http(s) targets are followed, without their fragment.
-    let base = url::Url::parse(&base.to_string()).ok()?;
-    let target = base.join(location.trim()).ok()?;
-    if !matches!(target.scheme(), "http" | "https") {
-        return None;
-    }
-    target[..url::Position::AfterQuery].parse().ok()
+    crate::http::origin::resolve_reference(&base.to_string(), location.trim())
 }
 
 /// `Retry-After` (delay in seconds, or an HTTP date after `now`).

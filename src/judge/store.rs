@@ -1050,12 +1050,12 @@ pub(super) fn from_kept(
         },
         "allow_all" => State::AllowAll { reason: reason() },
         "disallow_all" => State::DisallowAll { reason: reason() },
-        // A destination refused by policy, or a certificate not trusted,
-        // depends on the configuration (`allow_private_destinations`,
-        // `upstream.ca_files`), which only a restart changes: a restarted
-        // proxy fetches again rather than keep a failure its new
-        // configuration may cure.
-        "refused" | "bad_tls" => return None,
+        // Not kept across a restart: `refused` and `bad_tls` (a destination
+        // refused by policy, a certificate not trusted) depend on the
+        // configuration (`allow_private_destinations`, `upstream.ca_files`),
+        // which only a restart changes, so a restarted proxy fetches again
+        // rather than keep a failure its new configuration may cure; and
+        // any state it does not know.
         _ => return None,
     };
     let now_i = Instant::now();

@@ -450,9 +450,11 @@ pub fn cache_status(params: &str) -> HeaderValue {
 /// rendered as [`cache_url`] keys a request for it: lower-case scheme and
 /// host, default port dropped, `/` for an empty path, no fragment (a
 /// fragment never reaches a request, so nothing is stored under one).
+/// Characters the url crate percent-encodes (a space, `"` or `'` in a
+/// query) stay encoded: a client following the Location sends them so.
 /// `None` when either does not parse or the target is not http(s).
 pub fn resolve(base: &str, reference: &str) -> Option<String> {
-    render(&join(base, reference)?)
+    cache_url(&crate::http::origin::resolve_reference(base, reference)?)
 }
 
 /// The cache URL a successful unsafe request to `base` (a cache URL)
@@ -461,20 +463,6 @@ pub fn resolve(base: &str, reference: &str) -> Option<String> {
 /// and port; both are cache URLs, so a default port is written alike).
 pub fn invalidation_target(base: &str, reference: &str) -> Option<String> {
     resolve(base, reference).filter(|t| origin_of(t) == origin_of(base))
-}
-
-/// `reference` resolved against `base`, fragment and all.
-fn join(base: &str, reference: &str) -> Option<url::Url> {
-    url::Url::parse(base).ok()?.join(reference).ok()
-}
-
-/// `url` as the cache keys it: through [`cache_url`], as a request for it
-/// would be, without its fragment. Characters the url crate
-/// percent-encodes (a space, `"` or `'` in a query, ...) stay encoded: a
-/// client following the Location sends them so too.
-fn render(url: &url::Url) -> Option<String> {
-    let uri: Uri = url[..url::Position::AfterQuery].parse().ok()?;
-    cache_url(&uri)
 }
 
 #[cfg(test)]
@@ -609,7 +597,9 @@ mod tests {
             // The resolution itself, fragments included; the url crate
             // writes the empty path of `http://g` as `/` (RFC 3986
             // §6.2.3: the same URI).
-            let joined = join(RFC_BASE, reference).expect(reference);
+            let joined = url::Url::parse(RFC_BASE)
+                .and_then(|base| base.join(reference))
+                .expect(reference);
             let expected = if target == "http://g" {
                 "http://g/"
             } else {

@@ -79,6 +79,17 @@ fn pattern() -> impl Strategy<Value = String> {
         })
 }
 
+/// A `user-agent: *` group of `(allow, value)` rules, in order.
+pub(crate) fn star_group(rules: &[(bool, String)]) -> String {
+    let mut txt = String::from("user-agent: *\n");
+    for (allow, v) in rules {
+        txt.push_str(if *allow { "allow: " } else { "disallow: " });
+        txt.push_str(v);
+        txt.push('\n');
+    }
+    txt
+}
+
 fn path_part(p: &str) -> &str {
     p.split('?').next().unwrap_or_default()
 }
@@ -150,12 +161,7 @@ proptest! {
         rules in prop::collection::vec((any::<bool>(), pattern()), 0..6),
         folded in any::<bool>(),
     ) {
-        let mut txt = String::from("user-agent: *\n");
-        for (allow, v) in &rules {
-            txt.push_str(if *allow { "allow: " } else { "disallow: " });
-            txt.push_str(v);
-            txt.push('\n');
-        }
+        let txt = star_group(&rules);
         let robots = Robots::parse(txt.as_bytes());
         let rules = robots.agent_rules("x");
         let sent = rules.check(&p);

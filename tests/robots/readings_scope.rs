@@ -270,12 +270,7 @@ proptest! {
         // Canonical: no reading changes it (the default configuration
         // folds no case).
         prop_assume!(readings(&p, false).is_empty());
-        let mut txt = String::from("user-agent: *\n");
-        for (allow, v) in &rules {
-            txt.push_str(if *allow { "allow: " } else { "disallow: " });
-            txt.push_str(v);
-            txt.push('\n');
-        }
+        let txt = crate::canon_props::star_group(&rules);
         let robots = Robots::parse(txt.as_bytes());
         let compiled = robots.agent_rules("ExampleBot");
         let rfc = compiled.check(&p);

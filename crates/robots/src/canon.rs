@@ -39,6 +39,11 @@
 //! * In every reading a rule keeps the precedence of its decoded spelling
 //!   ([`Reading::decode_pattern`]'s length): removals do not make an
 //!   `Allow` less specific than the `Disallow`s it beats as written.
+//! * Only a rule's text before its first `*` is read as a path: what
+//!   follows may match a query, so a `Disallow` is decoded there only
+//!   where path and query read an escape alike (`Disallow: /*%26` stays
+//!   about `%26`, which the decoded reading leaves in a query), and an
+//!   `Allow` is read as the query is.
 //!
 //! Every reading is idempotent, keeps a path rooted and never above `/`,
 //! and maps a string in normal form (see [`super::normalize`]) to one in
@@ -221,9 +226,9 @@ impl Traits {
         !self.any(Self::SLASH | Self::RESERVED | Self::PARAMS | Self::BACKSLASH | Self::TRAILING)
     }
 
-    /// True if the path has an escaped escape: without one,
+    /// True if the path has an escaped percent sign: without one,
     /// [`Reading::DoubleDecoded`] reads it (and every rule) as
-    /// [`Reading::Decoded`] does, so judging it again would change nothing.
+    /// [`Reading::Combined`] does, so judging it again would change nothing.
     pub(crate) fn double_escaped(self) -> bool {
         self.any(Self::DOUBLE)
     }
@@ -457,13 +462,11 @@ impl Reading {
                 (path, query) => Cow::Owned(format!("{path}{query}")),
             }
         };
-        let tail_read = if head.contains('?') {
-            // Already in the query: read as the query is.
-            self.apply_query(tail)
-        } else if full {
-            // An Allow's escapes after a `*` are most often a query's
-            // (`*url=https%3A%2F%2F…`): read as the query is, so it keeps
-            // allowing its own spelling there.
+        // After a `?` the tail is in the query; an Allow's escapes after a
+        // `*` are most often a query's too (`*url=https%3A%2F%2F…`), so it
+        // keeps allowing its own spelling there. A Disallow's may match
+        // either: decoded only where both read an escape alike.
+        let tail_read = if full || head.contains('?') {
             self.apply_query(tail)
         } else {
             self.decode_anywhere(tail)
@@ -506,13 +509,11 @@ impl Reading {
             Windows => Cow::Owned(windows(path)),
             Decoded => resolved(decode(path, &DECODED), true),
             Combined => Cow::Owned(combined(path)),
-            DoubleDecoded if paths => Cow::Owned(combined(&undouble(path))),
-            DoubleDecoded => Cow::Owned(combined(path)),
+            DoubleDecoded => Cow::Owned(combined(&undoubled(path, paths))),
             QueryDecoded => return Cow::Borrowed(path),
             Folded => return fold(path),
             WindowsFolded => Cow::Owned(fold(&windows(path)).into_owned()),
-            CombinedFolded if paths => Cow::Owned(fold(&combined(&undouble(path))).into_owned()),
-            CombinedFolded => Cow::Owned(fold(&combined(path)).into_owned()),
+            CombinedFolded => Cow::Owned(fold(&combined(&undoubled(path, paths))).into_owned()),
         };
         match read {
             Cow::Owned(owned) if owned == path => Cow::Borrowed(path),
@@ -542,6 +543,16 @@ impl Reading {
     }
 }
 
+/// `path` with its escaped escapes read ([`undouble`]) if it is a path
+/// (`paths`), as it is if it is a rule's text.
+fn undoubled(path: &str, paths: bool) -> Cow<'_, str> {
+    if paths {
+        Cow::Owned(undouble(path))
+    } else {
+        Cow::Borrowed(path)
+    }
+}
+
 /// What [`Reading::Decoded`] decodes in a path: the reserved characters
 /// and the slash.
 const DECODED: [u8; 14] = [
@@ -555,16 +566,9 @@ const DECODED_ANYWHERE: [u8; 5] = [b'/', b':', b'@', b'[', b']'];
 /// and `%5C` decoded, `\` as `/`, `;parameters` dropped, a segment's
 /// trailing dots and spaces dropped, merged.
 fn combined(path: &str) -> String {
-    let decoded = backslashes(&decode(path, &DECODED)).into_owned();
-    let dropped = drop_params(&decoded);
-    let mut trimmed = String::with_capacity(dropped.len());
-    for (i, segment) in dropped.split('/').enumerate() {
-        if i > 0 {
-            trimmed.push('/');
-        }
-        trimmed.push_str(trim_segment(segment));
-    }
-    merge_segments(&trimmed)
+    merge_segments(&trim_segments(&drop_params(&backslashes(&decode(
+        path, &DECODED,
+    )))))
 }
 
 /// Splits a pattern into its body and its final `$` anchor (or `""`).
@@ -688,16 +692,7 @@ fn fold(path: &str) -> Cow<'_, str> {
 /// and spaces are dropped (a segment of nothing else is `.`, except `..`),
 /// merged.
 fn windows(path: &str) -> String {
-    let slashes = decode(path, b"/");
-    let decoded = backslashes(&slashes);
-    let mut trimmed = String::with_capacity(decoded.len());
-    for (i, segment) in decoded.split('/').enumerate() {
-        if i > 0 {
-            trimmed.push('/');
-        }
-        trimmed.push_str(trim_segment(segment));
-    }
-    merge_segments(&trimmed)
+    merge_segments(&trim_segments(&backslashes(&decode(path, b"/"))))
 }
 
 fn trim_segment(segment: &str) -> &str {
@@ -720,12 +715,24 @@ fn trim_segment(segment: &str) -> &str {
 /// Every segment with its `;parameters` removed (`/a;x=1/b` is `/a/b`,
 /// `/..;/b` is `/../b`).
 fn drop_params(path: &str) -> String {
+    map_segments(path, |segment| {
+        segment.split(';').next().unwrap_or_default()
+    })
+}
+
+/// A segment's trailing dots and spaces dropped, in every segment.
+fn trim_segments(path: &str) -> String {
+    map_segments(path, trim_segment)
+}
+
+/// `path` with `f` applied to each of its segments.
+fn map_segments(path: &str, f: impl Fn(&str) -> &str) -> String {
     let mut out = String::with_capacity(path.len());
     for (i, segment) in path.split('/').enumerate() {
         if i > 0 {
             out.push('/');
         }
-        out.push_str(segment.split(';').next().unwrap_or_default());
+        out.push_str(f(segment));
     }
     out
 }
