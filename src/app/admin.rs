@@ -473,7 +473,7 @@ async fn tell_fleet(proxy: &dyn ProxyView, what: Purge) -> (Option<serde_json::V
         ),
         Err(_) => (
             Some(json!({
-                "told": "this node only: the fleet's Redis is unavailable; repeat the purge when it is back"
+                "told": "this node only: the fleet's Redis is unavailable, so no other node and not Redis (\"purged\" says whether this node held a copy); repeat the purge when Redis is back"
             })),
             StatusCode::SERVICE_UNAVAILABLE,
         ),

@@ -188,6 +188,19 @@ async fn without_redis_a_miss_is_fetched_locally_or_refused() {
     assert_eq!(purged.status, 503, "{}", purged.body);
     assert!(purged.body.contains("this node only"), "{}", purged.body);
     assert!(purged.body.contains("\"purged\": true"), "{}", purged.body);
+    // An origin this node never held: nothing dropped here, and the answer
+    // says what "purged" means beside "this node only".
+    let other = Origin::with_robots("User-agent: *\nDisallow:\n").await;
+    let purged = local
+        .admin_post(&format!("/purge?origin={}", other.url("/")))
+        .await;
+    assert_eq!(purged.status, 503, "{}", purged.body);
+    assert!(purged.body.contains("\"purged\": false"), "{}", purged.body);
+    assert!(
+        purged.body.contains("whether this node held a copy"),
+        "{}",
+        purged.body
+    );
 }
 
 /// The Redis work of a shared robots.txt miss, on loopback: the node that
