@@ -6,7 +6,7 @@
 
 use std::net::IpAddr;
 use std::num::NonZeroU32;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use argon2::Block;
@@ -37,7 +37,7 @@ pub struct AuthLimits {
     /// verification. (Allocated per verification, glibc kept every 19 MiB
     /// buffer: its dynamic mmap threshold moves such blocks to the heap,
     /// where the aligned allocation is not reused.)
-    memory: std::sync::Mutex<Vec<Vec<Block>>>,
+    memory: parking_lot::Mutex<Vec<Vec<Block>>>,
 }
 
 impl AuthLimits {
@@ -60,24 +60,17 @@ impl AuthLimits {
             per_minute,
             quota,
             clock: DefaultClock::default(),
-            memory: std::sync::Mutex::new(Vec::new()),
+            memory: parking_lot::Mutex::new(Vec::new()),
         }
     }
 
     /// A working-memory buffer for one verification (empty when new).
     pub(super) fn take_memory(&self) -> Vec<Block> {
-        self.memory
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop()
-            .unwrap_or_default()
+        self.memory.lock().pop().unwrap_or_default()
     }
 
     pub(super) fn give_memory(&self, buffer: Vec<Block>) {
-        self.memory
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(buffer);
+        self.memory.lock().push(buffer);
     }
 
     /// The per-address limit this was built with.

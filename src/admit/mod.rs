@@ -17,10 +17,11 @@ mod acl;
 mod limits;
 mod password;
 
+use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use argon2::password_hash::PasswordHasher;
@@ -411,7 +412,7 @@ impl ProxyAuth {
             return Step::Done(AuthOutcome::Invalid { user: None });
         };
         if let Some(u) = self.users.get(&user) {
-            let cached = *u.verified.read().unwrap_or_else(PoisonError::into_inner);
+            let cached = *u.verified.read();
             if let Some(tag) = cached {
                 // ring's verify compares in constant time.
                 let data = cache_input(&user, &password);
@@ -445,7 +446,7 @@ impl ProxyAuth {
         let tag = hmac::sign(&self.cache_key, &cache_input(&user, password));
         let mut bytes = [0u8; 32];
         bytes.copy_from_slice(tag.as_ref());
-        *u.verified.write().unwrap_or_else(PoisonError::into_inner) = Some(bytes);
+        *u.verified.write() = Some(bytes);
         AuthOutcome::Ok {
             agent: u.agent.clone(),
             user,

@@ -618,7 +618,7 @@ struct Replays {
     fleet: Arc<crate::fleet::Fleet>,
     /// A replay asked for and not started yet: since when this node may
     /// have missed purges (`None`: unknown, or since before its start).
-    pending: std::sync::Mutex<Option<Option<tokio::time::Instant>>>,
+    pending: parking_lot::Mutex<Option<Option<tokio::time::Instant>>>,
     running: tokio::sync::Mutex<()>,
     /// Purges said before this (seconds, this node's clock) were applied.
     applied_to: std::sync::atomic::AtomicU64,
@@ -629,7 +629,7 @@ impl Replays {
         Arc::new(Replays {
             proxy,
             fleet,
-            pending: std::sync::Mutex::new(None),
+            pending: parking_lot::Mutex::new(None),
             running: tokio::sync::Mutex::new(()),
             applied_to: std::sync::atomic::AtomicU64::new(0),
         })
@@ -642,10 +642,7 @@ impl Replays {
             return;
         }
         {
-            let mut pending = self
-                .pending
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut pending = self.pending.lock();
             match &mut *pending {
                 // Merged into the one asked for: the earlier of the two.
                 Some(since) => {
@@ -661,12 +658,7 @@ impl Replays {
         let replays = self.clone();
         tokio::spawn(async move {
             let _one_at_a_time = replays.running.lock().await;
-            let heard = replays
-                .pending
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take()
-                .flatten();
+            let heard = replays.pending.lock().take().flatten();
             replays.run(heard).await;
         });
     }

@@ -1,8 +1,8 @@
 //! The `check` command: judge many URLs against one robots.txt file.
 
+use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::io::{self, Read, Write};
-use std::sync::{Mutex, PoisonError};
 
 use crate::robots::{AgentRules, Verdict};
 
@@ -309,7 +309,7 @@ fn judge_block(
     let work = Mutex::new(runs.iter().zip(buffers.iter_mut()));
     let take_and_judge = |printer: &mut Printer<'_>| {
         loop {
-            let next = work.lock().unwrap_or_else(PoisonError::into_inner).next();
+            let next = work.lock().next();
             let Some((run, buf)) = next else {
                 break;
             };

@@ -4,8 +4,8 @@
 //! against a cluster each is routed to the master of its key's slot (every
 //! key of one origin has one slot, see [`super::Fleet::key`]).
 
+use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -245,10 +245,10 @@ impl Link {
 
     /// The connection and its number (made now if there is none).
     pub(super) fn get(&self) -> redis::RedisResult<(Connection, u64)> {
-        if let Some(m) = &*self.current.read().unwrap_or_else(PoisonError::into_inner) {
+        if let Some(m) = &*self.current.read() {
             return Ok((m.conn.clone(), m.number));
         }
-        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        let mut current = self.current.write();
         if let Some(m) = &*current {
             return Ok((m.conn.clone(), m.number));
         }
@@ -268,7 +268,6 @@ impl Link {
     fn is_current(&self, number: u64) -> bool {
         self.current
             .read()
-            .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
             .is_some_and(|m| m.number == number)
     }
@@ -282,7 +281,7 @@ impl Link {
         }
         let period = self.period();
         let now = tokio::time::Instant::now();
-        let mut streak = self.streak.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut streak = self.streak.lock();
         let Some(s) = streak.as_mut() else { return };
         if now.duration_since(s.last) >= period {
             *streak = None;
@@ -300,8 +299,8 @@ impl Link {
     pub(super) fn failed(&self, number: u64) -> bool {
         let period = self.period();
         let now = tokio::time::Instant::now();
-        let mut streak = self.streak.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+        let mut streak = self.streak.lock();
+        let mut current = self.current.write();
         let Some(made) = current.as_ref().filter(|m| m.number == number) else {
             // A call under way on a connection already replaced.
             return false;

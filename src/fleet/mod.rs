@@ -24,9 +24,10 @@ pub mod rate;
 pub mod robots;
 pub mod schedule;
 
+use parking_lot::Mutex;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -320,7 +321,7 @@ impl Fleet {
             return Err(cut_short());
         }
         if gated && self.down.load(Ordering::Relaxed) {
-            let mut retry_at = self.retry_at.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut retry_at = self.retry_at.lock();
             let now = Instant::now();
             match *retry_at {
                 Some(at) if now < at => return Err(Failure::Outage),
@@ -380,8 +381,7 @@ impl Fleet {
                 Ok(r)
             }
             Err(error) => {
-                *self.retry_at.lock().unwrap_or_else(PoisonError::into_inner) =
-                    Some(Instant::now() + RETRY_EVERY);
+                *self.retry_at.lock() = Some(Instant::now() + RETRY_EVERY);
                 if self.link.failed(number) {
                     self.stats.reconnects.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(%error, after = %humantime::format_duration(connection::REPLACE_AFTER),

@@ -14,8 +14,8 @@
 //! make a node allocate without bound. Dead members are removed by every
 //! heartbeat, and the key expires when the whole fleet has stopped.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::{Fleet, Unavailable};
@@ -125,7 +125,7 @@ impl Fleet {
         }
         let live = LiveNodes::from_names(names, &me);
         let count = u64::try_from(live.names.len()).unwrap_or(u64::MAX);
-        *self.live.lock().unwrap_or_else(PoisonError::into_inner) = Arc::new(live);
+        *self.live.lock() = Arc::new(live);
         self.stats.live_nodes.store(count, Ordering::Relaxed);
         Ok(())
     }
@@ -166,10 +166,7 @@ impl Fleet {
 
     /// The live nodes as last read (kept during an outage).
     pub fn live_nodes(&self) -> Arc<LiveNodes> {
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.live.lock().clone()
     }
 }
 

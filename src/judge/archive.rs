@@ -23,12 +23,12 @@
 //!   files (the log and its rotations, `.gz` too) for the digests they
 //!   name.
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::fmt;
 use std::fs;
 use std::io::{self, BufRead, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -255,10 +255,6 @@ impl Archive {
         &self.dir
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Keeps a text `origin` served (status `status`), found in force at
     /// `now`. Errors are logged: the archive never holds a fetch up.
     pub(crate) fn keep_text(
@@ -285,7 +281,7 @@ impl Archive {
         digest: Digest,
         now: SystemTime,
     ) -> io::Result<()> {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let (text_path, meta_path) = paths(&self.dir, digest);
         let mut added = 0;
         let mut meta = match read_meta(&meta_path) {
@@ -378,7 +374,7 @@ impl Archive {
         // the directory holds at most 1.1 times it, and a sweep's cost (a
         // stat per entry) is spread over as many saves as it checks.
         let sweep = {
-            let mut state = self.lock();
+            let mut state = self.state.lock();
             let every = (self.entries.max_entries / 10).max(1);
             match state.entry_saves {
                 Some(n) if n + 1 < every => {
@@ -472,7 +468,7 @@ impl Archive {
         reason: &str,
         now: SystemTime,
     ) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let last = Last::Outcome(format!("{outcome} {}", status.unwrap_or(0)));
         if state.last.get(origin) == Some(&last) {
             return;

@@ -175,19 +175,15 @@ async fn timeout_but_waits<T>(
 /// Time a fetch spent waiting for the budget, not yet added to its
 /// deadline; and since when it has been waiting, if it is.
 #[derive(Default)]
-struct BudgetWait(std::sync::Mutex<(Duration, Option<tokio::time::Instant>)>);
+struct BudgetWait(parking_lot::Mutex<(Duration, Option<tokio::time::Instant>)>);
 
 impl BudgetWait {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (Duration, Option<tokio::time::Instant>)> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn start(&self) {
-        self.lock().1 = Some(tokio::time::Instant::now());
+        self.0.lock().1 = Some(tokio::time::Instant::now());
     }
 
     fn end(&self) {
-        let mut w = self.lock();
+        let mut w = self.0.lock();
         if let Some(since) = w.1.take() {
             w.0 += since.elapsed();
         }
@@ -196,7 +192,7 @@ impl BudgetWait {
     /// The wait not yet credited (a wait in progress up to now); `None`
     /// if there is none.
     fn credit(&self) -> Option<Duration> {
-        let mut w = self.lock();
+        let mut w = self.0.lock();
         let now = tokio::time::Instant::now();
         if let Some(since) = w.1 {
             w.0 += now.duration_since(since);
@@ -415,8 +411,8 @@ const LOCAL_ERROR_WARNING_EVERY: Duration = Duration::from_secs(10);
 /// [`LOCAL_ERROR_WARNING_EVERY`], with the number left unlogged since (a
 /// crawl at the descriptor limit fails this way many times a second).
 fn warn_local_error(reason: &str) {
-    static LAST: std::sync::Mutex<(Option<Instant>, u64)> = std::sync::Mutex::new((None, 0));
-    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    static LAST: parking_lot::Mutex<(Option<Instant>, u64)> = parking_lot::Mutex::new((None, 0));
+    let mut last = LAST.lock();
     let (at, skipped) = &mut *last;
     if at.is_some_and(|t| t.elapsed() < LOCAL_ERROR_WARNING_EVERY) {
         *skipped += 1;

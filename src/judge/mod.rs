@@ -5,7 +5,6 @@ pub(crate) mod archive;
 pub mod fetch;
 pub(crate) mod fetch_budget;
 pub mod politeness;
-mod shared;
 pub mod store;
 
 use std::sync::Arc;

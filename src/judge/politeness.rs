@@ -45,12 +45,13 @@
 //! `fleet::schedule` (held slots written back, a settling time on the
 //! grid).
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use lru::LruCache;
@@ -454,8 +455,7 @@ impl Politeness {
         let mut map = self
             .interleaved
             .get_or_init(|| Mutex::new(LruCache::new(self.max_tracked)))
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+            .lock();
         let last = map.get(key).map(|held| held.slot);
         let slot = interleaved_slot(
             from.max(now),
@@ -501,7 +501,7 @@ impl Politeness {
     /// of the interleaved schedule (µs of Unix time), if it has one.
     fn interleaved_next(&self, key: &str) -> Option<u64> {
         let map = self.interleaved.get()?;
-        let map = map.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = map.lock();
         map.peek(key).map(|held| held.next())
     }
 
@@ -522,7 +522,6 @@ impl Politeness {
         let held: Vec<(Box<str>, Interleaved)> = match self.interleaved.get() {
             Some(map) => map
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner)
                 .iter()
                 .filter(|(_, held)| held.next() > now)
                 .map(|(key, held)| (key.clone(), *held))
@@ -629,9 +628,7 @@ impl Politeness {
         let i = (self.hasher.hash_one(key) as usize) % self.shards.len();
         // A panic while holding the lock leaves a consistent map (every
         // update is a single assignment), so poisoning is ignored.
-        self.shards[i]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.shards[i].lock()
     }
 
     /// The keys whose next free slot is furthest away (requests are held
@@ -643,7 +640,7 @@ impl Politeness {
         let now = Instant::now();
         let mut busy = Vec::new();
         for s in self.shards.iter() {
-            let shard = s.lock().unwrap_or_else(PoisonError::into_inner);
+            let shard = s.lock();
             for (key, e) in shard.iter() {
                 let wait = (e.last + e.interval).saturating_duration_since(now);
                 if !wait.is_zero() {
@@ -663,19 +660,13 @@ impl Politeness {
 
     /// Keys currently tracked.
     pub fn tracked(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
-            .sum()
+        self.shards.iter().map(|s| s.lock().len()).sum()
     }
 
     /// Most keys that can be tracked (`max_tracked` rounded down to a
     /// multiple of the shard count).
     pub fn capacity(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).cap().get())
-            .sum()
+        self.shards.iter().map(|s| s.lock().cap().get()).sum()
     }
 
     /// Keys evicted while still inside their interval (capacity pressure);
@@ -691,7 +682,7 @@ impl Politeness {
     pub fn sweep(&self) {
         let now = Instant::now();
         for s in self.shards.iter() {
-            let mut shard = s.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut shard = s.lock();
             let idle: Vec<Box<str>> = shard
                 .iter()
                 .filter(|(_, e)| self.is_idle(e, now))

@@ -12,13 +12,14 @@
 //! the requests that were not forwarded as they were, so allowed requests
 //! from before the start are missing from the charts.
 
+use parking_lot::Mutex;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::io::{self, BufRead, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
@@ -282,11 +283,6 @@ impl Activity {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // Every update leaves the counts consistent: poisoning is ignored.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Counts a decision that got no audit line (an allowed request
     /// without `audit.log_all`).
     pub(crate) fn count(&self, decision: &str) {
@@ -299,7 +295,7 @@ impl Activity {
             self.fast[kind as usize].fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         self.flush(&mut inner, now);
         self.fast_minute.store(minute, Ordering::Relaxed);
         inner.minutes.add(now, now, kind, 1);
@@ -337,7 +333,7 @@ impl Activity {
 
     fn add(&self, now: u64, at: u64, decision: &str, refusal: Option<Refusal<'_>>) {
         let kind = Kind::of(decision);
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         inner.minutes.add(now, at, kind, 1);
         inner.hours.add(now, at, kind, 1);
         let Some(r) = refusal.filter(|_| kind != Kind::Allowed) else {
@@ -366,7 +362,7 @@ impl Activity {
     /// list.
     pub(crate) fn snapshot(&self, k: usize) -> Snapshot {
         let now = secs(SystemTime::now());
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         self.flush(&mut inner, now);
         Snapshot {
             now,

@@ -9,9 +9,10 @@ pub(crate) mod respond;
 pub(crate) mod slots;
 pub(crate) mod upgrade;
 
+use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::header::{HeaderValue, PROXY_AUTHORIZATION, VIA};
@@ -157,7 +158,7 @@ pub struct Proxy {
     /// Requests in flight per client address (`max_requests_per_client`).
     client_slots: Arc<slots::ClientSlots>,
     /// When a request without credentials was last audited, per address.
-    challenged: std::sync::Mutex<lru::LruCache<std::net::IpAddr, Instant>>,
+    challenged: parking_lot::Mutex<lru::LruCache<std::net::IpAddr, Instant>>,
     /// `Via` value, with an instance id used for loop detection.
     via: HeaderValue,
     instance: String,
@@ -199,7 +200,7 @@ impl Proxy {
             settings: RwLock::new(Arc::new(settings)),
             cache: None,
             client_slots: slots::ClientSlots::new(usize::MAX),
-            challenged: std::sync::Mutex::new(lru::LruCache::new(
+            challenged: parking_lot::Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(4096).unwrap_or(std::num::NonZeroUsize::MIN),
             )),
             via,
@@ -229,26 +230,17 @@ impl Proxy {
     }
 
     pub fn settings(&self) -> Arc<Settings> {
-        match self.settings.read() {
-            Ok(s) => s.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        self.settings.read().clone()
     }
 
     pub(crate) fn set_settings(&self, settings: Settings) {
-        match self.settings.write() {
-            Ok(mut s) => *s = Arc::new(settings),
-            Err(poisoned) => *poisoned.into_inner() = Arc::new(settings),
-        }
+        *self.settings.write() = Arc::new(settings);
     }
 
     /// True unless a request without credentials from `ip` was audited in
     /// the last minute (the addresses remembered are bounded).
     fn first_challenge_in_a_while(&self, ip: std::net::IpAddr) -> bool {
-        let mut seen = self
-            .challenged
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut seen = self.challenged.lock();
         let now = Instant::now();
         if seen
             .get(&ip)

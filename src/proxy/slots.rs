@@ -12,9 +12,10 @@
 //! response body has been sent or dropped (the upstream connection is busy
 //! until then); a request over the limit waits its turn, in arrival order.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use http::Response;
 use tokio::sync::Semaphore;
@@ -42,7 +43,7 @@ impl ClientSlots {
     /// once per connection, so that a request's slot costs no lookup.
     pub(crate) fn queue(self: &Arc<Self>, ip: IpAddr) -> Arc<ClientQueue> {
         let ip = crate::http::destination::client_key(ip);
-        let mut by_client = self.lock();
+        let mut by_client = self.by_client.lock();
         if let Some(queue) = by_client.get(&ip).and_then(Weak::upgrade) {
             return queue;
         }
@@ -59,15 +60,7 @@ impl ClientSlots {
     /// Addresses with a connection or a request holding their queue.
     #[cfg(test)]
     fn tracked(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<IpAddr, Weak<ClientQueue>, lru::DefaultHasher>> {
-        self.by_client
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.by_client.lock().len()
     }
 }
 
@@ -125,7 +118,7 @@ impl ClientQueue {
 
 impl Drop for ClientQueue {
     fn drop(&mut self) {
-        let mut by_client = self.slots.lock();
+        let mut by_client = self.slots.by_client.lock();
         // Another connection of the address may have made a new queue
         // since this one's last holder let go: remove only a dead entry.
         if by_client

@@ -1,8 +1,8 @@
 //! Listener plumbing shared by the proxy and admin listeners: how a
 //! server connection is built, and counting connections closed at accept.
 
+use parking_lot::Mutex;
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -60,10 +60,6 @@ impl ConnectionPolicy {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Counts connections closed at accept and logs them, once a minute per
 /// reason at most (with how many went unlogged since): a flood of refused
 /// clients cannot flood the log.
@@ -87,7 +83,7 @@ impl RefusalLog {
     pub(crate) fn refuse(&self, why: ConnRefusal, peer: SocketAddr) {
         self.metrics.connection_refused(why);
         let i = why as usize;
-        let mut last = lock(&self.last);
+        let mut last = self.last.lock();
         if last[i].is_some_and(|t| t.elapsed() < LIMIT_WARNING_EVERY) {
             self.unlogged[i].fetch_add(1, Ordering::Relaxed);
             return;

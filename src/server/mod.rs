@@ -348,8 +348,8 @@ async fn serve_connection<H: Handler>(
 /// number left unlogged since: out of descriptors, accept fails 20 times a
 /// second until one is freed.
 fn warn_accept_failed(e: &std::io::Error) {
-    static LAST: std::sync::Mutex<(Option<Instant>, u64)> = std::sync::Mutex::new((None, 0));
-    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    static LAST: parking_lot::Mutex<(Option<Instant>, u64)> = parking_lot::Mutex::new((None, 0));
+    let mut last = LAST.lock();
     let (at, skipped) = &mut *last;
     if at.is_some_and(|t| t.elapsed() < LIMIT_WARNING_EVERY) {
         *skipped += 1;

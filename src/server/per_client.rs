@@ -1,9 +1,10 @@
 //! Connections open per client address (`max_connections_per_client`),
 //! an IPv6 client counted by its /64.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Connections open per client address (an IPv6 client by its /64, see
 /// [`crate::http::destination::client_key`]), for `max_connections_per_client`.
@@ -24,7 +25,7 @@ impl PerClient {
     /// A place for one more connection from `ip`; `None` at the limit.
     pub(crate) fn take(&self, ip: IpAddr) -> Option<ClientSlot> {
         let ip = crate::http::destination::client_key(ip);
-        let mut counts = lock(&self.counts);
+        let mut counts = self.counts.lock();
         let n = counts.entry(ip).or_default();
         if *n >= self.limit {
             return None;
@@ -45,7 +46,7 @@ pub(crate) struct ClientSlot {
 
 impl Drop for ClientSlot {
     fn drop(&mut self) {
-        let mut counts = lock(&self.counts);
+        let mut counts = self.counts.lock();
         if let Some(n) = counts.get_mut(&self.ip) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -53,8 +54,4 @@ impl Drop for ClientSlot {
             }
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -7,10 +7,11 @@
 //! never mints: only the first connection to a host (or the first after
 //! eviction or near expiry) does.
 
+use parking_lot::Mutex;
 use std::net::{IpAddr, Ipv6Addr};
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use lru::LruCache;
 use rcgen::{
@@ -230,7 +231,7 @@ impl Minter {
 
     /// The leaf cache's counters ([`MinterStats`]).
     pub fn stats(&self) -> MinterStats {
-        let cache = self.lock();
+        let cache = self.cache.lock();
         MinterStats {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
@@ -239,19 +240,13 @@ impl Minter {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, LruCache<String, Arc<Slot>>> {
-        // Nothing panics while the lock is held, and the LRU stays
-        // consistent anyway: recover from poisoning rather than fail.
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     fn lookup(&self, host: &str) -> Result<(Arc<ServerConfig>, String), TlsError> {
         let host = Host::parse(host)?;
         loop {
             // The lock is held only to find or insert the slot; the mint
             // itself happens outside it, inside the slot's OnceLock.
             let slot = {
-                let mut cache = self.lock();
+                let mut cache = self.cache.lock();
                 match cache.get(&host.key) {
                     Some(slot) => slot.clone(),
                     None => {
@@ -287,7 +282,7 @@ impl Minter {
 
     /// Removes `slot` from the cache unless another thread already replaced it.
     fn evict(&self, key: &str, slot: &Arc<Slot>) {
-        let mut cache = self.lock();
+        let mut cache = self.cache.lock();
         if cache.peek(key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
             cache.pop(key);
         }

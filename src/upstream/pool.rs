@@ -14,9 +14,10 @@
 //!
 //! `https` origins (TLS, HTTP/2 by ALPN) still go through the pooled client.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::future::poll_fn;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -80,10 +81,6 @@ impl Conn {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         !self.drive(&mut cx) && !self.sender.is_closed()
     }
-}
-
-fn lock_shard(shard: &Mutex<IdleMap>) -> MutexGuard<'_, IdleMap> {
-    shard.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 struct Idle {
@@ -190,7 +187,7 @@ impl Pool {
 
     /// The calling thread's shard.
     fn lock(&self) -> MutexGuard<'_, IdleMap> {
-        lock_shard(&self.shards[SHARD.get() % self.shards.len()])
+        self.shards[SHARD.get() % self.shards.len()].lock()
     }
 
     /// The newest idle connection to `origin` that has not expired.
@@ -273,7 +270,7 @@ impl Pool {
         for shard in &self.shards {
             let mut closed: Vec<Idle> = Vec::new();
             {
-                let mut idle = lock_shard(shard);
+                let mut idle = shard.lock();
                 idle.by_origin.retain(|_, list| {
                     // Oldest first: the expired ones are a prefix.
                     let n = list.partition_point(|i| now.duration_since(i.since) >= timeout);
@@ -392,7 +389,7 @@ impl Pool {
         self.shards
             .iter()
             .map(|shard| {
-                let idle = lock_shard(shard);
+                let idle = shard.lock();
                 assert_eq!(idle.total, idle.recount(), "idle count drifted");
                 idle.total
             })

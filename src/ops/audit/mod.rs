@@ -24,11 +24,11 @@ mod writer_tests;
 
 pub(crate) use key::{KeyError, SigningKey};
 
+use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime};
 
@@ -335,7 +335,7 @@ impl AuditLog {
             node: None,
         };
         {
-            let mut state = log.lock();
+            let mut state = log.state.lock();
             if let Err(e) = log.checkpoint_locked(&mut state, Reason::Start) {
                 log.healthy.store(false, Ordering::Relaxed);
                 tracing::error!(path = %path.display(), error = %e,
@@ -369,14 +369,9 @@ impl AuditLog {
         self.log_all.store(on, Ordering::Relaxed);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // A panic while holding the lock leaves the state usable.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Reopens the file (after log rotation) and writes a checkpoint in it.
     pub(crate) fn reopen(&self) -> io::Result<()> {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         self.reopen_locked(&mut state)
     }
 
@@ -421,7 +416,7 @@ impl AuditLog {
         if self.healthy.load(Ordering::Relaxed) {
             return true;
         }
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let due = state.last_retry.is_none_or(|t| t.elapsed().as_secs() >= 1);
         if !due {
             return false;
@@ -435,7 +430,7 @@ impl AuditLog {
     /// once a second) is reopened at its path first.
     pub(crate) fn write(&self, record: &Record<'_>) -> io::Result<()> {
         let mut line = Line::new(record)?;
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let result = self.write_locked(&mut state, &mut line);
         if let Err(e) = &result {
             self.healthy.store(false, Ordering::Relaxed);

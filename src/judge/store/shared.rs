@@ -31,14 +31,13 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use super::kept::{from_kept, kept_from};
+use super::{Compiled, Entry, FetchedEntry, RobotsCache, State};
 use crate::fleet::robots::{Lease, Look, POLL_EVERY, SharedRobots, Take, Text};
 use crate::fleet::{Fleet, OnUnavailable};
 use crate::http::origin::Origin;
 use crate::judge::archive::{Digest, Evidence, KeptEntry};
 use crate::judge::fetch::{Concluded, Fetched};
-use crate::judge::store::{
-    Compiled, Entry, FetchedEntry, RobotsCache, State, from_kept, kept_from,
-};
 use crate::robots::parse::MAX_BYTES;
 
 /// An entry as the fleet shares it (the `meta` of the shared hash).
@@ -277,7 +276,7 @@ impl RobotsCache {
                 &this.settings,
                 Some(shared.left),
             )?;
-            if let Some(archive) = &this.archive
+            if let Some(archive) = this.kept.archive()
                 && let (Some(text), Some(digest)) = (&shared.text, digest)
             {
                 let evidence = meta.evidence.clone().unwrap_or_default();
