@@ -5,7 +5,8 @@
 //!
 //! The folders are the layers, each using only those below it (checked by
 //! `.ci/layering`), from the bottom: `robots` (the robots.txt engine, a
-//! pure crate of its own in `crates/robots`, re-exported), `http`, `tls`,
+//! pure crate of its own in `crates/robots`, re-exported), `metrics` (the
+//! registry each layer registers its own series in), `http`, `tls`,
 //! `upstream`, `fleet`, `judge`, `admit`, `response_cache`, `ops`, `server`,
 //! `proxy`, `config`, `app`, `cli`.
 #![forbid(unsafe_code)]
@@ -16,6 +17,7 @@ pub mod config;
 pub(crate) mod fleet;
 pub(crate) mod http;
 pub(crate) mod judge;
+pub(crate) mod metrics;
 pub(crate) mod ops;
 pub(crate) mod proxy;
 pub(crate) mod response_cache;

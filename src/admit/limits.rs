@@ -13,7 +13,8 @@ use argon2::Block;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use super::{AuthError, AuthOutcome, InFleet};
+use super::{AuthError, AuthOutcome};
+use crate::fleet::Fleet;
 use crate::fleet::Unavailable;
 use crate::fleet::rate::Rated;
 
@@ -108,14 +109,13 @@ impl AuthLimits {
     pub(super) async fn take_in_fleet(
         &self,
         client: IpAddr,
-        fleet: InFleet<'_>,
+        fleet: &Fleet,
     ) -> Result<(), AuthOutcome> {
         let Some(quota) = self.quota else {
             return Ok(());
         };
         let client = crate::http::destination::client_key(client);
         let shared = fleet
-            .fleet
             .admit_rate(
                 Rated::Client(client),
                 quota.replenish_interval(),
@@ -137,7 +137,7 @@ impl AuthLimits {
                 })
             }
             Err(Unavailable) => {
-                (fleet.unavailable)();
+                fleet.fell_back();
                 self.take(client)
             }
         }

@@ -9,7 +9,7 @@
 //! Argon2 run. The cache holds one entry per configured user, so it is
 //! bounded by the user list, and it is dropped with the `ProxyAuth` on reload.
 //!
-//! In a fleet ([`InFleet`]) a user's `max_rps` and an address's password
+//! In a fleet a user's `max_rps` and an address's password
 //! verifications are taken from allowances on Redis shared by every node;
 //! without one nothing of the fleet is touched.
 
@@ -141,15 +141,6 @@ pub enum AuthOutcome {
         /// once, for fail2ban).
         first: bool,
     },
-}
-
-/// The fleet whose allowances on Redis a request's limits are taken
-/// from, and what to call (a metric) each time Redis is unavailable and
-/// this node's own limits applied instead.
-#[derive(Clone, Copy)]
-pub(crate) struct InFleet<'a> {
-    pub(crate) fleet: &'a Fleet,
-    pub(crate) unavailable: &'a (dyn Fn() + Sync),
 }
 
 struct User {
@@ -313,14 +304,9 @@ impl ProxyAuth {
     /// origin's (its Crawl-delay), and refusing every user's requests
     /// because Redis is down is not what it is for. The fleet then admits
     /// up to its number of nodes times `max_rps` until Redis is back.
-    pub(crate) async fn quota_wait_in_fleet(
-        &self,
-        user: &str,
-        fleet: InFleet<'_>,
-    ) -> Option<Duration> {
+    pub(crate) async fn quota_wait_in_fleet(&self, user: &str, fleet: &Fleet) -> Option<Duration> {
         let (_, quota) = self.users.get(user)?.quota.as_ref()?;
         let shared = fleet
-            .fleet
             .admit_rate(
                 Rated::User(user),
                 quota.replenish_interval(),
@@ -330,7 +316,7 @@ impl ProxyAuth {
         match shared {
             Ok(admitted) => admitted.err(),
             Err(Unavailable) => {
-                (fleet.unavailable)();
+                fleet.fell_back();
                 self.quota_wait(user)
             }
         }
@@ -371,7 +357,7 @@ impl ProxyAuth {
         self: &Arc<Self>,
         client: IpAddr,
         header: Option<&HeaderValue>,
-        fleet: Option<InFleet<'_>>,
+        fleet: Option<&Fleet>,
     ) -> AuthOutcome {
         match self.fast_path(header) {
             Step::Done(outcome) => outcome,

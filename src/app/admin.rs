@@ -20,16 +20,17 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::admit::{AuthOutcome, ClientAcl, InFleet, ProxyAuth};
+use crate::admit::{AuthOutcome, ClientAcl, ProxyAuth};
 use crate::fleet::events::{Event, Purge};
 use crate::http::body::{Body, full_body, text};
 use crate::http::origin::{Origin, path_of};
 use crate::judge::Gate;
 use crate::judge::politeness::{Politeness, PolitenessSettings};
+use crate::metrics::Registry;
 use crate::ops::activity::Activity;
-use crate::ops::metrics::{ConnRefusal, Metrics};
 use crate::robots::product_token;
 use crate::server::listen::{ConnectionPolicy, RefusalLog};
+use crate::server::metrics::{ConnRefusal, ServerMetrics};
 
 /// What the admin endpoints see of the running proxy.
 pub(crate) trait ProxyView: Send + Sync {
@@ -50,6 +51,8 @@ pub(crate) trait ProxyView: Send + Sync {
     fn audit_log_all(&self) -> bool;
     /// The interception CA: its certificate is served, never its key.
     fn ca(&self) -> &crate::tls::Ca;
+    /// Requests held for their Crawl-delay slot now.
+    fn politeness_waiting(&self) -> i64;
 }
 
 /// The reloadable settings the admin endpoints read.
@@ -78,7 +81,9 @@ pub(crate) struct AdminSettings {
 #[derive(Clone)]
 pub(crate) struct AdminState {
     pub(crate) proxy: Arc<dyn ProxyView>,
-    pub(crate) metrics: Metrics,
+    pub(crate) metrics: Registry,
+    /// Where the admin listener counts the connections it refuses.
+    pub(crate) listeners: ServerMetrics,
     /// False once shutdown begins: /readyz answers 503.
     pub(crate) ready: Arc<AtomicBool>,
     /// The proxy's own address, for the web view's examples.
@@ -100,7 +105,7 @@ pub(crate) async fn serve(listener: TcpListener, state: AdminState, limits: Admi
     let slots = Arc::new(Semaphore::new(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
-    let refusals = RefusalLog::new(state.metrics.clone());
+    let refusals = RefusalLog::new(state.listeners.clone());
     loop {
         let Ok((stream, peer)) = listener.accept().await else {
             // EMFILE and friends: back off instead of spinning.
@@ -161,15 +166,9 @@ pub(crate) const ADMIN_REALM: &str = "Basic realm=\"robots-proxy admin\", charse
 async fn authenticate(
     auth: &Arc<ProxyAuth>,
     fleet: Option<&crate::fleet::Fleet>,
-    metrics: &Metrics,
     peer: SocketAddr,
     req: &Request<Incoming>,
 ) -> Result<(), Response<Body>> {
-    let unavailable = || metrics.fleet_unavailable();
-    let fleet = fleet.map(|fleet| InFleet {
-        fleet,
-        unavailable: &unavailable,
-    });
     match auth
         .check_async_in(peer.ip(), req.headers().get(AUTHORIZATION), fleet)
         .await
@@ -223,7 +222,7 @@ pub(crate) async fn handle(
             fleet,
             ..
         } = proxy.admin_settings()
-        && let Err(resp) = authenticate(&auth, fleet.as_deref(), &state.metrics, peer, &req).await
+        && let Err(resp) = authenticate(&auth, fleet.as_deref(), peer, &req).await
     {
         return resp;
     }
@@ -237,12 +236,10 @@ pub(crate) async fn handle(
             }
         }
         (&Method::GET, "/metrics") => {
-            let metrics = &state.metrics;
-            metrics.set_cache_entries(proxy.gate().cache().len());
-            let mut resp = Response::new(full_body(metrics.encode()));
+            let mut resp = Response::new(full_body(state.metrics.encode()));
             resp.headers_mut().insert(
                 CONTENT_TYPE,
-                HeaderValue::from_static(crate::ops::metrics::CONTENT_TYPE),
+                HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
             );
             resp
         }

@@ -18,12 +18,12 @@ use crate::fleet::Fleet;
 use crate::http::destination::Policy;
 use crate::judge::Gate;
 use crate::judge::archive::Archive;
-use crate::judge::fetch::{Concluded, FetchSettings};
+use crate::judge::fetch::FetchSettings;
 use crate::judge::fetch_budget::FetchBudget;
 use crate::judge::politeness::Politeness;
 use crate::judge::store::{RobotsCache, RobotsCacheSettings};
+use crate::metrics::Registry;
 use crate::ops::audit::{AuditLog, SigningKey, chain};
-use crate::ops::metrics::{self, Metrics};
 use crate::proxy::{Proxy, Settings, Upstreams};
 use crate::server;
 use crate::tls::{Ca, Minter};
@@ -73,6 +73,8 @@ pub enum StartError {
 /// A bound, ready-to-serve proxy.
 pub struct App {
     pub proxy: Arc<Proxy>,
+    /// Every layer's series, encoded at the admin listener's `/metrics`.
+    pub(crate) metrics: Registry,
     pub(crate) listener: TcpListener,
     pub(crate) admin: Option<TcpListener>,
     pub config: Config,
@@ -194,27 +196,11 @@ pub(crate) fn settings_from(
     })
 }
 
-fn fetch_metrics(m: &Metrics) -> impl Fn(&crate::judge::fetch::Fetched) + Send + Sync + 'static {
-    let m = m.clone();
-    move |f| {
-        let outcome = match &f.outcome {
-            Concluded::Parsed(..) => metrics::FetchOutcome::Ok,
-            Concluded::RedirectLimit(_) => metrics::FetchOutcome::RedirectLimit,
-            Concluded::Unavailable(_) => metrics::FetchOutcome::Unavailable,
-            Concluded::Unreachable(_) | Concluded::BadTls(_) => metrics::FetchOutcome::Unreachable,
-            // Nothing was fetched: the destination policy refused it.
-            Concluded::Refused(_) => metrics::FetchOutcome::Refused,
-            Concluded::LocalError(_) => metrics::FetchOutcome::LocalError,
-        };
-        m.robots_fetch(outcome, f.status);
-    }
-}
-
 impl App {
     /// Loads the CA, opens the audit log, builds the client, cache and
     /// gate, and binds the listeners.
     pub async fn bind(config: Config) -> Result<App, StartError> {
-        let metrics = Metrics::new();
+        let metrics = Registry::new();
         let tls = crate::upstream::tls::client_config(&config.upstream.ca_files)?;
         // Bound first: the destination policy refuses these addresses.
         let listener =
@@ -257,7 +243,7 @@ impl App {
             let fleet =
                 Fleet::new(&f.settings(bound)).map_err(|e| StartError::Fleet(e.to_string()))?;
             let fleet = Arc::new(fleet);
-            metrics.attach_fleet(fleet.clone());
+            fleet.register_metrics(&metrics);
             tracing::info!(node = fleet.node(), fleet = fleet.name(), "fleet node");
             settings.fleet = Some(fleet);
         }
@@ -276,12 +262,12 @@ impl App {
                 agents: judged_agents(&config),
             },
         )
-        .on_fetch(fetch_metrics(&metrics))
+        .with_metrics(&metrics)
         .with_archive(open_archive(&config)?)
         .with_fleet(settings.fleet.clone())
-        .with_fetch_budget(FetchBudget::with_gauges(
+        .with_fetch_budget(FetchBudget::registered(
             config.robots_fetch_budget_mib(),
-            metrics.fetch_budget_gauges(),
+            &metrics,
         ));
         let gate = Gate::new(Arc::new(cache), policy)
             .with_case_insensitive_hosts(config.robots.case_insensitive_hosts.clone());
@@ -320,14 +306,14 @@ impl App {
             let path = config.state_dir().join("cache");
             let cache = crate::response_cache::ResponseCache::open(&config.cache.settings(), &path)
                 .map_err(|source| StartError::Cache { path, source })?;
-            metrics.attach_response_cache(cache.clone());
+            cache.register_metrics(&metrics);
             Some(cache)
         } else {
             None
         };
         let max_connections = config.max_connections(crate::ops::limits::open_files());
         let proxy = Arc::new(
-            Proxy::new(gate, upstreams, audit, metrics, minter, settings)
+            Proxy::new(gate, upstreams, audit, &metrics, minter, settings)
                 .with_cache(cache)
                 .with_requests_per_client(config.max_requests_per_client(max_connections)),
         );
@@ -335,6 +321,7 @@ impl App {
         proxy.activity.rebuild_from_audit(&audit_path);
         Ok(App {
             proxy,
+            metrics,
             listener,
             admin,
             max_connections,
@@ -372,7 +359,8 @@ impl App {
         let admin_task = self.admin.map(|listener| {
             let state = AdminState {
                 proxy: self.proxy.clone(),
-                metrics: self.proxy.metrics.clone(),
+                metrics: self.metrics.clone(),
+                listeners: self.proxy.server_metrics.clone(),
                 ready: ready.clone(),
                 listen: self.listener.local_addr().unwrap_or(self.config.listen),
             };
@@ -415,6 +403,10 @@ impl App {
 
 /// The admin endpoints' view of the proxy.
 impl ProxyView for Proxy {
+    fn politeness_waiting(&self) -> i64 {
+        self.metrics.politeness_waiting_now()
+    }
+
     fn gate(&self) -> &Gate {
         &self.gate
     }
@@ -696,30 +688,6 @@ mod tests {
         let off = settings_from(&config(""), Some(&again)).expect("settings");
         assert!(off.admin_auth.is_none());
         assert!(needs_restart(&both, &config("")).is_empty());
-    }
-
-    #[test]
-    fn a_fetch_failed_for_lack_of_a_local_resource_is_counted_apart() {
-        let m = Metrics::new();
-        let hook = fetch_metrics(&m);
-        for outcome in [
-            Concluded::LocalError("the proxy is out of file descriptors".into()),
-            Concluded::Unreachable("connection refused".into()),
-        ] {
-            hook(&crate::judge::fetch::Fetched {
-                outcome,
-                status: None,
-                max_age: None,
-                retry_after: None,
-            });
-        }
-        let text = m.encode();
-        for outcome in ["local_error", "unreachable"] {
-            let line = format!(
-                "robots_proxy_robots_fetches_total{{outcome=\"{outcome}\",status_class=\"none\"}} 1"
-            );
-            assert!(text.contains(&line), "{line} missing from:\n{text}");
-        }
     }
 
     /// Every key of the example configuration (commented-out ones too) is

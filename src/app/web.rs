@@ -274,7 +274,7 @@ fn politeness(state: &AdminState) -> String {
          <tr><th>requests held now</th><td id=\"held-now\">{}</td></tr>\
          <tr><th>schedules tracked</th><td>{} of {}</td></tr>\
          <tr><th>evicted while active</th><td>{}</td></tr></table>",
-        state.metrics.politeness_waiting_now(),
+        state.proxy.politeness_waiting(),
         p.tracked(),
         p.capacity(),
         p.evicted_active(),

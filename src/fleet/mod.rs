@@ -19,6 +19,7 @@
 
 mod connection;
 pub mod events;
+mod metrics;
 pub mod nodes;
 pub mod rate;
 pub mod robots;
@@ -164,6 +165,10 @@ pub struct FleetStats {
     /// Connections to Redis replaced after calls kept failing
     /// (`robots_proxy_fleet_reconnects_total`).
     pub reconnects: AtomicU64,
+    /// Crawl-delay bookings and fleet-wide rate checks that found Redis
+    /// unavailable and were done locally or refused
+    /// (`robots_proxy_fleet_unavailable_total`; [`Fleet::fell_back`]).
+    pub unavailable: AtomicU64,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -231,6 +236,11 @@ impl Fleet {
     }
 
     /// The fleet's counters, for `/metrics`.
+    /// Counts a booking or rate check that found Redis unavailable.
+    pub(crate) fn fell_back(&self) {
+        self.stats.unavailable.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn stats(&self) -> &FleetStats {
         &self.stats
     }

@@ -16,7 +16,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+
+use crate::metrics::Registry;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The budget, in KiB. Shared by all fetches.
@@ -42,8 +45,19 @@ impl FetchBudget {
         })
     }
 
-    /// The budget reporting what is in use, and the most ever, to `gauges`.
-    pub(crate) fn with_gauges(mib: usize, gauges: (Gauge, Gauge)) -> Arc<FetchBudget> {
+    /// The budget reporting what is in use, and the most ever, to
+    /// `robots_proxy_robots_fetch_budget_kib`, registered in `registry`.
+    pub(crate) fn registered(mib: usize, registry: &Registry) -> Arc<FetchBudget> {
+        let family = Family::<[(&'static str, &'static str); 1], Gauge>::default();
+        let gauges = (
+            family.get_or_create_owned(&[("state", "in_use")]),
+            family.get_or_create_owned(&[("state", "peak")]),
+        );
+        registry.register(
+            "robots_proxy_robots_fetch_budget_kib",
+            "KiB of robots.txt fetches reserved (robots.fetch_budget_mib): in use now, and the most ever",
+            family,
+        );
         let mut budget = FetchBudget::new(mib);
         if let Some(b) = Arc::get_mut(&mut budget) {
             b.gauges = Some(gauges);

@@ -4,6 +4,7 @@
 pub(crate) mod archive;
 pub mod fetch;
 pub(crate) mod fetch_budget;
+pub(crate) mod metrics;
 pub mod politeness;
 pub mod store;
 
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use crate::http::destination;
 use crate::http::origin::Origin;
-use crate::judge::store::{Compiled, Entry, RobotsCache, State, StoreLookup};
+use crate::judge::store::{Compiled, Entry, RobotsCache, State};
 use crate::robots::{Rule, RuleRef};
 
 /// What a usage preference that disallows a declared purpose does
@@ -36,19 +37,6 @@ pub enum Cause {
     /// The proxy ran short of file descriptors, memory or local ports: not
     /// the origin's fault, and the next request fetches again.
     LocalShortage,
-}
-
-/// How the robots store served a judgement's entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StoreEvent {
-    /// A fresh entry.
-    Hit,
-    /// A copy kept past its expiry because it could not be refreshed.
-    Stale,
-    /// No entry: fetched.
-    Miss,
-    /// An expired entry, fetched again.
-    Expired,
 }
 
 /// What happens to a request.
@@ -206,7 +194,6 @@ pub struct Judgement {
     pub(crate) agent: String,
     /// The robots.txt entry consulted (none for policy refusals).
     pub entry: Option<Arc<Entry>>,
-    pub(crate) lookup: Option<StoreLookup>,
     /// Crawl-delay of the selected group, for politeness.
     pub(crate) crawl_delay: Option<f64>,
     /// A usage preference of `n` for a declared purpose, noted and
@@ -235,17 +222,6 @@ impl Judgement {
     /// The Crawl-delay schedule this request books a slot of.
     pub(crate) fn politeness_key(&self) -> politeness::Key {
         politeness::Key::new(&self.origin, &self.agent)
-    }
-
-    /// How the robots store served this judgement (none for a refusal
-    /// made before the store was asked).
-    pub(crate) fn store_event(&self) -> Option<StoreEvent> {
-        Some(match (self.lookup?, self.entry_state()) {
-            (StoreLookup::Hit, Some(State::Stale { .. })) => StoreEvent::Stale,
-            (StoreLookup::Hit, _) => StoreEvent::Hit,
-            (StoreLookup::Miss, _) => StoreEvent::Miss,
-            (StoreLookup::Expired, _) => StoreEvent::Expired,
-        })
     }
 }
 
@@ -304,12 +280,11 @@ impl Gate {
                 path: path_and_query.to_string(),
                 agent: agent.to_string(),
                 entry: None,
-                lookup: None,
                 crawl_delay: None,
                 usage: None,
             };
         }
-        let (entry, lookup) = self.cache.get(origin, agent).await;
+        let entry = self.cache.get(origin, agent).await;
         let folds = !self.case_insensitive.is_empty()
             && crate::http::origin::host_listed(&self.case_insensitive, origin.host());
         let (decision, crawl_delay) = decide(&entry, path_and_query, agent, folds);
@@ -319,7 +294,6 @@ impl Gate {
             path: path_and_query.to_string(),
             agent: agent.to_string(),
             entry: Some(entry),
-            lookup: Some(lookup),
             crawl_delay,
             usage: None,
         }

@@ -326,15 +326,14 @@ impl Politeness {
     /// Like [`Politeness::acquire`], on the fleet's shared schedule: books
     /// on Redis, then sleeps for the wait. When Redis is unavailable the
     /// local schedule is used, or the request refused, as the fleet is
-    /// configured; `unavailable` is called then (for a metric). With no
-    /// interval, Redis is not contacted.
+    /// configured, and the fleet counts it. With no interval, Redis is
+    /// not contacted.
     pub async fn acquire_in_fleet(
         &self,
         fleet: &Arc<Fleet>,
         key: &str,
         crawl_delay: Option<f64>,
         spent: Duration,
-        unavailable: &(dyn Fn() + Sync),
     ) -> Result<Duration, NotNow> {
         let Some(interval) = self.effective_interval(crawl_delay) else {
             return Ok(Duration::ZERO);
@@ -390,11 +389,11 @@ impl Politeness {
                 // failed on this key). A slot of this node's own would be
                 // one the others do not know: refused, as `refuse` does,
                 // whatever `on_unavailable` says.
-                unavailable();
+                fleet.fell_back();
                 Err(NotNow::FleetUnavailable)
             }
             Err(Failure::Outage) => {
-                unavailable();
+                fleet.fell_back();
                 match fleet.on_unavailable() {
                     OnUnavailable::Local => {
                         // A node alone (N = 1) has no grid to keep to, but

@@ -5,7 +5,6 @@
 pub(crate) mod activity;
 pub(crate) mod audit;
 pub mod limits;
-pub mod metrics;
 pub mod systemd;
 
 #[cfg(test)]

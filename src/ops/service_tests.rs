@@ -14,9 +14,9 @@ fn futures_and_types_fit_a_hyper_service() {
     let h = basic("bob:hunter2");
     send(a.check_async(LOCAL, Some(&h)));
     send_sync(&crate::admit::ClientAcl::default());
-    let m = crate::ops::metrics::Metrics::new();
+    let m = crate::metrics::Registry::new();
     send_sync(&m);
-    send(m.connection_opened());
+    send(crate::metrics::GaugeGuard::new(&Default::default()));
     let p = crate::judge::politeness::Politeness::new(Default::default());
     send_sync(&p);
     send(p.acquire("k", Some(1.0)));

@@ -3,6 +3,7 @@
 
 pub(crate) mod connect;
 pub(crate) mod forward;
+pub(crate) mod metrics;
 pub(crate) mod phases;
 mod pipeline;
 pub(crate) mod respond;
@@ -20,15 +21,17 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
-use crate::admit::{AuthOutcome, ClientAcl, InFleet, ProxyAuth};
+use crate::admit::{AuthOutcome, ClientAcl, ProxyAuth};
 use crate::http::body::Body;
 use crate::http::origin::Origin;
+use crate::judge::Gate;
 use crate::judge::politeness::Politeness;
-use crate::judge::{Gate, Judgement};
+use crate::metrics::Registry;
 use crate::ops::activity::Activity;
 use crate::ops::audit::AuditLog;
-use crate::ops::metrics::Metrics;
+use crate::proxy::metrics::ProxyMetrics;
 use crate::robots::product_token;
+use crate::server::metrics::ServerMetrics;
 use crate::tls::Minter;
 use crate::upstream::{self, HttpClient};
 use phases::{Answer, Caller, Outcome};
@@ -145,7 +148,9 @@ pub struct Proxy {
     /// Plain-http upstream connections, driven by the requests that use them.
     pub(crate) upstream: Arc<upstream::Pool>,
     pub audit: AuditLog,
-    pub(crate) metrics: Metrics,
+    pub(crate) metrics: ProxyMetrics,
+    /// The listeners' series ([`crate::server::Handler`]).
+    pub(crate) server_metrics: ServerMetrics,
     /// Decisions over time and the top refusals, for the admin page.
     pub(crate) activity: Arc<Activity>,
     /// Mints leaf certificates for intercepted CONNECTs.
@@ -177,7 +182,7 @@ impl Proxy {
         gate: Gate,
         upstreams: Upstreams,
         audit: AuditLog,
-        metrics: Metrics,
+        metrics: &Registry,
         minter: Arc<Minter>,
         settings: Settings,
     ) -> Proxy {
@@ -192,8 +197,9 @@ impl Proxy {
             gate,
             client,
             upstream,
-            audit,
-            metrics,
+            audit: audit.with_metrics(metrics),
+            metrics: ProxyMetrics::new(metrics),
+            server_metrics: ServerMetrics::new(metrics),
             activity: Arc::new(Activity::new()),
             minter,
             upstream_tls,
@@ -287,13 +293,12 @@ impl Proxy {
                 user_agent: None,
             });
         };
-        let unavailable = || self.metrics.fleet_unavailable();
-        let fleet = settings.fleet.as_deref().map(|fleet| InFleet {
-            fleet,
-            unavailable: &unavailable,
-        });
         match auth
-            .check_async_in(client.ip(), req.headers().get(PROXY_AUTHORIZATION), fleet)
+            .check_async_in(
+                client.ip(),
+                req.headers().get(PROXY_AUTHORIZATION),
+                settings.fleet.as_deref(),
+            )
             .await
         {
             AuthOutcome::Ok { user, agent } => Ok(Caller {
@@ -389,8 +394,8 @@ impl Proxy {
 impl crate::server::Handler for Proxy {
     type Connection = Arc<slots::ClientQueue>;
 
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
+    fn server_metrics(&self) -> &ServerMetrics {
+        &self.server_metrics
     }
 
     fn admits(&self, ip: std::net::IpAddr) -> bool {
@@ -466,12 +471,6 @@ impl Proxy {
             headers.append(VIA, v);
         }
         true
-    }
-
-    fn count_lookup(&self, judgement: &Judgement) {
-        if let Some(event) = judgement.store_event() {
-            self.metrics.cache_event(event.into());
-        }
     }
 }
 

@@ -47,7 +47,7 @@ use super::{Proxy, respond};
 use crate::http::body::Body;
 use crate::judge::{Decision, Judgement};
 use crate::ops::audit::Record;
-pub(crate) use crate::ops::metrics::Outcome;
+pub(crate) use crate::proxy::metrics::Outcome;
 
 /// Who sent a request: the client's address, the authenticated user and
 /// the robots token configured for that user.
@@ -286,7 +286,6 @@ impl Proxy {
             record.cache = cache;
             record.node = self.audit.node();
             if self.audit.write(&record).is_err() {
-                self.metrics.audit_write_failure();
                 return Err(Answer::audit_unavailable());
             }
             if what != Recorded::Again {
@@ -332,7 +331,6 @@ impl Proxy {
             return Err(Answer::audit_unavailable());
         }
         if self.audit.write(&record).is_err() {
-            self.metrics.audit_write_failure();
             return Err(Answer::audit_unavailable());
         }
         Ok(())

@@ -11,7 +11,6 @@ use http::{Method, Request, Response, StatusCode};
 
 use super::phases::{Answer, Caller, Forwarded, Outcome, Recorded};
 use super::{CONTENT_USAGE, PURPOSE_HEADER, Proxy, Settings, forward, respond, upgrade};
-use crate::admit::InFleet;
 use crate::http::body::Body;
 use crate::http::origin::Origin;
 use crate::judge::politeness::NotNow;
@@ -177,7 +176,6 @@ impl Proxy {
     ) -> (Ctx<'a>, Request<Body>) {
         let agent = settings.agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT));
         let mut judgement = self.gate.judge(origin, path, agent).await;
-        self.count_lookup(&judgement);
         let mut fleet_spent = Duration::ZERO;
         if judgement.decision.is_allowed()
             && let (Some(auth), Some(user)) = (&settings.auth, caller.user.as_deref())
@@ -185,11 +183,6 @@ impl Proxy {
                 None => auth.quota_wait(user),
                 // Boxed: kept out of the request's future without a fleet.
                 Some(fleet) => {
-                    let unavailable = || self.metrics.fleet_unavailable();
-                    let fleet = InFleet {
-                        fleet,
-                        unavailable: &unavailable,
-                    };
                     let started = tokio::time::Instant::now();
                     let wait = Box::pin(auth.quota_wait_in_fleet(user, fleet)).await;
                     fleet_spent = started.elapsed();
@@ -308,9 +301,7 @@ impl Proxy {
         let acquired = match &ctx.settings.fleet {
             Some(fleet) => {
                 politeness
-                    .acquire_in_fleet(fleet, &key, judgement.crawl_delay, ctx.fleet_spent, &|| {
-                        self.metrics.fleet_unavailable()
-                    })
+                    .acquire_in_fleet(fleet, &key, judgement.crawl_delay, ctx.fleet_spent)
                     .await
             }
             None => politeness

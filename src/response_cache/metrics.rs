@@ -1,6 +1,6 @@
-//! The cache's counters as Prometheus metrics, read at each scrape.
-
-use std::sync::{Arc, OnceLock};
+//! The cache's counters as Prometheus metrics, read from its own atomics
+//! at each scrape; registered by [`ResponseCache::register_metrics`]
+//! (nothing while the cache is disabled).
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -8,17 +8,20 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
 use super::ResponseCache;
+use crate::metrics::{Registry, encode_counter};
 
-/// Encodes `robots_proxy_response_cache_*` once a cache is attached
-/// (nothing while the cache is disabled).
-pub struct CacheCollector {
-    cache: Arc<OnceLock<ResponseCache>>,
+impl ResponseCache {
+    /// Registers `robots_proxy_response_cache_*` in `registry`.
+    pub(crate) fn register_metrics(&self, registry: &Registry) {
+        registry.register_collector(CacheCollector {
+            cache: self.clone(),
+        });
+    }
 }
 
-impl CacheCollector {
-    pub fn new(cache: Arc<OnceLock<ResponseCache>>) -> CacheCollector {
-        CacheCollector { cache }
-    }
+/// Encodes `robots_proxy_response_cache_*`.
+struct CacheCollector {
+    cache: ResponseCache,
 }
 
 impl std::fmt::Debug for CacheCollector {
@@ -33,10 +36,7 @@ fn gauge(v: u64) -> ConstGauge {
 
 impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some(cache) = self.cache.get() else {
-            return Ok(());
-        };
-        let c = cache.counters();
+        let c = self.cache.counters();
         let counters: [(&str, &str, u64); 10] = [
             (
                 "robots_proxy_response_cache_hits",
@@ -90,9 +90,7 @@ impl Collector for CacheCollector {
             ),
         ];
         for (name, help, v) in counters {
-            let counter = ConstCounter::new(v);
-            let m = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
-            counter.encode(m)?;
+            encode_counter(&mut encoder, name, help, v)?;
         }
         let tiered: [(&str, &str, bool, u64, u64); 3] = [
             (

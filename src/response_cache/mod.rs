@@ -37,8 +37,6 @@ mod metrics;
 pub mod policy;
 mod store;
 
-pub use metrics::CacheCollector;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::Instant;
 
-use crate::ops::metrics::{ConnRefusal, Metrics};
+use crate::server::metrics::{ConnRefusal, ServerMetrics};
 
 /// How often reaching a connection limit, or refusing connections at
 /// accept, is logged, at most (per reason).
@@ -64,13 +64,13 @@ impl ConnectionPolicy {
 /// reason at most (with how many went unlogged since): a flood of refused
 /// clients cannot flood the log.
 pub(crate) struct RefusalLog {
-    metrics: Metrics,
+    metrics: ServerMetrics,
     last: Mutex<[Option<Instant>; ConnRefusal::ALL.len()]>,
     unlogged: [AtomicU64; ConnRefusal::ALL.len()],
 }
 
 impl RefusalLog {
-    pub(crate) fn new(metrics: Metrics) -> RefusalLog {
+    pub(crate) fn new(metrics: ServerMetrics) -> RefusalLog {
         RefusalLog {
             metrics,
             last: Mutex::new([None; ConnRefusal::ALL.len()]),

@@ -6,6 +6,7 @@
 mod drive;
 pub(crate) mod io;
 pub(crate) mod listen;
+pub(crate) mod metrics;
 mod per_client;
 pub(crate) mod relay;
 mod threads;
@@ -29,9 +30,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 
 use crate::http::body::Body;
-use crate::ops::metrics::{ConnRefusal, ConnectionGuard, Metrics};
+use crate::metrics::GaugeGuard;
 use crate::server::listen::LIMIT_WARNING_EVERY;
 pub(crate) use crate::server::listen::{ConnectionPolicy, RefusalLog};
+use crate::server::metrics::{ConnRefusal, ServerMetrics};
 
 /// What the server serves, seen from below: the proxy implements it, so
 /// that accepting and driving connections know nothing of the phases.
@@ -39,7 +41,7 @@ pub(crate) trait Handler: Send + Sync + 'static {
     /// What a connection gives each of its requests (taken once, when it
     /// is accepted).
     type Connection: Clone + Send + Sync + 'static;
-    fn metrics(&self) -> &Metrics;
+    fn server_metrics(&self) -> &ServerMetrics;
     /// True if `ip` may use the proxy now (`access.allow_clients`).
     fn admits(&self, ip: IpAddr) -> bool;
     fn shutdown_grace(&self) -> Duration;
@@ -115,7 +117,7 @@ pub(crate) async fn serve<H: Handler>(
         )),
         max_connections: limits.max_connections,
         per_client: PerClient::new(limits.per_client),
-        refusals: RefusalLog::new(proxy.metrics().clone()),
+        refusals: RefusalLog::new(proxy.server_metrics().clone()),
         phase: phase_rx,
         alive: alive_rx,
         proxy,
@@ -180,7 +182,7 @@ impl<H: Handler> Acceptor<H> {
             let slot = match self.slots.clone().try_acquire_owned() {
                 Ok(slot) => slot,
                 Err(_) => {
-                    self.proxy.metrics().connection_limit_reached();
+                    self.proxy.server_metrics().connection_limit_reached();
                     if warned.is_none_or(|t| t.elapsed() >= LIMIT_WARNING_EVERY) {
                         warned = Some(Instant::now());
                         tracing::warn!(
@@ -219,7 +221,7 @@ impl<H: Handler> Acceptor<H> {
             let hold = Arc::new(ConnectionHold {
                 _slot: slot,
                 _client: client_slot,
-                _open: self.proxy.metrics().connection_opened(),
+                _open: self.proxy.server_metrics().connection_opened(),
                 _alive: self.alive.clone(),
                 _thread: ThreadLoad::count(&thread.open),
                 phase: self.phase.clone(),
@@ -292,7 +294,7 @@ impl<H: Handler> Acceptor<H> {
 pub(crate) struct ConnectionHold {
     _slot: OwnedSemaphorePermit,
     _client: ClientSlot,
-    _open: ConnectionGuard,
+    _open: GaugeGuard,
     _alive: watch::Receiver<()>,
     _thread: ThreadLoad,
     phase: Stop,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use futures_util::future::{BoxFuture, Shared};
 use lru::LruCache;
+use prometheus_client::metrics::gauge::Gauge;
 
 use super::entry::{Entry, State};
 use crate::http::origin::Origin;
@@ -40,6 +41,9 @@ pub(super) struct Cells {
     /// At most the LRU's capacity; `None` once that overflowed (every
     /// entry is dropped then).
     alone: Option<std::collections::HashSet<Origin>>,
+    /// `robots_proxy_robots_cache_entries`: what [`super::RobotsCache::len`]
+    /// says, set after every change.
+    pub(super) entries: Gauge,
 }
 
 /// True if `cell` holds a destination-policy refusal.
@@ -57,7 +61,20 @@ impl Cells {
             refused: 0,
             purges: 0,
             alone: Some(Default::default()),
+            entries: Gauge::default(),
         }
+    }
+
+    /// Origins whose robots.txt state is held (or being fetched), policy
+    /// refusals not counted.
+    pub(super) fn len(&self) -> usize {
+        self.lru.len() - self.refused
+    }
+
+    /// Sets the entries gauge after a change.
+    fn settle(&self) {
+        self.entries
+            .set(i64::try_from(self.len()).unwrap_or(i64::MAX));
     }
 
     /// Ends `origin`'s flight with `entry`, fetched when the purge count
@@ -135,6 +152,20 @@ impl Cells {
                 None => break,
             }
         }
+        self.settle();
+    }
+
+    /// A new cell for `origin`, whose first fetch is `flight`.
+    pub(super) fn push_flight(&mut self, origin: Origin, flight: Flight) {
+        let cell = Cell {
+            entry: None,
+            flight: Some(flight),
+            weight: 0,
+        };
+        if let Some((_, old)) = self.lru.push(origin, cell) {
+            self.forget(&old);
+        }
+        self.settle();
     }
 
     /// Notes that `origin`'s entry was decided without the fleet.
@@ -157,6 +188,7 @@ impl Cells {
         self.bytes = 0;
         self.refused = 0;
         self.alone = Some(Default::default());
+        self.settle();
         n
     }
 
@@ -164,6 +196,7 @@ impl Cells {
         match self.lru.pop(origin) {
             Some(old) => {
                 self.forget(&old);
+                self.settle();
                 true
             }
             None => false,

@@ -43,10 +43,12 @@ use crate::http::origin::Origin;
 use crate::judge::archive::{Archive, Evidence};
 use crate::judge::fetch::{Concluded, FetchSettings, Fetched};
 use crate::judge::fetch_budget::FetchBudget;
+use crate::judge::metrics::{CacheEvent, StoreMetrics};
+use crate::metrics::Registry;
 use crate::robots::Robots;
 use crate::upstream::HttpClient;
-use cells::{Cell, Cells, Flight};
-pub(crate) use entry::StoreLookup;
+use cells::{Cells, Flight};
+use entry::StoreLookup;
 pub use entry::{Compiled, Entry, State};
 use fetcher::Fetcher;
 use kept::Kept;
@@ -73,9 +75,6 @@ pub struct RobotsCacheSettings {
 /// An origin of [`RobotsCache::list`] and its entry (none while its first
 /// fetch runs).
 pub(crate) type Listed = (Origin, Option<Arc<Entry>>);
-
-/// Callback run after every fetch.
-pub(crate) type FetchHook = Box<dyn Fn(&Fetched) + Send + Sync>;
 
 /// A fetch's entry ([`RobotsCache::fetch_entry`]).
 struct FetchedEntry {
@@ -104,8 +103,9 @@ pub struct RobotsCache {
     cells: Mutex<Cells>,
     fetcher: Fetcher,
     settings: RobotsCacheSettings,
-    /// Called after every fetch (metrics).
-    on_fetch: Option<FetchHook>,
+    /// Its series (fetches, lookups, entries), registered by
+    /// [`Self::with_metrics`].
+    metrics: StoreMetrics,
     /// The agents entries are compiled for (changed by a reload).
     agents: RwLock<Arc<[Arc<str>]>>,
     others: OtherAgents,
@@ -131,7 +131,7 @@ impl RobotsCache {
             agents: RwLock::new(tokens(&agents)),
             others: OtherAgents::new(),
             settings,
-            on_fetch: None,
+            metrics: StoreMetrics::default(),
             kept: Kept::new(None),
             fleet: None,
         }
@@ -223,9 +223,10 @@ impl RobotsCache {
         (entry, lookup)
     }
 
-    /// Registers a callback run after every fetch.
-    pub(crate) fn on_fetch(mut self, f: impl Fn(&Fetched) + Send + Sync + 'static) -> Self {
-        self.on_fetch = Some(Box::new(f));
+    /// Registers the store's series in `registry`.
+    pub fn with_metrics(mut self, registry: &Registry) -> Self {
+        self.metrics = StoreMetrics::new(registry);
+        self.cells.get_mut().entries = self.metrics.entries.clone();
         self
     }
 
@@ -234,8 +235,7 @@ impl RobotsCache {
     /// is not fetched again on every request, but not counted: they say
     /// nothing about robots.txt.
     pub fn len(&self) -> usize {
-        let cells = self.cells.lock();
-        cells.lru.len() - cells.refused
+        self.cells.lock().len()
     }
 
     /// The first `limit` cached origins, most recently used first, with
@@ -319,19 +319,23 @@ impl RobotsCache {
     /// agent; any other goes to [`Self::get_other_agent`]). Concurrent
     /// callers for one origin share one fetch, which runs in its own task so
     /// a caller that gives up does not cancel it.
-    pub(crate) async fn get(
-        self: &Arc<Self>,
-        origin: &Origin,
-        token: &str,
-    ) -> (Arc<Entry>, StoreLookup) {
+    /// Each lookup is counted by how it was served.
+    pub(crate) async fn get(self: &Arc<Self>, origin: &Origin, token: &str) -> Arc<Entry> {
         let next = self.next_step(&mut self.cells.lock(), origin, token);
-        match next {
+        let (entry, lookup) = match next {
             Next::Ready(entry) => (entry, StoreLookup::Hit),
             Next::Wait(flight, lookup) => (flight.await, lookup),
             // Boxed: rare (an `/explain` question), and its fetch kept
             // inline would make every request's future larger.
             Next::OtherAgent => Box::pin(self.get_other_agent(origin, token)).await,
-        }
+        };
+        self.metrics.looked_up(match lookup {
+            StoreLookup::Hit if matches!(entry.state, State::Stale { .. }) => CacheEvent::Stale,
+            StoreLookup::Hit => CacheEvent::Hit,
+            StoreLookup::Miss => CacheEvent::Miss,
+            StoreLookup::Expired => CacheEvent::Expired,
+        });
+        entry
     }
 
     /// What [`Self::get`] does next, decided under the lock; starts a fetch
@@ -376,17 +380,7 @@ impl RobotsCache {
             }
             None => {
                 let f = self.start_flight(origin.clone(), None, cells.purges);
-                let evicted = cells.lru.push(
-                    origin.clone(),
-                    Cell {
-                        entry: None,
-                        flight: Some(f.clone()),
-                        weight: 0,
-                    },
-                );
-                if let Some((_, old)) = evicted {
-                    cells.forget(&old);
-                }
+                cells.push_flight(origin.clone(), f.clone());
                 Next::Wait(f, StoreLookup::Miss)
             }
         }
@@ -468,9 +462,7 @@ impl RobotsCache {
         purges: Option<u64>,
     ) -> FetchedEntry {
         let (fetched, reservation) = self.fetcher.fetch(origin).await;
-        if let Some(cb) = &self.on_fetch {
-            cb(&fetched);
-        }
+        self.metrics.fetched(&fetched);
         let text = match &fetched.outcome {
             Concluded::Parsed(_, Some(t)) => Some((t.text.clone(), t.evidence.clone())),
             _ => None,

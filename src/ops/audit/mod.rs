@@ -34,7 +34,10 @@ use std::time::{Instant, SystemTime};
 
 use serde::Serialize;
 
+use prometheus_client::metrics::counter::Counter;
+
 use crate::judge::Judgement;
+use crate::metrics::Registry;
 use chain::Head;
 use checkpoint::Reason;
 
@@ -194,6 +197,8 @@ pub struct AuditLog {
     key: Option<SigningKey>,
     /// This node's name in a fleet, for every record's `node`.
     node: Option<Box<str>>,
+    /// `robots_proxy_audit_write_failures_total`.
+    write_failures: Counter,
 }
 
 /// The open file, the chain's head, and when the file was last checked
@@ -304,6 +309,16 @@ impl AuditLog {
     /// last complete line (cutting a torn one) and writes the start
     /// checkpoint, signed with `key` if given. A checkpoint that cannot be
     /// written leaves the log failed, as a record that cannot be.
+    /// Registers the log's series in `registry`.
+    pub(crate) fn with_metrics(self, registry: &Registry) -> AuditLog {
+        registry.register(
+            "robots_proxy_audit_write_failures",
+            "Audit log records that could not be written",
+            self.write_failures.clone(),
+        );
+        self
+    }
+
     pub(crate) fn open(
         path: &Path,
         log_all: bool,
@@ -333,6 +348,7 @@ impl AuditLog {
             log_all: AtomicBool::new(log_all),
             key,
             node: None,
+            write_failures: Counter::default(),
         };
         {
             let mut state = log.state.lock();
@@ -428,14 +444,20 @@ impl AuditLog {
     /// Writes one record as one line, whole or not at all: `Ok` only when
     /// the line is in the file. A deleted or replaced file (checked at most
     /// once a second) is reopened at its path first.
+    /// A failure is counted (`robots_proxy_audit_write_failures_total`).
     pub(crate) fn write(&self, record: &Record<'_>) -> io::Result<()> {
-        let mut line = Line::new(record)?;
-        let mut state = self.state.lock();
-        let result = self.write_locked(&mut state, &mut line);
-        if let Err(e) = &result {
-            self.healthy.store(false, Ordering::Relaxed);
-            tracing::error!(path = %self.path.display(), error = %e,
-                "cannot write the audit log: refusing to forward until it is writable");
+        let result = Line::new(record).and_then(|mut line| {
+            let mut state = self.state.lock();
+            let written = self.write_locked(&mut state, &mut line);
+            if let Err(e) = &written {
+                self.healthy.store(false, Ordering::Relaxed);
+                tracing::error!(path = %self.path.display(), error = %e,
+                    "cannot write the audit log: refusing to forward until it is writable");
+            }
+            written
+        });
+        if result.is_err() {
+            self.write_failures.inc();
         }
         result
     }

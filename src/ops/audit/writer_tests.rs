@@ -151,3 +151,21 @@ fn a_log_from_before_chaining_begins_a_chain_in_a_checkpoint() {
         "{summary}"
     );
 }
+
+#[test]
+fn a_record_that_cannot_be_written_is_counted() {
+    // A full disk: every write to /dev/full fails with ENOSPC.
+    let registry = crate::metrics::Registry::new();
+    let log = AuditLog::open(Path::new("/dev/full"), false, None)
+        .expect("open")
+        .with_metrics(&registry);
+    assert!(log.write(&record("http://a.example/x")).is_err());
+    assert!(log.write(&record("http://a.example/y")).is_err());
+    assert_eq!(
+        crate::metrics::sample(
+            &registry.encode(),
+            "robots_proxy_audit_write_failures_total"
+        ),
+        Some(2.0)
+    );
+}
