@@ -371,7 +371,7 @@ pub struct PolitenessConfig {
     pub max_wait: Duration,
     /// In delay mode, the most requests held at once per origin and agent;
     /// one more gets 429 (0 = no bound beyond `max_wait`).
-    pub(crate) max_queue: usize,
+    pub max_queue: usize,
     /// Largest Crawl-delay honoured; larger values are clamped.
     #[serde(deserialize_with = "duration")]
     pub max_crawl_delay: Duration,

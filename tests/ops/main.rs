@@ -1,8 +1,8 @@
 //! Operating the proxy: the admin listener, metrics and the audit log,
 //! politeness made visible, reload and shutdown of the real binary, its
-//! commands and configuration checks, serving threads, and a real
-//! crawler (Scrapy) through it, and the admin web view in a real
-//! headless Chromium.
+//! commands and configuration checks, serving threads, real crawlers
+//! (Scrapy, Crawlee for Python and for JavaScript, Node's fetch) through
+//! it, and the admin web view in a real headless Chromium.
 //!
 //! `serving_threads` counts this process's threads named after the
 //! proxy's serving threads: no other test here may start an in-process
@@ -16,6 +16,7 @@ mod audit_chain;
 mod audit_log;
 mod audit_report;
 mod cli_check;
+mod crawlee_crawl;
 mod e2e_curl;
 mod node_fetch;
 mod ops_proxy;

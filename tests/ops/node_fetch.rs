@@ -26,18 +26,6 @@ const CRAWLER: &str = "(async () => {\n\
   }\n\
 })();\n";
 
-/// `target/node-deps/node_modules`, if undici is installed there.
-fn node_modules() -> Option<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/target")));
-    let modules = target.join("node-deps/node_modules");
-    modules
-        .join("undici/package.json")
-        .exists()
-        .then_some(modules)
-}
-
 /// Runs the crawler under `node --require use-proxy.cjs` with the
 /// environment the `/ca` page gives; one output line per URL.
 fn crawl(
@@ -73,11 +61,8 @@ fn crawl(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn nodes_fetch_goes_through_the_proxy_as_the_ca_page_sets_it_up() {
-    let Some(modules) = node_modules() else {
-        component::missing(
-            "undici",
-            "not in target/node-deps (npm install --no-save --prefix target/node-deps undici@6)",
-        );
+    let Some(modules) = component::node_modules("undici") else {
+        component::missing("undici", "not in target/node-deps");
         return;
     };
     if Command::new("node").arg("--version").output().is_err() {

@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::Instant;
 
-use crate::support::{Origin, Proxy, Reply};
+use crate::support::{Origin, Proxy};
 
 const PAGES: usize = 9;
 /// Eight requests held at once behind a 4 s delay wait up to 32 s: longer
@@ -48,17 +48,7 @@ async fn scrapy_gets_every_allowed_page_of_a_crawl_delay_site() {
         "User-agent: *\nCrawl-delay: {CRAWL_DELAY}\nDisallow: /private\n"
     ))
     .await;
-    let mut index = String::from("<html><body>");
-    for i in 0..PAGES {
-        index.push_str(&format!("<a href=\"/page/{i}\">page {i}</a> "));
-        origin.route(
-            &format!("/page/{i}"),
-            Reply::ok(format!("<html><body>page {i}</body></html>"))
-                .header("content-type", "text/html"),
-        );
-    }
-    index.push_str("<a href=\"/private/secret\">secret</a></body></html>");
-    origin.route("/", Reply::ok(index).header("content-type", "text/html"));
+    origin.link_site(PAGES, &["/private/secret"]);
     let proxy = Proxy::start().await;
 
     let dir = tempfile::tempdir().expect("tempdir");

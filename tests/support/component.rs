@@ -1,12 +1,14 @@
-//! The real components tests run beside the proxy (nginx, Node, Python's
+//! The real components tests run beside the proxy (nginx, Node and the
+//! npm packages `.ci/run` puts in `target/node-deps`, Python's
 //! `http.server`, redis-server and redis-cli, Chromium and chromedriver,
-//! Scrapy). A test that needs one asks here: [`missing`] when it cannot
+//! Scrapy, Crawlee). A test that needs one asks here: [`missing`] when it cannot
 //! run, which fails the test under `CI=true` (what `.ci/run` sets, after
 //! installing them all) and skips it elsewhere, saying so; [`used`] when it
 //! started one, which `.ci/run` counts per component, so a green run shows
 //! how many tests ran against each.
 
 use std::io::Write;
+use std::path::PathBuf;
 
 /// True under `CI=true` (or any value but `false` and `0`).
 pub fn in_ci() -> bool {
@@ -47,4 +49,19 @@ pub fn used(component: &str) {
     if let Err(e) = written {
         panic!("cannot write {}: {e}", log.to_string_lossy());
     }
+}
+
+/// `target/node-deps/node_modules` (under `$CARGO_TARGET_DIR` if set),
+/// where `.ci/run` installs the npm packages the tests run, if `package`
+/// is installed there: a `NODE_PATH` for `require`.
+pub fn node_modules(package: &str) -> Option<PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/target")));
+    let modules = target.join("node-deps/node_modules");
+    modules
+        .join(package)
+        .join("package.json")
+        .exists()
+        .then_some(modules)
 }

@@ -271,6 +271,30 @@ impl Origin {
     pub fn https_url(&self, path: &str) -> String {
         format!("https://{}{}", self.addr, path)
     }
+
+    /// A small site for crawlers: an HTML index at `/` linking
+    /// `/page/0` to `/page/{pages - 1}` (HTML pages) and every path of
+    /// `also` (left to the default route). Returns the pages' paths, `/`
+    /// first.
+    pub fn link_site(&self, pages: usize, also: &[&str]) -> Vec<String> {
+        let html = |body: String| {
+            Reply::ok(format!("<html><body>{body}</body></html>"))
+                .header("content-type", "text/html")
+        };
+        let mut paths = vec!["/".to_string()];
+        let mut index = String::new();
+        for i in 0..pages {
+            let path = format!("/page/{i}");
+            self.route(&path, html(format!("page {i}")));
+            index.push_str(&format!("<a href=\"{path}\">page {i}</a> "));
+            paths.push(path);
+        }
+        for path in also {
+            index.push_str(&format!("<a href=\"{path}\">{path}</a> "));
+        }
+        self.route("/", html(index));
+        paths
+    }
 }
 
 /// A raw TCP server whose every connection gets `behaviour`.
