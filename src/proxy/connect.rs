@@ -14,12 +14,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-use super::phases::{Answer, Caller, Outcome, Recorded};
+use super::phases::{Answer, Caller, Judged, Line, Outcome, Recorded};
 use super::respond;
 use super::{Proxy, Settings};
 use crate::http::body::{Body, empty_body};
 use crate::http::origin::{Origin, Scheme};
-use crate::judge::Decision;
+use crate::judge::{Decision, Judgement};
 use crate::server::io::Prefixed;
 use crate::server::{ConnectionHold, ConnectionPolicy, InFlight, Lifecycle, Stop, drive};
 use crate::upstream::{ErrorKind, connect_upstream};
@@ -75,12 +75,8 @@ pub(crate) async fn handle(
     if proxy.gate.destination_refusal(&https).is_some() {
         // Judging gives the refusal its audit line before the tunnel opens.
         let judgement = proxy.gate.judge(&https, "/", &agent).await;
-        return proxy.record_blocked(
-            &caller,
-            req.headers().get(USER_AGENT),
-            &judgement,
-            "CONNECT",
-        );
+        let line = connect_line(&judgement, &caller, req.headers().get(USER_AGENT));
+        return proxy.record(Line::Request(line, None)).refusal(&judgement);
     }
     let minter = proxy.minter.clone();
     if no_intercept(&settings.no_intercept, https.host()) {
@@ -97,6 +93,20 @@ pub(crate) async fn handle(
         intercept(task_proxy, tunnel, https, upgraded, minter).await;
     });
     Answer::new(Outcome::Intercepted, Response::new(empty_body()))
+}
+
+/// A CONNECT's judgement, for its audit line; `ua`, its own `User-Agent`.
+fn connect_line<'a>(
+    judgement: &'a Judgement,
+    caller: &'a Caller,
+    ua: Option<&'a HeaderValue>,
+) -> Judged<'a> {
+    Judged {
+        judgement,
+        caller,
+        method: "CONNECT",
+        ua,
+    }
 }
 
 /// The client's side of an accepted CONNECT, once hyper hands it over.
@@ -341,7 +351,7 @@ async fn tunnel(
     agent: &str,
     req: Request<Incoming>,
 ) -> Answer {
-    let mut judgement = proxy.gate.judge(&origin, "/", agent).await;
+    let judgement = proxy.gate.judge(&origin, "/", agent).await;
     if matches!(judgement.decision, Decision::BadGateway { .. }) {
         // robots.txt over TLS failed: perhaps a plain-HTTP port (CONNECT
         // host:8080). The client's first byte tells.
@@ -349,14 +359,10 @@ async fn tunnel(
         return sniffed_tunnel(proxy, caller, origin, judgement, handshake, req);
     }
     // Allowed at host level, it is recorded as `tunnelled`: paths go unchecked.
-    if let Err(answer) = proxy.record(
-        &caller,
-        req.headers().get(USER_AGENT),
-        &judgement,
-        "CONNECT",
-        Recorded::Tunnel,
-    ) {
-        return answer;
+    let line = connect_line(&judgement, &caller, req.headers().get(USER_AGENT));
+    match proxy.record(Line::Tunnel(line)) {
+        Recorded::Passed => {}
+        Recorded::Blocked(answer) | Recorded::AuditFailed(answer) => return answer,
     }
     let timeout = proxy.upstream.settings().connect_timeout;
     let upstream = match connect_upstream(&origin, proxy.gate.policy(), timeout).await {
@@ -365,13 +371,9 @@ async fn tunnel(
             // A name that resolved to a refused address: recorded as the
             // refusal it is (the line above said the tunnel would open).
             let reason = e.reason().to_string();
-            return proxy.refuse(
-                &caller,
-                req.headers().get(USER_AGENT),
-                &mut judgement,
-                "CONNECT",
-                reason,
-            );
+            let refused = judgement.overruled(Decision::Refused { reason });
+            let line = connect_line(&refused, &caller, req.headers().get(USER_AGENT));
+            return proxy.record(Line::Again(line)).refusal(&refused);
         }
         Err(e) => {
             return Answer::new(
@@ -406,7 +408,7 @@ fn sniffed_tunnel(
     proxy: Arc<Proxy>,
     caller: Caller,
     origin: Origin,
-    judgement: crate::judge::Judgement,
+    judgement: Judgement,
     handshake: Duration,
     req: Request<Incoming>,
 ) -> Answer {
@@ -421,7 +423,8 @@ fn sniffed_tunnel(
         let http = Origin::new(Scheme::Http, origin.host(), Some(origin.port()));
         match (sniffed, http) {
             (Some((_, true)), _) => {
-                let answer = proxy.record_blocked(&caller, ua.as_ref(), &judgement, "CONNECT");
+                let line = connect_line(&judgement, &caller, ua.as_ref());
+                let answer = proxy.record(Line::Request(line, None)).refusal(&judgement);
                 proxy.count(answer.outcome);
             }
             (Some((io, false)), Ok(http)) => {
