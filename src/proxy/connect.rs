@@ -75,7 +75,8 @@ pub(crate) async fn handle(
     if proxy.gate.destination_refusal(&https).is_some() {
         // Judging gives the refusal its audit line before the tunnel opens.
         let judgement = proxy.gate.judge(&https, "/", &agent).await;
-        let line = connect_line(&judgement, &caller, req.headers().get(USER_AGENT));
+        let ua = req.headers().get(USER_AGENT);
+        let line = Judged::new(&judgement, &caller, "CONNECT", ua);
         return proxy.record(Line::Request(line, None)).refusal(&judgement);
     }
     let minter = proxy.minter.clone();
@@ -93,20 +94,6 @@ pub(crate) async fn handle(
         intercept(task_proxy, tunnel, https, upgraded, minter).await;
     });
     Answer::new(Outcome::Intercepted, Response::new(empty_body()))
-}
-
-/// A CONNECT's judgement, for its audit line; `ua`, its own `User-Agent`.
-fn connect_line<'a>(
-    judgement: &'a Judgement,
-    caller: &'a Caller,
-    ua: Option<&'a HeaderValue>,
-) -> Judged<'a> {
-    Judged {
-        judgement,
-        caller,
-        method: "CONNECT",
-        ua,
-    }
 }
 
 /// The client's side of an accepted CONNECT, once hyper hands it over.
@@ -359,7 +346,8 @@ async fn tunnel(
         return sniffed_tunnel(proxy, caller, origin, judgement, handshake, req);
     }
     // Allowed at host level, it is recorded as `tunnelled`: paths go unchecked.
-    let line = connect_line(&judgement, &caller, req.headers().get(USER_AGENT));
+    let ua = req.headers().get(USER_AGENT);
+    let line = Judged::new(&judgement, &caller, "CONNECT", ua);
     match proxy.record(Line::Tunnel(line)) {
         Recorded::Passed => {}
         Recorded::Blocked(answer) | Recorded::AuditFailed(answer) => return answer,
@@ -372,7 +360,7 @@ async fn tunnel(
             // refusal it is (the line above said the tunnel would open).
             let reason = e.reason().to_string();
             let refused = judgement.overruled(Decision::Refused { reason });
-            let line = connect_line(&refused, &caller, req.headers().get(USER_AGENT));
+            let line = Judged::new(&refused, &caller, "CONNECT", ua);
             return proxy.record(Line::Again(line)).refusal(&refused);
         }
         Err(e) => {
@@ -423,7 +411,7 @@ fn sniffed_tunnel(
         let http = Origin::new(Scheme::Http, origin.host(), Some(origin.port()));
         match (sniffed, http) {
             (Some((_, true)), _) => {
-                let line = connect_line(&judgement, &caller, ua.as_ref());
+                let line = Judged::new(&judgement, &caller, "CONNECT", ua.as_ref());
                 let answer = proxy.record(Line::Request(line, None)).refusal(&judgement);
                 proxy.count(answer.outcome);
             }

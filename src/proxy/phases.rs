@@ -222,11 +222,27 @@ pub(crate) enum Line<'a> {
 #[derive(Clone, Copy)]
 pub(crate) struct Judged<'a> {
     /// The judgement with the decision the line records.
-    pub(crate) judgement: &'a Judgement,
-    pub(crate) caller: &'a Caller,
-    pub(crate) method: &'a str,
+    judgement: &'a Judgement,
+    caller: &'a Caller,
+    method: &'a str,
     /// The request's own `User-Agent`.
-    pub(crate) ua: Option<&'a HeaderValue>,
+    ua: Option<&'a HeaderValue>,
+}
+
+impl<'a> Judged<'a> {
+    pub(crate) fn new(
+        judgement: &'a Judgement,
+        caller: &'a Caller,
+        method: &'a str,
+        ua: Option<&'a HeaderValue>,
+    ) -> Judged<'a> {
+        Judged {
+            judgement,
+            caller,
+            method,
+            ua,
+        }
+    }
 }
 
 /// What [`Proxy::record`] made of a line: the request goes on, or it ends

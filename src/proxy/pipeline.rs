@@ -51,22 +51,20 @@ impl Ctx<'_> {
     /// The record phase's line for this request, on `judgement`, with what
     /// the response cache did; `ua`, the request's own `User-Agent`.
     fn line<'b>(&'b self, judgement: &'b Judgement, ua: Option<&'b HeaderValue>) -> Line<'b> {
-        Line::Request(self.judged(judgement, ua), self.cache)
+        let judged = Judged::new(judgement, self.caller, self.method.as_str(), ua);
+        Line::Request(judged, self.cache)
     }
 
     /// The line of this request recorded again, on `judgement`, with its
     /// final decision.
     fn line_again<'b>(&'b self, judgement: &'b Judgement) -> Line<'b> {
-        Line::Again(self.judged(judgement, self.client_ua.as_ref()))
-    }
-
-    fn judged<'b>(&'b self, judgement: &'b Judgement, ua: Option<&'b HeaderValue>) -> Judged<'b> {
-        Judged {
+        let ua = self.client_ua.as_ref();
+        Line::Again(Judged::new(
             judgement,
-            caller: self.caller,
-            method: self.method.as_str(),
+            self.caller,
+            self.method.as_str(),
             ua,
-        }
+        ))
     }
 }
 
