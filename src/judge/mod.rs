@@ -202,6 +202,14 @@ pub struct Judgement {
 }
 
 impl Judgement {
+    /// The judgement with a later decision in place of this one (the
+    /// user's quota, Crawl-delay, a usage preference, a destination refused
+    /// at connect time): what was judged, and the robots.txt entry
+    /// consulted, stay.
+    pub(crate) fn overruled(self, decision: Decision) -> Judgement {
+        Judgement { decision, ..self }
+    }
+
     /// The full URL judged. Built on demand: only blocked, audited or
     /// explained requests need it, not the forwarding hot path.
     pub(crate) fn url(&self) -> String {

@@ -14,12 +14,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
-use super::phases::{Answer, Caller, Outcome, Recorded};
+use super::phases::{Answer, Caller, Judged, Line, Outcome, Recorded};
 use super::respond;
 use super::{Proxy, Settings};
 use crate::http::body::{Body, empty_body};
 use crate::http::origin::{Origin, Scheme};
-use crate::judge::Decision;
+use crate::judge::{Decision, Judgement};
 use crate::server::io::Prefixed;
 use crate::server::{ConnectionHold, ConnectionPolicy, InFlight, Lifecycle, Stop, drive};
 use crate::upstream::{ErrorKind, connect_upstream};
@@ -75,12 +75,9 @@ pub(crate) async fn handle(
     if proxy.gate.destination_refusal(&https).is_some() {
         // Judging gives the refusal its audit line before the tunnel opens.
         let judgement = proxy.gate.judge(&https, "/", &agent).await;
-        return proxy.record_blocked(
-            &caller,
-            req.headers().get(USER_AGENT),
-            &judgement,
-            "CONNECT",
-        );
+        let ua = req.headers().get(USER_AGENT);
+        let line = Judged::new(&judgement, &caller, "CONNECT", ua);
+        return proxy.record(Line::Request(line, None)).refusal(&judgement);
     }
     let minter = proxy.minter.clone();
     if no_intercept(&settings.no_intercept, https.host()) {
@@ -341,7 +338,7 @@ async fn tunnel(
     agent: &str,
     req: Request<Incoming>,
 ) -> Answer {
-    let mut judgement = proxy.gate.judge(&origin, "/", agent).await;
+    let judgement = proxy.gate.judge(&origin, "/", agent).await;
     if matches!(judgement.decision, Decision::BadGateway { .. }) {
         // robots.txt over TLS failed: perhaps a plain-HTTP port (CONNECT
         // host:8080). The client's first byte tells.
@@ -349,14 +346,11 @@ async fn tunnel(
         return sniffed_tunnel(proxy, caller, origin, judgement, handshake, req);
     }
     // Allowed at host level, it is recorded as `tunnelled`: paths go unchecked.
-    if let Err(answer) = proxy.record(
-        &caller,
-        req.headers().get(USER_AGENT),
-        &judgement,
-        "CONNECT",
-        Recorded::Tunnel,
-    ) {
-        return answer;
+    let ua = req.headers().get(USER_AGENT);
+    let line = Judged::new(&judgement, &caller, "CONNECT", ua);
+    match proxy.record(Line::Tunnel(line)) {
+        Recorded::Passed => {}
+        Recorded::Blocked(answer) | Recorded::AuditFailed(answer) => return answer,
     }
     let timeout = proxy.upstream.settings().connect_timeout;
     let upstream = match connect_upstream(&origin, proxy.gate.policy(), timeout).await {
@@ -365,13 +359,9 @@ async fn tunnel(
             // A name that resolved to a refused address: recorded as the
             // refusal it is (the line above said the tunnel would open).
             let reason = e.reason().to_string();
-            return proxy.refuse(
-                &caller,
-                req.headers().get(USER_AGENT),
-                &mut judgement,
-                "CONNECT",
-                reason,
-            );
+            let refused = judgement.overruled(Decision::Refused { reason });
+            let line = Judged::new(&refused, &caller, "CONNECT", ua);
+            return proxy.record(Line::Again(line)).refusal(&refused);
         }
         Err(e) => {
             return Answer::new(
@@ -406,7 +396,7 @@ fn sniffed_tunnel(
     proxy: Arc<Proxy>,
     caller: Caller,
     origin: Origin,
-    judgement: crate::judge::Judgement,
+    judgement: Judgement,
     handshake: Duration,
     req: Request<Incoming>,
 ) -> Answer {
@@ -421,7 +411,8 @@ fn sniffed_tunnel(
         let http = Origin::new(Scheme::Http, origin.host(), Some(origin.port()));
         match (sniffed, http) {
             (Some((_, true)), _) => {
-                let answer = proxy.record_blocked(&caller, ua.as_ref(), &judgement, "CONNECT");
+                let line = Judged::new(&judgement, &caller, "CONNECT", ua.as_ref());
+                let answer = proxy.record(Line::Request(line, None)).refusal(&judgement);
                 proxy.count(answer.outcome);
             }
             (Some((io, false)), Ok(http)) => {

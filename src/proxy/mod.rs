@@ -34,7 +34,7 @@ use crate::robots::product_token;
 use crate::server::metrics::ServerMetrics;
 use crate::tls::Minter;
 use crate::upstream::{self, HttpClient};
-use phases::{Answer, Caller, Outcome};
+use phases::{Answer, Caller, Line, Outcome, Recorded};
 
 /// Settings that a reload may change.
 #[derive(Clone)]
@@ -337,7 +337,19 @@ impl Proxy {
                 // per address, so it cannot fill the disk.
                 let missing = matches!(outcome, AuthOutcome::Missing);
                 if !missing || self.first_challenge_in_a_while(client.ip()) {
-                    self.record_unjudged(client, user, req, "auth_required", reason)?;
+                    let line = Line::Unjudged {
+                        client,
+                        user,
+                        req,
+                        decision: "auth_required",
+                        reason,
+                    };
+                    match self.record(line) {
+                        Recorded::Passed => {}
+                        Recorded::Blocked(answer) | Recorded::AuditFailed(answer) => {
+                            return Err(answer);
+                        }
+                    }
                 }
                 Err(Answer::new(
                     Outcome::Refused,

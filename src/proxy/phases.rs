@@ -1,4 +1,4 @@
-//! The phases of a request, and its one exit.
+//! The phases of a request, its one record and its one exit.
 //!
 //! Every request a client sends (plain, inside an intercepted tunnel, or a
 //! CONNECT) goes through the same phases, each of which either passes it
@@ -11,13 +11,15 @@
 //!    ([`super::slots`]), held until the response body is sent;
 //! 4. **judge**: origin, path and agent against robots.txt and the
 //!    destination policy, then the user's `max_rps` quota, a body on a
-//!    method that defines none, the usage preferences;
+//!    method that defines none, the usage preferences; the judgement is
+//!    built with its final decision, and no phase changes it after;
 //! 5. **cache** (when `cache.enabled`): the response cache's lookup, for
 //!    an allowed request only (robots.txt is applied before the cache). A
 //!    hit (or an offline/only-if-cached 504) skips politeness and forward:
 //!    it takes no Crawl-delay slot, and goes to record and finish;
 //! 6. **politeness**: a Crawl-delay slot for the origin, for what goes to
-//!    it (a miss, a revalidation, a request the cache does not handle);
+//!    it (a miss, a revalidation, a request the cache does not handle), or
+//!    the `rate_limited` decision it returns;
 //! 7. **record**: the audit line ([`Proxy::record`]), written before
 //!    anything is forwarded, so nothing leaves without its record; every
 //!    judged request is counted on the admin page's charts here
@@ -25,29 +27,41 @@
 //! 8. **forward**: to the origin (plain, upgraded, or a blind tunnel);
 //! 9. **store**: a cache miss is stored while it streams to the client,
 //!    and a successful unsafe request invalidates what the cache holds for
-//!    it; then the response's own `Content-Usage` for declared purposes;
-//! 10. **finish** ([`Proxy::finish`]): counts the request under exactly one
+//!    it;
+//! 10. **response usage**: the response's own `Content-Usage` for declared
+//!     purposes;
+//! 11. **finish** ([`Proxy::finish`]): counts the request under exactly one
 //!     `robots_proxy_requests_total` label.
 //!
 //! Admit and frame are [`Proxy::handle`]'s (`mod.rs`), CONNECT's are
-//! `connect.rs`'s; slot to store are `pipeline.rs`'s, where
+//! `connect.rs`'s; slot to response usage are `pipeline.rs`'s, where
 //! [`Proxy::run`](super::pipeline) reads as them in order.
 //!
-//! `record` is the only writer of audit lines, and `finish` (or `count`,
-//! its form for a CONNECT whose answer went out before its fate was known,
-//! and for a request hyper answered itself) the only place a request is
-//! counted: one request is one count, and one audit line per decision.
+//! [`Proxy::record`] is the only writer of audit lines: it takes a
+//! [`Line`] (a request for a path, a blind tunnel, a request recorded again
+//! with its final decision, an unjudged one) and says what came of it, a
+//! [`Recorded`]: passed, blocked with its answer, or the audit log failed
+//! (503). A phase that refuses a request after judge (politeness, a
+//! destination refused at connect time, the response's usage preference)
+//! returns its decision, and the line is written on the judgement overruled
+//! with it ([`Judgement::overruled`]). `finish` (or `count`, its form for a
+//! CONNECT whose answer went out before its fate was known, and for a
+//! request hyper answered itself) is the only place a request is counted:
+//! one request is one count, and one audit line per decision.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::{Response, StatusCode};
+use http::header::{HeaderValue, USER_AGENT};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
 
 use super::{Proxy, respond};
 use crate::http::body::Body;
 use crate::judge::{Decision, Judgement};
 use crate::ops::audit::Record;
 pub(crate) use crate::proxy::metrics::Outcome;
+use crate::response_cache::CacheOutcome;
 
 /// Who sent a request: the client's address, the authenticated user and
 /// the robots token configured for that user.
@@ -178,162 +192,174 @@ pub(crate) fn outcome_of(decision: &Decision) -> Outcome {
     }
 }
 
-/// What the audit line of a judged request stands for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Recorded {
-    /// A request for a path (plain, or inside an intercepted tunnel).
-    Request,
-    /// A blind tunnel: recorded even when allowed, as its paths go unchecked.
-    Tunnel,
+/// An audit line for [`Proxy::record`]: what it is written for, and who
+/// and what it names.
+#[derive(Clone, Copy)]
+pub(crate) enum Line<'a> {
+    /// A request for a path (plain, or inside an intercepted tunnel), with
+    /// what the response cache did with it when it was asked; a refused
+    /// CONNECT.
+    Request(Judged<'a>, Option<CacheOutcome>),
+    /// A blind tunnel: written even when allowed (as `tunnelled`), as its
+    /// paths go unchecked.
+    Tunnel(Judged<'a>),
     /// A request recorded once already, now with its final decision (a
     /// refusal at connect time, the response's own usage preference):
     /// counted once on the charts, under its first decision.
-    Again,
+    Again(Judged<'a>),
+    /// A request refused before it was judged (a 407): no robots.txt was
+    /// consulted.
+    Unjudged {
+        client: SocketAddr,
+        user: Option<&'a str>,
+        req: &'a Request<Incoming>,
+        decision: &'a str,
+        reason: &'a str,
+    },
+}
+
+/// A judged request, as its audit line names it.
+#[derive(Clone, Copy)]
+pub(crate) struct Judged<'a> {
+    /// The judgement with the decision the line records.
+    judgement: &'a Judgement,
+    caller: &'a Caller,
+    method: &'a str,
+    /// The request's own `User-Agent`.
+    ua: Option<&'a HeaderValue>,
+}
+
+impl<'a> Judged<'a> {
+    pub(crate) fn new(
+        judgement: &'a Judgement,
+        caller: &'a Caller,
+        method: &'a str,
+        ua: Option<&'a HeaderValue>,
+    ) -> Judged<'a> {
+        Judged {
+            judgement,
+            caller,
+            method,
+            ua,
+        }
+    }
+}
+
+/// What [`Proxy::record`] made of a line: the request goes on, or it ends
+/// with the answer given, and which of the two ways it ends.
+#[must_use]
+pub(crate) enum Recorded {
+    /// Its line is written (or, allowed and not logged, counted on the
+    /// charts): an allowed request goes on to be forwarded, an unjudged one
+    /// to the answer its phase gives.
+    Passed,
+    /// Its decision does not forward: the line is written and this is its
+    /// answer (403, 429, 400, 502, 503, by the decision).
+    Blocked(Answer),
+    /// The audit log cannot be written: the request ends with a 503
+    /// (`error`), whatever its decision (fail closed: nothing that needs a
+    /// line goes out without it, not the forwarded response and not the 403
+    /// either).
+    AuditFailed(Answer),
+}
+
+impl Recorded {
+    /// The answer to a request whose line refuses it (a destination
+    /// refused, a robots.txt that failed TLS): its blocked answer, or the
+    /// 503 of an audit log that cannot be written. Were `judgement`
+    /// allowed after all, it is refused still (fail closed).
+    pub(crate) fn refusal(self, judgement: &Judgement) -> Answer {
+        match self {
+            Recorded::Passed => Answer::new(
+                Outcome::Refused,
+                respond::refused(&judgement.decision.reason()),
+            ),
+            Recorded::Blocked(answer) | Recorded::AuditFailed(answer) => answer,
+        }
+    }
 }
 
 impl Proxy {
-    /// The record phase: writes the audit line a judgement needs (a
-    /// blocked request, a blind tunnel, or any request under
-    /// `audit.log_all`). `Err` ends the request: blocked, or the audit log
-    /// failed (fail closed: no answer that needs a line goes out without it,
-    /// not the forwarded response and not the 403 either).
-    // The Err is the response itself, built once and moved to `finish`.
-    #[allow(clippy::result_large_err)]
-    pub(crate) fn record(
-        &self,
-        caller: &Caller,
-        ua: Option<&http::HeaderValue>,
-        judgement: &Judgement,
-        method: &str,
-        what: Recorded,
-    ) -> Result<(), Answer> {
-        self.record_cached(caller, ua, judgement, method, what, None)
-    }
-
-    /// The record phase for a judgement that blocks (a refusal, a robots.txt
-    /// that failed TLS): its audit line, and its answer. Were it allowed
-    /// after all, the request is refused still (fail closed).
-    pub(crate) fn record_blocked(
-        &self,
-        caller: &Caller,
-        ua: Option<&http::HeaderValue>,
-        judgement: &Judgement,
-        method: &str,
-    ) -> Answer {
-        match self.record(caller, ua, judgement, method, Recorded::Request) {
-            Err(answer) => answer,
-            Ok(()) => Answer::new(
-                Outcome::Refused,
-                respond::refused(&judgement.decision.reason()),
-            ),
-        }
-    }
-
-    /// A destination the policy refused at connect time (a name resolving
-    /// to a refused address after robots.txt was judged): the judgement
-    /// becomes that refusal and is recorded like any.
-    pub(crate) fn refuse(
-        &self,
-        caller: &Caller,
-        ua: Option<&http::HeaderValue>,
-        judgement: &mut Judgement,
-        method: &str,
-        reason: String,
-    ) -> Answer {
-        judgement.decision = Decision::Refused { reason };
-        match self.record(caller, ua, judgement, method, Recorded::Again) {
-            Err(answer) => answer,
-            Ok(()) => Answer::new(
-                Outcome::Refused,
-                respond::refused(&judgement.decision.reason()),
-            ),
-        }
-    }
-
-    /// [`Proxy::record`] with what the response cache did, for the line.
-    #[allow(clippy::result_large_err)]
-    /// `ua`: the request's own `User-Agent`, for the line.
-    pub(crate) fn record_cached(
-        &self,
-        caller: &Caller,
-        ua: Option<&http::HeaderValue>,
-        judgement: &Judgement,
-        method: &str,
-        what: Recorded,
-        cache: Option<&str>,
-    ) -> Result<(), Answer> {
-        let blocked = !judgement.decision.is_allowed();
-        let tunnel = what == Recorded::Tunnel;
+    /// The record phase, and the only writer of audit lines: writes the
+    /// line a request needs (a blocked or unjudged request, a blind tunnel,
+    /// an annotated usage preference, any request under `audit.log_all`)
+    /// and counts every judged request on the admin page's charts
+    /// ([`crate::ops::activity`]), once.
+    pub(crate) fn record(&self, line: Line<'_>) -> Recorded {
         if !self.audit.is_writable() {
-            return Err(Answer::audit_unavailable());
+            return Recorded::AuditFailed(Answer::audit_unavailable());
         }
-        // An annotated usage preference is evidence: recorded whatever
-        // log_all says.
-        if blocked || tunnel || self.audit.log_all() || judgement.usage.is_some() {
-            let name = if tunnel && !blocked {
-                "tunnelled"
-            } else {
-                judgement.decision.name()
-            };
-            let mut record = Record::with_decision(
-                judgement,
-                caller.client,
-                caller.user.as_deref(),
-                method,
-                name,
-            );
-            record.user_agent = ua.and_then(|v| v.to_str().ok());
-            record.cache = cache;
-            record.node = self.audit.node();
-            if self.audit.write(&record).is_err() {
-                return Err(Answer::audit_unavailable());
+        let mut record = match line {
+            Line::Unjudged {
+                client,
+                user,
+                req,
+                decision,
+                reason,
+            } => Record::unjudged(
+                client,
+                user,
+                req.method().as_str(),
+                unjudged_url(req.uri()),
+                req.headers().get(USER_AGENT).and_then(|v| v.to_str().ok()),
+                decision,
+                reason,
+            ),
+            Line::Request(judged, _) | Line::Tunnel(judged) | Line::Again(judged) => {
+                let Judged {
+                    judgement,
+                    caller,
+                    method,
+                    ua,
+                } = judged;
+                let allowed = judgement.decision.is_allowed();
+                let tunnel = matches!(line, Line::Tunnel(_));
+                // An annotated usage preference is evidence: recorded
+                // whatever log_all says.
+                if allowed && !tunnel && !self.audit.log_all() && judgement.usage.is_none() {
+                    if !matches!(line, Line::Again(_)) {
+                        self.activity.count(judgement.decision.name());
+                    }
+                    return Recorded::Passed;
+                }
+                let name = if tunnel && allowed {
+                    "tunnelled"
+                } else {
+                    judgement.decision.name()
+                };
+                let mut record = Record::with_decision(
+                    judgement,
+                    caller.client,
+                    caller.user.as_deref(),
+                    method,
+                    name,
+                );
+                record.user_agent = ua.and_then(|v| v.to_str().ok());
+                if let Line::Request(_, cache) = line {
+                    record.cache = cache.map(CacheOutcome::as_str);
+                }
+                record
             }
-            if what != Recorded::Again {
-                self.activity.record(&record);
-            }
-        } else if what != Recorded::Again {
-            self.activity.count(judgement.decision.name());
-        }
-        if blocked {
-            let d = &judgement.decision;
-            tracing::info!(url = %judgement.url(), agent = %judgement.agent,
-                decision = d.name(), reason = %d.reason(), "blocked");
-            return Err(Answer::blocked(judgement));
-        }
-        Ok(())
-    }
-
-    /// The audit line of a request refused before it was judged (a 407):
-    /// no robots.txt was consulted. `Err` when the line cannot be written.
-    #[allow(clippy::result_large_err)]
-    pub(crate) fn record_unjudged(
-        &self,
-        client: SocketAddr,
-        user: Option<&str>,
-        req: &http::Request<hyper::body::Incoming>,
-        decision: &str,
-        reason: &str,
-    ) -> Result<(), Answer> {
-        let url = unjudged_url(req.uri());
-        let mut record = Record::unjudged(
-            client,
-            user,
-            req.method().as_str(),
-            url,
-            req.headers()
-                .get(http::header::USER_AGENT)
-                .and_then(|v| v.to_str().ok()),
-            decision,
-            reason,
-        );
+        };
         record.node = self.audit.node();
-        if !self.audit.is_writable() {
-            return Err(Answer::audit_unavailable());
-        }
         if self.audit.write(&record).is_err() {
-            return Err(Answer::audit_unavailable());
+            return Recorded::AuditFailed(Answer::audit_unavailable());
         }
-        Ok(())
+        let judgement = match line {
+            Line::Unjudged { .. } => return Recorded::Passed,
+            Line::Again(judged) => judged.judgement,
+            Line::Request(judged, _) | Line::Tunnel(judged) => {
+                self.activity.record(&record);
+                judged.judgement
+            }
+        };
+        let d = &judgement.decision;
+        if d.is_allowed() {
+            return Recorded::Passed;
+        }
+        tracing::info!(url = %judgement.url(), agent = %judgement.agent,
+            decision = d.name(), reason = %d.reason(), "blocked");
+        Recorded::Blocked(Answer::blocked(judgement))
     }
 
     /// The finish phase: counts the request under its one label and

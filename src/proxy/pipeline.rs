@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use http::header::{HeaderValue, USER_AGENT};
 use http::{Method, Request, Response, StatusCode};
 
-use super::phases::{Answer, Caller, Forwarded, Outcome, Recorded};
+use super::phases::{Answer, Caller, Forwarded, Judged, Line, Outcome, Recorded};
 use super::{CONTENT_USAGE, PURPOSE_HEADER, Proxy, Settings, forward, respond, upgrade};
 use crate::http::body::Body;
 use crate::http::origin::Origin;
 use crate::judge::politeness::NotNow;
-use crate::judge::{Decision, Judgement, Limit, UsageMode};
+use crate::judge::{Decision, Judgement, Limit, UsageMode, UsageNote};
 use crate::response_cache::{CacheOutcome, Completed, Lookup, Pending, ResponseCache};
 
 /// One request's state from its judgement to its answer: what the phases
@@ -23,9 +23,11 @@ pub(crate) struct Ctx<'a> {
     pub(crate) settings: &'a Settings,
     /// Who sent it (address, user, the user's robots token).
     pub(crate) caller: &'a Caller,
-    /// Origin, path and agent as judged, and the decision: a later phase
-    /// may still turn it into a refusal (the user's quota, Crawl-delay, a
-    /// destination refused at connect time).
+    /// Origin, path and agent as judged, with the judge phase's final
+    /// decision; never changed after. A later phase that refuses the
+    /// request (Crawl-delay, a destination refused at connect time, the
+    /// response's own usage preference) returns its decision, and its line
+    /// is written on this judgement overruled with it.
     pub(crate) judgement: Judgement,
     pub(crate) method: Method,
     /// The usage purposes the request is for (empty, unallocated, when
@@ -42,6 +44,40 @@ pub(crate) struct Ctx<'a> {
     /// is forwarded (a response's usage preference): kept only when
     /// purposes are declared, as a copy costs an allocation per request.
     pub(crate) client_ua: Option<HeaderValue>,
+}
+
+impl Ctx<'_> {
+    /// The record phase's line for this request, on `judgement`, with what
+    /// the response cache did; `ua`, the request's own `User-Agent`.
+    fn line<'b>(&'b self, judgement: &'b Judgement, ua: Option<&'b HeaderValue>) -> Line<'b> {
+        let judged = Judged::new(judgement, self.caller, self.method.as_str(), ua);
+        Line::Request(judged, self.cache)
+    }
+
+    /// The line of this request recorded again, on `judgement`, with its
+    /// final decision.
+    fn line_again<'b>(&'b self, judgement: &'b Judgement) -> Line<'b> {
+        let ua = self.client_ua.as_ref();
+        Line::Again(Judged::new(
+            judgement,
+            self.caller,
+            self.method.as_str(),
+            ua,
+        ))
+    }
+}
+
+/// What the judge phase's checks after robots.txt make of a request it
+/// allowed.
+enum Verdict {
+    /// Allowed, as robots.txt said.
+    Stands,
+    /// Allowed, with a usage preference of `n` for a declared purpose
+    /// noted (`usage.mode = "annotate"`).
+    Annotated(Box<UsageNote>),
+    /// Refused after all: the user's quota, a body on a method that
+    /// defines none, a usage preference (`usage.mode = "enforce"`).
+    Overruled(Decision),
 }
 
 /// What the cache phase found.
@@ -113,14 +149,11 @@ impl Proxy {
             );
         }
         let (mut ctx, req) = self.judge(settings, caller, &origin, path, req).await;
-        if ctx.purposes.is_empty() {
-            return self.after_judge(&mut ctx, req).await;
-        }
-        // The judgement as it was when the response's own usage
-        // preferences are applied (politeness may change the decision).
-        let judged = ctx.judgement.clone();
         let answer = self.after_judge(&mut ctx, req).await;
-        self.response_usage(&ctx, judged, answer)
+        if ctx.purposes.is_empty() {
+            return answer;
+        }
+        self.response_usage(&ctx, answer)
     }
 
     /// The cache, politeness, record and forward phases of a judged
@@ -138,9 +171,28 @@ impl Proxy {
             }
             _ => (req, None),
         };
-        self.politeness(ctx).await;
-        if let Err(answer) = self.record_request(ctx, req.headers().get(USER_AGENT)) {
-            return answer;
+        // Politeness gives the request a Crawl-delay slot, or the decision
+        // that refuses it; record writes the line of the judgement as the
+        // phases left it, before anything is forwarded.
+        let limited;
+        let judgement = match self.politeness(ctx).await {
+            Ok(held) => {
+                ctx.held = held;
+                &ctx.judgement
+            }
+            Err(decision) => {
+                limited = ctx.judgement.clone().overruled(decision);
+                &limited
+            }
+        };
+        match self.record(ctx.line(judgement, req.headers().get(USER_AGENT))) {
+            Recorded::Passed => {}
+            Recorded::Blocked(answer) | Recorded::AuditFailed(answer) => return answer,
+        }
+        if !ctx.held.is_zero() {
+            self.metrics.observe_hold(ctx.held);
+            tracing::info!(url = %ctx.judgement.url(), agent = %ctx.judgement.agent,
+                held = %format_args!("{:.2} s", ctx.held.as_secs_f64()), "held for Crawl-delay");
         }
         match (&self.cache, pending) {
             (Some(cache), Some(pending)) => {
@@ -160,12 +212,9 @@ impl Proxy {
     }
 
     /// The judge phase: robots.txt and the destination policy for origin,
-    /// path and agent; then the user's quota (a disallowed request is
-    /// refused whatever the quota, and the quota is spent before Crawl-delay
-    /// books a slot; in a fleet, the fleet's allowance on Redis), a body on
-    /// a method that defines none, and the usage preferences for the
-    /// declared purposes. The purpose header never
-    /// reaches the origin.
+    /// path and agent, then, for what they allow, the checks of
+    /// [`Proxy::beyond_robots`]. The judgement is built with its final
+    /// decision. The purpose header never reaches the origin.
     async fn judge<'a>(
         &self,
         settings: &'a Settings,
@@ -175,54 +224,25 @@ impl Proxy {
         mut req: Request<Body>,
     ) -> (Ctx<'a>, Request<Body>) {
         let agent = settings.agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT));
-        let mut judgement = self.gate.judge(origin, path, agent).await;
-        let mut fleet_spent = Duration::ZERO;
-        if judgement.decision.is_allowed()
-            && let (Some(auth), Some(user)) = (&settings.auth, caller.user.as_deref())
-            && let Some(retry_after) = match &settings.fleet {
-                None => auth.quota_wait(user),
-                // Boxed: kept out of the request's future without a fleet.
-                Some(fleet) => {
-                    let started = tokio::time::Instant::now();
-                    let wait = Box::pin(auth.quota_wait_in_fleet(user, fleet)).await;
-                    fleet_spent = started.elapsed();
-                    wait
-                }
-            }
-        {
-            judgement.decision = Decision::RateLimited {
-                retry_after,
-                limit: Limit::UserQuota,
-            };
-        }
-        // A body on a method that defines none: refused unless the origin
-        // is named in `upstream.allow_bodies_for` (forward::undefined_body).
-        if judgement.decision.is_allowed()
-            && forward::undefined_body(&req)
-            && !crate::http::origin::host_listed(&settings.allow_bodies_for, origin.host())
-        {
-            judgement.decision = Decision::BadRequest {
-                reason: format!(
-                    "a {} request with a body (an origin that ignores it would read it as \
-                     another request); upstream.allow_bodies_for does not name {}",
-                    req.method(),
-                    origin.host()
-                ),
-            };
-        }
+        let judged = self.gate.judge(origin, path, agent).await;
         let purposes = settings.purposes_for(
             caller.user.as_deref(),
             req.headers_mut().remove(&PURPOSE_HEADER).as_ref(),
         );
-        if judgement.decision.is_allowed()
-            && !purposes.is_empty()
-            && let Some(note) = self.gate.usage(&judgement, &purposes)
-        {
-            match settings.usage_mode {
-                UsageMode::Enforce => judgement.decision = Decision::UsageDisallowed(note),
-                UsageMode::Annotate => judgement.usage = Some(note),
-            }
-        }
+        let (verdict, fleet_spent) = if judged.decision.is_allowed() {
+            self.beyond_robots(settings, caller, &judged, &req, &purposes)
+                .await
+        } else {
+            (Verdict::Stands, Duration::ZERO)
+        };
+        let judgement = match verdict {
+            Verdict::Stands => judged,
+            Verdict::Annotated(note) => Judgement {
+                usage: Some(note),
+                ..judged
+            },
+            Verdict::Overruled(decision) => judged.overruled(decision),
+        };
         let client_ua = if purposes.is_empty() {
             None
         } else {
@@ -240,6 +260,66 @@ impl Proxy {
             client_ua,
         };
         (ctx, req)
+    }
+
+    /// The judge phase's checks of a request robots.txt allowed, in this
+    /// order, the first that refuses deciding: the user's quota (a
+    /// disallowed request is refused whatever the quota, and the quota is
+    /// spent before Crawl-delay books a slot; in a fleet, the fleet's
+    /// allowance on Redis), a body on a method that defines none, the usage
+    /// preferences for the declared purposes. With how long the quota
+    /// waited on the fleet's Redis.
+    async fn beyond_robots(
+        &self,
+        settings: &Settings,
+        caller: &Caller,
+        judged: &Judgement,
+        req: &Request<Body>,
+        purposes: &[String],
+    ) -> (Verdict, Duration) {
+        let mut fleet_spent = Duration::ZERO;
+        if let (Some(auth), Some(user)) = (&settings.auth, caller.user.as_deref())
+            && let Some(retry_after) = match &settings.fleet {
+                None => auth.quota_wait(user),
+                // Boxed: kept out of the request's future without a fleet.
+                Some(fleet) => {
+                    let started = tokio::time::Instant::now();
+                    let wait = Box::pin(auth.quota_wait_in_fleet(user, fleet)).await;
+                    fleet_spent = started.elapsed();
+                    wait
+                }
+            }
+        {
+            let limit = Limit::UserQuota;
+            let quota = Decision::RateLimited { retry_after, limit };
+            return (Verdict::Overruled(quota), fleet_spent);
+        }
+        // A body on a method that defines none: refused unless the origin
+        // is named in `upstream.allow_bodies_for` (forward::undefined_body).
+        let origin = &judged.origin;
+        if forward::undefined_body(req)
+            && !crate::http::origin::host_listed(&settings.allow_bodies_for, origin.host())
+        {
+            let reason = format!(
+                "a {} request with a body (an origin that ignores it would read it as \
+                 another request); upstream.allow_bodies_for does not name {}",
+                req.method(),
+                origin.host()
+            );
+            let body = Decision::BadRequest { reason };
+            return (Verdict::Overruled(body), fleet_spent);
+        }
+        if purposes.is_empty() {
+            return (Verdict::Stands, fleet_spent);
+        }
+        let verdict = match self.gate.usage(judged, purposes) {
+            None => Verdict::Stands,
+            Some(note) => match settings.usage_mode {
+                UsageMode::Enforce => Verdict::Overruled(Decision::UsageDisallowed(note)),
+                UsageMode::Annotate => Verdict::Annotated(note),
+            },
+        };
+        (verdict, fleet_spent)
     }
 
     /// The cache phase: a hit (or an offline/only-if-cached 504) is
@@ -276,25 +356,24 @@ impl Proxy {
 
     /// A request the cache answered: recorded like any, never forwarded.
     fn answer_cached(&self, ctx: &Ctx<'_>, req: &Request<Body>, resp: Response<Body>) -> Answer {
-        if let Err(answer) = self.record_request(ctx, req.headers().get(USER_AGENT)) {
-            return answer;
+        match self.record(ctx.line(&ctx.judgement, req.headers().get(USER_AGENT))) {
+            Recorded::Passed => Answer::new(Outcome::Allowed, resp),
+            Recorded::Blocked(answer) | Recorded::AuditFailed(answer) => answer,
         }
-        Answer::new(Outcome::Allowed, resp)
     }
 
-    /// The politeness phase: waits for the origin's Crawl-delay slot, or
-    /// turns the decision into `rate_limited`; sets how long the request
-    /// was held. Most origins have no Crawl-delay: no key is built then.
-    async fn politeness(&self, ctx: &mut Ctx<'_>) {
-        ctx.held = Duration::ZERO;
+    /// The politeness phase: waits for the origin's Crawl-delay slot; how
+    /// long the request was held, or the `rate_limited` decision that
+    /// refuses it. Most origins have no Crawl-delay: no key is built then.
+    async fn politeness(&self, ctx: &Ctx<'_>) -> Result<Duration, Decision> {
         let politeness = &ctx.settings.politeness;
-        let judgement = &mut ctx.judgement;
+        let judgement = &ctx.judgement;
         if !judgement.decision.is_allowed()
             || politeness
                 .effective_interval(judgement.crawl_delay)
                 .is_none()
         {
-            return;
+            return Ok(Duration::ZERO);
         }
         let key = judgement.politeness_key();
         let _waiting = self.metrics.politeness_waiting();
@@ -309,42 +388,16 @@ impl Proxy {
                 .await
                 .map_err(NotNow::Limited),
         };
-        match acquired {
-            Ok(waited) => ctx.held = waited,
-            Err(NotNow::Limited(limited)) => {
-                judgement.decision = Decision::RateLimited {
-                    retry_after: limited.retry_after,
-                    limit: Limit::CrawlDelay,
-                };
-            }
-            Err(NotNow::FleetUnavailable) => {
-                judgement.decision = Decision::RateLimited {
-                    retry_after: Duration::from_secs(1),
-                    limit: Limit::FleetUnavailable,
-                };
-            }
-        }
-    }
-
-    /// The record phase of a request for a path: its audit line, with what
-    /// the cache did, before anything is forwarded. `Err` ends the request
-    /// (blocked, or the audit log cannot be written).
-    #[allow(clippy::result_large_err)]
-    fn record_request(&self, ctx: &Ctx<'_>, ua: Option<&HeaderValue>) -> Result<(), Answer> {
-        self.record_cached(
-            ctx.caller,
-            ua,
-            &ctx.judgement,
-            ctx.method.as_str(),
-            Recorded::Request,
-            ctx.cache.map(CacheOutcome::as_str),
-        )?;
-        if !ctx.held.is_zero() {
-            self.metrics.observe_hold(ctx.held);
-            tracing::info!(url = %ctx.judgement.url(), agent = %ctx.judgement.agent,
-                held = %format_args!("{:.2} s", ctx.held.as_secs_f64()), "held for Crawl-delay");
-        }
-        Ok(())
+        acquired.map_err(|not_now| match not_now {
+            NotNow::Limited(limited) => Decision::RateLimited {
+                retry_after: limited.retry_after,
+                limit: Limit::CrawlDelay,
+            },
+            NotNow::FleetUnavailable => Decision::RateLimited {
+                retry_after: Duration::from_secs(1),
+                limit: Limit::FleetUnavailable,
+            },
+        })
     }
 
     /// The forward phase: the request goes to the origin. A response the
@@ -352,19 +405,14 @@ impl Proxy {
     /// destination refused at connect time (a name that resolved to a
     /// refused address after robots.txt was judged) is a refusal like any
     /// other, with its audit line.
-    async fn forward_phase(&self, ctx: &mut Ctx<'_>, req: Request<Body>) -> Answer {
+    async fn forward_phase(&self, ctx: &Ctx<'_>, req: Request<Body>) -> Answer {
         match self.forward(ctx, req).await {
             Forwarded::Response(resp) => Answer::new(Outcome::Allowed, resp),
             Forwarded::Failed(outcome, resp) => Answer::new(outcome, resp),
             Forwarded::Refused(reason) => {
-                let ua = ctx.client_ua.as_ref();
-                self.refuse(
-                    ctx.caller,
-                    ua,
-                    &mut ctx.judgement,
-                    ctx.method.as_str(),
-                    reason,
-                )
+                let refusal = Decision::Refused { reason };
+                let refused = ctx.judgement.clone().overruled(refusal);
+                self.record(ctx.line_again(&refused)).refusal(&refused)
             }
         }
     }
@@ -449,9 +497,9 @@ impl Proxy {
                     Some(r) => {
                         // A second origin request: a Crawl-delay slot of its
                         // own, or the 304 as it came when none is left.
-                        self.politeness(ctx).await;
-                        if !ctx.judgement.decision.is_allowed() {
-                            return Answer::new(answer.outcome, resp);
+                        match self.politeness(ctx).await {
+                            Ok(held) => ctx.held = held,
+                            Err(_) => return Answer::new(answer.outcome, resp),
                         }
                         (req, pending) = (r, again);
                     }
@@ -494,7 +542,8 @@ impl Proxy {
     /// robots.txt lines: a response whose header says `n` for a declared
     /// purpose is withheld with a 403 and an audit line saying it was
     /// fetched and withheld (`enforce`), or annotated (`annotate`).
-    fn response_usage(&self, ctx: &Ctx<'_>, mut judged: Judgement, mut answer: Answer) -> Answer {
+    fn response_usage(&self, ctx: &Ctx<'_>, mut answer: Answer) -> Answer {
+        let judged = &ctx.judgement;
         if let Some(note) = &judged.usage {
             let line = respond::usage_line(note, &judged.robots_url());
             answer
@@ -533,7 +582,6 @@ impl Proxy {
             rule: text.clone().into(),
             text: text.into(),
         });
-        let method = ctx.method.as_str();
         match mode {
             UsageMode::Annotate => {
                 let line = respond::usage_line(&note, &judged.robots_url());
@@ -541,29 +589,26 @@ impl Proxy {
                     .resp
                     .headers_mut()
                     .append(respond::USAGE_HEADER, respond::header_value(&line));
-                judged.usage = Some(note);
                 // The annotation is evidence: recorded whatever log_all.
-                let ua = ctx.client_ua.as_ref();
-                if let Err(refusal) = self.record(ctx.caller, ua, &judged, method, Recorded::Again)
-                {
-                    return refusal;
+                let annotated = Judgement {
+                    usage: Some(note),
+                    ..judged.clone()
+                };
+                match self.record(ctx.line_again(&annotated)) {
+                    Recorded::Passed => answer,
+                    Recorded::Blocked(refusal) | Recorded::AuditFailed(refusal) => refusal,
                 }
-                answer
             }
             UsageMode::Enforce => {
                 tracing::info!(url = %judged.url(), purpose = %purpose,
                     "response withheld: its Content-Usage header disallows a declared purpose");
-                judged.decision = Decision::UsageDisallowed(note);
+                let withheld = judged.clone().overruled(Decision::UsageDisallowed(note));
                 // The response (and its body) is dropped unread.
-                match self.record(
-                    ctx.caller,
-                    ctx.client_ua.as_ref(),
-                    &judged,
-                    method,
-                    Recorded::Again,
-                ) {
-                    Err(blocked) => blocked,
-                    Ok(()) => Answer::new(Outcome::Refused, respond::refused("usage preference")),
+                match self.record(ctx.line_again(&withheld)) {
+                    Recorded::Passed => {
+                        Answer::new(Outcome::Refused, respond::refused("usage preference"))
+                    }
+                    Recorded::Blocked(blocked) | Recorded::AuditFailed(blocked) => blocked,
                 }
             }
         }
