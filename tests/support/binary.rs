@@ -46,6 +46,16 @@ impl TextFile {
     }
 }
 
+/// The `[access]` table of a config: `per_minute` password verifications
+/// per address, and user `name` whose password hash is `hash`; `more`
+/// (tables) after it.
+pub fn access_with_user(per_minute: u32, name: &str, hash: &str, more: &str) -> String {
+    format!(
+        "[access]\nauth_failures_per_minute = {per_minute}\n\
+         [[access.users]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\n{more}"
+    )
+}
+
 /// The binary running, its address, and its stderr lines.
 pub struct Running {
     pub child: Child,
@@ -74,6 +84,13 @@ impl Setup {
         let setup = Setup::new();
         setup.write_config(agent, extra);
         setup
+    }
+
+    /// [`Setup::with_config`], started.
+    pub async fn running(agent: &str, extra: &str) -> (Setup, Running) {
+        let setup = Setup::with_config(agent, extra);
+        let running = setup.start().await;
+        (setup, running)
     }
 
     pub fn config_path(&self) -> PathBuf {
