@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::{Conn, HeldOrigin, Origin, Proxy, until_refused};
+use crate::support::{Conn, HeldOrigin, Origin, Proxy, until_refused, until_within};
 
 /// Threads of this process named as the proxy names its extra serving
 /// threads (the first serving thread is the runtime `App::serve` runs on).
@@ -21,14 +21,17 @@ const NO_HANG: Duration = Duration::from_secs(20);
 /// Waits (bounded) until no serving thread is left: a joined thread leaves
 /// `/proc/self/task` a moment after `pthread_join` returns.
 async fn threads_gone() {
-    let deadline = tokio::time::Instant::now() + NO_HANG;
-    while serving_threads() > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "serving threads outlived the proxy"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_within(
+        "the serving threads to end with the proxy",
+        NO_HANG,
+        || async {
+            match serving_threads() {
+                0 => Ok(()),
+                n => Err(format!("{n} serving threads")),
+            }
+        },
+    )
+    .await;
 }
 
 // One test in this file: it counts the process's threads. On a

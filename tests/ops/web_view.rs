@@ -13,7 +13,7 @@ use robots_proxy::config::AdminUser;
 use serde_json::Value;
 
 use crate::support::webdriver::{Browser, output_dir, tools};
-use crate::support::{Conn, Origin, Proxy, Resp, admin, basic, cheap_hash};
+use crate::support::{Conn, Origin, Proxy, Resp, admin, basic, cheap_hash, until};
 
 const ALLOWED: usize = 5;
 const BLOCKED: usize = 3;
@@ -302,19 +302,12 @@ async fn the_charts_are_rebuilt_from_the_audit_log_at_start() {
         std::fs::write(&path, lines.join("\n") + "\n").expect("an audit log from before");
     })
     .await;
-    let counts = async {
-        loop {
-            let page = proxy.admin_get("/").await;
-            assert_eq!(page.status, 200, "{page:?}");
-            if !page.body.contains("Reading the audit log") {
-                return page.body;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    };
-    let body = tokio::time::timeout(crate::support::NO_HANG, counts)
-        .await
-        .expect("the audit log read back");
+    let body = until("the audit log read back", || async {
+        let page = proxy.admin_get("/").await;
+        assert_eq!(page.status, 200, "{page:?}");
+        (!page.body.contains("Reading the audit log")).then_some(page.body)
+    })
+    .await;
     assert!(
         body.contains("set <code>[[admin.users]]</code> when more than one person can"),
         "{body}"

@@ -6,7 +6,7 @@ use rustls_pki_types::ServerName;
 
 use crate::support;
 use crate::support::tls::{ca_cert, connect, https_get, proxy_trusting, tls_origin, tls_trusting};
-use crate::support::{Conn, Origin, Proxy, admin, get_with, requests_total};
+use crate::support::{Conn, Origin, Proxy, admin, get_with, metric, requests_total};
 
 #[tokio::test]
 async fn intercepted_https_allowed_path_returns_the_origins_body() {
@@ -313,23 +313,36 @@ async fn an_open_tunnel_counts_against_max_connections() {
     let proxy = {
         let ca_file = o.ca_file.clone();
         Proxy::start_with(move |c| {
+            admin(c);
             c.max_connections = 1;
             c.upstream.ca_files = vec![ca_file];
             c.tls.no_intercept = vec!["localhost".into()];
         })
         .await
     };
+    let paused = |t: &str| metric(t, "robots_proxy_connection_limit_reached_total").unwrap_or(0.0);
     let port = o.origin.addr.port();
     // localhost is tunnelled blindly, 127.0.0.1 intercepted.
     for target in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let (before, served) = (paused(&proxy.metrics().await), plain.hits("/after"));
         let tunnel = connect(&proxy, &target).await.expect("tunnel");
+        // The acceptor waits for a free connection once it has taken the
+        // tunnel's: nothing more is accepted while the tunnel is open.
+        let what = format!("{target}: the acceptor to wait at the limit");
+        proxy.until_metrics(&what, |t| paused(t) > before).await;
         let (addr, url) = (proxy.addr, plain.url("/after"));
         let waiting = tokio::spawn(async move { support::Conn::open(addr).await.get(&url).await });
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let metrics = proxy.metrics().await;
+        assert_eq!(
+            metric(&metrics, "robots_proxy_open_connections"),
+            Some(1.0),
+            "{target}: {metrics}"
+        );
         assert!(
             !waiting.is_finished(),
             "{target}: a client was served beside an open tunnel"
         );
+        assert_eq!(plain.hits("/after"), served, "{target}");
         drop(tunnel);
         let resp = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
             .await

@@ -24,7 +24,7 @@ use crate::support::raw::until_closed;
 use crate::support::tls::{
     ca_cert, connect, connect_to, origin_config, proxy_ca, tls_origin, tls_trusting,
 };
-use crate::support::{Conn, Origin, Proxy, admin, get_with, metric, serve_tcp};
+use crate::support::{Conn, Origin, Proxy, admin, get_with, metric, serve_tcp, until};
 
 /// The small timeouts these tests configure.
 const TIMEOUT: Duration = Duration::from_millis(300);
@@ -413,15 +413,15 @@ async fn refused_clients_are_closed_at_accept_and_an_allowed_one_is_served() {
 /// (earlier ones may still be refused while the server notices closed
 /// connections); bounded. The status and body.
 async fn served_eventually(addr: SocketAddr, ip: &str, url: &str) -> (u16, String) {
-    let deadline = Instant::now() + NO_HANG;
-    loop {
+    until(&format!("{ip} to be served"), || async {
         let mut conn = Conn::over(connect_from(ip, addr).await).await;
         let req = get_with(url, &[("host", &addr.to_string())]);
-        if let Ok(resp) = conn.try_send(req).await {
-            return (resp.status, resp.body);
+        match conn.try_send(req).await {
+            Ok(resp) => Ok((resp.status, resp.body)),
+            Err(e) => Err(e.to_string()),
         }
-        assert!(Instant::now() < deadline, "never served");
-    }
+    })
+    .await
 }
 
 /// One address may hold `max_connections_per_client` connections; more

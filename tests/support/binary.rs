@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
@@ -207,26 +206,29 @@ impl Running {
         running
     }
 
-    /// The next stderr line containing `needle` (bounded wait).
+    /// The next stderr line containing `needle` (bounded wait): an event,
+    /// read as it comes.
     pub async fn wait_for(&mut self, needle: &str) -> String {
-        let deadline = tokio::time::Instant::now() + NO_HANG;
-        loop {
-            match tokio::time::timeout_at(deadline, self.stderr.recv()).await {
-                Ok(Some(line)) => {
-                    self.seen.push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
+        let (stderr, seen) = (&mut self.stderr, &mut self.seen);
+        let next = async {
+            while let Some(line) = stderr.recv().await {
+                seen.push(line.clone());
+                if line.contains(needle) {
+                    return Some(line);
                 }
-                Ok(None) => panic!(
-                    "robots-proxy exited before logging {needle:?}:\n{}",
-                    self.seen.join("\n")
-                ),
-                Err(_) => panic!(
-                    "no {needle:?} on stderr within {NO_HANG:?}:\n{}",
-                    self.seen.join("\n")
-                ),
             }
+            None
+        };
+        match tokio::time::timeout(NO_HANG, next).await {
+            Ok(Some(line)) => line,
+            Ok(None) => panic!(
+                "robots-proxy exited before logging {needle:?}:\n{}",
+                self.seen.join("\n")
+            ),
+            Err(_) => panic!(
+                "no {needle:?} on stderr within {NO_HANG:?}:\n{}",
+                self.seen.join("\n")
+            ),
         }
     }
 
@@ -261,14 +263,12 @@ impl Running {
     }
 
     pub async fn wait_exit(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + NO_HANG;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "robots-proxy did not exit");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let child = &mut self.child;
+        super::until("robots-proxy to exit", || {
+            let status = child.try_wait().expect("wait");
+            async move { status }
+        })
+        .await
     }
 
     pub fn is_running(&mut self) -> bool {

@@ -321,7 +321,8 @@ pub async fn misbehaving(behaviour: Misbehave) -> SocketAddr {
         let _ = stream.read(&mut buf).await;
         match behaviour {
             Misbehave::Hang => {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
+                // The connection held open, never answered.
+                std::future::pending::<()>().await;
             }
             Misbehave::Reset => {
                 #[allow(deprecated)]
