@@ -545,12 +545,9 @@ async fn at_max_connections_a_new_client_waits_until_one_closes() {
     .await;
     let (addr, url) = (proxy.addr, origin.url("/second"));
     let second = tokio::spawn(async move { Conn::open(addr).await.get(&url).await });
-    let metrics = proxy.metrics().await;
-    assert_eq!(
-        metric(&metrics, "robots_proxy_open_connections"),
-        Some(1.0),
-        "{metrics}"
-    );
+    proxy
+        .assert_metric("robots_proxy_open_connections", 1.0, "the first only")
+        .await;
     assert!(!second.is_finished(), "served beyond max_connections");
     assert_eq!(origin.hits("/second"), 0);
 

@@ -132,8 +132,7 @@ async fn client_user_agent_mapping_selects_the_mapped_group() {
 #[tokio::test]
 async fn robots_4xx_means_allow_all() {
     for status in [401, 403, 404, 410] {
-        let origin = Origin::start().await;
-        origin.route("/robots.txt", Reply::status(status));
+        let origin = Origin::with_robots_reply(Reply::status(status)).await;
         let proxy = Proxy::start().await;
         let resp = proxy.get(&origin.url("/anything")).await;
         assert_eq!(resp.status, 200, "robots.txt {status}");
@@ -143,8 +142,7 @@ async fn robots_4xx_means_allow_all() {
 #[tokio::test]
 async fn robots_429_and_5xx_mean_disallow_all_with_503_and_retry_after() {
     for status in [429, 500, 502, 503] {
-        let origin = Origin::start().await;
-        origin.route("/robots.txt", Reply::status(status));
+        let origin = Origin::with_robots_reply(Reply::status(status)).await;
         let proxy = Proxy::start().await;
         let resp = proxy.get(&origin.url("/anything")).await;
         assert_eq!(resp.status, 503, "robots.txt {status}");
@@ -206,11 +204,8 @@ async fn cross_host_redirect_rules_apply_to_the_original_origin() {
         "/shared-robots.txt",
         Reply::ok("User-agent: *\nDisallow: /secret\n"),
     );
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
-        Reply::redirect(&rules_host.url("/shared-robots.txt")),
-    );
+    let origin =
+        Origin::with_robots_reply(Reply::redirect(&rules_host.url("/shared-robots.txt"))).await;
     let proxy = Proxy::start().await;
     assert_eq!(proxy.get(&origin.url("/secret")).await.status, 403);
     assert_eq!(origin.hits("/secret"), 0);
@@ -220,11 +215,10 @@ async fn cross_host_redirect_rules_apply_to_the_original_origin() {
 
 #[tokio::test]
 async fn concurrent_first_requests_share_one_robots_fetch() {
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
+    let origin = Origin::with_robots_reply(
         Reply::ok("User-agent: *\nDisallow: /no\n").delay(Duration::from_millis(300)),
-    );
+    )
+    .await;
     let proxy = std::sync::Arc::new(Proxy::start().await);
     let mut tasks = Vec::new();
     for i in 0..50 {
@@ -240,11 +234,10 @@ async fn concurrent_first_requests_share_one_robots_fetch() {
 
 #[tokio::test]
 async fn cached_robots_is_reused_then_refetched_after_max_age() {
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
+    let origin = Origin::with_robots_reply(
         Reply::ok("User-agent: *\nDisallow: /a\n").header("cache-control", "max-age=1"),
-    );
+    )
+    .await;
     let proxy = Proxy::start_with(|c| c.robots.min_ttl = Duration::from_millis(100)).await;
     assert_eq!(proxy.get(&origin.url("/a")).await.status, 403);
     assert_eq!(proxy.get(&origin.url("/b")).await.status, 200);
@@ -258,11 +251,10 @@ async fn cached_robots_is_reused_then_refetched_after_max_age() {
 
 #[tokio::test]
 async fn max_age_is_clamped_to_the_configured_floor() {
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
+    let origin = Origin::with_robots_reply(
         Reply::ok("User-agent: *\nDisallow: /a\n").header("cache-control", "max-age=0"),
-    );
+    )
+    .await;
     let proxy = Proxy::start_with(|c| c.robots.min_ttl = Duration::from_secs(60)).await;
     for _ in 0..3 {
         assert_eq!(proxy.get(&origin.url("/a")).await.status, 403);
@@ -286,11 +278,10 @@ async fn default_ttl_applies_without_max_age() {
 
 #[tokio::test]
 async fn stale_copy_is_used_while_the_origin_errors() {
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
+    let origin = Origin::with_robots_reply(
         Reply::ok("User-agent: *\nDisallow: /a\n").header("cache-control", "max-age=1"),
-    );
+    )
+    .await;
     let proxy = Proxy::start_with(|c| c.robots.min_ttl = Duration::from_millis(100)).await;
     assert_eq!(proxy.get(&origin.url("/a")).await.status, 403);
     origin.route("/robots.txt", Reply::status(503));
@@ -307,8 +298,7 @@ async fn stale_copy_is_used_while_the_origin_errors() {
 
 #[tokio::test]
 async fn unreachable_origin_is_retried_after_the_configured_interval() {
-    let origin = Origin::start().await;
-    origin.route("/robots.txt", Reply::status(500));
+    let origin = Origin::with_robots_reply(Reply::status(500)).await;
     let proxy =
         Proxy::start_with(|c| c.robots.unreachable_retry = Duration::from_millis(300)).await;
     assert_eq!(proxy.get(&origin.url("/x")).await.status, 503);
@@ -336,12 +326,11 @@ async fn robots_larger_than_500_kib_is_read_up_to_the_cap() {
 
 #[tokio::test]
 async fn html_robots_is_read_leniently() {
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
+    let origin = Origin::with_robots_reply(
         Reply::ok("<!DOCTYPE html>\n<html><body>\n<h1>Not found</h1>\n</body></html>\n")
             .header("content-type", "text/html"),
-    );
+    )
+    .await;
     let proxy = Proxy::start().await;
     assert_eq!(proxy.get(&origin.url("/page")).await.status, 200);
 }

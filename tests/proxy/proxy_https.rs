@@ -332,12 +332,9 @@ async fn an_open_tunnel_counts_against_max_connections() {
         proxy.until_metrics(&what, |t| paused(t) > before).await;
         let (addr, url) = (proxy.addr, plain.url("/after"));
         let waiting = tokio::spawn(async move { support::Conn::open(addr).await.get(&url).await });
-        let metrics = proxy.metrics().await;
-        assert_eq!(
-            metric(&metrics, "robots_proxy_open_connections"),
-            Some(1.0),
-            "{target}: {metrics}"
-        );
+        proxy
+            .assert_metric("robots_proxy_open_connections", 1.0, &target)
+            .await;
         assert!(
             !waiting.is_finished(),
             "{target}: a client was served beside an open tunnel"

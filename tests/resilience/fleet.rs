@@ -138,12 +138,9 @@ async fn redis_stopped_mid_run_books_locally() {
             "{path}: took {took} s, held {held} s"
         );
     }
-    let text = nodes[0].metrics().await;
-    assert_eq!(
-        metric(&text, "robots_proxy_fleet_unavailable_total"),
-        Some(2.0),
-        "{text}"
-    );
+    nodes[0]
+        .assert_metric("robots_proxy_fleet_unavailable_total", 2.0, "/c and /d")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,12 +245,12 @@ async fn a_half_open_connection_to_redis_is_replaced() {
         stranded.elapsed()
     );
     assert!(refused > 0, "the silent connection was noticed");
-    let metrics = node.metrics().await;
-    assert_eq!(
-        metric(&metrics, "robots_proxy_fleet_reconnects_total"),
-        Some(1.0),
-        "one new connection"
-    );
+    node.assert_metric(
+        "robots_proxy_fleet_reconnects_total",
+        1.0,
+        "one new connection",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

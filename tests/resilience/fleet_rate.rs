@@ -16,7 +16,7 @@ use robots_proxy::config::{
 use crate::support::binary::{Running, Setup, access_with_user};
 use crate::support::fleet::{self, on as fleet};
 use crate::support::redis::Redis;
-use crate::support::{Conn, Origin, Proxy, basic, cheap_hash, get_as as get, metric, need, user};
+use crate::support::{Conn, Origin, Proxy, basic, cheap_hash, get_as as get, need, user};
 
 /// `[access]` with `auth_failures_per_minute` (set in TOML, as operators
 /// do) and `users`.
@@ -134,12 +134,12 @@ async fn max_rps_holds_across_the_fleet_independent_proxies_admit_each_their_own
     .await;
     let (sent_fleet, in_fleet, took_fleet) = load(&origin, &shared).await;
     for node in &shared {
-        let text = node.metrics().await;
-        assert_eq!(
-            metric(&text, "robots_proxy_fleet_unavailable_total"),
-            Some(0.0),
-            "{text}"
-        );
+        node.assert_metric(
+            "robots_proxy_fleet_unavailable_total",
+            0.0,
+            "Redis answered",
+        )
+        .await;
     }
     // The allowance's key, gone once idle (it expires at its TAT).
     let key = "robots-proxy:test:{user:crawler}:max_rps";
@@ -317,12 +317,8 @@ async fn redis_not_answering_the_local_limits_apply_within_the_timeout() {
     }
     let throttled = timed(&origin.url("/x"), "crawler:wrong").await;
     assert_eq!(throttled.status, 429, "{}", throttled.body);
-    let text = node.metrics().await;
-    assert_eq!(
-        metric(&text, "robots_proxy_fleet_unavailable_total"),
-        Some(6.0),
-        "{text}"
-    );
+    node.assert_metric("robots_proxy_fleet_unavailable_total", 6.0, "each request")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -518,12 +514,9 @@ async fn a_request_waits_on_redis_for_the_timeout_in_all() {
         took < timeout + Duration::from_millis(400),
         "waited {took:?} on Redis"
     );
-    let metrics = node.metrics().await;
-    assert_eq!(
-        crate::support::metric(&metrics, "robots_proxy_fleet_reachable"),
-        Some(1.0),
-        "a call cut by the request's allowance says nothing of Redis"
-    );
+    let why = "a call cut by the request's allowance says nothing of Redis";
+    node.assert_metric("robots_proxy_fleet_reachable", 1.0, why)
+        .await;
 }
 
 /// Redis stops answering under `local`: a request of a user with
@@ -548,9 +541,6 @@ async fn a_booking_left_no_time_by_an_outage_falls_back() {
     let r = conn.send(get(&origin.url("/during"), "crawler:pw")).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(origin.hits("/during"), 1);
-    let metrics = node.metrics().await;
-    assert_eq!(
-        crate::support::metric(&metrics, "robots_proxy_fleet_reachable"),
-        Some(0.0)
-    );
+    node.assert_metric("robots_proxy_fleet_reachable", 0.0, "Redis hung")
+        .await;
 }

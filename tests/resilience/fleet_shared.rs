@@ -443,12 +443,8 @@ async fn a_failed_command_on_one_key_is_no_outage() {
         Some(redis::Value::Int(1)),
         "the other origin was booked on Redis"
     );
-    let metrics = one.metrics().await;
-    assert_eq!(
-        metric(&metrics, "robots_proxy_fleet_reachable"),
-        Some(1.0),
-        "{metrics}"
-    );
+    one.assert_metric("robots_proxy_fleet_reachable", 1.0, "one key failed")
+        .await;
 }
 
 /// A node that lost Redis (here: restarted empty) may have missed purges:
@@ -852,8 +848,7 @@ async fn a_failure_with_no_answer_from_the_origin_is_not_shared() {
     // Node 1 keeps its own entry, as without a fleet.
     assert_eq!(one.get(&origin.url("/b")).await.status, 503);
 
-    let down = Origin::start().await;
-    down.route("/robots.txt", Reply::status(503));
+    let down = Origin::with_robots_reply(Reply::status(503)).await;
     assert_eq!(one.get(&down.url("/b")).await.status, 503);
     let r = two.get(&down.url("/b")).await;
     assert_eq!(r.status, 503, "{}", r.body);

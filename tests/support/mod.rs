@@ -174,6 +174,14 @@ impl Origin {
         origin
     }
 
+    /// An origin whose `/robots.txt` is answered with `reply` (a status,
+    /// headers, a delay, a redirect).
+    pub async fn with_robots_reply(reply: Reply) -> Origin {
+        let origin = Origin::start().await;
+        origin.route("/robots.txt", reply);
+        origin
+    }
+
     /// An HTTPS origin (HTTP/1.1 and HTTP/2 by ALPN) with `config`.
     pub async fn start_tls(config: Arc<rustls::ServerConfig>) -> Origin {
         Origin::start_inner(Some(tokio_rustls::TlsAcceptor::from(config))).await
@@ -515,6 +523,17 @@ impl Proxy {
         .await
     }
 
+    /// Fails, showing `/metrics`, unless `series` there is `value`; `why`
+    /// says what the value means.
+    pub async fn assert_metric(&self, series: &str, value: f64, why: &str) {
+        let text = self.metrics().await;
+        assert_eq!(
+            metric(&text, series),
+            Some(value),
+            "{why}: {series} in\n{text}"
+        );
+    }
+
     /// The admin listener's `/explain` of `url` (its default agent).
     pub async fn explain(&self, url: &str) -> serde_json::Value {
         self.admin_get(&format!("/explain?url={}", percent(url)))
@@ -813,6 +832,19 @@ impl Resp {
     /// The header `name` parsed as a `T` (`Retry-After` as seconds).
     pub fn parsed<T: std::str::FromStr>(&self, name: &str) -> Option<T> {
         self.header(name).and_then(|v| v.parse().ok())
+    }
+
+    /// Fails, showing the response, unless its status is `status` and its
+    /// body contains each of `says`; `case` names the case (empty: none).
+    pub fn assert_says(&self, case: &str, status: u16, says: &[&str]) {
+        assert_eq!(self.status, status, "{case}: {}", self.body);
+        for text in says {
+            assert!(
+                self.body.contains(text),
+                "{case}: no {text:?} in the body: {}",
+                self.body
+            );
+        }
     }
 
     /// The body as JSON; panics, showing it, if it is not.
