@@ -34,17 +34,22 @@ async fn threads_gone() {
     .await;
 }
 
+/// A proxy on `workers` serving threads, `grace` to drain on shutdown.
+async fn serving(workers: usize, grace: Duration) -> Proxy {
+    Proxy::start_with(|c| {
+        c.workers = workers;
+        c.shutdown_grace = grace;
+    })
+    .await
+}
+
 // One test in this file: it counts the process's threads. On a
 // current-thread runtime, as the binary's first serving thread is.
 #[tokio::test]
 async fn every_serving_thread_serves_drains_and_ends_with_the_proxy() {
     let origin = Origin::start().await;
     let held = HeldOrigin::start().await;
-    let mut proxy = Proxy::start_with(|c| {
-        c.workers = 3;
-        c.shutdown_grace = Duration::from_secs(30);
-    })
-    .await;
+    let mut proxy = serving(3, Duration::from_secs(30)).await;
     let addr = proxy.addr;
 
     // Many keep-alive connections at once, several requests each, spread
@@ -100,11 +105,7 @@ async fn every_serving_thread_serves_drains_and_ends_with_the_proxy() {
     // it (the other one: of equally loaded threads the calling one comes
     // last), and the threads end all the same.
     let held = HeldOrigin::start().await;
-    let mut proxy = Proxy::start_with(|c| {
-        c.workers = 2;
-        c.shutdown_grace = Duration::from_millis(200);
-    })
-    .await;
+    let mut proxy = serving(2, Duration::from_millis(200)).await;
     let addr = proxy.addr;
     let stuck = held.hold(addr, "/never").await;
     assert_eq!(serving_threads(), 1);

@@ -75,9 +75,7 @@ async fn disallowed_request_gets_403_with_rule_and_never_reaches_origin() {
     assert!(header.contains("line 3: Disallow: /private"), "{header}");
     assert_eq!(origin.hits("/private/data?x=1"), 0);
     // The audit line says the same thing.
-    let audit = proxy.audit();
-    assert_eq!(audit.len(), 1);
-    let line = &audit[0];
+    let line = proxy.only_audit_line();
     assert_eq!(line["decision"], "disallowed");
     assert_eq!(line["method"], "GET");
     assert_eq!(line["url"], origin.url("/private/data?x=1"));
@@ -232,14 +230,21 @@ async fn concurrent_first_requests_share_one_robots_fetch() {
     assert_eq!(origin.hits("/robots.txt"), 1);
 }
 
+/// An origin whose robots.txt (`Disallow: /a`) says `Cache-Control:
+/// max-age=<max_age>`, and a proxy that keeps a robots.txt at least
+/// `min_ttl`, which has judged `/a` by it (403).
+async fn judged_with_max_age(max_age: u32, min_ttl: Duration) -> (Origin, Proxy) {
+    let max_age = format!("max-age={max_age}");
+    let robots = Reply::ok("User-agent: *\nDisallow: /a\n").header("cache-control", &max_age);
+    let origin = Origin::with_robots_reply(robots).await;
+    let proxy = Proxy::start_with(|c| c.robots.min_ttl = min_ttl).await;
+    assert_eq!(proxy.get(&origin.url("/a")).await.status, 403);
+    (origin, proxy)
+}
+
 #[tokio::test]
 async fn cached_robots_is_reused_then_refetched_after_max_age() {
-    let origin = Origin::with_robots_reply(
-        Reply::ok("User-agent: *\nDisallow: /a\n").header("cache-control", "max-age=1"),
-    )
-    .await;
-    let proxy = Proxy::start_with(|c| c.robots.min_ttl = Duration::from_millis(100)).await;
-    assert_eq!(proxy.get(&origin.url("/a")).await.status, 403);
+    let (origin, proxy) = judged_with_max_age(1, Duration::from_millis(100)).await;
     assert_eq!(proxy.get(&origin.url("/b")).await.status, 200);
     assert_eq!(origin.hits("/robots.txt"), 1);
     origin.route("/robots.txt", Reply::ok("User-agent: *\nDisallow: /b\n"));
@@ -251,12 +256,8 @@ async fn cached_robots_is_reused_then_refetched_after_max_age() {
 
 #[tokio::test]
 async fn max_age_is_clamped_to_the_configured_floor() {
-    let origin = Origin::with_robots_reply(
-        Reply::ok("User-agent: *\nDisallow: /a\n").header("cache-control", "max-age=0"),
-    )
-    .await;
-    let proxy = Proxy::start_with(|c| c.robots.min_ttl = Duration::from_secs(60)).await;
-    for _ in 0..3 {
+    let (origin, proxy) = judged_with_max_age(0, Duration::from_secs(60)).await;
+    for _ in 0..2 {
         assert_eq!(proxy.get(&origin.url("/a")).await.status, 403);
     }
     assert_eq!(origin.hits("/robots.txt"), 1);
@@ -278,12 +279,7 @@ async fn default_ttl_applies_without_max_age() {
 
 #[tokio::test]
 async fn stale_copy_is_used_while_the_origin_errors() {
-    let origin = Origin::with_robots_reply(
-        Reply::ok("User-agent: *\nDisallow: /a\n").header("cache-control", "max-age=1"),
-    )
-    .await;
-    let proxy = Proxy::start_with(|c| c.robots.min_ttl = Duration::from_millis(100)).await;
-    assert_eq!(proxy.get(&origin.url("/a")).await.status, 403);
+    let (origin, proxy) = judged_with_max_age(1, Duration::from_millis(100)).await;
     origin.route("/robots.txt", Reply::status(503));
     skip(Duration::from_secs(1)).await;
     // Still the old rules, not disallow-all.
@@ -495,10 +491,9 @@ async fn log_all_records_allowed_requests_too() {
     let origin = Origin::with_robots("User-agent: *\nAllow: /yes\nDisallow: /\n").await;
     let proxy = Proxy::start_with(|c| c.audit.log_all = true).await;
     assert_eq!(proxy.get(&origin.url("/yes")).await.status, 200);
-    let audit = proxy.audit();
-    assert_eq!(audit.len(), 1);
-    assert_eq!(audit[0]["decision"], "allowed");
-    assert_eq!(audit[0]["rule"], "Allow: /yes");
+    let line = proxy.only_audit_line();
+    assert_eq!(line["decision"], "allowed");
+    assert_eq!(line["rule"], "Allow: /yes");
 }
 
 /// A host written with its trailing dot is the same origin as without:

@@ -22,7 +22,8 @@ use tokio_rustls::client::TlsStream;
 use crate::support::binary::{NO_HANG, Setup};
 use crate::support::raw::until_closed;
 use crate::support::tls::{
-    ca_cert, connect, connect_to, origin_config, proxy_ca, tls_origin, tls_trusting,
+    ca_cert, connect, connect_to, origin_config, proxy_ca, proxy_trusting_with, tls_origin,
+    tls_trusting,
 };
 use crate::support::{Conn, Origin, Proxy, admin, get_with, metric, serve_tcp, until};
 
@@ -120,12 +121,10 @@ async fn time_to_serve(proxy: &Proxy, url: &str) -> Duration {
 async fn idle_blind_tunnels_are_closed_and_a_fresh_client_is_served() {
     let o = tls_origin("localhost").await;
     let plain = Origin::start().await;
-    let ca_file = o.ca_file.clone();
-    let proxy = Proxy::start_with(|c| {
+    let proxy = proxy_trusting_with(&o, |c| {
         c.max_connections = 2;
         c.tunnel_idle_timeout = TIMEOUT;
         c.tls.no_intercept = vec!["localhost".into()];
-        c.upstream.ca_files = vec![ca_file];
     })
     .await;
     let target = format!("localhost:{}", o.origin.addr.port());
@@ -160,11 +159,9 @@ async fn idle_blind_tunnels_are_closed_and_a_fresh_client_is_served() {
 async fn idle_and_trickling_intercepted_tunnels_are_closed_and_a_fresh_client_is_served() {
     let o = tls_origin("127.0.0.1").await;
     let plain = Origin::start().await;
-    let ca_file = o.ca_file.clone();
-    let proxy = Proxy::start_with(|c| {
+    let proxy = proxy_trusting_with(&o, |c| {
         c.max_connections = 3;
         c.client_header_timeout = TIMEOUT;
-        c.upstream.ca_files = vec![ca_file];
     })
     .await;
     let target = format!("127.0.0.1:{}", o.origin.addr.port());

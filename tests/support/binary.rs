@@ -55,6 +55,12 @@ pub fn access_with_user(per_minute: u32, name: &str, hash: &str, more: &str) -> 
     )
 }
 
+/// Runs the binary with `args`, then the path of a file `name` holding
+/// `text` (a config file), to its end.
+pub fn run_on(name: &str, text: &str, args: &[&str]) -> Output {
+    TextFile::new(name, text).run(args)
+}
+
 /// The binary running, its address, and its stderr lines.
 pub struct Running {
     pub child: Child,

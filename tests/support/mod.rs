@@ -354,12 +354,7 @@ pub async fn garbage_origin() -> SocketAddr {
             return;
         };
         let answer: Vec<u8> = if buf[..n].starts_with(b"GET /robots.txt ") {
-            let body = "User-agent: *\nAllow: /\n";
-            format!(
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            )
-            .into_bytes()
+            raw::ok_close("User-agent: *\nAllow: /\n").into_bytes()
         } else {
             b"\x00\x01 not http at all\r\n\r\n".to_vec()
         };
@@ -458,6 +453,14 @@ impl Proxy {
     /// Audit lines as JSON values.
     pub fn audit(&self) -> Vec<serde_json::Value> {
         json_lines(&self.audit_path)
+    }
+
+    /// The one request line of the audit log; fails, showing them all,
+    /// unless there is exactly one.
+    pub fn only_audit_line(&self) -> serde_json::Value {
+        let mut audit = self.audit();
+        assert_eq!(audit.len(), 1, "one audit line expected: {audit:?}");
+        audit.remove(0)
     }
 
     /// Sends one absolute-form GET through the proxy on a new connection.
@@ -999,11 +1002,7 @@ impl HeldRobots {
                 } else {
                     "page"
                 };
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(reply.as_bytes()).await;
+                let _ = stream.write_all(raw::ok_close(body).as_bytes()).await;
             }
         })
         .await;

@@ -97,18 +97,23 @@ impl Redis {
         }
     }
 
-    /// The keys this server holds that match `pattern`.
-    pub async fn keys(&self, pattern: &str) -> Vec<String> {
-        match self.command(&["KEYS", pattern]).await {
-            Ok(redis::Value::Array(keys)) => keys
+    /// A command whose answer is a list of strings (`KEYS`, `ZRANGE`).
+    pub async fn strings(&self, args: &[&str]) -> Vec<String> {
+        match self.command(args).await {
+            Ok(redis::Value::Array(items)) => items
                 .into_iter()
-                .map(|k| match k {
+                .map(|item| match item {
                     redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-                    other => panic!("KEYS: {other:?}"),
+                    other => panic!("{args:?}: {other:?}"),
                 })
                 .collect(),
-            other => panic!("KEYS: {other:?}"),
+            other => panic!("{args:?}: {other:?}"),
         }
+    }
+
+    /// The keys this server holds that match `pattern`.
+    pub async fn keys(&self, pattern: &str) -> Vec<String> {
+        self.strings(&["KEYS", pattern]).await
     }
 
     /// `CLUSTER KEYSLOT key`.
@@ -134,16 +139,7 @@ impl Redis {
 
     /// The members of the sorted set `key`, in order.
     pub async fn zrange(&self, key: &str) -> Vec<String> {
-        match self.command(&["ZRANGE", key, "0", "-1"]).await {
-            Ok(redis::Value::Array(members)) => members
-                .into_iter()
-                .map(|m| match m {
-                    redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-                    other => panic!("ZRANGE {key}: {other:?}"),
-                })
-                .collect(),
-            other => panic!("ZRANGE {key}: {other:?}"),
-        }
+        self.strings(&["ZRANGE", key, "0", "-1"]).await
     }
 
     /// How many clients are subscribed to `channel` (`PUBSUB NUMSUB`).
