@@ -63,6 +63,12 @@ fn spawn(program: &str, args: &[&str]) -> Option<Server> {
     })
 }
 
+/// `path` of `server` through `proxy`, byte for byte: status and body.
+async fn through(proxy: &Proxy, server: &Server, path: &str) -> (u16, String) {
+    let url = format!("http://{}{path}", server.addr);
+    raw_get(proxy.addr, &url, server.addr).await
+}
+
 /// Sends `GET <target> HTTP/1.1` to `to` byte for byte (no client
 /// normalises the target) and returns the status and body.
 async fn raw_get(to: SocketAddr, target: &str, host: SocketAddr) -> (u16, String) {
@@ -118,9 +124,8 @@ async fn backslash_spellings_reach_a_node_origin_directly_but_never_through_the_
     let (_, after) = raw_get(node.addr, "/__hits", node.addr).await;
     assert_eq!(after, direct);
     // Allowed paths pass as sent.
-    let url = format!("http://{}/public/page", node.addr);
     assert_eq!(
-        raw_get(proxy.addr, &url, node.addr).await,
+        through(&proxy, &node, "/public/page").await,
         (200, "page".to_string())
     );
 }
@@ -170,9 +175,8 @@ async fn reserved_characters_encoded_reach_python_http_server_but_never_through_
         assert!(!body.contains("SECRET"), "{path}");
         assert_eq!(proxy.audit().len(), i + 1, "one audit line for {path}");
     }
-    let url = format!("http://{}/wiki/Main", python.addr);
     assert_eq!(
-        raw_get(proxy.addr, &url, python.addr).await,
+        through(&proxy, &python, "/wiki/Main").await,
         (200, "page".to_string())
     );
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 
-use crate::support::tls::{https_get, proxy_trusting_with, tls_origin_with_robots};
+use crate::support::tls::{proxy_trusting_with, tls_origin_with_robots};
 use crate::support::{Origin, Proxy, Reply, admin, garbage_origin, raw, requests_total};
 
 #[tokio::test]
@@ -102,15 +102,12 @@ async fn an_intercepted_connect_and_each_request_in_it_count_once() {
         c.audit.log_all = true;
     })
     .await;
-    let port = o.origin.addr.port();
     assert_eq!(
-        https_get(&proxy, "localhost", port, "/page", false)
-            .await
-            .status,
+        o.get_via(&proxy, "localhost", "/page", false).await.status,
         200
     );
     assert_eq!(
-        https_get(&proxy, "localhost", port, "/private/x", true)
+        o.get_via(&proxy, "localhost", "/private/x", true)
             .await
             .status,
         403

@@ -8,7 +8,7 @@ use http::Request;
 use robots_proxy::config::{CacheMode, Config};
 
 use crate::support;
-use crate::support::tls::{https_get, proxy_trusting_with, tls_origin_with_robots};
+use crate::support::tls::{proxy_trusting_with, tls_origin_with_robots};
 use crate::support::{Origin, Proxy, Reply, admin, get_with, metric};
 
 fn enable(c: &mut Config, mode: CacheMode) {
@@ -441,8 +441,8 @@ async fn https_is_cached_under_its_https_url() {
     })
     .await;
     let port = o.origin.addr.port();
-    let first = https_get(&proxy, "127.0.0.1", port, "/s", false).await;
-    let second = https_get(&proxy, "127.0.0.1", port, "/s", true).await;
+    let first = o.get_via(&proxy, "127.0.0.1", "/s", false).await;
+    let second = o.get_via(&proxy, "127.0.0.1", "/s", true).await;
     assert_eq!(second.body, "secret-ish");
     assert!(cache_status(&first).contains("stored"));
     assert_eq!(cache_status(&second), "robots-proxy; hit");

@@ -169,14 +169,17 @@ fn redirect_chain(origin: &Origin, hops: usize) {
     }
 }
 
+/// An origin whose robots.txt is `robots` at the end of `hops` redirects.
+async fn redirected(hops: usize, robots: &str) -> Origin {
+    let origin = Origin::start().await;
+    redirect_chain(&origin, hops);
+    origin.route("/real-robots.txt", Reply::ok(robots.to_owned()));
+    origin
+}
+
 #[tokio::test]
 async fn five_redirects_are_followed_and_rules_apply_to_the_first_origin() {
-    let origin = Origin::start().await;
-    redirect_chain(&origin, 5);
-    origin.route(
-        "/real-robots.txt",
-        Reply::ok("User-agent: *\nDisallow: /blocked\n"),
-    );
+    let origin = redirected(5, "User-agent: *\nDisallow: /blocked\n").await;
     let proxy = Proxy::start().await;
     assert_eq!(proxy.get(&origin.url("/blocked")).await.status, 403);
     assert_eq!(proxy.get(&origin.url("/open")).await.status, 200);
@@ -184,12 +187,7 @@ async fn five_redirects_are_followed_and_rules_apply_to_the_first_origin() {
 
 #[tokio::test]
 async fn six_redirects_are_too_many_and_mean_allow_all() {
-    let origin = Origin::start().await;
-    redirect_chain(&origin, 6);
-    origin.route(
-        "/real-robots.txt",
-        Reply::ok("User-agent: *\nDisallow: /\n"),
-    );
+    let origin = redirected(6, "User-agent: *\nDisallow: /\n").await;
     let proxy = Proxy::start().await;
     assert_eq!(proxy.get(&origin.url("/blocked")).await.status, 200);
     assert_eq!(origin.hits("/real-robots.txt"), 0);

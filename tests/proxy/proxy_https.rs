@@ -17,7 +17,7 @@ async fn intercepted_https_allowed_path_returns_the_origins_body() {
     o.origin
         .route("/hello", support::Reply::ok("hello over tls"));
     let proxy = proxy_trusting(&o).await;
-    let resp = https_get(&proxy, "127.0.0.1", o.origin.addr.port(), "/hello", false).await;
+    let resp = o.get_via(&proxy, "127.0.0.1", "/hello", false).await;
     assert_eq!(resp.status, 200);
     assert_eq!(resp.body, "hello over tls");
     // robots.txt was fetched from the origin itself, over HTTPS.
@@ -29,7 +29,7 @@ async fn intercepted_https_disallowed_path_gets_403_and_never_reaches_the_origin
     let o = tls_origin_with_robots("127.0.0.1", "User-agent: *\nDisallow: /private\n").await;
     let proxy = proxy_trusting(&o).await;
     let port = o.origin.addr.port();
-    let resp = https_get(&proxy, "127.0.0.1", port, "/private/x", false).await;
+    let resp = o.get_via(&proxy, "127.0.0.1", "/private/x", false).await;
     assert_eq!(resp.status, 403);
     assert!(
         resp.body.contains("line 2: Disallow: /private"),
@@ -50,17 +50,12 @@ async fn intercepted_https_disallowed_path_gets_403_and_never_reaches_the_origin
 async fn intercepted_https_by_name_uses_sni_and_a_dns_certificate() {
     let o = tls_origin_with_robots("localhost", "User-agent: *\nDisallow: /no\n").await;
     let proxy = proxy_trusting(&o).await;
-    let port = o.origin.addr.port();
     assert_eq!(
-        https_get(&proxy, "localhost", port, "/yes", false)
-            .await
-            .status,
+        o.get_via(&proxy, "localhost", "/yes", false).await.status,
         200
     );
     assert_eq!(
-        https_get(&proxy, "localhost", port, "/no", false)
-            .await
-            .status,
+        o.get_via(&proxy, "localhost", "/no", false).await.status,
         403
     );
 }
@@ -69,14 +64,11 @@ async fn intercepted_https_by_name_uses_sni_and_a_dns_certificate() {
 async fn http2_inside_the_tunnel_and_upstream() {
     let o = tls_origin_with_robots("127.0.0.1", "User-agent: *\nDisallow: /no\n").await;
     let proxy = proxy_trusting(&o).await;
-    let port = o.origin.addr.port();
-    let resp = https_get(&proxy, "127.0.0.1", port, "/page", true).await;
+    let resp = o.get_via(&proxy, "127.0.0.1", "/page", true).await;
     assert_eq!(resp.status, 200);
     assert_eq!(resp.body, "page /page");
     assert_eq!(
-        https_get(&proxy, "127.0.0.1", port, "/no", true)
-            .await
-            .status,
+        o.get_via(&proxy, "127.0.0.1", "/no", true).await.status,
         403
     );
     // The origin offers h2 by ALPN, so the proxy used it upstream too.
@@ -92,7 +84,7 @@ async fn untrusted_upstream_certificate_is_a_502_that_says_why() {
     let o = tls_origin_with_robots("127.0.0.1", "User-agent: *\nDisallow:\n").await;
     // This proxy does not trust the origin's CA.
     let proxy = Proxy::start().await;
-    let resp = https_get(&proxy, "127.0.0.1", o.origin.addr.port(), "/x", false).await;
+    let resp = o.get_via(&proxy, "127.0.0.1", "/x", false).await;
     assert_eq!(resp.status, 502);
     assert!(resp.body.contains("not trusted"), "{}", resp.body);
     assert_eq!(o.origin.hits("/x"), 0);
@@ -149,13 +141,13 @@ async fn an_untrusted_certificate_is_tried_again_after_a_restart_that_trusts_it(
         })
     };
     let mut first = start(None).await;
-    let resp = https_get(&first, "127.0.0.1", o.origin.addr.port(), "/x", false).await;
+    let resp = o.get_via(&first, "127.0.0.1", "/x", false).await;
     assert_eq!(resp.status, 502, "{}", resp.body);
     first.stop();
     first.finished().await;
 
     let second = start(Some(o.ca_file.clone())).await;
-    let resp = https_get(&second, "127.0.0.1", o.origin.addr.port(), "/x", false).await;
+    let resp = o.get_via(&second, "127.0.0.1", "/x", false).await;
     assert_eq!((resp.status, resp.body.as_str()), (200, "x over tls"));
     assert_eq!(o.origin.hits("/robots.txt"), 1);
 }

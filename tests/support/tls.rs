@@ -145,6 +145,14 @@ pub async fn try_https_get(
     })
 }
 
+impl TlsOrigin {
+    /// [`https_get`] of `path` on this origin, named `host`, through
+    /// `proxy`'s interception; `h2` negotiates HTTP/2 inside the tunnel.
+    pub async fn get_via(&self, proxy: &Proxy, host: &str, path: &str, h2: bool) -> Resp {
+        https_get(proxy, host, self.origin.addr.port(), path, h2).await
+    }
+}
+
 /// [`tls_origin`] whose `/robots.txt` is `text`.
 pub async fn tls_origin_with_robots(host: &str, text: &str) -> TlsOrigin {
     let o = tls_origin(host).await;
