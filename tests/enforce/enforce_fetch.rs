@@ -4,11 +4,13 @@
 //! policy before it is made.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
+use robots_proxy::config::Config;
 
 use crate::support::{
     Origin, Proxy, Reply, admin, counting_listener, metric, percent, robots_fetches, status_kib,
@@ -43,13 +45,22 @@ fn brotli(data: &[u8]) -> Vec<u8> {
 
 /// An origin whose robots.txt is `body` with `Content-Encoding: coding`.
 async fn origin_with_encoded_robots(coding: &str, body: Vec<u8>) -> Origin {
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
-        Reply::ok(body).header("content-encoding", coding),
-    );
-    origin
+    Origin::with_robots_reply(Reply::ok(body).header("content-encoding", coding)).await
 }
+
+/// A proxy that refuses private destinations but `public` (the test's
+/// loopback origins), with `adjust` applied.
+async fn policed(public: Vec<SocketAddr>, adjust: impl FnOnce(&mut Config)) -> Proxy {
+    Proxy::start_with(|c| {
+        c.allow_private_destinations = false;
+        c.treat_as_public = public;
+        adjust(c);
+    })
+    .await
+}
+
+/// The words of a refusal by the destination policy.
+const REFUSED: &str = "refused by destination policy";
 
 // ---------------------------------------------------------------------------
 // Content-Encoding
@@ -70,12 +81,7 @@ async fn compressed_robots_txt_files_are_decoded_and_enforced() {
     ] {
         let origin = origin_with_encoded_robots(coding, body).await;
         let blocked = proxy.get(&origin.url("/private/x")).await;
-        assert_eq!(blocked.status, 403, "{coding}: {}", blocked.body);
-        assert!(
-            blocked.body.contains("line 2: Disallow: /private"),
-            "{coding}: {}",
-            blocked.body
-        );
+        blocked.assert_says(coding, 403, &["line 2: Disallow: /private"]);
         assert_eq!(origin.hits("/private/x"), 0, "{coding}");
         assert_eq!(
             proxy.get(&origin.url("/public")).await.status,
@@ -109,8 +115,7 @@ async fn an_encoding_that_cannot_be_decoded_makes_robots_txt_unreachable() {
     ] {
         let origin = origin_with_encoded_robots(coding, body).await;
         let resp = proxy.get(&origin.url("/public")).await;
-        assert_eq!(resp.status, 503, "{coding}: {}", resp.body);
-        assert!(resp.body.contains(says), "{coding}: {}", resp.body);
+        resp.assert_says(coding, 503, &[says]);
         assert_eq!(origin.hits("/public"), 0, "{coding}");
     }
 }
@@ -134,8 +139,7 @@ async fn a_gzip_bomb_is_judged_by_its_first_500_kib_within_bounded_memory() {
     let grown_mib = (status_kib(None, "VmHWM") - before) / 1024;
     // Decoding the whole file would take 256 MiB at least.
     assert!(grown_mib < 64, "peak memory grew by {grown_mib} MiB");
-    assert_eq!(resp.status, 403, "{}", resp.body);
-    assert!(resp.body.contains("Disallow: /private"), "{}", resp.body);
+    resp.assert_says("the bomb", 403, &["Disallow: /private"]);
     assert_eq!(proxy.get(&origin.url("/public")).await.status, 200);
 }
 
@@ -164,26 +168,11 @@ async fn a_robots_redirect_to_a_refused_address_is_never_connected_to() {
         ));
     }
     for (target, accepts) in targets {
-        let origin = Origin::start().await;
-        origin.route(
-            "/robots.txt",
-            Reply::status(302).header("location", &target),
-        );
-        let public = origin.addr;
-        let proxy = Proxy::start_with(|c| {
-            c.allow_private_destinations = false;
-            c.treat_as_public = vec![public];
-            admin(c);
-        })
-        .await;
+        let origin =
+            Origin::with_robots_reply(Reply::status(302).header("location", &target)).await;
+        let proxy = policed(vec![origin.addr], admin).await;
         let resp = proxy.get(&origin.url("/page")).await;
-        assert_eq!(resp.status, 403, "{target}: {}", resp.body);
-        assert!(
-            resp.body.contains("refused by destination policy"),
-            "{target}: {}",
-            resp.body
-        );
-        assert!(resp.body.contains(&target), "{target}: {}", resp.body);
+        resp.assert_says(&target, 403, &[REFUSED, &target]);
         let lower = resp.body.to_lowercase();
         assert!(!lower.contains("connect"), "{target}: {}", resp.body);
         assert_eq!(origin.hits("/robots.txt"), 1, "{target}");
@@ -195,7 +184,7 @@ async fn a_robots_redirect_to_a_refused_address_is_never_connected_to() {
         let j = proxy.explain(&origin.url("/page")).await;
         assert_eq!(j["decision"], "refused", "{j:#}");
         let reason = j["reason"].as_str().unwrap_or_default();
-        assert!(reason.contains("refused by destination policy"), "{j:#}");
+        assert!(reason.contains(REFUSED), "{j:#}");
         assert!(!reason.to_lowercase().contains("connect"), "{j:#}");
         assert_eq!(accepts.load(Ordering::SeqCst), 0, "{target}");
     }
@@ -211,26 +200,12 @@ async fn a_refused_robots_fetch_is_counted_as_refused_not_as_unreachable_or_cach
     let (addr, accepts) = counting_listener("127.0.0.1")
         .await
         .expect("a loopback address to listen on");
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
-        Reply::redirect(&format!("http://{addr}/robots.txt")),
-    );
-    let public = origin.addr;
-    let proxy = Proxy::start_with(|c| {
-        c.allow_private_destinations = false;
-        c.treat_as_public = vec![public];
-        admin(c);
-    })
-    .await;
-    for _ in 0..2 {
+    let redirect = Reply::redirect(&format!("http://{addr}/robots.txt"));
+    let origin = Origin::with_robots_reply(redirect).await;
+    let proxy = policed(vec![origin.addr], admin).await;
+    for i in 0..2 {
         let resp = proxy.get(&origin.url("/page")).await;
-        assert_eq!(resp.status, 403, "{}", resp.body);
-        assert!(
-            resp.body.contains("refused by destination policy"),
-            "{}",
-            resp.body
-        );
+        resp.assert_says(&format!("request {i}"), 403, &[REFUSED]);
     }
     assert_eq!(origin.hits("/robots.txt"), 1, "the refusal is remembered");
     assert_eq!(accepts.load(Ordering::SeqCst), 0);
@@ -253,8 +228,7 @@ async fn a_refused_robots_fetch_is_counted_as_refused_not_as_unreachable_or_cach
 async fn the_redirect_limit_is_counted_only_when_reached() {
     let looping = Origin::start().await;
     looping.route("/robots.txt", Reply::redirect(&looping.url("/robots.txt")));
-    let nowhere = Origin::start().await;
-    nowhere.route("/robots.txt", Reply::status(302));
+    let nowhere = Origin::with_robots_reply(Reply::status(302)).await;
     let proxy = Proxy::with_admin().await;
     for origin in [&looping, &nowhere] {
         let resp = proxy.get(&origin.url("/page")).await;
@@ -272,13 +246,9 @@ async fn the_redirect_limit_is_counted_only_when_reached() {
 /// the answer does not wait for a connect timeout.
 #[tokio::test]
 async fn a_robots_redirect_to_the_metadata_address_is_refused_at_once() {
-    let origin = Origin::start().await;
     let target = "http://169.254.169.254/latest/meta-data/";
-    origin.route("/robots.txt", Reply::redirect(target));
-    let public = origin.addr;
-    let proxy = Proxy::start_with(|c| {
-        c.allow_private_destinations = false;
-        c.treat_as_public = vec![public];
+    let origin = Origin::with_robots_reply(Reply::redirect(target)).await;
+    let proxy = policed(vec![origin.addr], |c| {
         c.robots.fetch_timeout = Duration::from_secs(60);
         c.upstream.connect_timeout = Duration::from_secs(60);
     })
@@ -286,13 +256,7 @@ async fn a_robots_redirect_to_the_metadata_address_is_refused_at_once() {
     let resp = tokio::time::timeout(Duration::from_secs(20), proxy.get(&origin.url("/page")))
         .await
         .expect("answered without waiting for a connect");
-    assert_eq!(resp.status, 403, "{}", resp.body);
-    assert!(
-        resp.body.contains("refused by destination policy")
-            && resp.body.contains("169.254.169.254"),
-        "{}",
-        resp.body
-    );
+    resp.assert_says(target, 403, &[REFUSED, "169.254.169.254"]);
     assert_eq!(origin.hits("/page"), 0);
 }
 
@@ -324,13 +288,7 @@ async fn the_proxys_own_listeners_are_refused_even_when_private_destinations_are
                     .expect("req"),
             )
             .await;
-        assert_eq!(resp.status, 403, "{url}: {}", resp.body);
-        assert!(
-            resp.body.contains("refused by destination policy")
-                && resp.body.contains("own listener"),
-            "{url}: {}",
-            resp.body
-        );
+        resp.assert_says(&url, 403, &[REFUSED, "own listener"]);
     }
     // The cached robots.txt is still there: no purge reached the admin.
     assert_eq!(proxy.get(&origin.url("/b")).await.status, 200);
@@ -347,22 +305,10 @@ async fn every_redirect_hop_passes_the_policy() {
         "/moved.txt",
         Reply::redirect(&format!("http://{refused}/robots.txt")),
     );
-    let a = Origin::start().await;
-    a.route("/robots.txt", Reply::redirect(&b.url("/moved.txt")));
-    let public = vec![a.addr, b.addr];
-    let proxy = Proxy::start_with(|c| {
-        c.allow_private_destinations = false;
-        c.treat_as_public = public;
-    })
-    .await;
+    let a = Origin::with_robots_reply(Reply::redirect(&b.url("/moved.txt"))).await;
+    let proxy = policed(vec![a.addr, b.addr], |_| {}).await;
     let resp = proxy.get(&a.url("/page")).await;
-    assert_eq!(resp.status, 403, "{}", resp.body);
-    assert!(
-        resp.body.contains("refused by destination policy")
-            && resp.body.contains(&refused.to_string()),
-        "{}",
-        resp.body
-    );
+    resp.assert_says("A → B → refused", 403, &[REFUSED, &refused.to_string()]);
     assert_eq!(b.hits("/moved.txt"), 1);
     assert_eq!(accepts.load(Ordering::SeqCst), 0);
     assert_eq!(a.hits("/page"), 0);

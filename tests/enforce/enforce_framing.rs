@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support;
-use crate::support::raw::{exchange, find, until_close};
+use crate::support::raw::{RawResp, exchange, find, until_close};
 use crate::support::tls::connect;
 use crate::support::{Origin, Proxy, serve_tcp};
 
@@ -280,39 +280,24 @@ where
     Fut: std::future::Future<Output = S>,
 {
     let host = origin.addr.to_string();
-    let mut tunnel = open().await;
-    let resp = exchange(
-        &mut tunnel,
-        format!("CONNECT {host} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes(),
-    )
-    .await;
+    // Each request on a tunnel of its own.
+    let inside = |request: String| {
+        let tunnel = open();
+        async move { exchange(&mut tunnel.await, request.as_bytes()).await }
+    };
+    let resp = inside(format!("CONNECT {host} HTTP/1.1\r\nHost: {host}\r\n\r\n")).await;
     assert_eq!(resp.status(), 405, "{resp:?}");
     assert!(
         resp.header("allow")
             .is_some_and(|a| a.contains("GET") && !a.contains("CONNECT")),
         "{resp:?}"
     );
-    let mut tunnel = open().await;
-    let resp = exchange(
-        &mut tunnel,
-        format!("OPTIONS * HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await;
+    let resp = inside(format!("OPTIONS * HTTP/1.1\r\nHost: {host}\r\n{CLOSE}")).await;
     assert_eq!(resp.status(), 400, "{resp:?}");
     assert!(resp.text.contains("OPTIONS *"), "{resp:?}");
-    let mut tunnel = open().await;
-    let resp = exchange(
-        &mut tunnel,
-        format!("GET {host} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await;
+    let resp = inside(format!("GET {host} HTTP/1.1\r\nHost: {host}\r\n{CLOSE}")).await;
     assert_eq!(resp.status(), 400, "{resp:?}");
-    let mut tunnel = open().await;
-    let resp = exchange(
-        &mut tunnel,
-        format!("TRACE /x HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await;
+    let resp = inside(format!("TRACE /x HTTP/1.1\r\nHost: {host}\r\n{CLOSE}")).await;
     assert_eq!(resp.status(), 405, "{resp:?}");
     assert!(resp.header("allow").is_some(), "{resp:?}");
     assert_eq!(
@@ -348,15 +333,8 @@ async fn connect_options_star_and_trace_inside_an_intercepted_tunnel_are_answere
 async fn trace_is_405_and_never_reaches_the_origin() {
     let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     let proxy = Proxy::start().await;
-    let resp = until_close(
-        proxy.addr,
-        &format!(
-            "TRACE {} HTTP/1.1\r\nHost: {}\r\nCookie: secret\r\nConnection: close\r\n\r\n",
-            origin.url("/x"),
-            origin.addr
-        ),
-    )
-    .await;
+    let rest = format!("Cookie: secret\r\n{CLOSE}");
+    let resp = send(&proxy, "TRACE", &origin.url("/x"), &rest).await;
     assert_eq!(resp.status(), 405, "{resp:?}");
     assert!(resp.header("allow").is_some(), "{resp:?}");
     assert!(!resp.text.contains("secret"), "{resp:?}");
@@ -373,25 +351,9 @@ async fn head_options_and_unknown_methods_are_judged_and_forwarded_as_sent() {
     let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
     let proxy = Proxy::start_with(|c| c.audit.log_all = true).await;
     for method in ["HEAD", "OPTIONS", "PURGE"] {
-        let resp = until_close(
-            proxy.addr,
-            &format!(
-                "{method} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-                origin.url("/private/x"),
-                origin.addr
-            ),
-        )
-        .await;
+        let resp = send(&proxy, method, &origin.url("/private/x"), CLOSE).await;
         assert_eq!(resp.status(), 403, "{method}: {resp:?}");
-        let resp = until_close(
-            proxy.addr,
-            &format!(
-                "{method} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-                origin.url("/open"),
-                origin.addr
-            ),
-        )
-        .await;
+        let resp = send(&proxy, method, &origin.url("/open"), CLOSE).await;
         assert_eq!(resp.status(), 200, "{method}: {resp:?}");
         let last = origin.requests().pop().unwrap_or_default();
         assert!(
@@ -471,6 +433,29 @@ async fn a_response_with_two_different_content_lengths_is_a_502() {
 }
 
 // --- Request framing -----------------------------------------------------
+
+/// Sends `<method> <url> HTTP/1.1`, the URL's authority as `Host`, then
+/// `rest` (more header lines, the blank line, a body) through `proxy` byte
+/// for byte, and reads until the proxy closes.
+async fn send(proxy: &Proxy, method: &str, url: &str, rest: &str) -> RawResp {
+    let host = url.split('/').nth(2).expect("an absolute URL");
+    let head = format!("{method} {url} HTTP/1.1\r\nHost: {host}\r\n");
+    until_close(proxy.addr, format!("{head}{rest}")).await
+}
+
+/// POSTs to `/x` of `origin` through `proxy` with each of `posts` after
+/// the Host line (more headers, the blank line, a body): each is answered
+/// `status`, and none reaches the origin.
+async fn posts_refused(proxy: &Proxy, origin: &RawOrigin, posts: &[String], status: u16) {
+    for rest in posts {
+        let resp = send(proxy, "POST", &origin.url("/x"), rest).await;
+        assert_eq!(resp.status(), status, "{rest:?}: {resp:?}");
+    }
+    assert!(origin.requests().is_empty(), "{:?}", origin.requests());
+}
+
+/// `Connection: close` and no body, for [`send`].
+const CLOSE: &str = "Connection: close\r\n\r\n";
 
 /// A proxy that forwards bodies on GET, HEAD, DELETE and OPTIONS to the
 /// loopback origins of these tests.
@@ -552,14 +537,8 @@ async fn a_request_with_content_length_and_chunked_reaches_the_origin_with_one_f
             origin.url("/private/y"),
             origin.addr
         );
-        let resp = until_close(proxy.addr,
-            &format!(
-                "{method} {} HTTP/1.1\r\nHost: {}\r\n{framing}\r\n\r\n3\r\nabc\r\n0\r\n\r\n{smuggled}",
-                origin.url("/x"),
-                origin.addr
-            ),
-        )
-        .await;
+        let rest = format!("{framing}\r\n\r\n3\r\nabc\r\n0\r\n\r\n{smuggled}");
+        let resp = send(&proxy, method, &origin.url("/x"), &rest).await;
         assert_eq!(resp.status(), 200, "{framing}: {resp:?}");
         assert_eq!(resp.text.matches("HTTP/1.1 ").count(), 1, "{resp:?}");
         let seen = origin.requests().pop().unwrap_or_default();
@@ -579,25 +558,15 @@ async fn a_request_with_content_length_and_chunked_reaches_the_origin_with_one_f
 async fn ambiguous_request_framing_is_400() {
     let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
     let proxy = Proxy::start_with(|c| c.audit.log_all = true).await;
-    for framing in [
+    let framings = [
         "Content-Length: 5\r\nContent-Length: 6",
         "Content-Length: 5, 6",
         "Content-Length: +5",
         "Transfer-Encoding: gzip",
         "Transfer-Encoding: chunked, gzip",
-    ] {
-        let resp = until_close(
-            proxy.addr,
-            &format!(
-                "POST {} HTTP/1.1\r\nHost: {}\r\n{framing}\r\nConnection: close\r\n\r\nhello6",
-                origin.url("/x"),
-                origin.addr
-            ),
-        )
-        .await;
-        assert_eq!(resp.status(), 400, "{framing}: {resp:?}");
-    }
-    assert!(origin.requests().is_empty());
+    ];
+    let posts = framings.map(|framing| format!("{framing}\r\n{CLOSE}hello6"));
+    posts_refused(&proxy, &origin, &posts, 400).await;
     assert!(proxy.audit().is_empty());
 }
 
@@ -635,22 +604,14 @@ async fn curl_gets_the_whole_chunked_response_and_its_get_body_arrives() {
 async fn a_request_with_a_transfer_coding_other_than_chunked_is_501() {
     let origin = RawOrigin::start(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
     let proxy = Proxy::start().await;
-    for coding in [
+    let codings = [
         "gzip, chunked",
         "chunked, chunked",
         "chunked\r\nTransfer-Encoding: chunked",
-    ] {
-        let resp = until_close(proxy.addr,
-            &format!(
-                "POST {} HTTP/1.1\r\nHost: {}\r\nTransfer-Encoding: {coding}\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-                origin.url("/x"),
-                origin.addr
-            ),
-        )
-        .await;
-        assert_eq!(resp.status(), 501, "{coding}: {resp:?}");
-    }
-    assert!(origin.requests().is_empty());
+    ];
+    let posts = codings
+        .map(|coding| format!("Transfer-Encoding: {coding}\r\n{CLOSE}5\r\nhello\r\n0\r\n\r\n"));
+    posts_refused(&proxy, &origin, &posts, 501).await;
 }
 
 #[tokio::test]

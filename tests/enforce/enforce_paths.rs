@@ -12,6 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support;
 use crate::support::nginx::{DIRECT, Nginx};
+use crate::support::raw::ok_close;
 use crate::support::tls::{proxy_trusting, tls_origin, try_https_get};
 use crate::support::{Proxy, Resp, serve_tcp};
 
@@ -66,11 +67,7 @@ async fn raw_origin() -> (SocketAddr, Heads) {
             } else {
                 "page"
             };
-            let resp = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = s.write_all(resp.as_bytes()).await;
+            let _ = s.write_all(ok_close(body).as_bytes()).await;
             let _ = s.shutdown().await;
         }
     })
@@ -195,13 +192,12 @@ async fn the_403_the_audit_line_and_explain_name_the_resolved_path_and_rule() {
         header.contains("judged_as=\"/private/secret.html\"") && header.contains("line 2"),
         "{header}"
     );
-    let audit = proxy.audit();
-    assert_eq!(audit.len(), 1);
-    assert_eq!(audit[0]["judged_as"], "/private/secret.html");
-    assert_eq!(audit[0]["rule"], "Disallow: /private");
+    let line = proxy.only_audit_line();
+    assert_eq!(line["judged_as"], "/private/secret.html");
+    assert_eq!(line["rule"], "Disallow: /private");
     // The URL as the client sent it.
     assert_eq!(
-        audit[0]["url"],
+        line["url"],
         format!("http://{addr}/public/%2e%2e/private/secret.html")
     );
 

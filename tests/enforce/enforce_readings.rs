@@ -9,8 +9,8 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 
-use crate::support::Proxy;
 use crate::support::raw::until_close;
+use crate::support::{Proxy, need};
 
 /// A child process killed when dropped.
 struct Server {
@@ -63,6 +63,12 @@ fn spawn(program: &str, args: &[&str]) -> Option<Server> {
     })
 }
 
+/// `path` of `server` through `proxy`, byte for byte: status and body.
+async fn through(proxy: &Proxy, server: &Server, path: &str) -> (u16, String) {
+    let url = format!("http://{}{path}", server.addr);
+    raw_get(proxy.addr, &url, server.addr).await
+}
+
 /// Sends `GET <target> HTTP/1.1` to `to` byte for byte (no client
 /// normalises the target) and returns the status and body.
 async fn raw_get(to: SocketAddr, target: &str, host: SocketAddr) -> (u16, String) {
@@ -93,9 +99,7 @@ const BACKSLASH_BYPASSES: [&str; 5] = [
 
 #[tokio::test]
 async fn backslash_spellings_reach_a_node_origin_directly_but_never_through_the_proxy() {
-    let Some(node) = node_origin() else {
-        return;
-    };
+    let node = need!(node_origin());
     // Asked directly, the origin serves the secret: the bypass is real.
     for path in BACKSLASH_BYPASSES {
         let (status, body) = raw_get(node.addr, path, node.addr).await;
@@ -120,9 +124,8 @@ async fn backslash_spellings_reach_a_node_origin_directly_but_never_through_the_
     let (_, after) = raw_get(node.addr, "/__hits", node.addr).await;
     assert_eq!(after, direct);
     // Allowed paths pass as sent.
-    let url = format!("http://{}/public/page", node.addr);
     assert_eq!(
-        raw_get(proxy.addr, &url, node.addr).await,
+        through(&proxy, &node, "/public/page").await,
         (200, "page".to_string())
     );
 }
@@ -172,18 +175,15 @@ async fn reserved_characters_encoded_reach_python_http_server_but_never_through_
         assert!(!body.contains("SECRET"), "{path}");
         assert_eq!(proxy.audit().len(), i + 1, "one audit line for {path}");
     }
-    let url = format!("http://{}/wiki/Main", python.addr);
     assert_eq!(
-        raw_get(proxy.addr, &url, python.addr).await,
+        through(&proxy, &python, "/wiki/Main").await,
         (200, "page".to_string())
     );
 }
 
 #[tokio::test]
 async fn case_folds_only_on_origins_configured_case_insensitive() {
-    let Some(node) = node_origin() else {
-        return;
-    };
+    let node = need!(node_origin());
     let url = format!("http://{}/PRIVATE/x", node.addr);
     let plain = Proxy::start().await;
     assert_eq!(raw_get(plain.addr, &url, node.addr).await.0, 200);
@@ -251,9 +251,7 @@ async fn rules_about_spellings_block_only_those_spellings_on_nginx() {
         files.push((path, "page"));
     }
     files.push(("/private/x", "SECRET"));
-    let Some(nginx) = crate::support::nginx::Nginx::start(&files) else {
-        return;
-    };
+    let nginx = need!(crate::support::nginx::Nginx::start(&files));
     let proxy = Proxy::start().await;
     for path in SPELLING_ALLOWED.iter().filter(|p| **p != "/") {
         let resp = proxy.get(&nginx.url(path)).await;

@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support;
-use crate::support::raw::{BOUND, RawResp, find, read_answer, read_response};
+use crate::support::raw::{BOUND, RawResp, find, read_answer, read_response, request};
 use crate::support::{Proxy, serve_tcp};
 
 /// An origin that parses requests the way Python's `BaseHTTPRequestHandler`
@@ -35,6 +35,16 @@ impl BodyIgnoringOrigin {
 
     fn lines(&self) -> Vec<String> {
         self.lines.lock().expect("lines").clone()
+    }
+
+    /// Fails unless no request for a `/private` path reached it (none was
+    /// smuggled in a body); `what` says what that would mean.
+    fn assert_nothing_private(&self, what: &str) {
+        let lines = self.lines();
+        assert!(
+            lines.iter().all(|l| !l.contains("/private")),
+            "{what}: {lines:?}"
+        );
     }
 
     fn url(&self, path: &str) -> String {
@@ -138,12 +148,7 @@ async fn a_get_body_holding_a_request_is_refused_and_never_reaches_the_origin() 
     let host = origin.addr.to_string();
     let url = origin.url("/public");
 
-    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
-    client
-        .write_all(smuggling_get(&url, &host).as_bytes())
-        .await
-        .expect("write");
-    let resp = read_response(&mut client).await;
+    let resp = request(proxy.addr, smuggling_get(&url, &host)).await;
     assert_refused(&resp, &proxy, &url);
 
     // A chunked body is a body too.
@@ -152,9 +157,7 @@ async fn a_get_body_holding_a_request_is_refused_and_never_reaches_the_origin() 
         "GET {url} HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{inner}\r\n0\r\n\r\n",
         inner.len()
     );
-    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
-    client.write_all(chunked.as_bytes()).await.expect("write");
-    assert_eq!(read_response(&mut client).await.status(), 400);
+    assert_eq!(request(proxy.addr, chunked).await.status(), 400);
 
     // So is one on HEAD, DELETE and OPTIONS; `Content-Length: 0` is none.
     for method in ["HEAD", "DELETE", "OPTIONS"] {
@@ -164,20 +167,15 @@ async fn a_get_body_holding_a_request_is_refused_and_never_reaches_the_origin() 
         let resp = read_answer(&mut client, method == "HEAD").await;
         assert_eq!(resp.status(), 400, "{method}");
     }
-    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
     let empty = format!("GET {url} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n");
-    client.write_all(empty.as_bytes()).await.expect("write");
-    let resp = read_response(&mut client).await;
+    let resp = request(proxy.addr, empty).await;
     assert_eq!((resp.status(), resp.body()), (200, "page /public"));
 
     // Another client's request gets its own answer.
     let other = proxy.get(&origin.url("/other")).await;
     assert_eq!((other.status, other.body.as_str()), (200, "page /other"));
+    origin.assert_nothing_private("a smuggled request reached the origin");
     let lines = origin.lines();
-    assert!(
-        lines.iter().all(|l| !l.contains("/private")),
-        "a smuggled request reached the origin: {lines:?}"
-    );
     assert_eq!(
         lines
             .iter()
@@ -202,7 +200,7 @@ async fn a_get_body_inside_a_tunnel_is_refused() {
         .expect("write");
     let resp = read_response(&mut tunnel).await;
     assert_refused(&resp, &proxy, &origin.url("/public"));
-    assert!(origin.lines().iter().all(|l| !l.contains("/private")));
+    origin.assert_nothing_private("a smuggled request reached the origin");
 }
 
 /// An origin named in `upstream.allow_bodies_for` gets the body; should it
@@ -217,22 +215,13 @@ async fn an_allowed_get_body_is_forwarded_on_a_connection_of_its_own() {
     .await;
     let host = origin.addr.to_string();
     let url = origin.url("/search");
-    let mut client = TcpStream::connect(proxy.addr).await.expect("connect");
-    client
-        .write_all(smuggling_get(&url, &host).as_bytes())
-        .await
-        .expect("write");
-    let resp = read_response(&mut client).await;
+    let resp = request(proxy.addr, smuggling_get(&url, &host)).await;
     assert_eq!((resp.status(), resp.body()), (200, "page /search"));
     for path in ["/a", "/b", "/c"] {
         let resp = proxy.get(&origin.url(path)).await;
         assert_eq!(resp.body, format!("page {path}"));
     }
-    let lines = origin.lines();
-    assert!(
-        lines.iter().all(|l| !l.contains("/private")),
-        "the body was read as a request: {lines:?}"
-    );
+    origin.assert_nothing_private("the body was read as a request");
 }
 
 /// After the 400 the client connection is not desynchronised: the refused
@@ -279,5 +268,5 @@ async fn the_refused_body_is_not_read_as_the_next_request() {
     }
     // The secret's URL was neither judged nor fetched.
     assert!(proxy.audit().iter().all(|l| l["url"] != secret.as_str()));
-    assert!(origin.lines().iter().all(|l| !l.contains("/private")));
+    origin.assert_nothing_private("the body was read as a request");
 }

@@ -20,13 +20,8 @@ async fn enforce_refuses_before_fetching_and_names_the_line() {
     let proxy = Proxy::start_with(|c| c.usage.purposes = vec!["train-ai".into()]).await;
 
     let resp = proxy.get(&origin.url("/test")).await;
-    assert_eq!(resp.status, 403, "{}", resp.body);
-    assert!(
-        resp.body
-            .contains("Rule:       line 4: Content-Usage: train-ai=n"),
-        "{}",
-        resp.body
-    );
+    let rule = "Rule:       line 4: Content-Usage: train-ai=n";
+    resp.assert_says("train-ai", 403, &[rule]);
     assert!(
         resp.body.contains("Usage:      train-ai=n"),
         "{}",
@@ -41,12 +36,11 @@ async fn enforce_refuses_before_fetching_and_names_the_line() {
         "{header}"
     );
     assert_eq!(origin.hits("/test"), 0, "nothing fetched");
-    let audit = proxy.audit();
-    assert_eq!(audit.len(), 1);
-    assert_eq!(audit[0]["decision"], "usage_disallowed");
-    assert_eq!(audit[0]["usage"], "train-ai=n");
-    assert_eq!(audit[0]["rule_line"], 4);
-    assert_eq!(audit[0]["rule"], "Content-Usage: train-ai=n");
+    let line = proxy.only_audit_line();
+    assert_eq!(line["decision"], "usage_disallowed");
+    assert_eq!(line["usage"], "train-ai=n");
+    assert_eq!(line["rule_line"], 4);
+    assert_eq!(line["rule"], "Content-Usage: train-ai=n");
 
     // A path-scoped `y` and a disallowed path decide as the draft's table.
     assert_eq!(proxy.get(&origin.url("/ai-ok/test")).await.status, 200);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 
-use crate::support::tls::{https_get, tls_origin};
+use crate::support::tls::{proxy_trusting_with, tls_origin_with_robots};
 use crate::support::{Origin, Proxy, Reply, admin, garbage_origin, raw, requests_total};
 
 #[tokio::test]
@@ -96,24 +96,18 @@ async fn each_answer_is_counted_once_under_its_own_label() {
 
 #[tokio::test]
 async fn an_intercepted_connect_and_each_request_in_it_count_once() {
-    let o = tls_origin("localhost").await;
-    o.origin.robots("User-agent: *\nDisallow: /private\n");
-    let ca_file = o.ca_file.clone();
-    let proxy = Proxy::start_with(move |c| {
-        c.upstream.ca_files = vec![ca_file];
+    let o = tls_origin_with_robots("localhost", "User-agent: *\nDisallow: /private\n").await;
+    let proxy = proxy_trusting_with(&o, |c| {
         admin(c);
         c.audit.log_all = true;
     })
     .await;
-    let port = o.origin.addr.port();
     assert_eq!(
-        https_get(&proxy, "localhost", port, "/page", false)
-            .await
-            .status,
+        o.get_via(&proxy, "localhost", "/page", false).await.status,
         200
     );
     assert_eq!(
-        https_get(&proxy, "localhost", port, "/private/x", true)
+        o.get_via(&proxy, "localhost", "/private/x", true)
             .await
             .status,
         403

@@ -7,7 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{Origin, Proxy, json_lines};
+use crate::support::{NO_HANG, Origin, Proxy, json_lines, need, until_paced};
+
+/// How often a request asks whether the proxy has recovered: a client
+/// retrying.
+const EVERY: Duration = Duration::from_millis(50);
 
 /// A tmpfs of `size` mounted on `dir` for the test's lifetime.
 struct Tmpfs(PathBuf);
@@ -63,9 +67,7 @@ fn count(lines: &[serde_json::Value], decision: &str) -> usize {
 async fn a_full_disk_never_lets_an_answer_out_without_its_line_nor_leaves_a_torn_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mnt = dir.path().join("small");
-    let Some(_tmpfs) = Tmpfs::mount(&mnt, "64k") else {
-        return;
-    };
+    let _tmpfs = need!(Tmpfs::mount(&mnt, "64k"));
     let audit = mnt.join("audit.jsonl");
     let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     let path = audit.clone();
@@ -112,15 +114,18 @@ async fn a_full_disk_never_lets_an_answer_out_without_its_line_nor_leaves_a_torn
     // Space comes back: the proxy recovers on its own (it retries opening
     // at most once a second) and every line in the file still parses.
     std::fs::remove_file(&filler).expect("free space");
-    let mut recovered = false;
-    for _ in 0..100 {
-        if proxy.get(&origin.url("/private/after")).await.status == 403 {
-            recovered = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(recovered, "writes resume once there is space");
+    until_paced(
+        "writes to resume once there is space",
+        NO_HANG,
+        EVERY,
+        || async {
+            match proxy.get(&origin.url("/private/after")).await.status {
+                403 => Ok(()),
+                status => Err(format!("answered {status}")),
+            }
+        },
+    )
+    .await;
     let written = json_lines(&audit);
     assert_eq!(
         written.last().map(|l| l["url"].clone()),
@@ -151,17 +156,18 @@ async fn a_deleted_audit_file_or_directory_is_noticed_and_recreated() {
         }
         // The check runs at most once a second: keep sending until the
         // file is back at its path.
-        let mut back = false;
-        for i in 0..100 {
-            let resp = proxy.get(&origin.url(&format!("/private/x{i}"))).await;
-            assert_eq!(resp.status, 403);
-            if audit.exists() {
-                back = true;
-                break;
+        let sent = std::cell::Cell::new(0);
+        let what = format!("the file recreated (directory removed: {remove_dir})");
+        until_paced(&what, NO_HANG, EVERY, || {
+            let url = origin.url(&format!("/private/x{}", sent.replace(sent.get() + 1)));
+            let (proxy, audit) = (&proxy, &audit);
+            async move {
+                let resp = proxy.get(&url).await;
+                assert_eq!(resp.status, 403);
+                audit.exists().then_some(())
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(back, "recreated (directory removed: {remove_dir})");
+        })
+        .await;
         let written = json_lines(&audit);
         assert_eq!(written.len(), 1, "{written:?}");
         assert_eq!(written[0]["decision"], "disallowed");

@@ -14,36 +14,36 @@ use crate::support::binary::command;
 const SHA_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const SHA_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
 
-/// One audit line as the proxy writes it (the fields a report reads).
-#[allow(clippy::too_many_arguments)]
-fn line(
-    time: &str,
-    client: &str,
-    user: Option<&str>,
-    url: &str,
-    agent: &str,
-    decision: &str,
-    rule: Option<(u32, &str)>,
-    sha: Option<&str>,
-) -> String {
+/// One audit line as the proxy writes it (the fields a report reads),
+/// from `spec`: time, client, user, URL, agent, decision, rule (its line
+/// number, a space, its text) and robots.txt digest, separated by `|`,
+/// an empty field for none (user, rule, digest).
+fn line(spec: &str) -> String {
+    let f: Vec<&str> = spec.split('|').collect();
+    assert_eq!(f.len(), 8, "{spec}");
+    let some = |field: &str| (!field.is_empty()).then(|| field.to_owned());
+    let rule = some(f[6]).map(|r| {
+        let (n, text) = r.split_once(' ').expect("a rule's line and text");
+        (n.parse::<u32>().expect("a line number"), text.to_owned())
+    });
     let mut v = json!({
         "seq": 1,
-        "time": time,
-        "client": client,
+        "time": f[0],
+        "client": f[1],
         "method": "GET",
-        "url": url,
-        "agent": agent,
-        "decision": decision,
+        "url": f[3],
+        "agent": f[4],
+        "decision": f[5],
         "reason": "test",
-        "rule_line": rule.map(|r| r.0),
-        "rule": rule.map(|r| r.1),
+        "rule_line": rule.as_ref().map(|r| r.0),
+        "rule": rule.as_ref().map(|r| r.1.clone()),
         "robots_url": "x",
         "chain": "0".repeat(64),
     });
-    if let Some(user) = user {
+    if let Some(user) = some(f[2]) {
         v["user"] = json!(user);
     }
-    if let Some(sha) = sha {
+    if let Some(sha) = some(f[7]) {
         v["robots_sha256"] = json!(sha);
     }
     v.to_string()
@@ -52,59 +52,15 @@ fn line(
 /// Two files, the second gzip: 8 requests over three days, 5 blocked, a
 /// checkpoint and an unreadable line.
 fn log(dir: &Path) -> Vec<PathBuf> {
-    let private = Some((2, "Disallow: /private"));
+    let private = "2 Disallow: /private";
     let day1 = [
-        line(
-            "2026-03-01T08:00:00.000Z",
-            "10.0.0.1:1000",
-            Some("ann"),
-            "http://a.example/private/1",
-            "alphabot",
-            "disallowed",
-            private,
-            None,
-        ),
-        line(
-            "2026-03-01T09:00:00.000Z",
-            "10.0.0.1:1001",
-            Some("ann"),
-            "http://a.example/private/1",
-            "alphabot",
-            "disallowed",
-            private,
-            None,
-        ),
-        line(
-            "2026-03-01T10:00:00.000Z",
-            "10.0.0.1:1002",
-            Some("ann"),
-            "http://a.example/private/2?<script>",
-            "alphabot",
-            "disallowed",
-            private,
-            None,
-        ),
-        line(
-            "2026-03-01T11:00:00.000Z",
-            "10.0.0.2:5",
-            None,
-            "http://a.example/p",
-            "alphabot",
-            "allowed",
-            None,
-            None,
-        ),
-        line(
-            "2026-03-01T12:00:00.000Z",
-            "10.0.0.2:5",
-            None,
-            "http://a.example/p",
-            "alphabot",
-            "allowed",
-            None,
-            None,
-        ),
-    ];
+        format!("2026-03-01T08:00:00.000Z|10.0.0.1:1000|ann|http://a.example/private/1|alphabot|disallowed|{private}|"),
+        format!("2026-03-01T09:00:00.000Z|10.0.0.1:1001|ann|http://a.example/private/1|alphabot|disallowed|{private}|"),
+        format!("2026-03-01T10:00:00.000Z|10.0.0.1:1002|ann|http://a.example/private/2?<script>|alphabot|disallowed|{private}|"),
+        "2026-03-01T11:00:00.000Z|10.0.0.2:5||http://a.example/p|alphabot|allowed||".to_owned(),
+        "2026-03-01T12:00:00.000Z|10.0.0.2:5||http://a.example/p|alphabot|allowed||".to_owned(),
+    ]
+    .map(|spec| line(&spec));
     let first = dir.join("audit.jsonl.1.gz");
     let mut gz = flate2::write::GzEncoder::new(
         std::fs::File::create(&first).expect("create"),
@@ -115,37 +71,14 @@ fn log(dir: &Path) -> Vec<PathBuf> {
         .expect("gzip");
     gz.finish().expect("gzip");
     let rest = [
-        line(
-            "2026-03-02T08:00:00.000Z",
-            "10.0.0.2:6",
-            None,
-            "http://b.example:8080/x",
-            "betabot",
-            "disallowed",
-            Some((3, "Disallow: /x")),
-            Some(SHA_A),
-        ),
-        line(
-            "2026-03-02T09:00:00.000Z",
-            "10.0.0.2:7",
-            None,
-            "http://b.example:8080/y",
-            "betabot",
-            "unreachable",
-            None,
-            Some(SHA_B),
-        ),
+        line(&format!(
+            "2026-03-02T08:00:00.000Z|10.0.0.2:6||http://b.example:8080/x|betabot|disallowed|3 Disallow: /x|{SHA_A}"
+        )),
+        line(&format!(
+            "2026-03-02T09:00:00.000Z|10.0.0.2:7||http://b.example:8080/y|betabot|unreachable||{SHA_B}"
+        )),
         "not json".to_owned(),
-        line(
-            "2026-03-03T08:00:00.000Z",
-            "10.0.0.3:9",
-            None,
-            "https://c.example/",
-            "alphabot",
-            "tunnelled",
-            None,
-            None,
-        ),
+        line("2026-03-03T08:00:00.000Z|10.0.0.3:9||https://c.example/|alphabot|tunnelled||"),
     ];
     let second = dir.join("audit.jsonl");
     std::fs::write(&second, format!("{}\n", rest.join("\n"))).expect("write");

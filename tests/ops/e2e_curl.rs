@@ -4,7 +4,7 @@ use std::process::Command;
 
 use crate::support;
 use crate::support::Origin;
-use crate::support::binary::{Running, TextFile, command, open_files, run};
+use crate::support::binary::{Running, TextFile, command, open_files, run, run_on};
 
 /// The binary started with `run args`.
 async fn start(args: &[&str]) -> Running {
@@ -69,11 +69,11 @@ async fn curl_through_the_binary_allowed_and_blocked_then_clean_sigterm() {
 
 #[test]
 fn run_with_a_bad_config_names_key_and_line() {
-    let bad = TextFile::new(
+    let out = run_on(
         "bad.toml",
         "listen = \"127.0.0.1:0\"\n[robots]\nfetch_timeout = \"fast\"\n",
+        &["run", "--config"],
     );
-    let out = bad.run(&["run", "--config"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("line 3") && err.contains("fast"), "{err}");
@@ -88,11 +88,11 @@ fn config_check_accepts_the_shipped_example_and_rejects_unknown_keys() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let bad = TextFile::new(
+    let out = run_on(
         "bad.toml",
         "[admin]\nlisten = \"127.0.0.1:9000\"\nport = 3\n",
+        &["config", "check"],
     );
-    let out = bad.run(&["config", "check"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("line 3") && err.contains("port"), "{err}");
@@ -178,11 +178,11 @@ fn config_check_is_as_strict_as_run_and_reports_every_error() {
 /// (file and flag), and means the IPv4 loopback.
 #[test]
 fn localhost_is_a_listen_address() {
-    let file = TextFile::new(
+    let out = run_on(
         "localhost.toml",
         "listen = \"localhost:3128\"\n[admin]\nlisten = \"localhost:9128\"\n",
+        &["config", "check"],
     );
-    let out = file.run(&["config", "check"]);
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use crate::support::Origin;
 use crate::support::component;
-use crate::support::tls::{proxy_trusting, tls_origin};
+use crate::support::tls::{proxy_trusting, tls_origin_with_robots};
 
 /// The file the `/ca` page tells Node users to write.
 const USE_PROXY: &str = "const undici = require('undici');\n\
@@ -72,8 +72,7 @@ async fn nodes_fetch_goes_through_the_proxy_as_the_ca_page_sets_it_up() {
     component::used("node");
     let plain = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     plain.route("/page", crate::support::Reply::ok("page"));
-    let tls = tls_origin("127.0.0.1").await;
-    tls.origin.robots("User-agent: *\nDisallow: /private\n");
+    let tls = tls_origin_with_robots("127.0.0.1", "User-agent: *\nDisallow: /private\n").await;
     tls.origin
         .route("/page", crate::support::Reply::ok("tls page"));
     let proxy = proxy_trusting(&tls).await;

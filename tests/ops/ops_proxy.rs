@@ -135,18 +135,11 @@ async fn admin_metrics_count_decisions_fetches_cache_events_latency_and_connecti
     // Once every client connection is closed the gauge returns to 0
     // (earlier connections close asynchronously: poll, bounded).
     drop(held);
-    let deadline = Instant::now() + NO_HANG;
-    loop {
-        let text = proxy.metrics().await;
-        if metric(&text, "robots_proxy_open_connections") == Some(0.0) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "connections never closed: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    proxy
+        .until_metrics("every connection to close", |t| {
+            metric(t, "robots_proxy_open_connections") == Some(0.0)
+        })
+        .await;
 }
 
 #[tokio::test]
@@ -288,10 +281,9 @@ async fn crawl_delay_in_reject_mode_answers_429_with_retry_after_and_audits_rate
         0,
         "a rate-limited request is not forwarded"
     );
-    let audit = proxy.audit();
-    assert_eq!(audit.len(), 1, "{audit:?}");
-    assert_eq!(audit[0]["decision"], "rate_limited");
-    assert_eq!(audit[0]["url"], origin.url("/two"));
+    let line = proxy.only_audit_line();
+    assert_eq!(line["decision"], "rate_limited");
+    assert_eq!(line["url"], origin.url("/two"));
 }
 
 #[tokio::test]
@@ -552,12 +544,9 @@ async fn at_max_connections_a_new_client_waits_until_one_closes() {
     .await;
     let (addr, url) = (proxy.addr, origin.url("/second"));
     let second = tokio::spawn(async move { Conn::open(addr).await.get(&url).await });
-    let metrics = proxy.metrics().await;
-    assert_eq!(
-        metric(&metrics, "robots_proxy_open_connections"),
-        Some(1.0),
-        "{metrics}"
-    );
+    proxy
+        .assert_metric("robots_proxy_open_connections", 1.0, "the first only")
+        .await;
     assert!(!second.is_finished(), "served beyond max_connections");
     assert_eq!(origin.hits("/second"), 0);
 

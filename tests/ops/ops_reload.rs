@@ -15,10 +15,14 @@ const ROBOTS: &str = "User-agent: alphabot\nDisallow: /a\n\nUser-agent: betabot\
 /// keep-alive client connection to it.
 async fn alphabot() -> (Origin, Setup, Running, Conn) {
     let origin = Origin::with_robots(ROBOTS).await;
-    let setup = Setup::with_config("alphabot", "");
-    let proxy = setup.start().await;
+    let (setup, proxy) = Setup::running("alphabot", "").await;
     let conn = Conn::open(proxy.addr).await;
     (origin, setup, proxy, conn)
+}
+
+/// The status of a GET of `url` on `conn` whose User-Agent is `ua`.
+async fn status_as(conn: &mut Conn, url: &str, ua: &str) -> u16 {
+    conn.send(get_with(url, &[("user-agent", ua)])).await.status
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,22 +52,10 @@ async fn sighup_applies_new_agent_and_mapping_on_an_open_keep_alive_connection()
     let line = proxy.reload("configuration reloaded").await;
     assert!(line.contains("changed=agents.python-requests"), "{line}");
     let ua = "python-requests/2.32";
+    assert_eq!(status_as(&mut conn, &origin.url("/a/3"), ua).await, 403);
+    assert_eq!(status_as(&mut conn, &origin.url("/b/3"), ua).await, 200);
     assert_eq!(
-        conn.send(get_with(&origin.url("/a/3"), &[("user-agent", ua)]))
-            .await
-            .status,
-        403
-    );
-    assert_eq!(
-        conn.send(get_with(&origin.url("/b/3"), &[("user-agent", ua)]))
-            .await
-            .status,
-        200
-    );
-    assert_eq!(
-        conn.send(get_with(&origin.url("/b/4"), &[("user-agent", "curl/8")]))
-            .await
-            .status,
+        status_as(&mut conn, &origin.url("/b/4"), "curl/8").await,
         403
     );
 
@@ -80,12 +72,7 @@ async fn sighup_applies_new_agent_and_mapping_on_an_open_keep_alive_connection()
         "one fetch per new set of agents"
     );
     assert_eq!(conn.get(&origin.url("/b/5")).await.status, 403);
-    assert_eq!(
-        conn.send(get_with(&origin.url("/b/6"), &[("user-agent", ua)]))
-            .await
-            .status,
-        200
-    );
+    assert_eq!(status_as(&mut conn, &origin.url("/b/6"), ua).await, 200);
     assert_eq!(
         origin.hits("/robots.txt"),
         3,

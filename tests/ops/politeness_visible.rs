@@ -61,26 +61,22 @@ async fn a_client_that_gives_up_while_held_gives_its_slot_back() {
         conn.send(Request::get(url).body(Bytes::new()).expect("req"))
             .await
     });
+    // Requests held now (the metric), and when the next slot is free.
+    let held = async |n: f64, why: &str| {
+        proxy
+            .assert_metric("robots_proxy_politeness_waiting", n, why)
+            .await;
+        let explained = proxy.explain(&origin.url("/x")).await;
+        explained["politeness"]["next_slot_in_secs"]
+            .as_f64()
+            .expect("next slot")
+    };
     events.next("held for a Crawl-delay slot").await;
-    assert_eq!(
-        metric(&proxy.metrics().await, "robots_proxy_politeness_waiting"),
-        Some(1.0),
-        "the second request is held"
-    );
-    let booked = proxy.explain(&origin.url("/x")).await["politeness"]["next_slot_in_secs"]
-        .as_f64()
-        .expect("next slot");
+    let booked = held(1.0, "the second request is held").await;
     assert!(booked > 20.0, "two slots booked: {booked}");
     client.abort();
     events.next("Crawl-delay slot given back").await;
-    assert_eq!(
-        metric(&proxy.metrics().await, "robots_proxy_politeness_waiting"),
-        Some(0.0),
-        "the held request ended with its client"
-    );
-    let next = proxy.explain(&origin.url("/x")).await["politeness"]["next_slot_in_secs"]
-        .as_f64()
-        .expect("next slot");
+    let next = held(0.0, "the held request ended with its client").await;
     assert!(next <= 20.0, "the slot was given back: next in {next} s");
     assert_eq!(origin.hits("/second"), 0);
 }

@@ -113,8 +113,7 @@ async fn audit_lines_name_the_robots_txt_in_force_and_the_archive_keeps_each_ver
 
 #[tokio::test]
 async fn a_fetch_that_gives_no_file_is_recorded_as_its_outcome() {
-    let origin = Origin::start().await;
-    origin.route("/robots.txt", crate::support::Reply::status(503));
+    let origin = Origin::with_robots_reply(crate::support::Reply::status(503)).await;
     let proxy = Proxy::start().await;
     assert_eq!(proxy.get(&origin.url("/a")).await.status, 503);
     let lines = proxy.audit();

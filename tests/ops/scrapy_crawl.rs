@@ -105,7 +105,6 @@ async fn scrapy_gets_every_allowed_page_of_a_crawl_delay_site() {
         "{log}"
     );
     assert_eq!(origin.hits("/private/secret"), 0);
-    let audit = proxy.audit();
-    assert_eq!(audit.len(), 1, "{audit:?}");
-    assert_eq!(audit[0]["decision"], "disallowed");
+    let line = proxy.only_audit_line();
+    assert_eq!(line["decision"], "disallowed");
 }

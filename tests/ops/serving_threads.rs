@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::support::{Conn, HeldOrigin, Origin, Proxy, until_refused};
+use crate::support::{Conn, HeldOrigin, Origin, Proxy, until_refused, until_within};
 
 /// Threads of this process named as the proxy names its extra serving
 /// threads (the first serving thread is the runtime `App::serve` runs on).
@@ -21,14 +21,26 @@ const NO_HANG: Duration = Duration::from_secs(20);
 /// Waits (bounded) until no serving thread is left: a joined thread leaves
 /// `/proc/self/task` a moment after `pthread_join` returns.
 async fn threads_gone() {
-    let deadline = tokio::time::Instant::now() + NO_HANG;
-    while serving_threads() > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "serving threads outlived the proxy"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_within(
+        "the serving threads to end with the proxy",
+        NO_HANG,
+        || async {
+            match serving_threads() {
+                0 => Ok(()),
+                n => Err(format!("{n} serving threads")),
+            }
+        },
+    )
+    .await;
+}
+
+/// A proxy on `workers` serving threads, `grace` to drain on shutdown.
+async fn serving(workers: usize, grace: Duration) -> Proxy {
+    Proxy::start_with(|c| {
+        c.workers = workers;
+        c.shutdown_grace = grace;
+    })
+    .await
 }
 
 // One test in this file: it counts the process's threads. On a
@@ -37,11 +49,7 @@ async fn threads_gone() {
 async fn every_serving_thread_serves_drains_and_ends_with_the_proxy() {
     let origin = Origin::start().await;
     let held = HeldOrigin::start().await;
-    let mut proxy = Proxy::start_with(|c| {
-        c.workers = 3;
-        c.shutdown_grace = Duration::from_secs(30);
-    })
-    .await;
+    let mut proxy = serving(3, Duration::from_secs(30)).await;
     let addr = proxy.addr;
 
     // Many keep-alive connections at once, several requests each, spread
@@ -97,11 +105,7 @@ async fn every_serving_thread_serves_drains_and_ends_with_the_proxy() {
     // it (the other one: of equally loaded threads the calling one comes
     // last), and the threads end all the same.
     let held = HeldOrigin::start().await;
-    let mut proxy = Proxy::start_with(|c| {
-        c.workers = 2;
-        c.shutdown_grace = Duration::from_millis(200);
-    })
-    .await;
+    let mut proxy = serving(2, Duration::from_millis(200)).await;
     let addr = proxy.addr;
     let stuck = held.hold(addr, "/never").await;
     assert_eq!(serving_threads(), 1);

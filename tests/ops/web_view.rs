@@ -13,7 +13,7 @@ use robots_proxy::config::AdminUser;
 use serde_json::Value;
 
 use crate::support::webdriver::{Browser, output_dir, tools};
-use crate::support::{Conn, Origin, Proxy, Resp, admin, basic, cheap_hash};
+use crate::support::{Conn, Origin, Proxy, Resp, admin, basic, cheap_hash, until};
 
 const ALLOWED: usize = 5;
 const BLOCKED: usize = 3;
@@ -67,6 +67,19 @@ async fn resources(browser: &Browser) -> Vec<Value> {
 
 /// Checks a loaded page: complete, nothing loaded besides it, nothing in
 /// the console (a CSP violation, a failed load or a script error would be).
+/// Clicks the element `selector` finds, waits until `page` (a script's
+/// condition) holds of the page loaded whole, and checks it is clean.
+async fn click_to(browser: &Browser, selector: &str, page: &str, what: &str) {
+    let element = browser.find(selector).await;
+    browser.click(&element).await;
+    browser
+        .wait_for(&format!(
+            "return {page} && document.readyState === 'complete';"
+        ))
+        .await;
+    assert_clean(browser, what).await;
+}
+
 async fn assert_clean(browser: &Browser, what: &str) {
     assert_eq!(
         browser.script("return document.readyState;").await,
@@ -223,12 +236,14 @@ async fn the_web_view_in_chromium_shows_the_decisions_loads_nothing_else_and_ask
     assert_eq!(text(&browser, "origins-total").await, "1");
 
     // The rule's link: the archived robots.txt with its line marked.
-    let link = browser.find("#top-rules a").await;
-    browser.click(&link).await;
-    browser
-        .wait_for("return location.pathname.startsWith('/robots/') && document.readyState === 'complete';")
-        .await;
-    assert_clean(&browser, "the archived robots.txt").await;
+    let robots_page = "location.pathname.startsWith('/robots/')";
+    click_to(
+        &browser,
+        "#top-rules a",
+        robots_page,
+        "the archived robots.txt",
+    )
+    .await;
     browser.screenshot(&out.join("web-view-robots.png")).await;
     let marked = browser
         .script(
@@ -256,12 +271,14 @@ async fn the_web_view_in_chromium_shows_the_decisions_loads_nothing_else_and_ask
     browser
         .type_into(&url_field, &origin.url("/private/typed"))
         .await;
-    let submit = browser.find("#explain-submit").await;
-    browser.click(&submit).await;
-    browser
-        .wait_for("return location.pathname === '/explain' && document.readyState === 'complete';")
-        .await;
-    assert_clean(&browser, "the explain answer").await;
+    let explain_page = "location.pathname === '/explain'";
+    click_to(
+        &browser,
+        "#explain-submit",
+        explain_page,
+        "the explain answer",
+    )
+    .await;
     assert_eq!(text(&browser, "explain-decision").await, "disallowed");
     browser.screenshot(&out.join("web-view-explain.png")).await;
 
@@ -302,19 +319,12 @@ async fn the_charts_are_rebuilt_from_the_audit_log_at_start() {
         std::fs::write(&path, lines.join("\n") + "\n").expect("an audit log from before");
     })
     .await;
-    let counts = async {
-        loop {
-            let page = proxy.admin_get("/").await;
-            assert_eq!(page.status, 200, "{page:?}");
-            if !page.body.contains("Reading the audit log") {
-                return page.body;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    };
-    let body = tokio::time::timeout(crate::support::NO_HANG, counts)
-        .await
-        .expect("the audit log read back");
+    let body = until("the audit log read back", || async {
+        let page = proxy.admin_get("/").await;
+        assert_eq!(page.status, 200, "{page:?}");
+        (!page.body.contains("Reading the audit log")).then_some(page.body)
+    })
+    .await;
     assert!(
         body.contains("set <code>[[admin.users]]</code> when more than one person can"),
         "{body}"

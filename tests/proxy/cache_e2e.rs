@@ -8,7 +8,7 @@ use http::Request;
 use robots_proxy::config::{CacheMode, Config};
 
 use crate::support;
-use crate::support::tls::{https_get, tls_origin};
+use crate::support::tls::{proxy_trusting_with, tls_origin_with_robots};
 use crate::support::{Origin, Proxy, Reply, admin, get_with, metric};
 
 fn enable(c: &mut Config, mode: CacheMode) {
@@ -431,21 +431,18 @@ async fn admin_purges_by_url_and_prefix_and_explain_shows_the_stored_response() 
 
 #[tokio::test]
 async fn https_is_cached_under_its_https_url() {
-    let o = tls_origin("127.0.0.1").await;
-    o.origin.robots("User-agent: *\nAllow: /\n");
+    let o = tls_origin_with_robots("127.0.0.1", "User-agent: *\nAllow: /\n").await;
     o.origin.route(
         "/s",
         Reply::ok("secret-ish").header("cache-control", "max-age=60"),
     );
-    let ca_file = o.ca_file.clone();
-    let proxy = Proxy::start_with(move |c| {
+    let proxy = proxy_trusting_with(&o, |c| {
         enable(c, CacheMode::Rfc9111);
-        c.upstream.ca_files = vec![ca_file];
     })
     .await;
     let port = o.origin.addr.port();
-    let first = https_get(&proxy, "127.0.0.1", port, "/s", false).await;
-    let second = https_get(&proxy, "127.0.0.1", port, "/s", true).await;
+    let first = o.get_via(&proxy, "127.0.0.1", "/s", false).await;
+    let second = o.get_via(&proxy, "127.0.0.1", "/s", true).await;
     assert_eq!(second.body, "secret-ish");
     assert!(cache_status(&first).contains("stored"));
     assert_eq!(cache_status(&second), "robots-proxy; hit");

@@ -21,8 +21,7 @@ fn assert_no_store(resp: &Resp, status: u16, what: &str) {
 async fn every_answer_the_proxy_makes_is_no_store() {
     let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     origin.route("/slow", Reply::ok("late").delay(Duration::from_secs(5)));
-    let down = Origin::start().await;
-    down.route("/robots.txt", Reply::status(500));
+    let down = Origin::with_robots_reply(Reply::status(500)).await;
     let garbage = garbage_origin().await;
     let proxy = Proxy::start_with(|c| {
         c.upstream.response_timeout = Duration::from_millis(300);

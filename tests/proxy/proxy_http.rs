@@ -75,9 +75,7 @@ async fn disallowed_request_gets_403_with_rule_and_never_reaches_origin() {
     assert!(header.contains("line 3: Disallow: /private"), "{header}");
     assert_eq!(origin.hits("/private/data?x=1"), 0);
     // The audit line says the same thing.
-    let audit = proxy.audit();
-    assert_eq!(audit.len(), 1);
-    let line = &audit[0];
+    let line = proxy.only_audit_line();
     assert_eq!(line["decision"], "disallowed");
     assert_eq!(line["method"], "GET");
     assert_eq!(line["url"], origin.url("/private/data?x=1"));
@@ -132,8 +130,7 @@ async fn client_user_agent_mapping_selects_the_mapped_group() {
 #[tokio::test]
 async fn robots_4xx_means_allow_all() {
     for status in [401, 403, 404, 410] {
-        let origin = Origin::start().await;
-        origin.route("/robots.txt", Reply::status(status));
+        let origin = Origin::with_robots_reply(Reply::status(status)).await;
         let proxy = Proxy::start().await;
         let resp = proxy.get(&origin.url("/anything")).await;
         assert_eq!(resp.status, 200, "robots.txt {status}");
@@ -143,8 +140,7 @@ async fn robots_4xx_means_allow_all() {
 #[tokio::test]
 async fn robots_429_and_5xx_mean_disallow_all_with_503_and_retry_after() {
     for status in [429, 500, 502, 503] {
-        let origin = Origin::start().await;
-        origin.route("/robots.txt", Reply::status(status));
+        let origin = Origin::with_robots_reply(Reply::status(status)).await;
         let proxy = Proxy::start().await;
         let resp = proxy.get(&origin.url("/anything")).await;
         assert_eq!(resp.status, 503, "robots.txt {status}");
@@ -173,14 +169,17 @@ fn redirect_chain(origin: &Origin, hops: usize) {
     }
 }
 
+/// An origin whose robots.txt is `robots` at the end of `hops` redirects.
+async fn redirected(hops: usize, robots: &str) -> Origin {
+    let origin = Origin::start().await;
+    redirect_chain(&origin, hops);
+    origin.route("/real-robots.txt", Reply::ok(robots.to_owned()));
+    origin
+}
+
 #[tokio::test]
 async fn five_redirects_are_followed_and_rules_apply_to_the_first_origin() {
-    let origin = Origin::start().await;
-    redirect_chain(&origin, 5);
-    origin.route(
-        "/real-robots.txt",
-        Reply::ok("User-agent: *\nDisallow: /blocked\n"),
-    );
+    let origin = redirected(5, "User-agent: *\nDisallow: /blocked\n").await;
     let proxy = Proxy::start().await;
     assert_eq!(proxy.get(&origin.url("/blocked")).await.status, 403);
     assert_eq!(proxy.get(&origin.url("/open")).await.status, 200);
@@ -188,12 +187,7 @@ async fn five_redirects_are_followed_and_rules_apply_to_the_first_origin() {
 
 #[tokio::test]
 async fn six_redirects_are_too_many_and_mean_allow_all() {
-    let origin = Origin::start().await;
-    redirect_chain(&origin, 6);
-    origin.route(
-        "/real-robots.txt",
-        Reply::ok("User-agent: *\nDisallow: /\n"),
-    );
+    let origin = redirected(6, "User-agent: *\nDisallow: /\n").await;
     let proxy = Proxy::start().await;
     assert_eq!(proxy.get(&origin.url("/blocked")).await.status, 200);
     assert_eq!(origin.hits("/real-robots.txt"), 0);
@@ -206,11 +200,8 @@ async fn cross_host_redirect_rules_apply_to_the_original_origin() {
         "/shared-robots.txt",
         Reply::ok("User-agent: *\nDisallow: /secret\n"),
     );
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
-        Reply::redirect(&rules_host.url("/shared-robots.txt")),
-    );
+    let origin =
+        Origin::with_robots_reply(Reply::redirect(&rules_host.url("/shared-robots.txt"))).await;
     let proxy = Proxy::start().await;
     assert_eq!(proxy.get(&origin.url("/secret")).await.status, 403);
     assert_eq!(origin.hits("/secret"), 0);
@@ -220,11 +211,10 @@ async fn cross_host_redirect_rules_apply_to_the_original_origin() {
 
 #[tokio::test]
 async fn concurrent_first_requests_share_one_robots_fetch() {
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
+    let origin = Origin::with_robots_reply(
         Reply::ok("User-agent: *\nDisallow: /no\n").delay(Duration::from_millis(300)),
-    );
+    )
+    .await;
     let proxy = std::sync::Arc::new(Proxy::start().await);
     let mut tasks = Vec::new();
     for i in 0..50 {
@@ -238,15 +228,21 @@ async fn concurrent_first_requests_share_one_robots_fetch() {
     assert_eq!(origin.hits("/robots.txt"), 1);
 }
 
+/// An origin whose robots.txt (`Disallow: /a`) says `Cache-Control:
+/// max-age=<max_age>`, and a proxy that keeps a robots.txt at least
+/// `min_ttl`, which has judged `/a` by it (403).
+async fn judged_with_max_age(max_age: u32, min_ttl: Duration) -> (Origin, Proxy) {
+    let max_age = format!("max-age={max_age}");
+    let robots = Reply::ok("User-agent: *\nDisallow: /a\n").header("cache-control", &max_age);
+    let origin = Origin::with_robots_reply(robots).await;
+    let proxy = Proxy::start_with(|c| c.robots.min_ttl = min_ttl).await;
+    assert_eq!(proxy.get(&origin.url("/a")).await.status, 403);
+    (origin, proxy)
+}
+
 #[tokio::test]
 async fn cached_robots_is_reused_then_refetched_after_max_age() {
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
-        Reply::ok("User-agent: *\nDisallow: /a\n").header("cache-control", "max-age=1"),
-    );
-    let proxy = Proxy::start_with(|c| c.robots.min_ttl = Duration::from_millis(100)).await;
-    assert_eq!(proxy.get(&origin.url("/a")).await.status, 403);
+    let (origin, proxy) = judged_with_max_age(1, Duration::from_millis(100)).await;
     assert_eq!(proxy.get(&origin.url("/b")).await.status, 200);
     assert_eq!(origin.hits("/robots.txt"), 1);
     origin.route("/robots.txt", Reply::ok("User-agent: *\nDisallow: /b\n"));
@@ -258,13 +254,8 @@ async fn cached_robots_is_reused_then_refetched_after_max_age() {
 
 #[tokio::test]
 async fn max_age_is_clamped_to_the_configured_floor() {
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
-        Reply::ok("User-agent: *\nDisallow: /a\n").header("cache-control", "max-age=0"),
-    );
-    let proxy = Proxy::start_with(|c| c.robots.min_ttl = Duration::from_secs(60)).await;
-    for _ in 0..3 {
+    let (origin, proxy) = judged_with_max_age(0, Duration::from_secs(60)).await;
+    for _ in 0..2 {
         assert_eq!(proxy.get(&origin.url("/a")).await.status, 403);
     }
     assert_eq!(origin.hits("/robots.txt"), 1);
@@ -286,13 +277,7 @@ async fn default_ttl_applies_without_max_age() {
 
 #[tokio::test]
 async fn stale_copy_is_used_while_the_origin_errors() {
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
-        Reply::ok("User-agent: *\nDisallow: /a\n").header("cache-control", "max-age=1"),
-    );
-    let proxy = Proxy::start_with(|c| c.robots.min_ttl = Duration::from_millis(100)).await;
-    assert_eq!(proxy.get(&origin.url("/a")).await.status, 403);
+    let (origin, proxy) = judged_with_max_age(1, Duration::from_millis(100)).await;
     origin.route("/robots.txt", Reply::status(503));
     skip(Duration::from_secs(1)).await;
     // Still the old rules, not disallow-all.
@@ -307,8 +292,7 @@ async fn stale_copy_is_used_while_the_origin_errors() {
 
 #[tokio::test]
 async fn unreachable_origin_is_retried_after_the_configured_interval() {
-    let origin = Origin::start().await;
-    origin.route("/robots.txt", Reply::status(500));
+    let origin = Origin::with_robots_reply(Reply::status(500)).await;
     let proxy =
         Proxy::start_with(|c| c.robots.unreachable_retry = Duration::from_millis(300)).await;
     assert_eq!(proxy.get(&origin.url("/x")).await.status, 503);
@@ -336,12 +320,11 @@ async fn robots_larger_than_500_kib_is_read_up_to_the_cap() {
 
 #[tokio::test]
 async fn html_robots_is_read_leniently() {
-    let origin = Origin::start().await;
-    origin.route(
-        "/robots.txt",
+    let origin = Origin::with_robots_reply(
         Reply::ok("<!DOCTYPE html>\n<html><body>\n<h1>Not found</h1>\n</body></html>\n")
             .header("content-type", "text/html"),
-    );
+    )
+    .await;
     let proxy = Proxy::start().await;
     assert_eq!(proxy.get(&origin.url("/page")).await.status, 200);
 }
@@ -506,10 +489,9 @@ async fn log_all_records_allowed_requests_too() {
     let origin = Origin::with_robots("User-agent: *\nAllow: /yes\nDisallow: /\n").await;
     let proxy = Proxy::start_with(|c| c.audit.log_all = true).await;
     assert_eq!(proxy.get(&origin.url("/yes")).await.status, 200);
-    let audit = proxy.audit();
-    assert_eq!(audit.len(), 1);
-    assert_eq!(audit[0]["decision"], "allowed");
-    assert_eq!(audit[0]["rule"], "Allow: /yes");
+    let line = proxy.only_audit_line();
+    assert_eq!(line["decision"], "allowed");
+    assert_eq!(line["rule"], "Allow: /yes");
 }
 
 /// A host written with its trailing dot is the same origin as without:

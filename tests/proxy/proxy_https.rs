@@ -5,17 +5,19 @@
 use rustls_pki_types::ServerName;
 
 use crate::support;
-use crate::support::tls::{ca_cert, connect, https_get, proxy_trusting, tls_origin, tls_trusting};
-use crate::support::{Conn, Origin, Proxy, admin, get_with, requests_total};
+use crate::support::tls::{
+    ca_cert, connect, https_get, proxy_trusting, proxy_trusting_with, tls_origin,
+    tls_origin_with_robots, tls_trusting,
+};
+use crate::support::{Conn, Origin, Proxy, admin, get_with, metric, requests_total};
 
 #[tokio::test]
 async fn intercepted_https_allowed_path_returns_the_origins_body() {
-    let o = tls_origin("127.0.0.1").await;
-    o.origin.robots("User-agent: *\nDisallow: /private\n");
+    let o = tls_origin_with_robots("127.0.0.1", "User-agent: *\nDisallow: /private\n").await;
     o.origin
         .route("/hello", support::Reply::ok("hello over tls"));
     let proxy = proxy_trusting(&o).await;
-    let resp = https_get(&proxy, "127.0.0.1", o.origin.addr.port(), "/hello", false).await;
+    let resp = o.get_via(&proxy, "127.0.0.1", "/hello", false).await;
     assert_eq!(resp.status, 200);
     assert_eq!(resp.body, "hello over tls");
     // robots.txt was fetched from the origin itself, over HTTPS.
@@ -24,11 +26,10 @@ async fn intercepted_https_allowed_path_returns_the_origins_body() {
 
 #[tokio::test]
 async fn intercepted_https_disallowed_path_gets_403_and_never_reaches_the_origin() {
-    let o = tls_origin("127.0.0.1").await;
-    o.origin.robots("User-agent: *\nDisallow: /private\n");
+    let o = tls_origin_with_robots("127.0.0.1", "User-agent: *\nDisallow: /private\n").await;
     let proxy = proxy_trusting(&o).await;
     let port = o.origin.addr.port();
-    let resp = https_get(&proxy, "127.0.0.1", port, "/private/x", false).await;
+    let resp = o.get_via(&proxy, "127.0.0.1", "/private/x", false).await;
     assert_eq!(resp.status, 403);
     assert!(
         resp.body.contains("line 2: Disallow: /private"),
@@ -36,52 +37,38 @@ async fn intercepted_https_disallowed_path_gets_403_and_never_reaches_the_origin
         resp.body
     );
     assert_eq!(o.origin.hits("/private/x"), 0);
-    let audit = proxy.audit();
-    assert_eq!(audit.len(), 1);
+    let line = proxy.only_audit_line();
+    assert_eq!(line["url"], format!("https://127.0.0.1:{port}/private/x"));
     assert_eq!(
-        audit[0]["url"],
-        format!("https://127.0.0.1:{port}/private/x")
-    );
-    assert_eq!(
-        audit[0]["robots_url"],
+        line["robots_url"],
         format!("https://127.0.0.1:{port}/robots.txt")
     );
-    assert_eq!(audit[0]["decision"], "disallowed");
+    assert_eq!(line["decision"], "disallowed");
 }
 
 #[tokio::test]
 async fn intercepted_https_by_name_uses_sni_and_a_dns_certificate() {
-    let o = tls_origin("localhost").await;
-    o.origin.robots("User-agent: *\nDisallow: /no\n");
+    let o = tls_origin_with_robots("localhost", "User-agent: *\nDisallow: /no\n").await;
     let proxy = proxy_trusting(&o).await;
-    let port = o.origin.addr.port();
     assert_eq!(
-        https_get(&proxy, "localhost", port, "/yes", false)
-            .await
-            .status,
+        o.get_via(&proxy, "localhost", "/yes", false).await.status,
         200
     );
     assert_eq!(
-        https_get(&proxy, "localhost", port, "/no", false)
-            .await
-            .status,
+        o.get_via(&proxy, "localhost", "/no", false).await.status,
         403
     );
 }
 
 #[tokio::test]
 async fn http2_inside_the_tunnel_and_upstream() {
-    let o = tls_origin("127.0.0.1").await;
-    o.origin.robots("User-agent: *\nDisallow: /no\n");
+    let o = tls_origin_with_robots("127.0.0.1", "User-agent: *\nDisallow: /no\n").await;
     let proxy = proxy_trusting(&o).await;
-    let port = o.origin.addr.port();
-    let resp = https_get(&proxy, "127.0.0.1", port, "/page", true).await;
+    let resp = o.get_via(&proxy, "127.0.0.1", "/page", true).await;
     assert_eq!(resp.status, 200);
     assert_eq!(resp.body, "page /page");
     assert_eq!(
-        https_get(&proxy, "127.0.0.1", port, "/no", true)
-            .await
-            .status,
+        o.get_via(&proxy, "127.0.0.1", "/no", true).await.status,
         403
     );
     // The origin offers h2 by ALPN, so the proxy used it upstream too.
@@ -94,11 +81,10 @@ async fn http2_inside_the_tunnel_and_upstream() {
 
 #[tokio::test]
 async fn untrusted_upstream_certificate_is_a_502_that_says_why() {
-    let o = tls_origin("127.0.0.1").await;
-    o.origin.robots("User-agent: *\nDisallow:\n");
+    let o = tls_origin_with_robots("127.0.0.1", "User-agent: *\nDisallow:\n").await;
     // This proxy does not trust the origin's CA.
     let proxy = Proxy::start().await;
-    let resp = https_get(&proxy, "127.0.0.1", o.origin.addr.port(), "/x", false).await;
+    let resp = o.get_via(&proxy, "127.0.0.1", "/x", false).await;
     assert_eq!(resp.status, 502);
     assert!(resp.body.contains("not trusted"), "{}", resp.body);
     assert_eq!(o.origin.hits("/x"), 0);
@@ -131,13 +117,8 @@ async fn an_origin_presenting_a_ca_certificate_is_a_502_in_words() {
     origin.robots("User-agent: *\nDisallow:\n");
     let proxy = Proxy::start_with(move |c| c.upstream.ca_files = vec![ca_file]).await;
     let resp = https_get(&proxy, "127.0.0.1", origin.addr.port(), "/x", false).await;
-    assert_eq!(resp.status, 502, "{}", resp.body);
-    assert!(
-        resp.body
-            .contains("is a CA certificate, which cannot identify a server"),
-        "{}",
-        resp.body
-    );
+    let says = "is a CA certificate, which cannot identify a server";
+    resp.assert_says("a CA as the server's certificate", 502, &[says]);
     assert!(!resp.body.contains("OtherError"), "{}", resp.body);
     assert_eq!(origin.hits("/x"), 0);
 }
@@ -147,8 +128,7 @@ async fn an_origin_presenting_a_ca_certificate_is_a_502_in_words() {
 /// depends on the configuration, which the restart changed.
 #[tokio::test]
 async fn an_untrusted_certificate_is_tried_again_after_a_restart_that_trusts_it() {
-    let o = tls_origin("127.0.0.1").await;
-    o.origin.robots("User-agent: *\nDisallow: /private\n");
+    let o = tls_origin_with_robots("127.0.0.1", "User-agent: *\nDisallow: /private\n").await;
     o.origin.route("/x", support::Reply::ok("x over tls"));
     let state = tempfile::tempdir().expect("tempdir");
     let dir = state.path().to_path_buf();
@@ -161,29 +141,24 @@ async fn an_untrusted_certificate_is_tried_again_after_a_restart_that_trusts_it(
         })
     };
     let mut first = start(None).await;
-    let resp = https_get(&first, "127.0.0.1", o.origin.addr.port(), "/x", false).await;
+    let resp = o.get_via(&first, "127.0.0.1", "/x", false).await;
     assert_eq!(resp.status, 502, "{}", resp.body);
     first.stop();
     first.finished().await;
 
     let second = start(Some(o.ca_file.clone())).await;
-    let resp = https_get(&second, "127.0.0.1", o.origin.addr.port(), "/x", false).await;
+    let resp = o.get_via(&second, "127.0.0.1", "/x", false).await;
     assert_eq!((resp.status, resp.body.as_str()), (200, "x over tls"));
     assert_eq!(o.origin.hits("/robots.txt"), 1);
 }
 
 #[tokio::test]
 async fn no_intercept_host_is_tunnelled_blindly_and_audited() {
-    let o = tls_origin("localhost").await;
-    o.origin.robots("User-agent: *\nDisallow: /private\n");
-    let proxy = {
-        let ca_file = o.ca_file.clone();
-        Proxy::start_with(move |c| {
-            c.upstream.ca_files = vec![ca_file];
-            c.tls.no_intercept = vec!["localhost".into()];
-        })
-        .await
-    };
+    let o = tls_origin_with_robots("localhost", "User-agent: *\nDisallow: /private\n").await;
+    let proxy = proxy_trusting_with(&o, |c| {
+        c.tls.no_intercept = vec!["localhost".into()];
+    })
+    .await;
     let port = o.origin.addr.port();
     // The client talks TLS with the origin itself: it must trust the origin's CA.
     let tunnel = connect(&proxy, &format!("localhost:{port}"))
@@ -197,24 +172,18 @@ async fn no_intercept_host_is_tunnelled_blindly_and_audited() {
         .send(get_with("/private/x", &[("host", "localhost")]))
         .await;
     assert_eq!(resp.status, 200);
-    let audit = proxy.audit();
-    assert_eq!(audit.len(), 1);
-    assert_eq!(audit[0]["decision"], "tunnelled");
-    assert_eq!(audit[0]["method"], "CONNECT");
+    let line = proxy.only_audit_line();
+    assert_eq!(line["decision"], "tunnelled");
+    assert_eq!(line["method"], "CONNECT");
 }
 
 #[tokio::test]
 async fn no_intercept_host_whose_robots_disallows_everything_is_refused_at_connect() {
-    let o = tls_origin("localhost").await;
-    o.origin.robots("User-agent: *\nDisallow: /\n");
-    let proxy = {
-        let ca_file = o.ca_file.clone();
-        Proxy::start_with(move |c| {
-            c.upstream.ca_files = vec![ca_file];
-            c.tls.no_intercept = vec!["*.example".into(), "localhost".into()];
-        })
-        .await
-    };
+    let o = tls_origin_with_robots("localhost", "User-agent: *\nDisallow: /\n").await;
+    let proxy = proxy_trusting_with(&o, |c| {
+        c.tls.no_intercept = vec!["*.example".into(), "localhost".into()];
+    })
+    .await;
     let err = connect(&proxy, &format!("localhost:{}", o.origin.addr.port()))
         .await
         .expect_err("refused");
@@ -257,11 +226,9 @@ async fn connect_to_a_private_destination_is_refused_by_default() {
 /// one.
 #[tokio::test(flavor = "multi_thread")]
 async fn curl_end_to_end_with_the_proxy_ca() {
-    let named = tls_origin("localhost").await;
-    named.origin.robots("User-agent: *\n");
+    let named = tls_origin_with_robots("localhost", "User-agent: *\n").await;
     named.origin.route("/pub", support::Reply::ok("public"));
-    let o = tls_origin("127.0.0.1").await;
-    o.origin.robots("User-agent: *\nDisallow: /private\n");
+    let o = tls_origin_with_robots("127.0.0.1", "User-agent: *\nDisallow: /private\n").await;
     o.origin.route("/pub", support::Reply::ok("public"));
     let (ip_ca, named_ca) = (o.ca_file.clone(), named.ca_file.clone());
     let proxy = Proxy::start_with(move |c| c.upstream.ca_files = vec![ip_ca, named_ca]).await;
@@ -310,26 +277,32 @@ async fn curl_end_to_end_with_the_proxy_ca() {
 async fn an_open_tunnel_counts_against_max_connections() {
     let o = tls_origin("localhost").await;
     let plain = Origin::start().await;
-    let proxy = {
-        let ca_file = o.ca_file.clone();
-        Proxy::start_with(move |c| {
-            c.max_connections = 1;
-            c.upstream.ca_files = vec![ca_file];
-            c.tls.no_intercept = vec!["localhost".into()];
-        })
-        .await
-    };
+    let proxy = proxy_trusting_with(&o, |c| {
+        admin(c);
+        c.max_connections = 1;
+        c.tls.no_intercept = vec!["localhost".into()];
+    })
+    .await;
+    let paused = |t: &str| metric(t, "robots_proxy_connection_limit_reached_total").unwrap_or(0.0);
     let port = o.origin.addr.port();
     // localhost is tunnelled blindly, 127.0.0.1 intercepted.
     for target in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        let (before, served) = (paused(&proxy.metrics().await), plain.hits("/after"));
         let tunnel = connect(&proxy, &target).await.expect("tunnel");
+        // The acceptor waits for a free connection once it has taken the
+        // tunnel's: nothing more is accepted while the tunnel is open.
+        let what = format!("{target}: the acceptor to wait at the limit");
+        proxy.until_metrics(&what, |t| paused(t) > before).await;
         let (addr, url) = (proxy.addr, plain.url("/after"));
         let waiting = tokio::spawn(async move { support::Conn::open(addr).await.get(&url).await });
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        proxy
+            .assert_metric("robots_proxy_open_connections", 1.0, &target)
+            .await;
         assert!(
             !waiting.is_finished(),
             "{target}: a client was served beside an open tunnel"
         );
+        assert_eq!(plain.hits("/after"), served, "{target}");
         drop(tunnel);
         let resp = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
             .await
@@ -343,11 +316,8 @@ async fn an_open_tunnel_counts_against_max_connections() {
 /// audit line (`tunnelled`) and one count, not `allowed` as well.
 #[tokio::test]
 async fn a_blind_tunnel_is_recorded_and_counted_once_with_log_all() {
-    let o = tls_origin("localhost").await;
-    o.origin.robots("User-agent: *\nDisallow: /private\n");
-    let ca_file = o.ca_file.clone();
-    let proxy = Proxy::start_with(move |c| {
-        c.upstream.ca_files = vec![ca_file];
+    let o = tls_origin_with_robots("localhost", "User-agent: *\nDisallow: /private\n").await;
+    let proxy = proxy_trusting_with(&o, |c| {
         c.tls.no_intercept = vec!["localhost".into()];
         c.audit.log_all = true;
         admin(c);
@@ -357,9 +327,8 @@ async fn a_blind_tunnel_is_recorded_and_counted_once_with_log_all() {
     let _tunnel = connect(&proxy, &format!("localhost:{port}"))
         .await
         .expect("tunnel");
-    let audit = proxy.audit();
-    assert_eq!(audit.len(), 1, "{audit:?}");
-    assert_eq!(audit[0]["decision"], "tunnelled");
+    let line = proxy.only_audit_line();
+    assert_eq!(line["decision"], "tunnelled");
     let metrics = proxy.metrics().await;
     assert_eq!(requests_total(&metrics, "tunnelled"), 1.0, "{metrics}");
     assert_eq!(requests_total(&metrics, "allowed"), 0.0, "{metrics}");

@@ -475,18 +475,26 @@ fn foreign_ca(
     (cert.pem(), key.serialize_pem())
 }
 
+/// A [`foreign_ca`] loaded as if from `dir/ca.pem` and `dir/ca.key`.
+fn load_foreign_ca(
+    not_before: time::OffsetDateTime,
+    not_after: time::OffsetDateTime,
+) -> Result<Ca, TlsError> {
+    let (cert, key) = foreign_ca(not_before, not_after);
+    Ca::from_pem(
+        cert.as_bytes(),
+        key.as_bytes(),
+        Path::new("dir/ca.pem"),
+        Path::new("dir/ca.key"),
+    )
+}
+
 #[test]
 fn leaves_never_outlive_the_ca_and_are_reminted_near_its_end() {
     let now = time::OffsetDateTime::now_utc();
-    let (cert, key) = foreign_ca(
+    let ca = load_foreign_ca(
         now - time::Duration::hours(1),
         now + time::Duration::hours(12),
-    );
-    let ca = Ca::from_pem(
-        cert.as_bytes(),
-        key.as_bytes(),
-        Path::new("c"),
-        Path::new("k"),
     )
     .unwrap();
     let ca_end = ca.not_after().unix_timestamp();
@@ -511,15 +519,9 @@ fn leaves_never_outlive_the_ca_and_are_reminted_near_its_end() {
 #[test]
 fn an_expired_ca_is_refused_on_load() {
     let now = time::OffsetDateTime::now_utc();
-    let (cert, key) = foreign_ca(
+    let err = load_foreign_ca(
         now - time::Duration::days(30),
         now - time::Duration::days(1),
-    );
-    let err = Ca::from_pem(
-        cert.as_bytes(),
-        key.as_bytes(),
-        Path::new("dir/ca.pem"),
-        Path::new("dir/ca.key"),
     )
     .unwrap_err();
     assert!(matches!(err, TlsError::BadCa { .. }), "{err:?}");

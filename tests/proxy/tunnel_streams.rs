@@ -13,6 +13,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
+use robots_proxy::config::Config;
 use rustls_pki_types::ServerName;
 
 use crate::support;
@@ -86,17 +87,27 @@ async fn flood(proxy: &Proxy, origin: &Origin, tunnels: usize, streams: usize) -
     origin.connections.load(Ordering::SeqCst)
 }
 
+/// The slow origin, and a proxy trusting it whose requests wait for a
+/// slot up to 60 s (then get 429), with `adjust` applied.
+async fn slow_origin_and_proxy(
+    dir: &std::path::Path,
+    adjust: impl FnOnce(&mut Config),
+) -> (Origin, Proxy) {
+    let (origin, ca_file) = slow_h1_origin(dir).await;
+    let proxy = Proxy::start_with(move |c| {
+        c.upstream.ca_files = vec![ca_file];
+        c.upstream.response_timeout = Duration::from_secs(60);
+        adjust(c);
+    })
+    .await;
+    (origin, proxy)
+}
+
 #[tokio::test]
 async fn a_client_cannot_hold_more_upstream_connections_than_its_share() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (origin, ca_file) = slow_h1_origin(dir.path()).await;
-    let proxy = Proxy::start_with(move |c| {
-        c.upstream.ca_files = vec![ca_file];
-        c.max_requests_per_client = 4;
-        // Requests wait for a slot up to this long, then get 429.
-        c.upstream.response_timeout = Duration::from_secs(60);
-    })
-    .await;
+    let (origin, proxy) =
+        slow_origin_and_proxy(dir.path(), |c| c.max_requests_per_client = 4).await;
     let connections = flood(&proxy, &origin, 2, 20).await;
     // robots.txt's own connection, then at most 4 at once, reused.
     assert!(connections <= 1 + 4, "{connections} upstream connections");
@@ -105,12 +116,9 @@ async fn a_client_cannot_hold_more_upstream_connections_than_its_share() {
 #[tokio::test]
 async fn streams_per_tunnel_are_capped() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (origin, ca_file) = slow_h1_origin(dir.path()).await;
-    let proxy = Proxy::start_with(move |c| {
-        c.upstream.ca_files = vec![ca_file];
+    let (origin, proxy) = slow_origin_and_proxy(dir.path(), |c| {
         c.max_requests_per_client = 1000;
         c.max_streams_per_tunnel = 3;
-        c.upstream.response_timeout = Duration::from_secs(60);
     })
     .await;
     let connections = flood(&proxy, &origin, 1, 12).await;

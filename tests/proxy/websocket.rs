@@ -14,6 +14,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::{WebSocketStream, client_async};
 
+use crate::support::raw::ok_close;
 use crate::support::tls::{connect, origin_config, proxy_tls};
 use crate::support::{Proxy, serve_tcp};
 
@@ -49,11 +50,7 @@ where
     let line = head.lines().next().unwrap_or_default().to_string();
     seen.lock().expect("seen").push(line.clone());
     if line.starts_with("GET /robots.txt ") {
-        let resp = format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{ROBOTS}",
-            ROBOTS.len()
-        );
-        let _ = s.write_all(resp.as_bytes()).await;
+        let _ = s.write_all(ok_close(ROBOTS).as_bytes()).await;
         return;
     }
     let Some(key) = header(&head, "sec-websocket-key") else {
@@ -140,29 +137,26 @@ async fn ws_in_absolute_form_is_judged_then_relayed() {
              Sec-WebSocket-Version: 13\r\n\r\n"
         )
     };
-    let mut s = tokio::net::TcpStream::connect(proxy.addr)
-        .await
-        .expect("connect");
-    s.write_all(upgrade("/chat").as_bytes())
-        .await
-        .expect("write");
-    let head = read_head(&mut s).await;
+    // An upgrade of `path` on a connection of its own: the stream and the
+    // answer's head.
+    let ask = async |path: &str| {
+        let mut s = tokio::net::TcpStream::connect(proxy.addr)
+            .await
+            .expect("connect");
+        s.write_all(upgrade(path).as_bytes()).await.expect("write");
+        let head = read_head(&mut s).await;
+        (s, head)
+    };
+    let (s, head) = ask("/chat").await;
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     let mut ws = WebSocketStream::from_raw_socket(s, Role::Client, None).await;
     assert_eq!(echo(&mut ws, "hello").await, "hello");
     assert_eq!(echo(&mut ws, "again").await, "again");
 
-    let mut s = tokio::net::TcpStream::connect(proxy.addr)
-        .await
-        .expect("connect");
-    s.write_all(upgrade("/private/chat").as_bytes())
-        .await
-        .expect("write");
-    let head = read_head(&mut s).await;
+    let (_, head) = ask("/private/chat").await;
     assert!(head.starts_with("HTTP/1.1 403"), "{head}");
-    let audit = proxy.audit();
-    assert_eq!(audit.len(), 1, "{audit:?}");
-    assert_eq!(audit[0]["url"], format!("http://{addr}/private/chat"));
+    let line = proxy.only_audit_line();
+    assert_eq!(line["url"], format!("http://{addr}/private/chat"));
     let seen = seen.lock().expect("seen").clone();
     assert_eq!(seen, vec!["GET /robots.txt HTTP/1.1", "GET /chat HTTP/1.1"]);
 }
@@ -213,9 +207,8 @@ async fn wss_through_interception_is_judged_then_relayed() {
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => assert_eq!(resp.status(), 403),
         other => panic!("expected a 403: {other:?}"),
     }
-    let audit = proxy.audit();
-    assert_eq!(audit.len(), 1, "{audit:?}");
-    assert_eq!(audit[0]["url"], format!("https://{target}/private/x"));
+    let line = proxy.only_audit_line();
+    assert_eq!(line["url"], format!("https://{target}/private/x"));
     assert!(
         !seen
             .lock()

@@ -2,12 +2,10 @@
 //! (one verification per CPU at a time; a per-address allowance), so memory
 //! stays near idle, and a user whose credentials verified is still served.
 
-use bytes::Bytes;
-use http::Request;
 use robots_proxy::config::{UserConfig, hash_password};
 
-use crate::support::binary::{Running, Setup};
-use crate::support::{Conn, Origin, Proxy, basic, get_with, status_kib, user};
+use crate::support::binary::{Running, Setup, access_with_user};
+use crate::support::{Conn, Origin, Proxy, status_kib, user};
 
 /// An origin, and the binary with user alice (password `right`, Argon2
 /// at its default cost: 19 MiB per verification) and `per_minute`
@@ -15,20 +13,16 @@ use crate::support::{Conn, Origin, Proxy, basic, get_with, status_kib, user};
 async fn alice_running(per_minute: u32) -> (Origin, Setup, Running, Conn) {
     let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     let hash = hash_password("right").expect("hash");
-    let setup = Setup::with_config(
-        "floodbot",
-        &format!(
-            "[access]\nauth_failures_per_minute = {per_minute}\n\
-             [[access.users]]\nname = \"alice\"\npassword_hash = \"{hash}\"\n"
-        ),
-    );
-    let running = setup.start().await;
+    let access = access_with_user(per_minute, "alice", &hash, "");
+    let (setup, running) = Setup::running("floodbot", &access).await;
     let conn = Conn::open(running.addr).await;
     (origin, setup, running, conn)
 }
 
-fn get(url: &str, credentials: &str) -> Request<Bytes> {
-    get_with(url, &[("proxy-authorization", &basic(credentials))])
+/// Alice's request for `path`, with her right password, is served.
+async fn alice_served(alice: &mut Conn, origin: &Origin, path: &str) {
+    let r = alice.get_as(&origin.url(path), "alice:right").await;
+    assert_eq!(r.status, 200, "{path}: {}", r.body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -37,13 +31,7 @@ async fn a_wrong_password_flood_keeps_memory_near_idle_and_users_served() {
     let (origin, _setup, running, mut alice) = alice_running(0).await;
     let pid = running.child.id();
     let proxy = running.addr;
-    assert_eq!(
-        alice
-            .send(get(&origin.url("/page"), "alice:right"))
-            .await
-            .status,
-        200
-    );
+    alice_served(&mut alice, &origin, "/page").await;
     let idle = status_kib(Some(pid), "VmRSS");
 
     let clients = 48;
@@ -52,18 +40,12 @@ async fn a_wrong_password_flood_keeps_memory_near_idle_and_users_served() {
             let url = origin.url("/page");
             tokio::spawn(async move {
                 let mut c = Conn::open(proxy).await;
-                c.send(get(&url, &format!("alice:wrong{i}"))).await.status
+                c.get_as(&url, &format!("alice:wrong{i}")).await.status
             })
         })
         .collect();
     // Served while the flood is under way (its credentials are remembered).
-    assert_eq!(
-        alice
-            .send(get(&origin.url("/during"), "alice:right"))
-            .await
-            .status,
-        200
-    );
+    alice_served(&mut alice, &origin, "/during").await;
     for f in flood {
         assert_eq!(f.await.expect("client"), 407);
     }
@@ -84,41 +66,26 @@ async fn an_address_over_its_allowance_gets_429_without_verifying() {
     let (origin, _setup, mut running, mut alice) = alice_running(3).await;
     let proxy = running.addr;
     // A first use counts against the allowance too (1 of 3).
-    assert_eq!(
-        alice
-            .send(get(&origin.url("/page"), "alice:right"))
-            .await
-            .status,
-        200
-    );
+    alice_served(&mut alice, &origin, "/page").await;
     let mut c = Conn::open(proxy).await;
     for _ in 0..2 {
-        let wrong = c.send(get(&origin.url("/x"), "alice:wrong")).await;
+        let wrong = c.get_as(&origin.url("/x"), "alice:wrong").await;
         assert_eq!(wrong.status, 407);
         // The proxy's own answers are not for a scraper's HTTP cache.
         assert_eq!(wrong.header("cache-control"), Some("no-store"));
     }
-    let throttled = c.send(get(&origin.url("/x"), "alice:wrong")).await;
+    let throttled = c.get_as(&origin.url("/x"), "alice:wrong").await;
     assert_eq!(throttled.status, 429, "{}", throttled.body);
     assert_eq!(throttled.header("cache-control"), Some("no-store"));
     let retry: u64 = throttled.parsed("retry-after").expect("Retry-After");
     assert!((1..=60).contains(&retry), "{retry}");
-    assert_eq!(
-        c.send(get(&origin.url("/x"), "alice:wrong")).await.status,
-        429
-    );
+    assert_eq!(c.get_as(&origin.url("/x"), "alice:wrong").await.status, 429);
     // Logged once for the window, not per refusal.
     running
         .wait_for("too many proxy authentication attempts")
         .await;
     // Remembered credentials still pass from the same address.
-    assert_eq!(
-        alice
-            .send(get(&origin.url("/page2"), "alice:right"))
-            .await
-            .status,
-        200
-    );
+    alice_served(&mut alice, &origin, "/page2").await;
 }
 
 #[tokio::test]
@@ -133,11 +100,8 @@ async fn a_user_over_max_rps_gets_429_with_retry_after_and_an_audit_line() {
     })
     .await;
     let mut conn = Conn::open(proxy.addr).await;
-    assert_eq!(
-        conn.send(get(&origin.url("/a"), "slow:pw")).await.status,
-        200
-    );
-    let over = conn.send(get(&origin.url("/b"), "slow:pw")).await;
+    assert_eq!(conn.get_as(&origin.url("/a"), "slow:pw").await.status, 200);
+    let over = conn.get_as(&origin.url("/b"), "slow:pw").await;
     assert_eq!(over.status, 429, "{}", over.body);
     assert!(over.body.contains("max_rps"), "{}", over.body);
     let retry: u64 = over.parsed("retry-after").expect("Retry-After");
@@ -145,7 +109,7 @@ async fn a_user_over_max_rps_gets_429_with_retry_after_and_an_audit_line() {
     assert_eq!(origin.hits("/b"), 0);
     // A disallowed path is a 403 whatever the quota.
     assert_eq!(
-        conn.send(get(&origin.url("/private/x"), "slow:pw"))
+        conn.get_as(&origin.url("/private/x"), "slow:pw")
             .await
             .status,
         403

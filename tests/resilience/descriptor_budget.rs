@@ -4,7 +4,6 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -15,7 +14,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::support::binary::{NO_HANG, Setup, descriptors, limit_descriptors};
-use crate::support::{Conn, Origin, Proxy, serve_tcp};
+use crate::support::{Conn, Origin, Proxy, serve_tcp, until};
 
 /// Starts a loopback origin answering `robots` at `/robots.txt` (and a
 /// page anywhere else) that counts in `open` the connections open to it
@@ -118,18 +117,15 @@ async fn a_fetch_failing_for_lack_of_descriptors_is_not_cached() {
     assert_eq!(origin.hits("/robots.txt"), 0);
     // Free the descriptors, and wait until the proxy has closed them.
     drop(hogs);
-    let deadline = tokio::time::Instant::now() + NO_HANG;
-    loop {
+    until("the proxy to close the freed descriptors", || async {
         let (open, _) = descriptors(pid);
         if (open as u64) + 16 <= limit {
-            break;
+            Ok(())
+        } else {
+            Err(format!("it holds {open} descriptors (limit {limit})"))
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the proxy still holds {open} descriptors (limit {limit})"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await;
     // The very next request fetches robots.txt and is judged by it.
     let judged = client.get(&origin.url("/private")).await;
     assert_eq!(

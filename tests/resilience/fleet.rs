@@ -8,79 +8,68 @@ use std::time::{Duration, Instant};
 
 use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
 
+use crate::support::fleet::{self, gaps_of, on, until_all};
 use crate::support::redis::{Redis, bare_fleet};
-use crate::support::{Origin, Proxy, admin, metric};
+use crate::support::{Origin, Proxy, metric, need, until_paced, until_within};
 
-fn fleet(redis: &Redis, timeout: Duration, on_unavailable: FleetOnUnavailable) -> FleetConfig {
-    FleetConfig {
-        redis: RedisTarget::Server(redis.url()),
-        name: "test".into(),
-        timeout,
-        on_unavailable,
-        ..FleetConfig::default()
-    }
+/// `n` proxies of `fleet` (none: independent ones), each holding a
+/// request up to 30 s for its Crawl-delay slot.
+pub(super) async fn proxies(n: usize, fleet: Option<FleetConfig>) -> Vec<Proxy> {
+    fleet::nodes(n, fleet, |c| {
+        c.politeness.max_wait = Duration::from_secs(30)
+    })
+    .await
 }
 
-/// `n` proxies of one fleet on `redis` ([`fleet`]).
+/// `n` proxies of one fleet on `redis` ([`on`]).
 async fn fleet_nodes(
     n: usize,
     redis: &Redis,
     timeout: Duration,
     on_unavailable: FleetOnUnavailable,
 ) -> Vec<Proxy> {
-    proxies(n, Some(fleet(redis, timeout, on_unavailable))).await
+    proxies(n, Some(on(redis, timeout, on_unavailable))).await
 }
+
+/// The one node of a fleet on `redis` ([`on`]).
+async fn fleet_node(redis: &Redis, timeout: Duration, on_unavailable: FleetOnUnavailable) -> Proxy {
+    fleet_nodes(1, redis, timeout, on_unavailable)
+        .await
+        .remove(0)
+}
+
+/// A fleet's timeout short enough for an outage to be noticed quickly.
+const SHORT: Duration = Duration::from_millis(300);
 
 /// Three nodes of one fleet (`local` when Redis is unavailable), once
 /// each knows all three live.
 async fn three_live_nodes(redis: &Redis, timeout: Duration) -> Vec<Proxy> {
     let nodes = fleet_nodes(3, redis, timeout, FleetOnUnavailable::Local).await;
-    until_all(&nodes, "three live nodes", |t| {
-        metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
-    })
-    .await;
+    until_all(&nodes, "three live nodes", live(3.0)).await;
     nodes
 }
 
-pub(super) async fn proxies(n: usize, fleet: Option<FleetConfig>) -> Vec<Proxy> {
-    let mut all = Vec::new();
-    for _ in 0..n {
-        let fleet = fleet.clone();
-        all.push(
-            Proxy::start_with(move |c| {
-                admin(c);
-                c.politeness.max_wait = Duration::from_secs(30);
-                c.fleet = fleet;
-            })
-            .await,
-        );
-    }
-    all
+/// The metrics say `n` live nodes.
+fn live(n: f64) -> impl Fn(&str) -> bool {
+    move |t| metric(t, "robots_proxy_fleet_live_nodes") == Some(n)
 }
 
 /// Sends `n` page requests at once, spread over `proxies`; all must be
 /// answered 200. Returns the gaps between the pages' arrivals at the
 /// origin, in arrival order.
 pub(super) async fn gaps(origin: &Origin, proxies: &[Proxy], n: usize) -> Vec<Duration> {
-    let urls: Vec<String> = (0..n).map(|i| origin.url(&format!("/p{i}"))).collect();
-    let sent = urls
-        .iter()
-        .enumerate()
-        .map(|(i, url)| proxies[i % proxies.len()].get(url));
-    for r in futures_util::future::join_all(sent).await {
-        assert_eq!(r.status, 200, "{}", r.body);
-    }
-    let mut at: Vec<Instant> = origin
-        .arrivals
-        .lock()
-        .expect("arrivals")
-        .iter()
-        .filter(|(path, _)| path.starts_with("/p"))
-        .map(|(_, t)| *t)
-        .collect();
-    assert_eq!(at.len(), n);
-    at.sort();
-    at.windows(2).map(|w| w[1] - w[0]).collect()
+    fleet::gaps(origin, n, |i, url| async move {
+        proxies[i % proxies.len()].get(&url).await
+    })
+    .await
+}
+
+/// The key of `origin`'s Crawl-delay schedule in fleet `name`.
+pub(super) fn schedule_key(name: &str, origin: &Origin) -> String {
+    format!(
+        "robots-proxy:{name}:{{http://{}}}:robots-proxy:next",
+        origin.addr
+    )
 }
 
 /// What the origin's Crawl-delay allows, less this much for the
@@ -89,9 +78,7 @@ pub(super) const TOLERANCE: Duration = Duration::from_millis(150);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_keeps_one_crawl_delay_schedule_independent_proxies_do_not() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
     let shared = fleet_nodes(
         3,
@@ -121,16 +108,11 @@ async fn a_fleet_keeps_one_crawl_delay_schedule_independent_proxies_do_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_stopped_mid_run_books_locally() {
-    let Some(mut redis) = Redis::start().await else {
-        return;
-    };
-    let timeout = Duration::from_millis(300);
+    let mut redis = need!(Redis::start().await);
+    let timeout = SHORT;
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
     let nodes = fleet_nodes(2, &redis, timeout, FleetOnUnavailable::Local).await;
-    until_all(&nodes, "two live nodes", |t| {
-        metric(t, "robots_proxy_fleet_live_nodes") == Some(2.0)
-    })
-    .await;
+    until_all(&nodes, "two live nodes", live(2.0)).await;
     assert_eq!(nodes[0].get(&origin.url("/a")).await.status, 200);
     // On the shared schedule: the other node waits for the first's slot.
     let second = nodes[1].get(&origin.url("/b")).await;
@@ -156,81 +138,85 @@ async fn redis_stopped_mid_run_books_locally() {
             "{path}: took {took} s, held {held} s"
         );
     }
-    let text = nodes[0].metrics().await;
-    assert_eq!(
-        metric(&text, "robots_proxy_fleet_unavailable_total"),
-        Some(2.0),
-        "{text}"
-    );
+    nodes[0]
+        .assert_metric("robots_proxy_fleet_unavailable_total", 2.0, "/c and /d")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_shares_again_once_redis_is_back() {
-    let Some(mut redis) = Redis::start().await else {
-        return;
-    };
+    let mut redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
-    let nodes = fleet_nodes(
-        1,
-        &redis,
-        Duration::from_millis(300),
-        FleetOnUnavailable::Refuse,
-    )
-    .await;
-    assert_eq!(nodes[0].get(&origin.url("/a")).await.status, 200);
+    let node = fleet_node(&redis, SHORT, FleetOnUnavailable::Refuse).await;
+    assert_eq!(node.get(&origin.url("/a")).await.status, 200);
     let port = redis.port;
     redis.stop();
-    assert_eq!(nodes[0].get(&origin.url("/b")).await.status, 503);
+    assert_eq!(node.get(&origin.url("/b")).await.status, 503);
     // Redis back (empty): within a retry period or two, bookings go to
     // it again and the key is there.
     let redis = Redis::start_on(port).await.expect("restarted");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut i = 0;
-    loop {
-        i += 1;
-        let r = nodes[0].get(&origin.url(&format!("/c{i}"))).await;
-        if r.status == 200 {
-            break;
+    let what = "Redis to be used again";
+    until_shared_again(&node, &origin, "/c", Duration::from_secs(10), what).await;
+    let key = schedule_key("test", &origin);
+    assert!(redis.exists(&key).await, "{key}");
+}
+
+/// Asks `node` for pages `<prefix><i>` of `origin`, one every 250 ms (a
+/// client retrying), until one is served (200), each before it refused
+/// (503): the node books on Redis again; fails with `what` after `limit`.
+/// Returns how many were refused.
+pub(super) async fn until_shared_again(
+    node: &Proxy,
+    origin: &Origin,
+    prefix: &str,
+    limit: Duration,
+    what: &str,
+) -> usize {
+    let refused = std::cell::Cell::new(0);
+    let every = Duration::from_millis(250);
+    until_paced(what, limit, every, || {
+        let url = origin.url(&format!("{prefix}{}", refused.get()));
+        let refused = &refused;
+        async move {
+            let r = node.get(&url).await;
+            if r.status == 200 {
+                return Ok(());
+            }
+            assert_eq!(r.status, 503, "{}", r.body);
+            refused.set(refused.get() + 1);
+            let metrics = node.metrics().await;
+            let fleet: Vec<&str> = metrics
+                .lines()
+                .filter(|l| l.starts_with("robots_proxy_fleet_"))
+                .collect();
+            Err(format!(
+                "still refused after {} requests: {}\n{}",
+                refused.get(),
+                r.body,
+                fleet.join("\n")
+            ))
         }
-        assert_eq!(r.status, 503, "{}", r.body);
-        assert!(Instant::now() < deadline, "Redis not used again");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let key = format!(
-        "robots-proxy:test:{{http://{}}}:robots-proxy:next",
-        origin.addr
-    );
-    assert_eq!(
-        redis.command(&["EXISTS", &key]).await.ok(),
-        Some(redis::Value::Int(1)),
-        "{key}"
-    );
+    })
+    .await;
+    refused.get()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_stopped_mid_run_refuses_with_503() {
-    let Some(mut redis) = Redis::start().await else {
-        return;
-    };
+    let mut redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
     let free = Origin::with_robots("User-agent: *\nAllow: /\n").await;
-    let nodes = fleet_nodes(
-        1,
-        &redis,
-        Duration::from_millis(300),
-        FleetOnUnavailable::Refuse,
-    )
-    .await;
-    assert_eq!(nodes[0].get(&origin.url("/a")).await.status, 200);
-    assert_eq!(nodes[0].get(&free.url("/a")).await.status, 200);
+    let node = fleet_node(&redis, SHORT, FleetOnUnavailable::Refuse).await;
+    assert_eq!(node.get(&origin.url("/a")).await.status, 200);
+    assert_eq!(node.get(&free.url("/a")).await.status, 200);
     redis.stop();
-    let r = nodes[0].get(&origin.url("/b")).await;
+    let r = node.get(&origin.url("/b")).await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert!(r.parsed::<u64>("retry-after").is_some(), "{:?}", r.headers);
     assert_eq!(origin.hits("/b"), 0);
     // An origin known here without Crawl-delay needs no booking: still
     // forwarded.
-    assert_eq!(nodes[0].get(&free.url("/c")).await.status, 200);
+    assert_eq!(node.get(&free.url("/c")).await.status, 200);
 }
 
 /// The connection to Redis goes half-open (the host gone behind a firewall
@@ -240,84 +226,56 @@ async fn redis_stopped_mid_run_refuses_with_503() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_half_open_connection_to_redis_is_replaced() {
     use crate::support::redis::SlowRelay;
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let relay = SlowRelay::start(&redis).await;
     let config = FleetConfig {
         redis: RedisTarget::Server(relay.url()),
-        ..fleet(
-            &redis,
-            Duration::from_millis(300),
-            FleetOnUnavailable::Refuse,
-        )
+        ..on(&redis, SHORT, FleetOnUnavailable::Refuse)
     };
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
-    let nodes = proxies(1, Some(config)).await;
-    assert_eq!(nodes[0].get(&origin.url("/a")).await.status, 200);
+    let node = proxies(1, Some(config)).await.remove(0);
+    assert_eq!(node.get(&origin.url("/a")).await.status, 200);
 
     relay.strand();
     let stranded = Instant::now();
-    let mut refused = 0;
-    for i in 0.. {
-        let r = nodes[0].get(&origin.url(&format!("/b{i}"))).await;
-        if r.status == 200 {
-            break;
-        }
-        assert_eq!(r.status, 503, "{}", r.body);
-        refused += 1;
-        assert!(
-            stranded.elapsed() < Duration::from_secs(30),
-            "still refused after {refused} requests: {}",
-            r.body
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let what = "a new connection to replace the silent one";
+    let refused = until_shared_again(&node, &origin, "/b", Duration::from_secs(30), what).await;
     eprintln!(
         "half-open connection replaced: shared again {:?} after it went silent ({refused} refused)",
         stranded.elapsed()
     );
     assert!(refused > 0, "the silent connection was noticed");
-    let metrics = nodes[0].metrics().await;
-    assert_eq!(
-        metric(&metrics, "robots_proxy_fleet_reconnects_total"),
-        Some(1.0),
-        "one new connection"
-    );
+    node.assert_metric(
+        "robots_proxy_fleet_reconnects_total",
+        1.0,
+        "one new connection",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_with_no_crawl_delay_makes_no_redis_call() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let free = Origin::with_robots("User-agent: *\nAllow: /\n").await;
-    let nodes = fleet_nodes(
-        1,
-        &redis,
-        Duration::from_secs(1),
-        FleetOnUnavailable::Refuse,
-    )
-    .await;
+    let node = fleet_node(&redis, Duration::from_secs(1), FleetOnUnavailable::Refuse).await;
     // The first request looks robots.txt up in Redis; the next ones find
     // it in the local store. The store into Redis runs after the answer:
     // waited for (the entry there, the lease given back).
-    assert_eq!(nodes[0].get(&free.url("/a")).await.status, 200);
+    assert_eq!(node.get(&free.url("/a")).await.status, 200);
     let entry = format!("robots-proxy:test:{{http://{}}}:robots.1", free.addr);
     let lease = format!("robots-proxy:test:{{http://{}}}:lease", free.addr);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while redis.command(&["EXISTS", &entry]).await.ok() != Some(redis::Value::Int(1))
-        || redis.command(&["EXISTS", &lease]).await.ok() != Some(redis::Value::Int(0))
-    {
-        assert!(Instant::now() < deadline, "robots.txt never stored");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_within(
+        "robots.txt to be stored",
+        Duration::from_secs(10),
+        || async { (redis.exists(&entry).await && !redis.exists(&lease).await).then_some(()) },
+    )
+    .await;
     redis
         .command(&["CONFIG", "RESETSTAT"])
         .await
         .expect("reset");
     for path in ["/b", "/c", "/d"] {
-        assert_eq!(nodes[0].get(&free.url(path)).await.status, 200);
+        assert_eq!(node.get(&free.url(path)).await.status, 200);
     }
     // The heartbeat calls Redis every second on its own (a sorted set);
     // a robots.txt look reads a hash (HMGET), a booking GETs and SETs.
@@ -327,7 +285,7 @@ async fn a_request_with_no_crawl_delay_makes_no_redis_call() {
     }
     // The same with a Crawl-delay does call it (so the check can fail).
     let slow = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
-    assert_eq!(nodes[0].get(&slow.url("/a")).await.status, 200);
+    assert_eq!(node.get(&slow.url("/a")).await.status, 200);
     let stats = redis.commandstats().await;
     assert!(stats.contains("cmdstat_set:"), "{stats}");
 }
@@ -338,22 +296,10 @@ async fn a_request_with_no_crawl_delay_makes_no_redis_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn booking_latency_on_loopback_redis() {
     use robots_proxy::measure::Booking;
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let fleet = bare_fleet(RedisTarget::Server(redis.url()), "latency", "latency-test");
     let interval = Duration::from_secs(1);
-    let mut took = Vec::new();
-    for i in 0..1000 {
-        let key = format!("http://origin{i}.example:80 bot");
-        let started = Instant::now();
-        let booked = fleet
-            .book(&key, interval, Duration::from_secs(10), 0)
-            .await
-            .expect("booked");
-        took.push(started.elapsed());
-        assert_eq!(booked, Booking::Wait(Duration::ZERO));
-    }
+    let took = fleet::book_many(&fleet, 1000).await;
     // The same key again: one interval on, on Redis's clock.
     let key = "http://origin0.example:80 bot";
     match fleet.book(key, interval, Duration::from_secs(10), 0).await {
@@ -365,31 +311,8 @@ async fn booking_latency_on_loopback_redis() {
         fleet.book(key, interval, Duration::from_secs(10), 1).await,
         Ok(Booking::Refused(_))
     ));
-    took.sort();
-    let p50 = took[took.len() / 2];
-    let p99 = took[took.len() * 99 / 100];
+    let (p50, p99) = fleet::p50_p99(&took);
     eprintln!("fleet booking on loopback Redis: p50 {p50:?}, p99 {p99:?}");
-}
-
-/// Polls every node's `/metrics` until `ok` holds on each; panics with the
-/// last page after 20 s.
-pub(super) async fn until_all(nodes: &[Proxy], what: &str, ok: impl Fn(&str) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut failing = None;
-        for n in nodes {
-            let text = n.metrics().await;
-            if !ok(&text) {
-                failing = Some(text);
-                break;
-            }
-        }
-        let Some(text) = failing else {
-            return;
-        };
-        assert!(Instant::now() < deadline, "{what}: not reached:\n{text}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// One request of [`spread`]: how long it took and how long the proxy
@@ -417,25 +340,6 @@ async fn spread(origin: &Origin, nodes: &[Proxy], prefix: &str, n: usize) -> Vec
         }
     });
     futures_util::future::join_all(sent).await
-}
-
-/// When the origin saw the pages whose paths start with one of
-/// `prefixes` (none a prefix of `/robots.txt`), in order.
-fn arrivals(origin: &Origin, prefixes: &[&str]) -> Vec<Instant> {
-    let mut at: Vec<Instant> = origin
-        .arrivals
-        .lock()
-        .expect("arrivals")
-        .iter()
-        .filter(|(path, _)| prefixes.iter().any(|p| path.starts_with(p)))
-        .map(|(_, t)| *t)
-        .collect();
-    at.sort();
-    at
-}
-
-fn gaps_of(at: &[Instant]) -> Vec<Duration> {
-    at.windows(2).map(|w| w[1] - w[0]).collect()
 }
 
 /// A request's own work on top of Redis's timeout and its slot: proxying
@@ -477,16 +381,14 @@ fn assert_spaced(phase: &str, gaps: &[Duration], interval: Duration) {
 /// `fleet.timeout`; then the nodes share again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_keep_the_interval_through_a_redis_outage() {
-    let Some(mut redis) = Redis::start().await else {
-        return;
-    };
+    let mut redis = need!(Redis::start().await);
     let interval = Duration::from_secs(1);
     let timeout = Duration::from_millis(100);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
     let nodes = three_live_nodes(&redis, timeout).await;
 
     spread(&origin, &nodes, "/s", 6).await;
-    let shared = gaps_of(&arrivals(&origin, &["/s"]));
+    let shared = gaps_of(&origin.arrived(&["/s"]));
     assert_spaced("shared", &shared, interval);
 
     // SIGSTOP mid-run: the first bookings wait for the timeout, the
@@ -494,7 +396,7 @@ async fn three_nodes_keep_the_interval_through_a_redis_outage() {
     redis.signal("STOP");
     let stopped = spread(&origin, &nodes, "/x", 6).await;
     let stopped_worst = no_wait_past_timeout("SIGSTOP", &stopped, timeout);
-    let stopped_gaps = gaps_of(&arrivals(&origin, &["/x"]));
+    let stopped_gaps = gaps_of(&origin.arrived(&["/x"]));
     assert_spaced("SIGSTOP", &stopped_gaps, interval);
     until_all(&nodes, "Redis unreachable", |t| {
         metric(t, "robots_proxy_fleet_reachable") == Some(0.0)
@@ -508,7 +410,7 @@ async fn three_nodes_keep_the_interval_through_a_redis_outage() {
     let killed_worst = no_wait_past_timeout("SIGKILL", &killed, timeout);
     // The shared pages and the two outage phases: one schedule, the
     // switch included.
-    let outage = gaps_of(&arrivals(&origin, &["/s", "/x", "/k"]));
+    let outage = gaps_of(&origin.arrived(&["/s", "/x", "/k"]));
     assert_spaced("shared, SIGSTOP, SIGKILL", &outage, interval);
 
     // Redis back, empty: the heartbeats find it and the nodes share again.
@@ -519,26 +421,19 @@ async fn three_nodes_keep_the_interval_through_a_redis_outage() {
     })
     .await;
     spread(&origin, &nodes, "/b", 6).await;
-    let again = gaps_of(&arrivals(&origin, &["/b"]));
+    let again = gaps_of(&origin.arrived(&["/b"]));
     assert_spaced("shared again", &again, interval);
-    let key = format!(
-        "robots-proxy:test:{{http://{}}}:robots-proxy:next",
-        origin.addr
-    );
-    assert_eq!(
-        redis.command(&["EXISTS", &key]).await.ok(),
-        Some(redis::Value::Int(1)),
-        "{key}"
-    );
-    let min = |g: &[Duration]| g.iter().min().copied().unwrap_or_default();
-    let all = arrivals(&origin, &["/s", "/x", "/k", "/b"]);
+    let key = schedule_key("test", &origin);
+    assert!(redis.exists(&key).await, "{key}");
+    let min = |g: &[Duration]| fleet::min_gap(g);
+    let all = origin.arrived(&["/s", "/x", "/k", "/b"]);
     eprintln!(
         "page gaps (min): shared {:?}, SIGSTOP {:?}, SIGKILL {:?} (shared to outage {:?}), shared again {:?} \
          (the switches included {:?}), longest wait beyond the slot: SIGSTOP {stopped_worst:?}, SIGKILL {killed_worst:?}; \
          every gap of the run: {:?}",
         min(&shared),
         min(&stopped_gaps),
-        min(&gaps_of(&arrivals(&origin, &["/k"]))),
+        min(&gaps_of(&origin.arrived(&["/k"]))),
         min(&outage),
         min(&again),
         min(&gaps_of(&all)),
@@ -553,9 +448,7 @@ async fn three_nodes_keep_the_interval_through_a_redis_outage() {
 /// ones held from the outage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_booked_after_redis_returns_keep_the_interval_with_those_held_from_the_outage() {
-    let Some(mut redis) = Redis::start().await else {
-        return;
-    };
+    let mut redis = need!(Redis::start().await);
     let interval = Duration::from_secs(1);
     let timeout = Duration::from_millis(100);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
@@ -569,23 +462,24 @@ async fn pages_booked_after_redis_returns_keep_the_interval_with_those_held_from
     let after = async {
         // The first page of the outage has gone: the others are held for
         // their nodes' interleaved slots (three a node, 3 s apart).
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while arrivals(&origin, &["/x"]).is_empty() {
-            assert!(Instant::now() < deadline, "no page during the outage");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until_within(
+            "a page during the outage",
+            Duration::from_secs(20),
+            || async { (!origin.arrived(&["/x"]).is_empty()).then_some(()) },
+        )
+        .await;
         let redis = Redis::start_on(port).await.expect("restarted");
         until_all(&nodes, "sharing again", |t| {
             metric(t, "robots_proxy_fleet_reachable") == Some(1.0)
         })
         .await;
         let returned = Instant::now();
-        let held_then = 9 - arrivals(&origin, &["/x"]).len();
+        let held_then = 9 - origin.arrived(&["/x"]).len();
         let sent = spread(&origin, &nodes, "/b", 6).await;
         (returned, held_then, sent, redis)
     };
     let (_, (returned, held_then, _, _redis)) = tokio::join!(held, after);
-    let all = arrivals(&origin, &["/s", "/x", "/b"]);
+    let all = origin.arrived(&["/s", "/x", "/b"]);
     let gaps = gaps_of(&all);
     eprintln!(
         "pages held from the outage when Redis was back: {held_then}; every gap of the run: {gaps:?}"
@@ -595,7 +489,7 @@ async fn pages_booked_after_redis_returns_keep_the_interval_with_those_held_from
         "the return came after most held pages had gone: {held_then}"
     );
     assert!(
-        arrivals(&origin, &["/b"]).iter().all(|b| *b > returned),
+        origin.arrived(&["/b"]).iter().all(|b| *b > returned),
         "pages booked after the return"
     );
     assert_spaced("the return from an outage", &gaps, interval);
@@ -606,16 +500,11 @@ async fn pages_booked_after_redis_returns_keep_the_interval_with_those_held_from
 /// an origin's queue for the whole fleet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_gives_up_while_held_gives_its_fleet_slot_back() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 20\n").await;
-    let nodes = fleet_nodes(1, &redis, Duration::from_secs(1), FleetOnUnavailable::Local).await;
-    assert_eq!(nodes[0].get(&origin.url("/first")).await.status, 200);
-    let key = format!(
-        "robots-proxy:test:{{http://{}}}:robots-proxy:next",
-        origin.addr
-    );
+    let node = fleet_node(&redis, Duration::from_secs(1), FleetOnUnavailable::Local).await;
+    assert_eq!(node.get(&origin.url("/first")).await.status, 200);
+    let key = schedule_key("test", &origin);
     let next = || async {
         match redis.command(&["GET", &key]).await {
             Ok(redis::Value::BulkString(b)) => String::from_utf8(b)
@@ -626,28 +515,20 @@ async fn a_client_that_gives_up_while_held_gives_its_fleet_slot_back() {
         }
     };
     let after_first = next().await;
-    let addr = nodes[0].addr;
-    let url = origin.url("/second");
-    let client = tokio::spawn(async move {
-        let mut conn = crate::support::Conn::open(addr).await;
-        conn.send(
-            http::Request::get(url)
-                .body(bytes::Bytes::new())
-                .expect("request"),
-        )
-        .await
-    });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while next().await == after_first {
-        assert!(Instant::now() < deadline, "the second request never booked");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (addr, url) = (node.addr, origin.url("/second"));
+    let client =
+        tokio::spawn(async move { crate::support::Conn::open(addr).await.get(&url).await });
+    let limit = Duration::from_secs(10);
+    until_within("the second request to book", limit, || async {
+        (next().await != after_first).then_some(())
+    })
+    .await;
     assert_eq!(next().await, after_first + 20_000_000, "one slot more");
     client.abort();
-    while next().await != after_first {
-        assert!(Instant::now() < deadline, "the slot was not given back");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_within("the slot to be given back", limit, || async {
+        (next().await == after_first).then_some(())
+    })
+    .await;
     assert_eq!(origin.hits("/second"), 0);
 }
 
@@ -657,17 +538,15 @@ async fn a_client_that_gives_up_while_held_gives_its_fleet_slot_back() {
 /// test above can fail).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_node_list_the_local_fallback_does_not_interleave() {
-    let Some(mut redis) = Redis::start().await else {
-        return;
-    };
+    let mut redis = need!(Redis::start().await);
     let timeout = Duration::from_millis(100);
-    let config = fleet(&redis, timeout, FleetOnUnavailable::Local);
+    let config = on(&redis, timeout, FleetOnUnavailable::Local);
     redis.stop();
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
     let nodes = proxies(3, Some(config)).await;
     let sent = spread(&origin, &nodes, "/p", 6).await;
     no_wait_past_timeout("never reached", &sent, timeout);
-    let gaps = gaps_of(&arrivals(&origin, &["/p"]));
+    let gaps = gaps_of(&origin.arrived(&["/p"]));
     eprintln!("page gaps without interleaving: {gaps:?}");
     assert!(
         gaps.iter().any(|g| *g < Duration::from_millis(500)),
@@ -680,14 +559,8 @@ async fn without_a_node_list_the_local_fallback_does_not_interleave() {
 /// host and bound port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_three_live_nodes_and_the_round_trips() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
-    let nodes = fleet_nodes(3, &redis, Duration::from_secs(1), FleetOnUnavailable::Local).await;
-    until_all(&nodes, "three live nodes", |t| {
-        metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
-    })
-    .await;
+    let redis = need!(Redis::start().await);
+    let nodes = three_live_nodes(&redis, Duration::from_secs(1)).await;
     let text = nodes[0].metrics().await;
     assert_eq!(metric(&text, "robots_proxy_fleet_reachable"), Some(1.0));
     let calls = metric(&text, "robots_proxy_fleet_round_trip_seconds_count").unwrap_or(0.0);
@@ -703,20 +576,7 @@ async fn metrics_show_three_live_nodes_and_the_round_trips() {
         metric(&text, "robots_proxy_fleet_robots_waited_total"),
         Some(0.0)
     );
-    let members = match redis
-        .command(&["ZRANGE", "robots-proxy:test:{nodes}:live", "0", "-1"])
-        .await
-    {
-        Ok(redis::Value::Array(m)) => m,
-        other => panic!("ZRANGE: {other:?}"),
-    };
-    let names: Vec<String> = members
-        .iter()
-        .map(|m| match m {
-            redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let names = redis.zrange("robots-proxy:test:{nodes}:live").await;
     // Each member is a node's name (`<host>:<port>` by default) and its
     // instance.
     for n in &nodes {
@@ -728,27 +588,18 @@ async fn metrics_show_three_live_nodes_and_the_round_trips() {
     let mut gone = nodes.pop().expect("a node");
     gone.stop();
     gone.finished().await;
-    let left = match redis
-        .command(&["ZCARD", "robots-proxy:test:{nodes}:live"])
-        .await
-    {
-        Ok(redis::Value::Int(n)) => n,
-        other => panic!("ZCARD: {other:?}"),
-    };
+    let left = redis
+        .int(&["ZCARD", "robots-proxy:test:{nodes}:live"])
+        .await;
     assert_eq!(left, 2);
-    until_all(&nodes, "two live nodes", |t| {
-        metric(t, "robots_proxy_fleet_live_nodes") == Some(2.0)
-    })
-    .await;
+    until_all(&nodes, "two live nodes", live(2.0)).await;
 }
 
 /// The round trips of many calls, from the histogram (`--nocapture`):
 /// ~500 heartbeats of one node on loopback Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_trip_histogram_on_loopback_redis() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let fleet = bare_fleet(RedisTarget::Server(redis.url()), "rtt", "rtt-test");
     for _ in 0..500 {
         fleet.heartbeat().await.expect("heartbeat");
@@ -786,13 +637,12 @@ async fn round_trip_histogram_on_loopback_redis() {
 /// fleet has no `node`; `audit verify` and `audit report` read both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_audit_line_names_the_fleet_node() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
-    let mut config = fleet(&redis, Duration::from_secs(1), FleetOnUnavailable::Local);
-    config.node = "node-a".into();
-    let node = proxies(1, Some(config)).await.remove(0);
+    let config = on(&redis, Duration::from_secs(1), FleetOnUnavailable::Local);
+    let node = proxies(1, Some(fleet::named(&config, "node-a")))
+        .await
+        .remove(0);
     let alone = proxies(1, None).await.remove(0);
     for p in [&node, &alone] {
         assert_eq!(p.get(&origin.url("/private/x")).await.status, 403);
@@ -819,19 +669,9 @@ async fn an_audit_line_names_the_fleet_node() {
 /// added to them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_polluted_heartbeat_set_is_read_capped() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     // Fresh on Redis's clock, a minute ahead so they stay live.
-    let now_ms = match redis.command(&["TIME"]).await {
-        Ok(redis::Value::Array(t)) => match &t[0] {
-            redis::Value::BulkString(s) => {
-                String::from_utf8_lossy(s).parse::<u64>().expect("seconds") * 1000
-            }
-            other => panic!("{other:?}"),
-        },
-        other => panic!("TIME: {other:?}"),
-    };
+    let now_ms = redis.time_us().await / 1000;
     let score = (now_ms + 60_000).to_string();
     let key = "robots-proxy:test:{nodes}:live";
     let long = "x".repeat(300);
@@ -842,12 +682,12 @@ async fn a_polluted_heartbeat_set_is_read_capped() {
         args.push(n);
     }
     redis.command(&args).await.expect("ZADD");
-    let nodes = fleet_nodes(1, &redis, Duration::from_secs(1), FleetOnUnavailable::Local).await;
-    until_all(&nodes, "the capped list", |t| {
-        metric(t, "robots_proxy_fleet_live_nodes").is_some_and(|n| n > 1.0)
-    })
-    .await;
-    let text = nodes[0].metrics().await;
+    let node = fleet_node(&redis, Duration::from_secs(1), FleetOnUnavailable::Local).await;
+    let text = node
+        .until_metrics("the capped list", |t| {
+            metric(t, "robots_proxy_fleet_live_nodes").is_some_and(|n| n > 1.0)
+        })
+        .await;
     let live = metric(&text, "robots_proxy_fleet_live_nodes").unwrap_or(0.0);
     // 1,000 read, this node among them or added to them.
     assert!((1000.0..=1001.0).contains(&live), "{text}");

@@ -10,19 +10,20 @@ use std::time::{Duration, Instant};
 
 use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
 
-use super::fleet::{TOLERANCE, gaps, proxies};
-use crate::support::binary::{self, Running, Setup};
+use super::fleet::{TOLERANCE, gaps, proxies, schedule_key, until_shared_again};
+use crate::support::binary::{self, Running};
+use crate::support::fleet::{self, until_allowed};
 use crate::support::redis::{RedisCluster, TlsRedis, bare_fleet};
-use crate::support::{Conn, Origin, Proxy, admin, get_with};
+use crate::support::{Conn, Origin, Proxy, get_with, need};
 
+/// Fleet "cluster" on `cluster` (a 1 s timeout, `refuse`).
 fn fleet(cluster: &RedisCluster) -> FleetConfig {
-    FleetConfig {
-        redis: RedisTarget::Cluster(cluster.urls()),
-        name: "cluster".into(),
-        timeout: Duration::from_secs(1),
-        on_unavailable: FleetOnUnavailable::Refuse,
-        ..FleetConfig::default()
-    }
+    fleet::config(
+        RedisTarget::Cluster(cluster.urls()),
+        "cluster",
+        Duration::from_secs(1),
+        FleetOnUnavailable::Refuse,
+    )
 }
 
 /// The fleet's keys of origins on each node, by node (the nodes'
@@ -39,9 +40,7 @@ async fn keys_by_node(cluster: &RedisCluster) -> Vec<Vec<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_on_a_redis_cluster_keeps_one_crawl_delay_schedule() {
-    let Some(cluster) = RedisCluster::start().await else {
-        return;
-    };
+    let cluster = need!(RedisCluster::start().await);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
     let nodes = proxies(3, Some(fleet(&cluster))).await;
     let gaps = gaps(&origin, &nodes, 6).await;
@@ -70,9 +69,7 @@ async fn a_fleet_on_a_redis_cluster_keeps_one_crawl_delay_schedule() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn origins_spread_over_the_masters_and_each_origin_keeps_one_slot() {
-    let Some(cluster) = RedisCluster::start().await else {
-        return;
-    };
+    let cluster = need!(RedisCluster::start().await);
     let mut origins = Vec::new();
     for _ in 0..12 {
         origins.push(Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await);
@@ -143,9 +140,7 @@ async fn origins_spread_over_the_masters_and_each_origin_keeps_one_slot() {
 /// by one started while it is down; back: both book on it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_stopped_is_refused_within_the_timeout_and_used_again_once_back() {
-    let Some(mut cluster) = RedisCluster::start().await else {
-        return;
-    };
+    let mut cluster = need!(RedisCluster::start().await);
     let timeout = Duration::from_millis(300);
     let config = FleetConfig {
         timeout,
@@ -174,28 +169,9 @@ async fn a_cluster_stopped_is_refused_within_the_timeout_and_used_again_once_bac
     cluster.restart().await;
     let restarted = Instant::now();
     for (n, node) in nodes.iter().enumerate() {
-        let mut i = 0;
-        loop {
-            i += 1;
-            let r = node.get(&origin.url(&format!("/c{n}-{i}"))).await;
-            if r.status == 200 {
-                break;
-            }
-            assert_eq!(r.status, 503, "{}", r.body);
-            if restarted.elapsed() > Duration::from_secs(20) {
-                let metrics = node.metrics().await;
-                let fleet: Vec<&str> = metrics
-                    .lines()
-                    .filter(|l| l.starts_with("robots_proxy_fleet_"))
-                    .collect();
-                panic!(
-                    "node {n} does not use the cluster again: {}\n{}",
-                    r.body,
-                    fleet.join("\n")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        let left = Duration::from_secs(20).saturating_sub(restarted.elapsed());
+        let what = format!("node {n} to use the cluster again");
+        until_shared_again(node, &origin, &format!("/c{n}-"), left, &what).await;
     }
     eprintln!(
         "cluster back: both nodes book on it within {:?}",
@@ -212,20 +188,9 @@ async fn a_cluster_stopped_is_refused_within_the_timeout_and_used_again_once_bac
 /// is published on the channel's master and heard on the first node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purge_on_one_node_reaches_the_others_through_the_cluster() {
-    let Some(cluster) = RedisCluster::start().await else {
-        return;
-    };
+    let cluster = need!(RedisCluster::start().await);
     let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
-    let node = |name: &str| {
-        let fleet = FleetConfig {
-            node: name.into(),
-            ..fleet(&cluster)
-        };
-        Proxy::start_with(move |c| {
-            admin(c);
-            c.fleet = Some(fleet);
-        })
-    };
+    let node = |name| fleet::node(Some(fleet::named(&fleet(&cluster), name)), |_| {});
     let (one, two) = (node("node-1").await, node("node-2").await);
     assert_eq!(one.get(&origin.url("/a")).await.status, 403);
     assert_eq!(two.get(&origin.url("/a")).await.status, 403);
@@ -241,8 +206,7 @@ async fn a_purge_on_one_node_reaches_the_others_through_the_cluster() {
         .await;
     assert_eq!(purged.status, 200, "{}", purged.body);
     assert!(purged.body.contains("every node"), "{}", purged.body);
-    crate::fleet_shared::until_allowed(&two, &origin.url("/a"), "the purge never reached node 2")
-        .await;
+    until_allowed(&two, &origin.url("/a"), "the purge never reached node 2").await;
     assert_eq!(one.get(&origin.url("/a")).await.status, 200);
     assert_eq!(
         origin.hits("/robots.txt"),
@@ -256,11 +220,9 @@ async fn a_purge_on_one_node_reaches_the_others_through_the_cluster() {
 /// when it trusts the server's CA, and refuses when it does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_over_tls_books_on_a_redis_whose_certificate_it_trusts() {
-    let Some(tls) = TlsRedis::start().await else {
-        return;
-    };
+    let tls = need!(TlsRedis::start().await);
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
-    let setup = Setup::new();
+    let setup = binary::Setup::new();
     setup.write_config(
         "robots-proxy",
         &format!(
@@ -283,15 +245,8 @@ async fn a_fleet_over_tls_books_on_a_redis_whose_certificate_it_trusts() {
     let trusting = start(Some(&tls.ca_file)).await;
     let r = Conn::open(trusting.addr).await.get(&origin.url("/a")).await;
     assert_eq!(r.status, 200, "{}", r.body);
-    let key = format!(
-        "robots-proxy:tls:{{http://{}}}:robots-proxy:next",
-        origin.addr
-    );
-    assert_eq!(
-        tls.redis.command(&["EXISTS", &key]).await.ok(),
-        Some(redis::Value::Int(1)),
-        "{key}"
-    );
+    let key = schedule_key("tls", &origin);
+    assert!(tls.redis.exists(&key).await, "{key}");
     drop(trusting);
 
     // The system's roots only: Redis's certificate is not trusted.
@@ -308,32 +263,16 @@ async fn a_fleet_over_tls_books_on_a_redis_whose_certificate_it_trusts() {
 /// (`--nocapture`), each answered within the fleet's timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn booking_latency_on_a_loopback_cluster() {
-    use robots_proxy::measure::Booking;
-    let Some(cluster) = RedisCluster::start().await else {
-        return;
-    };
+    let cluster = need!(RedisCluster::start().await);
     let fleet = bare_fleet(
         RedisTarget::Cluster(cluster.urls()),
         "latency",
         "latency-test",
     );
-    let interval = Duration::from_secs(1);
-    let mut took = Vec::new();
-    for i in 0..1000 {
-        let key = format!("http://origin{i}.example:80 bot");
-        let started = Instant::now();
-        let booked = fleet
-            .book(&key, interval, Duration::from_secs(10), 0)
-            .await
-            .expect("booked");
-        took.push(started.elapsed());
-        assert_eq!(booked, Booking::Wait(Duration::ZERO));
-    }
+    let took = fleet::book_many(&fleet, 1000).await;
     let per_node: Vec<usize> = keys_by_node_named(&cluster, "latency").await;
     assert_eq!(per_node.iter().sum::<usize>(), 1000, "{per_node:?}");
-    took.sort();
-    let p50 = took[took.len() / 2];
-    let p99 = took[took.len() * 99 / 100];
+    let (p50, p99) = fleet::p50_p99(&took);
     eprintln!(
         "fleet booking on a loopback Redis Cluster: p50 {p50:?}, p99 {p99:?}, \
          keys per master {per_node:?}"

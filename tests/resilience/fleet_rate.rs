@@ -13,23 +13,10 @@ use robots_proxy::config::{
     AccessConfig, AdminUser, FleetConfig, FleetOnUnavailable, RedisTarget, UserConfig,
 };
 
-use crate::support::binary::{Running, Setup};
+use crate::support::binary::{Running, Setup, access_with_user};
+use crate::support::fleet::{self, on as fleet};
 use crate::support::redis::Redis;
-use crate::support::{Conn, Origin, Proxy, admin, basic, cheap_hash, get_with, metric, user};
-
-fn fleet(redis: &Redis, timeout: Duration, on_unavailable: FleetOnUnavailable) -> FleetConfig {
-    FleetConfig {
-        redis: RedisTarget::Server(redis.url()),
-        name: "test".into(),
-        timeout,
-        on_unavailable,
-        ..FleetConfig::default()
-    }
-}
-
-fn get(url: &str, credentials: &str) -> Request<Bytes> {
-    get_with(url, &[("proxy-authorization", &basic(credentials))])
-}
+use crate::support::{Conn, Origin, Proxy, basic, cheap_hash, get_as as get, need, user};
 
 /// `[access]` with `auth_failures_per_minute` (set in TOML, as operators
 /// do) and `users`.
@@ -43,25 +30,16 @@ fn access(per_minute: u32, users: Vec<UserConfig>) -> AccessConfig {
 /// `n` in-process proxies with an admin listener, user `crawler`
 /// (password `pw`) at `max_rps`, and `fleet`.
 async fn nodes(n: usize, max_rps: f64, fleet: Option<FleetConfig>) -> Vec<Proxy> {
-    let mut all = Vec::new();
-    for _ in 0..n {
-        let fleet = fleet.clone();
-        all.push(
-            Proxy::start_with(move |c| {
-                admin(c);
-                c.access = access(
-                    30,
-                    vec![UserConfig {
-                        max_rps: Some(max_rps),
-                        ..user("crawler", "pw")
-                    }],
-                );
-                c.fleet = fleet;
-            })
-            .await,
+    fleet::nodes(n, fleet, |c| {
+        c.access = access(
+            30,
+            vec![UserConfig {
+                max_rps: Some(max_rps),
+                ..user("crawler", "pw")
+            }],
         );
-    }
-    all
+    })
+    .await
 }
 
 const RPS: f64 = 5.0;
@@ -141,9 +119,7 @@ fn quota(took: Duration) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_rps_holds_across_the_fleet_independent_proxies_admit_each_their_own() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     // A timeout no busy machine reaches: every answer is Redis's.
     let shared = nodes(
@@ -158,12 +134,12 @@ async fn max_rps_holds_across_the_fleet_independent_proxies_admit_each_their_own
     .await;
     let (sent_fleet, in_fleet, took_fleet) = load(&origin, &shared).await;
     for node in &shared {
-        let text = node.metrics().await;
-        assert_eq!(
-            metric(&text, "robots_proxy_fleet_unavailable_total"),
-            Some(0.0),
-            "{text}"
-        );
+        node.assert_metric(
+            "robots_proxy_fleet_unavailable_total",
+            0.0,
+            "Redis answered",
+        )
+        .await;
     }
     // The allowance's key, gone once idle (it expires at its TAT).
     let key = "robots-proxy:test:{user:crawler}:max_rps";
@@ -198,7 +174,6 @@ async fn max_rps_holds_across_the_fleet_independent_proxies_admit_each_their_own
 /// A binary with user alice (password `right`), `per_minute` password
 /// verifications per address, and `[fleet]` when `redis` is given.
 async fn alice_node(per_minute: u32, redis: Option<&Redis>) -> (Setup, Running) {
-    let hash = cheap_hash("right");
     let fleet = match redis {
         Some(r) => format!(
             "[fleet]\nredis = \"{}\"\nname = \"test\"\ntimeout = \"2s\"\n",
@@ -206,15 +181,8 @@ async fn alice_node(per_minute: u32, redis: Option<&Redis>) -> (Setup, Running) 
         ),
         None => String::new(),
     };
-    let setup = Setup::with_config(
-        "floodbot",
-        &format!(
-            "[access]\nauth_failures_per_minute = {per_minute}\n\
-             [[access.users]]\nname = \"alice\"\npassword_hash = \"{hash}\"\n{fleet}"
-        ),
-    );
-    let running = setup.start().await;
-    (setup, running)
+    let access = access_with_user(per_minute, "alice", &cheap_hash("right"), &fleet);
+    Setup::running("floodbot", &access).await
 }
 
 /// Sends `n` wrong passwords from this address, round-robin over `nodes`,
@@ -234,9 +202,7 @@ async fn wrong_passwords(origin: &Origin, nodes: &[(Setup, Running)], n: usize) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_failures_per_minute_hold_across_the_fleet() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let per_minute = 4;
     let n = 3 * per_minute as usize + 3;
     let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
@@ -296,16 +262,13 @@ async fn auth_failures_per_minute_hold_across_the_fleet() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_not_answering_the_local_limits_apply_within_the_timeout() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let timeout = Duration::from_millis(300);
     let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     // `refuse` is for origins' shared state: rate limits fall back to the
     // node's own all the same.
     let fleet = fleet(&redis, timeout, FleetOnUnavailable::Refuse);
-    let node = Proxy::start_with(move |c| {
-        admin(c);
+    let node = fleet::node(Some(fleet), |c| {
         c.access = access(
             3,
             vec![UserConfig {
@@ -314,7 +277,6 @@ async fn redis_not_answering_the_local_limits_apply_within_the_timeout() {
                 ..user("crawler", "pw")
             }],
         );
-        c.fleet = Some(fleet);
     })
     .await;
     let mut conn = Conn::open(node.addr).await;
@@ -355,36 +317,23 @@ async fn redis_not_answering_the_local_limits_apply_within_the_timeout() {
     }
     let throttled = timed(&origin.url("/x"), "crawler:wrong").await;
     assert_eq!(throttled.status, 429, "{}", throttled.body);
-    let text = node.metrics().await;
-    assert_eq!(
-        metric(&text, "robots_proxy_fleet_unavailable_total"),
-        Some(6.0),
-        "{text}"
-    );
+    node.assert_metric("robots_proxy_fleet_unavailable_total", 6.0, "each request")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_and_proxy_passwords_share_the_address_allowance_across_the_fleet() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
-    let mut nodes = Vec::new();
-    for _ in 0..2 {
-        let fleet = fleet(&redis, Duration::from_secs(2), FleetOnUnavailable::Local);
-        nodes.push(
-            Proxy::start_with(move |c| {
-                admin(c);
-                c.admin.users = vec![AdminUser {
-                    name: "ops".into(),
-                    password_hash: cheap_hash("secret"),
-                }];
-                c.access = access(3, vec![user("crawler", "pw")]);
-                c.fleet = Some(fleet);
-            })
-            .await,
-        );
-    }
+    let fleet = fleet(&redis, Duration::from_secs(2), FleetOnUnavailable::Local);
+    let nodes = fleet::nodes(2, Some(fleet), |c| {
+        c.admin.users = vec![AdminUser {
+            name: "ops".into(),
+            password_hash: cheap_hash("secret"),
+        }];
+        c.access = access(3, vec![user("crawler", "pw")]);
+    })
+    .await;
     let admin_with = async |node: &Proxy, credentials: &str| {
         let addr = node.admin_addr.expect("admin listener");
         let req = Request::get("/metrics")
@@ -415,9 +364,7 @@ async fn admin_and_proxy_passwords_share_the_address_allowance_across_the_fleet(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rate_script_is_governors_gcra_on_redis_time() {
     use robots_proxy::measure::{Fleet, FleetSettings, OnUnavailable, Rated};
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let fleet = Fleet::new(&FleetSettings {
         redis: RedisTarget::Server(redis.url()),
         name: "gcra".into(),
@@ -466,7 +413,11 @@ async fn the_rate_script_is_governors_gcra_on_redis_time() {
     let Ok(Err(wait)) = fleet.admit_rate(client, short, 1).await else {
         panic!("not refused");
     };
-    tokio::time::sleep(wait).await;
+    // Its wait over on Redis's clock, counted from after the refusal (from
+    // the script's own time it is over no later).
+    let refused = redis.time_us().await;
+    let wait_us = u64::try_from(wait.as_micros()).expect("µs");
+    redis.until_clock_past(refused + wait_us).await;
     assert_eq!(
         fleet
             .admit_rate(
@@ -520,7 +471,7 @@ async fn the_rate_script_is_governors_gcra_on_redis_time() {
         assert_eq!(admitted, Ok(Ok(())));
     }
     took.sort();
-    let (p50, p99) = (took[took.len() / 2], took[took.len() * 99 / 100]);
+    let (p50, p99) = fleet::p50_p99(&took);
     eprintln!("fleet rate check on loopback Redis: p50 {p50:?}, p99 {p99:?}");
 }
 
@@ -532,9 +483,7 @@ async fn the_rate_script_is_governors_gcra_on_redis_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_waits_on_redis_for_the_timeout_in_all() {
     use crate::support::redis::SlowRelay;
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let relay = SlowRelay::start(&redis).await;
     let timeout = Duration::from_millis(1500);
     let config = FleetConfig {
@@ -565,12 +514,9 @@ async fn a_request_waits_on_redis_for_the_timeout_in_all() {
         took < timeout + Duration::from_millis(400),
         "waited {took:?} on Redis"
     );
-    let metrics = node.metrics().await;
-    assert_eq!(
-        crate::support::metric(&metrics, "robots_proxy_fleet_reachable"),
-        Some(1.0),
-        "a call cut by the request's allowance says nothing of Redis"
-    );
+    let why = "a call cut by the request's allowance says nothing of Redis";
+    node.assert_metric("robots_proxy_fleet_reachable", 1.0, why)
+        .await;
 }
 
 /// Redis stops answering under `local`: a request of a user with
@@ -580,9 +526,7 @@ async fn a_request_waits_on_redis_for_the_timeout_in_all() {
 /// is not refused as a booking Redis would not make.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_booking_left_no_time_by_an_outage_falls_back() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let config = fleet(
         &redis,
         Duration::from_millis(300),
@@ -597,9 +541,6 @@ async fn a_booking_left_no_time_by_an_outage_falls_back() {
     let r = conn.send(get(&origin.url("/during"), "crawler:pw")).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(origin.hits("/during"), 1);
-    let metrics = node.metrics().await;
-    assert_eq!(
-        crate::support::metric(&metrics, "robots_proxy_fleet_reachable"),
-        Some(0.0)
-    );
+    node.assert_metric("robots_proxy_fleet_reachable", 0.0, "Redis hung")
+        .await;
 }

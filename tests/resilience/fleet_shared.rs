@@ -8,12 +8,12 @@
 
 use std::time::{Duration, Instant};
 
-use robots_proxy::config::{FleetConfig, FleetOnUnavailable, RedisTarget};
+use robots_proxy::config::{Config, FleetConfig, FleetOnUnavailable, RedisTarget};
 
-use crate::fleet::until_all;
 use crate::support::binary::{Running, Setup, descriptors, limit_descriptors};
+use crate::support::fleet::{self, until_all, until_allowed};
 use crate::support::redis::{Redis, bare_fleet};
-use crate::support::{Conn, Origin, Proxy, admin};
+use crate::support::{Conn, HeldRobots, Origin, Proxy, Reply, metric, need, until, until_paced};
 
 /// Pages may arrive this much closer than the Crawl-delay: the proxies'
 /// own forwarding jitter on a busy machine (all nodes share one clock,
@@ -27,50 +27,33 @@ async fn process(fleet: Option<String>) -> (Setup, Running) {
     if let Some(f) = fleet {
         extra.push_str(&format!("[fleet]\n{f}"));
     }
-    let setup = Setup::with_config("robots-proxy", &extra);
-    let running = setup.start().await;
-    (setup, running)
+    Setup::running("robots-proxy", &extra).await
+}
+
+/// `[fleet]`'s body for node `node-<i>` of fleet `name` on `redis`.
+fn table(redis: &Redis, name: &str, i: usize) -> String {
+    format!(
+        "redis = {:?}\nname = \"{name}\"\nnode = \"node-{i}\"\ntimeout = \"1s\"\n",
+        redis.url()
+    )
 }
 
 /// Sends `n` page requests at once spread over `nodes` (each on its own
 /// connection); all must be answered 200. Returns the gaps between the
 /// pages' arrivals at the origin.
 async fn spread(origin: &Origin, nodes: &[std::net::SocketAddr], n: usize) -> Vec<Duration> {
-    let sent = (0..n).map(|i| {
-        let url = origin.url(&format!("/p{i}"));
-        let node = nodes[i % nodes.len()];
-        async move { Conn::open(node).await.get(&url).await }
-    });
-    for r in futures_util::future::join_all(sent).await {
-        assert_eq!(r.status, 200, "{}", r.body);
-    }
-    let mut at: Vec<Instant> = origin
-        .arrivals
-        .lock()
-        .expect("arrivals")
-        .iter()
-        .filter(|(path, _)| path.starts_with("/p"))
-        .map(|(_, t)| *t)
-        .collect();
-    assert_eq!(at.len(), n);
-    at.sort();
-    at.windows(2).map(|w| w[1] - w[0]).collect()
+    fleet::gaps(origin, n, |i, url| async move {
+        Conn::open(nodes[i % nodes.len()]).await.get(&url).await
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_fetch_robots_txt_once_and_keep_one_schedule() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
-    let table = |i: usize| {
-        format!(
-            "redis = {:?}\nname = \"spacing\"\nnode = \"node-{i}\"\ntimeout = \"1s\"\n",
-            redis.url()
-        )
-    };
+    let redis = need!(Redis::start().await);
     let mut fleet = Vec::new();
     for i in 1..=3 {
-        fleet.push(process(Some(table(i))).await);
+        fleet.push(process(Some(table(&redis, "spacing", i))).await);
     }
     let addrs: Vec<_> = fleet.iter().map(|(_, r)| r.addr).collect();
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
@@ -86,7 +69,7 @@ async fn three_processes_fetch_robots_txt_once_and_keep_one_schedule() {
     let gaps_alone = spread(&origin, &addrs, 9).await;
     let fetches_alone = origin.hits("/robots.txt");
 
-    let min = |g: &[Duration]| g.iter().min().copied().unwrap_or_default();
+    let min = fleet::min_gap;
     eprintln!(
         "robots.txt fetches: fleet {fetches_fleet}, independent {fetches_alone}; \
          smallest page gap: fleet {:?}, independent {:?}",
@@ -105,33 +88,38 @@ async fn three_processes_fetch_robots_txt_once_and_keep_one_schedule() {
     );
 }
 
+/// Node `node` of fleet "shared" on `redis` (a 300 ms timeout).
 fn fleet_config(redis: &Redis, node: &str, on_unavailable: FleetOnUnavailable) -> FleetConfig {
-    FleetConfig {
-        redis: RedisTarget::Server(redis.url()),
-        name: "shared".into(),
-        node: node.into(),
-        timeout: Duration::from_millis(300),
+    let shared = fleet::config(
+        RedisTarget::Server(redis.url()),
+        "shared",
+        Duration::from_millis(300),
         on_unavailable,
-    }
+    );
+    fleet::named(&shared, node)
+}
+
+/// An in-process node `name` of fleet "shared" ([`fleet_config`]), with
+/// `adjust` applied.
+async fn node_with(
+    redis: &Redis,
+    name: &str,
+    on_unavailable: FleetOnUnavailable,
+    adjust: impl FnOnce(&mut Config),
+) -> Proxy {
+    fleet::node(Some(fleet_config(redis, name, on_unavailable)), adjust).await
 }
 
 async fn node(redis: &Redis, name: &str, on_unavailable: FleetOnUnavailable) -> Proxy {
-    let fleet = fleet_config(redis, name, on_unavailable);
-    Proxy::start_with(move |c| {
-        admin(c);
-        c.fleet = Some(fleet);
-    })
-    .await
+    node_with(redis, name, on_unavailable, |_| {}).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_purge_on_one_node_is_seen_by_the_others() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
-    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
-    let one = node(&redis, "node-1", FleetOnUnavailable::Local).await;
-    let two = node(&redis, "node-2", FleetOnUnavailable::Local).await;
+/// Nodes named `names` (`local` when Redis is unavailable), each having
+/// judged `/a` of `origin` (robots.txt `Disallow: /a`) 403, by node 1's
+/// fetch.
+async fn two_nodes_judged(redis: &Redis, origin: &Origin, names: [&str; 2]) -> (Proxy, Proxy) {
+    let one = node(redis, names[0], FleetOnUnavailable::Local).await;
+    let two = node(redis, names[1], FleetOnUnavailable::Local).await;
     assert_eq!(one.get(&origin.url("/a")).await.status, 403);
     assert_eq!(two.get(&origin.url("/a")).await.status, 403);
     assert_eq!(
@@ -139,13 +127,24 @@ async fn a_purge_on_one_node_is_seen_by_the_others() {
         1,
         "node 2 judged by node 1's fetch"
     );
+    (one, two)
+}
+
+/// `POST /purge?<what>=<url>` on `node`'s admin listener.
+async fn purge(node: &Proxy, what: &str, url: &str) -> crate::support::Resp {
+    node.admin_post(&format!("/purge?{what}={url}")).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_on_one_node_is_seen_by_the_others() {
+    let redis = need!(Redis::start().await);
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
+    let (one, two) = two_nodes_judged(&redis, &origin, ["node-1", "node-2"]).await;
     let explained = two.explain(&origin.url("/a")).await;
     assert_eq!(explained["fetched_by"], "node-1", "{explained}");
 
     origin.robots("User-agent: *\nDisallow:\n");
-    let purged = one
-        .admin_post(&format!("/purge?origin={}", origin.url("/")))
-        .await;
+    let purged = purge(&one, "origin", &origin.url("/")).await;
     assert_eq!(purged.status, 200, "{}", purged.body);
     assert!(purged.body.contains("every node"), "{}", purged.body);
     // Node 2 drops its copy when the purge reaches it; until then it
@@ -160,9 +159,7 @@ async fn a_purge_on_one_node_is_seen_by_the_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_redis_a_miss_is_fetched_locally_or_refused() {
-    let Some(mut redis) = Redis::start().await else {
-        return;
-    };
+    let mut redis = need!(Redis::start().await);
     let local = node(&redis, "local", FleetOnUnavailable::Local).await;
     let refuse = node(&redis, "refuse", FleetOnUnavailable::Refuse).await;
     redis.stop();
@@ -182,9 +179,7 @@ async fn without_redis_a_miss_is_fetched_locally_or_refused() {
         started.elapsed()
     );
     // A purge reaches this node alone, and says so with a 503.
-    let purged = local
-        .admin_post(&format!("/purge?origin={}", origin.url("/")))
-        .await;
+    let purged = purge(&local, "origin", &origin.url("/")).await;
     assert_eq!(purged.status, 503, "{}", purged.body);
     assert!(purged.body.contains("this node only"), "{}", purged.body);
     assert!(purged.body.contains("\"purged\": true"), "{}", purged.body);
@@ -210,9 +205,7 @@ async fn without_redis_a_miss_is_fetched_locally_or_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_miss_latency_on_loopback_redis() {
     use robots_proxy::measure::{Look, Take, Text};
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let fleet = |node: &str| bare_fleet(RedisTarget::Server(redis.url()), "latency", node);
     let (a, b) = (fleet("a"), fleet("b"));
     let text: Vec<u8> = (0..800)
@@ -270,14 +263,10 @@ async fn shared_miss_latency_on_loopback_redis() {
 /// judges by it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_by_one_nodes_policy_is_not_shared() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
-    let strict_fleet = fleet_config(&redis, "strict", FleetOnUnavailable::Local);
-    let strict = Proxy::start_with(move |c| {
+    let strict = node_with(&redis, "strict", FleetOnUnavailable::Local, |c| {
         c.allow_private_destinations = false;
-        c.fleet = Some(strict_fleet);
     })
     .await;
     let open = node(&redis, "open", FleetOnUnavailable::Local).await;
@@ -298,13 +287,11 @@ async fn a_refusal_by_one_nodes_policy_is_not_shared() {
 /// instead of fetching too, and the metrics say so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_waits_for_the_fetch_under_way_on_another() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     // robots.txt is held until released; the first request for it is
     // announced.
     let robots = "User-agent: *\nDisallow: /a\n";
-    let held = crate::support::HeldRobots::start(robots, robots).await;
+    let held = HeldRobots::start(robots, robots).await;
     let addr = held.addr;
     let one = node(&redis, "node-1", FleetOnUnavailable::Local).await;
     let two = node(&redis, "node-2", FleetOnUnavailable::Local).await;
@@ -321,18 +308,15 @@ async fn a_node_waits_for_the_fetch_under_way_on_another() {
         async move { Conn::open(proxy).await.get(&url).await }
     });
     // Node 2 is waiting once its metric says so.
-    crate::support::until("node 2 to wait", || async {
-        let metrics = two.metrics().await;
-        (crate::support::metric(&metrics, "robots_proxy_fleet_robots_waited_total") == Some(1.0))
-            .then_some(())
+    two.until_metrics("node 2 to wait", |t| {
+        metric(t, "robots_proxy_fleet_robots_waited_total") == Some(1.0)
     })
     .await;
     held.release();
     assert_eq!(first.await.expect("first").status, 403);
     assert_eq!(second.await.expect("second").status, 200);
     assert_eq!(held.fetches(), 1, "one fetch for both");
-    let fetched =
-        |text: &str| crate::support::metric(text, "robots_proxy_fleet_robots_fetched_total");
+    let fetched = |text: &str| metric(text, "robots_proxy_fleet_robots_fetched_total");
     assert_eq!(fetched(&one.metrics().await), Some(1.0));
     assert_eq!(fetched(&two.metrics().await), Some(0.0));
     assert_eq!(two.explain(&url("/a")).await["fetched_by"], "node-1");
@@ -342,32 +326,18 @@ async fn a_node_waits_for_the_fetch_under_way_on_another() {
 /// file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_on_one_node_reloads_every_node() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
-    let table = |i: usize| {
-        format!(
-            "redis = {:?}\nname = \"reload\"\nnode = \"node-{i}\"\ntimeout = \"1s\"\n",
-            redis.url()
-        )
-    };
-    let (_one_setup, mut one) = process(Some(table(1))).await;
-    let (two_setup, mut two) = process(Some(table(2))).await;
+    let redis = need!(Redis::start().await);
+    let (_one_setup, mut one) = process(Some(table(&redis, "reload", 1))).await;
+    let (two_setup, mut two) = process(Some(table(&redis, "reload", 2))).await;
     // The nodes hear each other once both are subscribed to the fleet's
     // channel.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let subscribers = redis
-            .command(&["PUBSUB", "NUMSUB", "robots-proxy:reload:events"])
-            .await
-            .expect("PUBSUB");
-        if matches!(&subscribers, redis::Value::Array(v) if v.get(1) == Some(&redis::Value::Int(2)))
-        {
-            break;
+    until("both nodes to subscribe", || async {
+        match redis.subscribers("robots-proxy:reload:events").await {
+            2 => Ok(()),
+            n => Err(format!("{n} subscribed")),
         }
-        assert!(Instant::now() < deadline, "not subscribed: {subscribers:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     let path = two_setup.config_path();
     let text = std::fs::read_to_string(&path).expect("config");
     std::fs::write(
@@ -389,9 +359,7 @@ async fn a_reload_on_one_node_reloads_every_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetch_overtaken_by_a_purge_is_not_shared() {
     use robots_proxy::measure::{Look, Take, Text};
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let fleet = bare_fleet(RedisTarget::Server(redis.url()), "purged", "a");
     let origin = "http://purged.example:80";
     let timeout = Duration::from_secs(5);
@@ -424,9 +392,7 @@ async fn a_fetch_overtaken_by_a_purge_is_not_shared() {
 /// judged by and not fetched by every node without one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_shared_entry_is_fetched_again_under_the_lease() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
     let key = format!("robots-proxy:shared:{{http://{}}}:robots.1", origin.addr);
     let far = format!("{}", u64::MAX / 2);
@@ -468,9 +434,7 @@ async fn an_unreadable_shared_entry_is_fetched_again_under_the_lease() {
 /// else, and Redis still counts as reachable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_command_on_one_key_is_no_outage() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let broken = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
     let fine = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
     let key = |o: &Origin| {
@@ -492,12 +456,8 @@ async fn a_failed_command_on_one_key_is_no_outage() {
         Some(redis::Value::Int(1)),
         "the other origin was booked on Redis"
     );
-    let metrics = one.metrics().await;
-    assert_eq!(
-        crate::support::metric(&metrics, "robots_proxy_fleet_reachable"),
-        Some(1.0),
-        "{metrics}"
-    );
+    one.assert_metric("robots_proxy_fleet_reachable", 1.0, "one key failed")
+        .await;
 }
 
 /// A node that lost Redis (here: restarted empty) may have missed purges:
@@ -505,9 +465,7 @@ async fn a_failed_command_on_one_key_is_no_outage() {
 /// from Redis again (fetching what Redis lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copies_are_dropped_when_redis_comes_back() {
-    let Some(mut redis) = Redis::start().await else {
-        return;
-    };
+    let mut redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
     let one = node(&redis, "node-1", FleetOnUnavailable::Local).await;
     assert_eq!(one.get(&origin.url("/a")).await.status, 403);
@@ -525,27 +483,13 @@ async fn copies_are_dropped_when_redis_comes_back() {
 /// purged origin from Redis again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purge_missed_while_unsubscribed_is_made_good_on_subscribing_again() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
-    let one = node(&redis, "node-1", FleetOnUnavailable::Local).await;
-    let two = node(&redis, "node-2", FleetOnUnavailable::Local).await;
-    assert_eq!(one.get(&origin.url("/a")).await.status, 403);
-    assert_eq!(two.get(&origin.url("/a")).await.status, 403);
+    let (one, two) = two_nodes_judged(&redis, &origin, ["node-1", "node-2"]).await;
     origin.robots("User-agent: *\nDisallow:\n");
-    let channel = "robots-proxy:shared:events";
-    let subscribers = || async {
-        match redis.command(&["PUBSUB", "NUMSUB", channel]).await {
-            Ok(redis::Value::Array(v)) => match v.get(1) {
-                Some(redis::Value::Int(n)) => *n,
-                other => panic!("NUMSUB: {other:?}"),
-            },
-            other => panic!("NUMSUB: {other:?}"),
-        }
-    };
+    let subscribers = || redis.subscribers("robots-proxy:shared:events");
     assert_eq!(subscribers().await, 2, "both nodes subscribed");
-    let heard = purge_unheard(&redis, &two, &format!("/purge?origin={}", origin.url("/"))).await;
+    let heard = purge_unheard(&redis, &two, "origin", &origin.url("/")).await;
     assert_eq!(heard["fleet"]["told"], "every node", "{heard}");
     // Node 2 purged its own copy; node 1 heard nothing, and judges by its
     // old copy until it has subscribed again.
@@ -570,15 +514,11 @@ async fn a_purge_missed_while_unsubscribed_is_made_good_on_subscribing_again() {
 /// request for a cached origin is a hit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_redis_costs_no_copies() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
     let one = node(&redis, "node-1", FleetOnUnavailable::Local).await;
     assert_eq!(one.get(&origin.url("/a")).await.status, 403);
-    let reachable = |v: f64| {
-        move |t: &str| crate::support::metric(t, "robots_proxy_fleet_reachable") == Some(v)
-    };
+    let reachable = |v: f64| move |t: &str| metric(t, "robots_proxy_fleet_reachable") == Some(v);
     redis.signal("STOP");
     until_all(
         std::slice::from_ref(&one),
@@ -593,10 +533,8 @@ async fn a_slow_redis_costs_no_copies() {
         reachable(1.0),
     )
     .await;
-    let hits = |t: &str| {
-        crate::support::metric(t, "robots_proxy_robots_cache_events_total{event=\"hit\"}")
-            .unwrap_or(0.0)
-    };
+    let hits =
+        |t: &str| metric(t, "robots_proxy_robots_cache_events_total{event=\"hit\"}").unwrap_or(0.0);
     let before = hits(&one.metrics().await);
     assert_eq!(one.get(&origin.url("/a")).await.status, 403);
     let after = hits(&one.metrics().await);
@@ -604,19 +542,17 @@ async fn a_slow_redis_costs_no_copies() {
     assert_eq!(origin.hits("/robots.txt"), 1);
 }
 
-/// Asks `node` for `url` until it is allowed (200), each answer before
-/// that a 403 (the old copy); panics with `what` after 15 s.
-/// Cuts every subscription and sends the purge `path` (an admin POST)
-/// through `node` before they are made again (a node waits a second
-/// before it subscribes again), as often as it takes for nobody to hear
-/// it; returns the purge's answer.
-async fn purge_unheard(redis: &Redis, node: &Proxy, path: &str) -> serde_json::Value {
+/// Cuts every subscription and sends the purge of `what` `url` through
+/// `node` before they are made again (a node waits a second before it
+/// subscribes again), as often as it takes for nobody to hear it; returns
+/// the purge's answer.
+async fn purge_unheard(redis: &Redis, node: &Proxy, what: &str, url: &str) -> serde_json::Value {
     for _ in 0..10 {
         redis
             .command(&["CLIENT", "KILL", "TYPE", "pubsub"])
             .await
             .expect("CLIENT KILL");
-        let purged = node.admin_post(path).await;
+        let purged = purge(node, what, url).await;
         assert_eq!(purged.status, 200, "{}", purged.body);
         let answer: serde_json::Value = serde_json::from_str(&purged.body).expect("JSON");
         if answer["fleet"]["heard_by"] == 0 {
@@ -631,52 +567,24 @@ async fn purge_unheard(redis: &Redis, node: &Proxy, path: &str) -> serde_json::V
 /// serves the purged URLs from the origin again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_cache_purges_missed_while_unsubscribed_are_applied_on_subscribing_again() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
-    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
-    for p in ["/u", "/dir/1", "/kept"] {
-        origin.route(
-            p,
-            crate::support::Reply::ok("x").header("cache-control", "max-age=600"),
-        );
-    }
-    let cached_node = |name: &str| {
-        let fleet = fleet_config(&redis, name, FleetOnUnavailable::Local);
-        Proxy::start_with(move |c| {
-            admin(c);
-            c.cache.enabled = true;
-            c.fleet = Some(fleet);
-        })
-    };
+    let redis = need!(Redis::start().await);
+    let paths = ["/u", "/dir/1", "/kept"];
+    let origin = cacheable(&paths).await;
+    let cached_node = |name| node_with(&redis, name, FleetOnUnavailable::Local, cache);
     let (one, two) = (cached_node("node-1").await, cached_node("node-2").await);
-    for p in ["/u", "/dir/1", "/kept"] {
-        one.get(&origin.url(p)).await;
-        one.get(&origin.url(p)).await;
-        assert_eq!(origin.hits(p), 1, "{p}: node 1 serves it from its cache");
-    }
-    let url = purge_unheard(&redis, &two, &format!("/purge?url={}", origin.url("/u"))).await;
+    cached_by(&one, &origin, &paths).await;
+    let url = purge_unheard(&redis, &two, "url", &origin.url("/u")).await;
     assert_eq!(url["fleet"]["told"], "every node", "{url}");
-    let prefix = purge_unheard(
-        &redis,
-        &two,
-        &format!("/purge?prefix={}", origin.url("/dir/")),
-    )
-    .await;
+    let prefix = purge_unheard(&redis, &two, "prefix", &origin.url("/dir/")).await;
     assert_eq!(prefix["fleet"]["told"], "every node", "{prefix}");
     // Node 1 heard neither; once subscribed again it reads them from Redis.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while origin.hits("/u") < 2 || origin.hits("/dir/1") < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "node 1 still serves the purged URLs from its cache: /u {} /dir/1 {}",
-            origin.hits("/u"),
-            origin.hits("/dir/1")
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        one.get(&origin.url("/u")).await;
-        one.get(&origin.url("/dir/1")).await;
-    }
+    until_fetched_again(
+        &one,
+        &origin,
+        &["/u", "/dir/1"],
+        "node 1 to drop the purged URLs",
+    )
+    .await;
     one.get(&origin.url("/kept")).await;
     assert_eq!(origin.hits("/kept"), 1, "what was not purged stays cached");
 }
@@ -686,66 +594,78 @@ async fn response_cache_purges_missed_while_unsubscribed_are_applied_on_subscrib
 /// what was not purged stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restarted_applies_the_purges_said_while_it_was_stopped() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
-    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
-    for p in ["/u", "/kept"] {
-        origin.route(
-            p,
-            crate::support::Reply::ok("x").header("cache-control", "max-age=600"),
-        );
-    }
+    let redis = need!(Redis::start().await);
+    let paths = ["/u", "/kept"];
+    let origin = cacheable(&paths).await;
     let state = tempfile::tempdir().expect("tempdir");
-    let start = |name: &str, dir: Option<std::path::PathBuf>| {
-        let fleet = fleet_config(&redis, name, FleetOnUnavailable::Local);
-        Proxy::start_with(move |c| {
-            admin(c);
-            c.cache.enabled = true;
+    let start = |name, dir: Option<std::path::PathBuf>| {
+        node_with(&redis, name, FleetOnUnavailable::Local, move |c| {
+            cache(c);
             if let Some(dir) = dir {
                 c.state_dir = Some(dir);
             }
-            c.fleet = Some(fleet);
         })
     };
     let mut one = start("node-1", Some(state.path().to_path_buf())).await;
-    for p in ["/u", "/kept"] {
-        one.get(&origin.url(p)).await;
-        one.get(&origin.url(p)).await;
-        assert_eq!(origin.hits(p), 1, "{p}: cached");
-    }
+    cached_by(&one, &origin, &paths).await;
     one.stop();
     one.finished().await;
     let two = start("node-2", None).await;
-    let purged = two
-        .admin_post(&format!("/purge?url={}", origin.url("/u")))
-        .await;
+    let purged = purge(&two, "url", &origin.url("/u")).await;
     assert_eq!(purged.status, 200, "{}", purged.body);
     let one = start("node-1", Some(state.path().to_path_buf())).await;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while origin.hits("/u") < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the restarted node serves the purged URL from its disk cache"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        one.get(&origin.url("/u")).await;
-    }
+    let what = "the restarted node to drop the purged URL from its disk cache";
+    until_fetched_again(&one, &origin, &["/u"], what).await;
     one.get(&origin.url("/kept")).await;
     assert_eq!(origin.hits("/kept"), 1, "what was not purged stays cached");
 }
 
-pub(super) async fn until_allowed(node: &Proxy, url: &str, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let r = node.get(url).await;
-        if r.status == 200 {
-            return;
-        }
-        assert_eq!(r.status, 403, "{}", r.body);
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// The response cache on.
+fn cache(c: &mut Config) {
+    c.cache.enabled = true;
+}
+
+/// An origin that allows everything, its `paths` cacheable for ten
+/// minutes.
+async fn cacheable(paths: &[&str]) -> Origin {
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
+    for p in paths {
+        origin.route(p, Reply::ok("x").header("cache-control", "max-age=600"));
     }
+    origin
+}
+
+/// `node` asked twice for each of `paths`: the origin sees each once, the
+/// second is served from the node's cache.
+async fn cached_by(node: &Proxy, origin: &Origin, paths: &[&str]) {
+    for p in paths {
+        node.get(&origin.url(p)).await;
+        node.get(&origin.url(p)).await;
+        assert_eq!(origin.hits(p), 1, "{p}: the node serves it from its cache");
+    }
+}
+
+/// Asks `node` for each of `paths`, every 50 ms, until the origin has seen
+/// each a second time (the node's cached copy dropped); fails with `what`
+/// and the counts after 15 s.
+async fn until_fetched_again(node: &Proxy, origin: &Origin, paths: &[&str], what: &str) {
+    until_paced(
+        what,
+        Duration::from_secs(15),
+        Duration::from_millis(50),
+        || async {
+            for p in paths {
+                node.get(&origin.url(p)).await;
+            }
+            let hits: Vec<(&str, usize)> = paths.iter().map(|p| (*p, origin.hits(p))).collect();
+            if hits.iter().all(|(_, n)| *n >= 2) {
+                Ok(())
+            } else {
+                Err(format!("still served from the cache: origin hits {hits:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 /// The shared entry's key for `origin` (fleet "shared").
@@ -756,9 +676,16 @@ fn entry_key(origin: &Origin) -> String {
 /// Waits until the shared entry of `origin` holds `field`.
 async fn wait_stored(redis: &Redis, origin: &Origin, field: &str) {
     let key = entry_key(origin);
-    crate::support::until(&format!("{field} to be stored"), || async {
-        let stored = redis.command(&["HEXISTS", &key, field]).await.ok();
-        (stored == Some(redis::Value::Int(1))).then_some(())
+    until(&format!("{field} to be stored"), || async {
+        (redis.int(&["HEXISTS", &key, field]).await == 1).then_some(())
+    })
+    .await;
+}
+
+/// Waits until `lease` is given back (gone from Redis).
+async fn until_given_back(redis: &Redis, lease: &str) {
+    until("the lease to be given back", || async {
+        (!redis.exists(lease).await).then_some(())
     })
     .await;
 }
@@ -768,20 +695,14 @@ async fn wait_stored(redis: &Redis, origin: &Origin, field: &str) {
 /// once, stores a good entry, and every node judges by that one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_expiring_at_no_finite_time_is_fetched_again_once() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
     let one = node(&redis, "node-1", FleetOnUnavailable::Refuse).await;
     assert_eq!(one.get(&origin.url("/a")).await.status, 403);
     wait_stored(&redis, &origin, "text").await;
     // Node 1's lease is given back once its entry is stored.
     let lease = format!("robots-proxy:shared:{{http://{}}}:lease", origin.addr);
-    crate::support::until("the lease to be given back", || async {
-        let lease = redis.command(&["EXISTS", &lease]).await.ok();
-        (lease == Some(redis::Value::Int(0))).then_some(())
-    })
-    .await;
+    until_given_back(&redis, &lease).await;
     origin.robots("User-agent: *\nDisallow:\n");
     redis
         .command(&["HSET", &entry_key(&origin), "expires", "inf"])
@@ -815,9 +736,7 @@ async fn an_entry_expiring_at_no_finite_time_is_fetched_again_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_entry_whose_text_is_gone_is_not_stored() {
     use robots_proxy::measure::{Look, Take, Text};
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let fleet = bare_fleet(RedisTarget::Server(redis.url()), "evicted", "a");
     let origin = "http://evicted.example:80";
     let timeout = Duration::from_secs(5);
@@ -837,18 +756,13 @@ async fn a_stale_entry_whose_text_is_gone_is_not_stored() {
         )
         .await;
     assert_eq!(stored, Ok(true));
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    let key = "robots-proxy:evicted:{http://evicted.example:80}:robots.1";
+    redis.until_entry_expired(key).await;
     let Ok(Look::Lead(Some(expired), lease)) = look().await else {
         panic!("no lease over the expired entry");
     };
     assert_eq!(expired.text.as_deref(), Some(&text[..]));
-    redis
-        .command(&[
-            "DEL",
-            "robots-proxy:evicted:{http://evicted.example:80}:robots.1",
-        ])
-        .await
-        .expect("DEL");
+    redis.command(&["DEL", key]).await.expect("DEL");
     let stored = fleet
         .store_robots(
             origin,
@@ -870,37 +784,29 @@ async fn a_stale_entry_whose_text_is_gone_is_not_stored() {
 /// the lease back; the shared entry stays the origin's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_copy_used_for_the_proxys_own_shortage_is_not_shared() {
-    use crate::support::binary::Setup;
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     let extra = format!(
         "[robots]\ndefault_ttl = \"1s\"\nmin_ttl = \"1s\"\n\
          [fleet]\nredis = {:?}\nname = \"shortage\"\nnode = \"node-1\"\ntimeout = \"1s\"\n",
         redis.url()
     );
-    let setup = Setup::with_config("TestBot/1.0", &extra);
-    let mut running = setup.start().await;
+    let (_setup, mut running) = Setup::running("TestBot/1.0", &extra).await;
     let pid = running.child.id();
     let mut client = Conn::open(running.addr).await;
     assert_eq!(client.get(&origin.url("/private")).await.status, 403);
     let key = format!("robots-proxy:shortage:{{http://{}}}:robots.1", origin.addr);
     let lease = format!("robots-proxy:shortage:{{http://{}}}:lease", origin.addr);
-    crate::support::until(
-        "the entry to be stored and its lease given back",
-        || async {
-            let text = redis.command(&["HEXISTS", &key, "text"]).await.ok();
-            let lease = redis.command(&["EXISTS", &lease]).await.ok();
-            (text == Some(redis::Value::Int(1)) && lease == Some(redis::Value::Int(0)))
-                .then_some(())
-        },
-    )
+    until("the entry to be stored", || async {
+        (redis.int(&["HEXISTS", &key, "text"]).await == 1).then_some(())
+    })
     .await;
+    until_given_back(&redis, &lease).await;
     let meta = redis.text(&["HGET", &key, "meta"]).await;
     assert!(meta.contains("\"fresh\""), "{meta}");
-    // Both copies expire (1 s); then the node runs out of descriptors.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Both copies expire (1 s): the shared one on Redis's clock, the node's
+    // own no later. Then the node runs out of descriptors.
+    redis.until_entry_expired(&key).await;
     let (used, highest) = descriptors(pid);
     let used = used as u64;
     let limit = highest + 1 + 24;
@@ -918,11 +824,7 @@ async fn a_stale_copy_used_for_the_proxys_own_shortage_is_not_shared() {
     assert_eq!(r.status, 403, "judged by the good copy: {}", r.body);
     running.wait_for("lack of a local resource").await;
     assert_eq!(origin.hits("/robots.txt"), 1);
-    crate::support::until("the lease to be given back", || async {
-        let lease = redis.command(&["EXISTS", &lease]).await.ok();
-        (lease == Some(redis::Value::Int(0))).then_some(())
-    })
-    .await;
+    until_given_back(&redis, &lease).await;
     drop(hogs);
     assert_eq!(
         redis.text(&["HGET", &key, "meta"]).await,
@@ -936,21 +838,15 @@ async fn a_stale_copy_used_for_the_proxys_own_shortage_is_not_shared() {
 /// node fetches for itself. An answer of the origin's (a 503) is shared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failure_with_no_answer_from_the_origin_is_not_shared() {
-    use crate::support::Reply;
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let origin = Origin::start().await;
     let text = "User-agent: *\nDisallow: /a\n";
     origin.route(
         "/robots.txt",
         Reply::ok(text.to_string()).delay(Duration::from_secs(3)),
     );
-    let impatient = fleet_config(&redis, "node-1", FleetOnUnavailable::Refuse);
-    let one = Proxy::start_with(move |c| {
-        admin(c);
+    let one = node_with(&redis, "node-1", FleetOnUnavailable::Refuse, |c| {
         c.robots.fetch_timeout = Duration::from_millis(500);
-        c.fleet = Some(impatient);
     })
     .await;
     let r = one.get(&origin.url("/b")).await;
@@ -965,8 +861,7 @@ async fn a_failure_with_no_answer_from_the_origin_is_not_shared() {
     // Node 1 keeps its own entry, as without a fleet.
     assert_eq!(one.get(&origin.url("/b")).await.status, 503);
 
-    let down = Origin::start().await;
-    down.route("/robots.txt", Reply::status(503));
+    let down = Origin::with_robots_reply(Reply::status(503)).await;
     assert_eq!(one.get(&down.url("/b")).await.status, 503);
     let r = two.get(&down.url("/b")).await;
     assert_eq!(r.status, 503, "{}", r.body);
@@ -980,10 +875,8 @@ async fn a_failure_with_no_answer_from_the_origin_is_not_shared() {
 /// without waiting for the fleet's timeout (2 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_waiting_for_a_fetch_do_not_wait_for_its_store() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
-    let origin = crate::support::HeldRobots::start(
+    let redis = need!(Redis::start().await);
+    let origin = HeldRobots::start(
         "User-agent: *\nDisallow: /a\n",
         "User-agent: *\nDisallow: /a\n",
     )
@@ -1017,19 +910,11 @@ async fn requests_waiting_for_a_fetch_do_not_wait_for_its_store() {
 /// (each with a rank of its own in the interleaved fallback).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_of_one_name_hear_each_others_purges() {
-    let Some(redis) = Redis::start().await else {
-        return;
-    };
+    let redis = need!(Redis::start().await);
     let origin = Origin::with_robots("User-agent: *\nDisallow: /a\n").await;
-    let one = node(&redis, "twin", FleetOnUnavailable::Local).await;
-    let two = node(&redis, "twin", FleetOnUnavailable::Local).await;
-    assert_eq!(one.get(&origin.url("/a")).await.status, 403);
-    assert_eq!(two.get(&origin.url("/a")).await.status, 403);
-    assert_eq!(origin.hits("/robots.txt"), 1);
+    let (one, two) = two_nodes_judged(&redis, &origin, ["twin", "twin"]).await;
     origin.robots("User-agent: *\nDisallow:\n");
-    let purged = one
-        .admin_post(&format!("/purge?origin={}", origin.url("/")))
-        .await;
+    let purged = purge(&one, "origin", &origin.url("/")).await;
     assert_eq!(purged.status, 200, "{}", purged.body);
     until_allowed(
         &two,
@@ -1040,7 +925,7 @@ async fn two_nodes_of_one_name_hear_each_others_purges() {
     assert_eq!(one.get(&origin.url("/a")).await.status, 200);
     assert_eq!(origin.hits("/robots.txt"), 2);
     until_all(&[one, two], "two live nodes of one name", |t| {
-        crate::support::metric(t, "robots_proxy_fleet_live_nodes") == Some(2.0)
+        metric(t, "robots_proxy_fleet_live_nodes") == Some(2.0)
     })
     .await;
 }

@@ -22,9 +22,10 @@ use tokio_rustls::client::TlsStream;
 use crate::support::binary::{NO_HANG, Setup};
 use crate::support::raw::until_closed;
 use crate::support::tls::{
-    ca_cert, connect, connect_to, origin_config, proxy_ca, tls_origin, tls_trusting,
+    TlsOrigin, ca_cert, connect, connect_to, origin_config, proxy_ca, proxy_trusting_with,
+    tls_origin, tls_trusting,
 };
-use crate::support::{Conn, Origin, Proxy, admin, get_with, metric, serve_tcp};
+use crate::support::{Conn, Origin, Proxy, admin, get_with, metric, serve_tcp, until};
 
 /// The small timeouts these tests configure.
 const TIMEOUT: Duration = Duration::from_millis(300);
@@ -110,6 +111,25 @@ async fn time_to_serve(proxy: &Proxy, url: &str) -> Duration {
     start.elapsed()
 }
 
+/// A TLS origin named `host`, a plain origin for a fresh client, a proxy
+/// trusting the first with `slots` connections at most (`adjust` applied),
+/// and the tunnel target `host:port`.
+async fn slots_to_hold(
+    host: &str,
+    slots: usize,
+    adjust: impl FnOnce(&mut robots_proxy::config::Config),
+) -> (TlsOrigin, Origin, Proxy, String) {
+    let o = tls_origin(host).await;
+    let plain = Origin::start().await;
+    let proxy = proxy_trusting_with(&o, |c| {
+        c.max_connections = slots;
+        adjust(c);
+    })
+    .await;
+    let target = format!("{host}:{}", o.origin.addr.port());
+    (o, plain, proxy, target)
+}
+
 // ---------------------------------------------------------------------------
 // Tunnels time out
 // ---------------------------------------------------------------------------
@@ -118,17 +138,11 @@ async fn time_to_serve(proxy: &Proxy, url: &str) -> Duration {
 /// `tunnel_idle_timeout` (both sides), and a fresh client is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_blind_tunnels_are_closed_and_a_fresh_client_is_served() {
-    let o = tls_origin("localhost").await;
-    let plain = Origin::start().await;
-    let ca_file = o.ca_file.clone();
-    let proxy = Proxy::start_with(|c| {
-        c.max_connections = 2;
+    let (o, plain, proxy, target) = slots_to_hold("localhost", 2, |c| {
         c.tunnel_idle_timeout = TIMEOUT;
         c.tls.no_intercept = vec!["localhost".into()];
-        c.upstream.ca_files = vec![ca_file];
     })
     .await;
-    let target = format!("localhost:{}", o.origin.addr.port());
     // Silent from the start.
     let mut silent = connect(&proxy, &target).await.expect("tunnel");
     // One request to the origin itself (TLS end to end), then silence.
@@ -158,16 +172,8 @@ async fn idle_blind_tunnels_are_closed_and_a_fresh_client_is_served() {
 /// are closed after `client_header_timeout`, and a fresh client is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_and_trickling_intercepted_tunnels_are_closed_and_a_fresh_client_is_served() {
-    let o = tls_origin("127.0.0.1").await;
-    let plain = Origin::start().await;
-    let ca_file = o.ca_file.clone();
-    let proxy = Proxy::start_with(|c| {
-        c.max_connections = 3;
-        c.client_header_timeout = TIMEOUT;
-        c.upstream.ca_files = vec![ca_file];
-    })
-    .await;
-    let target = format!("127.0.0.1:{}", o.origin.addr.port());
+    let (o, plain, proxy, target) =
+        slots_to_hold("127.0.0.1", 3, |c| c.client_header_timeout = TIMEOUT).await;
 
     // Silent: CONNECT, then not a byte.
     let mut silent = connect(&proxy, &target).await.expect("tunnel");
@@ -413,15 +419,15 @@ async fn refused_clients_are_closed_at_accept_and_an_allowed_one_is_served() {
 /// (earlier ones may still be refused while the server notices closed
 /// connections); bounded. The status and body.
 async fn served_eventually(addr: SocketAddr, ip: &str, url: &str) -> (u16, String) {
-    let deadline = Instant::now() + NO_HANG;
-    loop {
+    until(&format!("{ip} to be served"), || async {
         let mut conn = Conn::over(connect_from(ip, addr).await).await;
         let req = get_with(url, &[("host", &addr.to_string())]);
-        if let Ok(resp) = conn.try_send(req).await {
-            return (resp.status, resp.body);
+        match conn.try_send(req).await {
+            Ok(resp) => Ok((resp.status, resp.body)),
+            Err(e) => Err(e.to_string()),
         }
-        assert!(Instant::now() < deadline, "never served");
-    }
+    })
+    .await
 }
 
 /// One address may hold `max_connections_per_client` connections; more

@@ -29,7 +29,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use crate::support::faulty::{Fault, FaultyOrigin, Plan};
-use crate::support::{Proxy, status_kib};
+use crate::support::{Proxy, admin, metric, status_kib};
 
 /// Normal origins (robots.txt served) and the one whose robots.txt fails.
 const ORIGINS: usize = 4;
@@ -253,6 +253,16 @@ async fn client_loop(
     }
 }
 
+/// Waits until the proxy has closed every client connection (the memory
+/// they held given back).
+async fn every_connection_closed(proxy: &Proxy) {
+    proxy
+        .until_metrics("every client connection to close", |t| {
+            metric(t, "robots_proxy_open_connections") == Some(0.0)
+        })
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_with_faults_answers_every_request_and_blocks_and_audits_exactly() {
     let total = env_usize("LOAD_FAULT_REQUESTS", 2000);
@@ -266,6 +276,7 @@ async fn load_with_faults_answers_every_request_and_blocks_and_audits_exactly() 
     // robots.txt (and everything else) resets: the proxy answers 503.
     origins.push(FaultyOrigin::start(Arc::new(|_: &str| Fault::Reset)).await);
     let proxy = Proxy::start_with(|c| {
+        admin(c);
         c.upstream.response_timeout = UPSTREAM_TIMEOUT;
         c.robots.fetch_timeout = Duration::from_secs(5);
     })
@@ -322,8 +333,7 @@ async fn load_with_faults_answers_every_request_and_blocks_and_audits_exactly() 
             j.expect("client task");
         }
         elapsed += started.elapsed();
-        // Let closed connections wind down.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        every_connection_closed(&proxy).await;
         rss_after_wave.push(status_kib(None, "VmRSS"));
     }
     // The proxy still answers, on a new connection.
@@ -332,7 +342,7 @@ async fn load_with_faults_answers_every_request_and_blocks_and_audits_exactly() 
     let after_blocked = proxy.get(&origins[1].url("/private/after")).await;
     assert_eq!(after_blocked.status, 403, "{}", after_blocked.body);
 
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    every_connection_closed(&proxy).await;
     sampling.store(false, Ordering::Relaxed);
     let _ = sampler.await;
     let rss_after = status_kib(None, "VmRSS");

@@ -9,8 +9,7 @@ use crate::support::{Origin, Proxy, Reply, skip};
 
 #[tokio::test]
 async fn the_origins_retry_after_decides_the_next_fetch_and_the_503_says_when() {
-    let origin = Origin::start().await;
-    origin.route("/robots.txt", Reply::status(503).header("retry-after", "1"));
+    let origin = Origin::with_robots_reply(Reply::status(503).header("retry-after", "1")).await;
     let proxy = Proxy::start().await;
     let down = proxy.get(&origin.url("/page")).await;
     assert_eq!(down.status, 503, "{}", down.body);
@@ -38,8 +37,7 @@ async fn the_origins_retry_after_decides_the_next_fetch_and_the_503_says_when() 
 
 #[tokio::test]
 async fn without_retry_after_the_first_retry_is_30_seconds_away() {
-    let origin = Origin::start().await;
-    origin.route("/robots.txt", Reply::status(500));
+    let origin = Origin::with_robots_reply(Reply::status(500)).await;
     let proxy = Proxy::start().await;
     let down = proxy.get(&origin.url("/page")).await;
     assert_eq!(down.status, 503);

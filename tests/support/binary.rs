@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
@@ -46,6 +45,22 @@ impl TextFile {
     }
 }
 
+/// The `[access]` table of a config: `per_minute` password verifications
+/// per address, and user `name` whose password hash is `hash`; `more`
+/// (tables) after it.
+pub fn access_with_user(per_minute: u32, name: &str, hash: &str, more: &str) -> String {
+    format!(
+        "[access]\nauth_failures_per_minute = {per_minute}\n\
+         [[access.users]]\nname = \"{name}\"\npassword_hash = \"{hash}\"\n{more}"
+    )
+}
+
+/// Runs the binary with `args`, then the path of a file `name` holding
+/// `text` (a config file), to its end.
+pub fn run_on(name: &str, text: &str, args: &[&str]) -> Output {
+    TextFile::new(name, text).run(args)
+}
+
 /// The binary running, its address, and its stderr lines.
 pub struct Running {
     pub child: Child,
@@ -74,6 +89,13 @@ impl Setup {
         let setup = Setup::new();
         setup.write_config(agent, extra);
         setup
+    }
+
+    /// [`Setup::with_config`], started.
+    pub async fn running(agent: &str, extra: &str) -> (Setup, Running) {
+        let setup = Setup::with_config(agent, extra);
+        let running = setup.start().await;
+        (setup, running)
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -190,26 +212,29 @@ impl Running {
         running
     }
 
-    /// The next stderr line containing `needle` (bounded wait).
+    /// The next stderr line containing `needle` (bounded wait): an event,
+    /// read as it comes.
     pub async fn wait_for(&mut self, needle: &str) -> String {
-        let deadline = tokio::time::Instant::now() + NO_HANG;
-        loop {
-            match tokio::time::timeout_at(deadline, self.stderr.recv()).await {
-                Ok(Some(line)) => {
-                    self.seen.push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
+        let (stderr, seen) = (&mut self.stderr, &mut self.seen);
+        let next = async {
+            while let Some(line) = stderr.recv().await {
+                seen.push(line.clone());
+                if line.contains(needle) {
+                    return Some(line);
                 }
-                Ok(None) => panic!(
-                    "robots-proxy exited before logging {needle:?}:\n{}",
-                    self.seen.join("\n")
-                ),
-                Err(_) => panic!(
-                    "no {needle:?} on stderr within {NO_HANG:?}:\n{}",
-                    self.seen.join("\n")
-                ),
             }
+            None
+        };
+        match tokio::time::timeout(NO_HANG, next).await {
+            Ok(Some(line)) => line,
+            Ok(None) => panic!(
+                "robots-proxy exited before logging {needle:?}:\n{}",
+                self.seen.join("\n")
+            ),
+            Err(_) => panic!(
+                "no {needle:?} on stderr within {NO_HANG:?}:\n{}",
+                self.seen.join("\n")
+            ),
         }
     }
 
@@ -244,14 +269,12 @@ impl Running {
     }
 
     pub async fn wait_exit(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + NO_HANG;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "robots-proxy did not exit");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let child = &mut self.child;
+        super::until("robots-proxy to exit", || {
+            let status = child.try_wait().expect("wait");
+            async move { status }
+        })
+        .await
     }
 
     pub fn is_running(&mut self) -> bool {

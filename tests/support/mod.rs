@@ -13,6 +13,7 @@ pub mod binary;
 pub mod component;
 pub mod events;
 pub mod faulty;
+pub mod fleet;
 pub mod nginx;
 pub mod raw;
 pub mod redis;
@@ -38,6 +39,21 @@ use robots_proxy::config::{Config, PasswordParams, UserConfig, hash_password_wit
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
+
+/// The component an `Option` holds (a Redis, a Node runtime...), or the
+/// end of the test where there is none: a component missing outside CI
+/// ([`component::missing`] said so; under CI it failed the test).
+#[allow(unused_macros)]
+macro_rules! need {
+    ($component:expr) => {
+        match $component {
+            Some(c) => c,
+            None => return,
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use need;
 
 /// Generous upper bound for anything that must merely not hang.
 pub const NO_HANG: Duration = Duration::from_secs(15);
@@ -158,6 +174,14 @@ impl Origin {
         origin
     }
 
+    /// An origin whose `/robots.txt` is answered with `reply` (a status,
+    /// headers, a delay, a redirect).
+    pub async fn with_robots_reply(reply: Reply) -> Origin {
+        let origin = Origin::start().await;
+        origin.route("/robots.txt", reply);
+        origin
+    }
+
     /// An HTTPS origin (HTTP/1.1 and HTTP/2 by ALPN) with `config`.
     pub async fn start_tls(config: Arc<rustls::ServerConfig>) -> Origin {
         Origin::start_inner(Some(tokio_rustls::TlsAcceptor::from(config))).await
@@ -264,6 +288,21 @@ impl Origin {
         self.hits.get(path)
     }
 
+    /// When the requests whose path starts with one of `prefixes` arrived
+    /// here, in order.
+    pub fn arrived(&self, prefixes: &[&str]) -> Vec<std::time::Instant> {
+        let mut at: Vec<std::time::Instant> = self
+            .arrivals
+            .lock()
+            .expect("arrivals")
+            .iter()
+            .filter(|(path, _)| prefixes.iter().any(|p| path.starts_with(p)))
+            .map(|(_, t)| *t)
+            .collect();
+        at.sort();
+        at
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
@@ -314,7 +353,8 @@ pub async fn misbehaving(behaviour: Misbehave) -> SocketAddr {
         let _ = stream.read(&mut buf).await;
         match behaviour {
             Misbehave::Hang => {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
+                // The connection held open, never answered.
+                std::future::pending::<()>().await;
             }
             Misbehave::Reset => {
                 #[allow(deprecated)]
@@ -338,12 +378,7 @@ pub async fn garbage_origin() -> SocketAddr {
             return;
         };
         let answer: Vec<u8> = if buf[..n].starts_with(b"GET /robots.txt ") {
-            let body = "User-agent: *\nAllow: /\n";
-            format!(
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            )
-            .into_bytes()
+            raw::ok_close("User-agent: *\nAllow: /\n").into_bytes()
         } else {
             b"\x00\x01 not http at all\r\n\r\n".to_vec()
         };
@@ -444,6 +479,14 @@ impl Proxy {
         json_lines(&self.audit_path)
     }
 
+    /// The one request line of the audit log; fails, showing them all,
+    /// unless there is exactly one.
+    pub fn only_audit_line(&self) -> serde_json::Value {
+        let mut audit = self.audit();
+        assert_eq!(audit.len(), 1, "one audit line expected: {audit:?}");
+        audit.remove(0)
+    }
+
     /// Sends one absolute-form GET through the proxy on a new connection.
     pub async fn get(&self, url: &str) -> Resp {
         self.request(Request::get(url).body(Bytes::new()).expect("req"))
@@ -495,6 +538,27 @@ impl Proxy {
     /// The text of the admin listener's `/metrics`.
     pub async fn metrics(&self) -> String {
         self.admin_get("/metrics").await.body
+    }
+
+    /// Waits until `ok` holds of the admin listener's `/metrics`; returns
+    /// that text (the last one seen if it never does).
+    pub async fn until_metrics(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        until(what, || async {
+            let text = self.metrics().await;
+            if ok(&text) { Ok(text) } else { Err(text) }
+        })
+        .await
+    }
+
+    /// Fails, showing `/metrics`, unless `series` there is `value`; `why`
+    /// says what the value means.
+    pub async fn assert_metric(&self, series: &str, value: f64, why: &str) {
+        let text = self.metrics().await;
+        assert_eq!(
+            metric(&text, series),
+            Some(value),
+            "{why}: {series} in\n{text}"
+        );
     }
 
     /// The admin listener's `/explain` of `url` (its default agent).
@@ -558,6 +622,11 @@ impl Conn {
         self.send(Request::get(url).body(Bytes::new()).expect("req"))
             .await
     }
+
+    /// [`Conn::get`] with `user:password` credentials for the proxy.
+    pub async fn get_as(&mut self, url: &str, credentials: &str) -> Resp {
+        self.send(get_as(url, credentials)).await
+    }
 }
 
 /// The value of one Prometheus sample line (`name{labels} value`), if present.
@@ -611,6 +680,11 @@ pub fn get_with(url: &str, headers: &[(&str, &str)]) -> Request<Bytes> {
         b = b.header(*k, *v);
     }
     b.body(Bytes::new()).expect("request")
+}
+
+/// A GET of `url` with `user:password` credentials for the proxy.
+pub fn get_as(url: &str, credentials: &str) -> Request<Bytes> {
+    get_with(url, &[("proxy-authorization", &basic(credentials))])
 }
 
 /// A `Proxy-Authorization` value for `user:password` credentials.
@@ -670,35 +744,87 @@ pub fn status_kib(pid: Option<u32>, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in {status}"))
 }
 
-/// Waits until `check` gives a value, asking it again every 10 ms, for
-/// at most [`NO_HANG`]; then fails naming `what` was awaited. For states
-/// a test can observe but not be told of (a metric, a file, another
-/// process): the one "wait until" of the tests.
-pub async fn until<T, F, Fut>(what: &str, check: F) -> T
+/// What a check of [`until`] answers: the awaited value once the state is
+/// there, else nothing (`None`) or what it saw instead (`Err`, shown if the
+/// wait fails).
+pub trait Awaited {
+    type Value;
+    fn ready(self) -> Result<Self::Value, Option<String>>;
+}
+
+impl<T> Awaited for Option<T> {
+    type Value = T;
+    fn ready(self) -> Result<T, Option<String>> {
+        self.ok_or(None)
+    }
+}
+
+impl<T> Awaited for Result<T, String> {
+    type Value = T;
+    fn ready(self) -> Result<T, Option<String>> {
+        self.map_err(Some)
+    }
+}
+
+/// How often [`until`] asks again.
+pub const POLL: Duration = Duration::from_millis(10);
+
+/// Waits until `check` gives a value, asking it again every [`POLL`], for
+/// at most [`NO_HANG`]; then fails naming `what` was awaited (and what the
+/// last check saw, when it says). For states a test can observe but not
+/// be told of (a metric, a file, another process, Redis's clock): the one
+/// "wait until" of the tests.
+pub async fn until<F, Fut>(what: &str, check: F) -> <Fut::Output as Awaited>::Value
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
+    Fut: Future,
+    Fut::Output: Awaited,
 {
-    until_within(what, NO_HANG, check).await
+    until_paced(what, NO_HANG, POLL, check).await
 }
 
 /// [`until`] with a limit of its own (a Redis cluster forming, a fleet's
 /// settling time).
-pub async fn until_within<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+pub async fn until_within<F, Fut>(
+    what: &str,
+    limit: Duration,
+    check: F,
+) -> <Fut::Output as Awaited>::Value
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
+    Fut: Future,
+    Fut::Output: Awaited,
+{
+    until_paced(what, limit, POLL, check).await
+}
+
+/// [`until_within`], asking every `every`: for a check that is itself a
+/// request (a proxy asked again until it serves), at the pace of a
+/// client retrying.
+pub async fn until_paced<F, Fut>(
+    what: &str,
+    limit: Duration,
+    every: Duration,
+    mut check: F,
+) -> <Fut::Output as Awaited>::Value
+where
+    F: FnMut() -> Fut,
+    Fut: Future,
+    Fut::Output: Awaited,
 {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        if let Some(value) = check().await {
-            return value;
+        let seen = match check().await.ready() {
+            Ok(value) => return value,
+            Err(seen) => seen,
+        };
+        if tokio::time::Instant::now() >= deadline {
+            match seen {
+                Some(seen) => panic!("waited {limit:?} for {what}; last seen: {seen}"),
+                None => panic!("waited {limit:?} for {what}"),
+            }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "waited {limit:?} for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -733,6 +859,19 @@ impl Resp {
     /// The header `name` parsed as a `T` (`Retry-After` as seconds).
     pub fn parsed<T: std::str::FromStr>(&self, name: &str) -> Option<T> {
         self.header(name).and_then(|v| v.parse().ok())
+    }
+
+    /// Fails, showing the response, unless its status is `status` and its
+    /// body contains each of `says`; `case` names the case (empty: none).
+    pub fn assert_says(&self, case: &str, status: u16, says: &[&str]) {
+        assert_eq!(self.status, status, "{case}: {}", self.body);
+        for text in says {
+            assert!(
+                self.body.contains(text),
+                "{case}: no {text:?} in the body: {}",
+                self.body
+            );
+        }
     }
 
     /// The body as JSON; panics, showing it, if it is not.
@@ -887,11 +1026,7 @@ impl HeldRobots {
                 } else {
                     "page"
                 };
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(reply.as_bytes()).await;
+                let _ = stream.write_all(raw::ok_close(body).as_bytes()).await;
             }
         })
         .await;

@@ -10,6 +10,15 @@ use tokio::net::TcpStream;
 /// How long a raw exchange may take before the test fails (a bound, not a wait).
 pub const BOUND: Duration = Duration::from_secs(10);
 
+/// A whole 200 response carrying `body`, the connection closing after it:
+/// what a raw test origin writes.
+pub fn ok_close(body: &str) -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 /// Where `needle` first starts in `haystack`.
 pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)

@@ -2,7 +2,9 @@
 //! and a real three-master Redis Cluster of them.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use super::until_within;
 
 /// A `redis-server` child on a free loopback port, killed when dropped.
 pub struct Redis {
@@ -45,14 +47,13 @@ impl Redis {
         };
         super::component::used("redis-server");
         let redis = Redis { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if redis.command(&["PING"]).await.is_ok() {
-                return Some(redis);
-            }
-            assert!(Instant::now() < deadline, "redis-server did not answer");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until_within(
+            "redis-server to answer PING",
+            Duration::from_secs(10),
+            || async { redis.command(&["PING"]).await.map_err(|e| e.to_string()) },
+        )
+        .await;
+        Some(redis)
     }
 
     pub fn url(&self) -> String {
@@ -96,18 +97,23 @@ impl Redis {
         }
     }
 
-    /// The keys this server holds that match `pattern`.
-    pub async fn keys(&self, pattern: &str) -> Vec<String> {
-        match self.command(&["KEYS", pattern]).await {
-            Ok(redis::Value::Array(keys)) => keys
+    /// A command whose answer is a list of strings (`KEYS`, `ZRANGE`).
+    pub async fn strings(&self, args: &[&str]) -> Vec<String> {
+        match self.command(args).await {
+            Ok(redis::Value::Array(items)) => items
                 .into_iter()
-                .map(|k| match k {
+                .map(|item| match item {
                     redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-                    other => panic!("KEYS: {other:?}"),
+                    other => panic!("{args:?}: {other:?}"),
                 })
                 .collect(),
-            other => panic!("KEYS: {other:?}"),
+            other => panic!("{args:?}: {other:?}"),
         }
+    }
+
+    /// The keys this server holds that match `pattern`.
+    pub async fn keys(&self, pattern: &str) -> Vec<String> {
+        self.strings(&["KEYS", pattern]).await
     }
 
     /// `CLUSTER KEYSLOT key`.
@@ -116,6 +122,81 @@ impl Redis {
             Ok(redis::Value::Int(slot)) => slot,
             other => panic!("CLUSTER KEYSLOT: {other:?}"),
         }
+    }
+
+    /// A command whose answer is an integer (`EXISTS`, `ZCARD`, `HSTRLEN`).
+    pub async fn int(&self, args: &[&str]) -> i64 {
+        match self.command(args).await {
+            Ok(redis::Value::Int(n)) => n,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    /// Whether `key` exists.
+    pub async fn exists(&self, key: &str) -> bool {
+        self.int(&["EXISTS", key]).await == 1
+    }
+
+    /// The members of the sorted set `key`, in order.
+    pub async fn zrange(&self, key: &str) -> Vec<String> {
+        self.strings(&["ZRANGE", key, "0", "-1"]).await
+    }
+
+    /// How many clients are subscribed to `channel` (`PUBSUB NUMSUB`).
+    pub async fn subscribers(&self, channel: &str) -> i64 {
+        match self.command(&["PUBSUB", "NUMSUB", channel]).await {
+            Ok(redis::Value::Array(v)) => match v.get(1) {
+                Some(redis::Value::Int(n)) => *n,
+                other => panic!("NUMSUB: {other:?}"),
+            },
+            other => panic!("NUMSUB: {other:?}"),
+        }
+    }
+
+    /// Redis's own clock (`TIME`), in microseconds since the epoch: the
+    /// clock the fleet's scripts read.
+    pub async fn time_us(&self) -> u64 {
+        let part = |v: &redis::Value| match v {
+            redis::Value::BulkString(s) => String::from_utf8_lossy(s).parse::<u64>().ok(),
+            _ => None,
+        };
+        match self.command(&["TIME"]).await {
+            Ok(redis::Value::Array(t)) if t.len() == 2 => match (part(&t[0]), part(&t[1])) {
+                (Some(s), Some(us)) => s * 1_000_000 + us,
+                other => panic!("TIME: {other:?}"),
+            },
+            other => panic!("TIME: {other:?}"),
+        }
+    }
+
+    /// Waits until Redis's clock has passed `at_us` (microseconds since
+    /// the epoch): a time on that clock is over for every script.
+    pub async fn until_clock_past(&self, at_us: u64) {
+        until_within(
+            &format!("Redis's clock to pass {at_us} µs"),
+            Duration::from_secs(60),
+            || async {
+                let now = self.time_us().await;
+                if now > at_us {
+                    Ok(())
+                } else {
+                    Err(format!("{} µs to go", at_us - now))
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Waits until the fleet's robots.txt entry `key` has expired on Redis's
+    /// clock: past its `expires` (ms on that clock) by more than the
+    /// millisecond the scripts round to. A node's own copy of an entry it
+    /// stored expires no later: it gave Redis the time its copy had left.
+    pub async fn until_entry_expired(&self, key: &str) {
+        let expires = self.text(&["HGET", key, "expires"]).await;
+        let ms: u64 = expires
+            .parse()
+            .unwrap_or_else(|e| panic!("{key} expires {expires:?}: {e}"));
+        self.until_clock_past((ms + 2) * 1000).await;
     }
 
     /// The server's process id.
@@ -194,20 +275,17 @@ impl RedisCluster {
     /// The nodes learn the slot assignment by gossip: polls each one's
     /// own view until all say the cluster is up.
     async fn wait_ok(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
         for node in &self.nodes {
-            loop {
+            let what = format!("node {} to say cluster_state:ok", node.port);
+            until_within(&what, Duration::from_secs(30), || async {
                 let info = node.text(&["CLUSTER", "INFO"]).await;
                 if info.contains("cluster_state:ok") {
-                    break;
+                    Ok(())
+                } else {
+                    Err(info)
                 }
-                assert!(
-                    Instant::now() < deadline,
-                    "node {} not ok: {info}",
-                    node.port
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            })
+            .await;
         }
     }
 

@@ -145,9 +145,37 @@ pub async fn try_https_get(
     })
 }
 
+impl TlsOrigin {
+    /// [`https_get`] of `path` on this origin, named `host`, through
+    /// `proxy`'s interception; `h2` negotiates HTTP/2 inside the tunnel.
+    pub async fn get_via(&self, proxy: &Proxy, host: &str, path: &str, h2: bool) -> Resp {
+        https_get(proxy, host, self.origin.addr.port(), path, h2).await
+    }
+}
+
+/// [`tls_origin`] whose `/robots.txt` is `text`.
+pub async fn tls_origin_with_robots(host: &str, text: &str) -> TlsOrigin {
+    let o = tls_origin(host).await;
+    o.origin.robots(text);
+    o
+}
+
+/// A proxy that trusts `origin`'s CA.
 pub async fn proxy_trusting(origin: &TlsOrigin) -> Proxy {
+    proxy_trusting_with(origin, |_| {}).await
+}
+
+/// [`proxy_trusting`], with `adjust` applied.
+pub async fn proxy_trusting_with(
+    origin: &TlsOrigin,
+    adjust: impl FnOnce(&mut robots_proxy::config::Config),
+) -> Proxy {
     let ca_file = origin.ca_file.clone();
-    Proxy::start_with(move |c| c.upstream.ca_files = vec![ca_file]).await
+    Proxy::start_with(move |c| {
+        c.upstream.ca_files = vec![ca_file];
+        adjust(c);
+    })
+    .await
 }
 
 /// TLS over `io` (a tunnel through the proxy) to `name`, trusting only the

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::Request;
 use serde_json::{Value, json};
 
-use super::Conn;
+use super::{Conn, until, until_within};
 
 /// The browser and its driver, found on this machine.
 pub struct Tools {
@@ -112,19 +112,16 @@ impl Browser {
             session: String::new(),
             _profile: profile,
         };
-        let ready = async {
-            loop {
-                if tokio::net::TcpStream::connect(addr).await.is_ok()
-                    && command(addr, "GET", "/status", None).await["ready"] == true
-                {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(30), ready)
-            .await
-            .expect("chromedriver ready within 30 s");
+        until_within(
+            "chromedriver to be ready",
+            Duration::from_secs(30),
+            || async {
+                let up = tokio::net::TcpStream::connect(addr).await.is_ok()
+                    && command(addr, "GET", "/status", None).await["ready"] == true;
+                up.then_some(())
+            },
+        )
+        .await;
         let caps = json!({
             "capabilities": {"alwaysMatch": {
                 "browserName": "chrome",
@@ -212,14 +209,10 @@ impl Browser {
 
     /// Waits until `condition` (a script returning a boolean) holds.
     pub async fn wait_for(&self, condition: &str) {
-        let until = async {
-            while self.script(condition).await != true {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(15), until)
-            .await
-            .unwrap_or_else(|_| panic!("waited 15 s for {condition}"));
+        until(condition, || async {
+            (self.script(condition).await == true).then_some(())
+        })
+        .await;
     }
 
     /// Saves a PNG of the window.
