@@ -1,18 +1,19 @@
-//! HTML for the admin listener's pages: one escaping function for every
-//! text that did not come from this file, the page frame with its inline
+//! HTML for the admin listener's pages: the page frame with its inline
 //! style, the response headers that keep a page from loading anything,
 //! and the inline SVG bar charts.
 //!
-//! Pages are written on the server, with no script: the
-//! `Content-Security-Policy` forbids every script, every load from
-//! elsewhere and being framed. Links and form actions are the listener's
-//! own paths, built here; a URL from a request or a robots.txt is only
-//! ever shown as text.
-
-use std::fmt::Write as _;
+//! Pages are `maud` templates: a value spliced into one is escaped for
+//! HTML text or a (double-quoted) attribute value whatever its type, and
+//! the only text written unescaped is this file's style sheet. Pages are
+//! written on the server, with no script: the `Content-Security-Policy`
+//! forbids every script, every load from elsewhere and being framed.
+//! Links and form actions are the listener's own paths, built in the
+//! templates; a URL from a request or a robots.txt is only ever shown as
+//! text, or percent-encoded into a query ([`query_value`]).
 
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
 use http::{Response, StatusCode};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use crate::http::body::{Body, full_body};
 use crate::ops::activity::KINDS;
@@ -22,10 +23,6 @@ use crate::ops::activity::KINDS;
 /// and no framing.
 pub(crate) const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
                               form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
-
-/// Text escaped for HTML text and attribute values (one escaping for
-/// every page the proxy writes, see [`crate::http::text`]).
-pub(crate) use crate::http::text::html_escape as escape;
 
 /// `value` percent-encoded for a query string (`application/x-www-form-urlencoded`).
 pub(crate) fn query_value(value: &str) -> String {
@@ -62,24 +59,35 @@ form label{display:block;margin:.3em 0}
 form input[type=text]{width:40em;max-width:100%}
 ";
 
-/// A whole page: `title` (escaped here) and `body` (HTML already).
-pub(crate) fn page(title: &str, body: &str) -> String {
-    format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <link rel=\"icon\" href=\"data:,\"><title>{title} · robots-proxy</title>\
-         <style>{STYLE}</style></head><body>\
-         <header><strong>robots-proxy</strong> <span>{version}</span> \
-         <a href=\"/\">Overview</a> <a href=\"/ca\">CA certificate</a> \
-         <a href=\"/metrics\">Metrics</a></header><main>{body}</main></body></html>\n",
-        title = escape(title),
-        version = env!("CARGO_PKG_VERSION"),
-    )
+/// A whole page: `title` and `body` in the frame every page shares.
+pub(crate) fn page(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                link rel="icon" href="data:,";
+                title { (title) " · robots-proxy" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                header {
+                    strong { "robots-proxy" } " " span { (env!("CARGO_PKG_VERSION")) } " "
+                    a href="/" { "Overview" } " "
+                    a href="/ca" { "CA certificate" } " "
+                    a href="/metrics" { "Metrics" }
+                }
+                main { (body) }
+            }
+        }
+        "\n"
+    }
 }
 
 /// A page as a response, with the headers that keep it to itself.
-pub(crate) fn response(status: StatusCode, html: String) -> Response<Body> {
-    let mut resp = Response::new(full_body(html));
+pub(crate) fn response(status: StatusCode, html: Markup) -> Response<Body> {
+    let mut resp = Response::new(full_body(html.into_string()));
     *resp.status_mut() = status;
     let h = resp.headers_mut();
     h.insert(
@@ -104,8 +112,8 @@ pub(crate) fn response(status: StatusCode, html: String) -> Response<Body> {
 
 /// A page that only says what went wrong.
 pub(crate) fn error_page(status: StatusCode, title: &str, message: &str) -> Response<Body> {
-    let body = format!("<h1>{}</h1><p>{}</p>", escape(title), escape(message));
-    response(status, page(title, &body))
+    let body = html! { h1 { (title) } p { (message) } };
+    response(status, page(title, body))
 }
 
 /// How long ago or ahead, shortly: `42 s`, `5 min`, `3 h`, `2 d`.
@@ -132,7 +140,7 @@ pub(crate) fn bar_chart(
     series: &[[u64; KINDS]],
     label: impl Fn(usize) -> String,
     tick: impl Fn(usize) -> Option<String>,
-) -> String {
+) -> Markup {
     let bar = bar.max(2);
     const PLOT: f64 = 120.0;
     const TOP: f64 = 12.0;
@@ -146,59 +154,49 @@ pub(crate) fn bar_chart(
         .unwrap_or(0)
         .max(1);
     let height = TOP + PLOT + AXIS;
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        "<svg id=\"{id}\" class=\"chart\" role=\"img\" width=\"{width}\" height=\"{height}\" \
-         viewBox=\"0 0 {width} {height}\" xmlns=\"http://www.w3.org/2000/svg\">\
-         <text class=\"axis\" x=\"2\" y=\"10\">max {max}</text>\
-         <line x1=\"0\" y1=\"{base}\" x2=\"{width}\" y2=\"{base}\" stroke=\"#d0d7de\"/>",
-        base = TOP + PLOT,
-    );
-    for (i, bucket) in series.iter().enumerate() {
-        let x = i * bar;
-        if let Some(t) = tick(i) {
-            let _ = write!(
-                svg,
-                "<line x1=\"{x}\" y1=\"{TOP}\" x2=\"{x}\" y2=\"{y2}\" stroke=\"#eaeef2\"/>\
-                 <text class=\"axis\" x=\"{x}\" y=\"{ty}\">{t}</text>",
-                y2 = TOP + PLOT,
-                ty = height - 3.0,
-                t = escape(&t),
-            );
-        }
-        let total: u64 = bucket.iter().sum();
-        if total == 0 {
-            continue;
-        }
-        let _ = write!(
-            svg,
-            "<g><title>{}: {}</title>",
-            escape(&label(i)),
-            KIND_NAMES
-                .iter()
-                .zip(bucket)
-                .map(|(name, n)| format!("{n} {name}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let mut y = TOP + PLOT;
-        for (kind, &n) in bucket.iter().enumerate() {
-            if n == 0 {
-                continue;
-            }
+    let base = TOP + PLOT;
+    // Each kind's bar in a period: its class, its count, its top and height.
+    let stack = |bucket: &[u64; KINDS]| {
+        let mut y = base;
+        let mut bars = Vec::new();
+        for (kind, &n) in bucket.iter().enumerate().filter(|(_, n)| **n > 0) {
             let h = PLOT * n as f64 / max as f64;
             y -= h;
-            let _ = write!(
-                svg,
-                "<rect class=\"k{kind}\" x=\"{x}\" y=\"{y:.2}\" width=\"{w}\" height=\"{h:.2}\"/>",
-                w = bar - 1,
-            );
+            bars.push((kind, y, h));
         }
-        svg.push_str("</g>");
+        bars
+    };
+    let counts = |bucket: &[u64; KINDS]| {
+        KIND_NAMES
+            .iter()
+            .zip(bucket)
+            .map(|(name, n)| format!("{n} {name}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    html! {
+        svg id=(id) class="chart" role="img" width=(width) height=(height)
+            viewBox={ "0 0 " (width) " " (height) } xmlns="http://www.w3.org/2000/svg" {
+            text class="axis" x="2" y="10" { "max " (max) }
+            line x1="0" y1=(base) x2=(width) y2=(base) stroke="#d0d7de" {}
+            @for (i, bucket) in series.iter().enumerate() {
+                @let x = i * bar;
+                @if let Some(t) = tick(i) {
+                    line x1=(x) y1=(TOP) x2=(x) y2=(base) stroke="#eaeef2" {}
+                    text class="axis" x=(x) y=(height - 3.0) { (t) }
+                }
+                @if bucket.iter().any(|n| *n > 0) {
+                    g {
+                        title { (label(i)) ": " (counts(bucket)) }
+                        @for (kind, y, h) in stack(bucket) {
+                            rect class={ "k" (kind) } x=(x) y=(format!("{y:.2}"))
+                                width=(bar - 1) height=(format!("{h:.2}")) {}
+                        }
+                    }
+                }
+            }
+        }
     }
-    svg.push_str("</svg>");
-    svg
 }
 
 /// The totals of a series per kind.
@@ -217,7 +215,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn escaping_leaves_no_markup_and_no_way_out_of_an_attribute() {
+    fn spliced_text_leaves_no_markup_and_no_way_out_of_an_attribute() {
         let hostile = [
             "<script>alert(1)</script>",
             "\"><img src=x onerror=alert(1)>",
@@ -225,38 +223,43 @@ mod tests {
             "</style><script>x</script>",
             "javascript:alert(1)//<b>",
             "&lt;already escaped&gt; & more",
-            "a\u{0}b\u{1b}[31mc\u{7f}",
             "<!-- --><![CDATA[x]]>",
             "http://a.example/p?q=<x>&r=\"y\"#'z'",
         ];
         for h in hostile {
-            let e = escape(h);
-            for bad in ['<', '>', '"', '\''] {
-                assert!(!e.contains(bad), "{h:?} escaped to {e:?}");
+            let html = html! { p title=(h) { (h) } }.into_string();
+            // Attribute values are always double-quoted: the first `">`
+            // ends this one.
+            let (attr, text) = html
+                .strip_prefix("<p title=\"")
+                .and_then(|rest| rest.strip_suffix("</p>"))
+                .and_then(|rest| rest.split_once("\">"))
+                .unwrap_or_else(|| panic!("{h:?} written as {html:?}"));
+            for part in [attr, text] {
+                for bad in ['<', '>', '"'] {
+                    assert!(!part.contains(bad), "{h:?} written as {html:?}");
+                }
+                // Every & starts a reference the template wrote.
+                for (i, _) in part.match_indices('&') {
+                    let rest = &part[i..];
+                    assert!(
+                        ["&amp;", "&lt;", "&gt;", "&quot;"]
+                            .iter()
+                            .any(|r| rest.starts_with(r)),
+                        "{h:?} written as {html:?}"
+                    );
+                }
             }
-            // Every & starts a reference this function wrote.
-            for (i, _) in e.match_indices('&') {
-                let rest = &e[i..];
-                assert!(
-                    ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;"]
-                        .iter()
-                        .any(|r| rest.starts_with(r)),
-                    "{h:?} escaped to {e:?}"
-                );
-            }
-            assert!(!e.chars().any(|c| c.is_control() && !"\t\n\r".contains(c)));
         }
         assert_eq!(
-            escape("<a href=\"x\">'&'</a>"),
-            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+            html! { ("<a href=\"x\">'&'</a>") }.into_string(),
+            "&lt;a href=&quot;x&quot;&gt;'&amp;'&lt;/a&gt;"
         );
-        assert_eq!(escape("&amp;"), "&amp;amp;", "escaped again, not trusted");
-        assert_eq!(escape("a\u{0}b"), "a\u{FFFD}b");
-        assert!(matches!(
-            escape("plain text / ü"),
-            std::borrow::Cow::Borrowed(_)
-        ));
-        assert_eq!(escape("tab\tline\n"), "tab\tline\n");
+        assert_eq!(
+            html! { ("&amp;") }.into_string(),
+            "&amp;amp;",
+            "escaped again, not trusted"
+        );
     }
 
     #[test]
@@ -269,11 +272,14 @@ mod tests {
 
     #[test]
     fn a_page_has_its_title_escaped_and_loads_nothing() {
-        let html = page("<b>x</b>", "<p>body</p>");
-        assert!(html.contains("<title>&lt;b&gt;x&lt;/b&gt; · robots-proxy</title>"));
-        assert!(html.contains("<p>body</p>"));
+        let html = page("<b>x</b>", html! { p { "body" } });
+        assert!(
+            html.0
+                .contains("<title>&lt;b&gt;x&lt;/b&gt; · robots-proxy</title>")
+        );
+        assert!(html.0.contains("<p>body</p>"));
         for external in ["<script", "src=\"http", "href=\"http", "@import", "url("] {
-            assert!(!html.contains(external), "{external}");
+            assert!(!html.0.contains(external), "{external}");
         }
         let resp = response(StatusCode::OK, html);
         let h = resp.headers();
@@ -291,7 +297,8 @@ mod tests {
             &series,
             |i| format!("t{i}"),
             |i| (i == 0).then(|| "<0>".to_string()),
-        );
+        )
+        .into_string();
         assert!(svg.starts_with("<svg id=\"c\""));
         assert_eq!(svg.matches("<rect").count(), 4, "{svg}");
         assert!(svg.contains("<title>t1: 2 allowed, 1 disallowed, 1 other</title>"));

@@ -3,6 +3,7 @@
 
 pub(crate) mod admin;
 mod html;
+pub(crate) mod state;
 mod web;
 
 use std::net::SocketAddr;
@@ -12,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::net::TcpListener;
 
 use crate::admit::{AuthLimits, ClientAcl, ProxyAuth};
-use crate::app::admin::{AdminSettings, AdminState, ProxyView};
+use crate::app::state::{AdminSettings, AdminState, ProxyView};
 use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::http::destination::Policy;

@@ -16,20 +16,20 @@
 //! [`ORIGINS_SHOWN`] with a count of the rest.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
 use http::{Request, Response, StatusCode, Uri};
 use hyper::body::Incoming;
+use maud::{Markup, html};
 
-use super::admin::{AdminState, ProxyView, query};
 use super::html::{
-    KIND_NAMES, bar_chart, duration, error_page, escape, page, query_value, response, totals,
+    KIND_NAMES, bar_chart, duration, error_page, page, query_value, response, totals,
 };
+use super::state::{AdminState, ProxyView, query};
 use crate::http::body::{Body, full_body};
-use crate::judge::archive::{self, ArchiveError};
+use crate::judge::archive::{self, ArchiveError, Meta};
 use crate::judge::politeness::Mode;
-use crate::ops::activity::{HOURS, KINDS, MINUTES};
+use crate::ops::activity::{HOURS, KINDS, MINUTES, Snapshot};
 
 /// Rows of each top list.
 pub(crate) const TOP: usize = 20;
@@ -53,22 +53,22 @@ fn month_day(secs: u64) -> String {
     }
 }
 
-/// The legend and totals under a chart: `<span id="{id}-allowed">N</span>`….
-fn chart_totals(id: &str, series: &[[u64; KINDS]]) -> String {
+/// The legend and totals under a chart: `<b id="{id}-allowed">N</b>`….
+fn chart_totals(id: &str, series: &[[u64; KINDS]]) -> Markup {
     let t = totals(series);
-    let mut out = String::from("<p class=\"legend\">");
-    for (kind, name) in KIND_NAMES.iter().enumerate() {
-        let _ = write!(
-            out,
-            "<span><i class=\"sw k{kind}\"></i>{name}: <b id=\"{id}-{name}\">{}</b></span>",
-            t[kind]
-        );
+    html! {
+        p class="legend" {
+            @for (kind, name) in KIND_NAMES.iter().enumerate() {
+                span {
+                    i class={ "sw k" (kind) } {}
+                    (name) ": " b id={ (id) "-" (name) } { (t[kind]) }
+                }
+            }
+        }
     }
-    out.push_str("</p>");
-    out
 }
 
-fn decisions(state: &AdminState, snap: &crate::ops::activity::Snapshot) -> String {
+fn decisions(state: &AdminState, snap: &Snapshot) -> Markup {
     let now = snap.now;
     let minute0 = (now / 60 + 1).saturating_sub(MINUTES as u64) * 60;
     let hour0 = (now / 3600 + 1).saturating_sub(HOURS as u64) * 3600;
@@ -95,94 +95,102 @@ fn decisions(state: &AdminState, snap: &crate::ops::activity::Snapshot) -> Strin
             at.is_multiple_of(86_400).then(|| month_day(at))
         },
     );
-    let mut out = String::from("<h2 id=\"decisions\">Decisions</h2>");
-    let _ = write!(
-        out,
-        "<p class=\"note\">Every judged request, by what was decided: <b>allowed</b> \
-         (forwarded, answered from the cache, tunnelled), <b>disallowed</b> (a robots.txt \
-         rule or usage preference), <b>other</b> (robots.txt unreachable, rate limited, a \
-         refused destination, a bad request). Times are UTC. {}</p>",
-        replay_note(state, snap)
-    );
-    let _ = write!(
-        out,
-        "<h3>The last hour, per minute</h3>{hour_chart}{}\
-         <h3>The last 14 days, per hour</h3>{days_chart}{}",
-        chart_totals("hour", &snap.minutes),
-        chart_totals("days", &snap.hours),
-    );
-    out
+    html! {
+        h2 id="decisions" { "Decisions" }
+        p class="note" {
+            "Every judged request, by what was decided: " b { "allowed" }
+            " (forwarded, answered from the cache, tunnelled), " b { "disallowed" }
+            " (a robots.txt rule or usage preference), " b { "other" }
+            " (robots.txt unreachable, rate limited, a refused destination, a bad request). \
+             Times are UTC. "
+            (replay_note(state, snap))
+        }
+        h3 { "The last hour, per minute" }
+        (hour_chart)
+        (chart_totals("hour", &snap.minutes))
+        h3 { "The last 14 days, per hour" }
+        (days_chart)
+        (chart_totals("days", &snap.hours))
+    }
 }
 
-fn replay_note(state: &AdminState, snap: &crate::ops::activity::Snapshot) -> String {
-    let mut note = if snap.rebuilding {
-        format!(
-            "Reading the audit log for the time before the start: {} lines so far.",
-            snap.replayed
-        )
-    } else {
-        format!(
-            "Before the start: {} lines of the audit log (its last 14 days).",
-            snap.replayed
-        )
-    };
-    if !state.proxy.audit_log_all() {
-        note.push_str(
-            " <code>audit.log_all</code> is off, so the log holds no allowed requests: \
-             allowed requests from before the start are not shown.",
-        );
+fn replay_note(state: &AdminState, snap: &Snapshot) -> Markup {
+    html! {
+        @if snap.rebuilding {
+            "Reading the audit log for the time before the start: " (snap.replayed)
+            " lines so far."
+        } @else {
+            "Before the start: " (snap.replayed) " lines of the audit log (its last 14 days)."
+        }
+        @if !state.proxy.audit_log_all() {
+            " " code { "audit.log_all" } " is off, so the log holds no allowed requests: \
+             allowed requests from before the start are not shown."
+        }
     }
-    note
 }
 
-fn top_lists(snap: &crate::ops::activity::Snapshot) -> String {
-    let mut out = String::from(
-        "<h2 id=\"top\">Blocked most</h2><p class=\"note\">Requests not allowed, since \
-         the start and in the audit log's last 14 days. Keys seen rarely may be dropped \
-         to keep the lists bounded.</p><div class=\"grid\">",
-    );
-    out.push_str("<div><h3>Origins</h3><table id=\"top-origins\"><tr><th>origin</th><th class=\"n\">requests</th></tr>");
-    for (origin, n) in &snap.origins {
-        let explain = query_value(&format!("{origin}/"));
-        let _ = write!(
-            out,
-            "<tr><td class=\"url\"><a href=\"/explain?format=html&amp;url={}\">{}</a></td>\
-             <td class=\"n\">{n}</td></tr>",
-            escape(&explain),
-            escape(origin)
-        );
+fn top_lists(snap: &Snapshot) -> Markup {
+    html! {
+        h2 id="top" { "Blocked most" }
+        p class="note" {
+            "Requests not allowed, since the start and in the audit log's last 14 days. Keys \
+             seen rarely may be dropped to keep the lists bounded."
+        }
+        div class="grid" {
+            div {
+                h3 { "Origins" }
+                table id="top-origins" {
+                    tr { th { "origin" } th class="n" { "requests" } }
+                    @for (origin, n) in &snap.origins {
+                        @let explain = query_value(&format!("{origin}/"));
+                        tr {
+                            td class="url" {
+                                a href={ "/explain?format=html&url=" (explain) } { (origin) }
+                            }
+                            td class="n" { (n) }
+                        }
+                    }
+                }
+            }
+            div {
+                h3 { "Rules" }
+                table id="top-rules" {
+                    tr { th { "rule" } th { "robots.txt" } th class="n" { "requests" } }
+                    @for (rule, n) in &snap.rules {
+                        @let line = rule.line;
+                        @let text = format!("line {line}: {}", rule.text);
+                        @let archived = rule.sha256.as_deref().filter(|s| is_digest(s));
+                        tr {
+                            td {
+                                @if let Some(sha) = archived {
+                                    a href={ "/robots/" (sha) "?line=" (line) "#L" (line) } {
+                                        code { (text) }
+                                    }
+                                } @else {
+                                    code { (text) }
+                                }
+                            }
+                            td class="url" { (rule.robots_url) }
+                            td class="n" { (n) }
+                        }
+                    }
+                }
+            }
+            div {
+                h3 { "Clients" }
+                table id="top-clients" {
+                    tr { th { "address" } th { "user" } th class="n" { "requests" } }
+                    @for (client, n) in &snap.clients {
+                        tr {
+                            td { (client.ip) }
+                            td { (client.user.as_deref().unwrap_or("")) }
+                            td class="n" { (n) }
+                        }
+                    }
+                }
+            }
+        }
     }
-    out.push_str("</table></div>");
-    out.push_str("<div><h3>Rules</h3><table id=\"top-rules\"><tr><th>rule</th><th>robots.txt</th><th class=\"n\">requests</th></tr>");
-    for (rule, n) in &snap.rules {
-        let text = format!("line {}: {}", rule.line, rule.text);
-        let shown = match rule.sha256.as_deref().filter(|s| is_digest(s)) {
-            Some(sha) => format!(
-                "<a href=\"/robots/{sha}?line={}#L{}\"><code>{}</code></a>",
-                rule.line,
-                rule.line,
-                escape(&text)
-            ),
-            None => format!("<code>{}</code>", escape(&text)),
-        };
-        let _ = write!(
-            out,
-            "<tr><td>{shown}</td><td class=\"url\">{}</td><td class=\"n\">{n}</td></tr>",
-            escape(&rule.robots_url)
-        );
-    }
-    out.push_str("</table></div>");
-    out.push_str("<div><h3>Clients</h3><table id=\"top-clients\"><tr><th>address</th><th>user</th><th class=\"n\">requests</th></tr>");
-    for (client, n) in &snap.clients {
-        let _ = write!(
-            out,
-            "<tr><td>{}</td><td>{}</td><td class=\"n\">{n}</td></tr>",
-            escape(&client.ip),
-            escape(client.user.as_deref().unwrap_or(""))
-        );
-    }
-    out.push_str("</table></div></div>");
-    out
 }
 
 /// 64 hex digits: safe to put in a path as it is.
@@ -190,68 +198,65 @@ fn is_digest(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-fn origins(proxy: &dyn ProxyView) -> String {
-    let (listed, total) = proxy.gate().cache().list(ORIGINS_SHOWN);
-    let now = tokio::time::Instant::now();
-    let mut out = format!(
-        "<h2 id=\"robots\">robots.txt cache</h2><p class=\"note\">Origins cached: \
-         <b id=\"origins-total\">{total}</b>, the most recently used first.</p><table id=\"origins\"><tr><th>origin</th>\
-         <th>state</th><th class=\"n\">HTTP</th><th class=\"n\">age</th>\
-         <th class=\"n\">next fetch in</th><th>SHA-256 (archived text)</th></tr>"
-    );
-    for (origin, entry) in &listed {
-        let _ = write!(
-            out,
-            "<tr><td class=\"url\">{}</td>",
-            escape(&origin.to_string())
-        );
-        let Some(e) = entry else {
-            out.push_str("<td>fetching</td><td></td><td></td><td></td><td></td></tr>");
-            continue;
-        };
-        let class = match e.state.name() {
-            "ok" | "unavailable" => "ok",
-            "stale" => "warn",
-            _ => "bad",
-        };
-        let reason = e
-            .state
-            .reason()
-            .map(|r| format!(" <span class=\"note\">{}</span>", escape(r)))
-            .unwrap_or_default();
-        let digest = e.state.rules().and_then(|c| c.digest());
-        let digest = match digest {
-            Some(d) if proxy.gate().cache().archive().is_some() => {
-                format!(
-                    "<a href=\"/robots/{d}\"><code>{}…</code></a>",
-                    &d.to_string()[..16]
-                )
-            }
-            Some(d) => format!("<code>{}…</code>", &d.to_string()[..16]),
-            None => String::new(),
-        };
-        let _ = write!(
-            out,
-            "<td><span class=\"{class}\">{}</span>{reason}</td><td class=\"n\">{}</td>\
-             <td class=\"n\">{}</td><td class=\"n\">{}</td><td>{digest}</td></tr>",
-            e.state.name(),
-            e.status.map(|s| s.to_string()).unwrap_or_default(),
-            duration(e.age()),
-            duration(e.expires.saturating_duration_since(now)),
-        );
+/// The class a robots.txt entry's state is shown with.
+fn state_class(name: &str) -> &'static str {
+    match name {
+        "ok" | "unavailable" => "ok",
+        "stale" => "warn",
+        _ => "bad",
     }
-    out.push_str("</table>");
-    if total > listed.len() {
-        let _ = write!(
-            out,
-            "<p class=\"note\" id=\"origins-more\">and {} more not shown.</p>",
-            total - listed.len()
-        );
-    }
-    out
 }
 
-fn politeness(state: &AdminState) -> String {
+fn origins(proxy: &dyn ProxyView) -> Markup {
+    let (listed, total) = proxy.gate().cache().list(ORIGINS_SHOWN);
+    let now = tokio::time::Instant::now();
+    let archived = proxy.gate().cache().archive().is_some();
+    html! {
+        h2 id="robots" { "robots.txt cache" }
+        p class="note" {
+            "Origins cached: " b id="origins-total" { (total) } ", the most recently used first."
+        }
+        table id="origins" {
+            tr {
+                th { "origin" } th { "state" } th class="n" { "HTTP" } th class="n" { "age" }
+                th class="n" { "next fetch in" } th { "SHA-256 (archived text)" }
+            }
+            @for (origin, entry) in &listed {
+                tr {
+                    td class="url" { (origin) }
+                    @if let Some(e) = entry {
+                        td {
+                            span class=(state_class(e.state.name())) { (e.state.name()) }
+                            @if let Some(reason) = e.state.reason() {
+                                " " span class="note" { (reason) }
+                            }
+                        }
+                        td class="n" { @if let Some(status) = e.status { (status) } }
+                        td class="n" { (duration(e.age())) }
+                        td class="n" { (duration(e.expires.saturating_duration_since(now))) }
+                        td {
+                            @if let Some(d) = e.state.rules().and_then(|c| c.digest()) {
+                                @let short = &d.to_string()[..16];
+                                @if archived {
+                                    a href={ "/robots/" (d) } { code { (short) "…" } }
+                                } @else {
+                                    code { (short) "…" }
+                                }
+                            }
+                        }
+                    } @else {
+                        td { "fetching" } td {} td {} td {} td {}
+                    }
+                }
+            }
+        }
+        @if total > listed.len() {
+            p class="note" id="origins-more" { "and " (total - listed.len()) " more not shown." }
+        }
+    }
+}
+
+fn politeness(state: &AdminState) -> Markup {
     let settings = state.proxy.admin_settings();
     let p = &settings.politeness;
     let mode = match settings.politeness_settings.mode {
@@ -268,51 +273,52 @@ fn politeness(state: &AdminState) -> String {
         || "none".to_string(),
         |d| format!("{:.3} s", d.as_secs_f64()),
     );
-    let mut out = format!(
-        "<h2 id=\"politeness\">Crawl-delay queues</h2><table><tr><th>mode</th><td>{mode}</td></tr>\
-         <tr><th>default interval</th><td>{default}</td></tr>\
-         <tr><th>requests held now</th><td id=\"held-now\">{}</td></tr>\
-         <tr><th>schedules tracked</th><td>{} of {}</td></tr>\
-         <tr><th>evicted while active</th><td>{}</td></tr></table>",
-        state.proxy.politeness_waiting(),
-        p.tracked(),
-        p.capacity(),
-        p.evicted_active(),
-    );
     let busy = p.busiest(TOP);
-    if busy.is_empty() {
-        out.push_str("<p class=\"note\">No origin has a slot booked ahead.</p>");
-        return out;
+    html! {
+        h2 id="politeness" { "Crawl-delay queues" }
+        table {
+            tr { th { "mode" } td { (mode) } }
+            tr { th { "default interval" } td { (default) } }
+            tr {
+                th { "requests held now" }
+                td id="held-now" { (state.proxy.politeness_waiting()) }
+            }
+            tr { th { "schedules tracked" } td { (p.tracked()) " of " (p.capacity()) } }
+            tr { th { "evicted while active" } td { (p.evicted_active()) } }
+        }
+        @if busy.is_empty() {
+            p class="note" { "No origin has a slot booked ahead." }
+        } @else {
+            h3 { "Booked furthest ahead" }
+            table id="queues" {
+                tr {
+                    th { "origin and agent" } th class="n" { "interval" }
+                    th class="n" { "next free slot in" } th class="n" { "requests booked" }
+                }
+                @for (key, interval, wait) in &busy {
+                    @let booked = if interval.is_zero() {
+                        0
+                    } else {
+                        wait.as_nanos().div_ceil(interval.as_nanos())
+                    };
+                    tr {
+                        td class="url" { (key) }
+                        td class="n" { (format!("{:.3} s", interval.as_secs_f64())) }
+                        td class="n" { (format!("{:.3} s", wait.as_secs_f64())) }
+                        td class="n" { (booked) }
+                    }
+                }
+            }
+        }
     }
-    out.push_str(
-        "<h3>Booked furthest ahead</h3><table id=\"queues\"><tr><th>origin and agent</th>\
-         <th class=\"n\">interval</th><th class=\"n\">next free slot in</th>\
-         <th class=\"n\">requests booked</th></tr>",
-    );
-    for (key, interval, wait) in busy {
-        let booked = if interval.is_zero() {
-            0
-        } else {
-            wait.as_nanos().div_ceil(interval.as_nanos())
-        };
-        let _ = write!(
-            out,
-            "<tr><td class=\"url\">{}</td><td class=\"n\">{:.3} s</td>\
-             <td class=\"n\">{:.3} s</td><td class=\"n\">{booked}</td></tr>",
-            escape(&key),
-            interval.as_secs_f64(),
-            wait.as_secs_f64(),
-        );
-    }
-    out.push_str("</table>");
-    out
 }
 
-fn response_cache(proxy: &dyn ProxyView) -> String {
+fn response_cache(proxy: &dyn ProxyView) -> Markup {
     let Some(cache) = proxy.response_cache() else {
-        return "<h2 id=\"cache\">Response cache</h2><p class=\"note\">Off \
-                (<code>cache.enabled</code>).</p>"
-            .to_string();
+        return html! {
+            h2 id="cache" { "Response cache" }
+            p class="note" { "Off (" code { "cache.enabled" } ")." }
+        };
     };
     let c = cache.counters();
     let looked_up = c.hits + c.misses + c.revalidations;
@@ -345,60 +351,67 @@ fn response_cache(proxy: &dyn ProxyView) -> String {
             format!("{} responses, {} KiB", c.disk_objects, c.disk_bytes / 1024),
         ),
     ];
-    let mut out = String::from("<h2 id=\"cache\">Response cache</h2><table id=\"cache-counters\">");
-    for (name, value) in rows {
-        let _ = write!(out, "<tr><th>{name}</th><td class=\"n\">{value}</td></tr>");
+    html! {
+        h2 id="cache" { "Response cache" }
+        table id="cache-counters" {
+            @for (name, value) in rows {
+                tr { th { (name) } td class="n" { (value) } }
+            }
+        }
     }
-    out.push_str("</table>");
-    out
 }
 
 /// The `/explain` form: a GET to `/explain` answered as a page.
-fn explain_form(url: &str, agent: &str) -> String {
-    format!(
-        "<form id=\"explain\" method=\"get\" action=\"/explain\">\
-         <input type=\"hidden\" name=\"format\" value=\"html\">\
-         <label>URL <input type=\"text\" id=\"explain-url\" name=\"url\" value=\"{}\" \
-         placeholder=\"https://example.com/path\" required></label>\
-         <label>Agent <input type=\"text\" id=\"explain-agent\" name=\"agent\" value=\"{}\" \
-         placeholder=\"the configured agent\"></label>\
-         <button type=\"submit\" id=\"explain-submit\">Explain</button></form>",
-        escape(url),
-        escape(agent)
-    )
+fn explain_form(url: &str, agent: &str) -> Markup {
+    html! {
+        form id="explain" method="get" action="/explain" {
+            input type="hidden" name="format" value="html";
+            label {
+                "URL "
+                input type="text" id="explain-url" name="url" value=(url)
+                    placeholder="https://example.com/path" required;
+            }
+            label {
+                "Agent "
+                input type="text" id="explain-agent" name="agent" value=(agent)
+                    placeholder="the configured agent";
+            }
+            button type="submit" id="explain-submit" { "Explain" }
+        }
+    }
 }
 
 /// `GET /`: the overview.
 pub(crate) fn overview(state: &AdminState) -> Response<Body> {
     let proxy = &*state.proxy;
     let snap = proxy.activity().snapshot(TOP);
-    let mut body = String::from("<h1>Overview</h1>");
     let settings = proxy.admin_settings();
-    let who = if settings.auth.is_some() {
-        "only to the <code>[[admin.users]]</code> configured"
-    } else {
-        "to anyone who reaches the admin listener: set <code>[[admin.users]]</code> \
-         when more than one person can"
+    let body = html! {
+        h1 { "Overview" }
+        p class="note" {
+            "This page shows every client's URLs, "
+            @if settings.auth.is_some() {
+                "only to the " code { "[[admin.users]]" } " configured"
+            } @else {
+                "to anyone who reaches the admin listener: set " code { "[[admin.users]]" }
+                " when more than one person can"
+            }
+            ". Proxy: " code { (state.listen) } ", agent " code { (settings.agent) } "."
+        }
+        (decisions(state, &snap))
+        (top_lists(&snap))
+        (origins(proxy))
+        (politeness(state))
+        (response_cache(proxy))
+        h2 id="explain-form" { "Explain a decision" }
+        p class="note" {
+            "What the proxy decides for a URL and why (it fetches robots.txt if needed); the \
+             agent defaults to the configured one. The same as JSON: "
+            code { "/explain?url=…&agent=…" } "."
+        }
+        (explain_form("", ""))
     };
-    let _ = write!(
-        body,
-        "<p class=\"note\">This page shows every client's URLs, {who}. Proxy: <code>{}</code>, \
-         agent <code>{}</code>.</p>",
-        escape(&state.listen.to_string()),
-        escape(&settings.agent),
-    );
-    body.push_str(&decisions(state, &snap));
-    body.push_str(&top_lists(&snap));
-    body.push_str(&origins(proxy));
-    body.push_str(&politeness(state));
-    body.push_str(&response_cache(proxy));
-    body.push_str(
-        "<h2 id=\"explain-form\">Explain a decision</h2><p class=\"note\">What the proxy \
-         decides for a URL and why (it fetches robots.txt if needed); the agent defaults to \
-         the configured one. The same as JSON: <code>/explain?url=…&amp;agent=…</code>.</p>",
-    );
-    body.push_str(&explain_form("", ""));
-    response(StatusCode::OK, page("Overview", &body))
+    response(StatusCode::OK, page("Overview", body))
 }
 
 /// `/explain?…&format=html`: the answer (or what was wrong with the
@@ -409,54 +422,54 @@ pub(crate) fn explain_page(
 ) -> Response<Body> {
     let url = q.get("url").map_or("", String::as_str);
     let agent = q.get("agent").map_or("", String::as_str);
-    let mut body = String::from("<h1>Explain a decision</h1>");
-    body.push_str(&explain_form(url, agent));
-    match answer {
-        Err(message) => {
-            let _ = write!(
-                body,
-                "<p class=\"bad\" id=\"explain-error\">{}</p>",
-                escape(message)
-            );
-        }
-        Ok(value) => {
-            let decision = value["decision"].as_str().unwrap_or("");
-            let class = if decision == "allowed" { "ok" } else { "bad" };
-            let _ = write!(
-                body,
-                "<h2>Decision: <span class=\"{class}\" id=\"explain-decision\">{}</span></h2>",
-                escape(decision)
-            );
-            if let (Some(sha), Some(line)) =
-                (value["robots_sha256"].as_str(), value["rule_line"].as_u64())
-                && is_digest(sha)
-            {
-                let _ = write!(
-                    body,
-                    "<p><a id=\"explain-rule\" href=\"/robots/{sha}?line={line}#L{line}\">\
-                     The rule in the archived robots.txt</a></p>"
-                );
+    let body = html! {
+        h1 { "Explain a decision" }
+        (explain_form(url, agent))
+        @match answer {
+            Err(message) => {
+                p class="bad" id="explain-error" { (message) }
             }
-            body.push_str("<table id=\"explain-answer\">");
-            if let Some(fields) = value.as_object() {
-                for (key, v) in fields {
-                    let shown = match v {
-                        serde_json::Value::Null => continue,
-                        serde_json::Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    let _ = write!(
-                        body,
-                        "<tr><th>{}</th><td class=\"url\"><code>{}</code></td></tr>",
-                        escape(key),
-                        escape(&shown)
-                    );
+            Ok(value) => {
+                (explain_answer(value))
+            }
+        }
+    };
+    response(StatusCode::OK, page("Explain", body))
+}
+
+/// `/explain`'s answer: the decision, a link to the deciding rule in the
+/// archive, and every field.
+fn explain_answer(value: &serde_json::Value) -> Markup {
+    let decision = value["decision"].as_str().unwrap_or("");
+    let class = if decision == "allowed" { "ok" } else { "bad" };
+    let rule = (value["robots_sha256"].as_str(), value["rule_line"].as_u64());
+    let fields = value
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(key, v)| {
+            let shown = match v {
+                serde_json::Value::Null => return None,
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            Some((key, shown))
+        });
+    html! {
+        h2 { "Decision: " span class=(class) id="explain-decision" { (decision) } }
+        @if let (Some(sha), Some(line)) = rule && is_digest(sha) {
+            p {
+                a id="explain-rule" href={ "/robots/" (sha) "?line=" (line) "#L" (line) } {
+                    "The rule in the archived robots.txt"
                 }
             }
-            body.push_str("</table>");
+        }
+        table id="explain-answer" {
+            @for (key, shown) in fields {
+                tr { th { (key) } td class="url" { code { (shown) } } }
+            }
         }
     }
-    response(StatusCode::OK, page("Explain", &body))
 }
 
 /// `GET /robots/SHA256?line=N`: an archived robots.txt, checked against
@@ -492,57 +505,60 @@ pub(crate) fn robots_page(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
             return error_page(status, "robots.txt not found", &message);
         }
     };
+    response(
+        StatusCode::OK,
+        page("Archived robots.txt", archived(&text, &meta, marked)),
+    )
+}
+
+/// An archived robots.txt `text` with line `marked`, and where it was
+/// served from (`meta`).
+fn archived(text: &[u8], meta: &Meta, marked: Option<u32>) -> Markup {
     // The text as the parser read it, so line numbers match the rules'.
-    let (prepared, cut) = crate::robots::parse::prepare(&text);
-    let mut body = format!(
-        "<h1>Archived robots.txt</h1><p>SHA-256 <code id=\"robots-sha\">{}</code>, {} bytes.",
-        escape(&meta.sha256),
-        meta.bytes
-    );
-    if let Some(n) = marked {
-        let _ = write!(body, " <a href=\"#L{n}\">Line {n}</a> is marked.");
+    let (prepared, cut) = crate::robots::parse::prepare(text);
+    html! {
+        h1 { "Archived robots.txt" }
+        p {
+            "SHA-256 " code id="robots-sha" { (meta.sha256) } ", " (meta.bytes) " bytes."
+            @if let Some(n) = marked {
+                " " a href={ "#L" (n) } { "Line " (n) } " is marked."
+            }
+            @if cut {
+                " Only the first 500 KiB were read as rules."
+            }
+        }
+        h2 { "Served by" }
+        table id="served" {
+            tr {
+                th { "origin" } th { "URL" } th class="n" { "HTTP" } th { "Content-Type" }
+                th { "first in force" } th { "last in force" }
+            }
+            @for s in meta.served.iter().take(ORIGINS_SHOWN) {
+                tr {
+                    td class="url" { (s.origin) }
+                    td class="url" {
+                        (s.url)
+                        @if s.final_url != s.url && !s.final_url.is_empty() {
+                            " → " (s.final_url)
+                        }
+                    }
+                    td class="n" { @if let Some(status) = s.status { (status) } }
+                    td { (s.content_type.as_deref().unwrap_or("")) }
+                    td { (s.first_in_force) }
+                    td { (s.last_in_force) }
+                }
+            }
+        }
+        h2 { "Text" }
+        table class="text" id="robots-text" {
+            @for (n, line) in crate::robots::parse::raw_lines(&prepared) {
+                tr id={ "L" (n) } class=[(marked == Some(n)).then_some("hit")] {
+                    td class="n" { a href={ "#L" (n) } { (n) } }
+                    td { (line) }
+                }
+            }
+        }
     }
-    if cut {
-        body.push_str(" Only the first 500 KiB were read as rules.");
-    }
-    body.push_str(
-        "</p><h2>Served by</h2><table id=\"served\"><tr><th>origin</th><th>URL</th>\
-                   <th class=\"n\">HTTP</th><th>Content-Type</th><th>first in force</th>\
-                   <th>last in force</th></tr>",
-    );
-    for s in meta.served.iter().take(ORIGINS_SHOWN) {
-        let url = if s.final_url != s.url && !s.final_url.is_empty() {
-            format!("{} → {}", s.url, s.final_url)
-        } else {
-            s.url.clone()
-        };
-        let _ = write!(
-            body,
-            "<tr><td class=\"url\">{}</td><td class=\"url\">{}</td><td class=\"n\">{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&s.origin),
-            escape(&url),
-            s.status.map(|x| x.to_string()).unwrap_or_default(),
-            escape(s.content_type.as_deref().unwrap_or("")),
-            escape(&s.first_in_force),
-            escape(&s.last_in_force),
-        );
-    }
-    body.push_str("</table><h2>Text</h2><table class=\"text\" id=\"robots-text\">");
-    for (n, line) in crate::robots::parse::raw_lines(&prepared) {
-        let hit = if marked == Some(n) {
-            " class=\"hit\""
-        } else {
-            ""
-        };
-        let _ = write!(
-            body,
-            "<tr id=\"L{n}\"{hit}><td class=\"n\"><a href=\"#L{n}\">{n}</a></td><td>{}</td></tr>",
-            escape(line)
-        );
-    }
-    body.push_str("</table>");
-    response(StatusCode::OK, page("Archived robots.txt", &body))
 }
 
 /// `GET /ca.pem`: the CA certificate in use (never its key).
@@ -598,26 +614,7 @@ pub(crate) fn ca_page(state: &AdminState, req: &Request<Incoming>) -> Response<B
     } else {
         ""
     };
-    let e = |s: &str| escape(s).into_owned();
-    let (admin, proxy) = (e(&admin), e(&proxy));
     let not_after = crate::tls::ca::rfc3339(ca.not_after());
-    let mut body = format!(
-        "<h1>Trusting the proxy's CA</h1>\
-         <p>robots-proxy reads HTTPS requests by answering them with certificates of its own \
-         certificate authority. A client trusts them once it trusts this certificate: \
-         <b>{cn}</b>, valid until {not_after}.</p>\
-         <p><a id=\"ca-download\" href=\"/ca.pem\" download=\"robots-proxy-ca.pem\">Download \
-         robots-proxy-ca.pem</a>, or from a shell:</p>\
-         <pre>curl -fsS{user} -o robots-proxy-ca.pem http://{admin}/ca.pem</pre>\
-         <p>Check that it is this one before trusting it: its SHA-256 fingerprint is</p>\
-         <pre id=\"ca-fingerprint\">{fp}</pre>\
-         <pre>openssl x509 -in robots-proxy-ca.pem -noout -fingerprint -sha256</pre>\
-         <p class=\"note\">Only the certificate is served here; the key stays in the CA \
-         directory, readable by the proxy alone. Anyone who holds the key can impersonate any \
-         site to the clients that trust this certificate.</p>",
-        cn = e(ca.common_name()),
-        fp = e(&ca.fingerprint_sha256()),
-    );
     let clients: [(&str, String); 8] = [
         (
             "curl",
@@ -635,7 +632,7 @@ pub(crate) fn ca_page(state: &AdminState, req: &Request<Incoming>) -> Response<B
             "Node.js (its fetch ignores HTTP_PROXY before Node 24: undici's agent sends it)",
             format!(
                 "npm install undici@6\n\
-                 echo \"const u = require('undici'); u.setGlobalDispatcher(new u.EnvHttpProxyAgent());\" &gt; use-proxy.cjs\n\
+                 echo \"const u = require('undici'); u.setGlobalDispatcher(new u.EnvHttpProxyAgent());\" > use-proxy.cjs\n\
                  export NODE_EXTRA_CA_CERTS=$PWD/robots-proxy-ca.pem\n\
                  export HTTP_PROXY=http://{proxy} HTTPS_PROXY=http://{proxy}\n\
                  node --require ./use-proxy.cjs crawler.js\n\
@@ -663,7 +660,7 @@ pub(crate) fn ca_page(state: &AdminState, req: &Request<Incoming>) -> Response<B
         ),
         (
             "Firefox",
-            "Settings → Privacy &amp; Security → Certificates → View Certificates → \
+            "Settings → Privacy & Security → Certificates → View Certificates → \
              Authorities → Import robots-proxy-ca.pem, and trust it to identify websites."
                 .to_string(),
         ),
@@ -680,23 +677,45 @@ pub(crate) fn ca_page(state: &AdminState, req: &Request<Incoming>) -> Response<B
                 .to_string(),
         ),
     ];
-    for (name, how) in clients {
-        let _ = write!(body, "<h2>{name}</h2>");
-        if name == "Firefox" {
-            let _ = write!(body, "<p>{how}</p>");
-        } else {
-            let _ = write!(body, "<pre>{how}</pre>");
+    let body = html! {
+        h1 { "Trusting the proxy's CA" }
+        p {
+            "robots-proxy reads HTTPS requests by answering them with certificates of its own \
+             certificate authority. A client trusts them once it trusts this certificate: "
+            b { (ca.common_name()) } ", valid until " (not_after) "."
         }
-    }
-    let _ = write!(
-        body,
-        "<p class=\"note\">The proxy checks each site's own certificate itself, so a client \
-         that trusts this CA is as safe as the proxy's own verification. Remove the \
-         certificate again with the same tools (<code>certutil -D -n robots-proxy</code>, \
-         <code>keytool -delete -alias robots-proxy</code>, deleting the file and running \
-         <code>update-ca-certificates --fresh</code> or <code>update-ca-trust</code>).</p>"
-    );
-    response(StatusCode::OK, page("CA certificate", &body))
+        p {
+            a id="ca-download" href="/ca.pem" download="robots-proxy-ca.pem" {
+                "Download robots-proxy-ca.pem"
+            }
+            ", or from a shell:"
+        }
+        pre { "curl -fsS" (user) " -o robots-proxy-ca.pem http://" (admin) "/ca.pem" }
+        p { "Check that it is this one before trusting it: its SHA-256 fingerprint is" }
+        pre id="ca-fingerprint" { (ca.fingerprint_sha256()) }
+        pre { "openssl x509 -in robots-proxy-ca.pem -noout -fingerprint -sha256" }
+        p class="note" {
+            "Only the certificate is served here; the key stays in the CA directory, readable \
+             by the proxy alone. Anyone who holds the key can impersonate any site to the \
+             clients that trust this certificate."
+        }
+        @for (name, how) in clients {
+            h2 { (name) }
+            @if name == "Firefox" {
+                p { (how) }
+            } @else {
+                pre { (how) }
+            }
+        }
+        p class="note" {
+            "The proxy checks each site's own certificate itself, so a client that trusts this \
+             CA is as safe as the proxy's own verification. Remove the certificate again with \
+             the same tools (" code { "certutil -D -n robots-proxy" } ", "
+            code { "keytool -delete -alias robots-proxy" } ", deleting the file and running "
+            code { "update-ca-certificates --fresh" } " or " code { "update-ca-trust" } ")."
+        }
+    };
+    response(StatusCode::OK, page("CA certificate", body))
 }
 
 #[cfg(test)]
@@ -745,10 +764,117 @@ mod tests {
         assert!(!html.contains("<script>x"), "{html}");
         assert!(!html.contains("<img"), "{html}");
         assert!(html.contains("value=\"http://a.example/&quot;&gt;&lt;script&gt;"));
-        assert!(html.contains("value=\"&#39;onfocus=&#39;x\""));
+        // Attribute values are double-quoted: a ' stays inside.
+        assert!(html.contains("value=\"'onfocus='x\""));
         assert!(html.contains(&format!("/robots/{}?line=2#L2", "ab".repeat(32))));
         let html = body_text(explain_page(&q, Err("bad url \"<b>\"")));
         assert!(html.contains("bad url &quot;&lt;b&gt;&quot;"), "{html}");
+    }
+
+    const HOSTILE: [&str; 2] = [
+        "<script>alert(1)</script>",
+        "\"><img src=x onerror=alert(1)>",
+    ];
+
+    /// No markup of `html` comes from `HOSTILE`, and both are there as
+    /// text.
+    fn assert_inert(html: &str) {
+        assert!(!html.contains("<script"), "{html}");
+        assert!(!html.contains("<img"), "{html}");
+        assert!(
+            html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{html}"
+        );
+        assert!(
+            html.contains("&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn the_top_lists_escape_what_the_audit_log_says() {
+        use crate::ops::activity::{ClientKey, RuleKey};
+        let [script, img] = HOSTILE;
+        let snap = Snapshot {
+            now: 0,
+            minutes: Vec::new(),
+            hours: Vec::new(),
+            origins: vec![(format!("http://a.example/{script}{img}").into(), 3)],
+            rules: vec![
+                (
+                    RuleKey {
+                        robots_url: format!("http://a.example/{img}").into(),
+                        line: 2,
+                        text: format!("Disallow: /{script}").into(),
+                        sha256: Some(format!("{img}{}", "a".repeat(64)).into()),
+                    },
+                    2,
+                ),
+                (
+                    RuleKey {
+                        robots_url: "http://a.example/robots.txt".into(),
+                        line: 3,
+                        text: format!("Disallow: /{img}").into(),
+                        sha256: Some("ab".repeat(32).into()),
+                    },
+                    1,
+                ),
+            ],
+            clients: vec![(
+                ClientKey {
+                    ip: script.into(),
+                    user: Some(img.into()),
+                },
+                1,
+            )],
+            rebuilding: false,
+            replayed: 0,
+        };
+        let html = top_lists(&snap).into_string();
+        assert_inert(&html);
+        // The origin's link carries it percent-encoded, the rule's link only
+        // a digest that is one.
+        assert!(
+            html.contains(
+                "href=\"/explain?format=html&amp;url=http%3A%2F%2Fa.example%2F%3Cscript%3E"
+            )
+        );
+        assert_eq!(html.matches("href=\"/robots/").count(), 1, "{html}");
+        assert!(html.contains(&format!("href=\"/robots/{}?line=3#L3\"", "ab".repeat(32))));
+    }
+
+    #[test]
+    fn an_archived_robots_txt_is_shown_as_text() {
+        let [script, img] = HOSTILE;
+        let text = format!("User-agent: *\n# {script}\nDisallow: /{img}\r\nAllow: /\n");
+        let meta = Meta {
+            sha256: "ab".repeat(32),
+            bytes: text.len() as u64,
+            served: vec![archive::Served {
+                origin: format!("http://a.example/{script}"),
+                url: "http://a.example/robots.txt".into(),
+                final_url: format!("http://b.example/{img}"),
+                status: Some(200),
+                content_type: Some(format!("text/plain; x={img}")),
+                first_in_force: script.into(),
+                last_in_force: img.into(),
+                ..Default::default()
+            }],
+        };
+        let html = archived(text.as_bytes(), &meta, Some(3)).into_string();
+        assert_inert(&html);
+        assert!(
+            html.contains(
+                "<tr id=\"L3\" class=\"hit\"><td class=\"n\"><a href=\"#L3\">3</a></td>\
+                 <td>Disallow: /&quot;&gt;&lt;img src=x onerror=alert(1)&gt;</td></tr>"
+            ),
+            "{html}"
+        );
+        assert!(html.contains("<tr id=\"L4\"><td"), "{html}");
+        assert!(
+            html.contains(" → http://b.example/&quot;&gt;&lt;img"),
+            "{html}"
+        );
     }
 
     fn body_text(resp: Response<Body>) -> String {

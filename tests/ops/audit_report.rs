@@ -288,6 +288,39 @@ fn the_html_report_is_one_self_contained_file() {
 }
 
 #[test]
+fn hostile_text_in_the_log_is_only_text_in_the_html_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = "<script>alert(1)</script>";
+    let img = "\"><img src=x onerror=alert(1)>";
+    let lines = [
+        line(&format!(
+            "2026-03-01T08:00:00.000Z|{script}:1|{img}|http://a.example/{script}{img}|{img}|disallowed|2 Disallow: /{script}|{img}"
+        )),
+        line(&format!(
+            "2026-03-01T09:00:00.000Z|10.0.0.1:1|{script}|http://a.example/p|{script}|{img}|3 Disallow: /{img}|{script}"
+        )),
+    ];
+    let file = dir.path().join("audit.jsonl");
+    std::fs::write(&file, format!("{}\n", lines.join("\n"))).expect("write");
+    let html = stdout(&report(&["--format", "html"], &[file]));
+    assert!(!html.to_lowercase().contains("<script"), "{html}");
+    assert!(!html.contains("<img"), "{html}");
+    assert!(!html.contains("onerror=alert(1)\""), "{html}");
+    for shown in [
+        "&lt;script&gt;alert(1)&lt;/script&gt;",
+        "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;",
+    ] {
+        // In the tables of URLs, agents, users, rules, decisions, clients
+        // and robots.txt versions.
+        assert!(html.matches(shown).count() >= 6, "{shown}: {html}");
+    }
+    for piece in html.split('<').skip(1) {
+        let (tag, _text) = piece.split_once('>').expect("a closed tag");
+        assert!(!tag.contains("onerror"), "<{tag}>");
+    }
+}
+
+#[test]
 fn since_and_until_keep_the_lines_of_the_period() {
     let dir = tempfile::tempdir().expect("tempdir");
     let files = log(dir.path());

@@ -4,8 +4,10 @@
 //! test made, the archived robots.txt opens with the deciding line marked,
 //! the `/explain` form answers, and the CA page names the certificate
 //! served at `/ca.pem`. Without credentials every page but the probes is a
-//! 401. Screenshots: `target/test-output/web-view*.png`. Skips when
-//! Chromium or chromedriver is missing (`.ci/run` installs both).
+//! 401. Markup in a robots.txt, an origin's headers, a request or the audit
+//! log shows on the pages as text. Screenshots:
+//! `target/test-output/web-view*.png`. Skips when Chromium or chromedriver
+//! is missing (`.ci/run` installs both).
 
 use bytes::Bytes;
 use http::Request;
@@ -13,7 +15,7 @@ use robots_proxy::config::AdminUser;
 use serde_json::Value;
 
 use crate::support::webdriver::{Browser, output_dir, tools};
-use crate::support::{Conn, Origin, Proxy, Resp, admin, basic, cheap_hash, until};
+use crate::support::{Conn, Origin, Proxy, Reply, Resp, admin, basic, cheap_hash, percent, until};
 
 const ALLOWED: usize = 5;
 const BLOCKED: usize = 3;
@@ -351,4 +353,113 @@ async fn the_charts_are_rebuilt_from_the_audit_log_at_start() {
         body.contains("Before the start: 4 lines"),
         "15-day-old line left out"
     );
+}
+
+const SCRIPT: &str = "<script>alert(1)</script>";
+const IMG: &str = "\"><img src=x onerror=alert(1)>";
+
+/// No markup of `html` comes from [`SCRIPT`] or [`IMG`], and both are
+/// there as text.
+fn assert_inert(html: &str, what: &str) {
+    assert!(!html.contains("<script"), "{what}: {html}");
+    assert!(!html.contains("<img"), "{what}: {html}");
+    for shown in [
+        "&lt;script&gt;alert(1)&lt;/script&gt;",
+        "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;",
+    ] {
+        assert!(html.contains(shown), "{what}: {shown} in {html}");
+    }
+}
+
+/// Text from a robots.txt, its origin's headers, a request's URL and an
+/// audit log from before the start reaches the pages only as text.
+#[tokio::test]
+async fn hostile_text_reaches_the_pages_only_as_text() {
+    let robots = format!("User-agent: *\n# {SCRIPT}\nDisallow: /x/{SCRIPT}\nDisallow: /y/{IMG}\n");
+    let origin = Origin::start().await;
+    origin.route(
+        "/robots.txt",
+        Reply::ok(robots).header("content-type", &format!("text/plain; x={IMG}")),
+    );
+    let time = humantime::format_rfc3339_millis(std::time::SystemTime::now());
+    let before = serde_json::json!({
+        "time": time.to_string(), "client": format!("{SCRIPT}:5000"), "user": IMG,
+        "method": "GET", "url": format!("http://old.example/{SCRIPT}"), "agent": IMG,
+        "decision": "disallowed", "reason": SCRIPT, "rule_line": 4,
+        "rule": format!("Disallow: /{IMG}"),
+        "robots_url": format!("http://old.example/{SCRIPT}/robots.txt"),
+        "robots_sha256": IMG,
+    });
+    let proxy = Proxy::start_with(|c| {
+        admin(c);
+        std::fs::write(c.audit_path(), format!("{before}\n")).expect("an audit log from before");
+    })
+    .await;
+    let blocked = [
+        "/x/%3Cscript%3Ealert(1)%3C/script%3E",
+        "/y/%22%3E%3Cimg%20src=x%20onerror=alert(1)%3E",
+    ];
+    for path in blocked {
+        let r = proxy.get(&origin.url(path)).await;
+        assert_eq!(r.status, 403, "{path}: {r:?}");
+    }
+
+    let overview = async {
+        loop {
+            let page = proxy.admin_get("/").await;
+            assert_eq!(page.status, 200, "{page:?}");
+            if !page.body.contains("Reading the audit log") {
+                return page.body;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    let overview = tokio::time::timeout(crate::support::NO_HANG, overview)
+        .await
+        .expect("the audit log read back");
+    assert_inert(&overview, "the overview");
+
+    let sha = proxy
+        .audit()
+        .iter()
+        .filter(|l| {
+            l["url"]
+                .as_str()
+                .is_some_and(|u| u.starts_with(&origin.url("/")))
+        })
+        .find_map(|l| l["robots_sha256"].as_str().map(str::to_string))
+        .expect("a blocked line names its robots.txt");
+    let archived = proxy.admin_get(&format!("/robots/{sha}?line=4")).await;
+    assert_eq!(archived.status, 200, "{archived:?}");
+    assert_inert(&archived.body, "the archived robots.txt");
+    assert!(
+        archived
+            .body
+            .contains("<td>text/plain; x=&quot;&gt;&lt;img src=x onerror=alert(1)&gt;</td>"),
+        "{}",
+        archived.body
+    );
+
+    // The rule in the answer; the agent, not a product token, in the
+    // form filled in again under the error.
+    for (path, rule) in blocked.into_iter().zip([
+        "Disallow: /x/&lt;script&gt;alert(1)&lt;/script&gt;",
+        "Disallow: /y/&quot;&gt;&lt;img src=x onerror=alert(1)&gt;",
+    ]) {
+        let url = percent(&origin.url(path));
+        let answer = proxy
+            .admin_get(&format!("/explain?format=html&url={url}"))
+            .await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert!(answer.body.contains(rule), "{rule} in {}", answer.body);
+        assert!(!answer.body.contains("<script") && !answer.body.contains("<img"));
+        let refused = proxy
+            .admin_get(&format!(
+                "/explain?format=html&url={url}&agent={}",
+                percent(&format!("{SCRIPT}{IMG}"))
+            ))
+            .await;
+        assert_eq!(refused.status, 400, "{refused:?}");
+        assert_inert(&refused.body, "the explain page");
+    }
 }

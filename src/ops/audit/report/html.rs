@@ -1,12 +1,16 @@
 //! A report as one self-contained HTML file that can be mailed: inline
 //! CSS, an inline SVG bar chart per day, no script and no reference to
-//! anything outside the file. Every value from the log is escaped text.
+//! anything outside the file. It is a `maud` template: every value from
+//! the log is spliced in as text and escaped there; the style sheet is the
+//! only text written as it is. Lines end after each block, so no line of
+//! the file grows with the number of rows.
 
-use std::fmt::Write as _;
 use std::io::{self, Write};
 
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+
 use super::Report;
-use super::render::{folded_note, period, robots, sections, summary};
+use super::sections::{folded_note, period, robots, sections, summary};
 use super::tally::Counts;
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
@@ -19,102 +23,112 @@ td.k{word-break:break-all;max-width:48em}\
 .note{color:#666;font-size:.9em}\
 svg text{font-size:10px;fill:#444}";
 
-/// `text` escaped for HTML text and attribute values.
-fn esc(text: &str) -> String {
-    crate::http::text::html_escape(text).into_owned()
-}
-
 pub(super) fn write(r: &Report, out: &mut dyn Write) -> io::Result<()> {
-    let mut h = String::with_capacity(64 << 10);
-    h.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
-    h.push_str("<title>robots-proxy audit report</title><style>");
-    h.push_str(STYLE);
-    h.push_str("</style></head><body>\n<h1>robots-proxy audit report</h1>\n");
-    for line in summary(r).iter().chain(&period(r)) {
-        let _ = writeln!(h, "<p>{}</p>", esc(line));
-    }
-    h.push_str("<h2>Per day</h2>\n");
-    day_chart(&mut h, r);
     let days: Vec<(&str, Counts)> = r.days.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-    table(&mut h, "day", &days, Counts::default(), false);
-    for s in sections(r) {
-        let _ = writeln!(h, "<h2>{} (top {})</h2>", esc(s.title), r.top);
-        table(&mut h, s.column, &s.rows, s.rest, s.blocked_only);
-        if let Some(note) = folded_note(s.short_by) {
-            let _ = writeln!(h, "<p class=\"note\">{}</p>", esc(&note));
-        }
-    }
     let robots = robots(r);
-    if !robots.is_empty() {
-        h.push_str("<h2>robots.txt versions (robots_sha256) per origin</h2>\n<table>");
-        h.push_str("<tr><th>origin</th><th>robots_sha256</th><th class=\"n\">requests</th>");
-        h.push_str("<th class=\"n\">blocked</th><th>first</th><th>last</th></tr>\n");
-        for (origin, v) in robots {
-            for (sha, version) in &v.versions {
-                let _ = writeln!(
-                    h,
-                    "<tr><td class=\"k\">{}</td><td class=\"k\">{}</td><td class=\"n\">{}</td>\
-                     <td class=\"n\">{}</td><td>{}</td><td>{}</td></tr>",
-                    esc(origin),
-                    esc(sha),
-                    version.counts.requests,
-                    version.counts.blocked,
-                    esc(&version.first),
-                    esc(&version.last)
-                );
+    let page = html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { "robots-proxy audit report" }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                "\n" h1 { "robots-proxy audit report" } "\n"
+                @for line in summary(r).iter().chain(&period(r)) {
+                    p { (line) } "\n"
+                }
+                h2 { "Per day" } "\n"
+                (day_chart(r))
+                (table("day", &days, Counts::default(), false))
+                @for s in sections(r) {
+                    h2 { (s.title) " (top " (r.top) ")" } "\n"
+                    (table(s.column, &s.rows, s.rest, s.blocked_only))
+                    @if let Some(note) = folded_note(s.short_by) {
+                        p class="note" { (note) } "\n"
+                    }
+                }
+                @if !robots.is_empty() {
+                    h2 { "robots.txt versions (robots_sha256) per origin" } "\n"
+                    table {
+                        tr {
+                            th { "origin" } th { "robots_sha256" } th class="n" { "requests" }
+                            th class="n" { "blocked" } th { "first" } th { "last" }
+                        } "\n"
+                        @for (origin, v) in &robots {
+                            @for (sha, version) in &v.versions {
+                                tr {
+                                    td class="k" { (origin) }
+                                    td class="k" { (sha) }
+                                    td class="n" { (version.counts.requests) }
+                                    td class="n" { (version.counts.blocked) }
+                                    td { (version.first) }
+                                    td { (version.last) }
+                                } "\n"
+                            }
+                        }
+                    } "\n"
+                }
             }
         }
-        h.push_str("</table>\n");
-    }
-    h.push_str("</body></html>\n");
-    out.write_all(h.as_bytes())
+        "\n"
+    };
+    out.write_all(page.into_string().as_bytes())
 }
 
 /// A table with a bar for each row's blocked count.
-fn table(h: &mut String, column: &str, rows: &[(&str, Counts)], rest: Counts, blocked_only: bool) {
+fn table(column: &str, rows: &[(&str, Counts)], rest: Counts, blocked_only: bool) -> Markup {
     let max = rows
         .iter()
         .map(|(_, c)| c.blocked)
         .max()
         .unwrap_or(0)
         .max(1);
-    let _ = write!(h, "<table><tr><th>{}</th>", esc(column));
-    if !blocked_only {
-        h.push_str("<th class=\"n\">requests</th>");
-    }
-    h.push_str("<th class=\"n\">blocked</th><th></th></tr>\n");
-    let mut row = |key: &str, c: Counts| {
-        let _ = write!(h, "<tr><td class=\"k\">{}</td>", esc(key));
-        if !blocked_only {
-            let _ = write!(h, "<td class=\"n\">{}</td>", c.requests);
+    let row = |key: &str, c: Counts| {
+        html! {
+            tr {
+                td class="k" { (key) }
+                @if !blocked_only {
+                    td class="n" { (c.requests) }
+                }
+                td class="n" { (c.blocked) }
+                td style="width:12em" {
+                    div class="bar" style={ "width:" (c.blocked * 100 / max) "%" } {}
+                }
+            } "\n"
         }
-        let width = c.blocked * 100 / max;
-        let _ = writeln!(
-            h,
-            "<td class=\"n\">{}</td><td style=\"width:12em\"><div class=\"bar\" \
-             style=\"width:{width}%\"></div></td></tr>",
-            c.blocked
-        );
     };
-    for (key, c) in rows {
-        row(key, *c);
+    html! {
+        table {
+            tr {
+                th { (column) }
+                @if !blocked_only {
+                    th class="n" { "requests" }
+                }
+                th class="n" { "blocked" }
+                th {}
+            } "\n"
+            @for (key, c) in rows {
+                (row(key, *c))
+            }
+            @if rest != Counts::default() {
+                (row("(others)", rest))
+            }
+            @if rows.is_empty() {
+                tr { td { "(none)" } } "\n"
+            }
+        } "\n"
     }
-    if rest != Counts::default() {
-        row("(others)", rest);
-    }
-    if rows.is_empty() {
-        h.push_str("<tr><td>(none)</td></tr>\n");
-    }
-    h.push_str("</table>\n");
 }
 
 /// Requests (grey) and blocked (red) per day as an SVG bar chart.
-fn day_chart(h: &mut String, r: &Report) {
+fn day_chart(r: &Report) -> Markup {
     const HEIGHT: u64 = 160;
     const LEFT: u64 = 48;
     const STEP: u64 = 16;
     if r.days.is_empty() {
-        return;
+        return html! {};
     }
     let max = r
         .days
@@ -126,42 +140,27 @@ fn day_chart(h: &mut String, r: &Report) {
     let n = r.days.len() as u64;
     let width = LEFT + n * STEP + 8;
     let label_every = n.div_ceil(15).max(1);
-    let _ = writeln!(
-        h,
-        "<svg width=\"{width}\" height=\"{}\" role=\"img\" \
-         aria-label=\"requests and blocked requests per day\">",
-        HEIGHT + 40
-    );
-    let _ = writeln!(
-        h,
-        "<text x=\"0\" y=\"12\">{max}</text><text x=\"0\" y=\"{HEIGHT}\">0</text>\
-         <line x1=\"{LEFT}\" y1=\"{HEIGHT}\" x2=\"{width}\" y2=\"{HEIGHT}\" stroke=\"#999\"/>"
-    );
-    for (i, (day, c)) in r.days.iter().enumerate() {
-        let x = LEFT + i as u64 * STEP;
-        let bar = |v: u64| v * (HEIGHT - 8) / max;
-        let (req, blk) = (bar(c.requests), bar(c.blocked));
-        let _ = writeln!(
-            h,
-            "<g><title>{}: {} requests, {} blocked</title>\
-             <rect x=\"{x}\" y=\"{}\" width=\"7\" height=\"{req}\" fill=\"#95a5a6\"/>\
-             <rect x=\"{}\" y=\"{}\" width=\"7\" height=\"{blk}\" fill=\"#c0392b\"/></g>",
-            esc(day),
-            c.requests,
-            c.blocked,
-            HEIGHT - req,
-            x + 7,
-            HEIGHT - blk
-        );
-        if (i as u64).is_multiple_of(label_every) {
-            let _ = writeln!(
-                h,
-                "<text x=\"{x}\" y=\"{}\" transform=\"rotate(30 {x} {})\">{}</text>",
-                HEIGHT + 12,
-                HEIGHT + 12,
-                esc(day)
-            );
-        }
+    let bar = |v: u64| v * (HEIGHT - 8) / max;
+    html! {
+        svg width=(width) height=(HEIGHT + 40) role="img"
+            aria-label="requests and blocked requests per day" {
+            "\n"
+            text x="0" y="12" { (max) }
+            text x="0" y=(HEIGHT) { "0" }
+            line x1=(LEFT) y1=(HEIGHT) x2=(width) y2=(HEIGHT) stroke="#999" {} "\n"
+            @for (i, (day, c)) in r.days.iter().enumerate() {
+                @let x = LEFT + i as u64 * STEP;
+                @let (req, blk) = (bar(c.requests), bar(c.blocked));
+                g {
+                    title { (day) ": " (c.requests) " requests, " (c.blocked) " blocked" }
+                    rect x=(x) y=(HEIGHT - req) width="7" height=(req) fill="#95a5a6" {}
+                    rect x=(x + 7) y=(HEIGHT - blk) width="7" height=(blk) fill="#c0392b" {}
+                } "\n"
+                @if (i as u64).is_multiple_of(label_every) {
+                    @let y = HEIGHT + 12;
+                    text x=(x) y=(y) transform={ "rotate(30 " (x) " " (y) ")" } { (day) } "\n"
+                }
+            }
+        } "\n"
     }
-    h.push_str("</svg>\n");
 }

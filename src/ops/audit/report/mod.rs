@@ -8,11 +8,12 @@
 
 mod html;
 mod render;
+mod sections;
 pub(crate) mod tally;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::io;
+use std::io::{self, Write};
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -20,7 +21,6 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::input::Lines;
-pub(crate) use render::write;
 use tally::{Counts, Tallied, Tally};
 
 /// Keys kept per table before the least counted are folded (see
@@ -37,6 +37,16 @@ pub(crate) enum Format {
     Csv,
     Json,
     Html,
+}
+
+/// Writes `r` in `format`.
+pub(crate) fn write(r: &Report, format: Format, out: &mut dyn Write) -> io::Result<()> {
+    match format {
+        Format::Text => render::text(r, out),
+        Format::Csv => render::csv(r, out),
+        Format::Json => render::json(r, out),
+        Format::Html => html::write(r, out),
+    }
 }
 
 /// Which lines count, and how many rows each table shows.

@@ -1,0 +1,83 @@
+//! What the admin listener and its web view see of the running proxy:
+//! the [`ProxyView`] the proxy implements, the reloadable settings it
+//! hands out, and the state every admin request is served with.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use http::Uri;
+
+use crate::admit::ProxyAuth;
+use crate::judge::Gate;
+use crate::judge::politeness::{Politeness, PolitenessSettings};
+use crate::metrics::Registry;
+use crate::ops::activity::Activity;
+use crate::server::metrics::ServerMetrics;
+
+/// What the admin endpoints see of the running proxy.
+pub(crate) trait ProxyView: Send + Sync {
+    /// The proxy's gate: /explain judges with it, /purge empties its cache.
+    fn gate(&self) -> &Gate;
+    /// Whether the audit log can be written (the proxy forwards nothing
+    /// until it can).
+    fn audit_writable(&self) -> bool;
+    /// The reloadable settings the admin endpoints read, as they are now.
+    fn admin_settings(&self) -> AdminSettings;
+    /// The response cache, if enabled: /explain describes, /purge empties it.
+    fn response_cache(&self) -> Option<&crate::response_cache::ResponseCache> {
+        None
+    }
+    /// Decisions over time and the top refusals, for the web view.
+    fn activity(&self) -> &Activity;
+    /// Whether allowed requests get audit lines (`audit.log_all`).
+    fn audit_log_all(&self) -> bool;
+    /// The interception CA: its certificate is served, never its key.
+    fn ca(&self) -> &crate::tls::Ca;
+    /// Requests held for their Crawl-delay slot now.
+    fn politeness_waiting(&self) -> i64;
+}
+
+/// The reloadable settings the admin endpoints read.
+pub(crate) struct AdminSettings {
+    /// Default robots product token, for /explain without `agent`.
+    pub(crate) agent: String,
+    /// Crawl-delay state, for /explain's politeness field.
+    pub(crate) politeness: Arc<Politeness>,
+    /// `client_header_timeout`, for new admin connections.
+    pub(crate) header_timeout: Duration,
+    /// `usage.purposes` and `usage.mode`, for /explain's usage field.
+    pub(crate) purposes: Vec<String>,
+    pub(crate) usage_mode: crate::judge::UsageMode,
+    /// `[[admin.users]]`: credentials every endpoint but /healthz and
+    /// /readyz asks for, if any are configured.
+    pub(crate) auth: Option<Arc<ProxyAuth>>,
+    /// `politeness.*` as in force, for the web view.
+    pub(crate) politeness_settings: PolitenessSettings,
+    /// `[fleet]`: a purge reaches every node, and admin password
+    /// verifications per address are taken from the fleet's allowance, as
+    /// proxy ones are.
+    pub(crate) fleet: Option<Arc<crate::fleet::Fleet>>,
+}
+
+/// Everything the admin listener needs.
+#[derive(Clone)]
+pub(crate) struct AdminState {
+    pub(crate) proxy: Arc<dyn ProxyView>,
+    pub(crate) metrics: Registry,
+    /// Where the admin listener counts the connections it refuses.
+    pub(crate) listeners: ServerMetrics,
+    /// False once shutdown begins: /readyz answers 503.
+    pub(crate) ready: Arc<AtomicBool>,
+    /// The proxy's own address, for the web view's examples.
+    pub(crate) listen: SocketAddr,
+}
+
+/// The query parameters of `uri`, decoded.
+pub(crate) fn query(uri: &Uri) -> HashMap<String, String> {
+    form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .into_owned()
+        .collect()
+}
