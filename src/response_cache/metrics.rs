@@ -37,7 +37,7 @@ impl Collector for CacheCollector {
             return Ok(());
         };
         let c = cache.counters();
-        let counters: [(&str, &str, u64); 10] = [
+        let counters: [(&str, &str, u64); 11] = [
             (
                 "robots_proxy_response_cache_hits",
                 "Requests answered from the response cache",
@@ -88,12 +88,25 @@ impl Collector for CacheCollector {
                 "504 answers of offline mode or only-if-cached",
                 c.unavailable,
             ),
+            (
+                "robots_proxy_response_cache_delete_errors",
+                "Cache files that could not be deleted, and purges that could not be recorded on disk",
+                c.delete_errors,
+            ),
         ];
         for (name, help, v) in counters {
             let counter = ConstCounter::new(v);
             let m = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
             counter.encode(m)?;
         }
+        let pending = gauge(c.deletions_pending);
+        let m = encoder.encode_descriptor(
+            "robots_proxy_response_cache_deletions_pending",
+            "Removed responses and files whose deletion is queued",
+            None,
+            pending.metric_type(),
+        )?;
+        pending.encode(m)?;
         let tiered: [(&str, &str, bool, u64, u64); 3] = [
             (
                 "robots_proxy_response_cache_evictions",
