@@ -346,13 +346,11 @@ async fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
                 "the url or prefix must be an absolute http(s) URL",
             );
         }
-        let (purged, what) = if prefix {
-            (
-                cache.purge_prefix(value),
-                Purge::Prefix(value.as_str().into()),
-            )
+        let purged = purge_response_cache(cache, value, prefix).await;
+        let what = if prefix {
+            Purge::Prefix(value.as_str().into())
         } else {
-            (cache.purge_url(value), Purge::Url(value.as_str().into()))
+            Purge::Url(value.as_str().into())
         };
         let (fleet, status) = tell_fleet(proxy, what).await;
         let key = if prefix { "prefix" } else { "url" };
@@ -380,6 +378,29 @@ async fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
         }
         Err(e) => error(StatusCode::BAD_REQUEST, &e),
     }
+}
+
+/// Removes what the response cache holds for `target` (or under it,
+/// `prefix`), on the blocking pool: with many objects stored, going
+/// through the index takes tens of milliseconds, which the thread that
+/// accepts every connection (and runs this listener) must not spend. The
+/// files are deleted afterwards by the cache's janitor. Returns how many
+/// objects were removed.
+async fn purge_response_cache(
+    cache: &crate::response_cache::ResponseCache,
+    target: &str,
+    prefix: bool,
+) -> usize {
+    let (cache, target) = (cache.clone(), target.to_string());
+    tokio::task::spawn_blocking(move || {
+        if prefix {
+            cache.purge_prefix(&target)
+        } else {
+            cache.purge_url(&target)
+        }
+    })
+    .await
+    .unwrap_or(0)
 }
 
 /// Tells the fleet's other nodes to purge `what` too (a robots.txt purge
@@ -501,14 +522,14 @@ pub(crate) async fn follow_fleet_purges(
         if fleet.is_me(&from) {
             continue;
         }
-        if apply_purge(&*proxy, &what) {
+        if apply_purge(&*proxy, &what).await {
             tracing::info!(from = %from, what = ?what, "purged as another node of the fleet asked");
         }
     }
 }
 
 /// Applies a purge another node said; false when it is not one to apply.
-fn apply_purge(proxy: &dyn ProxyView, what: &Purge) -> bool {
+async fn apply_purge(proxy: &dyn ProxyView, what: &Purge) -> bool {
     match what {
         Purge::Robots(origin) => {
             if let Ok((origin, _)) = parse_url(origin) {
@@ -519,12 +540,12 @@ fn apply_purge(proxy: &dyn ProxyView, what: &Purge) -> bool {
         // hostile Redis cannot empty the cache with a prefix "h".
         Purge::Url(url) if is_absolute_http(url) => {
             if let Some(cache) = proxy.response_cache() {
-                cache.purge_url(url);
+                purge_response_cache(cache, url, false).await;
             }
         }
         Purge::Prefix(prefix) if is_absolute_http(prefix) => {
             if let Some(cache) = proxy.response_cache() {
-                cache.purge_prefix(prefix);
+                purge_response_cache(cache, prefix, true).await;
             }
         }
         Purge::Url(_) | Purge::Prefix(_) => return false,

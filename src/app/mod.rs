@@ -398,6 +398,18 @@ impl App {
         if let Some(fleet) = self.proxy.settings().fleet.clone() {
             let _ = fleet.leave().await;
         }
+        // Purges and evictions are done on disk too before the process
+        // ends (a purged object must not be read back at the next start).
+        if let Some(cache) = self.proxy.response_cache() {
+            let pending = cache.counters().deletions_pending;
+            if pending > 0 {
+                tracing::info!(
+                    pending,
+                    "response cache: finishing the deletions of removed responses"
+                );
+            }
+            cache.settled().await;
+        }
         cut
     }
 }

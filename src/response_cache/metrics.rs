@@ -37,7 +37,7 @@ fn gauge(v: u64) -> ConstGauge {
 impl Collector for CacheCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let c = self.cache.counters();
-        let counters: [(&str, &str, u64); 10] = [
+        let counters: [(&str, &str, u64); 11] = [
             (
                 "robots_proxy_response_cache_hits",
                 "Requests answered from the response cache",
@@ -88,10 +88,23 @@ impl Collector for CacheCollector {
                 "504 answers of offline mode or only-if-cached",
                 c.unavailable,
             ),
+            (
+                "robots_proxy_response_cache_delete_errors",
+                "Cache files that could not be deleted, and purges that could not be recorded on disk",
+                c.delete_errors,
+            ),
         ];
         for (name, help, v) in counters {
             encode_counter(&mut encoder, name, help, v)?;
         }
+        let pending = gauge(c.deletions_pending);
+        let m = encoder.encode_descriptor(
+            "robots_proxy_response_cache_deletions_pending",
+            "Removed responses and files whose deletion is queued",
+            None,
+            pending.metric_type(),
+        )?;
+        pending.encode(m)?;
         let tiered: [(&str, &str, bool, u64, u64); 3] = [
             (
                 "robots_proxy_response_cache_evictions",

@@ -77,6 +77,8 @@ pub struct Stats {
     invalidations: AtomicU64,
     corrupt: AtomicU64,
     unavailable: AtomicU64,
+    delete_errors: AtomicU64,
+    deletions_pending: AtomicU64,
     memory_bytes: AtomicU64,
     disk_bytes: AtomicU64,
     memory_objects: AtomicU64,
@@ -108,6 +110,11 @@ pub struct CacheCounters {
     pub corrupt: u64,
     /// 504 answers: offline or only-if-cached misses.
     pub unavailable: u64,
+    /// Files that could not be deleted, and purges that could not be
+    /// recorded on disk.
+    pub delete_errors: u64,
+    /// Objects and files removed, their deletion queued and not done.
+    pub deletions_pending: u64,
     pub memory_bytes: u64,
     pub disk_bytes: u64,
     pub memory_objects: u64,
@@ -405,6 +412,8 @@ impl ResponseCache {
             invalidations: g(&s.invalidations),
             corrupt: g(&s.corrupt),
             unavailable: g(&s.unavailable),
+            delete_errors: g(&s.delete_errors),
+            deletions_pending: g(&s.deletions_pending),
             memory_bytes: g(&s.memory_bytes),
             disk_bytes: g(&s.disk_bytes),
             memory_objects: g(&s.memory_objects),
@@ -1004,6 +1013,13 @@ impl ResponseCache {
             .invalidations
             .fetch_add(n as u64, Ordering::Relaxed);
         n
+    }
+
+    /// Resolves once the files of everything removed so far are deleted
+    /// (the cache's janitor deletes them after the index let them go): a
+    /// graceful stop waits for it.
+    pub async fn settled(&self) {
+        self.inner.store.settled().await;
     }
 
     /// What is stored for `url`, for `/explain`.

@@ -12,6 +12,7 @@ use super::*;
 use crate::http::body::full_body;
 
 mod collapsed;
+mod janitor;
 
 fn config(mode: CacheMode) -> CacheSettings {
     CacheSettings {
@@ -975,6 +976,8 @@ async fn purge_and_describe() {
         ),
         (3, 0, 0, 0)
     );
+    // The files go after the index let them go.
+    cache.settled().await;
     assert!(object_files(dir.path()).is_empty());
 }
 
@@ -1097,7 +1100,7 @@ async fn temp_files_truncated_and_corrupted_bodies_are_never_served() {
     );
     assert_eq!(cache.counters().disk_objects, 0);
     assert_eq!(cache.counters().corrupt, 1);
-    cache.inner.store.join_sweep();
+    cache.settled().await;
     assert!(object_files(dir.path()).is_empty());
 
     // Corrupted in place (same length) while running: a miss, and deleted.
@@ -1158,6 +1161,7 @@ async fn a_large_corrupted_body_never_arrives_whole() {
     let got = r.into_body().collect().await.expect("body").to_bytes();
     assert!(got.len() < 1 << 20, "a corrupt body must end short");
     assert_eq!(cache.counters().disk_objects, 0);
+    cache.settled().await;
     assert!(body_files(dir.path()).is_empty());
 }
 
@@ -1194,6 +1198,7 @@ async fn both_tiers_evict_by_bytes() {
         Lookup::Hit(_)
     ));
     // Disk usage on the file system agrees with the count, in blocks.
+    cache.settled().await;
     let on_disk: u64 = object_files(dir.path())
         .iter()
         .map(|p| store::on_disk(p.metadata().expect("md").len()))
@@ -1228,6 +1233,7 @@ async fn the_index_is_bounded_by_count_and_evicts_with_the_files() {
     }
     let c = cache.counters();
     assert_eq!((c.disk_objects, c.evictions_disk), (5, 3), "{c:?}");
+    cache.settled().await;
     assert_eq!(object_files(dir.path()).len(), 10, "a meta and a body each");
     assert!(!is_hit(&cache, "http://example.test/2", &[]).await);
     assert!(is_hit(&cache, "http://example.test/3", &[]).await);
@@ -1240,7 +1246,7 @@ async fn the_index_is_bounded_by_count_and_evicts_with_the_files() {
     let cache = open(dir.path(), &cfg);
     assert_eq!(cache.counters().disk_objects, 2);
     // The files over the budget are deleted after the cache opened.
-    cache.inner.store.join_sweep();
+    cache.settled().await;
     assert_eq!(object_files(dir.path()).len(), 4);
     assert!(is_hit(&cache, "http://example.test/7", &[]).await);
     assert!(is_hit(&cache, "http://example.test/6", &[]).await);
@@ -1328,6 +1334,8 @@ async fn an_object_over_the_cap_is_not_stored_but_arrives_whole() {
     );
     let c = cache.counters();
     assert_eq!((c.stored, c.too_large, c.disk_objects), (0, 1, 0));
+    // The unfinished body goes with the janitor.
+    cache.settled().await;
     assert_eq!(
         std::fs::read_dir(dir.path().join("cache/tmp"))
             .expect("tmp")

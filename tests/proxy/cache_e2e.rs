@@ -429,6 +429,51 @@ async fn admin_purges_by_url_and_prefix_and_explain_shows_the_stored_response() 
     }
 }
 
+/// Every file under the proxy's `cache/objects/`.
+fn cache_files(proxy: &Proxy) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![proxy.state_dir.join("cache/objects")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("cache dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_graceful_stop_finishes_deleting_what_a_purge_removed() {
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
+    const MANY: usize = 300;
+    let paths: Vec<String> = (0..MANY).map(|i| format!("/many/{i}")).collect();
+    for p in paths.iter().map(String::as_str).chain(["/keep"]) {
+        origin.route(p, Reply::ok("x").header("cache-control", "max-age=600"));
+    }
+    let mut proxy = cached_proxy().await;
+    for p in paths.iter().map(String::as_str).chain(["/keep"]) {
+        assert_eq!(proxy.get(&origin.url(p)).await.status, 200);
+    }
+    assert_eq!(cache_files(&proxy).len(), 2 * (MANY + 1));
+    let r = proxy
+        .admin_post(&format!("/purge?prefix={}", origin.url("/many/")))
+        .await;
+    assert_eq!(r.json()["purged"], MANY, "{:?}", r.body);
+    let hit = proxy.get(&origin.url("/keep")).await;
+    assert_eq!(cache_status(&hit), "robots-proxy; hit");
+    proxy.stop();
+    proxy.finished().await;
+    // Only the kept response's meta and body are left, and no purge is
+    // left to apply at the next start.
+    assert_eq!(cache_files(&proxy).len(), 2, "{:?}", cache_files(&proxy));
+    let purges = std::fs::read(proxy.state_dir.join("cache/purges")).expect("purges file");
+    assert!(purges.is_empty(), "{}", String::from_utf8_lossy(&purges));
+}
+
 #[tokio::test]
 async fn https_is_cached_under_its_https_url() {
     let o = tls_origin_with_robots("127.0.0.1", "User-agent: *\nAllow: /\n").await;
