@@ -37,10 +37,11 @@ mod metrics;
 pub mod policy;
 mod store;
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use http::header::{self, HeaderMap, HeaderValue};
@@ -264,7 +265,7 @@ impl Drop for LockGuard {
         if *self.tx.borrow() == LockState::Pending {
             self.tx.send_replace(LockState::NotStored);
         }
-        let mut map = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.locks.lock();
         if map.get(&self.primary).is_some_and(|(id, _)| *id == self.id) {
             map.remove(&self.primary);
         }
@@ -647,7 +648,7 @@ impl ResponseCache {
     }
 
     fn acquire(&self, primary: &str) -> Acquired {
-        let mut map = self.inner.locks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.inner.locks.lock();
         if let Some((_, rx)) = map.get(primary)
             && *rx.borrow() == LockState::Pending
             && rx.has_changed().is_ok()

@@ -55,11 +55,12 @@
 
 mod janitor;
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::{Bytes, BytesMut};
@@ -501,7 +502,7 @@ impl Store {
     }
 
     fn lock(&self) -> MutexGuard<'_, Index> {
-        self.index.lock().unwrap_or_else(|p| p.into_inner())
+        self.index.lock()
     }
 
     /// Rebuilds the index: the newest `max_objects` meta files (by the
@@ -1074,7 +1075,7 @@ impl Store {
         std::fs::rename(tmp_body, &body_path)?;
         // Meta files and the index change together, one object at a time,
         // so the meta on disk is always the indexed one.
-        let _commit = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _commit = self.commit_lock.lock();
         let meta_len = match self.write_meta(&key, &meta) {
             Ok(n) => n,
             Err(e) => {
@@ -1131,7 +1132,7 @@ impl Store {
     pub async fn update_meta(self: &Arc<Self>, key: ObjKey, meta: Meta) {
         let store = self.clone();
         let done = tokio::task::spawn_blocking(move || {
-            let _commit = store.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _commit = store.commit_lock.lock();
             let Some(seq) = body_seq(&key, &meta.body_file) else {
                 return Ok(());
             };

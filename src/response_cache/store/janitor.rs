@@ -25,11 +25,12 @@
 //! served again. On a graceful stop the janitor finishes its queue
 //! ([`Janitor::close`]).
 
+use parking_lot::{Mutex, MutexGuard};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -140,7 +141,7 @@ const LOG_EVERY: Duration = Duration::from_secs(60);
 impl Errors {
     fn report(&self, stats: &Stats, what: &str, path: &Path, e: &std::io::Error) {
         stats.delete_errors.fetch_add(1, Ordering::Relaxed);
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last.lock();
         if last.is_some_and(|t| t.elapsed() < LOG_EVERY) {
             self.unlogged.fetch_add(1, Ordering::Relaxed);
             return;
@@ -167,7 +168,7 @@ struct Shared {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock()
 }
 
 impl Shared {
