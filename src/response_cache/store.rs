@@ -1338,11 +1338,9 @@ mod tests {
             .unwrap_or(0)
     }
 
-    /// What an index entry costs: 100,000 objects of 38-byte URLs indexed
-    /// (no files, no memory tier).
-    #[test]
-    #[ignore = "a measurement: cargo test --release --lib index_entry_memory -- --ignored --nocapture"]
-    fn index_entry_memory() {
+    /// A store with room for a million objects and no memory tier to
+    /// speak of, for the measurements below.
+    fn roomy_store() -> (tempfile::TempDir, Arc<Store>) {
         let dir = tempfile::tempdir().expect("tmp");
         let limits = Limits {
             memory_size: 1 << 20,
@@ -1351,6 +1349,15 @@ mod tests {
             max_variants: 32,
         };
         let store = Store::open(dir.path(), &limits, Arc::default()).expect("open");
+        (dir, store)
+    }
+
+    /// What an index entry costs: 100,000 objects of 38-byte URLs indexed
+    /// (no files, no memory tier).
+    #[test]
+    #[ignore = "a measurement: cargo test --release --lib index_entry_memory -- --ignored --nocapture"]
+    fn index_entry_memory() {
+        let (_dir, store) = roomy_store();
         let n = 100_000u64;
         let before = rss_kib();
         {
@@ -1378,14 +1385,7 @@ mod tests {
     fn purge_index_time() {
         use std::sync::atomic::AtomicBool;
         use std::time::{Duration, Instant};
-        let dir = tempfile::tempdir().expect("tmp");
-        let limits = Limits {
-            memory_size: 1 << 20,
-            disk_size: u64::MAX,
-            max_objects: 1 << 20,
-            max_variants: 32,
-        };
-        let store = Store::open(dir.path(), &limits, Arc::default()).expect("open");
+        let (_dir, store) = roomy_store();
         let n = 100_000u64;
         {
             let mut ix = store.lock();

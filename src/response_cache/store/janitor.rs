@@ -25,7 +25,7 @@
 //! served again. On a graceful stop the janitor finishes its queue
 //! ([`Janitor::close`]).
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -167,10 +167,6 @@ struct Shared {
     errors: Errors,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock()
-}
-
 impl Shared {
     fn unlink(&self, path: &Path) {
         match std::fs::remove_file(path) {
@@ -184,8 +180,8 @@ impl Shared {
 
     /// Deletes `key`'s meta unless the key is indexed (stored again).
     fn unlink_meta(&self, key: &ObjKey) {
-        let _commit = lock(&self.commit_lock);
-        if !lock(&self.index).disk.contains(key) {
+        let _commit = self.commit_lock.lock();
+        if !self.index.lock().disk.contains(key) {
             self.unlink(&object_file(&self.objects, &meta_name(key)));
         }
     }
@@ -239,7 +235,7 @@ impl Shared {
         if self.pending.load(Ordering::SeqCst) != 0 {
             return;
         }
-        let mut j = lock(&self.journal);
+        let mut j = self.journal.lock();
         if j.lines == 0 || self.pending.load(Ordering::SeqCst) != 0 {
             return;
         }
@@ -282,7 +278,7 @@ impl Purging<'_> {
             return;
         };
         line.push(b'\n');
-        let mut j = lock(&self.0.journal);
+        let mut j = self.0.journal.lock();
         let Some(f) = j.file.as_mut() else { return };
         match f.write_all(&line) {
             Ok(()) => j.lines += 1,
@@ -361,7 +357,7 @@ impl Janitor {
                     shared.run(job);
                 }
             })?;
-        *lock(&self.thread) = Some(handle);
+        *self.thread.lock() = Some(handle);
         Ok(())
     }
 
@@ -382,7 +378,7 @@ impl Janitor {
             .stats
             .deletions_pending
             .fetch_add(units, Ordering::Relaxed);
-        let job = match lock(&self.tx).as_ref() {
+        let job = match self.tx.lock().as_ref() {
             Some(tx) => match tx.send(job) {
                 Ok(()) => return,
                 Err(mpsc::SendError(job)) => job,
@@ -418,8 +414,8 @@ impl Janitor {
     /// Stops taking jobs, finishes those queued and waits for the thread
     /// to end. Later jobs are done by their callers.
     pub(super) fn close(&self) {
-        drop(lock(&self.tx).take());
-        let handle = lock(&self.thread).take();
+        drop(self.tx.lock().take());
+        let handle = self.thread.lock().take();
         if let Some(h) = handle
             && h.join().is_err()
         {
