@@ -398,17 +398,26 @@ impl App {
         if let Some(fleet) = self.proxy.settings().fleet.clone() {
             let _ = fleet.leave().await;
         }
-        // Purges and evictions are done on disk too before the process
-        // ends (a purged object must not be read back at the next start).
+        // The files of removed responses are deleted before the process
+        // ends, for a grace period at most; the next start deletes the
+        // rest.
         if let Some(cache) = self.proxy.response_cache() {
             let pending = cache.counters().deletions_pending;
             if pending > 0 {
                 tracing::info!(
                     pending,
-                    "response cache: finishing the deletions of removed responses"
+                    "response cache: deleting the files of removed responses before stopping"
                 );
             }
-            cache.settled().await;
+            let left = cache
+                .finish_deletions(self.proxy.settings().shutdown_grace)
+                .await;
+            if left > 0 {
+                tracing::info!(
+                    left,
+                    "response cache: files of removed responses left for the next start to delete"
+                );
+            }
         }
         cut
     }

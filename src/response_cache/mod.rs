@@ -1017,10 +1017,22 @@ impl ResponseCache {
     }
 
     /// Resolves once the files of everything removed so far are deleted
-    /// (the cache's janitor deletes them after the index let them go): a
-    /// graceful stop waits for it.
+    /// (the cache's janitor deletes them after the index let them go).
     pub async fn settled(&self) {
         self.inner.store.settled().await;
+    }
+
+    /// On a graceful stop: waits up to `limit` for the janitor to delete
+    /// the files of everything removed so far, and leaves what is left
+    /// then to the next start (which deletes it; the purges are recorded
+    /// so that no purged response is served again). Returns how many
+    /// deletions were left.
+    pub async fn finish_deletions(&self, limit: Duration) -> u64 {
+        if tokio::time::timeout(limit, self.settled()).await.is_ok() {
+            return 0;
+        }
+        self.inner.store.abandon_deletions();
+        self.counters().deletions_pending
     }
 
     /// What is stored for `url`, for `/explain`.

@@ -7,7 +7,7 @@
 //!
 //! The queue is unbounded and counted (`deletions_pending`): it holds at
 //! most what the index held (an object is queued once, when it leaves the
-//! index: 40 bytes for the 359 its index entry took), plus the unfinished
+//! index: 40 bytes for the 399 its index entry took), plus the unfinished
 //! downloads' temporary files.
 //!
 //! A body's name carries a sequence number never used twice, so a queued
@@ -22,14 +22,16 @@
 //! janitor empties it whenever it has nothing left to do. The start-up scan
 //! applies what is in it to the metas it finds, so that an object purged
 //! just before a crash, whose meta the janitor had not deleted yet, is not
-//! served again. On a graceful stop the janitor finishes its queue
-//! ([`Janitor::close`]).
+//! served again. A graceful stop waits for the queue, for a while at most
+//! ([`Janitor::abandon`] leaves the rest to the next start); otherwise
+//! dropping the store finishes it ([`Janitor::close`]), so that a cache
+//! opened again on the same directory does not meet it.
 
 use parking_lot::Mutex;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -157,7 +159,7 @@ impl Errors {
 /// What the janitor's thread and the store share.
 struct Shared {
     objects: PathBuf,
-    index: Arc<Mutex<Index>>,
+    index: Arc<parking_lot::Mutex<Index>>,
     commit_lock: Arc<Mutex<()>>,
     stats: Arc<Stats>,
     /// Deletions queued and not done, plus the purges under way.
@@ -165,6 +167,9 @@ struct Shared {
     journal: Mutex<Journal>,
     journal_path: PathBuf,
     errors: Errors,
+    /// Set when the process stops before the queue is done: the rest is
+    /// left to the next start.
+    abandoned: AtomicBool,
 }
 
 impl Shared {
@@ -187,9 +192,20 @@ impl Shared {
     }
 
     fn run(&self, job: Job) {
+        if self.abandoned.load(Ordering::Relaxed)
+            && matches!(
+                job,
+                Job::Objects(_) | Job::Metas(_) | Job::Bodies(_) | Job::Files(_)
+            )
+        {
+            return;
+        }
         match job {
             Job::Objects(v) => {
                 for (key, seq) in v {
+                    if self.abandoned.load(Ordering::Relaxed) {
+                        return;
+                    }
                     self.unlink_meta(&key);
                     self.unlink(&object_file(&self.objects, &body_name(&key, seq)));
                     self.done(1);
@@ -197,18 +213,27 @@ impl Shared {
             }
             Job::Metas(v) => {
                 for key in v {
+                    if self.abandoned.load(Ordering::Relaxed) {
+                        return;
+                    }
                     self.unlink_meta(&key);
                     self.done(1);
                 }
             }
             Job::Bodies(v) => {
                 for (key, seq) in v {
+                    if self.abandoned.load(Ordering::Relaxed) {
+                        return;
+                    }
                     self.unlink(&object_file(&self.objects, &body_name(&key, seq)));
                     self.done(1);
                 }
             }
             Job::Files(v) => {
                 for path in v {
+                    if self.abandoned.load(Ordering::Relaxed) {
+                        return;
+                    }
                     self.unlink(&path);
                     self.done(1);
                 }
@@ -300,7 +325,7 @@ impl Janitor {
     pub(super) fn new(
         dir: &Path,
         objects: &Path,
-        index: Arc<Mutex<Index>>,
+        index: Arc<parking_lot::Mutex<Index>>,
         commit_lock: Arc<Mutex<()>>,
         stats: Arc<Stats>,
     ) -> (Janitor, mpsc::Receiver<Job>, Rules) {
@@ -340,6 +365,7 @@ impl Janitor {
                 journal: Mutex::new(Journal { file, lines }),
                 journal_path: path,
                 errors,
+                abandoned: AtomicBool::new(false),
             }),
         };
         (janitor, rx, rules)
@@ -401,6 +427,13 @@ impl Janitor {
         async move {
             let _ = rx.await;
         }
+    }
+
+    /// Stops deleting: what is queued is left to the next start (which
+    /// deletes it: the purges are recorded, and the other files are not
+    /// indexed again or are evicted again). The `purges` file is kept.
+    pub(super) fn abandon(&self) {
+        self.shared.abandoned.store(true, Ordering::Relaxed);
     }
 
     /// Holds the janitor until the returned sender is dropped.

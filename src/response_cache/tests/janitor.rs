@@ -234,3 +234,31 @@ async fn a_file_that_cannot_be_deleted_is_counted_not_a_panic() {
     fetch(&cache, &get(KEEP, &[]), None, fresh("kept")).await;
     assert_eq!(body_of(&cache, KEEP).await.as_deref(), Some(&b"kept"[..]));
 }
+
+#[tokio::test]
+async fn deletions_left_at_a_stop_are_done_by_the_next_start() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = config(CacheMode::Rfc9111);
+    let cache = open(dir.path(), &cfg);
+    for i in 0..50 {
+        let url = format!("http://example.test/many/{i}");
+        fetch(&cache, &get(&url, &[]), None, fresh("purged")).await;
+    }
+    fetch(&cache, &get(KEEP, &[]), None, fresh("kept")).await;
+    let hold = cache.inner.store.hold_janitor();
+    assert_eq!(cache.purge_prefix("http://example.test/many/"), 50);
+    // No time left: the queue is left as it is.
+    assert_eq!(cache.finish_deletions(Duration::ZERO).await, 50);
+    drop(hold);
+    drop(cache);
+    assert_eq!(object_files(dir.path()).len(), 102);
+    assert!(!purges_file(dir.path()).is_empty());
+
+    let cache = open(dir.path(), &cfg);
+    assert_eq!(cache.counters().disk_objects, 1);
+    assert_eq!(body_of(&cache, "http://example.test/many/3").await, None);
+    assert_eq!(body_of(&cache, KEEP).await.as_deref(), Some(&b"kept"[..]));
+    cache.settled().await;
+    assert_eq!(object_files(dir.path()).len(), 2);
+    assert!(purges_file(dir.path()).is_empty());
+}
