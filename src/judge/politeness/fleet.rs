@@ -1,0 +1,300 @@
+//! Politeness on the fleet's shared schedule (`crate::fleet::schedule`),
+//! and the interleaved local fallback when Redis is unavailable (see the
+//! parent module).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use lru::LruCache;
+use parking_lot::Mutex;
+
+use super::{Interleaved, Mode, NotNow, Politeness, RateLimited};
+use crate::fleet::{Booking, Bounds, Failure, Fleet, OnUnavailable};
+
+/// A request waiting for its slot on the fleet's schedule: the slot is
+/// given back, if it is still the latest, when the request is dropped
+/// before the slot comes (its client gave up).
+struct HeldInFleet<'a> {
+    fleet: &'a Arc<Fleet>,
+    key: &'a str,
+    /// µs on Redis's clock.
+    slot: u64,
+    interval: Duration,
+    done: bool,
+}
+
+impl Drop for HeldInFleet<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (fleet, key, slot, interval) = (
+            self.fleet.clone(),
+            self.key.to_owned(),
+            self.slot,
+            self.interval,
+        );
+        rt.spawn(async move {
+            if let Ok(true) = fleet.give_back(&key, slot, interval).await {
+                tracing::debug!(
+                    key,
+                    "request ended while held: fleet Crawl-delay slot given back"
+                );
+            }
+        });
+    }
+}
+
+impl Politeness {
+    /// Like [`Politeness::acquire`], on the fleet's shared schedule: books
+    /// on Redis, then sleeps for the wait. When Redis is unavailable the
+    /// local schedule is used, or the request refused, as the fleet is
+    /// configured, and the fleet counts it. With no interval, Redis is
+    /// not contacted.
+    pub async fn acquire_in_fleet(
+        &self,
+        fleet: &Arc<Fleet>,
+        key: &str,
+        crawl_delay: Option<f64>,
+        spent: Duration,
+    ) -> Result<Duration, NotNow> {
+        let Some(interval) = self.effective_interval(crawl_delay) else {
+            return Ok(Duration::ZERO);
+        };
+        let (max_wait, max_queue) = match self.mode {
+            Mode::Delay {
+                max_wait,
+                max_queue,
+            } => (max_wait, max_queue),
+            Mode::Reject => (Duration::ZERO, 0),
+        };
+        // After this node's own slots held from an outage; for a while
+        // after one, on its own interleaved slots (`fleet::schedule`).
+        // In reject mode nobody holds a slot, and a slot of the grid would
+        // seldom start now.
+        let grid = if fleet.settling() && matches!(self.mode, Mode::Delay { .. }) {
+            let live = fleet.live_nodes();
+            (live.count() > 1).then(|| (live.count(), live.rank))
+        } else {
+            None
+        };
+        let bounds = Bounds {
+            not_before: self.interleaved_next(key).unwrap_or(0),
+            grid,
+            allowance: Some(fleet.timeout().saturating_sub(spent)),
+        };
+        match fleet
+            .book_within(key, interval, max_wait, max_queue, bounds)
+            .await
+        {
+            Ok((Booking::Wait(wait), slot)) => {
+                if !wait.is_zero() {
+                    tracing::debug!(key, wait = %format_args!("{:.2} s", wait.as_secs_f64()),
+                        "held for a fleet Crawl-delay slot");
+                    let mut held = HeldInFleet {
+                        fleet,
+                        key,
+                        slot,
+                        interval,
+                        done: false,
+                    };
+                    tokio::time::sleep(wait).await;
+                    held.done = true;
+                }
+                Ok(wait)
+            }
+            Ok((Booking::Refused(wait), _)) => {
+                Err(NotNow::Limited(RateLimited { retry_after: wait }))
+            }
+            Err(Failure::Call) => {
+                // Not an outage: Redis answers, but not this booking (cut
+                // short by the request's allowance, or a command that
+                // failed on this key). A slot of this node's own would be
+                // one the others do not know: refused, as `refuse` does,
+                // whatever `on_unavailable` says.
+                fleet.fell_back();
+                Err(NotNow::FleetUnavailable)
+            }
+            Err(Failure::Outage) => {
+                fleet.fell_back();
+                match fleet.on_unavailable() {
+                    OnUnavailable::Local => {
+                        // A node alone (N = 1) has no grid to keep to, but
+                        // its slots start after those it may have booked on
+                        // Redis and are written back when Redis returns.
+                        let live = fleet.live_nodes();
+                        let from = fleet.interleave_from(interval);
+                        self.acquire_interleaved(key, interval, (live.count(), live.rank), from)
+                            .await
+                            .map_err(NotNow::Limited)
+                    }
+                    OnUnavailable::Refuse => Err(NotNow::FleetUnavailable),
+                }
+            }
+        }
+    }
+
+    /// The fleet's local fallback with `nodes` live nodes: books this
+    /// node's next slot of the interleaved wall-clock schedule (see the
+    /// module documentation) and sleeps until it starts. `max_wait` and
+    /// `max_queue` apply as on the local schedule, with this node's own
+    /// spacing (`nodes` × `interval`) as the interval for `max_queue`; in
+    /// `Mode::Reject` only a slot starting now would do, so requests are
+    /// refused with the time to this node's next slot (holding none is
+    /// what reject means, and taking a slot already begun would shorten
+    /// the next node's gap). A slot is not given back if the client gives
+    /// up while held (outages are short, and the slot is this node's own).
+    async fn acquire_interleaved(
+        &self,
+        key: &str,
+        interval: Duration,
+        (nodes, rank): (usize, usize),
+        from: u64,
+    ) -> Result<Duration, RateLimited> {
+        let now = crate::fleet::now_micros();
+        let slot = self.reserve_interleaved(key, interval, (nodes, rank), now.max(from), now)?;
+        let wait = Duration::from_micros(slot.saturating_sub(now));
+        if !wait.is_zero() {
+            tracing::debug!(key, nodes, rank, wait = %format_args!("{:.2} s", wait.as_secs_f64()),
+                "held for this node's interleaved Crawl-delay slot (fleet unavailable)");
+            tokio::time::sleep(wait).await;
+        }
+        Ok(wait)
+    }
+
+    /// Reserves this node's next interleaved slot for `key` at `now` (µs
+    /// of Unix time), starting no earlier than `from`, and returns its
+    /// start, or refuses (nothing stored).
+    pub(super) fn reserve_interleaved(
+        &self,
+        key: &str,
+        interval: Duration,
+        (nodes, rank): (usize, usize),
+        from: u64,
+        now: u64,
+    ) -> Result<u64, RateLimited> {
+        let spacing = interval.saturating_mul(u32::try_from(nodes).unwrap_or(u32::MAX));
+        let mut map = self
+            .interleaved
+            .get_or_init(|| Mutex::new(LruCache::new(self.max_tracked)))
+            .lock();
+        let last = map.get(key).map(|held| held.slot);
+        let slot = interleaved_slot(
+            from.max(now),
+            crate::fleet::micros(interval),
+            nodes as u64,
+            rank as u64,
+            last,
+        );
+        let wait = Duration::from_micros(slot.saturating_sub(now));
+        // Each request held on this node waits one `spacing` more, counted
+        // from when this node's slots begin.
+        let queued = Duration::from_micros(slot.saturating_sub(from.max(now)));
+        let allowed = match self.mode {
+            Mode::Reject => wait.is_zero(),
+            Mode::Delay {
+                max_wait,
+                max_queue,
+            } => {
+                wait <= max_wait
+                    && (max_queue == 0
+                        || queued
+                            <= spacing.saturating_mul(u32::try_from(max_queue).unwrap_or(u32::MAX)))
+            }
+        };
+        if !allowed {
+            return Err(RateLimited { retry_after: wait });
+        }
+        let held = Interleaved {
+            slot,
+            interval: crate::fleet::micros(interval),
+        };
+        if let Some(used) = map.get_mut(key) {
+            *used = held;
+        } else if let Some((_, evicted)) = map.push(key.into(), held)
+            && evicted.slot > now
+        {
+            self.evicted_active.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(slot)
+    }
+
+    /// When the next request of `key` may go after this node's last slot
+    /// of the interleaved schedule (µs of Unix time), if it has one.
+    fn interleaved_next(&self, key: &str) -> Option<u64> {
+        let map = self.interleaved.get()?;
+        let map = map.lock();
+        map.peek(key).map(|held| held.next())
+    }
+
+    /// Writes this node's slots of the interleaved schedule that still
+    /// hold requests back (or whose interval has not run out) into the
+    /// fleet's shared schedule, so no node books closer to them: called
+    /// when Redis answers again after an outage. Returns how many keys
+    /// were written (a key that fails is skipped; during a new outage the
+    /// calls fail at once).
+    pub async fn write_back(&self, fleet: &Fleet) -> usize {
+        use futures_util::StreamExt;
+        let now = crate::fleet::now_micros();
+        let nodes = u32::try_from(fleet.live_nodes().count()).unwrap_or(u32::MAX);
+        let max_wait = match self.mode {
+            Mode::Delay { max_wait, .. } => max_wait,
+            Mode::Reject => Duration::ZERO,
+        };
+        let held: Vec<(Box<str>, Interleaved)> = match self.interleaved.get() {
+            Some(map) => map
+                .lock()
+                .iter()
+                .filter(|(_, held)| held.next() > now)
+                .map(|(key, held)| (key.clone(), *held))
+                .collect(),
+            None => return 0,
+        };
+        // No slot lies further ahead than a booking may wait plus a round
+        // of the grid.
+        futures_util::stream::iter(held)
+            .map(|(key, held)| async move {
+                let interval = Duration::from_micros(held.interval);
+                let within = max_wait + interval.saturating_mul(nodes.saturating_add(1));
+                fleet
+                    .raise(&key, held.next(), interval, within)
+                    .await
+                    .is_ok()
+            })
+            .buffer_unordered(16)
+            .filter(|written| std::future::ready(*written))
+            .count()
+            .await
+    }
+}
+
+/// The start (µs of Unix time) of this node's next slot on the
+/// interleaved wall-clock schedule: the first m·`interval` with
+/// m ≡ `rank` (mod `nodes`) that is not before `now` and, when this node
+/// last used the slot starting at `last`, not before `last + interval`
+/// (so each slot is used at most once, and a changed interval applies from
+/// the previous slot). A node alone (`nodes` ≤ 1) keeps to no grid: its
+/// slot is the later of `now` and `last + interval`. Pure arithmetic on
+/// microseconds; `interval` of 0 is taken as 1.
+pub(crate) fn interleaved_slot(
+    now: u64,
+    interval: u64,
+    nodes: u64,
+    rank: u64,
+    last: Option<u64>,
+) -> u64 {
+    let interval = interval.max(1);
+    if nodes <= 1 {
+        return last.map_or(now, |l| now.max(l.saturating_add(interval)));
+    }
+    let mut m = now.div_ceil(interval);
+    if let Some(last) = last {
+        m = m.max(last.saturating_add(interval).div_ceil(interval));
+    }
+    m = m.saturating_add((rank % nodes + nodes - m % nodes) % nodes);
+    m.saturating_mul(interval)
+}
