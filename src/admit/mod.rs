@@ -497,6 +497,27 @@ pub fn challenge_response<B>(body: B) -> Response<B> {
     resp
 }
 
+/// What an admin user may do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdminRole {
+    /// Read: the web view, `/explain`, `/metrics`, the robots.txt archive.
+    Viewer,
+    /// Read, purge the caches and reload the configuration.
+    #[default]
+    Operator,
+}
+
+impl AdminRole {
+    /// The role's name in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            AdminRole::Viewer => "viewer",
+            AdminRole::Operator => "operator",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,8 +2,10 @@
 //! explanations, cache purge, and the web view (`/`, `/robots/SHA256`,
 //! `/ca`, `/ca.pem`: [`super::web`]). Meant for loopback or an operator
 //! network; it is off unless `admin.listen` is set. With `[[admin.users]]`
-//! every endpoint but `/healthz` and `/readyz` asks for HTTP Basic
-//! credentials.
+//! every endpoint but `/healthz`, `/readyz`, `/ca` and `/ca.pem` (public
+//! by nature) asks for HTTP Basic credentials, and a user's role decides
+//! what it may do: a viewer reads (the web view, `/explain`, `/metrics`,
+//! the archive), an operator also purges and reloads (`POST /reload`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -19,7 +21,8 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use super::state::{AdminSettings, AdminState, ProxyView, query};
+use super::state::{AdminState, ProxyView, query};
+use crate::admit::AdminRole;
 use crate::admit::{AuthOutcome, ClientAcl, ProxyAuth};
 use crate::fleet::events::{Event, Purge};
 use crate::http::body::{Body, full_body, text};
@@ -27,6 +30,7 @@ use crate::http::origin::{Origin, path_of};
 use crate::robots::product_token;
 use crate::server::listen::{ConnectionPolicy, RefusalLog};
 use crate::server::metrics::ConnRefusal;
+use crate::server::per_client::PerClient;
 
 /// AdminLimits of the admin listener, applied at accept.
 pub(crate) struct AdminLimits {
@@ -35,6 +39,9 @@ pub(crate) struct AdminLimits {
     /// `admin.max_connections`: beyond it new connections are closed at
     /// accept (a probe fails at once rather than wait behind held ones).
     pub(crate) max_connections: usize,
+    /// `admin.max_connections_per_client`: so that one address cannot
+    /// take every slot.
+    pub(crate) max_per_client: usize,
 }
 
 /// Serves admin requests until the task is aborted. Connections get the
@@ -44,6 +51,7 @@ pub(crate) async fn serve(listener: TcpListener, state: AdminState, limits: Admi
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
     let refusals = RefusalLog::new(state.listeners.clone());
+    let per_client = PerClient::new(limits.max_per_client);
     loop {
         let Ok((stream, peer)) = listener.accept().await else {
             // EMFILE and friends: back off instead of spinning.
@@ -54,6 +62,10 @@ pub(crate) async fn serve(listener: TcpListener, state: AdminState, limits: Admi
             refusals.refuse(ConnRefusal::AdminNotAllowed, peer);
             continue;
         }
+        let Some(client_slot) = per_client.take(peer.ip()) else {
+            refusals.refuse(ConnRefusal::AdminPerClientLimit, peer);
+            continue;
+        };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             refusals.refuse(ConnRefusal::AdminLimit, peer);
             continue;
@@ -63,7 +75,7 @@ pub(crate) async fn serve(listener: TcpListener, state: AdminState, limits: Admi
             header_timeout: state.proxy.admin_settings().header_timeout,
         };
         tokio::spawn(async move {
-            let _slot = slot;
+            let _slots = (slot, client_slot);
             let service = service_fn(move |req| {
                 let state = state.clone();
                 async move { Ok::<_, std::convert::Infallible>(handle(&state, peer, req).await) }
@@ -100,12 +112,12 @@ async fn authenticate(
     fleet: Option<&crate::fleet::Fleet>,
     peer: SocketAddr,
     req: &Request<Incoming>,
-) -> Result<(), Response<Body>> {
+) -> Result<String, Response<Body>> {
     match auth
         .check_async_in(peer.ip(), req.headers().get(AUTHORIZATION), fleet)
         .await
     {
-        AuthOutcome::Ok { .. } => Ok(()),
+        AuthOutcome::Ok { user, .. } => Ok(user),
         AuthOutcome::Throttled { retry_after, first } => {
             if first {
                 tracing::warn!(client_ip = %peer.ip(),
@@ -139,6 +151,16 @@ async fn authenticate(
     }
 }
 
+/// What an endpoint asks of the admin user: nothing (public by nature),
+/// the viewer role, or the operator role.
+fn needed_role(method: &Method, path: &str) -> Option<AdminRole> {
+    match (method, path) {
+        (_, "/healthz" | "/readyz" | "/ca" | "/ca.pem") => None,
+        (&Method::POST, "/purge" | "/reload") => Some(AdminRole::Operator),
+        _ => Some(AdminRole::Viewer),
+    }
+}
+
 /// Handles one admin request from `peer`.
 pub(crate) async fn handle(
     state: &AdminState,
@@ -146,17 +168,31 @@ pub(crate) async fn handle(
     req: Request<Incoming>,
 ) -> Response<Body> {
     let proxy = &*state.proxy;
-    let path = req.uri().path();
-    // Probes stay open: a health check carries no credentials.
-    if !matches!(path, "/healthz" | "/readyz")
-        && let AdminSettings {
-            auth: Some(auth),
-            fleet,
-            ..
-        } = proxy.admin_settings()
-        && let Err(resp) = authenticate(&auth, fleet.as_deref(), peer, &req).await
+    let settings = proxy.admin_settings();
+    // Probes and the CA stay open: a health check carries no credentials,
+    // and every client of the proxy needs the CA certificate.
+    let mut user = None;
+    if let Some(needed) = needed_role(req.method(), req.uri().path())
+        && let Some(auth) = &settings.auth
     {
-        return resp;
+        match authenticate(auth, settings.fleet.as_deref(), peer, &req).await {
+            Err(resp) => return resp,
+            Ok(name) => {
+                let role = settings.roles.get(&name).copied().unwrap_or_default();
+                if needed == AdminRole::Operator && role != AdminRole::Operator {
+                    tracing::warn!(client_ip = %peer.ip(), user = %name,
+                        path = req.uri().path(), "admin request refused: the operator role is needed");
+                    return error(
+                        StatusCode::FORBIDDEN,
+                        &format!(
+                            "user {name:?} has the {} role; this needs the operator role",
+                            role.name()
+                        ),
+                    );
+                }
+                user = Some(name);
+            }
+        }
     }
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
@@ -175,7 +211,16 @@ pub(crate) async fn handle(
             );
             resp
         }
+        (&Method::GET, "/explain") if from_another_site(req.headers()) => json_response(
+            StatusCode::FORBIDDEN,
+            json!({ "error": "an explanation asked by a page of another site is refused (it would make the proxy fetch robots.txt)" }),
+        ),
         (&Method::GET, "/explain") => explain(proxy, req.uri()).await,
+        (&Method::POST, "/reload") if from_another_site(req.headers()) => json_response(
+            StatusCode::FORBIDDEN,
+            json!({ "error": "a reload sent by a page of another site is refused" }),
+        ),
+        (&Method::POST, "/reload") => reload(state, user.as_deref(), peer).await,
         (&Method::POST, "/purge") if from_another_site(req.headers()) => json_response(
             StatusCode::FORBIDDEN,
             json!({ "error": "a purge sent by a page of another site is refused" }),
@@ -187,11 +232,12 @@ pub(crate) async fn handle(
         (&Method::GET, p) if p.starts_with("/robots/") => super::web::robots_page(proxy, req.uri()),
         (
             _,
-            "/healthz" | "/readyz" | "/metrics" | "/explain" | "/purge" | "/" | "/ca" | "/ca.pem",
+            "/healthz" | "/readyz" | "/metrics" | "/explain" | "/purge" | "/reload" | "/" | "/ca"
+            | "/ca.pem",
         ) => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         _ => error(
             StatusCode::NOT_FOUND,
-            "unknown endpoint: /healthz, /readyz, /metrics, /explain?url=&agent=, POST /purge?origin=|url=|prefix=, / (the web view), /robots/SHA256, /ca, /ca.pem",
+            "unknown endpoint: /healthz, /readyz, /metrics, /explain?url=&agent=, POST /purge?origin=|url=|prefix=, POST /reload, / (the web view), /robots/SHA256, /ca, /ca.pem",
         ),
     }
 }
@@ -318,6 +364,46 @@ fn from_another_site(headers: &http::HeaderMap) -> bool {
         (Some(origin), Some(host)) => origin.split_once("://").map(|(_, h)| h) != Some(host),
         (Some(_), None) => true,
         _ => false,
+    }
+}
+
+/// `POST /reload`: reloads the configuration as SIGHUP does (fleet-wide
+/// in a fleet) and answers once it is applied or refused: 200 with the
+/// keys changed and those that need a restart, 422 with the error.
+async fn reload(state: &AdminState, user: Option<&str>, peer: SocketAddr) -> Response<Body> {
+    let Some(asks) = &state.reload else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this process does not reload (only `robots-proxy run` does)",
+        );
+    };
+    let by = user.map_or_else(
+        || format!("admin client {}", peer.ip()),
+        |u| format!("admin user {u}"),
+    );
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    if asks.send(super::ReloadAsk { by, reply }).await.is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the reloader has stopped");
+    }
+    match answer.await {
+        Ok(super::ReloadDone::Applied {
+            changed,
+            needs_restart,
+            fleet,
+        }) => json_response(
+            StatusCode::OK,
+            json!({
+                "reloaded": true,
+                "changed": changed,
+                "needs_restart": needs_restart,
+                "fleet": fleet.map(|told| if told { "told" } else { "unavailable" }),
+            }),
+        ),
+        Ok(super::ReloadDone::Rejected(e)) => json_response(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            json!({ "reloaded": false, "error": e }),
+        ),
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the reloader has stopped"),
     }
 }
 

@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 
 use crate::admit::{AuthLimits, ClientAcl, ProxyAuth};
 use crate::app::state::{AdminSettings, AdminState, ProxyView};
+pub(crate) use crate::app::state::{ReloadAsk, ReloadDone};
 use crate::config::Config;
 use crate::fleet::Fleet;
 use crate::http::destination::Policy;
@@ -90,6 +91,8 @@ pub struct App {
     pub(crate) max_connections_per_client: usize,
     /// Who may use the admin listener.
     pub(crate) admin_acl: ClientAcl,
+    /// Where `POST /reload` asks ([`App::reload_asks`]).
+    pub(crate) reload: Option<tokio::sync::mpsc::Sender<ReloadAsk>>,
 }
 
 /// The robots.txt archive, unless `audit.archive_max` is 0.
@@ -183,6 +186,17 @@ pub(crate) fn settings_from(
         acl,
         auth,
         admin_auth,
+        admin_roles: config
+            .admin
+            .users
+            .iter()
+            .map(|u| (u.name.clone(), u.role))
+            .collect(),
+        public_proxy: config
+            .admin
+            .public_proxy_url
+            .as_deref()
+            .and_then(|url| crate::config::public_proxy_address(url).ok()),
         politeness,
         politeness_config: pconf,
         purposes: config.usage.purposes.clone(),
@@ -328,9 +342,19 @@ impl App {
             max_connections,
             max_connections_per_client: config.max_connections_per_client(max_connections),
             admin_acl,
+            reload: None,
             config,
             ca: (ca_dir.join(crate::tls::ca::CERT_FILE), created),
         })
+    }
+
+    /// The reloads the admin listener is asked for (`POST /reload`), for
+    /// the process's reloader; without a call the endpoint answers 503.
+    pub(crate) fn reload_asks(&mut self) -> tokio::sync::mpsc::Receiver<ReloadAsk> {
+        // One waiting at a time: more askers wait for their turn.
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        self.reload = Some(tx);
+        rx
     }
 
     /// The address actually bound (useful with port 0).
@@ -356,6 +380,7 @@ impl App {
         let admin_limits = crate::app::admin::AdminLimits {
             allow: self.admin_acl,
             max_connections: self.config.admin.max_connections,
+            max_per_client: self.config.admin.max_connections_per_client,
         };
         let admin_task = self.admin.map(|listener| {
             let state = AdminState {
@@ -364,6 +389,7 @@ impl App {
                 listeners: self.proxy.server_metrics.clone(),
                 ready: ready.clone(),
                 listen: self.listener.local_addr().unwrap_or(self.config.listen),
+                reload: self.reload.clone(),
             };
             tokio::spawn(crate::app::admin::serve(listener, state, admin_limits))
         });
@@ -446,6 +472,8 @@ impl ProxyView for Proxy {
             purposes: s.purposes.clone(),
             usage_mode: s.usage_mode,
             auth: s.admin_auth.clone(),
+            roles: s.admin_roles.clone(),
+            public_proxy: s.public_proxy.clone(),
             politeness_settings: s.politeness_config.clone(),
             fleet: s.fleet.clone(),
         }
@@ -549,6 +577,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
     "politeness.*",
     "access.*",
     "admin.users.*",
+    "admin.public_proxy_url",
     "usage.*",
     "log.level",
 ];
@@ -559,7 +588,7 @@ fn fleet(config: &Config) -> Option<&crate::config::FleetConfig> {
 }
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 44] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 45] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -606,6 +635,10 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 44] {
         (
             old.admin.max_connections != new.admin.max_connections,
             "admin.max_connections",
+        ),
+        (
+            old.admin.max_connections_per_client != new.admin.max_connections_per_client,
+            "admin.max_connections_per_client",
         ),
         (or.cache_entries != nr.cache_entries, "robots.cache_entries"),
         (or.cache_max_mib != nr.cache_max_mib, "robots.cache_max_mib"),

@@ -54,12 +54,38 @@ pub(crate) struct AdminSettings {
     /// `[[admin.users]]`: credentials every endpoint but /healthz and
     /// /readyz asks for, if any are configured.
     pub(crate) auth: Option<Arc<ProxyAuth>>,
+    /// `[[admin.users]] role`, by user name.
+    pub(crate) roles: HashMap<String, crate::admit::AdminRole>,
+    /// `admin.public_proxy_url` as `host:port`, for the `/ca` page.
+    pub(crate) public_proxy: Option<String>,
     /// `politeness.*` as in force, for the web view.
     pub(crate) politeness_settings: PolitenessSettings,
     /// `[fleet]`: a purge reaches every node, and admin password
     /// verifications per address are taken from the fleet's allowance, as
     /// proxy ones are.
     pub(crate) fleet: Option<Arc<crate::fleet::Fleet>>,
+}
+
+/// A reload asked through the admin listener (`POST /reload`), and where
+/// to answer once it is done.
+pub(crate) struct ReloadAsk {
+    /// Who asked, for the log.
+    pub(crate) by: String,
+    pub(crate) reply: tokio::sync::oneshot::Sender<ReloadDone>,
+}
+
+/// How a reload ended.
+#[derive(Debug)]
+pub(crate) enum ReloadDone {
+    /// Applied: the keys whose text changed, those that need a restart
+    /// to apply, and in a fleet whether the other nodes were told.
+    Applied {
+        changed: Vec<String>,
+        needs_restart: Vec<String>,
+        fleet: Option<bool>,
+    },
+    /// The new configuration was refused; the running one stays.
+    Rejected(String),
 }
 
 /// Everything the admin listener needs.
@@ -73,6 +99,9 @@ pub(crate) struct AdminState {
     pub(crate) ready: Arc<AtomicBool>,
     /// The proxy's own address, for the web view's examples.
     pub(crate) listen: SocketAddr,
+    /// Where `POST /reload` asks for a reload; `None` where nothing
+    /// reloads (a proxy built without the `run` command).
+    pub(crate) reload: Option<tokio::sync::mpsc::Sender<ReloadAsk>>,
 }
 
 /// The query parameters of `uri`, decoded.

@@ -600,7 +600,10 @@ pub(crate) fn ca_page(state: &AdminState, req: &Request<Incoming>) -> Response<B
     let admin = request_host(req).unwrap_or_else(|| "ADMIN-ADDRESS".to_string());
     // The proxy's address as clients reach it: a listener on all addresses
     // is reached by the name this page was.
-    let proxy = if state.listen.ip().is_unspecified() {
+    let configured = state.proxy.admin_settings().public_proxy;
+    let proxy = if let Some(public) = configured {
+        public
+    } else if state.listen.ip().is_unspecified() {
         let host = admin
             .rsplit_once(':')
             .map_or(admin.as_str(), |(h, _)| h)
@@ -608,11 +611,6 @@ pub(crate) fn ca_page(state: &AdminState, req: &Request<Incoming>) -> Response<B
         format!("{host}:{}", state.listen.port())
     } else {
         state.listen.to_string()
-    };
-    let user = if state.proxy.admin_settings().auth.is_some() {
-        " -u USER"
-    } else {
-        ""
     };
     let not_after = crate::tls::ca::rfc3339(ca.not_after());
     let clients: [(&str, String); 8] = [
@@ -648,7 +646,7 @@ pub(crate) fn ca_page(state: &AdminState, req: &Request<Incoming>) -> Response<B
                  -Dhttps.proxyHost={host} -Dhttps.proxyPort={port} -jar crawler.jar\n\
                  # or into the JDK's own store: sudo keytool -importcert -cacerts -alias robots-proxy -file robots-proxy-ca.pem",
                 host = proxy.rsplit_once(':').map_or(proxy.as_str(), |(h, _)| h),
-                port = state.listen.port(),
+                port = proxy.rsplit_once(':').map_or("3128", |(_, p)| p),
             ),
         ),
         (
@@ -690,7 +688,7 @@ pub(crate) fn ca_page(state: &AdminState, req: &Request<Incoming>) -> Response<B
             }
             ", or from a shell:"
         }
-        pre { "curl -fsS" (user) " -o robots-proxy-ca.pem http://" (admin) "/ca.pem" }
+        pre { "curl -fsS -o robots-proxy-ca.pem http://" (admin) "/ca.pem" }
         p { "Check that it is this one before trusting it: its SHA-256 fingerprint is" }
         pre id="ca-fingerprint" { (ca.fingerprint_sha256()) }
         pre { "openssl x509 -in robots-proxy-ca.pem -noout -fingerprint -sha256" }

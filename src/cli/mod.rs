@@ -91,7 +91,7 @@ enum ConfigCommand {
     },
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct RunArgs {
     /// TOML configuration file; command-line flags override it.
     #[arg(long, value_name = "FILE")]
@@ -276,7 +276,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
-        let app = App::bind(config).await?;
+        let mut app = App::bind(config).await?;
         let (ca_pem, created) = &app.ca;
         if *created {
             tracing::info!(ca = %ca_pem.display(),
@@ -310,7 +310,15 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 "response cache on"),
             None => tracing::info!("response cache off (cache.enabled = false)"),
         }
-        spawn_reloader(args, app.proxy.clone(), app.config.clone(), log_level, hup);
+        let asks = app.reload_asks();
+        spawn_reloader(
+            args,
+            app.proxy.clone(),
+            app.config.clone(),
+            log_level,
+            hup,
+            asks,
+        );
         spawn_sweeper(app.proxy.clone());
         crate::ops::systemd::notify_ready();
         let cut = app.serve(shutdown_signal(stop)).await;
@@ -325,16 +333,22 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     })
 }
 
-/// SIGHUP: re-read the configuration (same file and flags) and apply it;
-/// an invalid one is rejected and the running one stays. The keys that
-/// need a restart are those whose new value differs from the one the
-/// process started with (the value still in force).
+/// SIGHUP or `POST /reload`: re-read the configuration (same file and
+/// flags) and apply it; an invalid one is rejected and the running one
+/// stays. The keys that need a restart are those whose new value differs
+/// from the one the process started with (the value still in force). The
+/// file is read and the settings built (password hashes among them) on
+/// the blocking pool, never on the threads that serve requests. In a
+/// fleet, a reload asked of this node (signal or admin) reloads every
+/// node, each from its own file, and this node reloads when another says
+/// so; the fleet's messages are bounded by the fleet layer.
 fn spawn_reloader(
     args: RunArgs,
     proxy: Arc<Proxy>,
     started: Config,
     log_level: Option<LogLevel>,
     hup: io::Result<tokio::signal::unix::Signal>,
+    mut asks: tokio::sync::mpsc::Receiver<crate::app::ReloadAsk>,
 ) {
     let mut level = started.log.level.clone();
     let read_file = |args: &RunArgs| {
@@ -344,62 +358,87 @@ fn spawn_reloader(
             .unwrap_or_default()
     };
     let mut text = read_file(&args);
-    // In a fleet, a SIGHUP on one node reloads every node (each from its
-    // own file), and this node reloads when another says so.
     let fleet = proxy.settings().fleet.clone();
     let mut reloads = fleet.as_ref().map(|f| f.events());
     tokio::spawn(async move {
         let mut hup = match hup {
             Ok(hup) => Some(hup),
             Err(_) => {
-                tracing::warn!("cannot listen for SIGHUP: reload disabled");
+                tracing::warn!("cannot listen for SIGHUP: reload by signal disabled");
                 None
             }
         };
         loop {
-            let asked_by_signal = tokio::select! {
-                Some(()) = async { hup.as_mut()?.recv().await } => true,
+            let (asked_here, reply) = tokio::select! {
+                Some(()) = async { hup.as_mut()?.recv().await } => {
+                    tracing::info!("reloading on SIGHUP");
+                    (true, None)
+                }
+                Some(ask) = asks.recv() => {
+                    tracing::info!(by = %ask.by, "reloading as the admin listener was asked");
+                    (true, Some(ask.reply))
+                }
                 Some(from) = another_nodes_reload(reloads.as_mut(), fleet.as_deref()) => {
                     tracing::info!(from = %from, "reloading as another node of the fleet did");
-                    false
+                    (false, None)
                 }
                 else => return,
             };
             crate::ops::systemd::notify_reloading();
-            match load_config(&args) {
-                Err(e) => {
-                    let e = one_line(&format!("{e:#}"));
-                    tracing::error!("reload rejected, keeping the running configuration: {e}")
+            let work = {
+                let (args, proxy, started) = (args.clone(), proxy.clone(), started.clone());
+                tokio::task::spawn_blocking(move || {
+                    let new = load_config(&args).map_err(|e| one_line(&format!("{e:#}")))?;
+                    let restart =
+                        crate::app::reload(&proxy, &started, &new).map_err(|e| e.to_string())?;
+                    let new_text = read_file(&args);
+                    Ok::<_, String>((new, restart, new_text))
+                })
+            };
+            let outcome = match work.await {
+                Ok(Ok((new, restart, new_text))) => {
+                    let changed = crate::config::changed_keys(&text, &new_text);
+                    text = new_text;
+                    apply_log_level(log_level.as_ref(), &level, &new.log.level);
+                    level = new.log.level;
+                    if !restart.is_empty() {
+                        tracing::warn!(keys = %restart.join(", "),
+                            "these changes need a restart to apply");
+                    }
+                    let shown = if changed.is_empty() {
+                        "none".to_string()
+                    } else {
+                        changed.join(", ")
+                    };
+                    tracing::info!(changed = %shown, "configuration reloaded");
+                    crate::app::ReloadDone::Applied {
+                        changed,
+                        needs_restart: restart.iter().map(|k| k.to_string()).collect(),
+                        fleet: None,
+                    }
                 }
-                Ok(new) => match crate::app::reload(&proxy, &started, &new) {
-                    Ok(restart) => {
-                        let new_text = read_file(&args);
-                        let changed = crate::config::changed_keys(&text, &new_text);
-                        text = new_text;
-                        apply_log_level(log_level.as_ref(), &level, &new.log.level);
-                        level = new.log.level;
-                        if !restart.is_empty() {
-                            tracing::warn!(keys = %restart.join(", "),
-                                "these changes need a restart to apply");
-                        }
-                        let changed = if changed.is_empty() {
-                            "none".to_string()
-                        } else {
-                            changed.join(", ")
-                        };
-                        tracing::info!(changed = %changed, "configuration reloaded");
-                    }
-                    Err(e) => {
-                        tracing::error!("reload rejected, keeping the running configuration: {e}")
-                    }
-                },
-            }
+                Ok(Err(e)) => {
+                    tracing::error!("reload rejected, keeping the running configuration: {e}");
+                    crate::app::ReloadDone::Rejected(e)
+                }
+                Err(e) => {
+                    tracing::error!("reload failed, keeping the running configuration: {e}");
+                    crate::app::ReloadDone::Rejected(format!("reload failed: {e}"))
+                }
+            };
             crate::ops::systemd::notify_ready();
-            if asked_by_signal
-                && let Some(fleet) = &fleet
-                && fleet.publish_reload().await.is_err()
-            {
-                tracing::warn!("the fleet's Redis is unavailable: only this node reloaded");
+            let mut outcome = outcome;
+            if asked_here && let Some(fleet) = &fleet {
+                let told = fleet.publish_reload().await.is_ok();
+                if !told {
+                    tracing::warn!("the fleet's Redis is unavailable: only this node reloaded");
+                }
+                if let crate::app::ReloadDone::Applied { fleet, .. } = &mut outcome {
+                    *fleet = Some(told);
+                }
+            }
+            if let Some(reply) = reply {
+                let _ = reply.send(outcome);
             }
         }
     });

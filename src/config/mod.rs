@@ -253,10 +253,46 @@ pub struct AdminConfig {
     pub allow_clients: Vec<IpNet>,
     /// Admin connections open at once; more are closed at accept.
     pub max_connections: usize,
-    /// HTTP Basic authentication of every admin endpoint but `/healthz`
-    /// and `/readyz`; off when empty (the address list alone then).
+    /// Admin connections open at once from one address, so that one
+    /// address cannot take every slot.
+    pub max_connections_per_client: usize,
+    /// The proxy's address as clients reach it (`http://host:port`), for
+    /// the `/ca` page's examples; unset: the listen address, or the name
+    /// the page was asked by when the proxy listens on every address.
+    pub public_proxy_url: Option<String>,
+    /// HTTP Basic authentication of every admin endpoint but `/healthz`,
+    /// `/readyz`, `/ca` and `/ca.pem`; off when empty (the address list
+    /// alone then).
     pub users: Vec<AdminUser>,
 }
+
+/// The `host:port` of `admin.public_proxy_url` (`http://host:port`, a
+/// trailing `/` allowed).
+pub(crate) fn public_proxy_address(url: &str) -> Result<String, String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!(
+            "{url:?}: write it as http://host:port (clients speak plain HTTP to the proxy)"
+        ));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        return Err(format!("{url:?}: no path, only http://host:port"));
+    }
+    let Some(authority) = uri.authority() else {
+        return Err(format!("{url:?}: no host"));
+    };
+    if authority.as_str().contains('@') {
+        return Err(format!("{url:?}: no credentials in it"));
+    }
+    Ok(match authority.port_u16() {
+        Some(_) => authority.as_str().to_string(),
+        None => format!("{}:80", authority.host()),
+    })
+}
+
+pub use crate::admit::AdminRole;
 
 /// One `[[admin.users]]` entry: a name and an Argon2 PHC string, as
 /// `[[access.users]]` has them.
@@ -266,6 +302,9 @@ pub struct AdminUser {
     pub name: String,
     /// Argon2 PHC string from `robots-proxy hash-password`.
     pub password_hash: String,
+    /// `viewer` or `operator` (the default).
+    #[serde(default)]
+    pub role: AdminRole,
 }
 
 impl AdminUser {
@@ -612,6 +651,8 @@ impl Default for AdminConfig {
             listen: None,
             allow_clients: loopback_networks(),
             max_connections: 16,
+            max_connections_per_client: 4,
+            public_proxy_url: None,
             users: Vec::new(),
         }
     }
@@ -906,6 +947,14 @@ impl Config {
         }
         if self.admin.max_connections == 0 {
             errors.push("key `admin.max_connections` must be at least 1".to_string());
+        }
+        if self.admin.max_connections_per_client == 0 {
+            errors.push("key `admin.max_connections_per_client` must be at least 1".to_string());
+        }
+        if let Some(url) = &self.admin.public_proxy_url
+            && let Err(e) = public_proxy_address(url)
+        {
+            errors.push(format!("key `admin.public_proxy_url`: {e}"));
         }
         if self.max_streams_per_tunnel == 0 {
             errors.push("key `max_streams_per_tunnel` must be at least 1".to_string());
@@ -1260,6 +1309,53 @@ mod tests {
         assert!(parse(&name(255)).is_ok());
         let err = parse(&name(256)).expect_err("long").to_string();
         assert!(err.contains("`fleet.node`"), "{err}");
+    }
+
+    #[test]
+    fn admin_roles_and_the_public_proxy_url_are_read_and_checked() {
+        let c = parse(
+            "[admin]\npublic_proxy_url = \"http://proxy.example.net:3128/\"\n\
+             [[admin.users]]\nname = \"eve\"\nrole = \"viewer\"\npassword_hash = \"x\"\n\
+             [[admin.users]]\nname = \"ops\"\npassword_hash = \"x\"\n",
+        );
+        // The hashes are refused by validation; the roles parse first.
+        let err = c.expect_err("invalid hashes").to_string();
+        assert!(err.contains("`admin.users`"), "{err}");
+        let roles: AdminConfig = toml::from_str(
+            "[[users]]\nname = \"eve\"\nrole = \"viewer\"\npassword_hash = \"x\"\n\
+             [[users]]\nname = \"ops\"\npassword_hash = \"x\"\n",
+        )
+        .expect("admin table");
+        assert_eq!(roles.users[0].role, AdminRole::Viewer);
+        assert_eq!(roles.users[1].role, AdminRole::Operator, "the default");
+        let err = parse("[[admin.users]]\nname = \"x\"\nrole = \"root\"\npassword_hash = \"x\"\n")
+            .expect_err("unknown role")
+            .to_string();
+        assert!(err.contains("role") && err.contains("viewer"), "{err}");
+        assert_eq!(
+            public_proxy_address("http://proxy.example.net:3128/").as_deref(),
+            Ok("proxy.example.net:3128")
+        );
+        assert_eq!(
+            public_proxy_address("http://proxy.example.net").as_deref(),
+            Ok("proxy.example.net:80")
+        );
+        for bad in [
+            "https://p:3128",
+            "p:3128",
+            "http://u:p@p:3128",
+            "http://p:3128/x",
+        ] {
+            assert!(public_proxy_address(bad).is_err(), "{bad}");
+        }
+        let err = parse("[admin]\npublic_proxy_url = \"ftp://p\"\n")
+            .expect_err("scheme")
+            .to_string();
+        assert!(err.contains("`admin.public_proxy_url`"), "{err}");
+        let err = parse("[admin]\nmax_connections_per_client = 0\n")
+            .expect_err("zero")
+            .to_string();
+        assert!(err.contains("`admin.max_connections_per_client`"), "{err}");
     }
 
     #[test]

@@ -71,6 +71,10 @@ pub struct Settings {
     /// Admin listener authentication (`[[admin.users]]`), if users are
     /// configured. Its verifications share `auth`'s limits.
     pub(crate) admin_auth: Option<Arc<ProxyAuth>>,
+    /// `[[admin.users]] role`, by user name.
+    pub(crate) admin_roles: HashMap<String, crate::admit::AdminRole>,
+    /// `admin.public_proxy_url` as `host:port`, for the `/ca` page.
+    pub(crate) public_proxy: Option<String>,
     /// `usage.purposes`: usage categories every request is for.
     pub(crate) purposes: Vec<String>,
     /// `[[access.users]] purposes`, by user name.

@@ -23,15 +23,18 @@ pub(crate) enum ConnRefusal {
     AdminNotAllowed,
     /// Admin listener: `admin.max_connections` reached.
     AdminLimit,
+    /// Admin listener: `admin.max_connections_per_client` reached.
+    AdminPerClientLimit,
 }
 
 impl ConnRefusal {
     /// Every variant, in index order.
-    pub(crate) const ALL: [ConnRefusal; 4] = [
+    pub(crate) const ALL: [ConnRefusal; 5] = [
         ConnRefusal::NotAllowed,
         ConnRefusal::PerClientLimit,
         ConnRefusal::AdminNotAllowed,
         ConnRefusal::AdminLimit,
+        ConnRefusal::AdminPerClientLimit,
     ];
 
     /// The `listener` and `reason` label values.
@@ -41,6 +44,9 @@ impl ConnRefusal {
             ConnRefusal::PerClientLimit => [("listener", "proxy"), ("reason", "per_client_limit")],
             ConnRefusal::AdminNotAllowed => [("listener", "admin"), ("reason", "not_allowed")],
             ConnRefusal::AdminLimit => [("listener", "admin"), ("reason", "connection_limit")],
+            ConnRefusal::AdminPerClientLimit => {
+                [("listener", "admin"), ("reason", "per_client_limit")]
+            }
         }
     }
 }

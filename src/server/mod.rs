@@ -7,7 +7,7 @@ mod drive;
 pub(crate) mod io;
 pub(crate) mod listen;
 pub(crate) mod metrics;
-mod per_client;
+pub(crate) mod per_client;
 pub(crate) mod relay;
 mod threads;
 

@@ -12,6 +12,7 @@
 mod support;
 
 mod accounting;
+mod admin_roles;
 mod audit_chain;
 mod audit_log;
 mod audit_report;

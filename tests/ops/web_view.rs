@@ -114,6 +114,7 @@ async fn the_web_view_in_chromium_shows_the_decisions_loads_nothing_else_and_ask
         c.admin.users = vec![AdminUser {
             name: USER.into(),
             password_hash: cheap_hash(PASSWORD),
+            role: Default::default(),
         }];
     })
     .await;
@@ -127,15 +128,10 @@ async fn the_web_view_in_chromium_shows_the_decisions_loads_nothing_else_and_ask
     }
     let addr = proxy.admin_addr.expect("admin listener");
 
-    // Without credentials: 401 with the challenge, everywhere but the probes.
+    // Without credentials: 401 with the challenge, everywhere but the
+    // probes and the CA (which every client of the proxy needs).
     let credentials = basic(&format!("{USER}:{PASSWORD}"));
-    for path in [
-        "/",
-        "/ca",
-        "/ca.pem",
-        "/metrics",
-        "/explain?url=http://a.test/",
-    ] {
+    for path in ["/", "/metrics", "/explain?url=http://a.test/"] {
         let r = admin_get(&proxy, path, None).await;
         assert_eq!(r.status, 401, "{path}: {r:?}");
         assert_eq!(
@@ -146,8 +142,12 @@ async fn the_web_view_in_chromium_shows_the_decisions_loads_nothing_else_and_ask
     }
     let wrong = basic(&format!("{USER}:wrong"));
     assert_eq!(admin_get(&proxy, "/", Some(&wrong)).await.status, 401);
-    for probe in ["/healthz", "/readyz"] {
-        assert_eq!(admin_get(&proxy, probe, None).await.status, 200, "{probe}");
+    for public in ["/healthz", "/readyz", "/ca", "/ca.pem"] {
+        assert_eq!(
+            admin_get(&proxy, public, None).await.status,
+            200,
+            "{public}"
+        );
     }
     let page = admin_get(&proxy, "/", Some(&credentials)).await;
     assert_eq!(page.status, 200, "{page:?}");
@@ -167,7 +167,7 @@ async fn the_web_view_in_chromium_shows_the_decisions_loads_nothing_else_and_ask
     assert_eq!(page.header("cache-control"), Some("no-store"));
 
     // The CA certificate, never its key.
-    let pem = admin_get(&proxy, "/ca.pem", Some(&credentials)).await;
+    let pem = admin_get(&proxy, "/ca.pem", None).await;
     assert_eq!(pem.status, 200);
     assert_eq!(pem.header("content-type"), Some("application/x-pem-file"));
     let on_disk = std::fs::read_to_string(proxy.state_dir.join("ca/ca.pem")).expect("ca.pem");

@@ -330,6 +330,7 @@ async fn admin_and_proxy_passwords_share_the_address_allowance_across_the_fleet(
         c.admin.users = vec![AdminUser {
             name: "ops".into(),
             password_hash: cheap_hash("secret"),
+            role: Default::default(),
         }];
         c.access = access(3, vec![user("crawler", "pw")]);
     })
