@@ -27,6 +27,7 @@ use crate::admit::{AuthOutcome, ClientAcl, ProxyAuth};
 use crate::fleet::events::{Event, Purge};
 use crate::http::body::{Body, full_body, text};
 use crate::http::origin::{Origin, path_of};
+use crate::ops::audit::AdminEvent;
 use crate::robots::product_token;
 use crate::server::listen::{ConnectionPolicy, RefusalLog};
 use crate::server::metrics::ConnRefusal;
@@ -108,6 +109,7 @@ pub(crate) const ADMIN_REALM: &str = "Basic realm=\"robots-proxy admin\", charse
 /// limited, in a fleet on the fleet's allowance): `Err` is the 401 or 429
 /// to answer.
 async fn authenticate(
+    proxy: &dyn ProxyView,
     auth: &Arc<ProxyAuth>,
     fleet: Option<&crate::fleet::Fleet>,
     peer: SocketAddr,
@@ -122,6 +124,11 @@ async fn authenticate(
             if first {
                 tracing::warn!(client_ip = %peer.ip(),
                     "too many admin authentication attempts: refusing them for now");
+                let mut event =
+                    AdminEvent::new("login_throttled", format!("admin client {}", peer.ip()));
+                event.client = Some(peer.to_string());
+                event.outcome = Some(format!("refused for {} s", retry_after.as_secs().max(1)));
+                let _ = proxy.record_admin(event);
             }
             let mut resp = text(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -137,6 +144,13 @@ async fn authenticate(
             if let AuthOutcome::Invalid { user } = &outcome {
                 tracing::warn!(client_ip = %peer.ip(), user = user.as_deref().unwrap_or("-"),
                     "admin authentication failed");
+                let by = match user {
+                    Some(u) => format!("admin user {u}"),
+                    None => format!("admin client {}", peer.ip()),
+                };
+                let mut event = AdminEvent::new("login_failed", by);
+                event.client = Some(peer.to_string());
+                let _ = proxy.record_admin(event);
             }
             let mut resp = text(
                 StatusCode::UNAUTHORIZED,
@@ -149,6 +163,34 @@ async fn authenticate(
             Err(resp)
         }
     }
+}
+
+/// Who asked for an admin action, as its audit line names them.
+struct Asker {
+    /// `admin user NAME`, or `admin client ADDRESS` without admin users.
+    by: String,
+    /// The client's address and port.
+    client: String,
+}
+
+impl Asker {
+    fn new(user: Option<&str>, peer: SocketAddr) -> Asker {
+        Asker {
+            by: user.map_or_else(
+                || format!("admin client {}", peer.ip()),
+                |u| format!("admin user {u}"),
+            ),
+            client: peer.to_string(),
+        }
+    }
+}
+
+/// Refuses an admin action that could not be recorded.
+fn unrecorded() -> Response<Body> {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the audit log cannot be written: no admin action is taken without its audit line",
+    )
 }
 
 /// What an endpoint asks of the admin user: nothing (public by nature),
@@ -175,7 +217,7 @@ pub(crate) async fn handle(
     if let Some(needed) = needed_role(req.method(), req.uri().path())
         && let Some(auth) = &settings.auth
     {
-        match authenticate(auth, settings.fleet.as_deref(), peer, &req).await {
+        match authenticate(proxy, auth, settings.fleet.as_deref(), peer, &req).await {
             Err(resp) => return resp,
             Ok(name) => {
                 let role = settings.roles.get(&name).copied().unwrap_or_default();
@@ -220,12 +262,14 @@ pub(crate) async fn handle(
             StatusCode::FORBIDDEN,
             json!({ "error": "a reload sent by a page of another site is refused" }),
         ),
-        (&Method::POST, "/reload") => reload(state, user.as_deref(), peer).await,
+        (&Method::POST, "/reload") => reload(state, &Asker::new(user.as_deref(), peer)).await,
         (&Method::POST, "/purge") if from_another_site(req.headers()) => json_response(
             StatusCode::FORBIDDEN,
             json!({ "error": "a purge sent by a page of another site is refused" }),
         ),
-        (&Method::POST, "/purge") => purge(proxy, req.uri()).await,
+        (&Method::POST, "/purge") => {
+            purge(proxy, req.uri(), &Asker::new(user.as_deref(), peer)).await
+        }
         (&Method::GET, "/") => super::web::overview(state),
         (&Method::GET, "/ca") => super::web::ca_page(state, &req),
         (&Method::GET, "/ca.pem") => super::web::ca_pem(proxy),
@@ -370,19 +414,23 @@ fn from_another_site(headers: &http::HeaderMap) -> bool {
 /// `POST /reload`: reloads the configuration as SIGHUP does (fleet-wide
 /// in a fleet) and answers once it is applied or refused: 200 with the
 /// keys changed and those that need a restart, 422 with the error.
-async fn reload(state: &AdminState, user: Option<&str>, peer: SocketAddr) -> Response<Body> {
+async fn reload(state: &AdminState, asker: &Asker) -> Response<Body> {
     let Some(asks) = &state.reload else {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "this process does not reload (only `robots-proxy run` does)",
         );
     };
-    let by = user.map_or_else(
-        || format!("admin client {}", peer.ip()),
-        |u| format!("admin user {u}"),
-    );
+    if !state.proxy.audit_writable() {
+        return unrecorded();
+    }
     let (reply, answer) = tokio::sync::oneshot::channel();
-    if asks.send(super::ReloadAsk { by, reply }).await.is_err() {
+    let ask = super::ReloadAsk {
+        by: asker.by.clone(),
+        client: Some(asker.client.clone()),
+        reply,
+    };
+    if asks.send(ask).await.is_err() {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the reloader has stopped");
     }
     match answer.await {
@@ -412,8 +460,23 @@ async fn reload(state: &AdminState, user: Option<&str>, peer: SocketAddr) -> Res
 /// response cache holds for that URL, or under that prefix. In a fleet,
 /// every node drops it too (the answer's `fleet` says whether the other
 /// nodes were told).
-async fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
+async fn purge(proxy: &dyn ProxyView, uri: &Uri, asker: &Asker) -> Response<Body> {
+    if !proxy.audit_writable() {
+        return unrecorded();
+    }
     let q = query(uri);
+    // The audit line of a purge done: who, what, where, how many.
+    let record = |target: String, count: usize, fleet: bool, status: StatusCode| {
+        let mut event = AdminEvent::new("purge", asker.by.clone());
+        event.client = Some(asker.client.clone());
+        event.target = Some(target);
+        event.count = Some(count as u64);
+        event.scope = Some(if fleet { "fleet" } else { "node" });
+        if status != StatusCode::OK {
+            event.outcome = Some("this node only: the fleet's Redis is unavailable".into());
+        }
+        proxy.record_admin(event)
+    };
     if let Some(target) = q.get("prefix").map(|p| (p, true)).or_else(|| {
         q.get("url")
             .filter(|_| !q.contains_key("origin"))
@@ -440,6 +503,9 @@ async fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
         };
         let (fleet, status) = tell_fleet(proxy, what).await;
         let key = if prefix { "prefix" } else { "url" };
+        if record(format!("{key}={value}"), purged, fleet.is_some(), status).is_err() {
+            return unrecorded();
+        }
         return json_response(
             status,
             json!({ key: value, "purged": purged, "fleet": fleet }),
@@ -457,6 +523,16 @@ async fn purge(proxy: &dyn ProxyView, uri: &Uri) -> Response<Body> {
             // the shared entry being purged.
             let (fleet, status) = tell_fleet(proxy, Purge::Robots(origin.to_string().into())).await;
             let purged = proxy.gate().cache().purge(&origin);
+            if record(
+                format!("origin={origin}"),
+                usize::from(purged),
+                fleet.is_some(),
+                status,
+            )
+            .is_err()
+            {
+                return unrecorded();
+            }
             json_response(
                 status,
                 json!({ "origin": origin.to_string(), "purged": purged, "fleet": fleet }),
@@ -608,35 +684,43 @@ pub(crate) async fn follow_fleet_purges(
         if fleet.is_me(&from) {
             continue;
         }
-        if apply_purge(&*proxy, &what).await {
+        if let Some(count) = apply_purge(&*proxy, &what).await {
             tracing::info!(from = %from, what = ?what, "purged as another node of the fleet asked");
+            let mut event = AdminEvent::new("purge", format!("fleet node {}", from.node));
+            event.target = Some(match &what {
+                Purge::Robots(origin) => format!("origin={origin}"),
+                Purge::Url(url) => format!("url={url}"),
+                Purge::Prefix(prefix) => format!("prefix={prefix}"),
+            });
+            event.count = Some(count as u64);
+            event.scope = Some("fleet");
+            if let Err(e) = proxy.record_admin(event) {
+                tracing::error!(error = %e, "cannot write the audit line of a fleet purge");
+            }
         }
     }
 }
 
-/// Applies a purge another node said; false when it is not one to apply.
-async fn apply_purge(proxy: &dyn ProxyView, what: &Purge) -> bool {
-    match what {
+/// Applies a purge another node said: how many entries it dropped here,
+/// `None` when it is not one to apply.
+async fn apply_purge(proxy: &dyn ProxyView, what: &Purge) -> Option<usize> {
+    Some(match what {
         Purge::Robots(origin) => {
-            if let Ok((origin, _)) = parse_url(origin) {
-                proxy.gate().cache().purge(&origin);
-            }
+            let (origin, _) = parse_url(origin).ok()?;
+            usize::from(proxy.gate().cache().purge(&origin))
         }
         // As the admin endpoint checks them: a message from a broken or
         // hostile Redis cannot empty the cache with a prefix "h".
-        Purge::Url(url) if is_absolute_http(url) => {
-            if let Some(cache) = proxy.response_cache() {
-                purge_response_cache(cache, url, false).await;
-            }
-        }
-        Purge::Prefix(prefix) if is_absolute_http(prefix) => {
-            if let Some(cache) = proxy.response_cache() {
-                purge_response_cache(cache, prefix, true).await;
-            }
-        }
-        Purge::Url(_) | Purge::Prefix(_) => return false,
-    }
-    true
+        Purge::Url(url) if is_absolute_http(url) => match proxy.response_cache() {
+            Some(cache) => purge_response_cache(cache, url, false).await,
+            None => 0,
+        },
+        Purge::Prefix(prefix) if is_absolute_http(prefix) => match proxy.response_cache() {
+            Some(cache) => purge_response_cache(cache, prefix, true).await,
+            None => 0,
+        },
+        Purge::Url(_) | Purge::Prefix(_) => return None,
+    })
 }
 
 /// How often, and a retry period apart, a node tries to read the purges

@@ -451,6 +451,15 @@ impl App {
 
 /// The admin endpoints' view of the proxy.
 impl ProxyView for Proxy {
+    fn record_admin(&self, event: crate::ops::audit::AdminEvent) -> std::io::Result<()> {
+        let seen = crate::ops::activity::AdminSeen::of(&event);
+        self.audit.write_event(event)?;
+        tracing::info!(action = %seen.action, by = %seen.by, detail = %seen.detail,
+            "admin action recorded in the audit log");
+        self.activity.admin(seen);
+        Ok(())
+    }
+
     fn politeness_waiting(&self) -> i64 {
         self.metrics.politeness_waiting_now()
     }

@@ -38,6 +38,9 @@ pub(crate) trait ProxyView: Send + Sync {
     fn ca(&self) -> &crate::tls::Ca;
     /// Requests held for their Crawl-delay slot now.
     fn politeness_waiting(&self) -> i64;
+    /// Writes an admin action's audit line, and lists it in the web view
+    /// once written.
+    fn record_admin(&self, event: crate::ops::audit::AdminEvent) -> std::io::Result<()>;
 }
 
 /// The reloadable settings the admin endpoints read.
@@ -69,8 +72,10 @@ pub(crate) struct AdminSettings {
 /// A reload asked through the admin listener (`POST /reload`), and where
 /// to answer once it is done.
 pub(crate) struct ReloadAsk {
-    /// Who asked, for the log.
+    /// Who asked, for the log and the audit line.
     pub(crate) by: String,
+    /// The admin client's address.
+    pub(crate) client: Option<String>,
     pub(crate) reply: tokio::sync::oneshot::Sender<ReloadDone>,
 }
 

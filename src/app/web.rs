@@ -193,6 +193,31 @@ fn top_lists(snap: &Snapshot) -> Markup {
     }
 }
 
+/// The latest admin actions (purges, reloads, failed admin logins), as
+/// their audit lines say.
+fn admin_actions(snap: &Snapshot) -> Markup {
+    html! {
+        section {
+            h2 id="admin-actions" { "Admin actions" }
+            @if snap.admin.is_empty() {
+                p { "None since the start (and in the audit log's last 14 days)." }
+            } @else {
+                table id="admin-actions-list" {
+                    tr { th { "time" } th { "action" } th { "by" } th { "detail" } }
+                    @for a in &snap.admin {
+                        tr {
+                            td { (a.time) }
+                            td { (a.action) }
+                            td { (a.by) }
+                            td { (a.detail) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// 64 hex digits: safe to put in a path as it is.
 fn is_digest(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
@@ -403,6 +428,7 @@ pub(crate) fn overview(state: &AdminState) -> Response<Body> {
         (origins(proxy))
         (politeness(state))
         (response_cache(proxy))
+        (admin_actions(&snap))
         h2 id="explain-form" { "Explain a decision" }
         p class="note" {
             "What the proxy decides for a URL and why (it fetches robots.txt if needed); the \
@@ -794,6 +820,7 @@ mod tests {
         use crate::ops::activity::{ClientKey, RuleKey};
         let [script, img] = HOSTILE;
         let snap = Snapshot {
+            admin: Vec::new(),
             now: 0,
             minutes: Vec::new(),
             hours: Vec::new(),

@@ -369,18 +369,20 @@ fn spawn_reloader(
             }
         };
         loop {
-            let (asked_here, reply) = tokio::select! {
+            let (asked_here, reply, mut event) = tokio::select! {
                 Some(()) = async { hup.as_mut()?.recv().await } => {
                     tracing::info!("reloading on SIGHUP");
-                    (true, None)
+                    (true, None, crate::ops::audit::AdminEvent::new("reload", "SIGHUP".into()))
                 }
                 Some(ask) = asks.recv() => {
                     tracing::info!(by = %ask.by, "reloading as the admin listener was asked");
-                    (true, Some(ask.reply))
+                    let mut event = crate::ops::audit::AdminEvent::new("reload", ask.by);
+                    event.client = ask.client;
+                    (true, Some(ask.reply), event)
                 }
                 Some(from) = another_nodes_reload(reloads.as_mut(), fleet.as_deref()) => {
                     tracing::info!(from = %from, "reloading as another node of the fleet did");
-                    (false, None)
+                    (false, None, crate::ops::audit::AdminEvent::new("reload", format!("fleet node {from}")))
                 }
                 else => return,
             };
@@ -436,6 +438,27 @@ fn spawn_reloader(
                 if let crate::app::ReloadDone::Applied { fleet, .. } = &mut outcome {
                     *fleet = Some(told);
                 }
+            }
+            match &outcome {
+                crate::app::ReloadDone::Applied { changed, .. } => {
+                    event.changed = Some(changed.clone());
+                    event.outcome = Some("applied".into());
+                }
+                crate::app::ReloadDone::Rejected(e) => {
+                    event.outcome = Some(format!("rejected: {e}"));
+                }
+            }
+            event.scope = fleet
+                .as_ref()
+                .map(|_| if asked_here { "fleet" } else { "node" });
+            // A signal's reload that changed nothing (logrotate's) is in
+            // the log as its reopen checkpoint already.
+            let unchanged = matches!(&outcome,
+                crate::app::ReloadDone::Applied { changed, .. } if changed.is_empty());
+            if (reply.is_some() || !unchanged)
+                && let Err(e) = crate::app::state::ProxyView::record_admin(&*proxy, event)
+            {
+                tracing::error!(error = %e, "cannot write the audit line of a reload");
             }
             if let Some(reply) = reply {
                 let _ = reply.send(outcome);

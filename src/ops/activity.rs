@@ -215,6 +215,77 @@ pub(crate) struct Activity {
     rebuilding: AtomicBool,
     /// Audit lines counted from the files at start.
     replayed: AtomicU64,
+    /// The latest admin actions, newest last (at most [`ADMIN_KEPT`]).
+    admin: Mutex<std::collections::VecDeque<AdminSeen>>,
+}
+
+/// Admin actions the web view lists.
+pub(crate) const ADMIN_KEPT: usize = 20;
+
+/// An admin action as the web view lists it, from its audit line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AdminSeen {
+    /// RFC 3339, as in the line.
+    pub(crate) time: Box<str>,
+    pub(crate) action: Box<str>,
+    pub(crate) by: Box<str>,
+    /// The target, count, keys changed or outcome, as one short text.
+    pub(crate) detail: Box<str>,
+}
+
+impl AdminSeen {
+    /// The listing of `event`.
+    pub(crate) fn of(event: &crate::ops::audit::AdminEvent) -> AdminSeen {
+        AdminSeen::from_parts(
+            &event.time,
+            event.action,
+            &event.by,
+            event.target.as_deref(),
+            event.scope,
+            event.count,
+            event.changed.as_deref(),
+            event.outcome.as_deref(),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn from_parts(
+        time: &str,
+        action: &str,
+        by: &str,
+        target: Option<&str>,
+        scope: Option<&str>,
+        count: Option<u64>,
+        changed: Option<&[String]>,
+        outcome: Option<&str>,
+    ) -> AdminSeen {
+        let mut detail = Vec::new();
+        if let Some(t) = target {
+            detail.push(t.to_string());
+        }
+        if let Some(s) = scope {
+            detail.push(format!("scope {s}"));
+        }
+        if let Some(n) = count {
+            detail.push(format!("{n} dropped"));
+        }
+        if let Some(keys) = changed {
+            detail.push(if keys.is_empty() {
+                "nothing changed".to_string()
+            } else {
+                format!("changed {}", keys.join(", "))
+            });
+        }
+        if let Some(o) = outcome {
+            detail.push(o.to_string());
+        }
+        AdminSeen {
+            time: bounded(time),
+            action: bounded(action),
+            by: bounded(by),
+            detail: bounded(&detail.join("; ")),
+        }
+    }
 }
 
 /// A copy of what [`Activity`] holds, for one page.
@@ -231,6 +302,8 @@ pub(crate) struct Snapshot {
     pub(crate) clients: Vec<(ClientKey, u64)>,
     pub(crate) rebuilding: bool,
     pub(crate) replayed: u64,
+    /// The latest admin actions, newest first.
+    pub(crate) admin: Vec<AdminSeen>,
 }
 
 fn secs(t: SystemTime) -> u64 {
@@ -280,7 +353,17 @@ impl Activity {
             fast_minute: AtomicU64::new(0),
             rebuilding: AtomicBool::new(false),
             replayed: AtomicU64::new(0),
+            admin: Mutex::new(std::collections::VecDeque::with_capacity(ADMIN_KEPT)),
         }
+    }
+
+    /// Lists an admin action (its audit line was written).
+    pub(crate) fn admin(&self, seen: AdminSeen) {
+        let mut admin = self.admin.lock();
+        if admin.len() == ADMIN_KEPT {
+            admin.pop_front();
+        }
+        admin.push_back(seen);
     }
 
     /// Counts a decision that got no audit line (an allowed request
@@ -373,6 +456,7 @@ impl Activity {
             clients: inner.clients.top(k),
             rebuilding: self.rebuilding.load(Ordering::Relaxed),
             replayed: self.replayed.load(Ordering::Relaxed),
+            admin: self.admin.lock().iter().rev().cloned().collect(),
         }
     }
 
@@ -427,6 +511,21 @@ impl Activity {
                 continue;
             }
             let Ok(l) = serde_json::from_slice::<AuditLine<'_>>(&line) else {
+                if let Ok(a) = serde_json::from_slice::<AdminLine<'_>>(&line)
+                    && a.kind == "admin"
+                    && parse_time(&a.time).is_some_and(|at| at >= oldest)
+                {
+                    self.admin(AdminSeen::from_parts(
+                        &a.time,
+                        &a.action,
+                        &a.by,
+                        a.target.as_deref(),
+                        a.scope.as_deref(),
+                        a.count,
+                        a.changed.as_deref(),
+                        a.outcome.as_deref(),
+                    ));
+                }
                 continue;
             };
             let Some(at) = parse_time(&l.time) else {
@@ -451,6 +550,29 @@ impl Activity {
         }
         counted
     }
+}
+
+/// The fields of an admin action's audit line the list reads.
+#[derive(Deserialize)]
+struct AdminLine<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    time: Cow<'a, str>,
+    #[serde(borrow)]
+    action: Cow<'a, str>,
+    #[serde(borrow)]
+    by: Cow<'a, str>,
+    #[serde(borrow, default)]
+    target: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    scope: Option<Cow<'a, str>>,
+    #[serde(default)]
+    count: Option<u64>,
+    #[serde(default)]
+    changed: Option<Vec<String>>,
+    #[serde(borrow, default)]
+    outcome: Option<Cow<'a, str>>,
 }
 
 /// The fields of an audit line the charts and lists read.

@@ -10,7 +10,7 @@ use tokio::net::{TcpSocket, TcpStream};
 
 use crate::support::binary::{Running, Setup};
 use crate::support::raw::{RawResp, read_response};
-use crate::support::{Origin, basic, cheap_hash};
+use crate::support::{Origin, admin_lines, basic, cheap_hash};
 
 const ROBOTS: &str = "User-agent: alphabot\nDisallow: /a\n\nUser-agent: betabot\nDisallow: /b\n";
 
@@ -54,7 +54,8 @@ async fn ask(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_reads_an_operator_reloads_and_the_ca_is_public() {
     let origin = Origin::with_robots(ROBOTS).await;
-    let setup = Setup::with_config("alphabot", &admin_table());
+    let table = admin_table();
+    let setup = Setup::with_config("alphabot", &table);
     let mut proxy = setup.start().await;
     let admin = admin_addr(&proxy);
     let explain = format!("/explain?url={}", origin.url("/a/1"));
@@ -96,7 +97,7 @@ async fn a_viewer_reads_an_operator_reloads_and_the_ca_is_public() {
     );
 
     // An operator reloads: the answer names the keys that changed.
-    setup.write_config("betabot", &admin_table());
+    setup.write_config("betabot", &table);
     let r = ask(admin, "POST", "/reload", Some("ops"), "").await;
     assert_eq!(r.status(), 200, "{}", r.text);
     assert!(r.text.contains("\"agent\""), "{}", r.text);
@@ -106,10 +107,7 @@ async fn a_viewer_reads_an_operator_reloads_and_the_ca_is_public() {
 
     // A configuration refused: 422 naming the key and line, the running
     // one stays.
-    setup.write_config(
-        "betabot",
-        &format!("{}max_connections = 0\n", admin_table()),
-    );
+    setup.write_config("betabot", &format!("{table}max_connections = 0\n"));
     let r = ask(admin, "POST", "/reload", Some("ops"), "").await;
     assert_eq!(r.status(), 422, "{}", r.text);
     assert!(
@@ -142,6 +140,61 @@ async fn a_viewer_reads_an_operator_reloads_and_the_ca_is_public() {
             .status(),
         200
     );
+
+    // A failed login, then a reload by signal.
+    let r = ask(admin, "GET", "/", Some("mallory"), "").await;
+    assert_eq!(r.status(), 401);
+    proxy.signal("HUP");
+    proxy.wait_for("by=SIGHUP").await;
+
+    // Every admin action is a line of the chained log, in order.
+    let lines = admin_lines(&setup.audit_path());
+    let summary: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            let outcome = l["outcome"].as_str().unwrap_or("-");
+            format!(
+                "{} by {} {} {} {}",
+                l["action"].as_str().unwrap_or("-"),
+                l["by"].as_str().unwrap_or("-"),
+                l["target"].as_str().unwrap_or("-"),
+                l["count"],
+                outcome.split(':').next().unwrap_or(outcome),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            "purge by admin user ops origin=http://a.test 0 -",
+            "reload by admin user ops - null applied",
+            "reload by admin user ops - null rejected",
+            "login_failed by admin user mallory - null -",
+            "reload by SIGHUP - null rejected",
+        ],
+        "{lines:#?}"
+    );
+    assert_eq!(lines[1]["changed"], serde_json::json!(["agent"]));
+    assert!(
+        lines[0]["client"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("127.0.0.1:"))
+    );
+    let path = setup.audit_path().display().to_string();
+    let out = crate::support::binary::run(&["audit", "verify", &path]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.starts_with("intact"), "{text}");
+    let out = crate::support::binary::run(&["audit", "report", &path]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("admin actions: 5"), "{text}");
+    assert!(
+        text.contains("purge by admin user ops: origin=http://a.test; scope node; 0 dropped"),
+        "{text}"
+    );
+    // And in the web view.
+    let page = ask(admin, "GET", "/", Some("eve"), "").await;
+    assert!(page.text.contains("admin-actions-list"), "{}", page.text);
+    assert!(page.text.contains("login_failed"), "{}", page.text);
 }
 
 /// Connects to `to` from `from` (another loopback address).

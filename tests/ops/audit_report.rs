@@ -225,6 +225,7 @@ fn the_json_report_gives_the_known_counts() {
                  "first": "2026-03-02T09:00:00.000Z", "last": "2026-03-02T09:00:00.000Z"},
             ],
         }],
+        "admin_actions": {"total": 0, "latest": []},
     });
     assert_eq!(got, expected, "{text}");
 }

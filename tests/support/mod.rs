@@ -661,15 +661,30 @@ pub fn percent(s: &str) -> String {
     form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-/// The request lines of an audit log (JSON Lines), its checkpoint lines
-/// left out; panics on one that is not a whole JSON value. A missing file
-/// has none.
+/// The request lines of an audit log (JSON Lines), its checkpoint and
+/// admin action lines left out; panics on one that is not a whole JSON
+/// value. A missing file has none.
 pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    typed_lines(path)
+        .into_iter()
+        .filter(|l| l["type"].is_null())
+        .collect()
+}
+
+/// The admin action lines of an audit log (`"type":"admin"`).
+pub fn admin_lines(path: &Path) -> Vec<serde_json::Value> {
+    typed_lines(path)
+        .into_iter()
+        .filter(|l| l["type"] == "admin")
+        .collect()
+}
+
+/// Every line of an audit log, parsed.
+fn typed_lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("torn audit line {l:?}: {e}")))
-        .filter(|l: &serde_json::Value| l["type"] != "checkpoint")
         .collect()
 }
 

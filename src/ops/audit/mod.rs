@@ -187,6 +187,63 @@ impl<'a> Record<'a> {
     }
 }
 
+/// A line of an action taken on the proxy itself, not a request: an
+/// admin's purge or reload (or one asked by a signal or another node),
+/// a failed admin login. `"type":"admin"` tells it apart; it is chained
+/// and verified like every line.
+#[derive(Debug, Serialize)]
+pub(crate) struct AdminEvent {
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    /// RFC 3339, UTC.
+    pub(crate) time: String,
+    /// The fleet node that wrote the line; absent without a fleet.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) node: Option<String>,
+    /// `purge`, `reload`, `login_failed` or `login_throttled`.
+    pub(crate) action: &'static str,
+    /// Who asked: `admin user NAME`, `admin client ADDRESS` (no admin
+    /// users configured), `SIGHUP`, or `fleet node NAME`.
+    pub(crate) by: String,
+    /// The admin client's address, when one asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) client: Option<String>,
+    /// What a purge named (`origin=URL`, `url=URL`, `prefix=URL`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) target: Option<String>,
+    /// `node` (this node only) or `fleet` (every node was asked to).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) scope: Option<&'static str>,
+    /// Entries a purge dropped on this node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) count: Option<u64>,
+    /// The configuration keys a reload changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) changed: Option<Vec<String>>,
+    /// `applied`, or why not (`rejected: …`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) outcome: Option<String>,
+}
+
+impl AdminEvent {
+    /// An event of `action` asked by `by`, now; the rest unset.
+    pub(crate) fn new(action: &'static str, by: String) -> AdminEvent {
+        AdminEvent {
+            kind: "admin",
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            node: None,
+            action,
+            by,
+            client: None,
+            target: None,
+            scope: None,
+            count: None,
+            changed: None,
+            outcome: None,
+        }
+    }
+}
+
 /// The audit log file.
 pub struct AuditLog {
     path: PathBuf,
@@ -225,7 +282,7 @@ struct Line {
 }
 
 impl Line {
-    fn new(record: &Record<'_>) -> io::Result<Line> {
+    fn new(record: &impl Serialize) -> io::Result<Line> {
         let mut buf = Vec::with_capacity(512);
         buf.resize(SEQ_ROOM, b' ');
         serde_json::to_writer(&mut buf, record).map_err(io::Error::other)?;
@@ -446,6 +503,18 @@ impl AuditLog {
     /// once a second) is reopened at its path first.
     /// A failure is counted (`robots_proxy_audit_write_failures_total`).
     pub(crate) fn write(&self, record: &Record<'_>) -> io::Result<()> {
+        self.write_line(record)
+    }
+
+    /// Writes an admin event as the next line, with this node's name, as
+    /// [`AuditLog::write`] writes a record.
+    pub(crate) fn write_event(&self, mut event: AdminEvent) -> io::Result<()> {
+        event.node = self.node().map(String::from);
+        event.time = humantime::format_rfc3339_millis(SystemTime::now()).to_string();
+        self.write_line(&event)
+    }
+
+    fn write_line(&self, record: &impl Serialize) -> io::Result<()> {
         let result = Line::new(record).and_then(|mut line| {
             let mut state = self.state.lock();
             let written = self.write_locked(&mut state, &mut line);

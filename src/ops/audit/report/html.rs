@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::Report;
-use super::sections::{folded_note, period, robots, sections, summary};
+use super::sections::{admin_note, folded_note, period, robots, sections, summary};
 use super::tally::Counts;
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
@@ -67,6 +67,21 @@ pub(super) fn write(r: &Report, out: &mut dyn Write) -> io::Result<()> {
                                     td { (version.last) }
                                 } "\n"
                             }
+                        }
+                    } "\n"
+                }
+                @if !r.admin.is_empty() {
+                    h2 { "Admin actions" } "\n"
+                    @if let Some(note) = admin_note(r) {
+                        p class="note" { (note) } "\n"
+                    }
+                    table {
+                        tr { th { "time" } th { "node" } th { "action" } th { "by" } th { "detail" } } "\n"
+                        @for a in &r.admin {
+                            tr {
+                                td { (a.time) } td { (a.node) } td { (a.action) }
+                                td class="k" { (a.by) } td class="k" { (a.detail) }
+                            } "\n"
                         }
                     } "\n"
                 }

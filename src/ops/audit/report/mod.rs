@@ -124,6 +124,25 @@ pub(crate) struct Report {
     pub(crate) blocked_urls: Tally<Counts>,
     /// Per origin: robots.txt SHA-256 → lines judged under it.
     pub(crate) robots: Tally<Versions>,
+    /// Admin actions (purges, reloads, failed admin logins), in the order
+    /// read; the latest [`ADMIN_CAP`] are kept.
+    pub(crate) admin: std::collections::VecDeque<AdminAction>,
+    /// Admin action lines read in all.
+    pub(crate) admin_total: u64,
+}
+
+/// Admin actions a report lists (the latest).
+pub(crate) const ADMIN_CAP: usize = 1000;
+
+/// One admin action's line, as a report lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AdminAction {
+    pub(crate) time: String,
+    pub(crate) node: String,
+    pub(crate) action: String,
+    pub(crate) by: String,
+    /// Target, scope, count, keys changed and outcome, as one text.
+    pub(crate) detail: String,
 }
 
 /// The robots.txt versions of one origin.
@@ -164,6 +183,22 @@ struct Entry<'a> {
     rule_line: Option<u64>,
     #[serde(borrow, default)]
     robots_sha256: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    node: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    action: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    by: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    target: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    scope: Option<Cow<'a, str>>,
+    #[serde(default)]
+    count: Option<u64>,
+    #[serde(default)]
+    changed: Option<Vec<String>>,
+    #[serde(borrow, default)]
+    outcome: Option<Cow<'a, str>>,
 }
 
 /// A file that could not be read.
@@ -198,6 +233,8 @@ pub(crate) fn report(files: &[PathBuf], opts: &Options) -> Result<Report, Report
         users: Tally::new(TABLE_CAP),
         blocked_urls: Tally::new(TABLE_CAP),
         robots: Tally::new(TABLE_CAP),
+        admin: std::collections::VecDeque::new(),
+        admin_total: 0,
     };
     for path in files {
         let io = |source| ReportError {
@@ -218,6 +255,41 @@ pub(crate) fn report(files: &[PathBuf], opts: &Options) -> Result<Report, Report
 }
 
 impl Report {
+    /// Lists an admin action's line.
+    fn admin_action(&mut self, e: &Entry<'_>, time: &str) {
+        self.admin_total += 1;
+        let mut detail = Vec::new();
+        if let Some(t) = &e.target {
+            detail.push(t.to_string());
+        }
+        if let Some(s) = &e.scope {
+            detail.push(format!("scope {s}"));
+        }
+        if let Some(n) = e.count {
+            detail.push(format!("{n} dropped"));
+        }
+        if let Some(keys) = &e.changed {
+            detail.push(if keys.is_empty() {
+                "nothing changed".to_string()
+            } else {
+                format!("changed {}", keys.join(", "))
+            });
+        }
+        if let Some(o) = &e.outcome {
+            detail.push(o.to_string());
+        }
+        if self.admin.len() == ADMIN_CAP {
+            self.admin.pop_front();
+        }
+        self.admin.push_back(AdminAction {
+            time: time.to_owned(),
+            node: e.node.as_deref().unwrap_or("").to_owned(),
+            action: e.action.as_deref().unwrap_or("-").to_owned(),
+            by: e.by.as_deref().unwrap_or("-").to_owned(),
+            detail: detail.join("; "),
+        });
+    }
+
     fn count(&mut self, e: &Entry<'_>, opts: &Options) {
         if e.kind.as_deref() == Some("checkpoint") {
             self.checkpoints += 1;
@@ -226,6 +298,10 @@ impl Report {
         let time = e.time.as_deref().unwrap_or("");
         if (opts.since.is_some() || opts.until.is_some()) && !within(time, opts) {
             self.outside += 1;
+            return;
+        }
+        if e.kind.as_deref() == Some("admin") {
+            self.admin_action(e, time);
             return;
         }
         let decision = e.decision.as_deref().unwrap_or("-");

@@ -4,7 +4,7 @@
 use std::io::{self, Write};
 
 use super::Report;
-use super::sections::{folded_note, period, printable, robots, sections, summary};
+use super::sections::{admin_note, folded_note, period, printable, robots, sections, summary};
 use super::tally::Counts;
 
 pub(super) fn text(r: &Report, out: &mut dyn Write) -> io::Result<()> {
@@ -46,6 +46,27 @@ pub(super) fn text(r: &Report, out: &mut dyn Write) -> io::Result<()> {
             if v.more > 0 {
                 writeln!(out, "    and {} lines under more versions", v.more)?;
             }
+        }
+    }
+    if !r.admin.is_empty() {
+        writeln!(out, "\nAdmin actions")?;
+        if let Some(note) = admin_note(r) {
+            writeln!(out, "  {note}")?;
+        }
+        for a in &r.admin {
+            let node = if a.node.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", printable(&a.node))
+            };
+            writeln!(
+                out,
+                "  {}{node} {} by {}: {}",
+                printable(&a.time),
+                printable(&a.action),
+                printable(&a.by),
+                printable(&a.detail)
+            )?;
         }
     }
     Ok(())
@@ -152,6 +173,15 @@ pub(super) fn csv(r: &Report, out: &mut dyn Write) -> io::Result<()> {
             )?;
         }
     }
+    for a in &r.admin {
+        let key = format!("{} by {}", a.action, a.by);
+        let detail = if a.node.is_empty() {
+            a.detail.clone()
+        } else {
+            format!("node {}; {}", a.node, a.detail)
+        };
+        row("admin", &key, &detail, Counts::default(), &a.time, &a.time)?;
+    }
     Ok(())
 }
 
@@ -200,6 +230,16 @@ pub(super) fn json(r: &Report, out: &mut dyn Write) -> io::Result<()> {
             })
         })
         .collect();
+    doc["admin_actions"] = json!({
+        "total": r.admin_total,
+        "latest": r.admin.iter().map(|a| json!({
+            "time": a.time,
+            "node": (!a.node.is_empty()).then_some(&a.node),
+            "action": a.action,
+            "by": a.by,
+            "detail": a.detail,
+        })).collect::<Vec<_>>(),
+    });
     serde_json::to_writer_pretty(&mut *out, &doc).map_err(io::Error::other)?;
     writeln!(out)
 }

@@ -97,8 +97,8 @@ pub(super) fn period(r: &Report) -> Vec<String> {
     lines
 }
 
-pub(super) fn summary(r: &Report) -> [String; 2] {
-    [
+pub(super) fn summary(r: &Report) -> Vec<String> {
+    let mut lines = vec![
         format!(
             "files: {}, lines read: {} (checkpoints: {}, unreadable: {}, outside the period: {})",
             r.files, r.lines, r.checkpoints, r.unreadable, r.outside
@@ -107,7 +107,18 @@ pub(super) fn summary(r: &Report) -> [String; 2] {
             "requests: {}, blocked: {}",
             r.total.requests, r.total.blocked
         ),
-    ]
+    ];
+    if r.admin_total > 0 {
+        lines.push(format!("admin actions: {}", r.admin_total));
+    }
+    lines
+}
+
+/// The note above the admin actions when older ones were left out.
+pub(super) fn admin_note(r: &Report) -> Option<String> {
+    let listed = r.admin.len() as u64;
+    (r.admin_total > listed)
+        .then(|| format!("the latest {listed} of {} admin actions", r.admin_total))
 }
 
 /// The note under a table that folded keys.
