@@ -368,7 +368,22 @@ fn spawn_reloader(
                 None
             }
         };
+        // Another node's reloads: the first at once, then at most one per
+        // FLEET_RELOAD_EVERY, those in between folded into the next (a
+        // flood of messages costs one reload per interval).
+        let mut fleet_due: Option<tokio::time::Instant> = None;
+        let mut folded: Option<Arc<str>> = None;
         loop {
+            let wait_for_due = async {
+                match fleet_due {
+                    Some(due) => tokio::time::sleep_until(due).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let from_fleet = |from: &str| {
+                tracing::info!(from = %from, "reloading as another node of the fleet did");
+                crate::ops::audit::AdminEvent::new("reload", format!("fleet node {from}"))
+            };
             let (asked_here, reply, mut event) = tokio::select! {
                 Some(()) = async { hup.as_mut()?.recv().await } => {
                     tracing::info!("reloading on SIGHUP");
@@ -380,9 +395,21 @@ fn spawn_reloader(
                     event.client = ask.client;
                     (true, Some(ask.reply), event)
                 }
+                () = wait_for_due, if folded.is_some() => {
+                    let from = folded.take().unwrap_or_else(|| Arc::from("?"));
+                    fleet_due = Some(tokio::time::Instant::now() + FLEET_RELOAD_EVERY);
+                    (false, None, from_fleet(&from))
+                }
                 Some(from) = another_nodes_reload(reloads.as_mut(), fleet.as_deref()) => {
-                    tracing::info!(from = %from, "reloading as another node of the fleet did");
-                    (false, None, crate::ops::audit::AdminEvent::new("reload", format!("fleet node {from}")))
+                    let now = tokio::time::Instant::now();
+                    if fleet_due.is_some_and(|due| now < due) {
+                        if folded.replace(from).is_none() {
+                            tracing::debug!("another node's reload folded into the next one");
+                        }
+                        continue;
+                    }
+                    fleet_due = Some(now + FLEET_RELOAD_EVERY);
+                    (false, None, from_fleet(&from))
                 }
                 else => return,
             };
@@ -466,6 +493,9 @@ fn spawn_reloader(
         }
     });
 }
+
+/// The most often another node's reload messages make this node reload.
+const FLEET_RELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The name of the next other node of the fleet that reloaded; `None`
 /// once the fleet's events end (or without a fleet).

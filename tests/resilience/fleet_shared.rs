@@ -354,6 +354,43 @@ async fn a_reload_on_one_node_reloads_every_node() {
     assert!(line.contains("agent"), "{line}");
 }
 
+/// A flood of reload messages (from anyone who can PUBLISH on the fleet's
+/// channel) costs a node one reload per interval: the first at once, the
+/// rest folded into one more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_reload_messages_costs_one_reload_per_interval() {
+    let redis = need!(Redis::start().await);
+    let (_setup, mut node) = process(Some(table(&redis, "flood", 1))).await;
+    until("the node to subscribe", || async {
+        match redis.subscribers("robots-proxy:flood:events").await {
+            1 => Ok(()),
+            n => Err(format!("{n} subscribed")),
+        }
+    })
+    .await;
+    for _ in 0..200 {
+        redis
+            .command(&[
+                "PUBLISH",
+                "robots-proxy:flood:events",
+                "reload\nnode-9\nconfiguration",
+            ])
+            .await
+            .expect("publish");
+    }
+    for _ in 0..2 {
+        let line = node
+            .wait_for("reloading as another node of the fleet did")
+            .await;
+        assert!(line.contains("node-9"), "{line}");
+        node.wait_for("configuration reloaded").await;
+    }
+    // Nothing more is folded: the next reload is the signal's.
+    node.signal("HUP");
+    let line = node.wait_for("reloading").await;
+    assert!(line.contains("on SIGHUP"), "{line}");
+}
+
 /// A purge takes the lease away too: a fetch that started before it
 /// cannot store what it read afterwards, and the next look fetches again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
