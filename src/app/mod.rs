@@ -233,12 +233,15 @@ impl App {
             ),
             None => None,
         };
-        let own = [Some(&listener), admin.as_ref()]
+        let own: Vec<SocketAddr> = [Some(&listener), admin.as_ref()]
             .into_iter()
             .flatten()
-            .filter_map(|l| l.local_addr().ok());
+            .filter_map(|l| l.local_addr().ok())
+            .collect();
+        let peers = crate::http::destination::PeerListeners::default();
         let policy = Policy::new(config.allow_private_destinations)
-            .with_own_listeners(own)
+            .with_own_listeners(own.iter().copied())
+            .with_peer_listeners(peers.clone())
             .treating_as_public(config.treat_as_public.iter().copied());
         // One set of upstream settings for both the pooled client and the
         // plain-http connection pool.
@@ -255,8 +258,9 @@ impl App {
         let mut settings = settings_from(&config, None)?;
         if let Some(f) = &config.fleet {
             let bound = listener.local_addr().unwrap_or(config.listen);
-            let fleet =
-                Fleet::new(&f.settings(bound)).map_err(|e| StartError::Fleet(e.to_string()))?;
+            let fleet = Fleet::new(&f.settings(bound))
+                .map_err(|e| StartError::Fleet(e.to_string()))?
+                .with_listeners(own.iter().copied(), peers);
             let fleet = Arc::new(fleet);
             fleet.register_metrics(&metrics);
             tracing::info!(node = fleet.node(), fleet = fleet.name(), "fleet node");

@@ -108,6 +108,11 @@ pub struct Fleet {
     events: tokio::sync::broadcast::Sender<events::Event>,
     /// Set once the subscriber task runs.
     subscriber: OnceLock<()>,
+    /// This node's listeners as its heartbeat tells the others
+    /// (`ip:port,ip:port`).
+    listeners: Mutex<String>,
+    /// The other live nodes' listeners, refused as destinations.
+    peers: crate::http::destination::PeerListeners,
 }
 
 /// Upper bounds (microseconds) of the Redis round-trip histogram:
@@ -202,7 +207,23 @@ impl Fleet {
             stats: FleetStats::default(),
             events: events::new_channel(),
             subscriber: OnceLock::new(),
+            listeners: Mutex::new(String::new()),
+            peers: Default::default(),
         })
+    }
+
+    /// This node's listeners, told to the other nodes by its heartbeat,
+    /// and where the other nodes' are kept (the destination policy's
+    /// list).
+    pub fn with_listeners(
+        mut self,
+        own: impl IntoIterator<Item = std::net::SocketAddr>,
+        peers: crate::http::destination::PeerListeners,
+    ) -> Fleet {
+        let own: Vec<String> = own.into_iter().map(|a| a.to_string()).collect();
+        *self.listeners.get_mut() = own.join(",");
+        self.peers = peers;
+        self
     }
 
     pub fn on_unavailable(&self) -> OnUnavailable {

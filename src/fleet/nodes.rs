@@ -37,23 +37,54 @@ const INSTANCE_LEN: usize = 17;
 
 /// Writes KEYS[1] member ARGV[1] with Redis's time (ms) as score, drops
 /// members older than ARGV[2] ms, keeps the key ten times that long, and
-/// returns at most ARGV[3] live members of at most ARGV[4] bytes.
+/// returns at most ARGV[3] live members of at most ARGV[4] bytes, each
+/// followed by its listeners. The listeners (ARGV[5]: this node's, at
+/// most ARGV[6] bytes) are kept in the hash KEYS[2], whose dead members
+/// go with them.
 const HEARTBEAT_SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local dead_after = tonumber(ARGV[2])
 local oldest = string.format('%.0f', now - dead_after)
 redis.call('ZADD', KEYS[1], string.format('%.0f', now), ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[5])
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. oldest, 'LIMIT', 0, 1000)
+if #dead > 0 then redis.call('HDEL', KEYS[2], unpack(dead)) end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. oldest)
 redis.call('PEXPIRE', KEYS[1], string.format('%.0f', dead_after * 10))
+redis.call('PEXPIRE', KEYS[2], string.format('%.0f', dead_after * 10))
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], oldest, '+inf', 'LIMIT', 0, ARGV[3])
 local max_len = tonumber(ARGV[4])
+local max_listeners = tonumber(ARGV[6])
 local out = {}
 for _, m in ipairs(live) do
-  if #m <= max_len then out[#out + 1] = m end
+  if #m <= max_len then
+    local l = redis.call('HGET', KEYS[2], m)
+    if type(l) ~= 'string' or #l > max_listeners then l = '' end
+    out[#out + 1] = m
+    out[#out + 1] = l
+  end
 end
 return out
 ";
+
+/// Longest listener list read from Redis for one node (longer ones are
+/// taken as none).
+const MAX_LISTENERS_LEN: usize = 512;
+
+/// The listener addresses in a heartbeat's list (`ip:port,ip:port`) that
+/// another node may refuse as destinations: private, loopback or
+/// unspecified ones only, so a value forged in Redis cannot make the
+/// fleet refuse a public site.
+fn peer_listeners(list: &str) -> impl Iterator<Item = std::net::SocketAddr> + '_ {
+    list.split(',')
+        .filter_map(|a| a.trim().parse::<std::net::SocketAddr>().ok())
+        .filter(|a| {
+            let ip = a.ip().to_canonical();
+            ip.is_unspecified() || crate::http::destination::is_private(ip)
+        })
+        .take(8)
+}
 
 static HEARTBEAT: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(HEARTBEAT_SCRIPT));
@@ -100,23 +131,45 @@ impl Fleet {
         self.key("nodes", "live")
     }
 
-    /// One heartbeat: writes this node's, reads the live nodes and keeps
-    /// them. On failure the last known list is kept.
+    /// The key of the fleet's listeners hash (same slot as
+    /// [`Fleet::nodes_key`]).
+    fn listeners_key(&self) -> String {
+        self.key("nodes", "listeners")
+    }
+
+    /// One heartbeat: writes this node's (and its listeners), reads the
+    /// live nodes and their listeners and keeps them. On failure the last
+    /// known lists are kept.
     pub async fn heartbeat(&self) -> Result<(), Unavailable> {
         let me = self.member();
         let member = &me;
-        let names = self
+        let mine = self.listeners.lock().clone();
+        let mine = &mine;
+        let pairs = self
             .call_always(|mut conn| async move {
                 HEARTBEAT
                     .key(self.nodes_key())
+                    .key(self.listeners_key())
                     .arg(member)
                     .arg(super::millis(DEAD_AFTER))
                     .arg(MAX_NODES as u64)
                     .arg((MAX_NODE_NAME + INSTANCE_LEN) as u64)
+                    .arg(mine)
+                    .arg(MAX_LISTENERS_LEN as u64)
                     .invoke_async::<Vec<String>>(&mut conn)
                     .await
             })
             .await?;
+        let mut names = Vec::with_capacity(pairs.len() / 2);
+        let mut peers = Vec::new();
+        for pair in pairs.chunks(2) {
+            let [name, listeners] = pair else { break };
+            if *name != me {
+                peers.extend(peer_listeners(listeners));
+            }
+            names.push(name.clone());
+        }
+        self.peers.set(peers);
         // Right after an outage the set holds only the nodes that have
         // noticed Redis is back: the list the outage was interleaved by is
         // kept until every node has had the time to ([`Fleet::settle`]).
@@ -148,15 +201,21 @@ impl Fleet {
     /// it gone at their next heartbeat rather than [`DEAD_AFTER`] later.
     pub async fn leave(&self) -> Result<(), Unavailable> {
         let me = self.member();
+        let me = &me;
         self.call(|mut conn| async move {
-            redis::cmd("ZREM")
+            redis::pipe()
+                .cmd("ZREM")
                 .arg(self.nodes_key())
                 .arg(me)
-                .query_async::<i64>(&mut conn)
+                .ignore()
+                .cmd("HDEL")
+                .arg(self.listeners_key())
+                .arg(me)
+                .ignore()
+                .query_async::<()>(&mut conn)
                 .await
         })
         .await
-        .map(drop)
     }
 
     /// This node's member of the heartbeat set: its name and instance.

@@ -143,12 +143,33 @@ pub(crate) fn strip_brackets(host: &str) -> &str {
         .unwrap_or(host)
 }
 
-/// The destination policy: private addresses (unless allowed) and the
-/// proxy's own listeners are refused. Cheap to clone.
+/// The listeners of the other nodes of a fleet, refused as destinations
+/// like the proxy's own: kept up to date by the fleet's heartbeat. Cheap
+/// to clone (one shared list).
+#[derive(Clone, Debug, Default)]
+pub struct PeerListeners(Arc<parking_lot::RwLock<Arc<[SocketAddr]>>>);
+
+impl PeerListeners {
+    /// Replaces the list.
+    pub fn set(&self, addrs: Vec<SocketAddr>) {
+        *self.0.write() = addrs.into();
+    }
+
+    /// The list now.
+    pub fn get(&self) -> Arc<[SocketAddr]> {
+        self.0.read().clone()
+    }
+}
+
+/// The destination policy: private addresses (unless allowed), the
+/// proxy's own listeners and its fleet's other nodes' are refused. Cheap
+/// to clone.
 #[derive(Clone, Debug, Default)]
 pub struct Policy {
     allow_private: bool,
     own_listeners: Arc<[SocketAddr]>,
+    /// The fleet's other nodes' listeners (empty without a fleet).
+    peers: PeerListeners,
     /// Addresses counted as public: a test seam, so that a loopback origin
     /// can stand for a public one while the policy is on.
     treat_as_public: Arc<[SocketAddr]>,
@@ -168,6 +189,12 @@ impl Policy {
         addrs: impl IntoIterator<Item = SocketAddr>,
     ) -> Policy {
         self.own_listeners = addrs.into_iter().collect();
+        self
+    }
+
+    /// The fleet's other nodes' listeners, refused as the proxy's own are.
+    pub(crate) fn with_peer_listeners(mut self, peers: PeerListeners) -> Policy {
+        self.peers = peers;
         self
     }
 
@@ -206,13 +233,14 @@ impl Policy {
     /// `Via` loop check still catches the proxy listener, not the admin).
     fn is_own_listener(&self, addr: SocketAddr) -> bool {
         let target = addr.ip().to_canonical();
-        self.own_listeners.iter().any(|l| {
+        let reaches = |l: &SocketAddr| {
             let listener = l.ip().to_canonical();
             l.port() == addr.port()
                 && (listener == target
                     || target.is_unspecified()
                     || (listener.is_unspecified() && target.is_loopback()))
-        })
+        };
+        self.own_listeners.iter().any(reaches) || self.peers.get().iter().any(reaches)
     }
 
     /// The addresses of `addrs` the policy allows; if it allows none, the
@@ -436,6 +464,20 @@ mod tests {
         ] {
             assert!(policy.check("h", sa(allowed)).is_ok(), "{allowed}");
         }
+    }
+
+    #[test]
+    fn the_fleets_other_listeners_are_refused_as_they_change() {
+        let peers = PeerListeners::default();
+        let policy = Policy::new(true).with_peer_listeners(peers.clone());
+        assert!(policy.check("h", sa("127.0.0.1:9132")).is_ok());
+        peers.set(vec![sa("127.0.0.1:9132"), sa("0.0.0.0:3133")]);
+        for refused in ["127.0.0.1:9132", "127.0.0.1:3133", "[::1]:3133"] {
+            let err = policy.check("h", sa(refused)).expect_err(refused);
+            assert_eq!(err.why, Refusal::OwnListener, "{refused}");
+        }
+        peers.set(Vec::new());
+        assert!(policy.check("h", sa("127.0.0.1:9132")).is_ok());
     }
 
     #[test]

@@ -354,6 +354,45 @@ async fn a_reload_on_one_node_reloads_every_node() {
     assert!(line.contains("agent"), "{line}");
 }
 
+/// Nodes on one host with `allow_private_destinations`: a client of one
+/// node cannot reach another node's listeners through it (its admin
+/// listener's purge, say), as it cannot reach the node's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_refuses_the_other_nodes_listeners_as_destinations() {
+    let redis = need!(Redis::start().await);
+    let with_admin = |i| {
+        format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\n[fleet]\n{}",
+            table(&redis, "peers", i)
+        )
+    };
+    let (_one_setup, one) = Setup::running("robots-proxy", &with_admin(1)).await;
+    let (_two_setup, two) = Setup::running("robots-proxy", &with_admin(2)).await;
+    let admin_of = |r: &Running| {
+        let line = &r.listening;
+        let rest = &line[line.find("admin=").expect("admin=") + "admin=".len()..];
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        rest[..end].to_string()
+    };
+    let (admin_two, proxy_two) = (admin_of(&two), two.addr);
+    for target in [
+        format!("http://{admin_two}/healthz"),
+        format!("http://{proxy_two}/"),
+    ] {
+        until("node 1 to know node 2's listeners", || {
+            let target = target.clone();
+            async move {
+                let r = Conn::open(one.addr).await.get(&target).await;
+                match r.status {
+                    403 if r.body.contains("destination") => Ok(()),
+                    s => Err(format!("{target}: {s} {}", r.body)),
+                }
+            }
+        })
+        .await;
+    }
+}
+
 /// A flood of reload messages (from anyone who can PUBLISH on the fleet's
 /// channel) costs a node one reload per interval: the first at once, the
 /// rest folded into one more.
