@@ -9,7 +9,8 @@
 //! stale-on-error copy; else another node is fetching, and this one waits
 //! for its result ([`Fleet::wait_robots`]): woken by the `fetched` event,
 //! or by a poll every [`POLL_EVERY`] if the event is lost. The hash
-//! outlives its expiry by `robots.stale_max`, so the last good copy is
+//! outlives its expiry by a day at most, within `robots.stale_max` of the
+//! fetch, so the last good copy is
 //! there for any node whose fetch fails.
 //!
 //! Redis's clock decides freshness, so the nodes' clocks do not matter:

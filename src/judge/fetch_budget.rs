@@ -42,7 +42,7 @@ pub const CLIENT_SHARE: f64 = 0.25;
 
 /// Fetches one client may have in flight at once (the others it starts
 /// wait their turn).
-pub const CLIENT_FETCHES: usize = 16;
+pub const CLIENT_FETCHES: usize = 64;
 
 /// Clients tracked at once (those with fetches in flight or waiting);
 /// past it, new ones share one account.

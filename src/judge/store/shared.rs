@@ -241,7 +241,7 @@ impl RobotsCache {
                         &meta,
                         text,
                         fresh,
-                        self.settings.stale_max,
+                        shared_keep(self.settings.stale_max, age, fresh),
                         age,
                     )
                     .await
@@ -313,6 +313,23 @@ impl RobotsCache {
         .ok()
         .flatten()
     }
+}
+
+/// How long past its expiry a shared entry is kept as the stale-on-error
+/// copy of nodes that have none of their own, at most: each node keeps
+/// its own copy for `robots.stale_max` (in memory and in its archive),
+/// and what clients make the fleet store does not hold Redis's memory
+/// for a month.
+pub(crate) const SHARED_STALE_KEEP: Duration = Duration::from_secs(24 * 3600);
+
+/// How long a shared entry fresh for `fresh`, its file fetched `age` ago,
+/// is kept past its expiry: until its copy is older than `stale_max`
+/// (no node judges by an older one), [`SHARED_STALE_KEEP`] at most.
+fn shared_keep(stale_max: Duration, age: Duration, fresh: Duration) -> Duration {
+    stale_max
+        .saturating_sub(age)
+        .saturating_sub(fresh)
+        .min(SHARED_STALE_KEEP)
 }
 
 /// `kept`'s times on this node's wall clock: fetched `age` ago, expiring
