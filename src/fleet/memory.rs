@@ -67,9 +67,9 @@ impl Fleet {
         let minute = super::now_micros() / 60_000_000;
         if m.logged.swap(minute, Ordering::Relaxed) != minute {
             tracing::warn!(
-                "fleet: Redis refused a write for memory (maxmemory reached): \
-                 Crawl-delay bookings fall back as fleet.on_unavailable says; \
-                 give Redis more maxmemory (docs/operating.md)"
+                "fleet: Redis refused a write for memory (maxmemory reached): state no longer \
+                 shared, Crawl-delay bookings fall back as fleet.on_unavailable says; give \
+                 Redis more maxmemory, or find what else fills it (docs/operating.md)"
             );
         }
     }

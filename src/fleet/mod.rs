@@ -379,12 +379,11 @@ impl Fleet {
                 if memory::is_full(&e) {
                     // Redis answers, but takes no write: the connection is
                     // not what failed.
+                    // Logged once a minute there.
                     self.refused_for_memory();
                     self.link.answered(number);
                     *self.retry_at.lock() = Some(Instant::now() + RETRY_EVERY);
-                    if !self.down.swap(true, Ordering::Relaxed) {
-                        tracing::warn!(error = %e, "fleet: Redis full: state no longer shared");
-                    }
+                    self.down.store(true, Ordering::Relaxed);
                     return Err(Failure::Outage);
                 }
                 Err(e.to_string())

@@ -48,8 +48,15 @@ pub const CLIENT_FETCHES: usize = 64;
 /// past it, new ones share one account.
 const MAX_CLIENTS: usize = 4096;
 
-/// Who a fetch is for: `user <name>` or `address <ip>`.
-pub type Client = Arc<str>;
+/// Who a fetch is for: the request's proxy user, else its address (an
+/// IPv6 one by its /64, as every per-client limit counts them).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Client {
+    User(Arc<str>),
+    Address(std::net::IpAddr),
+    /// The clients past [`MAX_CLIENTS`], together.
+    Others,
+}
 
 tokio::task_local! {
     static CLIENT: Client;
@@ -138,7 +145,7 @@ impl FetchBudget {
         let mut clients = self.clients.lock();
         let key = if clients.len() >= MAX_CLIENTS && !clients.contains_key(&client) {
             // Bounded: the clients past the bound share one account.
-            Client::from("")
+            Client::Others
         } else {
             client
         };
@@ -285,14 +292,18 @@ mod tests {
     async fn a_client_holds_its_share_and_the_others_go_at_once() {
         // 4 MiB: a share of 1 MiB.
         let budget = FetchBudget::new(4);
-        let hog: Client = "address 192.0.2.1".into();
+        let hog = Client::Address([192, 0, 2, 1].into());
         let held = for_client(hog.clone(), budget.reserve(1 << 20)).await;
         let mut more = Box::pin(for_client(hog.clone(), budget.reserve(1024)));
         assert!(
             futures_util::poll!(more.as_mut()).is_pending(),
             "its share is used"
         );
-        let other = for_client("address 192.0.2.2".into(), budget.reserve(2 << 20)).await;
+        let other = for_client(
+            Client::Address([192, 0, 2, 2].into()),
+            budget.reserve(2 << 20),
+        )
+        .await;
         assert_eq!(budget.clients(), 2);
         drop(held);
         let more = more.await;
@@ -304,7 +315,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_has_so_many_fetches_in_flight() {
         let budget = FetchBudget::new(4);
-        let hog: Client = "user mallory".into();
+        let hog = Client::User("mallory".into());
         let mut flights = Vec::new();
         for _ in 0..CLIENT_FETCHES {
             flights.push(for_client(hog.clone(), budget.start_fetch()).await);
@@ -312,7 +323,7 @@ mod tests {
         let mut next = Box::pin(for_client(hog.clone(), budget.start_fetch()));
         assert!(futures_util::poll!(next.as_mut()).is_pending());
         assert!(
-            for_client("user alice".into(), budget.start_fetch())
+            for_client(Client::User("alice".into()), budget.start_fetch())
                 .await
                 .is_some()
         );

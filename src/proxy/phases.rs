@@ -79,9 +79,10 @@ impl Caller {
     /// Who the robots.txt fetches this request starts are for
     /// ([`crate::judge::fetch_budget`]): its user, else its address.
     pub(crate) fn fetch_client(&self) -> crate::judge::fetch_budget::Client {
+        use crate::judge::fetch_budget::Client;
         match &self.user {
-            Some(user) => format!("user {user}").into(),
-            None => format!("address {}", self.client.ip()).into(),
+            Some(user) => Client::User(user.clone()),
+            None => Client::Address(crate::http::destination::client_key(self.client.ip())),
         }
     }
 }
