@@ -62,8 +62,9 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local age = -1
-local fetched = e[1] and e[4] and tonumber(e[4])
-if fetched and fetched == fetched and fetched > -math.huge and fetched < math.huge then
+local fetched, stamped = string.match(e[1] and e[4] or '', '^(%d+) (%d+)$')
+fetched = stamped and stamped == e[3] and tonumber(fetched)
+if fetched and fetched < math.huge then
   age = math.floor(math.max(0, math.min(now - fetched, 31536000000)))
 end
 local left = 0
@@ -83,14 +84,16 @@ return {0, '', '', 0, -1}
 /// KEYS: entry, lease. ARGV: meta, text, text mode ('1' set, '0' drop,
 /// '2' keep: a stale entry's text is the one already stored), ms fresh,
 /// ms kept after, lease token, channel, message, share of `maxmemory`,
-/// age ms (how long ago the file was fetched). Stores the entry only
-/// while the token holds the lease (a purge, or a lease that ran out,
-/// took it away) and, to keep a text, while the text is there (the hash
-/// may have been evicted or deleted under a lease that held: an entry
-/// without its text could be read by no node), and only while Redis's
-/// used memory with it stays under the share of its `maxmemory` (none:
-/// no bound); gives the lease back, and publishes the message when
-/// stored. Returns 1 when stored, 2 when over the share, 0 when not.
+/// age ms (how long ago the file was fetched: `fetched` holds the time
+/// on Redis's clock and the `expires` it goes with, so an entry stored
+/// by a node that does not write it is not read with another's). Stores
+/// the entry only while the token holds the lease (a purge, or a lease
+/// that ran out, took it away) and, to keep a text, while the text is
+/// there (the hash may have been evicted or deleted under a lease that
+/// held: an entry without its text could be read by no node), and only
+/// while Redis's used memory with it stays under the share of its
+/// `maxmemory` (none: no bound); gives the lease back, and publishes the
+/// message when stored. Returns 1 when stored, 2 when over the share, 0 when not.
 const STORE_SCRIPT: &str = r"
 if redis.call('GET', KEYS[2]) ~= ARGV[6] then return 0 end
 if ARGV[3] == '2' and redis.call('HEXISTS', KEYS[1], 'text') == 0 then
@@ -107,8 +110,9 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local fresh = tonumber(ARGV[4])
-redis.call('HSET', KEYS[1], 'meta', ARGV[1], 'expires', string.format('%.0f', now + fresh),
-  'fetched', string.format('%.0f', now - tonumber(ARGV[10])))
+local expires = string.format('%.0f', now + fresh)
+redis.call('HSET', KEYS[1], 'meta', ARGV[1], 'expires', expires,
+  'fetched', string.format('%.0f', math.max(0, now - tonumber(ARGV[10]))) .. ' ' .. expires)
 if ARGV[3] == '1' then
   redis.call('HSET', KEYS[1], 'text', ARGV[2])
 elseif ARGV[3] == '0' then
