@@ -70,6 +70,7 @@ impl Collector for FleetCollector {
         for (name, help, v) in counters {
             encode_counter(&mut encoder, name, help, count(v))?;
         }
+        encode_memory(&mut encoder, fleet.memory_stats())?;
         let (per_bucket, sum_us) = stats.round_trips.snapshot();
         let bounds = ROUND_TRIP_BUCKETS_US
             .iter()
@@ -90,6 +91,45 @@ impl Collector for FleetCollector {
         )?;
         Ok(())
     }
+}
+
+/// The series of [`crate::fleet::memory`].
+fn encode_memory(
+    encoder: &mut DescriptorEncoder,
+    m: &crate::fleet::memory::MemoryStats,
+) -> Result<(), fmt::Error> {
+    let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let counters: [(&str, &str, &AtomicU64); 4] = [
+        (
+            "robots_proxy_fleet_redis_full",
+            "Writes the fleet's Redis refused for memory (OOM: maxmemory reached); each falls back as fleet.on_unavailable says",
+            &m.full,
+        ),
+        (
+            "robots_proxy_fleet_robots_stored",
+            "robots.txt entries this node stored in Redis for the fleet",
+            &m.robots_stored,
+        ),
+        (
+            "robots_proxy_fleet_robots_too_large",
+            "robots.txt entries not shared because their compressed text is over the shared entry's bound (each node fetches its own)",
+            &m.robots_too_large,
+        ),
+        (
+            "robots_proxy_fleet_robots_over_share",
+            "robots.txt entries not shared because Redis's used memory is past their share of maxmemory (each node fetches its own)",
+            &m.robots_over_share,
+        ),
+    ];
+    for (name, help, v) in counters {
+        encode_counter(encoder, name, help, count(v))?;
+    }
+    encode_gauge(
+        encoder,
+        "robots_proxy_fleet_redis_may_evict",
+        "Whether Redis's maxmemory-policy, as read at start, may evict the fleet's schedules (1: any policy but noeviction)",
+        u64::from(m.policy.load(Ordering::Relaxed) == 2),
+    )
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@
 
 mod connection;
 pub mod events;
+pub mod memory;
 mod metrics;
 pub mod nodes;
 pub mod rate;
@@ -73,7 +74,8 @@ pub struct Unavailable;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
     /// Redis, or the node of a cluster that holds the key, cannot be
-    /// reached (this call's failure, or an outage under way).
+    /// reached (this call's failure, or an outage under way), or takes no
+    /// write for memory ([`memory`]).
     Outage,
     /// Redis answers, but not this call: cut short by the request's
     /// allowance, or the command failed on its key.
@@ -104,6 +106,8 @@ pub struct Fleet {
     /// The live nodes as last read by the heartbeat ([`nodes`]).
     live: Mutex<Arc<LiveNodes>>,
     stats: FleetStats,
+    /// Redis's memory as the fleet sees it ([`memory`]).
+    memory: memory::MemoryStats,
     /// What the nodes tell each other ([`events`]).
     events: tokio::sync::broadcast::Sender<events::Event>,
     /// Set once the subscriber task runs.
@@ -205,6 +209,7 @@ impl Fleet {
             retry_at: Mutex::new(None),
             live: Mutex::new(Arc::default()),
             stats: FleetStats::default(),
+            memory: memory::MemoryStats::default(),
             events: events::new_channel(),
             subscriber: OnceLock::new(),
             listeners: Mutex::new(String::new()),
@@ -391,7 +396,19 @@ impl Fleet {
                 }
                 return Err(Failure::Call);
             }
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Err(e)) => {
+                if memory::is_full(&e) {
+                    // Redis answers, but takes no write: the connection is
+                    // not what failed.
+                    // Logged once a minute there.
+                    self.refused_for_memory();
+                    self.link.answered(number);
+                    *self.retry_at.lock() = Some(Instant::now() + RETRY_EVERY);
+                    self.down.store(true, Ordering::Relaxed);
+                    return Err(Failure::Outage);
+                }
+                Err(e.to_string())
+            }
             Err(_) => Err(format!(
                 "no answer within {}",
                 humantime::format_duration(self.timeout)
@@ -443,6 +460,7 @@ fn is_outage(e: &redis::RedisError) -> bool {
         || e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_cluster_error()
+        || memory::is_full(e)
         || matches!(
             e.kind(),
             redis::ErrorKind::AuthenticationFailed

@@ -193,7 +193,9 @@ impl Fleet {
         loop {
             every.tick().await;
             // Failures are logged and counted by `call`.
-            let _ = self.heartbeat().await;
+            if self.heartbeat().await.is_ok() {
+                self.check_memory_policy().await;
+            }
         }
     }
 

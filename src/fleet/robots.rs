@@ -9,12 +9,20 @@
 //! stale-on-error copy; else another node is fetching, and this one waits
 //! for its result ([`Fleet::wait_robots`]): woken by the `fetched` event,
 //! or by a poll every [`POLL_EVERY`] if the event is lost. The hash
-//! outlives its expiry by `robots.stale_max`, so the last good copy is
+//! outlives its expiry by a day at most, within `robots.stale_max` of the
+//! fetch, so the last good copy is
 //! there for any node whose fetch fails.
 //!
-//! Redis's clock decides freshness, so the nodes' clocks do not matter;
-//! each node turns the time left into its own clock when it copies the
-//! entry into its local store.
+//! Redis's clock decides freshness, so the nodes' clocks do not matter:
+//! `expires`, and `fetched` (when the file was fetched, the fetching
+//! node's age of it set on Redis's clock), are Redis's times; a look
+//! returns them as durations (time left, age), which each node turns into
+//! its own clock when it copies the entry into its local store.
+//!
+//! Clients choose the origins, so the size of what is shared is bounded:
+//! a text larger than [`MAX_SHARED_TEXT`] compressed is not shared (each
+//! node fetches its own), and an entry is stored only while Redis's used
+//! memory is under its share of `maxmemory` ([`super::memory`]).
 
 use std::io::{Read, Write};
 use std::sync::LazyLock;
@@ -35,7 +43,8 @@ pub const POLL_EVERY: Duration = Duration::from_millis(100);
 
 /// KEYS: entry, lease. ARGV: lease token ('' = look only, take no
 /// lease), lease ms, '1' to take the lease even over a fresh entry (one
-/// this node could not read). Returns `{state, meta, text, ms left}`:
+/// this node could not read). Returns `{state, meta, text, ms left, age
+/// ms}` (age -1: the entry has no `fetched`):
 /// state 1 fresh, 2 lease taken (meta and text: the entry, if any), 0
 /// another node holds the lease (or look only). An `expires` that is not
 /// a number, or whose time left is not a finite positive number ('inf',
@@ -48,10 +57,16 @@ const LOOK_SCRIPT: &str = r"
 local e = {false, false, false}
 if redis.call('HSTRLEN', KEYS[1], 'meta') <= tonumber(ARGV[4])
   and redis.call('HSTRLEN', KEYS[1], 'text') <= tonumber(ARGV[5]) then
-  e = redis.call('HMGET', KEYS[1], 'meta', 'text', 'expires')
+  e = redis.call('HMGET', KEYS[1], 'meta', 'text', 'expires', 'fetched')
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local age = -1
+local fetched, stamped = string.match(e[1] and e[4] or '', '^(%d+) (%d+)$')
+fetched = stamped and stamped == e[3] and tonumber(fetched)
+if fetched and fetched < math.huge then
+  age = math.floor(math.max(0, math.min(now - fetched, 31536000000)))
+end
 local left = 0
 local expires = e[1] and e[3] and tonumber(e[3])
 if expires then
@@ -59,31 +74,45 @@ if expires then
   if left ~= left or left <= 0 or left == math.huge then left = 0 end
   left = math.floor(math.min(left, 31536000000))
 end
-if left > 0 and ARGV[3] ~= '1' then return {1, e[1], e[2] or '', left} end
+if left > 0 and ARGV[3] ~= '1' then return {1, e[1], e[2] or '', left, age} end
 if ARGV[1] ~= '' and redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {2, e[1] or '', e[2] or '', 0}
+  return {2, e[1] or '', e[2] or '', 0, age}
 end
-return {0, '', '', 0}
+return {0, '', '', 0, -1}
 ";
 
 /// KEYS: entry, lease. ARGV: meta, text, text mode ('1' set, '0' drop,
 /// '2' keep: a stale entry's text is the one already stored), ms fresh,
-/// ms kept after, lease token, channel, message. Stores the entry only
-/// while the token holds the lease (a purge, or a lease that ran out,
-/// took it away) and, to keep a text, while the text is there (the hash
-/// may have been evicted or deleted under a lease that held: an entry
-/// without its text could be read by no node); gives the lease back, and
-/// publishes the message when stored. Returns 1 when stored, 0 when not.
+/// ms kept after, lease token, channel, message, share of `maxmemory`,
+/// age ms (how long ago the file was fetched: `fetched` holds the time
+/// on Redis's clock and the `expires` it goes with, so an entry stored
+/// by a node that does not write it is not read with another's). Stores
+/// the entry only while the token holds the lease (a purge, or a lease
+/// that ran out, took it away) and, to keep a text, while the text is
+/// there (the hash may have been evicted or deleted under a lease that
+/// held: an entry without its text could be read by no node), and only
+/// while Redis's used memory with it stays under the share of its
+/// `maxmemory` (none: no bound); gives the lease back, and publishes the
+/// message when stored. Returns 1 when stored, 2 when over the share, 0 when not.
 const STORE_SCRIPT: &str = r"
 if redis.call('GET', KEYS[2]) ~= ARGV[6] then return 0 end
 if ARGV[3] == '2' and redis.call('HEXISTS', KEYS[1], 'text') == 0 then
   redis.call('DEL', KEYS[2])
   return 0
 end
+local mem = redis.call('INFO', 'memory')
+local max = tonumber(string.match(mem, 'maxmemory:(%d+)') or '0') or 0
+local used = tonumber(string.match(mem, 'used_memory:(%d+)') or '0') or 0
+if max > 0 and used + #ARGV[1] + #ARGV[2] > max * tonumber(ARGV[9]) then
+  redis.call('DEL', KEYS[2])
+  return 2
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local fresh = tonumber(ARGV[4])
-redis.call('HSET', KEYS[1], 'meta', ARGV[1], 'expires', string.format('%.0f', now + fresh))
+local expires = string.format('%.0f', now + fresh)
+redis.call('HSET', KEYS[1], 'meta', ARGV[1], 'expires', expires,
+  'fetched', string.format('%.0f', math.max(0, now - tonumber(ARGV[10]))) .. ' ' .. expires)
 if ARGV[3] == '1' then
   redis.call('HSET', KEYS[1], 'text', ARGV[2])
 elseif ARGV[3] == '0' then
@@ -120,6 +149,12 @@ static PURGE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(PURG
 /// larger counts as none, and is not stored.
 pub const MAX_META: usize = 64 * 1024;
 
+/// The largest text shared, compressed: a larger one is not stored, and
+/// each node fetches its own (a client can have the fleet fetch files of
+/// its choosing, 500 KiB each and incompressible; a robots.txt that is
+/// text compresses to a fifth or less).
+pub const MAX_SHARED_TEXT: usize = 128 * 1024;
+
 /// The most time left a look returns (a year, in milliseconds: what
 /// the scripts write in `expires`), whatever a hash says: the robots
 /// store bounds it by `robots.max_ttl` in any case.
@@ -138,6 +173,9 @@ pub struct SharedRobots {
     pub text: Option<Vec<u8>>,
     /// Time left until it expires (zero: expired).
     pub left: Duration,
+    /// How long ago the file was fetched, on Redis's clock (`None`: an
+    /// entry stored without it).
+    pub age: Option<Duration>,
 }
 
 /// The right to fetch an origin's robots.txt for the fleet: a token
@@ -208,7 +246,7 @@ impl Fleet {
         let lease_ms = super::micros(fetch_timeout + LEASE_MARGIN) / 1000;
         // Deflate grows what it cannot compress by a little.
         let max_compressed = max_text + max_text / 64 + 1024;
-        let (state, meta, text, left) = self
+        let (state, meta, text, left, age) = self
             .call(|mut conn| {
                 let token = token.clone();
                 async move {
@@ -219,7 +257,7 @@ impl Fleet {
                         .arg(always)
                         .arg(MAX_META)
                         .arg(max_compressed)
-                        .invoke_async::<(i64, Vec<u8>, Vec<u8>, i64)>(&mut conn)
+                        .invoke_async::<(i64, Vec<u8>, Vec<u8>, i64, i64)>(&mut conn)
                         .await
                 }
             })
@@ -243,6 +281,9 @@ impl Fleet {
                 meta,
                 text,
                 left: Duration::from_millis(u64::try_from(left).unwrap_or(0)).min(MAX_LEFT),
+                age: u64::try_from(age)
+                    .ok()
+                    .map(|ms| Duration::from_millis(ms).min(MAX_LEFT)),
             })
         };
         Ok(match state {
@@ -317,11 +358,7 @@ impl Fleet {
         }
     }
 
-    /// Stores `origin`'s entry for the fleet while `lease` holds: fresh
-    /// for `fresh`, kept `kept_after` longer as the stale-on-error copy;
-    /// gives the lease back and tells the other nodes. `Ok(false)`: not
-    /// stored (the lease was lost to a purge or ran out, the text to keep
-    /// is no longer in Redis, or `meta` is larger than [`MAX_META`]).
+    /// [`Fleet::store_robots_fetched`] of a file fetched just now.
     pub async fn store_robots(
         &self,
         origin: &str,
@@ -330,6 +367,28 @@ impl Fleet {
         text: Text,
         fresh: Duration,
         kept_after: Duration,
+    ) -> Result<bool, Unavailable> {
+        self.store_robots_fetched(origin, lease, meta, text, fresh, kept_after, Duration::ZERO)
+            .await
+    }
+
+    /// Stores `origin`'s entry for the fleet while `lease` holds: fresh
+    /// for `fresh`, kept `kept_after` longer as the stale-on-error copy,
+    /// its file fetched `age` ago; gives the lease back and tells the
+    /// other nodes. `Ok(false)`: not stored (the lease was lost to a purge
+    /// or ran out, the text to keep is no longer in Redis, `meta` is
+    /// larger than [`MAX_META`], the text larger than [`MAX_SHARED_TEXT`]
+    /// compressed, or Redis's memory past the entries' share).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn store_robots_fetched(
+        &self,
+        origin: &str,
+        lease: &Lease,
+        meta: &[u8],
+        text: Text,
+        fresh: Duration,
+        kept_after: Duration,
+        age: Duration,
     ) -> Result<bool, Unavailable> {
         if meta.len() > MAX_META {
             self.release_robots(origin, lease).await?;
@@ -348,6 +407,18 @@ impl Fleet {
             Text::Drop => ("0", Vec::new()),
             Text::Keep => ("2", Vec::new()),
         };
+        if compressed.len() > MAX_SHARED_TEXT {
+            self.memory_stats()
+                .robots_too_large
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(
+                origin,
+                compressed = compressed.len(),
+                "robots.txt not shared: larger than a shared entry may be"
+            );
+            self.release_robots(origin, lease).await?;
+            return Ok(false);
+        }
         let message = Event::Fetched(origin.into()).encode_from(&self.author());
         let channel = self.channel();
         let stored = self
@@ -363,10 +434,24 @@ impl Fleet {
                     .arg(&lease.0)
                     .arg(channel)
                     .arg(message)
+                    .arg(super::memory::ROBOTS_SHARE)
+                    .arg(super::micros(age) / 1000)
                     .invoke_async::<i64>(&mut conn)
                     .await
             })
             .await?;
+        let counter = match stored {
+            1 => &self.memory_stats().robots_stored,
+            2 => {
+                tracing::debug!(
+                    origin,
+                    "robots.txt not shared: Redis's memory is past the entries' share"
+                );
+                &self.memory_stats().robots_over_share
+            }
+            _ => return Ok(false),
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(stored == 1)
     }
 

@@ -120,6 +120,12 @@ pub(crate) async fn fetch(
     budget: Option<&Arc<FetchBudget>>,
 ) -> (Fetched, Option<Reservation>) {
     let mut reservation = None;
+    // The client's fetches in flight: waited for before the origin's
+    // timeout starts.
+    let _in_flight = match budget {
+        Some(b) => b.start_fetch().await,
+        None => None,
+    };
     // The timeout is the origin's: time spent waiting for the budget (the
     // proxy's own limit) moves the deadline on by as much.
     let waited = BudgetWait::default();

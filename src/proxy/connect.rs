@@ -19,6 +19,7 @@ use super::respond;
 use super::{Proxy, Settings};
 use crate::http::body::{Body, empty_body};
 use crate::http::origin::{Origin, Scheme};
+use crate::judge::fetch_budget::for_client;
 use crate::judge::{Decision, Judgement};
 use crate::server::io::Prefixed;
 use crate::server::{ConnectionHold, ConnectionPolicy, InFlight, Lifecycle, Stop, drive};
@@ -74,7 +75,8 @@ pub(crate) async fn handle(
         .to_string();
     if proxy.gate.destination_refusal(&https).is_some() {
         // Judging gives the refusal its audit line before the tunnel opens.
-        let judgement = proxy.gate.judge(&https, "/", &agent).await;
+        let judgement =
+            for_client(caller.fetch_client(), proxy.gate.judge(&https, "/", &agent)).await;
         let ua = req.headers().get(USER_AGENT);
         let line = Judged::new(&judgement, &caller, "CONNECT", ua);
         return proxy.record(Line::Request(line, None)).refusal(&judgement);
@@ -338,7 +340,7 @@ async fn tunnel(
     agent: &str,
     req: Request<Incoming>,
 ) -> Answer {
-    let judgement = proxy.gate.judge(&origin, "/", agent).await;
+    let judgement = for_client(caller.fetch_client(), proxy.gate.judge(&origin, "/", agent)).await;
     if matches!(judgement.decision, Decision::BadGateway { .. }) {
         // robots.txt over TLS failed: perhaps a plain-HTTP port (CONNECT
         // host:8080). The client's first byte tells.

@@ -75,6 +75,18 @@ pub(crate) struct Caller {
     pub(crate) user_agent: Option<String>,
 }
 
+impl Caller {
+    /// Who the robots.txt fetches this request starts are for
+    /// ([`crate::judge::fetch_budget`]): its user, else its address.
+    pub(crate) fn fetch_client(&self) -> crate::judge::fetch_budget::Client {
+        use crate::judge::fetch_budget::Client;
+        match &self.user {
+            Some(user) => Client::User(user.clone()),
+            None => Client::Address(crate::http::destination::client_key(self.client.ip())),
+        }
+    }
+}
+
 /// How a request ended: the response to send and the label it is counted
 /// under.
 pub(crate) struct Answer {

@@ -13,6 +13,7 @@ use super::phases::{Answer, Caller, Forwarded, Judged, Line, Outcome, Recorded};
 use super::{CONTENT_USAGE, PURPOSE_HEADER, Proxy, Settings, forward, respond, upgrade};
 use crate::http::body::Body;
 use crate::http::origin::Origin;
+use crate::judge::fetch_budget::for_client;
 use crate::judge::politeness::NotNow;
 use crate::judge::{Decision, Judgement, Limit, UsageMode, UsageNote};
 use crate::response_cache::{CacheOutcome, Completed, Lookup, Pending, ResponseCache};
@@ -224,7 +225,7 @@ impl Proxy {
         mut req: Request<Body>,
     ) -> (Ctx<'a>, Request<Body>) {
         let agent = settings.agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT));
-        let judged = self.gate.judge(origin, path, agent).await;
+        let judged = for_client(caller.fetch_client(), self.gate.judge(origin, path, agent)).await;
         let purposes = settings.purposes_for(
             caller.user.as_deref(),
             req.headers_mut().remove(&PURPOSE_HEADER).as_ref(),

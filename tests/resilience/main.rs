@@ -11,8 +11,10 @@ mod support;
 
 mod auth_flood;
 mod descriptor_budget;
+mod fetch_share;
 mod fleet;
 mod fleet_cluster;
+mod fleet_memory;
 mod fleet_rate;
 mod fleet_shared;
 mod hostile_clients;

@@ -396,16 +396,21 @@ impl RobotsCache {
     ) -> Flight {
         let flight_origin = origin.clone();
         let this = self.clone();
-        let handle = tokio::spawn(async move {
-            let (entry, alone) = match this.fleet.clone() {
-                Some(fleet) => this.obtain_shared(&fleet, &origin, previous, purges).await,
-                None => (this.obtain(&origin, previous, purges).await, false),
-            };
-            this.cells
-                .lock()
-                .finish(origin, &entry, purges, alone, this.settings.max_bytes);
-            entry
-        });
+        // The fetch counts to the client of the request that started it.
+        let client = crate::judge::fetch_budget::current_client();
+        let handle = tokio::spawn(crate::judge::fetch_budget::continue_for(
+            client,
+            async move {
+                let (entry, alone) = match this.fleet.clone() {
+                    Some(fleet) => this.obtain_shared(&fleet, &origin, previous, purges).await,
+                    None => (this.obtain(&origin, previous, purges).await, false),
+                };
+                this.cells
+                    .lock()
+                    .finish(origin, &entry, purges, alone, this.settings.max_bytes);
+                entry
+            },
+        ));
         let this = self.clone();
         async move {
             match handle.await {

@@ -231,8 +231,19 @@ impl RobotsCache {
             None => fleet.release_robots(&key, &lease).await.map(|()| false),
             Some((meta, text)) => {
                 let fresh = entry.expires.saturating_duration_since(Instant::now());
+                // On this node's steady clock: Redis turns it into its own
+                // time, whatever this node's wall clock says.
+                let age = entry.fetched_instant.elapsed();
                 fleet
-                    .store_robots(&key, &lease, &meta, text, fresh, self.settings.stale_max)
+                    .store_robots_fetched(
+                        &key,
+                        &lease,
+                        &meta,
+                        text,
+                        fresh,
+                        shared_keep(self.settings.stale_max, age, fresh),
+                        age,
+                    )
                     .await
             }
         };
@@ -253,7 +264,12 @@ impl RobotsCache {
         shared: SharedRobots,
         purges: u64,
     ) -> Option<Arc<Entry>> {
-        let meta: SharedMeta = serde_json::from_slice(&shared.meta).ok()?;
+        let mut meta: SharedMeta = serde_json::from_slice(&shared.meta).ok()?;
+        // The fetching node wrote its own wall-clock times; Redis's age
+        // and time left say the same on every node's clock.
+        if let Some(age) = shared.age {
+            on_this_clock(&mut meta.kept, age, shared.left);
+        }
         if meta.kept.origin != origin || matches!(meta.kept.state.as_str(), "refused" | "bad_tls") {
             return None;
         }
@@ -297,4 +313,33 @@ impl RobotsCache {
         .ok()
         .flatten()
     }
+}
+
+/// How long past its expiry a shared entry is kept as the stale-on-error
+/// copy of nodes that have none of their own, at most: each node keeps
+/// its own copy for `robots.stale_max` (in memory and in its archive),
+/// and what clients make the fleet store does not hold Redis's memory
+/// for a month.
+pub(crate) const SHARED_STALE_KEEP: Duration = Duration::from_secs(24 * 3600);
+
+/// How long a shared entry fresh for `fresh`, its file fetched `age` ago,
+/// is kept past its expiry: until its copy is older than `stale_max`
+/// (no node judges by an older one), [`SHARED_STALE_KEEP`] at most.
+fn shared_keep(stale_max: Duration, age: Duration, fresh: Duration) -> Duration {
+    stale_max
+        .saturating_sub(age)
+        .saturating_sub(fresh)
+        .min(SHARED_STALE_KEEP)
+}
+
+/// `kept`'s times on this node's wall clock: fetched `age` ago, expiring
+/// in `left`.
+fn on_this_clock(kept: &mut KeptEntry, age: Duration, left: Duration) {
+    let ms = |t: SystemTime| {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    };
+    let now = SystemTime::now();
+    kept.fetched_at_ms = ms(now.checked_sub(age).unwrap_or(SystemTime::UNIX_EPOCH));
+    kept.expires_at_ms = ms(now + left);
 }
