@@ -184,6 +184,10 @@ pub enum Event {
     /// Redis answered this node again after an outage: what it decided
     /// alone meanwhile is shared again. Never sent to other nodes.
     Recovered,
+    /// A request held on a Crawl-delay schedule (its Redis key) left, and
+    /// those held behind it moved up: nodes holding some read their slots
+    /// again ([`super::queue`]).
+    Moved(Arc<str>),
 }
 
 impl Event {
@@ -191,6 +195,7 @@ impl Event {
         let node = from.encode();
         let (kind, value) = match self {
             Event::Fetched(o) => ("fetched", o),
+            Event::Moved(k) => ("moved", k),
             Event::Reload { .. } => return format!("reload\n{node}\nconfiguration").into_bytes(),
             Event::Subscribed { .. } | Event::Recovered => return Vec::new(),
             Event::Purged { what, .. } => match what {
@@ -212,6 +217,7 @@ impl Event {
         let (from, value) = (Author::decode(from), Arc::<str>::from(value));
         Some(match kind {
             "fetched" => Event::Fetched(value),
+            "moved" => Event::Moved(value),
             "purge-robots" => Event::Purged {
                 what: Purge::Robots(value),
                 from,
@@ -480,6 +486,7 @@ mod tests {
     fn messages_round_trip_and_junk_is_ignored() {
         for event in [
             Event::Fetched("https://a.example".into()),
+            Event::Moved("robots-proxy:f:{https://a.example:443}:bot:next".into()),
             Event::Purged {
                 what: Purge::Prefix("https://a.example/x".into()),
                 from: node_1(),

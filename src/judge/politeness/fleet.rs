@@ -12,14 +12,13 @@ use parking_lot::Mutex;
 use super::{Interleaved, Mode, NotNow, Politeness, RateLimited};
 use crate::fleet::{Booking, Bounds, Failure, Fleet, OnUnavailable};
 
-/// A request waiting for its slot on the fleet's schedule: the slot is
-/// given back, if it is still the latest, when the request is dropped
-/// before the slot comes (its client gave up).
+/// A request waiting for its slot on the fleet's schedule: when it is
+/// dropped before the slot comes (its client gave up), it leaves the
+/// fleet's queue for the key, and those held behind it move up.
 struct HeldInFleet<'a> {
     fleet: &'a Arc<Fleet>,
     key: &'a str,
-    /// µs on Redis's clock.
-    slot: u64,
+    ticket: String,
     interval: Duration,
     done: bool,
 }
@@ -32,21 +31,59 @@ impl Drop for HeldInFleet<'_> {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (fleet, key, slot, interval) = (
+        let (fleet, key, ticket, interval) = (
             self.fleet.clone(),
             self.key.to_owned(),
-            self.slot,
+            std::mem::take(&mut self.ticket),
             self.interval,
         );
         rt.spawn(async move {
-            if let Ok(true) = fleet.give_back(&key, slot, interval).await {
+            if let Ok(Some(moved)) = fleet.leave_queue(&key, &ticket, interval).await {
                 tracing::debug!(
                     key,
-                    "request ended while held: fleet Crawl-delay slot given back"
+                    moved,
+                    "request ended while held: it left the fleet's queue"
                 );
             }
         });
     }
+}
+
+/// Sleeps until `slot` (µs on Redis's clock), due after `wait`: earlier
+/// when the request's slot moves up (`watch` woken, the slot read again).
+/// Returns how long it waited.
+async fn wait_in_fleet(
+    fleet: &Fleet,
+    key: &str,
+    ticket: &str,
+    watch: &crate::fleet::queue::Watch,
+    mut slot: u64,
+    wait: Duration,
+) -> Duration {
+    let started = tokio::time::Instant::now();
+    let mut deadline = started + wait;
+    let mut moved = Box::pin(watch.moved.notified());
+    moved.as_mut().enable();
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => break,
+            () = &mut moved => {
+                // Listening again before reading: a move meanwhile is not
+                // missed.
+                moved = Box::pin(watch.moved.notified());
+                moved.as_mut().enable();
+                if let Some(now) = fleet.held_slot(key, ticket).await
+                    && now < slot
+                {
+                    deadline = deadline
+                        .checked_sub(Duration::from_micros(slot - now))
+                        .unwrap_or(started);
+                    slot = now;
+                }
+            }
+        }
+    }
+    deadline.saturating_duration_since(started)
 }
 
 impl Politeness {
@@ -87,25 +124,29 @@ impl Politeness {
             grid,
             allowance: Some(fleet.timeout().saturating_sub(spent)),
         };
+        let ticket = fleet.ticket();
+        // Listening before booking: a move right after is not missed.
+        let watch = fleet.watch_moves(key);
         match fleet
-            .book_within(key, interval, max_wait, max_queue, bounds)
+            .book_within(key, interval, max_wait, max_queue, bounds, &ticket)
             .await
         {
             Ok((Booking::Wait(wait), slot)) => {
-                if !wait.is_zero() {
-                    tracing::debug!(key, wait = %format_args!("{:.2} s", wait.as_secs_f64()),
-                        "held for a fleet Crawl-delay slot");
-                    let mut held = HeldInFleet {
-                        fleet,
-                        key,
-                        slot,
-                        interval,
-                        done: false,
-                    };
-                    tokio::time::sleep(wait).await;
-                    held.done = true;
+                if wait.is_zero() {
+                    return Ok(wait);
                 }
-                Ok(wait)
+                tracing::debug!(key, wait = %format_args!("{:.2} s", wait.as_secs_f64()),
+                    "held for a fleet Crawl-delay slot");
+                let mut held = HeldInFleet {
+                    fleet,
+                    key,
+                    ticket,
+                    interval,
+                    done: false,
+                };
+                let waited = wait_in_fleet(fleet, key, &held.ticket, &watch, slot, wait).await;
+                held.done = true;
+                Ok(waited)
             }
             Ok((Booking::Refused(wait), _)) => {
                 Err(NotNow::Limited(RateLimited { retry_after: wait }))
