@@ -188,6 +188,10 @@ pub enum Event {
     /// those held behind it moved up: nodes holding some read their slots
     /// again ([`super::queue`]).
     Moved(Arc<str>),
+    /// A node (`from`) found a schedule's key gone that must have been
+    /// there: the fleet's keys were lost (`FLUSHALL`, a failover to an
+    /// empty replica). Every node handles it as the return from an outage.
+    Lost { from: Author },
 }
 
 impl Event {
@@ -197,6 +201,7 @@ impl Event {
             Event::Fetched(o) => ("fetched", o),
             Event::Moved(k) => ("moved", k),
             Event::Reload { .. } => return format!("reload\n{node}\nconfiguration").into_bytes(),
+            Event::Lost { .. } => return format!("lost\n{node}\nkeys").into_bytes(),
             Event::Subscribed { .. } | Event::Recovered => return Vec::new(),
             Event::Purged { what, .. } => match what {
                 Purge::Robots(v) => ("purge-robots", v),
@@ -231,6 +236,7 @@ impl Event {
                 from,
             },
             "reload" => Event::Reload { from },
+            "lost" => Event::Lost { from },
             _ => return None,
         })
     }
@@ -284,7 +290,7 @@ impl Fleet {
 
     /// Publishes `message`; returns how many subscribers heard it (on a
     /// Redis Cluster, those subscribed through the node it went to).
-    async fn publish(&self, message: Vec<u8>) -> Result<u64, super::Unavailable> {
+    pub(super) async fn publish(&self, message: Vec<u8>) -> Result<u64, super::Unavailable> {
         let channel = self.channel();
         self.call(|mut conn| async move {
             redis::cmd("PUBLISH")
@@ -492,6 +498,7 @@ mod tests {
                 from: node_1(),
             },
             Event::Reload { from: node_1() },
+            Event::Lost { from: node_1() },
         ] {
             let decoded = Event::decode(&event.encode_from(&node_1()));
             match (&event, decoded) {

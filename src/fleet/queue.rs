@@ -22,10 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
-use super::Fleet;
 use super::events::Event;
+use super::{Fleet, micros, now_micros};
 
 /// Most tickets one leave moves up; those further back keep their slots.
 pub const MOVED_AT_MOST: usize = 256;
@@ -75,13 +75,41 @@ static LEAVE: std::sync::LazyLock<redis::Script> =
 type Held = (Arc<Notify>, usize);
 
 /// The requests this node holds on the fleet's schedules, by Redis key:
-/// what wakes them when their slots move.
-#[derive(Debug, Default)]
+/// what wakes them when their slots move, or when the shared schedule
+/// cannot be trusted any more.
+#[derive(Debug)]
 pub(crate) struct Waiters {
     /// Per key: what wakes its waiters, and how many there are.
     keys: Mutex<HashMap<Arc<str>, Held>>,
     tickets: AtomicU64,
     listening: OnceLock<()>,
+    /// Counts the breaks of the shared schedule (an outage noticed, keys
+    /// lost): each moves the requests held on shared slots to this node's
+    /// own slots.
+    broke: watch::Sender<u64>,
+    /// When this node last learned that the fleet's keys were lost (µs of
+    /// Unix time; 0: never).
+    lost_at: AtomicU64,
+}
+
+impl Default for Waiters {
+    fn default() -> Self {
+        Waiters {
+            keys: Mutex::default(),
+            tickets: AtomicU64::new(0),
+            listening: OnceLock::new(),
+            broke: watch::Sender::new(0),
+            lost_at: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Waiters {
+    /// The shared schedule broke: requests held on it move to this node's
+    /// own slots.
+    pub(crate) fn broke(&self) {
+        self.broke.send_modify(|n| *n = n.wrapping_add(1));
+    }
 }
 
 /// One request held on a schedule of the fleet: woken when slots move.
@@ -107,7 +135,8 @@ impl Drop for Watch {
 impl Fleet {
     /// A new ticket for a request to be held: this node's instance and a
     /// number.
-    pub fn ticket(&self) -> String {
+    pub fn ticket(self: &Arc<Self>) -> String {
+        self.listen();
         let n = self.waiters.tickets.fetch_add(1, Ordering::Relaxed);
         format!("{}:{n}", self.author().encode())
     }
@@ -116,10 +145,7 @@ impl Fleet {
     /// of `key` (a politeness key) move up. The first call starts the
     /// task that reads the fleet's events for it.
     pub fn watch_moves(self: &Arc<Self>, key: &str) -> Watch {
-        self.waiters.listening.get_or_init(|| {
-            let events = self.events();
-            tokio::spawn(dispatch(Arc::downgrade(self), events));
-        });
+        self.listen();
         let key: Arc<str> = self.schedule_key(key).into();
         let moved = {
             let mut keys = self.waiters.keys.lock();
@@ -134,6 +160,15 @@ impl Fleet {
             key,
             moved,
         }
+    }
+
+    /// Starts, once, the task that reads the fleet's events for the
+    /// requests held here.
+    fn listen(self: &Arc<Self>) {
+        self.waiters.listening.get_or_init(|| {
+            let events = self.events();
+            tokio::spawn(dispatch(Arc::downgrade(self), events));
+        });
     }
 
     /// The slot (µs on Redis's clock) `ticket` holds now on the schedule
@@ -183,17 +218,91 @@ impl Fleet {
     }
 }
 
+impl Fleet {
+    /// Changes each time the shared schedule breaks (Redis found
+    /// unavailable, the fleet's keys found lost): a request held on a
+    /// shared slot then moves to a slot of this node's own (see
+    /// `judge::politeness`), since other nodes can no longer see it.
+    pub fn breaks(&self) -> watch::Receiver<u64> {
+        self.waiters.broke.subscribe()
+    }
+
+    /// This node found a schedule's key gone that must have been there
+    /// (`schedule::BOOK_SCRIPT`): the fleet's keys were lost. Handled as
+    /// the return from an outage ([`Fleet::keys_lost_heard`]), and every
+    /// node is told.
+    pub fn keys_lost(self: &Arc<Self>) {
+        if !self.keys_lost_heard() {
+            return;
+        }
+        tracing::warn!(
+            "fleet: a Crawl-delay schedule's key is gone from Redis (keys lost: a flush, a failover to an empty replica): \
+             requests held move to this node's own slots, which are written back"
+        );
+        let fleet = self.clone();
+        tokio::spawn(async move {
+            let message = Event::Lost {
+                from: fleet.author(),
+            }
+            .encode_from(&fleet.author());
+            let _ = fleet.publish(message).await;
+        });
+    }
+
+    /// The fleet's keys were lost (found here or told by another node):
+    /// as at the return from an outage, the requests held on shared slots
+    /// move to this node's own interleaved slots, those are written back,
+    /// and bookings keep to them for [`Fleet::settle`], starting no
+    /// earlier than [`Fleet::lost_from`]. Once per settling time; returns
+    /// whether this call did it.
+    pub(crate) fn keys_lost_heard(&self) -> bool {
+        let now = now_micros();
+        let last = self.waiters.lost_at.load(Ordering::Relaxed);
+        if last != 0 && now < last.saturating_add(micros(self.settle())) {
+            return false;
+        }
+        self.waiters.lost_at.store(now, Ordering::Relaxed);
+        self.stats.recovered_at.store(now, Ordering::Relaxed);
+        self.waiters.broke();
+        let _ = self.events.send(Event::Recovered);
+        true
+    }
+
+    /// While settling after the fleet's keys were lost: the earliest a
+    /// booking may start (µs of Unix time) for `interval`, one interval
+    /// after every node has heard of the loss (a heartbeat period and the
+    /// timeout; the `lost` event usually takes a millisecond) and stopped
+    /// using shared slots. 0 otherwise.
+    pub fn lost_from(&self, interval: std::time::Duration) -> u64 {
+        let at = self.waiters.lost_at.load(Ordering::Relaxed);
+        if at == 0 || !self.settling() {
+            return 0;
+        }
+        at.saturating_add(micros(super::nodes::HEARTBEAT_EVERY))
+            .saturating_add(micros(self.timeout()))
+            .saturating_add(micros(interval))
+    }
+}
+
 /// Wakes the requests held on a schedule whose `moved` event is heard,
-/// until the fleet is gone.
+/// and handles another node's `lost`, until the fleet is gone.
 async fn dispatch(fleet: Weak<Fleet>, mut events: tokio::sync::broadcast::Receiver<Event>) {
     use tokio::sync::broadcast::error::RecvError;
     loop {
-        let key = match events.recv().await {
+        let event = events.recv().await;
+        let Some(fleet) = fleet.upgrade() else { return };
+        let key = match event {
             Ok(Event::Moved(key)) => key,
+            Ok(Event::Lost { from }) => {
+                if !fleet.is_me(&from) && fleet.keys_lost_heard() {
+                    tracing::warn!(node = %from.node,
+                        "fleet: another node found the fleet's keys lost: requests held move to this node's own slots");
+                }
+                continue;
+            }
             Ok(_) | Err(RecvError::Lagged(_)) => continue,
             Err(RecvError::Closed) => return,
         };
-        let Some(fleet) = fleet.upgrade() else { return };
         let moved = fleet.waiters.keys.lock().get(&key).map(|e| e.0.clone());
         if let Some(moved) = moved {
             moved.notify_waiters();

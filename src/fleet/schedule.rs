@@ -36,7 +36,9 @@ use super::{Failure, Fleet, Unavailable, micros};
 /// the slots m·interval with m ≡ rank mod nodes, each node's spacing then
 /// nodes × interval for max_queue); ticket (a held request's, see
 /// `fleet::queue`: added to KEYS[1] .. ':held' when the booking waits; empty
-/// or absent: none). Returns `{1, wait, slot}` when booked,
+/// or absent: none); expected ('1': this node booked the key recently, so
+/// it must exist: when it does not, the fleet's keys were lost and `{2, 0,
+/// 0}` is returned, nothing booked). Returns `{1, wait, slot}` when booked,
 /// `{0, wait, 0}` when refused (nothing stored); a stored value that is no
 /// number or more than a day ahead is read as none. Microseconds since the epoch
 /// fit a Lua double exactly; they are written with `%.0f` since `tostring`
@@ -48,6 +50,7 @@ local interval = tonumber(ARGV[1])
 local max_wait = tonumber(ARGV[2])
 local max_queue = tonumber(ARGV[3])
 local nodes = tonumber(ARGV[5])
+if ARGV[8] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then return {2, 0, 0} end
 local next = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
 if next ~= next or next > now + 86400000000 then next = 0 end
 local slot = math.max(now, next, tonumber(ARGV[4]))
@@ -109,6 +112,9 @@ pub struct Bounds {
     /// request's `fleet.timeout` ([`Fleet::call_within`]); `None`: all of
     /// it.
     pub allowance: Option<Duration>,
+    /// This node booked the key recently: it must be there, and if it is
+    /// not the fleet's keys were lost ([`Booking::Lost`]).
+    pub expected: bool,
 }
 
 /// The outcome of a fleet booking.
@@ -118,6 +124,9 @@ pub enum Booking {
     Wait(Duration),
     /// Refused (`max_wait` or `max_queue`): the wait it would have had.
     Refused(Duration),
+    /// Not booked: the key was [`Bounds::expected`] and is gone, the
+    /// fleet's keys were lost ([`Fleet::keys_lost`]).
+    Lost,
 }
 
 impl Fleet {
@@ -167,16 +176,17 @@ impl Fleet {
                     .arg(nodes as u64)
                     .arg(rank as u64)
                     .arg(ticket)
+                    .arg(if bounds.expected { "1" } else { "" })
                     .invoke_async::<(i64, i64, i64)>(&mut conn)
                     .await
             })
             .await?;
         let wait = Duration::from_micros(u64::try_from(wait).unwrap_or(0));
         let slot = u64::try_from(slot).unwrap_or(0);
-        Ok(if booked == 1 {
-            (Booking::Wait(wait), slot)
-        } else {
-            (Booking::Refused(wait), 0)
+        Ok(match booked {
+            1 => (Booking::Wait(wait), slot),
+            2 => (Booking::Lost, 0),
+            _ => (Booking::Refused(wait), 0),
         })
     }
 

@@ -169,6 +169,9 @@ pub struct Politeness {
     /// The interleaved fallback's state, made on the first fleet outage:
     /// per key this node's last slot.
     interleaved: OnceLock<Mutex<LruCache<Box<str>, Interleaved>>>,
+    /// In a fleet: per key the next free slot of the shared schedule as
+    /// this node last booked it (µs of Unix time), to tell lost keys.
+    seen: OnceLock<Mutex<LruCache<Box<str>, u64>>>,
     max_tracked: NonZeroUsize,
 }
 
@@ -232,6 +235,7 @@ impl Politeness {
             evicted_active: AtomicU64::new(0),
             tickets: AtomicU64::new(0),
             interleaved: OnceLock::new(),
+            seen: OnceLock::new(),
             max_tracked: NonZeroUsize::new(max_tracked).unwrap_or(NonZeroUsize::MIN),
         }
     }
