@@ -24,7 +24,11 @@
 //! a node that has not noticed yet that Redis is back still books its own
 //! slots locally, and two ranks' slots are an interval apart. Once every
 //! node has had the time to notice and write back, bookings are plain
-//! again.
+//! again. Redis back without its keys (a flush, a failover to an empty
+//! replica) is found by the booking script: a node that booked a key
+//! lately says it must exist, and when it does not the script books
+//! nothing ([`Booking::Lost`]); the node and, told by it, the others
+//! handle it as a return (`fleet::queue`).
 
 use std::time::Duration;
 

@@ -37,15 +37,16 @@
 //! outage) may give two nodes one rank; a node alone (N = 1, or no list
 //! ever read) uses the plain local schedule.
 //!
-//! The switch: slots booked on Redis before the outage are not known
-//! locally, so a node's first interleaved slot starts no earlier than one
-//! interval after the latest an unqueued shared slot can lie
-//! ([`Fleet::interleave_from`]: when Redis last answered, plus a heartbeat
-//! period and the timeout). Requests already held on Redis for slots
-//! further ahead (a queue at the moment Redis went) keep them and may come
-//! closer than the interval to interleaved ones. The return: see
-//! `fleet::schedule` (held slots written back, a settling time on the
-//! grid).
+//! The switch: the slots other nodes booked on Redis are not known
+//! locally, so when a node notices the outage ([`crate::fleet::Fleet::breaks`]) each
+//! request it holds for a shared slot moves to its next own interleaved
+//! slot at or after it, and a node's first interleaved slot starts no
+//! earlier than one interval after every node has noticed
+//! ([`Fleet::interleave_from`]: when Redis last answered, plus two
+//! heartbeat periods and the timeout). The return: see `fleet::schedule`
+//! (held slots written back, a settling time on the grid). Keys found lost
+//! (a schedule this node booked, gone from Redis) are handled as a return
+//! ([`crate::fleet::Fleet::keys_lost`]).
 
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::hash_map::RandomState;
