@@ -128,7 +128,7 @@ pub enum Booking {
     Wait(Duration),
     /// Refused (`max_wait` or `max_queue`): the wait it would have had.
     Refused(Duration),
-    /// Not booked: the key was [`Bounds::expected`] and is gone, the
+    /// Not booked: the key was `expected` (see [`Bounds`]) and is gone, the
     /// fleet's keys were lost ([`Fleet::keys_lost`]).
     Lost,
 }

@@ -208,7 +208,7 @@ impl Drop for Held<'_> {
             self.politeness.release(self.key, self.ticket);
             tracing::debug!(
                 key = self.key,
-                "request ended while held: its Crawl-delay slot goes to the next one held"
+                "request ended while held: Crawl-delay slot given back, those held behind it move up"
             );
         }
     }
