@@ -9,6 +9,13 @@
 //! every node, which reads the slots of the requests it holds for that
 //! schedule again ([`Fleet::held_slot`]), waking only those.
 //!
+//! Lost keys: a node finds a schedule it booked lately gone (the booking
+//! script), or the fleet's marker gone or changed ([`Fleet::check_marker`],
+//! once per heartbeat period), or is told by another node (a `lost`
+//! event); it then moves the requests it holds on shared slots to its own
+//! interleaved slots and settles, as at the return from an outage
+//! ([`Fleet::keys_lost`]).
+//!
 //! Costs: one script per request that leaves, moving at most
 //! [`MOVED_AT_MOST`] tickets; one `ZSCORE` per request held on that
 //! schedule per event. A lost event (a node that was not subscribed, a
@@ -68,6 +75,24 @@ if n > 0 then redis.call('PUBLISH', ARGV[4], ARGV[5]) end
 return n
 ";
 
+/// The fleet's marker KEYS[1]: returns the value it held, or, when it was
+/// gone, sets it to ARGV[1] and returns nothing; kept ARGV[2] ms.
+const MARK_SCRIPT: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return v
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
+";
+
+static MARK: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(MARK_SCRIPT));
+
+/// How long the marker outlives the last node that checked it.
+const MARK_KEPT: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
 static LEAVE: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(LEAVE_SCRIPT));
 
@@ -90,6 +115,8 @@ pub(crate) struct Waiters {
     /// When this node last learned that the fleet's keys were lost (µs of
     /// Unix time; 0: never).
     lost_at: AtomicU64,
+    /// The fleet's marker as this node last read it ([`Fleet::check_marker`]).
+    marker: Mutex<Option<String>>,
 }
 
 impl Default for Waiters {
@@ -100,6 +127,7 @@ impl Default for Waiters {
             listening: OnceLock::new(),
             broke: watch::Sender::new(0),
             lost_at: AtomicU64::new(0),
+            marker: Mutex::new(None),
         }
     }
 }
@@ -168,7 +196,39 @@ impl Fleet {
         self.waiters.listening.get_or_init(|| {
             let events = self.events();
             tokio::spawn(dispatch(Arc::downgrade(self), events));
+            tokio::spawn(keep_checking_marker(Arc::downgrade(self)));
         });
+    }
+
+    /// Reads the fleet's marker, a key every node checks once per
+    /// heartbeat period while it books Crawl-delay slots (set by the first
+    /// that finds none, to a value of its own): gone or changed since this
+    /// node last read it, the fleet's keys were lost (a flush, a restart
+    /// without persistence, a failover to an empty replica), found so by
+    /// every node within a period even where no booking of its notices.
+    /// Returns whether this check found them lost.
+    pub async fn check_marker(self: &Arc<Self>) -> bool {
+        let mine = format!("{}:{}", self.author().encode(), now_micros());
+        let ours = &mine;
+        let Ok(read) = self
+            .call(|mut conn| async move {
+                MARK.key(self.key("fleet", "marker"))
+                    .arg(ours)
+                    .arg(micros(MARK_KEPT) / 1000)
+                    .invoke_async::<Option<String>>(&mut conn)
+                    .await
+            })
+            .await
+        else {
+            return false;
+        };
+        let now = read.unwrap_or(mine);
+        let before = self.waiters.marker.lock().replace(now.clone());
+        let lost = before.is_some_and(|b| b != now);
+        if lost {
+            self.keys_lost();
+        }
+        lost
     }
 
     /// The slot (µs on Redis's clock) `ticket` holds now on the schedule
@@ -281,6 +341,18 @@ impl Fleet {
         at.saturating_add(micros(super::nodes::HEARTBEAT_EVERY))
             .saturating_add(micros(self.timeout()))
             .saturating_add(micros(interval))
+    }
+}
+
+/// Checks the fleet's marker once per heartbeat period, until the fleet
+/// is gone.
+async fn keep_checking_marker(fleet: Weak<Fleet>) {
+    let mut every = tokio::time::interval(super::nodes::HEARTBEAT_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(fleet) = fleet.upgrade() else { return };
+        fleet.check_marker().await;
     }
 }
 
