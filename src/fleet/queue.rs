@@ -212,7 +212,7 @@ impl Fleet {
         let ours = &mine;
         let Ok(read) = self
             .call(|mut conn| async move {
-                MARK.key(self.key("fleet", "marker"))
+                MARK.key(self.key("nodes", "marker"))
                     .arg(ours)
                     .arg(micros(MARK_KEPT) / 1000)
                     .invoke_async::<Option<String>>(&mut conn)
