@@ -158,3 +158,46 @@ async fn keys_lost_with_requests_queued_keep_the_interval() {
     load.finish().await;
     assert_spaced("FLUSHALL with requests queued", &origin, interval);
 }
+
+/// The fleet's keys lost while one node only holds requests (it books
+/// nothing that would find the loss): it finds it by the fleet's marker,
+/// moves its held requests to its own slots and books them on Redis, so a
+/// request on another node that never booked the origin goes after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_lost_under_a_node_that_only_holds_requests_are_found() {
+    let redis = need!(Redis::start().await);
+    let interval = Duration::from_secs(1);
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    let nodes = two_nodes(&redis).await;
+    let first = nodes[1].get(&origin.url("/p-first")).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let held: Vec<_> = (0..3)
+        .map(|i| {
+            let (addr, url) = (nodes[1].addr, origin.url(&format!("/p-held{i}")));
+            tokio::spawn(async move { crate::support::Conn::open(addr).await.get(&url).await })
+        })
+        .collect();
+    let key = super::fleet::schedule_key("test", &origin);
+    until_within("three requests held", Duration::from_secs(10), || async {
+        let n = metric(&nodes[1].metrics().await, "robots_proxy_politeness_waiting");
+        (n == Some(3.0)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        redis.command(&["FLUSHALL"]).await.ok(),
+        Some(redis::Value::Okay)
+    );
+    // The holding node finds the loss and books its held requests again.
+    until_within(
+        "the held requests booked again",
+        Duration::from_secs(10),
+        || async { redis.exists(&key).await.then_some(()) },
+    )
+    .await;
+    let late = nodes[0].get(&origin.url("/p-late")).await;
+    assert_eq!(late.status, 200, "{}", late.body);
+    for h in held {
+        assert_eq!(h.await.expect("held").status, 200);
+    }
+    assert_spaced("FLUSHALL under held requests", &origin, interval);
+}
