@@ -678,7 +678,9 @@ pub(crate) async fn follow_fleet_purges(
                 });
                 continue;
             }
-            Ok(Event::Fetched(_) | Event::Reload { .. }) => continue,
+            Ok(Event::Fetched(_) | Event::Reload { .. } | Event::Moved(_) | Event::Lost { .. }) => {
+                continue;
+            }
             Err(RecvError::Closed) => return,
         };
         if fleet.is_me(&from) {

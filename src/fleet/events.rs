@@ -184,6 +184,14 @@ pub enum Event {
     /// Redis answered this node again after an outage: what it decided
     /// alone meanwhile is shared again. Never sent to other nodes.
     Recovered,
+    /// A request held on a Crawl-delay schedule (its Redis key) left, and
+    /// those held behind it moved up: nodes holding some read their slots
+    /// again ([`super::queue`]).
+    Moved(Arc<str>),
+    /// A node (`from`) found a schedule's key gone that must have been
+    /// there: the fleet's keys were lost (`FLUSHALL`, a failover to an
+    /// empty replica). Every node handles it as the return from an outage.
+    Lost { from: Author },
 }
 
 impl Event {
@@ -191,7 +199,9 @@ impl Event {
         let node = from.encode();
         let (kind, value) = match self {
             Event::Fetched(o) => ("fetched", o),
+            Event::Moved(k) => ("moved", k),
             Event::Reload { .. } => return format!("reload\n{node}\nconfiguration").into_bytes(),
+            Event::Lost { .. } => return format!("lost\n{node}\nkeys").into_bytes(),
             Event::Subscribed { .. } | Event::Recovered => return Vec::new(),
             Event::Purged { what, .. } => match what {
                 Purge::Robots(v) => ("purge-robots", v),
@@ -212,6 +222,7 @@ impl Event {
         let (from, value) = (Author::decode(from), Arc::<str>::from(value));
         Some(match kind {
             "fetched" => Event::Fetched(value),
+            "moved" => Event::Moved(value),
             "purge-robots" => Event::Purged {
                 what: Purge::Robots(value),
                 from,
@@ -225,6 +236,7 @@ impl Event {
                 from,
             },
             "reload" => Event::Reload { from },
+            "lost" => Event::Lost { from },
             _ => return None,
         })
     }
@@ -278,7 +290,7 @@ impl Fleet {
 
     /// Publishes `message`; returns how many subscribers heard it (on a
     /// Redis Cluster, those subscribed through the node it went to).
-    async fn publish(&self, message: Vec<u8>) -> Result<u64, super::Unavailable> {
+    pub(super) async fn publish(&self, message: Vec<u8>) -> Result<u64, super::Unavailable> {
         let channel = self.channel();
         self.call(|mut conn| async move {
             redis::cmd("PUBLISH")
@@ -480,11 +492,13 @@ mod tests {
     fn messages_round_trip_and_junk_is_ignored() {
         for event in [
             Event::Fetched("https://a.example".into()),
+            Event::Moved("robots-proxy:f:{https://a.example:443}:bot:next".into()),
             Event::Purged {
                 what: Purge::Prefix("https://a.example/x".into()),
                 from: node_1(),
             },
             Event::Reload { from: node_1() },
+            Event::Lost { from: node_1() },
         ] {
             let decoded = Event::decode(&event.encode_from(&node_1()));
             match (&event, decoded) {

@@ -22,6 +22,7 @@ pub mod events;
 pub mod memory;
 mod metrics;
 pub mod nodes;
+pub mod queue;
 pub mod rate;
 pub mod robots;
 pub mod schedule;
@@ -117,6 +118,8 @@ pub struct Fleet {
     listeners: Mutex<String>,
     /// The other live nodes' listeners, refused as destinations.
     peers: crate::http::destination::PeerListeners,
+    /// The requests this node holds on the fleet's schedules ([`queue`]).
+    waiters: queue::Waiters,
 }
 
 /// Upper bounds (microseconds) of the Redis round-trip histogram:
@@ -214,6 +217,7 @@ impl Fleet {
             subscriber: OnceLock::new(),
             listeners: Mutex::new(String::new()),
             peers: Default::default(),
+            waiters: queue::Waiters::default(),
         })
     }
 
@@ -272,16 +276,18 @@ impl Fleet {
     }
 
     /// The earliest a node's first slot of the interleaved fallback may
-    /// start (µs of Unix time) for `interval`: one interval after the
-    /// latest a shared slot booked without a queue can lie, i.e. after
-    /// Redis last answered this node, plus a heartbeat period (another
-    /// node may have booked since) and the timeout. 0 when Redis never
-    /// answered.
+    /// start (µs of Unix time) for `interval`: one interval after every
+    /// node has noticed the outage and stopped using shared slots (see
+    /// `fleet::queue`). Redis answered this node at most a heartbeat
+    /// period before the outage began, and every node notices it within a
+    /// heartbeat period and the timeout after that: two heartbeat periods
+    /// and the timeout after Redis last answered this node. 0 when Redis
+    /// never answered.
     pub fn interleave_from(&self, interval: Duration) -> u64 {
         match self.stats.answered_at.load(Ordering::Relaxed) {
             0 => 0,
             at => at
-                .saturating_add(micros(nodes::HEARTBEAT_EVERY))
+                .saturating_add(micros(nodes::HEARTBEAT_EVERY) * 2)
                 .saturating_add(micros(self.timeout))
                 .saturating_add(micros(interval)),
         }
@@ -436,6 +442,8 @@ impl Fleet {
                         "fleet: Redis calls keep failing: the connection is replaced by a new one");
                 }
                 if !self.down.swap(true, Ordering::Relaxed) {
+                    // Requests held on shared slots move to this node's own.
+                    self.waiters.broke();
                     let on_unavailable = match self.on_unavailable {
                         OnUnavailable::Local => "local",
                         OnUnavailable::Refuse => "refuse",

@@ -10,10 +10,11 @@
 //! `max_queue` intervals means `max_queue` requests are held fleet-wide.
 //! No second key is needed.
 //!
-//! A request whose client gives up while held gives its slot back, as on
-//! the local schedule, if it is still the key's latest ([`Fleet::give_back`]):
-//! a client cannot hold an origin's queue for the fleet by sending
-//! `max_queue` requests and leaving.
+//! A request whose client gives up while held leaves the fleet's queue for
+//! the key, as on the local schedule, and those held behind it on every
+//! node move up ([`super::queue`]): a client cannot hold an origin's queue
+//! for the fleet by sending `max_queue` requests and leaving, and no slot
+//! is left unused.
 //!
 //! The return from an outage: slots a node held on the interleaved local
 //! schedule (`judge::politeness`) are unknown to Redis. When Redis answers
@@ -23,7 +24,11 @@
 //! a node that has not noticed yet that Redis is back still books its own
 //! slots locally, and two ranks' slots are an interval apart. Once every
 //! node has had the time to notice and write back, bookings are plain
-//! again.
+//! again. Redis back without its keys (a flush, a failover to an empty
+//! replica) is found by the booking script: a node that booked a key
+//! lately says it must exist, and when it does not the script books
+//! nothing ([`Booking::Lost`]); the node and, told by it, the others
+//! handle it as a return (`fleet::queue`).
 
 use std::time::Duration;
 
@@ -33,7 +38,11 @@ use super::{Failure, Fleet, Unavailable, micros};
 /// (microseconds, microseconds, count; max_queue 0: no bound), not before
 /// (microseconds of Unix time, 0: now), nodes and rank (nodes > 1: only
 /// the slots m·interval with m ≡ rank mod nodes, each node's spacing then
-/// nodes × interval for max_queue). Returns `{1, wait, slot}` when booked,
+/// nodes × interval for max_queue); ticket (a held request's, see
+/// `fleet::queue`: added to KEYS[1] .. ':held' when the booking waits; empty
+/// or absent: none); expected ('1': this node booked the key recently, so
+/// it must exist: when it does not, the fleet's keys were lost and `{2, 0,
+/// 0}` is returned, nothing booked). Returns `{1, wait, slot}` when booked,
 /// `{0, wait, 0}` when refused (nothing stored); a stored value that is no
 /// number or more than a day ahead is read as none. Microseconds since the epoch
 /// fit a Lua double exactly; they are written with `%.0f` since `tostring`
@@ -45,6 +54,7 @@ local interval = tonumber(ARGV[1])
 local max_wait = tonumber(ARGV[2])
 local max_queue = tonumber(ARGV[3])
 local nodes = tonumber(ARGV[5])
+if ARGV[8] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then return {2, 0, 0} end
 local next = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
 if next ~= next or next > now + 86400000000 then next = 0 end
 local slot = math.max(now, next, tonumber(ARGV[4]))
@@ -62,24 +72,17 @@ end
 local ttl = math.ceil((wait + 3 * interval) / 1000) + 1
 redis.call('SET', KEYS[1], string.format('%.0f', slot + interval),
   'PX', string.format('%.0f', ttl))
+if wait > 0 and ARGV[7] and ARGV[7] ~= '' then
+  local held = KEYS[1] .. ':held'
+  redis.call('ZREMRANGEBYSCORE', held, '-inf', string.format('%.0f', now))
+  redis.call('ZADD', held, string.format('%.0f', slot), ARGV[7])
+  redis.call('PEXPIRE', held, string.format('%.0f', ttl))
+end
 return {1, wait, slot}
-";
-
-/// Gives the slot ARGV[1] (microseconds) of KEYS[1] back if it is still
-/// the latest booked (the next free slot is ARGV[1] + ARGV[2]). Returns 1
-/// when given back.
-const GIVE_BACK_SCRIPT: &str = r"
-local next = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-if next ~= tonumber(ARGV[1]) + tonumber(ARGV[2]) then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
-return 1
 ";
 
 static BOOK: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(BOOK_SCRIPT));
-
-static GIVE_BACK: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(GIVE_BACK_SCRIPT));
 
 /// Moves KEYS[1]'s next free slot to ARGV[1] (microseconds of Unix time)
 /// if it is earlier, but no further than ARGV[3] microseconds from now
@@ -113,6 +116,9 @@ pub struct Bounds {
     /// request's `fleet.timeout` ([`Fleet::call_within`]); `None`: all of
     /// it.
     pub allowance: Option<Duration>,
+    /// This node booked the key recently: it must be there, and if it is
+    /// not the fleet's keys were lost ([`Booking::Lost`]).
+    pub expected: bool,
 }
 
 /// The outcome of a fleet booking.
@@ -122,6 +128,9 @@ pub enum Booking {
     Wait(Duration),
     /// Refused (`max_wait` or `max_queue`): the wait it would have had.
     Refused(Duration),
+    /// Not booked: the key was `expected` (see [`Bounds`]) and is gone, the
+    /// fleet's keys were lost ([`Fleet::keys_lost`]).
+    Lost,
 }
 
 impl Fleet {
@@ -141,13 +150,15 @@ impl Fleet {
         max_queue: usize,
     ) -> Result<Booking, Unavailable> {
         Ok(self
-            .book_within(key, interval, max_wait, max_queue, Bounds::default())
+            .book_within(key, interval, max_wait, max_queue, Bounds::default(), "")
             .await
             .map(|(booking, _)| booking)?)
     }
 
     /// [`Fleet::book`], within `bounds`; with the slot booked (µs on
-    /// Redis's clock, for [`Fleet::give_back`]; 0 when refused).
+    /// Redis's clock; 0 when refused). A booking that waits holds
+    /// `ticket` (from [`Fleet::ticket`]; empty: none) in the key's queue,
+    /// until it leaves ([`Fleet::leave_queue`]) or its slot comes.
     pub async fn book_within(
         &self,
         key: &str,
@@ -155,6 +166,7 @@ impl Fleet {
         max_wait: Duration,
         max_queue: usize,
         bounds: Bounds,
+        ticket: &str,
     ) -> Result<(Booking, u64), Failure> {
         let (nodes, rank) = bounds.grid.unwrap_or((1, 0));
         let allowance = bounds.allowance.unwrap_or(self.timeout());
@@ -167,38 +179,19 @@ impl Fleet {
                     .arg(bounds.not_before)
                     .arg(nodes as u64)
                     .arg(rank as u64)
+                    .arg(ticket)
+                    .arg(if bounds.expected { "1" } else { "" })
                     .invoke_async::<(i64, i64, i64)>(&mut conn)
                     .await
             })
             .await?;
         let wait = Duration::from_micros(u64::try_from(wait).unwrap_or(0));
         let slot = u64::try_from(slot).unwrap_or(0);
-        Ok(if booked == 1 {
-            (Booking::Wait(wait), slot)
-        } else {
-            (Booking::Refused(wait), 0)
+        Ok(match booked {
+            1 => (Booking::Wait(wait), slot),
+            2 => (Booking::Lost, 0),
+            _ => (Booking::Refused(wait), 0),
         })
-    }
-
-    /// Gives `slot` of `key` back (its client gave up while held) if it is
-    /// still the latest booked: the next request may take it.
-    pub async fn give_back(
-        &self,
-        key: &str,
-        slot: u64,
-        interval: Duration,
-    ) -> Result<bool, Unavailable> {
-        let given = self
-            .call(|mut conn| async move {
-                GIVE_BACK
-                    .key(self.schedule_key(key))
-                    .arg(slot)
-                    .arg(micros(interval))
-                    .invoke_async::<i64>(&mut conn)
-                    .await
-            })
-            .await?;
-        Ok(given == 1)
     }
 
     /// Moves `key`'s next free slot on the shared schedule to `next`

@@ -122,10 +122,10 @@ async fn redis_stopped_mid_run_books_locally() {
     redis.stop();
     // Node 0, one of two live nodes, books only its own slots of the
     // interleaved schedule: one every other second, the first no earlier
-    // than an interval after the last shared slot can lie (a heartbeat
-    // period and the timeout after Redis last answered). Each request
-    // waits the timeout at most, and then for its slot.
-    let switch = 1.0 + timeout.as_secs_f64() + 1.0;
+    // than an interval after every node has noticed the outage (two
+    // heartbeat periods and the timeout after Redis last answered). Each
+    // request waits the timeout at most, and then for its slot.
+    let switch = 2.0 + timeout.as_secs_f64() + 1.0;
     for (path, most) in [("/c", switch + 2.0), ("/d", 2.0)] {
         let started = Instant::now();
         let r = nodes[0].get(&origin.url(path)).await;

@@ -12,44 +12,143 @@ use parking_lot::Mutex;
 use super::{Interleaved, Mode, NotNow, Politeness, RateLimited};
 use crate::fleet::{Booking, Bounds, Failure, Fleet, OnUnavailable};
 
-/// A request waiting for its slot on the fleet's schedule: the slot is
-/// given back, if it is still the latest, when the request is dropped
-/// before the slot comes (its client gave up).
+/// A request waiting for its slot on the fleet's schedule: when it is
+/// dropped before the slot comes (its client gave up) while still on its
+/// shared slot, it leaves the fleet's queue for the key, and those held
+/// behind it move up. Moved to a slot of this node's own (the shared
+/// schedule broke), it keeps that one.
 struct HeldInFleet<'a> {
     fleet: &'a Arc<Fleet>,
     key: &'a str,
-    /// µs on Redis's clock.
-    slot: u64,
+    ticket: String,
     interval: Duration,
+    /// Still on its shared slot.
+    shared: bool,
     done: bool,
 }
 
 impl Drop for HeldInFleet<'_> {
     fn drop(&mut self) {
-        if self.done {
+        if self.done || !self.shared {
             return;
         }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (fleet, key, slot, interval) = (
+        let (fleet, key, ticket, interval) = (
             self.fleet.clone(),
             self.key.to_owned(),
-            self.slot,
+            std::mem::take(&mut self.ticket),
             self.interval,
         );
         rt.spawn(async move {
-            if let Ok(true) = fleet.give_back(&key, slot, interval).await {
+            if let Ok(Some(moved)) = fleet.leave_queue(&key, &ticket, interval).await {
                 tracing::debug!(
                     key,
-                    "request ended while held: fleet Crawl-delay slot given back"
+                    moved,
+                    "request ended while held: it left the fleet's queue"
                 );
             }
         });
     }
 }
 
+/// What a request held on the fleet's schedule listens to.
+struct Listening {
+    watch: crate::fleet::queue::Watch,
+    breaks: tokio::sync::watch::Receiver<u64>,
+}
+
 impl Politeness {
+    /// Sleeps until `slot` (µs on Redis's clock), due after `wait`:
+    /// earlier when the request's slot moves up (woken by a `moved` event,
+    /// the slot read again); on a slot of this node's own when the shared
+    /// schedule breaks (an outage noticed, the fleet's keys lost), since
+    /// the other nodes can no longer see the shared one. Returns how long
+    /// it waited.
+    async fn wait_in_fleet(
+        &self,
+        held: &mut HeldInFleet<'_>,
+        listening: &mut Listening,
+        mut slot: u64,
+        wait: Duration,
+    ) -> Duration {
+        let (fleet, key) = (held.fleet, held.key);
+        let started = tokio::time::Instant::now();
+        let mut deadline = started + wait;
+        let mut moved = Box::pin(listening.watch.moved.notified());
+        moved.as_mut().enable();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => break,
+                () = &mut moved, if held.shared => {
+                    // Listening again before reading: a move meanwhile is
+                    // not missed.
+                    moved = Box::pin(listening.watch.moved.notified());
+                    moved.as_mut().enable();
+                    if let Some(now) = fleet.held_slot(key, &held.ticket).await
+                        && now < slot
+                    {
+                        deadline = deadline
+                            .checked_sub(Duration::from_micros(slot - now))
+                            .unwrap_or(started);
+                        slot = now;
+                    }
+                }
+                broke = listening.breaks.changed(), if held.shared => {
+                    held.shared = false;
+                    if broke.is_ok() {
+                        deadline = self.move_to_own_slot(fleet, key, held.interval, deadline).await;
+                    }
+                }
+            }
+        }
+        deadline.saturating_duration_since(started)
+    }
+
+    /// A request held until `deadline` on a shared slot moves to this
+    /// node's next own slot of the interleaved schedule at or after it,
+    /// starting no earlier than every node has stopped using shared slots
+    /// ([`Fleet::lost_from`] after lost keys, [`Fleet::interleave_from`]
+    /// in an outage); without a limit, as it is held already. When Redis
+    /// answers (lost keys) the slot is booked there, after those this node
+    /// booked meanwhile; else on this node's interleaved schedule, which
+    /// the return from the outage writes back. Returns the new deadline.
+    async fn move_to_own_slot(
+        &self,
+        fleet: &Arc<Fleet>,
+        key: &str,
+        interval: Duration,
+        deadline: tokio::time::Instant,
+    ) -> tokio::time::Instant {
+        let now = crate::fleet::now_micros();
+        let at = tokio::time::Instant::now();
+        let was = now.saturating_add(crate::fleet::micros(deadline.saturating_duration_since(at)));
+        let live = fleet.live_nodes();
+        if fleet.is_reachable() {
+            let bounds = Bounds {
+                not_before: was.max(fleet.lost_from(interval)),
+                grid: (live.count() > 1).then(|| (live.count(), live.rank)),
+                allowance: None,
+                expected: false,
+            };
+            let no_limit = Duration::from_secs(24 * 3600);
+            if let Ok((Booking::Wait(wait), _)) = fleet
+                .book_within(key, interval, no_limit, 0, bounds, "")
+                .await
+            {
+                tracing::debug!(key, wait = %format_args!("{:.2} s", wait.as_secs_f64()),
+                    "held request moved from its shared slot to this node's own (the fleet's keys were lost)");
+                return tokio::time::Instant::now() + wait;
+            }
+        }
+        let from = fleet.interleave_from(interval).max(was);
+        let slot = self.hold_interleaved(key, interval, (live.count(), live.rank), from);
+        tracing::debug!(key, moved_by = %format_args!("{:.2} s", slot.saturating_sub(was) as f64 / 1e6),
+            "held request moved from its shared slot to this node's own (Redis unavailable)");
+        at + Duration::from_micros(slot.saturating_sub(now))
+    }
+
     /// Like [`Politeness::acquire`], on the fleet's shared schedule: books
     /// on Redis, then sleeps for the wait. When Redis is unavailable the
     /// local schedule is used, or the request refused, as the fleet is
@@ -72,45 +171,87 @@ impl Politeness {
             } => (max_wait, max_queue),
             Mode::Reject => (Duration::ZERO, 0),
         };
-        // After this node's own slots held from an outage; for a while
-        // after one, on its own interleaved slots (`fleet::schedule`).
-        // In reject mode nobody holds a slot, and a slot of the grid would
-        // seldom start now.
-        let grid = if fleet.settling() && matches!(self.mode, Mode::Delay { .. }) {
-            let live = fleet.live_nodes();
-            (live.count() > 1).then(|| (live.count(), live.rank))
-        } else {
-            None
+        let started = tokio::time::Instant::now();
+        let ticket = fleet.ticket();
+        // Listening before booking: a move or a break right after is not
+        // missed.
+        let mut listening = Listening {
+            watch: fleet.watch_moves(key),
+            breaks: fleet.breaks(),
         };
-        let bounds = Bounds {
-            not_before: self.interleaved_next(key).unwrap_or(0),
-            grid,
-            allowance: Some(fleet.timeout().saturating_sub(spent)),
+        listening.breaks.borrow_and_update();
+        let mut lost = false;
+        let booked = loop {
+            // After this node's own slots held from an outage; for a while
+            // after one, on its own interleaved slots (`fleet::schedule`),
+            // and so is the booking that finds Redis back (the other
+            // nodes hold slots of theirs). In reject mode nobody holds a
+            // slot, and a slot of the grid would seldom start now.
+            let grid = if (fleet.settling() || !fleet.is_reachable())
+                && matches!(self.mode, Mode::Delay { .. })
+            {
+                let live = fleet.live_nodes();
+                (live.count() > 1).then(|| (live.count(), live.rank))
+            } else {
+                None
+            };
+            let now = crate::fleet::now_micros();
+            let bounds = Bounds {
+                not_before: self
+                    .interleaved_next(key)
+                    .unwrap_or(0)
+                    .max(fleet.lost_from(interval)),
+                grid,
+                allowance: Some(
+                    fleet
+                        .timeout()
+                        .saturating_sub(spent)
+                        .saturating_sub(started.elapsed()),
+                ),
+                expected: !lost && self.expected(key, interval, now),
+            };
+            let booked = fleet
+                .book_within(key, interval, max_wait, max_queue, bounds, &ticket)
+                .await;
+            if let Ok((Booking::Wait(wait), _)) = booked {
+                self.saw(key, now + crate::fleet::micros(wait + interval));
+            }
+            if !matches!(booked, Ok((Booking::Lost, _))) {
+                break booked;
+            }
+            // The key this node booked is gone: the fleet's keys were
+            // lost. Handled as the return from an outage, then booked again
+            // (on this node's own slots, after every node has heard).
+            fleet.keys_lost();
+            listening.breaks.borrow_and_update();
+            lost = true;
         };
-        match fleet
-            .book_within(key, interval, max_wait, max_queue, bounds)
-            .await
-        {
+        match booked {
             Ok((Booking::Wait(wait), slot)) => {
-                if !wait.is_zero() {
-                    tracing::debug!(key, wait = %format_args!("{:.2} s", wait.as_secs_f64()),
-                        "held for a fleet Crawl-delay slot");
-                    let mut held = HeldInFleet {
-                        fleet,
-                        key,
-                        slot,
-                        interval,
-                        done: false,
-                    };
-                    tokio::time::sleep(wait).await;
-                    held.done = true;
+                if wait.is_zero() {
+                    return Ok(wait);
                 }
-                Ok(wait)
+                tracing::debug!(key, wait = %format_args!("{:.2} s", wait.as_secs_f64()),
+                    "held for a fleet Crawl-delay slot");
+                let mut held = HeldInFleet {
+                    fleet,
+                    key,
+                    ticket,
+                    interval,
+                    shared: true,
+                    done: false,
+                };
+                let waited = self
+                    .wait_in_fleet(&mut held, &mut listening, slot, wait)
+                    .await;
+                held.done = true;
+                Ok(waited)
             }
             Ok((Booking::Refused(wait), _)) => {
                 Err(NotNow::Limited(RateLimited { retry_after: wait }))
             }
-            Err(Failure::Call) => {
+            // Twice lost in a row: Redis answers, but not as a schedule.
+            Ok((Booking::Lost, _)) | Err(Failure::Call) => {
                 // Not an outage: Redis answers, but not this booking (cut
                 // short by the request's allowance, or a command that
                 // failed on this key). A slot of this node's own would be
@@ -134,6 +275,32 @@ impl Politeness {
                     }
                     OnUnavailable::Refuse => Err(NotNow::FleetUnavailable),
                 }
+            }
+        }
+    }
+
+    /// Whether `key`'s schedule must be in Redis now (µs of Unix time
+    /// `now`): this node booked it, and the key is kept two intervals past
+    /// the next free slot it saw (one of margin here).
+    fn expected(&self, key: &str, interval: Duration, now: u64) -> bool {
+        let Some(seen) = self.seen.get() else {
+            return false;
+        };
+        seen.lock()
+            .peek(key)
+            .is_some_and(|next| now < next.saturating_add(crate::fleet::micros(interval)))
+    }
+
+    /// This node saw `key`'s next free slot at `next` (µs of Unix time).
+    fn saw(&self, key: &str, next: u64) {
+        let mut seen = self
+            .seen
+            .get_or_init(|| Mutex::new(LruCache::new(self.max_tracked)))
+            .lock();
+        match seen.get_mut(key) {
+            Some(was) => *was = next,
+            None => {
+                seen.push(key.into(), next);
             }
         }
     }
@@ -221,6 +388,41 @@ impl Politeness {
             self.evicted_active.fetch_add(1, Ordering::Relaxed);
         }
         Ok(slot)
+    }
+
+    /// Books this node's next interleaved slot for `key` at or after
+    /// `from` (µs of Unix time) for a request held already (no limit
+    /// applies), and returns its start.
+    fn hold_interleaved(
+        &self,
+        key: &str,
+        interval: Duration,
+        (nodes, rank): (usize, usize),
+        from: u64,
+    ) -> u64 {
+        let mut map = self
+            .interleaved
+            .get_or_init(|| Mutex::new(LruCache::new(self.max_tracked)))
+            .lock();
+        let last = map.get(key).map(|held| held.slot);
+        let slot = interleaved_slot(
+            from,
+            crate::fleet::micros(interval),
+            nodes as u64,
+            rank as u64,
+            last,
+        );
+        let held = Interleaved {
+            slot,
+            interval: crate::fleet::micros(interval),
+        };
+        match map.get_mut(key) {
+            Some(used) => *used = held,
+            None => {
+                map.push(key.into(), held);
+            }
+        }
+        slot
     }
 
     /// When the next request of `key` may go after this node's last slot

@@ -7,7 +7,9 @@
 //! then, in [`Mode::Reject`] it must be free now. Slots are reserved when
 //! granted, so concurrent waiters for one key line up one interval apart in
 //! arrival order and each knows its exact wait up front, which is what makes
-//! `max_wait` enforceable. (governor's limiters only report "not before T"
+//! `max_wait` enforceable. A held request whose client gives up leaves its
+//! key's queue ([`queue`]): those held behind it move up one slot, so no
+//! slot is left unused. (governor's limiters only report "not before T"
 //! without reserving T, so N concurrent waiters would all see a wait under
 //! `max_wait`, wake together and retry; hence this small scheduler.)
 //!
@@ -35,27 +37,31 @@
 //! outage) may give two nodes one rank; a node alone (N = 1, or no list
 //! ever read) uses the plain local schedule.
 //!
-//! The switch: slots booked on Redis before the outage are not known
-//! locally, so a node's first interleaved slot starts no earlier than one
-//! interval after the latest an unqueued shared slot can lie
-//! ([`Fleet::interleave_from`]: when Redis last answered, plus a heartbeat
-//! period and the timeout). Requests already held on Redis for slots
-//! further ahead (a queue at the moment Redis went) keep them and may come
-//! closer than the interval to interleaved ones. The return: see
-//! `fleet::schedule` (held slots written back, a settling time on the
-//! grid).
+//! The switch: the slots other nodes booked on Redis are not known
+//! locally, so when a node notices the outage ([`crate::fleet::Fleet::breaks`]) each
+//! request it holds for a shared slot moves to its next own interleaved
+//! slot at or after it, and a node's first interleaved slot starts no
+//! earlier than one interval after every node has noticed
+//! ([`Fleet::interleave_from`]: when Redis last answered, plus two
+//! heartbeat periods and the timeout). The return: see `fleet::schedule`
+//! (held slots written back, a settling time on the grid). Keys found lost
+//! (a schedule this node booked, gone from Redis) are handled as a return
+//! ([`crate::fleet::Fleet::keys_lost`]).
 
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::num::NonZeroUsize;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use lru::LruCache;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use queue::Queue;
 
 /// Default cap on an honoured `Crawl-delay`.
 pub(crate) const DEFAULT_MAX_CRAWL_DELAY: Duration = Duration::from_secs(60);
@@ -143,6 +149,8 @@ struct Entry {
     last: Instant,
     /// Interval in force when `last` was granted, for the idle test.
     interval: Duration,
+    /// The requests held for their slots, while there are any.
+    queue: Option<Box<Queue>>,
 }
 
 type Shard = Mutex<LruCache<Box<str>, Entry>>;
@@ -157,9 +165,14 @@ pub struct Politeness {
     shards: Box<[Shard]>,
     hasher: RandomState,
     evicted_active: AtomicU64,
+    /// Numbers the requests held.
+    tickets: AtomicU64,
     /// The interleaved fallback's state, made on the first fleet outage:
     /// per key this node's last slot.
     interleaved: OnceLock<Mutex<LruCache<Box<str>, Interleaved>>>,
+    /// In a fleet: per key the next free slot of the shared schedule as
+    /// this node last booked it (µs of Unix time), to tell lost keys.
+    seen: OnceLock<Mutex<LruCache<Box<str>, u64>>>,
     max_tracked: NonZeroUsize,
 }
 
@@ -179,23 +192,23 @@ impl Interleaved {
     }
 }
 
-/// A request waiting for its slot: the slot is given back if it is dropped
-/// before the slot comes.
+/// A request waiting for its slot: if it is dropped before the slot comes
+/// (its client gave up), it leaves the key's queue and those behind it
+/// move up.
 struct Held<'a> {
     politeness: &'a Politeness,
     key: &'a str,
-    slot: Instant,
-    interval: Duration,
+    ticket: u64,
     done: bool,
 }
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.politeness.release(self.key, self.slot, self.interval);
+            self.politeness.release(self.key, self.ticket);
             tracing::debug!(
                 key = self.key,
-                "request ended while held: Crawl-delay slot given back"
+                "request ended while held: Crawl-delay slot given back, those held behind it move up"
             );
         }
     }
@@ -221,7 +234,9 @@ impl Politeness {
             shards,
             hasher: RandomState::new(),
             evicted_active: AtomicU64::new(0),
+            tickets: AtomicU64::new(0),
             interleaved: OnceLock::new(),
+            seen: OnceLock::new(),
             max_tracked: NonZeroUsize::new(max_tracked).unwrap_or(NonZeroUsize::MIN),
         }
     }
@@ -250,10 +265,11 @@ impl Politeness {
     /// a default interval this returns at once without touching any state.
     ///
     /// Returns how long the request was held. If the future is dropped
-    /// while waiting (the client gave up), its slot is given back when it
-    /// is still the key's latest, so the next request does not wait for a
-    /// request that will never be sent; a slot with later ones booked
-    /// behind it stays used (the polite direction).
+    /// while waiting (the client gave up), the request leaves the key's
+    /// queue: each request held behind it moves up one slot (and is woken
+    /// to wait for that), and the key's next free slot moves one earlier,
+    /// so the next request does not wait for a request that will never
+    /// be sent.
     pub async fn acquire(
         &self,
         key: &str,
@@ -263,15 +279,15 @@ impl Politeness {
             return Ok(Duration::ZERO);
         };
         let now = Instant::now();
-        let slot = self.reserve(key, interval, now)?;
-        if slot <= now {
+        let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
+        let (mut slot, moved) = self.book(key, interval, now, ticket)?;
+        let Some(moved) = moved else {
             return Ok(Duration::ZERO);
-        }
+        };
         let mut held = Held {
             politeness: self,
             key,
-            slot,
-            interval,
+            ticket,
             done: false,
         };
         tracing::debug!(
@@ -279,9 +295,24 @@ impl Politeness {
             wait = %format_args!("{:.2} s", (slot - now).as_secs_f64()),
             "held for a Crawl-delay slot"
         );
-        tokio::time::sleep_until(slot).await;
+        loop {
+            let notified = moved.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            // Slots only move earlier; a key evicted meanwhile keeps the
+            // slot last read.
+            slot = self.held_slot(key, ticket).unwrap_or(slot).min(slot);
+            if slot <= Instant::now() {
+                break;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(slot) => {}
+                () = &mut notified => {}
+            }
+        }
         held.done = true;
-        Ok(slot - now)
+        self.went(key, ticket);
+        Ok(slot.saturating_duration_since(now))
     }
 
     /// The interval in force for `key` and how long until its next free
@@ -293,19 +324,57 @@ impl Politeness {
         Some((e.interval, next.saturating_duration_since(Instant::now())))
     }
 
-    /// Gives `slot` back if it is still `key`'s latest.
-    fn release(&self, key: &str, slot: Instant, interval: Duration) {
+    /// `ticket` left the queue of `key` before its slot: those behind it
+    /// move up, and the key's latest slot with them.
+    fn release(&self, key: &str, ticket: u64) {
         let mut shard = self.shard(key);
         if let Some(e) = shard.peek_mut(key)
-            && e.last == slot
-            && let Some(previous) = slot.checked_sub(interval)
+            && let Some(queue) = e.queue.as_mut()
+            && let Some(latest) = queue.left(ticket)
         {
-            e.last = previous;
+            e.last = latest;
+            if queue.is_empty() {
+                e.queue = None;
+            }
         }
     }
 
+    /// `ticket`'s slot has come: it leaves the queue of `key`.
+    fn went(&self, key: &str, ticket: u64) {
+        let mut shard = self.shard(key);
+        if let Some(e) = shard.peek_mut(key)
+            && let Some(queue) = e.queue.as_mut()
+        {
+            queue.went(ticket);
+            if queue.is_empty() {
+                e.queue = None;
+            }
+        }
+    }
+
+    /// The slot `ticket` holds now in the queue of `key`.
+    fn held_slot(&self, key: &str, ticket: u64) -> Option<Instant> {
+        let shard = self.shard(key);
+        shard.peek(key)?.queue.as_ref()?.slot(ticket)
+    }
+
     /// Reserves the next slot for `key` at `now` and returns it, or refuses.
+    #[cfg(test)]
     fn reserve(&self, key: &str, interval: Duration, now: Instant) -> Result<Instant, RateLimited> {
+        self.book(key, interval, now, u64::MAX)
+            .map(|(slot, _)| slot)
+    }
+
+    /// Reserves the next slot for `key` at `now`, or refuses. A slot
+    /// after `now` is held in the key's queue under `ticket`: returned
+    /// with what tells that slots moved.
+    fn book(
+        &self,
+        key: &str,
+        interval: Duration,
+        now: Instant,
+        ticket: u64,
+    ) -> Result<(Instant, Option<Arc<Notify>>), RateLimited> {
         let mut shard = self.shard(key);
         if let Some(e) = shard.get_mut(key) {
             // A changed Crawl-delay takes effect at once, measured from the
@@ -331,21 +400,28 @@ impl Politeness {
                 return Err(RateLimited { retry_after: wait });
             }
             let slot = next.max(now);
+            let before = e.last;
             e.last = slot;
             e.interval = interval;
-            return Ok(slot);
+            if slot <= now {
+                return Ok((slot, None));
+            }
+            let queue = e.queue.get_or_insert_with(|| Box::new(Queue::new(before)));
+            queue.hold(ticket, slot);
+            return Ok((slot, Some(queue.moved())));
         }
         self.evict_idle(&mut shard, now);
         let entry = Entry {
             last: now,
             interval,
+            queue: None,
         };
         if let Some((_, old)) = shard.push(key.into(), entry)
             && !self.is_idle(&old, now)
         {
             self.evicted_active.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(now)
+        Ok((now, None))
     }
 
     fn is_idle(&self, e: &Entry, now: Instant) -> bool {
@@ -454,6 +530,7 @@ impl std::ops::Deref for Key {
 }
 
 mod fleet;
+mod queue;
 #[cfg(test)]
 use fleet::interleaved_slot;
 

@@ -244,3 +244,63 @@ async fn delay_mode_holds_at_most_max_queue_requests_per_key() {
         assert!(h.await.unwrap().is_ok());
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_that_leaves_the_queue_moves_those_behind_it_up() {
+    let p = politeness(delay(60_000));
+    let t0 = Instant::now();
+    p.acquire(KEY, Some(1.0)).await.unwrap();
+    // Three held, for the slots at 1, 2 and 3 s.
+    let held: Vec<_> = (0..3)
+        .map(|_| {
+            let p = p.clone();
+            tokio::spawn(async move {
+                let held = p.acquire(KEY, Some(1.0)).await;
+                (t0.elapsed(), held)
+            })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    assert_eq!(p.next_slot(KEY), Some((ms(1000), ms(4000))));
+    // The first two give up at 0.5 s: the third goes at 1 s, the key's
+    // next free slot is 2 s.
+    advance(ms(500)).await;
+    let mut held = held.into_iter();
+    held.next().unwrap().abort();
+    held.next().unwrap().abort();
+    tokio::task::yield_now().await;
+    assert_eq!(p.next_slot(KEY), Some((ms(1000), ms(1500))));
+    let (at, third) = held.next().unwrap().await.unwrap();
+    assert_eq!(at, ms(1000));
+    assert_eq!(third, Ok(ms(1000)), "held from its arrival to its slot");
+    assert_eq!(p.next_slot(KEY), Some((ms(1000), ms(1000))));
+    // One in the middle leaves: the one behind it takes its slot.
+    let t1 = Instant::now();
+    let held: Vec<_> = (0..3)
+        .map(|_| {
+            let p = p.clone();
+            tokio::spawn(async move {
+                p.acquire(KEY, Some(1.0)).await.unwrap();
+                t1.elapsed()
+            })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    let mut held = held.into_iter();
+    let first = held.next().unwrap();
+    held.next().unwrap().abort();
+    tokio::task::yield_now().await;
+    assert_eq!(p.next_slot(KEY), Some((ms(1000), ms(3000))));
+    assert_eq!(first.await.unwrap(), ms(1000));
+    assert_eq!(held.next().unwrap().await.unwrap(), ms(2000));
+    // The last one held leaves: its slot is free again.
+    let last = {
+        let p = p.clone();
+        tokio::spawn(async move { p.acquire(KEY, Some(1.0)).await })
+    };
+    tokio::task::yield_now().await;
+    assert_eq!(p.next_slot(KEY), Some((ms(1000), ms(2000))));
+    last.abort();
+    tokio::task::yield_now().await;
+    assert_eq!(p.next_slot(KEY), Some((ms(1000), ms(1000))));
+}
