@@ -3,6 +3,7 @@
 
 pub(crate) mod admin;
 mod html;
+mod schedule;
 pub(crate) mod state;
 mod web;
 

@@ -184,6 +184,9 @@ pub enum Event {
     /// Redis answered this node again after an outage: what it decided
     /// alone meanwhile is shared again. Never sent to other nodes.
     Recovered,
+    /// An origin said "slow down" (429, 503): every node holds its
+    /// requests until the pause ends ([`super::pauses`]).
+    Paused(super::pauses::Paused),
 }
 
 impl Event {
@@ -193,6 +196,7 @@ impl Event {
             Event::Fetched(o) => ("fetched", o),
             Event::Reload { .. } => return format!("reload\n{node}\nconfiguration").into_bytes(),
             Event::Subscribed { .. } | Event::Recovered => return Vec::new(),
+            Event::Paused(p) => return format!("paused\n{node}\n{}", p.encode()).into_bytes(),
             Event::Purged { what, .. } => match what {
                 Purge::Robots(v) => ("purge-robots", v),
                 Purge::Url(v) => ("purge-url", v),
@@ -225,6 +229,7 @@ impl Event {
                 from,
             },
             "reload" => Event::Reload { from },
+            "paused" => Event::Paused(super::pauses::Paused::decode(&value)?),
             _ => return None,
         })
     }
@@ -273,6 +278,14 @@ impl Fleet {
             from: self.author(),
         }
         .encode_from(&self.author());
+        self.publish(message).await
+    }
+
+    /// Publishes a message made by [`Event::encode_from`].
+    pub(crate) async fn publish_message(
+        &self,
+        message: Vec<u8>,
+    ) -> Result<u64, super::Unavailable> {
         self.publish(message).await
     }
 

@@ -21,6 +21,7 @@ mod connection;
 pub mod events;
 mod metrics;
 pub mod nodes;
+pub mod pauses;
 pub mod rate;
 pub mod robots;
 pub mod schedule;
@@ -108,6 +109,8 @@ pub struct Fleet {
     events: tokio::sync::broadcast::Sender<events::Event>,
     /// Set once the subscriber task runs.
     subscriber: OnceLock<()>,
+    /// The origins this node knows to be paused ([`pauses`]).
+    pauses: pauses::Known,
 }
 
 /// Upper bounds (microseconds) of the Redis round-trip histogram:
@@ -202,6 +205,7 @@ impl Fleet {
             stats: FleetStats::default(),
             events: events::new_channel(),
             subscriber: OnceLock::new(),
+            pauses: pauses::Known::default(),
         })
     }
 

@@ -33,9 +33,11 @@ use super::{Failure, Fleet, Unavailable, micros};
 /// (microseconds, microseconds, count; max_queue 0: no bound), not before
 /// (microseconds of Unix time, 0: now), nodes and rank (nodes > 1: only
 /// the slots m·interval with m ≡ rank mod nodes, each node's spacing then
-/// nodes × interval for max_queue). Returns `{1, wait, slot}` when booked,
-/// `{0, wait, 0}` when refused (nothing stored); a stored value that is no
-/// number or more than a day ahead is read as none. Microseconds since the epoch
+/// nodes × interval for max_queue). KEYS[2] is the origin's pause
+/// ([`super::pauses`]): no slot before its end, and `max_queue` counts from
+/// it. Returns `{1, wait, slot, pause left}` when booked, `{0, wait, 0,
+/// pause left}` when refused (nothing stored); a stored value that is no
+/// number or more than a day ahead (a pause: a year) is read as none. Microseconds since the epoch
 /// fit a Lua double exactly; they are written with `%.0f` since `tostring`
 /// would round them.
 const BOOK_SCRIPT: &str = r"
@@ -47,7 +49,10 @@ local max_queue = tonumber(ARGV[3])
 local nodes = tonumber(ARGV[5])
 local next = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
 if next ~= next or next > now + 86400000000 then next = 0 end
-local slot = math.max(now, next, tonumber(ARGV[4]))
+local pause = tonumber(redis.call('HGET', KEYS[2], 'until') or '0') or 0
+if pause ~= pause or pause > now + 31622400000000 then pause = 0 end
+local base = math.max(now, pause)
+local slot = math.max(base, next, tonumber(ARGV[4]))
 local spacing = interval
 if nodes > 1 and interval > 0 then
   local m = math.ceil(slot / interval)
@@ -56,13 +61,13 @@ if nodes > 1 and interval > 0 then
   spacing = interval * nodes
 end
 local wait = slot - now
-if wait > max_wait or (max_queue > 0 and wait > spacing * max_queue) then
-  return {0, wait, 0}
+if wait > max_wait or (max_queue > 0 and slot - base > spacing * max_queue) then
+  return {0, wait, 0, math.max(pause - now, 0)}
 end
 local ttl = math.ceil((wait + 3 * interval) / 1000) + 1
 redis.call('SET', KEYS[1], string.format('%.0f', slot + interval),
   'PX', string.format('%.0f', ttl))
-return {1, wait, slot}
+return {1, wait, slot, math.max(pause - now, 0)}
 ";
 
 /// Gives the slot ARGV[1] (microseconds) of KEYS[1] back if it is still
@@ -156,27 +161,45 @@ impl Fleet {
         max_queue: usize,
         bounds: Bounds,
     ) -> Result<(Booking, u64), Failure> {
+        self.book_paused(key, interval, max_wait, max_queue, bounds)
+            .await
+            .map(|(booking, slot, _)| (booking, slot))
+    }
+
+    /// [`Fleet::book_within`], with how long the origin's pause has to
+    /// run ([`super::pauses`]; zero: none).
+    pub async fn book_paused(
+        &self,
+        key: &str,
+        interval: Duration,
+        max_wait: Duration,
+        max_queue: usize,
+        bounds: Bounds,
+    ) -> Result<(Booking, u64, Duration), Failure> {
         let (nodes, rank) = bounds.grid.unwrap_or((1, 0));
         let allowance = bounds.allowance.unwrap_or(self.timeout());
-        let (booked, wait, slot) = self
+        let origin = key.rsplit_once(' ').map_or(key, |(o, _)| o);
+        let (booked, wait, slot, pause) = self
             .call_within(allowance, |mut conn| async move {
                 BOOK.key(self.schedule_key(key))
+                    .key(self.pause_key(origin))
                     .arg(micros(interval))
                     .arg(micros(max_wait))
                     .arg(max_queue as u64)
                     .arg(bounds.not_before)
                     .arg(nodes as u64)
                     .arg(rank as u64)
-                    .invoke_async::<(i64, i64, i64)>(&mut conn)
+                    .invoke_async::<(i64, i64, i64, i64)>(&mut conn)
                     .await
             })
             .await?;
         let wait = Duration::from_micros(u64::try_from(wait).unwrap_or(0));
         let slot = u64::try_from(slot).unwrap_or(0);
+        let paused = Duration::from_micros(u64::try_from(pause).unwrap_or(0));
         Ok(if booked == 1 {
-            (Booking::Wait(wait), slot)
+            (Booking::Wait(wait), slot, paused)
         } else {
-            (Booking::Refused(wait), 0)
+            (Booking::Refused(wait), 0, paused)
         })
     }
 

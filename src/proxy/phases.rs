@@ -227,6 +227,8 @@ pub(crate) struct Judged<'a> {
     method: &'a str,
     /// The request's own `User-Agent`.
     ua: Option<&'a HeaderValue>,
+    /// Why politeness held or refused it, if it did.
+    politeness: Option<&'static str>,
 }
 
 impl<'a> Judged<'a> {
@@ -241,6 +243,15 @@ impl<'a> Judged<'a> {
             caller,
             method,
             ua,
+            politeness: None,
+        }
+    }
+
+    /// With why politeness held or refused it.
+    pub(crate) fn politeness(self, cause: Option<&'static str>) -> Judged<'a> {
+        Judged {
+            politeness: cause,
+            ..self
         }
     }
 }
@@ -311,6 +322,7 @@ impl Proxy {
                     caller,
                     method,
                     ua,
+                    politeness,
                 } = judged;
                 let allowed = judgement.decision.is_allowed();
                 let tunnel = matches!(line, Line::Tunnel(_));
@@ -335,6 +347,7 @@ impl Proxy {
                     name,
                 );
                 record.user_agent = ua.and_then(|v| v.to_str().ok());
+                record.politeness = politeness;
                 if let Line::Request(_, cache) = line {
                     record.cache = cache.map(CacheOutcome::as_str);
                 }

@@ -18,5 +18,6 @@ mod fleet_shared;
 mod hostile_clients;
 mod informational_flood;
 mod load_fault;
+mod origin_signals;
 mod recovery;
 mod robots_fetch_budget;

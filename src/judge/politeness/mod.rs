@@ -57,6 +57,8 @@ use lru::LruCache;
 
 use tokio::time::Instant;
 
+use crate::fleet::Fleet;
+
 /// Default cap on an honoured `Crawl-delay`.
 pub(crate) const DEFAULT_MAX_CRAWL_DELAY: Duration = Duration::from_secs(60);
 
@@ -91,6 +93,8 @@ pub struct PolitenessSettings {
     /// `Crawl-delay` values above this are clamped to it, so one robots.txt
     /// cannot park clients for hours.
     pub max_crawl_delay: Duration,
+    /// What an origin's 429 or 503 does ([`signals`]).
+    pub signals: SignalSettings,
 }
 
 impl Default for PolitenessSettings {
@@ -104,6 +108,7 @@ impl Default for PolitenessSettings {
             max_tracked: 100_000,
             idle_evict_after: Duration::from_secs(600),
             max_crawl_delay: DEFAULT_MAX_CRAWL_DELAY,
+            signals: SignalSettings::default(),
         }
     }
 }
@@ -123,6 +128,21 @@ pub enum NotNow {
     Limited(RateLimited),
     /// Redis unavailable and `fleet.on_unavailable = "refuse"`.
     FleetUnavailable,
+    /// Over `max_wait` (or early in Reject mode) because the origin is
+    /// paused by the signal it gave (429, 503).
+    Paused(RateLimited, Signal),
+}
+
+impl NotNow {
+    /// The refusal, without what caused it (`FleetUnavailable`: 1 s).
+    pub fn limited(self) -> RateLimited {
+        match self {
+            NotNow::Limited(l) | NotNow::Paused(l, _) => l,
+            NotNow::FleetUnavailable => RateLimited {
+                retry_after: Duration::from_secs(1),
+            },
+        }
+    }
 }
 
 impl RateLimited {
@@ -161,6 +181,8 @@ pub struct Politeness {
     /// per key this node's last slot.
     interleaved: OnceLock<Mutex<LruCache<Box<str>, Interleaved>>>,
     max_tracked: NonZeroUsize,
+    /// The origins paused by their own 429 or 503 (without a fleet).
+    pauses: Pauses,
 }
 
 /// This node's last slot of a key on the interleaved schedule.
@@ -223,6 +245,7 @@ impl Politeness {
             evicted_active: AtomicU64::new(0),
             interleaved: OnceLock::new(),
             max_tracked: NonZeroUsize::new(max_tracked).unwrap_or(NonZeroUsize::MIN),
+            pauses: Pauses::new(config.signals, max_tracked),
         }
     }
 
@@ -245,6 +268,16 @@ impl Politeness {
         }
     }
 
+    /// What sets the interval for a `Crawl-delay`: `crawl_delay`, or
+    /// `default_interval` when it is the larger (or the only one).
+    pub fn interval_cause(&self, crawl_delay: Option<f64>) -> &'static str {
+        match (self.effective_interval(crawl_delay), self.default_interval) {
+            (Some(i), Some(d)) if i <= d => "default_interval",
+            (None, _) => "default_interval",
+            _ => "crawl_delay",
+        }
+    }
+
     /// Waits for (Delay) or checks (Reject) the next slot of `key`, e.g.
     /// `"https://example.com:443 googlebot"`. With neither a crawl delay nor
     /// a default interval this returns at once without touching any state.
@@ -259,11 +292,49 @@ impl Politeness {
         key: &str,
         crawl_delay: Option<f64>,
     ) -> Result<Duration, RateLimited> {
-        let Some(interval) = self.effective_interval(crawl_delay) else {
-            return Ok(Duration::ZERO);
-        };
+        self.acquire_signalled(key, crawl_delay)
+            .await
+            .map_err(NotNow::limited)
+    }
+
+    /// [`Politeness::acquire`], saying when a refusal is the origin's
+    /// pause (its 429 or 503): the slot is booked no earlier than the
+    /// pause's end. An origin with neither an interval nor a pause reads
+    /// one atomic and no lock.
+    pub async fn acquire_signalled(
+        &self,
+        key: &str,
+        crawl_delay: Option<f64>,
+    ) -> Result<Duration, NotNow> {
+        let interval = self.effective_interval(crawl_delay);
         let now = Instant::now();
-        let slot = self.reserve(key, interval, now)?;
+        let pause = self.pauses.current(origin_of(key), now);
+        let slot = match (interval, pause) {
+            (None, None) => return Ok(Duration::ZERO),
+            (None, Some((until, signal))) => {
+                let wait = until - now;
+                if !self.may_wait(wait) {
+                    return Err(NotNow::Paused(RateLimited { retry_after: wait }, signal));
+                }
+                // No schedule to book: every request held goes at the end.
+                tokio::time::sleep_until(until).await;
+                return Ok(wait);
+            }
+            (Some(interval), pause) => {
+                match self.reserve(key, interval, now, pause.map(|(until, _)| until)) {
+                    Ok(slot) => (slot, interval),
+                    Err(limited) => {
+                        return Err(match pause {
+                            Some((until, signal)) if now + limited.retry_after <= until => {
+                                NotNow::Paused(limited, signal)
+                            }
+                            _ => NotNow::Limited(limited),
+                        });
+                    }
+                }
+            }
+        };
+        let (slot, interval) = slot;
         if slot <= now {
             return Ok(Duration::ZERO);
         }
@@ -284,6 +355,67 @@ impl Politeness {
         Ok(slot - now)
     }
 
+    /// Whether a request may be held `wait` (Delay mode, within
+    /// `max_wait`).
+    fn may_wait(&self, wait: Duration) -> bool {
+        match self.mode {
+            Mode::Delay { max_wait, .. } => wait <= max_wait,
+            Mode::Reject => wait.is_zero(),
+        }
+    }
+
+    /// Records a signal `origin` gave (a 429 or 503, its `Retry-After`
+    /// read as a wait): the pause it makes, if any (without a fleet).
+    pub fn record_signal(
+        &self,
+        origin: &str,
+        status: u16,
+        retry_after: Option<Duration>,
+    ) -> Option<Signal> {
+        self.pauses
+            .record(origin, status, retry_after, signals::random_jitter())
+    }
+
+    /// The pause in force on `origin` (without a fleet), if any.
+    pub fn pause_of(&self, origin: &str) -> Option<Signal> {
+        self.pauses
+            .current(origin, Instant::now())
+            .map(|(_, signal)| signal)
+    }
+
+    /// Whether any origin may be paused now, on this process's pauses or
+    /// those `fleet` knows of: one atomic read, for the request path.
+    pub fn any_paused(&self, fleet: Option<&Fleet>) -> bool {
+        match fleet {
+            Some(fleet) => fleet.known_pauses().any(),
+            None => self.pauses.any(),
+        }
+    }
+
+    /// The pause in force on `origin` as this node knows it (`fleet`'s
+    /// when there is one).
+    pub fn known_pause(&self, origin: &str, fleet: Option<&Fleet>) -> Option<Signal> {
+        match fleet {
+            Some(fleet) => fleet.known_pauses().current(origin),
+            None => self.pause_of(origin),
+        }
+    }
+
+    /// The last signal `origin` gave (without a fleet), paused or not.
+    pub fn last_signal(&self, origin: &str) -> Option<Signal> {
+        self.pauses.last(origin)
+    }
+
+    /// Origins paused now (without a fleet).
+    pub fn paused(&self) -> Vec<(String, Signal)> {
+        self.pauses.paused()
+    }
+
+    /// The signal settings in force.
+    pub fn signal_settings(&self) -> &SignalSettings {
+        self.pauses.settings()
+    }
+
     /// The interval in force for `key` and how long until its next free
     /// slot (zero if free now); `None` for a key with no state.
     pub fn next_slot(&self, key: &str) -> Option<(Duration, Duration)> {
@@ -291,6 +423,26 @@ impl Politeness {
         let e = shard.peek(key)?;
         let next = e.last + e.interval;
         Some((e.interval, next.saturating_duration_since(Instant::now())))
+    }
+
+    /// Notes a slot booked on the fleet's shared schedule, `wait` from
+    /// now: in a fleet this node's own schedules are not used for
+    /// booking, and hold what it last saw of the shared one, for
+    /// [`Politeness::busiest`] and the admin page.
+    pub(crate) fn seen_in_fleet(&self, key: &str, interval: Duration, wait: Duration) {
+        let now = Instant::now();
+        let last = now + wait;
+        let mut shard = self.shard(key);
+        match shard.get_mut(key) {
+            Some(e) => {
+                e.last = e.last.max(last);
+                e.interval = interval;
+            }
+            None => {
+                self.evict_idle(&mut shard, now);
+                shard.push(key.into(), Entry { last, interval });
+            }
+        }
     }
 
     /// Gives `slot` back if it is still `key`'s latest.
@@ -304,25 +456,34 @@ impl Politeness {
         }
     }
 
-    /// Reserves the next slot for `key` at `now` and returns it, or refuses.
-    fn reserve(&self, key: &str, interval: Duration, now: Instant) -> Result<Instant, RateLimited> {
+    /// Reserves the next slot for `key` at `now`, not before `not_before`
+    /// (the end of the origin's pause), and returns it, or refuses.
+    fn reserve(
+        &self,
+        key: &str,
+        interval: Duration,
+        now: Instant,
+        not_before: Option<Instant>,
+    ) -> Result<Instant, RateLimited> {
+        let from = not_before.map_or(now, |t| t.max(now));
         let mut shard = self.shard(key);
         if let Some(e) = shard.get_mut(key) {
             // A changed Crawl-delay takes effect at once, measured from the
             // previous slot: no reset that would let a request through early.
-            let next = e.last + interval;
+            let next = (e.last + interval).max(from);
             let wait = next.saturating_duration_since(now);
+            // Each held request has booked one interval ahead of the next
+            // (from the pause's end), so that tells how many are held.
+            let queued = next.saturating_duration_since(from);
             let allowed = match self.mode {
                 Mode::Reject => wait.is_zero(),
-                // Each held request has booked one interval ahead of the
-                // next, so the wait tells how many are held.
                 Mode::Delay {
                     max_wait,
                     max_queue,
                 } => {
                     wait <= max_wait
                         && (max_queue == 0
-                            || wait
+                            || queued
                                 <= interval
                                     .saturating_mul(u32::try_from(max_queue).unwrap_or(u32::MAX)))
                 }
@@ -330,14 +491,18 @@ impl Politeness {
             if !allowed {
                 return Err(RateLimited { retry_after: wait });
             }
-            let slot = next.max(now);
-            e.last = slot;
+            e.last = next;
             e.interval = interval;
-            return Ok(slot);
+            return Ok(next);
+        }
+        if !self.may_wait(from - now) {
+            return Err(RateLimited {
+                retry_after: from - now,
+            });
         }
         self.evict_idle(&mut shard, now);
         let entry = Entry {
-            last: now,
+            last: from,
             interval,
         };
         if let Some((_, old)) = shard.push(key.into(), entry)
@@ -345,7 +510,7 @@ impl Politeness {
         {
             self.evicted_active.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(now)
+        Ok(from)
     }
 
     fn is_idle(&self, e: &Entry, now: Instant) -> bool {
@@ -453,9 +618,18 @@ impl std::ops::Deref for Key {
     }
 }
 
+/// The origin of a politeness key (`"<origin> <agent>"`).
+pub(crate) fn origin_of(key: &str) -> &str {
+    key.rsplit_once(' ').map_or(key, |(origin, _)| origin)
+}
+
 mod fleet;
+pub mod signals;
+pub use crate::http::signal::Signal;
 #[cfg(test)]
 use fleet::interleaved_slot;
+use signals::Pauses;
+pub use signals::SignalSettings;
 
 #[cfg(test)]
 mod tests;
