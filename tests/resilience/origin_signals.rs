@@ -348,3 +348,42 @@ async fn without_a_fleet_a_429_holds_then_spaces_and_refuses_past_max_wait() {
     );
     assert_eq!(origin.hits("/next"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_robots_txt_429_with_retry_after_pauses_the_origin_too() {
+    let origin = Origin::with_robots_reply(Reply::status(429).header("retry-after", "2")).await;
+    let proxy = Proxy::start_with(|c| {
+        crate::support::admin(c);
+        c.politeness.max_wait = Duration::from_secs(30);
+    })
+    .await;
+    // Today's policy: all disallowed until robots.txt is fetched again.
+    assert_eq!(proxy.get(&origin.url("/first")).await.status, 503);
+    let refused = arrival(&origin, "/robots.txt");
+    // Its Retry-After pauses the origin.
+    let explained = until("the pause from robots.txt", || async {
+        let j = proxy.explain(&origin.url("/x")).await;
+        (j["politeness"]["pause"]["status"] == 429).then_some(j)
+    })
+    .await;
+    assert_eq!(explained["politeness"]["cause"], "retry_after");
+    let line = proxy
+        .audit()
+        .into_iter()
+        .find(|l| l["kind"] == "politeness")
+        .expect("a politeness line");
+    assert!(
+        line["url"]
+            .as_str()
+            .is_some_and(|u| u.ends_with("/robots.txt")),
+        "{line}"
+    );
+    origin.robots("User-agent: *\nAllow: /\n");
+    let page = until("the page once robots.txt is fetched again", || async {
+        let r = proxy.get(&origin.url("/page")).await;
+        (r.status == 200).then_some(r)
+    })
+    .await;
+    assert_eq!(page.status, 200);
+    assert!(arrival(&origin, "/page") + EARLY >= refused + Duration::from_secs(2));
+}

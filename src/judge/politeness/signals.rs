@@ -346,4 +346,56 @@ mod tests {
         tokio::time::advance(s(5)).await;
         assert_eq!(p.record(o, 503, None, 0.0).map(|s| s.level), Some(4));
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_paused_origin_holds_every_agent_then_spaces_or_refuses() {
+        use super::super::{Mode, NotNow, Politeness, PolitenessSettings};
+        let p = std::sync::Arc::new(Politeness::new(PolitenessSettings {
+            mode: Mode::Delay {
+                max_wait: s(10),
+                max_queue: 0,
+            },
+            ..PolitenessSettings::default()
+        }));
+        let origin = "https://a.example:443";
+        let t0 = Instant::now();
+        p.record_signal(origin, 429, Some(s(3))).expect("a pause");
+        // No Crawl-delay: held to the pause's end, whatever the agent.
+        let q = p.clone();
+        let free = tokio::spawn(async move {
+            q.acquire_signalled(&format!("{origin} otherbot"), None)
+                .await
+        });
+        // A Crawl-delay of 1 s: the first at the end, the next 1 s later.
+        let mut spaced = Vec::new();
+        for _ in 0..2 {
+            let q = p.clone();
+            spaced.push(tokio::spawn(async move {
+                q.acquire_signalled(&format!("{origin} bot"), Some(1.0))
+                    .await
+                    .map(|_| t0.elapsed())
+            }));
+        }
+        assert_eq!(free.await.expect("task"), Ok(s(3)));
+        let mut at = Vec::new();
+        for t in spaced {
+            at.push(t.await.expect("task").expect("held"));
+        }
+        at.sort();
+        assert_eq!(at, [s(3), s(4)]);
+        // Past max_wait: refused with the signal.
+        p.record_signal(origin, 503, Some(s(60))).expect("a pause");
+        match p.acquire_signalled(&format!("{origin} bot"), None).await {
+            Err(NotNow::Paused(limited, signal)) => {
+                assert_eq!(limited.retry_after, s(60));
+                assert_eq!((signal.status, signal.retry_after), (503, Some(60)));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Another origin is not paused.
+        assert_eq!(
+            p.acquire_signalled("https://b.example:443 bot", None).await,
+            Ok(Duration::ZERO)
+        );
+    }
 }
