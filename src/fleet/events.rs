@@ -2,7 +2,8 @@
 //! channel (`robots-proxy:<name>:events`): an origin's robots.txt was
 //! stored (nodes waiting for it look again), or something was purged
 //! (every node drops its own copy), or a node reloaded its
-//! configuration (every node reads its own again).
+//! configuration (every node reads its own again), or an origin said
+//! "slow down" (every node holds its requests to it, [`super::pauses`]).
 //!
 //! One subscriber task per process, started by the first
 //! [`Fleet::events`] call, reconnects every [`RETRY_EVERY`] while Redis is

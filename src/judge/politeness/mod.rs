@@ -1,6 +1,7 @@
 //! Per (origin, agent) politeness: at most one request per interval, where
 //! the interval is the larger of robots.txt `Crawl-delay` and a configured
-//! default minimum interval.
+//! default minimum interval; and none while the origin is paused by its
+//! own 429 or 503 ([`signals`]).
 //!
 //! Each key keeps the instant of its last granted slot. A request is given
 //! the slot `max(now, last + interval)`; in [`Mode::Delay`] it sleeps until
@@ -279,8 +280,10 @@ impl Politeness {
     }
 
     /// Waits for (Delay) or checks (Reject) the next slot of `key`, e.g.
-    /// `"https://example.com:443 googlebot"`. With neither a crawl delay nor
-    /// a default interval this returns at once without touching any state.
+    /// `"https://example.com:443 googlebot"`, no earlier than the end of a
+    /// pause of its origin ([`signals`]). With neither a crawl delay, a
+    /// default interval nor a pause this returns at once without touching
+    /// any state.
     ///
     /// Returns how long the request was held. If the future is dropped
     /// while waiting (the client gave up), its slot is given back when it
