@@ -349,7 +349,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_paused_origin_holds_every_agent_then_spaces_or_refuses() {
-        use super::super::{Mode, NotNow, Politeness, PolitenessSettings};
+        use crate::judge::politeness::{Mode, NotNow, Politeness, PolitenessSettings};
         let p = std::sync::Arc::new(Politeness::new(PolitenessSettings {
             mode: Mode::Delay {
                 max_wait: s(10),
