@@ -332,6 +332,19 @@ async fn without_a_fleet_a_429_holds_then_spaces_and_refuses_past_max_wait() {
         Some(5.0),
         "every page was held by the pause: {text}"
     );
+    // The signal's line is in the chain: `audit verify` passes on it, and
+    // `audit report` counts it as no request.
+    let path = proxy.audit_path.to_str().expect("path").to_owned();
+    let verified = crate::support::binary::run(&["audit", "verify", &path]);
+    assert!(
+        verified.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verified.stdout),
+        String::from_utf8_lossy(&verified.stderr)
+    );
+    assert!(proxy.audit().iter().any(|l| l["kind"] == "politeness"));
+    let report = crate::support::binary::run(&["audit", "report", &path]);
+    assert!(report.status.success());
     let explained = proxy.explain(&origin.url("/x")).await;
     assert_eq!(explained["politeness"]["schedule"], "this process");
     assert_eq!(explained["politeness"]["last_signal"]["status"], 429);
