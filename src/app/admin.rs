@@ -341,16 +341,10 @@ async fn explain_value(
         None
     };
     let rule = j.decision.rule();
-    // This origin's politeness state for the agent, if it has any.
-    let politeness = settings
-        .politeness
-        .next_slot(&j.politeness_key())
-        .map(|(interval, next)| {
-            json!({
-                "interval_secs": interval.as_secs_f64(),
-                "next_slot_in_secs": next.as_secs_f64(),
-            })
-        });
+    // This origin's politeness schedule for the agent, if anything holds
+    // its requests back.
+    let politeness =
+        super::schedule::politeness(&settings, &j.politeness_key(), j.crawl_delay).await;
     Ok(json!({
         "url": j.url(),
         "agent": j.agent,
@@ -676,6 +670,12 @@ pub(crate) async fn follow_fleet_purges(
                     Ok(Event::Subscribed { heard }) => heard,
                     _ => Some(last_received),
                 });
+                continue;
+            }
+            // Another node saw an origin's 429 or 503: this one holds its
+            // requests to it too ([`crate::fleet::pauses`]).
+            Ok(Event::Paused(p)) => {
+                fleet.known_pauses().learn(&p.origin, p.left, p.signal);
                 continue;
             }
             Ok(Event::Fetched(_) | Event::Reload { .. } | Event::Moved(_) | Event::Lost { .. }) => {

@@ -3,6 +3,7 @@
 
 pub(crate) mod admin;
 mod html;
+mod schedule;
 pub(crate) mod state;
 mod web;
 
@@ -401,6 +402,9 @@ impl App {
             let view: Arc<dyn ProxyView> = self.proxy.clone();
             tokio::spawn(crate::app::admin::follow_fleet_purges(view, fleet))
         });
+        // robots.txt fetches answered 429 or 503 with Retry-After pause
+        // their origins.
+        let robots_signals = tokio::spawn(self.proxy.clone().follow_robots_signals());
         // The fleet's heartbeat (live nodes, and Redis tried again during
         // an outage): kept across reloads, like the fleet.
         let heartbeat = self
@@ -420,7 +424,12 @@ impl App {
             limits,
         )
         .await;
-        for task in admin_task.into_iter().chain(fleet_task).chain(heartbeat) {
+        for task in admin_task
+            .into_iter()
+            .chain(fleet_task)
+            .chain(heartbeat)
+            .chain([robots_signals])
+        {
             task.abort();
         }
         // Bounded by fleet.timeout; an unreachable Redis forgets the node

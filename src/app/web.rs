@@ -299,9 +299,22 @@ fn politeness(state: &AdminState) -> Markup {
         |d| format!("{:.3} s", d.as_secs_f64()),
     );
     let busy = p.busiest(TOP);
+    let fleet = settings.fleet.as_deref();
+    let mut paused = match fleet {
+        Some(f) => f.known_pauses().all(),
+        None => p.paused(),
+    };
+    paused.sort_by_key(|(_, s)| std::cmp::Reverse(s.until));
+    paused.truncate(TOP);
+    let schedules = if fleet.is_some() {
+        "the fleet's, on Redis (as this node last booked them; /explain reads Redis)"
+    } else {
+        "this process's"
+    };
     html! {
         h2 id="politeness" { "Crawl-delay queues" }
         table {
+            tr { th { "schedules" } td { (schedules) } }
             tr { th { "mode" } td { (mode) } }
             tr { th { "default interval" } td { (default) } }
             tr {
@@ -331,6 +344,18 @@ fn politeness(state: &AdminState) -> Markup {
                         td class="n" { (format!("{:.3} s", interval.as_secs_f64())) }
                         td class="n" { (format!("{:.3} s", wait.as_secs_f64())) }
                         td class="n" { (booked) }
+                    }
+                }
+            }
+        }
+        @if !paused.is_empty() {
+            h3 { "Paused by the origin (429, 503)" }
+            table id="paused" {
+                tr { th { "origin" } th { "signal" } }
+                @for (origin, signal) in &paused {
+                    tr {
+                        td class="url" { (origin) }
+                        td { (signal.describe()) }
                     }
                 }
             }

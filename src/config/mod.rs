@@ -416,6 +416,22 @@ pub struct PolitenessConfig {
     pub max_crawl_delay: Duration,
     /// Origins whose limiter state is kept.
     pub max_tracked: usize,
+    /// Whether an origin's 429 or 503 with `Retry-After` pauses it until
+    /// then (else the back-off applies).
+    pub honor_retry_after: bool,
+    /// The most one `Retry-After` can pause an origin.
+    #[serde(deserialize_with = "duration")]
+    pub max_retry_after: Duration,
+    /// A 429 or 503 without `Retry-After`: the first pause, doubling on
+    /// each repeat (0s = off).
+    #[serde(deserialize_with = "duration")]
+    pub backoff: Duration,
+    /// The ceiling of the doubling.
+    #[serde(deserialize_with = "duration")]
+    pub backoff_max: Duration,
+    /// This long without a 429 or 503 after a pause resets the doubling.
+    #[serde(deserialize_with = "duration")]
+    pub backoff_forgive: Duration,
 }
 
 /// Who may use the proxy.
@@ -617,8 +633,45 @@ impl PolitenessConfig {
             default_interval: (!self.default_interval.is_zero()).then_some(self.default_interval),
             max_tracked: self.max_tracked.max(1),
             max_crawl_delay: self.max_crawl_delay,
+            signals: crate::judge::politeness::SignalSettings {
+                honor_retry_after: self.honor_retry_after,
+                max_retry_after: self.max_retry_after,
+                backoff: self.backoff,
+                backoff_max: self.backoff_max,
+                backoff_forgive: self.backoff_forgive,
+            },
             ..PolitenessSettings::default()
         }
+    }
+}
+
+impl PolitenessConfig {
+    /// What is wrong with the keys of an origin's signals, each naming
+    /// its key.
+    fn signal_errors(&self) -> Vec<String> {
+        let mut errors = Vec::new();
+        if self.max_retry_after.is_zero() {
+            errors.push(
+                "key `politeness.max_retry_after` must be longer than 0s (to ignore Retry-After, \
+                 set `politeness.honor_retry_after = false`)"
+                    .to_string(),
+            );
+        }
+        if !self.backoff.is_zero() && self.backoff_max < self.backoff {
+            errors.push(format!(
+                "key `politeness.backoff_max` ({}) must be at least `politeness.backoff` ({})",
+                humantime::format_duration(self.backoff_max),
+                humantime::format_duration(self.backoff)
+            ));
+        }
+        if !self.backoff.is_zero() && self.backoff_forgive.is_zero() {
+            errors.push(
+                "key `politeness.backoff_forgive` must be longer than 0s (with it 0s the \
+                 back-off would never double)"
+                    .to_string(),
+            );
+        }
+        errors
     }
 }
 
@@ -633,6 +686,11 @@ impl Default for PolitenessConfig {
             max_queue: 64,
             max_crawl_delay: Duration::from_secs(60),
             max_tracked: 100_000,
+            honor_retry_after: true,
+            max_retry_after: Duration::from_secs(3600),
+            backoff: Duration::from_secs(30),
+            backoff_max: Duration::from_secs(3600),
+            backoff_forgive: Duration::from_secs(600),
         }
     }
 }
@@ -942,6 +1000,7 @@ impl Config {
         if self.client_header_timeout.is_zero() {
             errors.push("key `client_header_timeout` must be longer than 0s".to_string());
         }
+        errors.extend(self.politeness.signal_errors());
         if self.tunnel_idle_timeout.is_zero() {
             errors.push("key `tunnel_idle_timeout` must be longer than 0s".to_string());
         }
@@ -1186,6 +1245,46 @@ mod tests {
         assert_eq!(c.agent, "robots-proxy");
         assert_eq!(c.robots.default_ttl, Duration::from_secs(86_400));
         assert!(!c.allow_private_destinations);
+    }
+
+    #[test]
+    fn an_origins_signals_are_configured_and_checked() {
+        let c = parse("").expect("defaults");
+        let s = c.politeness.settings().signals;
+        assert!(s.honor_retry_after);
+        assert_eq!(
+            (
+                s.max_retry_after,
+                s.backoff,
+                s.backoff_max,
+                s.backoff_forgive
+            ),
+            (
+                Duration::from_secs(3600),
+                Duration::from_secs(30),
+                Duration::from_secs(3600),
+                Duration::from_secs(600)
+            )
+        );
+        let set = parse(
+            "[politeness]\nhonor_retry_after = false\nbackoff = \"0s\"\nbackoff_max = \"1s\"\n",
+        )
+        .expect("back-off off");
+        assert!(!set.politeness.honor_retry_after);
+        for (text, key) in [
+            ("max_retry_after = \"0s\"", "politeness.max_retry_after"),
+            (
+                "backoff = \"1m\"\nbackoff_max = \"30s\"",
+                "politeness.backoff_max",
+            ),
+            ("backoff_forgive = \"0s\"", "politeness.backoff_forgive"),
+            ("backoff = \"soon\"", "backoff"),
+        ] {
+            let err = parse(&format!("[politeness]\n{text}\n"))
+                .expect_err(text)
+                .to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
     }
 
     #[test]

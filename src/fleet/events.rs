@@ -2,7 +2,8 @@
 //! channel (`robots-proxy:<name>:events`): an origin's robots.txt was
 //! stored (nodes waiting for it look again), or something was purged
 //! (every node drops its own copy), or a node reloaded its
-//! configuration (every node reads its own again).
+//! configuration (every node reads its own again), or an origin said
+//! "slow down" (every node holds its requests to it, [`super::pauses`]).
 //!
 //! One subscriber task per process, started by the first
 //! [`Fleet::events`] call, reconnects every [`RETRY_EVERY`] while Redis is
@@ -192,6 +193,9 @@ pub enum Event {
     /// there: the fleet's keys were lost (`FLUSHALL`, a failover to an
     /// empty replica). Every node handles it as the return from an outage.
     Lost { from: Author },
+    /// An origin said "slow down" (429, 503): every node holds its
+    /// requests until the pause ends ([`super::pauses`]).
+    Paused(super::pauses::Paused),
 }
 
 impl Event {
@@ -203,6 +207,7 @@ impl Event {
             Event::Reload { .. } => return format!("reload\n{node}\nconfiguration").into_bytes(),
             Event::Lost { .. } => return format!("lost\n{node}\nkeys").into_bytes(),
             Event::Subscribed { .. } | Event::Recovered => return Vec::new(),
+            Event::Paused(p) => return format!("paused\n{node}\n{}", p.encode()).into_bytes(),
             Event::Purged { what, .. } => match what {
                 Purge::Robots(v) => ("purge-robots", v),
                 Purge::Url(v) => ("purge-url", v),
@@ -237,6 +242,7 @@ impl Event {
             },
             "reload" => Event::Reload { from },
             "lost" => Event::Lost { from },
+            "paused" => Event::Paused(super::pauses::Paused::decode(&value)?),
             _ => return None,
         })
     }
@@ -285,6 +291,14 @@ impl Fleet {
             from: self.author(),
         }
         .encode_from(&self.author());
+        self.publish(message).await
+    }
+
+    /// Publishes a message made by [`Event::encode_from`].
+    pub(crate) async fn publish_message(
+        &self,
+        message: Vec<u8>,
+    ) -> Result<u64, super::Unavailable> {
         self.publish(message).await
     }
 

@@ -22,6 +22,7 @@ pub mod events;
 pub mod memory;
 mod metrics;
 pub mod nodes;
+pub mod pauses;
 pub mod queue;
 pub mod rate;
 pub mod robots;
@@ -120,6 +121,8 @@ pub struct Fleet {
     peers: crate::http::destination::PeerListeners,
     /// The requests this node holds on the fleet's schedules ([`queue`]).
     waiters: queue::Waiters,
+    /// The origins this node knows to be paused ([`pauses`]).
+    pauses: pauses::Known,
 }
 
 /// Upper bounds (microseconds) of the Redis round-trip histogram:
@@ -218,6 +221,7 @@ impl Fleet {
             listeners: Mutex::new(String::new()),
             peers: Default::default(),
             waiters: queue::Waiters::default(),
+            pauses: pauses::Known::default(),
         })
     }
 

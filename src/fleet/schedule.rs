@@ -42,9 +42,11 @@ use super::{Failure, Fleet, Unavailable, micros};
 /// `fleet::queue`: added to KEYS[1] .. ':held' when the booking waits; empty
 /// or absent: none); expected ('1': this node booked the key recently, so
 /// it must exist: when it does not, the fleet's keys were lost and `{2, 0,
-/// 0}` is returned, nothing booked). Returns `{1, wait, slot}` when booked,
-/// `{0, wait, 0}` when refused (nothing stored); a stored value that is no
-/// number or more than a day ahead is read as none. Microseconds since the epoch
+/// 0, 0}` is returned, nothing booked). KEYS[2] is the origin's pause
+/// ([`super::pauses`]): no slot before its end, and `max_queue` counts from
+/// it. Returns `{1, wait, slot, pause left}` when booked, `{0, wait, 0,
+/// pause left}` when refused (nothing stored); a stored value that is no
+/// number or more than a day ahead (a pause: a year) is read as none. Microseconds since the epoch
 /// fit a Lua double exactly; they are written with `%.0f` since `tostring`
 /// would round them.
 const BOOK_SCRIPT: &str = r"
@@ -54,10 +56,13 @@ local interval = tonumber(ARGV[1])
 local max_wait = tonumber(ARGV[2])
 local max_queue = tonumber(ARGV[3])
 local nodes = tonumber(ARGV[5])
-if ARGV[8] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then return {2, 0, 0} end
+if ARGV[8] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then return {2, 0, 0, 0} end
 local next = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
 if next ~= next or next > now + 86400000000 then next = 0 end
-local slot = math.max(now, next, tonumber(ARGV[4]))
+local pause = tonumber(redis.call('HGET', KEYS[2], 'until') or '0') or 0
+if pause ~= pause or pause > now + 31622400000000 then pause = 0 end
+local base = math.max(now, pause)
+local slot = math.max(base, next, tonumber(ARGV[4]))
 local spacing = interval
 if nodes > 1 and interval > 0 then
   local m = math.ceil(slot / interval)
@@ -66,8 +71,8 @@ if nodes > 1 and interval > 0 then
   spacing = interval * nodes
 end
 local wait = slot - now
-if wait > max_wait or (max_queue > 0 and wait > spacing * max_queue) then
-  return {0, wait, 0}
+if wait > max_wait or (max_queue > 0 and slot - base > spacing * max_queue) then
+  return {0, wait, 0, math.max(pause - now, 0)}
 end
 local ttl = math.ceil((wait + 3 * interval) / 1000) + 1
 redis.call('SET', KEYS[1], string.format('%.0f', slot + interval),
@@ -78,7 +83,7 @@ if wait > 0 and ARGV[7] and ARGV[7] ~= '' then
   redis.call('ZADD', held, string.format('%.0f', slot), ARGV[7])
   redis.call('PEXPIRE', held, string.format('%.0f', ttl))
 end
-return {1, wait, slot}
+return {1, wait, slot, math.max(pause - now, 0)}
 ";
 
 static BOOK: std::sync::LazyLock<redis::Script> =
@@ -168,11 +173,29 @@ impl Fleet {
         bounds: Bounds,
         ticket: &str,
     ) -> Result<(Booking, u64), Failure> {
+        self.book_paused(key, interval, max_wait, max_queue, bounds, ticket)
+            .await
+            .map(|(booking, slot, _)| (booking, slot))
+    }
+
+    /// [`Fleet::book_within`], with how long the origin's pause has to
+    /// run ([`super::pauses`]; zero: none).
+    pub async fn book_paused(
+        &self,
+        key: &str,
+        interval: Duration,
+        max_wait: Duration,
+        max_queue: usize,
+        bounds: Bounds,
+        ticket: &str,
+    ) -> Result<(Booking, u64, Duration), Failure> {
         let (nodes, rank) = bounds.grid.unwrap_or((1, 0));
         let allowance = bounds.allowance.unwrap_or(self.timeout());
-        let (booked, wait, slot) = self
+        let origin = key.rsplit_once(' ').map_or(key, |(o, _)| o);
+        let (booked, wait, slot, pause) = self
             .call_within(allowance, |mut conn| async move {
                 BOOK.key(self.schedule_key(key))
+                    .key(self.pause_key(origin))
                     .arg(micros(interval))
                     .arg(micros(max_wait))
                     .arg(max_queue as u64)
@@ -181,16 +204,17 @@ impl Fleet {
                     .arg(rank as u64)
                     .arg(ticket)
                     .arg(if bounds.expected { "1" } else { "" })
-                    .invoke_async::<(i64, i64, i64)>(&mut conn)
+                    .invoke_async::<(i64, i64, i64, i64)>(&mut conn)
                     .await
             })
             .await?;
         let wait = Duration::from_micros(u64::try_from(wait).unwrap_or(0));
         let slot = u64::try_from(slot).unwrap_or(0);
+        let paused = Duration::from_micros(u64::try_from(pause).unwrap_or(0));
         Ok(match booked {
-            1 => (Booking::Wait(wait), slot),
-            2 => (Booking::Lost, 0),
-            _ => (Booking::Refused(wait), 0),
+            1 => (Booking::Wait(wait), slot, paused),
+            2 => (Booking::Lost, 0, paused),
+            _ => (Booking::Refused(wait), 0, paused),
         })
     }
 

@@ -8,4 +8,5 @@ pub mod destination;
 pub(crate) mod files;
 pub(crate) mod headers;
 pub mod origin;
+pub mod signal;
 pub(crate) mod text;

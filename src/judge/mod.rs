@@ -145,6 +145,10 @@ impl Decision {
                 limit: Limit::FleetUnavailable,
                 ..
             } => "the fleet's shared Crawl-delay schedule (Redis) is unavailable".into(),
+            Decision::RateLimited {
+                limit: Limit::OriginPause(signal),
+                ..
+            } => signal.describe(),
             Decision::Refused { reason } => reason.clone(),
             Decision::BadGateway { reason } => format!("upstream TLS failed: {reason}"),
             Decision::BadRequest { reason } => reason.clone(),
@@ -181,6 +185,8 @@ pub enum Limit {
     /// The fleet's shared Crawl-delay schedule (Redis) is unavailable and
     /// `fleet.on_unavailable = "refuse"`: 503.
     FleetUnavailable,
+    /// The origin's own 429 or 503 paused it, past `max_wait`.
+    OriginPause(politeness::Signal),
 }
 
 /// A decision with everything needed to explain it.

@@ -85,6 +85,9 @@ impl Outcome {
     }
 }
 
+/// The causes of a politeness hold or refusal.
+const POLITENESS_CAUSES: [&str; 4] = ["crawl_delay", "default_interval", "retry_after", "backoff"];
+
 /// The proxy's series; cheap clones of shared counters.
 #[derive(Clone, Debug)]
 pub(crate) struct ProxyMetrics {
@@ -92,6 +95,10 @@ pub(crate) struct ProxyMetrics {
     upstream_latency: Histogram,
     politeness_hold: Histogram,
     politeness_waiting: Gauge,
+    /// Requests held or refused by politeness, by cause.
+    politeness: Family<[(&'static str, &'static str); 2], Counter>,
+    /// Pauses origins' 429s and 503s made, by cause.
+    origin_pauses: Family<[(&'static str, &'static str); 1], Counter>,
 }
 
 impl ProxyMetrics {
@@ -106,7 +113,29 @@ impl ProxyMetrics {
             upstream_latency: Histogram::new(LATENCY_BUCKETS),
             politeness_hold: Histogram::new(HOLD_BUCKETS),
             politeness_waiting: Gauge::default(),
+            politeness: Family::default(),
+            origin_pauses: Family::default(),
         };
+        for cause in POLITENESS_CAUSES {
+            for result in ["held", "refused"] {
+                let _ = m
+                    .politeness
+                    .get_or_create(&[("cause", cause), ("result", result)]);
+            }
+        }
+        for cause in ["retry_after", "backoff"] {
+            let _ = m.origin_pauses.get_or_create(&[("cause", cause)]);
+        }
+        registry.register(
+            "robots_proxy_politeness",
+            "Requests held or refused by politeness, by cause (crawl_delay, default_interval, retry_after, backoff)",
+            m.politeness.clone(),
+        );
+        registry.register(
+            "robots_proxy_origin_pauses",
+            "Pauses an origin's own 429 or 503 made, by cause (retry_after, backoff)",
+            m.origin_pauses.clone(),
+        );
         registry.register(
             "robots_proxy_requests",
             "Client requests by what the proxy decided",
@@ -148,6 +177,20 @@ impl ProxyMetrics {
     /// Requests held for their Crawl-delay slot now.
     pub(crate) fn politeness_waiting_now(&self) -> i64 {
         self.politeness_waiting.get()
+    }
+
+    /// Counts a request held (`refused` false) or refused by politeness
+    /// for `cause`.
+    pub(crate) fn politeness(&self, cause: &'static str, refused: bool) {
+        let result = if refused { "refused" } else { "held" };
+        self.politeness
+            .get_or_create(&[("cause", cause), ("result", result)])
+            .inc();
+    }
+
+    /// Counts a pause an origin's signal made.
+    pub(crate) fn origin_pause(&self, cause: &'static str) {
+        self.origin_pauses.get_or_create(&[("cause", cause)]).inc();
     }
 
     /// Records how long a request was held for its politeness slot.

@@ -7,6 +7,7 @@ pub(crate) mod metrics;
 pub(crate) mod phases;
 mod pipeline;
 pub(crate) mod respond;
+mod signals;
 pub(crate) mod slots;
 pub(crate) mod upgrade;
 

@@ -239,6 +239,8 @@ pub(crate) struct Judged<'a> {
     method: &'a str,
     /// The request's own `User-Agent`.
     ua: Option<&'a HeaderValue>,
+    /// Why politeness held or refused it, if it did.
+    politeness: Option<&'static str>,
 }
 
 impl<'a> Judged<'a> {
@@ -253,6 +255,15 @@ impl<'a> Judged<'a> {
             caller,
             method,
             ua,
+            politeness: None,
+        }
+    }
+
+    /// With why politeness held or refused it.
+    pub(crate) fn politeness(self, cause: Option<&'static str>) -> Judged<'a> {
+        Judged {
+            politeness: cause,
+            ..self
         }
     }
 }
@@ -323,6 +334,7 @@ impl Proxy {
                     caller,
                     method,
                     ua,
+                    politeness,
                 } = judged;
                 let allowed = judgement.decision.is_allowed();
                 let tunnel = matches!(line, Line::Tunnel(_));
@@ -347,6 +359,7 @@ impl Proxy {
                     name,
                 );
                 record.user_agent = ua.and_then(|v| v.to_str().ok());
+                record.politeness = politeness;
                 if let Line::Request(_, cache) = line {
                     record.cache = cache.map(CacheOutcome::as_str);
                 }

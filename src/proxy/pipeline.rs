@@ -41,6 +41,9 @@ pub(crate) struct Ctx<'a> {
     /// How long it has waited on the fleet's Redis (its user's quota):
     /// taken from the `fleet.timeout` its Crawl-delay booking may wait.
     pub(crate) fleet_spent: Duration,
+    /// Why politeness held or refused it (`crawl_delay`,
+    /// `default_interval`, `retry_after`, `backoff`), if it did.
+    pub(crate) politeness_cause: Option<&'static str>,
     /// The request's `User-Agent`, for the audit lines written after it
     /// is forwarded (a response's usage preference): kept only when
     /// purposes are declared, as a copy costs an allocation per request.
@@ -51,7 +54,8 @@ impl Ctx<'_> {
     /// The record phase's line for this request, on `judgement`, with what
     /// the response cache did; `ua`, the request's own `User-Agent`.
     fn line<'b>(&'b self, judgement: &'b Judgement, ua: Option<&'b HeaderValue>) -> Line<'b> {
-        let judged = Judged::new(judgement, self.caller, self.method.as_str(), ua);
+        let judged = Judged::new(judgement, self.caller, self.method.as_str(), ua)
+            .politeness(self.politeness_cause);
         Line::Request(judged, self.cache)
     }
 
@@ -176,7 +180,9 @@ impl Proxy {
         // that refuses it; record writes the line of the judgement as the
         // phases left it, before anything is forwarded.
         let limited;
-        let judgement = match self.politeness(ctx).await {
+        let (acquired, cause) = self.politeness(ctx).await;
+        ctx.politeness_cause = cause;
+        let judgement = match acquired {
             Ok(held) => {
                 ctx.held = held;
                 &ctx.judgement
@@ -258,6 +264,7 @@ impl Proxy {
             cache: None,
             held: Duration::ZERO,
             fleet_spent,
+            politeness_cause: None,
             client_ua,
         };
         (ctx, req)
@@ -363,20 +370,37 @@ impl Proxy {
         }
     }
 
-    /// The politeness phase: waits for the origin's Crawl-delay slot; how
-    /// long the request was held, or the `rate_limited` decision that
-    /// refuses it. Most origins have no Crawl-delay: no key is built then.
-    async fn politeness(&self, ctx: &Ctx<'_>) -> Result<Duration, Decision> {
+    /// The politeness phase: waits for the origin's Crawl-delay slot (no
+    /// earlier than the end of a pause its own 429 or 503 made); how long
+    /// the request was held, or the `rate_limited` decision that refuses
+    /// it; with the cause when it was held or refused. Most origins have
+    /// no Crawl-delay and no pause: no key is built then (an atomic read
+    /// says no origin is paused, or the origin is looked up).
+    async fn politeness(
+        &self,
+        ctx: &Ctx<'_>,
+    ) -> (Result<Duration, Decision>, Option<&'static str>) {
         let politeness = &ctx.settings.politeness;
         let judgement = &ctx.judgement;
-        if !judgement.decision.is_allowed()
-            || politeness
-                .effective_interval(judgement.crawl_delay)
-                .is_none()
-        {
-            return Ok(Duration::ZERO);
+        let fleet = ctx.settings.fleet.as_deref();
+        let interval = politeness.effective_interval(judgement.crawl_delay);
+        let any_paused = politeness.any_paused(fleet);
+        if !judgement.decision.is_allowed() || (interval.is_none() && !any_paused) {
+            return (Ok(Duration::ZERO), None);
         }
         let key = judgement.politeness_key();
+        let pause = if any_paused {
+            politeness.known_pause(crate::judge::politeness::origin_of(&key), fleet)
+        } else {
+            None
+        };
+        if interval.is_none() && pause.is_none() {
+            return (Ok(Duration::ZERO), None);
+        }
+        let cause = match pause {
+            Some(signal) => signal.cause(),
+            None => politeness.interval_cause(judgement.crawl_delay),
+        };
         let _waiting = self.metrics.politeness_waiting();
         let acquired = match &ctx.settings.fleet {
             Some(fleet) => {
@@ -384,21 +408,46 @@ impl Proxy {
                     .acquire_in_fleet(fleet, &key, judgement.crawl_delay, ctx.fleet_spent)
                     .await
             }
-            None => politeness
-                .acquire(&key, judgement.crawl_delay)
-                .await
-                .map_err(NotNow::Limited),
+            None => {
+                politeness
+                    .acquire_signalled(&key, judgement.crawl_delay)
+                    .await
+            }
         };
-        acquired.map_err(|not_now| match not_now {
-            NotNow::Limited(limited) => Decision::RateLimited {
-                retry_after: limited.retry_after,
-                limit: Limit::CrawlDelay,
-            },
-            NotNow::FleetUnavailable => Decision::RateLimited {
-                retry_after: Duration::from_secs(1),
-                limit: Limit::FleetUnavailable,
-            },
-        })
+        match acquired {
+            Ok(held) if held.is_zero() => (Ok(held), None),
+            Ok(held) => {
+                self.metrics.politeness(cause, false);
+                (Ok(held), Some(cause))
+            }
+            Err(not_now) => {
+                let (decision, cause) = match not_now {
+                    NotNow::Limited(limited) => (
+                        Decision::RateLimited {
+                            retry_after: limited.retry_after,
+                            limit: Limit::CrawlDelay,
+                        },
+                        cause,
+                    ),
+                    NotNow::FleetUnavailable => (
+                        Decision::RateLimited {
+                            retry_after: Duration::from_secs(1),
+                            limit: Limit::FleetUnavailable,
+                        },
+                        cause,
+                    ),
+                    NotNow::Paused(limited, signal) => (
+                        Decision::RateLimited {
+                            retry_after: limited.retry_after,
+                            limit: Limit::OriginPause(signal),
+                        },
+                        signal.cause(),
+                    ),
+                };
+                self.metrics.politeness(cause, true);
+                (Err(decision), Some(cause))
+            }
+        }
     }
 
     /// The forward phase: the request goes to the origin. A response the
@@ -451,6 +500,12 @@ impl Proxy {
         )
         .await;
         self.metrics.observe_upstream(start.elapsed());
+        if let Forwarded::Response(resp) = &forwarded
+            && crate::http::signal::is_signal(resp.status().as_u16())
+        {
+            self.origin_signal(ctx, resp.status().as_u16(), resp.headers())
+                .await;
+        }
         if !ctx.held.is_zero()
             && let Forwarded::Response(resp) | Forwarded::Failed(_, resp) = &mut forwarded
         {
@@ -498,7 +553,7 @@ impl Proxy {
                     Some(r) => {
                         // A second origin request: a Crawl-delay slot of its
                         // own, or the 304 as it came when none is left.
-                        match self.politeness(ctx).await {
+                        match self.politeness(ctx).await.0 {
                             Ok(held) => ctx.held = held,
                             Err(_) => return Answer::new(answer.outcome, resp),
                         }

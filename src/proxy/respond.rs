@@ -229,6 +229,9 @@ pub(crate) fn blocked(j: &Judgement) -> Response<Body> {
                 Limit::CrawlDelay => "Held back by Crawl-delay",
                 Limit::UserQuota => "Over this user's request quota (max_rps)",
                 Limit::FleetUnavailable => "Fleet schedule unavailable",
+                Limit::OriginPause(_) => {
+                    "Held back: the origin itself asked clients to slow down (429 or 503), and its pause lasts longer than this proxy holds a request"
+                }
             },
             Some(*retry_after),
         ),

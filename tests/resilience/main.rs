@@ -21,6 +21,7 @@ mod fleet_shared;
 mod hostile_clients;
 mod informational_flood;
 mod load_fault;
+mod origin_signals;
 mod queue_moves_up;
 mod recovery;
 mod robots_fetch_budget;

@@ -479,6 +479,11 @@ impl Proxy {
         json_lines(&self.audit_path)
     }
 
+    /// The audit log's lines of one `type` (`admin`, `politeness`).
+    pub fn audit_of_type(&self, kind: &str) -> Vec<serde_json::Value> {
+        lines_of_type(&self.audit_path, kind)
+    }
+
     /// The one request line of the audit log; fails, showing them all,
     /// unless there is exactly one.
     pub fn only_audit_line(&self) -> serde_json::Value {
@@ -673,9 +678,14 @@ pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
 
 /// The admin action lines of an audit log (`"type":"admin"`).
 pub fn admin_lines(path: &Path) -> Vec<serde_json::Value> {
+    lines_of_type(path, "admin")
+}
+
+/// The lines of an audit log of one `type` (`admin`, `politeness`).
+pub fn lines_of_type(path: &Path, kind: &str) -> Vec<serde_json::Value> {
     typed_lines(path)
         .into_iter()
-        .filter(|l| l["type"] == "admin")
+        .filter(|l| l["type"] == kind)
         .collect()
 }
 

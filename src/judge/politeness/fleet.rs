@@ -9,7 +9,7 @@ use std::time::Duration;
 use lru::LruCache;
 use parking_lot::Mutex;
 
-use super::{Interleaved, Mode, NotNow, Politeness, RateLimited};
+use super::{Interleaved, Mode, NotNow, Politeness, RateLimited, Signal};
 use crate::fleet::{Booking, Bounds, Failure, Fleet, OnUnavailable};
 
 /// A request waiting for its slot on the fleet's schedule: when it is
@@ -161,8 +161,13 @@ impl Politeness {
         crawl_delay: Option<f64>,
         spent: Duration,
     ) -> Result<Duration, NotNow> {
-        let Some(interval) = self.effective_interval(crawl_delay) else {
-            return Ok(Duration::ZERO);
+        // An origin with no interval books only when this node knows it
+        // paused (`fleet::pauses`): no Redis call otherwise.
+        let known = fleet.known_pauses().current(super::origin_of(key));
+        let interval = match (self.effective_interval(crawl_delay), known) {
+            (Some(interval), _) => interval,
+            (None, Some(_)) => Duration::ZERO,
+            (None, None) => return Ok(Duration::ZERO),
         };
         let (max_wait, max_queue) = match self.mode {
             Mode::Delay {
@@ -211,12 +216,12 @@ impl Politeness {
                 expected: !lost && self.expected(key, interval, now),
             };
             let booked = fleet
-                .book_within(key, interval, max_wait, max_queue, bounds, &ticket)
+                .book_paused(key, interval, max_wait, max_queue, bounds, &ticket)
                 .await;
-            if let Ok((Booking::Wait(wait), _)) = booked {
+            if let Ok((Booking::Wait(wait), _, _)) = booked {
                 self.saw(key, now + crate::fleet::micros(wait + interval));
             }
-            if !matches!(booked, Ok((Booking::Lost, _))) {
+            if !matches!(booked, Ok((Booking::Lost, _, _))) {
                 break booked;
             }
             // The key this node booked is gone: the fleet's keys were
@@ -226,8 +231,47 @@ impl Politeness {
             listening.breaks.borrow_and_update();
             lost = true;
         };
+        // A pause this node did not hear of (its subscription was down, or
+        // it started after): its signal is read from Redis once.
+        if let Ok((_, _, left)) = &booked
+            && !left.is_zero()
+            && known.is_none()
+            && fleet
+                .known_pauses()
+                .current(super::origin_of(key))
+                .is_none()
+        {
+            let _ = fleet.shared_schedule(key).await;
+        }
+        // The pause the booking found, as this node knows it (learnt from
+        // the booking if its message was missed).
+        let paused = match &booked {
+            Ok((_, _, left)) if !left.is_zero() => Some(
+                known
+                    .or_else(|| fleet.known_pauses().current(super::origin_of(key)))
+                    .unwrap_or_else(|| {
+                        let until = crate::http::signal::unix_ms(std::time::SystemTime::now())
+                            .saturating_add(crate::fleet::millis(*left));
+                        let unknown = Signal {
+                            status: 0,
+                            retry_after: None,
+                            given: 0,
+                            until,
+                            level: 0,
+                        };
+                        fleet
+                            .known_pauses()
+                            .learn(super::origin_of(key), *left, unknown);
+                        unknown
+                    }),
+            ),
+            _ => None,
+        };
         match booked {
-            Ok((Booking::Wait(wait), slot)) => {
+            Ok((Booking::Wait(wait), slot, _)) => {
+                // What this node saw of the shared schedule, for the admin
+                // page (its own schedules are unused in a fleet).
+                self.seen_in_fleet(key, interval, wait);
                 if wait.is_zero() {
                     return Ok(wait);
                 }
@@ -247,11 +291,15 @@ impl Politeness {
                 held.done = true;
                 Ok(waited)
             }
-            Ok((Booking::Refused(wait), _)) => {
-                Err(NotNow::Limited(RateLimited { retry_after: wait }))
+            Ok((Booking::Refused(wait), _, left)) => {
+                let limited = RateLimited { retry_after: wait };
+                Err(match paused {
+                    Some(signal) if wait <= left => NotNow::Paused(limited, signal),
+                    _ => NotNow::Limited(limited),
+                })
             }
             // Twice lost in a row: Redis answers, but not as a schedule.
-            Ok((Booking::Lost, _)) | Err(Failure::Call) => {
+            Ok((Booking::Lost, _, _)) | Err(Failure::Call) => {
                 // Not an outage: Redis answers, but not this booking (cut
                 // short by the request's allowance, or a command that
                 // failed on this key). A slot of this node's own would be

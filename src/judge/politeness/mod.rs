@@ -1,6 +1,7 @@
 //! Per (origin, agent) politeness: at most one request per interval, where
 //! the interval is the larger of robots.txt `Crawl-delay` and a configured
-//! default minimum interval.
+//! default minimum interval; and none while the origin is paused by its
+//! own 429 or 503 ([`signals`]).
 //!
 //! Each key keeps the instant of its last granted slot. A request is given
 //! the slot `max(now, last + interval)`; in [`Mode::Delay`] it sleeps until
@@ -61,6 +62,7 @@ use lru::LruCache;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::fleet::Fleet;
 use queue::Queue;
 
 /// Default cap on an honoured `Crawl-delay`.
@@ -97,6 +99,8 @@ pub struct PolitenessSettings {
     /// `Crawl-delay` values above this are clamped to it, so one robots.txt
     /// cannot park clients for hours.
     pub max_crawl_delay: Duration,
+    /// What an origin's 429 or 503 does ([`signals`]).
+    pub signals: SignalSettings,
 }
 
 impl Default for PolitenessSettings {
@@ -110,6 +114,7 @@ impl Default for PolitenessSettings {
             max_tracked: 100_000,
             idle_evict_after: Duration::from_secs(600),
             max_crawl_delay: DEFAULT_MAX_CRAWL_DELAY,
+            signals: SignalSettings::default(),
         }
     }
 }
@@ -129,6 +134,21 @@ pub enum NotNow {
     Limited(RateLimited),
     /// Redis unavailable and `fleet.on_unavailable = "refuse"`.
     FleetUnavailable,
+    /// Over `max_wait` (or early in Reject mode) because the origin is
+    /// paused by the signal it gave (429, 503).
+    Paused(RateLimited, Signal),
+}
+
+impl NotNow {
+    /// The refusal, without what caused it (`FleetUnavailable`: 1 s).
+    pub fn limited(self) -> RateLimited {
+        match self {
+            NotNow::Limited(l) | NotNow::Paused(l, _) => l,
+            NotNow::FleetUnavailable => RateLimited {
+                retry_after: Duration::from_secs(1),
+            },
+        }
+    }
 }
 
 impl RateLimited {
@@ -174,6 +194,8 @@ pub struct Politeness {
     /// this node last booked it (µs of Unix time), to tell lost keys.
     seen: OnceLock<Mutex<LruCache<Box<str>, u64>>>,
     max_tracked: NonZeroUsize,
+    /// The origins paused by their own 429 or 503 (without a fleet).
+    pauses: Pauses,
 }
 
 /// This node's last slot of a key on the interleaved schedule.
@@ -238,6 +260,7 @@ impl Politeness {
             interleaved: OnceLock::new(),
             seen: OnceLock::new(),
             max_tracked: NonZeroUsize::new(max_tracked).unwrap_or(NonZeroUsize::MIN),
+            pauses: Pauses::new(config.signals, max_tracked),
         }
     }
 
@@ -260,9 +283,21 @@ impl Politeness {
         }
     }
 
+    /// What sets the interval for a `Crawl-delay`: `crawl_delay`, or
+    /// `default_interval` when it is the larger (or the only one).
+    pub fn interval_cause(&self, crawl_delay: Option<f64>) -> &'static str {
+        match (self.effective_interval(crawl_delay), self.default_interval) {
+            (Some(i), Some(d)) if i <= d => "default_interval",
+            (None, _) => "default_interval",
+            _ => "crawl_delay",
+        }
+    }
+
     /// Waits for (Delay) or checks (Reject) the next slot of `key`, e.g.
-    /// `"https://example.com:443 googlebot"`. With neither a crawl delay nor
-    /// a default interval this returns at once without touching any state.
+    /// `"https://example.com:443 googlebot"`, no earlier than the end of a
+    /// pause of its origin ([`signals`]). With neither a crawl delay, a
+    /// default interval nor a pause this returns at once without touching
+    /// any state.
     ///
     /// Returns how long the request was held. If the future is dropped
     /// while waiting (the client gave up), the request leaves the key's
@@ -275,12 +310,49 @@ impl Politeness {
         key: &str,
         crawl_delay: Option<f64>,
     ) -> Result<Duration, RateLimited> {
-        let Some(interval) = self.effective_interval(crawl_delay) else {
-            return Ok(Duration::ZERO);
-        };
+        self.acquire_signalled(key, crawl_delay)
+            .await
+            .map_err(NotNow::limited)
+    }
+
+    /// [`Politeness::acquire`], saying when a refusal is the origin's
+    /// pause (its 429 or 503): the slot is booked no earlier than the
+    /// pause's end. An origin with neither an interval nor a pause reads
+    /// one atomic and no lock.
+    pub async fn acquire_signalled(
+        &self,
+        key: &str,
+        crawl_delay: Option<f64>,
+    ) -> Result<Duration, NotNow> {
+        let interval = self.effective_interval(crawl_delay);
         let now = Instant::now();
+        let pause = self.pauses.current(origin_of(key), now);
+        let interval = match (interval, &pause) {
+            (None, None) => return Ok(Duration::ZERO),
+            (None, Some((until, signal))) => {
+                let wait = *until - now;
+                if !self.may_wait(wait) {
+                    return Err(NotNow::Paused(RateLimited { retry_after: wait }, *signal));
+                }
+                // No schedule to book: every request held goes at the end.
+                tokio::time::sleep_until(*until).await;
+                return Ok(wait);
+            }
+            (Some(interval), _) => interval,
+        };
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
-        let (mut slot, moved) = self.book(key, interval, now, ticket)?;
+        let not_before = pause.as_ref().map(|(until, _)| *until);
+        let (mut slot, moved) = match self.book(key, interval, now, not_before, ticket) {
+            Ok(booked) => booked,
+            Err(limited) => {
+                return Err(match pause {
+                    Some((until, signal)) if now + limited.retry_after <= until => {
+                        NotNow::Paused(limited, signal)
+                    }
+                    _ => NotNow::Limited(limited),
+                });
+            }
+        };
         let Some(moved) = moved else {
             return Ok(Duration::ZERO);
         };
@@ -315,6 +387,67 @@ impl Politeness {
         Ok(slot.saturating_duration_since(now))
     }
 
+    /// Whether a request may be held `wait` (Delay mode, within
+    /// `max_wait`).
+    fn may_wait(&self, wait: Duration) -> bool {
+        match self.mode {
+            Mode::Delay { max_wait, .. } => wait <= max_wait,
+            Mode::Reject => wait.is_zero(),
+        }
+    }
+
+    /// Records a signal `origin` gave (a 429 or 503, its `Retry-After`
+    /// read as a wait): the pause it makes, if any (without a fleet).
+    pub fn record_signal(
+        &self,
+        origin: &str,
+        status: u16,
+        retry_after: Option<Duration>,
+    ) -> Option<Signal> {
+        self.pauses
+            .record(origin, status, retry_after, signals::random_jitter())
+    }
+
+    /// The pause in force on `origin` (without a fleet), if any.
+    pub fn pause_of(&self, origin: &str) -> Option<Signal> {
+        self.pauses
+            .current(origin, Instant::now())
+            .map(|(_, signal)| signal)
+    }
+
+    /// Whether any origin may be paused now, on this process's pauses or
+    /// those `fleet` knows of: one atomic read, for the request path.
+    pub fn any_paused(&self, fleet: Option<&Fleet>) -> bool {
+        match fleet {
+            Some(fleet) => fleet.known_pauses().any(),
+            None => self.pauses.any(),
+        }
+    }
+
+    /// The pause in force on `origin` as this node knows it (`fleet`'s
+    /// when there is one).
+    pub fn known_pause(&self, origin: &str, fleet: Option<&Fleet>) -> Option<Signal> {
+        match fleet {
+            Some(fleet) => fleet.known_pauses().current(origin),
+            None => self.pause_of(origin),
+        }
+    }
+
+    /// The last signal `origin` gave (without a fleet), paused or not.
+    pub fn last_signal(&self, origin: &str) -> Option<Signal> {
+        self.pauses.last(origin)
+    }
+
+    /// Origins paused now (without a fleet).
+    pub fn paused(&self) -> Vec<(String, Signal)> {
+        self.pauses.paused()
+    }
+
+    /// The signal settings in force.
+    pub fn signal_settings(&self) -> &SignalSettings {
+        self.pauses.settings()
+    }
+
     /// The interval in force for `key` and how long until its next free
     /// slot (zero if free now); `None` for a key with no state.
     pub fn next_slot(&self, key: &str) -> Option<(Duration, Duration)> {
@@ -322,6 +455,33 @@ impl Politeness {
         let e = shard.peek(key)?;
         let next = e.last + e.interval;
         Some((e.interval, next.saturating_duration_since(Instant::now())))
+    }
+
+    /// Notes a slot booked on the fleet's shared schedule, `wait` from
+    /// now: in a fleet this node's own schedules are not used for
+    /// booking, and hold what it last saw of the shared one, for
+    /// [`Politeness::busiest`] and the admin page.
+    pub(crate) fn seen_in_fleet(&self, key: &str, interval: Duration, wait: Duration) {
+        let now = Instant::now();
+        let last = now + wait;
+        let mut shard = self.shard(key);
+        match shard.get_mut(key) {
+            Some(e) => {
+                e.last = e.last.max(last);
+                e.interval = interval;
+            }
+            None => {
+                self.evict_idle(&mut shard, now);
+                shard.push(
+                    key.into(),
+                    Entry {
+                        last,
+                        interval,
+                        queue: None,
+                    },
+                );
+            }
+        }
     }
 
     /// `ticket` left the queue of `key` before its slot: those behind it
@@ -358,40 +518,51 @@ impl Politeness {
         shard.peek(key)?.queue.as_ref()?.slot(ticket)
     }
 
-    /// Reserves the next slot for `key` at `now` and returns it, or refuses.
+    /// Reserves the next slot for `key` at `now`, not before `not_before`
+    /// (the end of the origin's pause), and returns it, or refuses.
     #[cfg(test)]
-    fn reserve(&self, key: &str, interval: Duration, now: Instant) -> Result<Instant, RateLimited> {
-        self.book(key, interval, now, u64::MAX)
+    fn reserve(
+        &self,
+        key: &str,
+        interval: Duration,
+        now: Instant,
+        not_before: Option<Instant>,
+    ) -> Result<Instant, RateLimited> {
+        self.book(key, interval, now, not_before, u64::MAX)
             .map(|(slot, _)| slot)
     }
 
-    /// Reserves the next slot for `key` at `now`, or refuses. A slot
-    /// after `now` is held in the key's queue under `ticket`: returned
-    /// with what tells that slots moved.
+    /// Reserves the next slot for `key` at `now`, not before `not_before`
+    /// (the end of the origin's pause), or refuses. A slot after `now` is
+    /// held in the key's queue under `ticket`: returned with what tells
+    /// that slots moved.
     fn book(
         &self,
         key: &str,
         interval: Duration,
         now: Instant,
+        not_before: Option<Instant>,
         ticket: u64,
     ) -> Result<(Instant, Option<Arc<Notify>>), RateLimited> {
+        let from = not_before.map_or(now, |t| t.max(now));
         let mut shard = self.shard(key);
         if let Some(e) = shard.get_mut(key) {
             // A changed Crawl-delay takes effect at once, measured from the
             // previous slot: no reset that would let a request through early.
-            let next = e.last + interval;
+            let next = (e.last + interval).max(from);
             let wait = next.saturating_duration_since(now);
+            // Each held request has booked one interval ahead of the next
+            // (from the pause's end), so that tells how many are held.
+            let queued = next.saturating_duration_since(from);
             let allowed = match self.mode {
                 Mode::Reject => wait.is_zero(),
-                // Each held request has booked one interval ahead of the
-                // next, so the wait tells how many are held.
                 Mode::Delay {
                     max_wait,
                     max_queue,
                 } => {
                     wait <= max_wait
                         && (max_queue == 0
-                            || wait
+                            || queued
                                 <= interval
                                     .saturating_mul(u32::try_from(max_queue).unwrap_or(u32::MAX)))
                 }
@@ -410,18 +581,33 @@ impl Politeness {
             queue.hold(ticket, slot);
             return Ok((slot, Some(queue.moved())));
         }
+        if !self.may_wait(from - now) {
+            return Err(RateLimited {
+                retry_after: from - now,
+            });
+        }
         self.evict_idle(&mut shard, now);
-        let entry = Entry {
-            last: now,
+        let mut entry = Entry {
+            last: from,
             interval,
             queue: None,
         };
+        // A first slot at a pause's end is held too, so that it is freed
+        // if its client leaves.
+        let moved = (from > now).then(|| {
+            let before = now.checked_sub(interval).unwrap_or(now);
+            let mut queue = Box::new(Queue::new(before));
+            queue.hold(ticket, from);
+            let moved = queue.moved();
+            entry.queue = Some(queue);
+            moved
+        });
         if let Some((_, old)) = shard.push(key.into(), entry)
             && !self.is_idle(&old, now)
         {
             self.evicted_active.fetch_add(1, Ordering::Relaxed);
         }
-        Ok((now, None))
+        Ok((from, moved))
     }
 
     fn is_idle(&self, e: &Entry, now: Instant) -> bool {
@@ -529,10 +715,19 @@ impl std::ops::Deref for Key {
     }
 }
 
+/// The origin of a politeness key (`"<origin> <agent>"`).
+pub(crate) fn origin_of(key: &str) -> &str {
+    key.rsplit_once(' ').map_or(key, |(origin, _)| origin)
+}
+
 mod fleet;
 mod queue;
+pub mod signals;
+pub use crate::http::signal::Signal;
 #[cfg(test)]
 use fleet::interleaved_slot;
+use signals::Pauses;
+pub use signals::SignalSettings;
 
 #[cfg(test)]
 mod tests;

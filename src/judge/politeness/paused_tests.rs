@@ -19,6 +19,7 @@ fn politeness(mode: Mode) -> Arc<Politeness> {
         max_tracked: 1000,
         idle_evict_after: Duration::from_secs(60),
         max_crawl_delay: Duration::from_secs(60),
+        signals: Default::default(),
     }))
 }
 
@@ -169,6 +170,7 @@ async fn tracked_keys_stay_bounded() {
         max_tracked: 1_000,
         idle_evict_after: Duration::from_secs(600),
         max_crawl_delay: Duration::from_secs(60),
+        signals: Default::default(),
     });
     let cap = p.capacity();
     assert!((900..=1_000).contains(&cap), "capacity {cap}");
@@ -194,6 +196,7 @@ async fn idle_keys_are_swept() {
         max_tracked: 1_000,
         idle_evict_after: ms(50),
         max_crawl_delay: Duration::from_secs(60),
+        signals: Default::default(),
     });
     for i in 0..50 {
         p.acquire(&format!("https://h{i}.example:443 bot"), Some(0.02))

@@ -7,6 +7,7 @@ fn p(mode: Mode, default_interval: Option<Duration>) -> Politeness {
         max_tracked: 1000,
         idle_evict_after: Duration::from_secs(600),
         max_crawl_delay: Duration::from_secs(60),
+        signals: Default::default(),
     })
 }
 
@@ -54,29 +55,29 @@ fn reserve_lines_up_slots_in_delay_mode() {
     );
     let t0 = Instant::now();
     let i = Duration::from_secs(1);
-    assert_eq!(pol.reserve("k", i, t0), Ok(t0));
-    assert_eq!(pol.reserve("k", i, t0), Ok(t0 + i));
-    assert_eq!(pol.reserve("k", i, t0), Ok(t0 + 2 * i));
+    assert_eq!(pol.reserve_now("k", i, t0), Ok(t0));
+    assert_eq!(pol.reserve_now("k", i, t0), Ok(t0 + i));
+    assert_eq!(pol.reserve_now("k", i, t0), Ok(t0 + 2 * i));
     // Long after: the slot is "now", not in the past.
     let later = t0 + Duration::from_secs(100);
-    assert_eq!(pol.reserve("k", i, later), Ok(later));
+    assert_eq!(pol.reserve_now("k", i, later), Ok(later));
 }
 
 #[test]
 fn changed_interval_applies_from_last_slot() {
     let pol = p(Mode::Reject, None);
     let t0 = Instant::now();
-    assert!(pol.reserve("k", Duration::from_secs(1), t0).is_ok());
+    assert!(pol.reserve_now("k", Duration::from_secs(1), t0).is_ok());
     let t1 = t0 + Duration::from_millis(1500);
     // With the old 1 s delay this would pass; the new 2 s one refuses.
     assert_eq!(
-        pol.reserve("k", Duration::from_secs(2), t1),
+        pol.reserve_now("k", Duration::from_secs(2), t1),
         Err(RateLimited {
             retry_after: Duration::from_millis(500)
         })
     );
     // And a shorter one takes effect at once too.
-    assert!(pol.reserve("k", Duration::from_secs(1), t1).is_ok());
+    assert!(pol.reserve_now("k", Duration::from_secs(1), t1).is_ok());
 }
 
 #[test]
@@ -103,7 +104,7 @@ fn the_busiest_keys_are_those_booked_furthest_ahead() {
     let i = Duration::from_secs(10);
     for (key, booked) in [("a", 1), ("b", 4), ("c", 2)] {
         for _ in 0..booked {
-            pol.reserve(key, i, t0).ok();
+            pol.reserve_now(key, i, t0).ok();
         }
     }
     let busy = pol.busiest(2);
@@ -253,19 +254,32 @@ fn idle_entries_go_before_active_ones() {
         max_tracked: 2,
         idle_evict_after: Duration::from_secs(5),
         max_crawl_delay: Duration::from_secs(60),
+        signals: Default::default(),
     });
     let t0 = Instant::now();
     let i = Duration::from_secs(1);
-    pol.reserve("a", i, t0).ok();
-    pol.reserve("b", i, t0).ok();
+    pol.reserve_now("a", i, t0).ok();
+    pol.reserve_now("b", i, t0).ok();
     assert_eq!(pol.tracked(), 2);
     // Both idle by t0+10s: inserting "c" drops them, nothing active lost.
-    pol.reserve("c", i, t0 + Duration::from_secs(10)).ok();
+    pol.reserve_now("c", i, t0 + Duration::from_secs(10)).ok();
     assert_eq!(pol.tracked(), 1);
     assert_eq!(pol.evicted_active(), 0);
     let t1 = t0 + Duration::from_secs(10);
-    pol.reserve("d", i, t1).ok();
-    pol.reserve("e", i, t1).ok();
+    pol.reserve_now("d", i, t1).ok();
+    pol.reserve_now("e", i, t1).ok();
     assert_eq!(pol.tracked(), 2);
     assert_eq!(pol.evicted_active(), 1);
+}
+
+impl Politeness {
+    /// [`Politeness::reserve`] for an origin not paused.
+    fn reserve_now(
+        &self,
+        key: &str,
+        interval: Duration,
+        now: tokio::time::Instant,
+    ) -> Result<tokio::time::Instant, RateLimited> {
+        self.reserve(key, interval, now, None)
+    }
 }

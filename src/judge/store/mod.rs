@@ -114,6 +114,18 @@ pub struct RobotsCache {
     kept: Kept,
     /// `[fleet]`: one fetch per origin for the whole fleet (`shared`).
     fleet: Option<Arc<crate::fleet::Fleet>>,
+    /// robots.txt fetches answered 429 or 503 with `Retry-After`: their
+    /// origins are paused as for any response ([`RobotsCache::signals`]).
+    signals: tokio::sync::broadcast::Sender<RobotsSignal>,
+}
+
+/// A robots.txt fetch answered 429 or 503 with `Retry-After`.
+#[derive(Debug, Clone)]
+pub struct RobotsSignal {
+    /// `scheme://host:port`.
+    pub origin: Arc<str>,
+    pub status: u16,
+    pub retry_after: std::time::Duration,
 }
 
 impl RobotsCache {
@@ -134,7 +146,14 @@ impl RobotsCache {
             metrics: StoreMetrics::default(),
             kept: Kept::new(None),
             fleet: None,
+            signals: tokio::sync::broadcast::channel(64).0,
         }
+    }
+
+    /// The robots.txt fetches answered 429 or 503 with `Retry-After`,
+    /// from now on (a receiver that falls behind loses the oldest).
+    pub fn signals(&self) -> tokio::sync::broadcast::Receiver<RobotsSignal> {
+        self.signals.subscribe()
     }
 
     /// Whether a purge came after the count was `purges`.
@@ -468,6 +487,16 @@ impl RobotsCache {
     ) -> FetchedEntry {
         let (fetched, reservation) = self.fetcher.fetch(origin).await;
         self.metrics.fetched(&fetched);
+        if let (Some(status), Some(retry_after)) = (fetched.status, fetched.retry_after)
+            && crate::http::signal::is_signal(status)
+            && !retry_after.is_zero()
+        {
+            let _ = self.signals.send(RobotsSignal {
+                origin: origin.to_string().into(),
+                status,
+                retry_after,
+            });
+        }
         let text = match &fetched.outcome {
             Concluded::Parsed(_, Some(t)) => Some((t.text.clone(), t.evidence.clone())),
             _ => None,

@@ -90,6 +90,65 @@ pub(crate) struct Record<'a> {
     /// whether it refused the request or only annotated it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) usage: Option<String>,
+    /// Why politeness held or refused the request: `crawl_delay`,
+    /// `default_interval`, `retry_after`, `backoff` (the origin's own
+    /// 429 or 503).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) politeness: Option<&'a str>,
+}
+
+/// A `politeness` line: a signal an origin gave (a 429 or 503) and the
+/// pause it made for every agent.
+#[derive(Debug, Serialize)]
+pub(crate) struct SignalRecord<'a> {
+    /// `politeness`.
+    #[serde(rename = "type")]
+    pub(crate) kind: &'static str,
+    pub(crate) time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) node: Option<&'a str>,
+    /// The origin paused (`scheme://host:port`).
+    pub(crate) origin: &'a str,
+    /// The request whose response carried the signal.
+    pub(crate) url: &'a str,
+    pub(crate) status: u16,
+    /// `Retry-After` as asked, in seconds (none: the back-off).
+    pub(crate) retry_after: Option<u64>,
+    /// `retry_after` or `backoff`.
+    pub(crate) cause: &'static str,
+    /// The back-off level (0 for a `Retry-After`).
+    pub(crate) level: u32,
+    /// When the signal was given and when the pause ends (RFC 3339).
+    pub(crate) given: String,
+    pub(crate) until: String,
+}
+
+impl<'a> SignalRecord<'a> {
+    pub(crate) fn new(
+        origin: &'a str,
+        url: &'a str,
+        signal: &crate::http::signal::Signal,
+    ) -> SignalRecord<'a> {
+        let at = |ms: u64| {
+            humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+            )
+            .to_string()
+        };
+        SignalRecord {
+            kind: "politeness",
+            time: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            node: None,
+            origin,
+            url,
+            status: signal.status,
+            retry_after: signal.retry_after,
+            cause: signal.cause(),
+            level: signal.level,
+            given: at(signal.given),
+            until: at(signal.until),
+        }
+    }
 }
 
 impl<'a> Record<'a> {
@@ -145,6 +204,7 @@ impl<'a> Record<'a> {
                 .map(|d| d.to_string()),
             cache: None,
             usage: usage.map(|n| format!("{}=n", n.purpose)),
+            politeness: None,
         }
     }
 }
@@ -183,6 +243,7 @@ impl<'a> Record<'a> {
             robots_sha256: None,
             cache: None,
             usage: None,
+            politeness: None,
         }
     }
 }
@@ -502,7 +563,7 @@ impl AuditLog {
     /// the line is in the file. A deleted or replaced file (checked at most
     /// once a second) is reopened at its path first.
     /// A failure is counted (`robots_proxy_audit_write_failures_total`).
-    pub(crate) fn write(&self, record: &Record<'_>) -> io::Result<()> {
+    pub(crate) fn write(&self, record: &impl Serialize) -> io::Result<()> {
         self.write_line(record)
     }
 

@@ -295,6 +295,10 @@ impl Report {
             self.checkpoints += 1;
             return;
         }
+        // An origin's signal (429, 503), not a request.
+        if e.kind.as_deref() == Some("politeness") {
+            return;
+        }
         let time = e.time.as_deref().unwrap_or("");
         if (opts.since.is_some() || opts.until.is_some()) && !within(time, opts) {
             self.outside += 1;
