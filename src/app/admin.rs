@@ -516,7 +516,7 @@ pub(crate) async fn follow_fleet_purges(
                 });
                 continue;
             }
-            Ok(Event::Fetched(_) | Event::Reload { .. }) => continue,
+            Ok(Event::Fetched(_) | Event::LeaseFree(_) | Event::Reload { .. }) => continue,
             Err(RecvError::Closed) => return,
         };
         if fleet.is_me(&from) {

@@ -185,6 +185,10 @@ pub(crate) fn settings_from(
         admin_auth,
         politeness,
         politeness_config: pconf,
+        flow: crate::judge::politeness::flow::Flow::new(
+            config.politeness.flow(),
+            previous.map(|p| &p.flow),
+        ),
         purposes: config.usage.purposes.clone(),
         user_purposes: config
             .access

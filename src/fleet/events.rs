@@ -171,6 +171,9 @@ pub(crate) fn new_instance() -> u64 {
 pub enum Event {
     /// An origin's robots.txt entry was stored.
     Fetched(Arc<str>),
+    /// A lease on an origin's requests in flight was given back while
+    /// nodes wait for one ([`super::lease`]).
+    LeaseFree(Arc<str>),
     /// A node (`from`) purged something.
     Purged { what: Purge, from: Author },
     /// A node (`from`) reloaded its configuration (SIGHUP): every node
@@ -191,6 +194,7 @@ impl Event {
         let node = from.encode();
         let (kind, value) = match self {
             Event::Fetched(o) => ("fetched", o),
+            Event::LeaseFree(o) => ("lease-free", o),
             Event::Reload { .. } => return format!("reload\n{node}\nconfiguration").into_bytes(),
             Event::Subscribed { .. } | Event::Recovered => return Vec::new(),
             Event::Purged { what, .. } => match what {
@@ -212,6 +216,7 @@ impl Event {
         let (from, value) = (Author::decode(from), Arc::<str>::from(value));
         Some(match kind {
             "fetched" => Event::Fetched(value),
+            "lease-free" => Event::LeaseFree(value),
             "purge-robots" => Event::Purged {
                 what: Purge::Robots(value),
                 from,
@@ -480,6 +485,7 @@ mod tests {
     fn messages_round_trip_and_junk_is_ignored() {
         for event in [
             Event::Fetched("https://a.example".into()),
+            Event::LeaseFree("https://a.example:443".into()),
             Event::Purged {
                 what: Purge::Prefix("https://a.example/x".into()),
                 from: node_1(),

@@ -19,6 +19,8 @@
 
 mod connection;
 pub mod events;
+pub mod latency;
+pub mod lease;
 mod metrics;
 pub mod nodes;
 pub mod rate;

@@ -145,6 +145,13 @@ impl Decision {
                 limit: Limit::FleetUnavailable,
                 ..
             } => "the fleet's shared Crawl-delay schedule (Redis) is unavailable".into(),
+            Decision::RateLimited {
+                retry_after,
+                limit: Limit::InFlight,
+            } => format!(
+                "max_in_flight requests to the origin in flight: retry in {:.3} s",
+                retry_after.as_secs_f64()
+            ),
             Decision::Refused { reason } => reason.clone(),
             Decision::BadGateway { reason } => format!("upstream TLS failed: {reason}"),
             Decision::BadRequest { reason } => reason.clone(),
@@ -181,6 +188,8 @@ pub enum Limit {
     /// The fleet's shared Crawl-delay schedule (Redis) is unavailable and
     /// `fleet.on_unavailable = "refuse"`: 503.
     FleetUnavailable,
+    /// `politeness.max_in_flight` requests to the origin are in flight.
+    InFlight,
 }
 
 /// A decision with everything needed to explain it.

@@ -40,6 +40,10 @@ pub(crate) struct Ctx<'a> {
     /// How long it has waited on the fleet's Redis (its user's quota):
     /// taken from the `fleet.timeout` its Crawl-delay booking may wait.
     pub(crate) fleet_spent: Duration,
+    /// Its place among its origin's requests in flight
+    /// (`politeness.max_in_flight`), from the politeness phase until the
+    /// forward phase hands it to the response body.
+    pub(crate) lease: parking_lot::Mutex<Option<crate::judge::politeness::inflight::Lease>>,
     /// The request's `User-Agent`, for the audit lines written after it
     /// is forwarded (a response's usage preference): kept only when
     /// purposes are declared, as a copy costs an allocation per request.
@@ -175,7 +179,7 @@ impl Proxy {
         // that refuses it; record writes the line of the judgement as the
         // phases left it, before anything is forwarded.
         let limited;
-        let judgement = match self.politeness(ctx).await {
+        let judgement = match self.politeness_and_in_flight(ctx).await {
             Ok(held) => {
                 ctx.held = held;
                 &ctx.judgement
@@ -257,6 +261,7 @@ impl Proxy {
             cache: None,
             held: Duration::ZERO,
             fleet_spent,
+            lease: parking_lot::Mutex::new(None),
             client_ua,
         };
         (ctx, req)
@@ -365,13 +370,12 @@ impl Proxy {
     /// The politeness phase: waits for the origin's Crawl-delay slot; how
     /// long the request was held, or the `rate_limited` decision that
     /// refuses it. Most origins have no Crawl-delay: no key is built then.
-    async fn politeness(&self, ctx: &Ctx<'_>) -> Result<Duration, Decision> {
+    pub(super) async fn politeness(&self, ctx: &Ctx<'_>) -> Result<Duration, Decision> {
         let politeness = &ctx.settings.politeness;
         let judgement = &ctx.judgement;
-        if !judgement.decision.is_allowed()
-            || politeness
-                .effective_interval(judgement.crawl_delay)
-                .is_none()
+        // Raised to the origin's response-time floor, if any.
+        let crawl_delay = Self::crawl_delay_with_latency(ctx);
+        if !judgement.decision.is_allowed() || politeness.effective_interval(crawl_delay).is_none()
         {
             return Ok(Duration::ZERO);
         }
@@ -380,11 +384,11 @@ impl Proxy {
         let acquired = match &ctx.settings.fleet {
             Some(fleet) => {
                 politeness
-                    .acquire_in_fleet(fleet, &key, judgement.crawl_delay, ctx.fleet_spent)
+                    .acquire_in_fleet(fleet, &key, crawl_delay, ctx.fleet_spent)
                     .await
             }
             None => politeness
-                .acquire(&key, judgement.crawl_delay)
+                .acquire(&key, crawl_delay)
                 .await
                 .map_err(NotNow::Limited),
         };
@@ -450,6 +454,7 @@ impl Proxy {
         )
         .await;
         self.metrics.observe_upstream(start.elapsed());
+        self.after_response(ctx, &mut forwarded, start.elapsed());
         if !ctx.held.is_zero()
             && let Forwarded::Response(resp) | Forwarded::Failed(_, resp) = &mut forwarded
         {
@@ -497,7 +502,7 @@ impl Proxy {
                     Some(r) => {
                         // A second origin request: a Crawl-delay slot of its
                         // own, or the 304 as it came when none is left.
-                        match self.politeness(ctx).await {
+                        match self.politeness_and_in_flight(ctx).await {
                             Ok(held) => ctx.held = held,
                             Err(_) => return Answer::new(answer.outcome, resp),
                         }

@@ -229,6 +229,9 @@ pub(crate) fn blocked(j: &Judgement) -> Response<Body> {
                 Limit::CrawlDelay => "Held back by Crawl-delay",
                 Limit::UserQuota => "Over this user's request quota (max_rps)",
                 Limit::FleetUnavailable => "Fleet schedule unavailable",
+                Limit::InFlight => {
+                    "Held back: as many requests to this origin as politeness.max_in_flight allows are in flight"
+                }
             },
             Some(*retry_after),
         ),

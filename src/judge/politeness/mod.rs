@@ -454,6 +454,9 @@ impl std::ops::Deref for Key {
 }
 
 mod fleet;
+pub mod flow;
+pub mod inflight;
+pub mod latency;
 #[cfg(test)]
 use fleet::interleaved_slot;
 
