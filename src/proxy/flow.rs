@@ -78,8 +78,9 @@ impl Proxy {
 
     /// What the forward phase does with the origin's response head: its
     /// time to first byte (`took`) recorded for the response-time floor
-    /// (in a fleet, on Redis too, by a task of its own, and the fleet's
-    /// median kept), and the request's lease handed to the response body,
+    /// (in a fleet, on Redis, by a task of its own after the answer, and
+    /// the fleet's median kept; this node's own samples while Redis is
+    /// unavailable), and the request's lease handed to the response body,
     /// given back when the body ends or is dropped (at once for a
     /// response without a body, and for the proxy's own responses).
     pub(super) fn after_response(&self, ctx: &Ctx<'_>, forwarded: &mut Forwarded, took: Duration) {
@@ -89,14 +90,18 @@ impl Proxy {
         };
         if let Some(latency) = &ctx.settings.flow.latency {
             let origin = ctx.judgement.origin.to_string();
-            latency.observe(&origin, took);
-            if let Some(fleet) = &ctx.settings.fleet {
-                let (fleet, latency) = (fleet.clone(), latency.clone());
-                tokio::spawn(async move {
-                    if let Ok(median) = fleet.record_ttfb(&origin, took).await {
-                        latency.set_median(&origin, median);
-                    }
-                });
+            match &ctx.settings.fleet {
+                None => latency.observe(&origin, took),
+                Some(fleet) => {
+                    let (fleet, latency) = (fleet.clone(), latency.clone());
+                    tokio::spawn(async move {
+                        match fleet.record_ttfb(&origin, took).await {
+                            Ok(median) => latency.set_median(&origin, median),
+                            // Redis unavailable: this node's own samples.
+                            Err(_) => latency.observe(&origin, took),
+                        }
+                    });
+                }
             }
         }
         if let Some(lease) = lease {

@@ -13,6 +13,7 @@ mod auth_flood;
 mod descriptor_budget;
 mod fleet;
 mod fleet_cluster;
+mod fleet_flow;
 mod fleet_rate;
 mod fleet_shared;
 mod hostile_clients;

@@ -202,10 +202,7 @@ impl InFlight {
         let mut events = None;
         let mut waited = false;
         loop {
-            match fleet
-                .lease(&local.origin, self.max, &id, allowance)
-                .await
-            {
+            match fleet.lease(&local.origin, self.max, &id, allowance).await {
                 Ok(Leased::Yes(_)) => {
                     local.shared = Some(Shared::new(fleet, &local.origin, id));
                     return Ok(local);
@@ -313,8 +310,8 @@ impl InFlight {
                     });
                 }
                 if !waiting {
-                    let full = (max_queue > 0 && e.waiting >= max_queue)
-                        || Instant::now() >= deadline;
+                    let full =
+                        (max_queue > 0 && e.waiting >= max_queue) || Instant::now() >= deadline;
                     if full {
                         let forget = e.n == 0 && e.waiting == 0;
                         if forget {
@@ -427,7 +424,11 @@ mod tests {
         assert_eq!(f.in_flight(o), 2);
         assert_eq!(f.waited(), 1);
         drop((b, c, other));
-        assert_eq!(f.tracked(), 0, "origins with nothing in flight are forgotten");
+        assert_eq!(
+            f.tracked(),
+            0,
+            "origins with nothing in flight are forgotten"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -439,7 +440,10 @@ mod tests {
         // Held 7 s for Crawl-delay already: 3 s left to wait.
         let waiting = tokio::spawn({
             let f = f.clone();
-            async move { f.acquire(o, None, Duration::from_secs(7), Duration::ZERO).await }
+            async move {
+                f.acquire(o, None, Duration::from_secs(7), Duration::ZERO)
+                    .await
+            }
         });
         tokio::task::yield_now().await;
         // max_queue 1: a second waiter is refused at once.
@@ -452,6 +456,10 @@ mod tests {
         assert_eq!(f.refused(), 2);
         let r = InFlight::new(1, Mode::Reject).expect("on");
         let _held = r.acquire(o, None, Duration::ZERO, Duration::ZERO).await;
-        assert!(r.acquire(o, None, Duration::ZERO, Duration::ZERO).await.is_err());
+        assert!(
+            r.acquire(o, None, Duration::ZERO, Duration::ZERO)
+                .await
+                .is_err()
+        );
     }
 }

@@ -156,7 +156,10 @@ mod tests {
     #[test]
     fn off_at_zero_and_for_what_is_not_a_positive_number() {
         for f in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            assert!(Latency::new(f, 10, Duration::from_secs(60)).is_none(), "{f}");
+            assert!(
+                Latency::new(f, 10, Duration::from_secs(60)).is_none(),
+                "{f}"
+            );
         }
     }
 
