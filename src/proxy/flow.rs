@@ -35,17 +35,15 @@ impl Proxy {
         let origin = ctx.judgement.origin.to_string();
         let fleet = ctx.settings.fleet.as_ref();
         let _waiting = self.metrics.politeness_waiting();
-        match in_flight
-            .acquire(&origin, fleet, held, ctx.fleet_spent)
-            .await
-        {
+        // Boxed: kept out of the request's future without a cap.
+        match Box::pin(in_flight.acquire(&origin, fleet, held, ctx.fleet_spent)).await {
             Ok(mut lease) => {
                 let waited = lease.waited();
                 if !waited.is_zero() {
                     self.metrics.in_flight_wait(false);
                 }
                 lease.hold(self.metrics.in_flight_lease());
-                *ctx.lease.get_mut() = Some(lease);
+                *ctx.lease.get_mut() = Some(Box::new(lease));
                 // Held for Crawl-delay, then for a place in flight.
                 Ok(held + waited)
             }

@@ -43,7 +43,9 @@ pub(crate) struct Ctx<'a> {
     /// Its place among its origin's requests in flight
     /// (`politeness.max_in_flight`), from the politeness phase until the
     /// forward phase hands it to the response body.
-    pub(crate) lease: parking_lot::Mutex<Option<crate::judge::politeness::inflight::Lease>>,
+    /// Boxed: a pointer in every request's context, the lease only with
+    /// a cap.
+    pub(crate) lease: parking_lot::Mutex<Option<Box<crate::judge::politeness::inflight::Lease>>>,
     /// The request's `User-Agent`, for the audit lines written after it
     /// is forwarded (a response's usage preference): kept only when
     /// purposes are declared, as a copy costs an allocation per request.
@@ -500,6 +502,10 @@ impl Proxy {
                 Ok(resp) => return Answer::new(answer.outcome, resp),
                 Err((again, resp)) => match refetch.take() {
                     Some(r) => {
+                        // A 304 has no body: its place in flight (if it
+                        // holds one) is given back before the refetch
+                        // takes another.
+                        let resp = resp.map(|_| crate::http::body::empty_body());
                         // A second origin request: a Crawl-delay slot of its
                         // own, or the 304 as it came when none is left.
                         match self.politeness_and_in_flight(ctx).await {
