@@ -16,7 +16,7 @@ use http::{Request, Response};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use robots_proxy::config::FleetOnUnavailable;
+use robots_proxy::config::{FleetOnUnavailable, RedisTarget};
 
 use super::fleet::TOLERANCE;
 use crate::support::binary::Setup;
@@ -260,15 +260,14 @@ async fn when_redis_is_unavailable_each_node_keeps_to_its_share_of_the_cap() {
         metric(t, "robots_proxy_fleet_live_nodes") == Some(3.0)
     })
     .await;
-    let refuse = fleet::node(
-        Some(on(
-            &redis,
-            Duration::from_millis(300),
-            FleetOnUnavailable::Refuse,
-        )),
-        |c| c.politeness.max_in_flight = 2,
-    )
-    .await;
+    // Of a fleet of its own: the three above keep counting three.
+    let refusing = fleet::config(
+        RedisTarget::Server(redis.url()),
+        "refusing",
+        Duration::from_millis(300),
+        FleetOnUnavailable::Refuse,
+    );
+    let refuse = fleet::node(Some(refusing), |c| c.politeness.max_in_flight = 2).await;
     redis.stop();
     let sent = (0..9).map(|i| {
         let url = origin.url(&format!("/p{i}"));
@@ -457,7 +456,7 @@ async fn a_slower_origin_is_asked_less_often_alone_and_across_a_fleet() {
 /// in docs/performance.md are a release build's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_latency_on_loopback_redis() {
-    use robots_proxy::measure::{Leased, RedisTarget};
+    use robots_proxy::measure::Leased;
     let redis = need!(Redis::start().await);
     let fleet = bare_fleet(RedisTarget::Server(redis.url()), "lease", "lease-test");
     let mut took = Vec::new();
