@@ -16,49 +16,62 @@ use crate::judge::politeness::NotNow;
 use crate::judge::{Decision, Limit};
 
 impl Proxy {
-    /// The politeness phase: the Crawl-delay slot (its interval at least
-    /// the origin's response-time floor), then a lease among the origin's
-    /// requests in flight, kept in `ctx` for the forward phase. How long
-    /// the request was held for its slot, or the decision that refuses
-    /// it.
+    /// The politeness phase: with `max_in_flight`, a lease among the
+    /// origin's requests in flight first, then the Crawl-delay slot (its
+    /// interval at least the origin's response-time floor); the lease is
+    /// kept in `ctx` for the forward phase. How long the request was held
+    /// (for both), or the decision that refuses it.
+    ///
+    /// The lease comes first so that what is sent keeps both the cap and
+    /// the interval without wasting slots: a request that took its slot
+    /// first and then waited for a place could go right before one booked
+    /// after it (closer than the interval), or would have to book again,
+    /// leaving its slot unused while the origin is full. Holding a place
+    /// while waiting for the slot counts a request a little early, the
+    /// polite direction; with both limits binding the origin still gets
+    /// as much as either allows.
     pub(super) async fn politeness_and_in_flight(
         &self,
         ctx: &mut Ctx<'_>,
     ) -> Result<Duration, Decision> {
-        let held = self.politeness(ctx).await?;
         let Some(in_flight) = &ctx.settings.flow.in_flight else {
-            return Ok(held);
+            return self.politeness(ctx).await;
         };
         if !ctx.judgement.decision.is_allowed() {
-            return Ok(held);
+            return Ok(Duration::ZERO);
         }
         let origin = ctx.judgement.origin.to_string();
         let fleet = ctx.settings.fleet.as_ref();
-        let _waiting = self.metrics.politeness_waiting();
+        let waiting = self.metrics.politeness_waiting();
         // Boxed: kept out of the request's future without a cap.
-        match Box::pin(in_flight.acquire(&origin, fleet, held, ctx.fleet_spent)).await {
-            Ok(mut lease) => {
-                let waited = lease.waited();
-                if !waited.is_zero() {
-                    self.metrics.in_flight_wait(false);
-                }
-                lease.hold(self.metrics.in_flight_lease());
-                *ctx.lease.get_mut() = Some(Box::new(lease));
-                // Held for Crawl-delay, then for a place in flight.
-                Ok(held + waited)
-            }
+        let acquired =
+            Box::pin(in_flight.acquire(&origin, fleet, Duration::ZERO, ctx.fleet_spent)).await;
+        drop(waiting);
+        let mut lease = match acquired {
+            Ok(lease) => lease,
             Err(NotNow::Limited(limited)) => {
                 self.metrics.in_flight_wait(true);
-                Err(Decision::RateLimited {
+                return Err(Decision::RateLimited {
                     retry_after: limited.retry_after,
                     limit: Limit::InFlight,
-                })
+                });
             }
-            Err(NotNow::FleetUnavailable) => Err(Decision::RateLimited {
-                retry_after: Duration::from_secs(1),
-                limit: Limit::FleetUnavailable,
-            }),
+            Err(NotNow::FleetUnavailable) => {
+                return Err(Decision::RateLimited {
+                    retry_after: Duration::from_secs(1),
+                    limit: Limit::FleetUnavailable,
+                });
+            }
+        };
+        let waited = lease.waited();
+        if !waited.is_zero() {
+            self.metrics.in_flight_wait(false);
         }
+        lease.hold(self.metrics.in_flight_lease());
+        // Refused its slot: the lease is given back as it is dropped.
+        let held = self.politeness(ctx).await?;
+        *ctx.lease.get_mut() = Some(Box::new(lease));
+        Ok(waited + held)
     }
 
     /// The request's Crawl-delay (seconds) raised to its origin's

@@ -49,6 +49,11 @@ impl Drop for Open {
 
 impl Counting {
     async fn start(delay: Duration) -> Counting {
+        Counting::with_robots("User-agent: *\nAllow: /\n", delay).await
+    }
+
+    /// [`Counting::start`] with `robots` as its robots.txt.
+    async fn with_robots(robots: &'static str, delay: Duration) -> Counting {
         let open = Arc::new(AtomicUsize::new(0));
         let most = Arc::new(AtomicUsize::new(0));
         let arrivals: Arc<Mutex<Vec<Instant>>> = Arc::default();
@@ -67,7 +72,7 @@ impl Counting {
                     async move {
                         let path = req.uri().path().to_string();
                         if path == "/robots.txt" {
-                            let robots = Bytes::from_static(b"User-agent: *\nAllow: /\n");
+                            let robots = Bytes::from_static(robots.as_bytes());
                             return Ok::<_, std::convert::Infallible>(Response::new(
                                 Full::new(robots).boxed(),
                             ));
@@ -236,6 +241,32 @@ async fn a_lease_is_held_until_the_response_body_ends() {
     assert!(gaps[0] >= Duration::from_millis(295), "{gaps:?}");
     let text = node.metrics().await;
     assert_eq!(metric(&text, "robots_proxy_in_flight_leases"), Some(0.0));
+}
+
+/// `max_in_flight = 2` and a Crawl-delay of 0.5 s together, on an origin
+/// answering in 1.3 s: six requests at once are sent never more than two
+/// open and never closer than the interval, though some wait for a place
+/// and then for a slot (sent at 0, 0.5, 1.3, 1.8, 2.6 and 3.1 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_and_the_crawl_delay_hold_together() {
+    let origin = Counting::with_robots(
+        "User-agent: *\nCrawl-delay: 0.5\n",
+        Duration::from_millis(1300),
+    )
+    .await;
+    let node = fleet::node(None, |c| c.politeness.max_in_flight = 2).await;
+    all_at_once(&origin, std::slice::from_ref(&node), "/p", 6).await;
+    let gaps = gaps_of(&origin.arrived_from(0));
+    eprintln!("Crawl-delay 0.5 s and max_in_flight 2, 1.3 s answers: gaps {gaps:?}");
+    assert_eq!(origin.most(), 2);
+    let interval = Duration::from_millis(500);
+    assert!(gaps.iter().all(|g| *g >= interval - TOLERANCE), "{gaps:?}");
+    let span: Duration = gaps.iter().sum();
+    // The third waits for the first to end, the fifth for the third.
+    assert!(
+        span >= Duration::from_millis(2 * 1300 + 500) - TOLERANCE,
+        "{gaps:?}"
+    );
 }
 
 /// Redis unavailable with `max_in_flight = 2` over three live nodes: with

@@ -2,13 +2,14 @@
 //! that many requests to one origin (scheme, host, port) at once, on this
 //! node and, in a fleet, across the fleet.
 //!
-//! A request takes a [`Lease`] after its Crawl-delay slot and keeps it
-//! from when it is sent until its response body has been read to its end
-//! or dropped (the pipeline hands the lease to the response body): what
-//! an origin serves at once is what it is asked to. A request that finds
-//! the origin full waits, in `mode = "delay"`, for what is left of
-//! `max_wait` after its Crawl-delay hold (at most `max_queue` waiting per
-//! origin on this node), else it is refused at once (429, `Retry-After`).
+//! A request takes a [`Lease`] before its Crawl-delay slot (so what is
+//! sent keeps both the cap and the interval, see `proxy::flow`) and keeps
+//! it until its response body has been read to its end or dropped (the
+//! pipeline hands the lease to the response body): what an origin serves
+//! at once is what it is asked to. A request that finds the origin full
+//! waits, in `mode = "delay"`, up to `max_wait` (at most `max_queue`
+//! waiting per origin on this node), else it is refused at once (429,
+//! `Retry-After`).
 //!
 //! On this node the leases are a count per origin in a map that holds
 //! only the origins with requests in flight or waiting (so it is bounded
