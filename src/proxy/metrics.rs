@@ -130,7 +130,7 @@ impl ProxyMetrics {
         );
         registry.register(
             "robots_proxy_politeness_waiting",
-            "Requests held for their Crawl-delay slot now",
+            "Requests held for their Crawl-delay slot (or a place among their origin's requests in flight) now",
             m.politeness_waiting.clone(),
         );
         registry.register(
