@@ -7,7 +7,10 @@
 //! cycled, deflate-compressed, with an entry description of the size the
 //! proxy writes) and as many Crawl-delay schedule keys, then reads Redis's
 //! `used_memory` and reports bytes per origin for each kind of key, and
-//! the round trips of a booking, a shared look and a store (p50, p99).
+//! the round trips of a booking, a shared look and a store (p50, p99);
+//! then a `max_in_flight` lease taken and given back per origin, and a
+//! tenth of the origins' response-time lists (`latency_factor`) filled,
+//! their round trips and bytes per list.
 //!
 //!   redis-server --port 6390 --save '' --appendonly no &
 //!   REDIS=redis://127.0.0.1:6390/0 cargo run --release --example fleet_memory
@@ -20,7 +23,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use robots_proxy::measure::{
-    Booking, Fleet, FleetSettings, Look, OnUnavailable, RedisTarget, Take, Text,
+    Booking, Fleet, FleetSettings, Leased, Look, OnUnavailable, RedisTarget, Take, Text,
 };
 
 fn corpus() -> Vec<bytes::Bytes> {
@@ -167,5 +170,41 @@ async fn main() {
         pct(&mut looks, 99),
         pct(&mut books, 50),
         pct(&mut books, 99)
+    );
+    let mut leases = Vec::new();
+    for i in 0..origins {
+        let origin = format!("https://www{i}.site-{i}.example:443");
+        let id = fleet.lease_id();
+        let started = Instant::now();
+        let leased = fleet
+            .lease(&origin, 4, &id, Duration::from_secs(5))
+            .await
+            .expect("leased");
+        fleet.release_lease(&origin, &id).await.expect("released");
+        leases.push(started.elapsed());
+        assert_eq!(leased, Leased::Yes(1));
+    }
+    let lists = origins / 10;
+    let mut samples = Vec::new();
+    let before_lists = used_memory(&url).await;
+    for i in 0..lists {
+        let origin = format!("https://www{i}.site-{i}.example:443");
+        for s in 0..15u64 {
+            let started = Instant::now();
+            fleet
+                .record_ttfb(&origin, Duration::from_micros(20_000 + 997 * s))
+                .await
+                .expect("recorded");
+            samples.push(started.elapsed());
+        }
+    }
+    let after_lists = used_memory(&url).await;
+    println!(
+        "max_in_flight lease taken and given back p50 {:?} p99 {:?}; response time recorded (15 kept) p50 {:?} p99 {:?}, {:.0} bytes per origin's list",
+        pct(&mut leases, 50),
+        pct(&mut leases, 99),
+        pct(&mut samples, 50),
+        pct(&mut samples, 99),
+        after_lists.saturating_sub(before_lists) as f64 / lists.max(1) as f64
     );
 }

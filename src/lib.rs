@@ -34,6 +34,7 @@ pub use app::App;
 /// that the fleet tests time and check: not an interface of the crate.
 #[doc(hidden)]
 pub mod measure {
+    pub use crate::fleet::lease::{LEASE_FOR, Leased, RENEW_EVERY};
     pub use crate::fleet::rate::Rated;
     pub use crate::fleet::robots::{Look, Take, Text};
     pub use crate::fleet::{

@@ -678,7 +678,13 @@ pub(crate) async fn follow_fleet_purges(
                 fleet.known_pauses().learn(&p.origin, p.left, p.signal);
                 continue;
             }
-            Ok(Event::Fetched(_) | Event::Reload { .. } | Event::Moved(_) | Event::Lost { .. }) => {
+            Ok(
+                Event::Fetched(_)
+                | Event::Reload { .. }
+                | Event::Moved(_)
+                | Event::Lost { .. }
+                | Event::LeaseFree(_),
+            ) => {
                 continue;
             }
             Err(RecvError::Closed) => return,

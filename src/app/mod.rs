@@ -200,6 +200,10 @@ pub(crate) fn settings_from(
             .and_then(|url| crate::config::public_proxy_address(url).ok()),
         politeness,
         politeness_config: pconf,
+        flow: crate::judge::politeness::flow::Flow::new(
+            config.politeness.flow(),
+            previous.map(|p| &p.flow),
+        ),
         purposes: config.usage.purposes.clone(),
         user_purposes: config
             .access

@@ -432,6 +432,12 @@ pub struct PolitenessConfig {
     /// This long without a 429 or 503 after a pause resets the doubling.
     #[serde(deserialize_with = "duration")]
     pub backoff_forgive: Duration,
+    /// The interval between requests to an origin is at least this times
+    /// the median of its recent times to first byte (0 = off).
+    pub latency_factor: f64,
+    /// Most requests to one origin in flight at once, fleet-wide
+    /// (0 = no cap).
+    pub max_in_flight: usize,
 }
 
 /// Who may use the proxy.
@@ -643,6 +649,18 @@ impl PolitenessConfig {
             ..PolitenessSettings::default()
         }
     }
+
+    /// `latency_factor` and `max_in_flight`, with what they need.
+    pub(crate) fn flow(&self) -> crate::judge::politeness::flow::FlowSettings {
+        let settings = self.settings();
+        crate::judge::politeness::flow::FlowSettings {
+            latency_factor: self.latency_factor,
+            max_in_flight: self.max_in_flight,
+            mode: settings.mode,
+            max_tracked: settings.max_tracked,
+            max_crawl_delay: settings.max_crawl_delay,
+        }
+    }
 }
 
 impl PolitenessConfig {
@@ -691,6 +709,8 @@ impl Default for PolitenessConfig {
             backoff: Duration::from_secs(30),
             backoff_max: Duration::from_secs(3600),
             backoff_forgive: Duration::from_secs(600),
+            latency_factor: 0.0,
+            max_in_flight: 0,
         }
     }
 }
@@ -974,6 +994,13 @@ impl Config {
                     crate::fleet::nodes::MAX_NODE_NAME
                 ));
             }
+        }
+        let factor = self.politeness.latency_factor;
+        if !factor.is_finite() || factor < 0.0 {
+            errors.push(format!(
+                "key `politeness.latency_factor`: {factor} is not a number of 0 or more \
+                 (0 = off; 1 = one response time between requests)"
+            ));
         }
         for (client, token) in &self.agents {
             if crate::robots::product_token(token).is_empty() {
@@ -1516,5 +1543,27 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn latency_factor_and_max_in_flight_are_read_and_a_bad_factor_is_named() {
+        let c = parse("[politeness]\nlatency_factor = 1.5\nmax_in_flight = 4\n").expect("valid");
+        assert_eq!(c.politeness.flow().latency_factor, 1.5);
+        assert_eq!(c.politeness.flow().max_in_flight, 4);
+        let c = parse("[politeness]\nlatency_factor = 2\n").expect("an integer is a factor too");
+        assert_eq!(c.politeness.latency_factor, 2.0);
+        let d = parse("").expect("defaults");
+        assert_eq!(
+            (d.politeness.latency_factor, d.politeness.max_in_flight),
+            (0.0, 0)
+        );
+        for bad in ["-0.5", "nan", "inf", "-inf"] {
+            let err = parse(&format!("[politeness]\nlatency_factor = {bad}\n"))
+                .expect_err(bad)
+                .to_string();
+            assert!(err.contains("politeness.latency_factor"), "{bad}: {err}");
+        }
+        let err = parse("[politeness]\nmax_in_flight = -1\n").expect_err("negative");
+        assert!(err.to_string().contains("max_in_flight"), "{err}");
     }
 }

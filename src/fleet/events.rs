@@ -172,6 +172,9 @@ pub(crate) fn new_instance() -> u64 {
 pub enum Event {
     /// An origin's robots.txt entry was stored.
     Fetched(Arc<str>),
+    /// A lease on an origin's requests in flight was given back while
+    /// nodes wait for one ([`super::lease`]).
+    LeaseFree(Arc<str>),
     /// A node (`from`) purged something.
     Purged { what: Purge, from: Author },
     /// A node (`from`) reloaded its configuration (SIGHUP): every node
@@ -204,6 +207,7 @@ impl Event {
         let (kind, value) = match self {
             Event::Fetched(o) => ("fetched", o),
             Event::Moved(k) => ("moved", k),
+            Event::LeaseFree(o) => ("lease-free", o),
             Event::Reload { .. } => return format!("reload\n{node}\nconfiguration").into_bytes(),
             Event::Lost { .. } => return format!("lost\n{node}\nkeys").into_bytes(),
             Event::Subscribed { .. } | Event::Recovered => return Vec::new(),
@@ -228,6 +232,7 @@ impl Event {
         Some(match kind {
             "fetched" => Event::Fetched(value),
             "moved" => Event::Moved(value),
+            "lease-free" => Event::LeaseFree(value),
             "purge-robots" => Event::Purged {
                 what: Purge::Robots(value),
                 from,
@@ -507,6 +512,7 @@ mod tests {
         for event in [
             Event::Fetched("https://a.example".into()),
             Event::Moved("robots-proxy:f:{https://a.example:443}:bot:next".into()),
+            Event::LeaseFree("https://a.example:443".into()),
             Event::Purged {
                 what: Purge::Prefix("https://a.example/x".into()),
                 from: node_1(),

@@ -19,6 +19,8 @@
 
 mod connection;
 pub mod events;
+pub mod latency;
+pub mod lease;
 pub mod memory;
 mod metrics;
 pub mod nodes;

@@ -149,6 +149,13 @@ impl Decision {
                 limit: Limit::OriginPause(signal),
                 ..
             } => signal.describe(),
+            Decision::RateLimited {
+                retry_after,
+                limit: Limit::InFlight,
+            } => format!(
+                "max_in_flight requests to the origin in flight: retry in {:.3} s",
+                retry_after.as_secs_f64()
+            ),
             Decision::Refused { reason } => reason.clone(),
             Decision::BadGateway { reason } => format!("upstream TLS failed: {reason}"),
             Decision::BadRequest { reason } => reason.clone(),
@@ -187,6 +194,8 @@ pub enum Limit {
     FleetUnavailable,
     /// The origin's own 429 or 503 paused it, past `max_wait`.
     OriginPause(politeness::Signal),
+    /// `politeness.max_in_flight` requests to the origin are in flight.
+    InFlight,
 }
 
 /// A decision with everything needed to explain it.

@@ -99,6 +99,9 @@ pub(crate) struct ProxyMetrics {
     politeness: Family<[(&'static str, &'static str); 2], Counter>,
     /// Pauses origins' 429s and 503s made, by cause.
     origin_pauses: Family<[(&'static str, &'static str); 1], Counter>,
+    in_flight_waited: Counter,
+    in_flight_refused: Counter,
+    in_flight_leases: Gauge,
 }
 
 impl ProxyMetrics {
@@ -115,6 +118,9 @@ impl ProxyMetrics {
             politeness_waiting: Gauge::default(),
             politeness: Family::default(),
             origin_pauses: Family::default(),
+            in_flight_waited: Counter::default(),
+            in_flight_refused: Counter::default(),
+            in_flight_leases: Gauge::default(),
         };
         for cause in POLITENESS_CAUSES {
             for result in ["held", "refused"] {
@@ -153,10 +159,40 @@ impl ProxyMetrics {
         );
         registry.register(
             "robots_proxy_politeness_waiting",
-            "Requests held for their Crawl-delay slot now",
+            "Requests held for their Crawl-delay slot (or a place among their origin's requests in flight) now",
             m.politeness_waiting.clone(),
         );
+        registry.register(
+            "robots_proxy_in_flight_waited",
+            "Requests that waited for a place among their origin's requests in flight (politeness.max_in_flight)",
+            m.in_flight_waited.clone(),
+        );
+        registry.register(
+            "robots_proxy_in_flight_refused",
+            "Requests refused (429) for want of a place among their origin's requests in flight (politeness.max_in_flight)",
+            m.in_flight_refused.clone(),
+        );
+        registry.register(
+            "robots_proxy_in_flight_leases",
+            "Requests of this node holding a place among their origin's requests in flight now (politeness.max_in_flight)",
+            m.in_flight_leases.clone(),
+        );
         m
+    }
+
+    /// Counts a request that waited for an in-flight lease (`refused`:
+    /// and did not get one).
+    pub(crate) fn in_flight_wait(&self, refused: bool) {
+        if refused {
+            self.in_flight_refused.inc();
+        } else {
+            self.in_flight_waited.inc();
+        }
+    }
+
+    /// Counts an in-flight lease held until the guard is dropped.
+    pub(crate) fn in_flight_lease(&self) -> GaugeGuard {
+        GaugeGuard::new(&self.in_flight_leases)
     }
 
     /// Counts one client request.
@@ -226,6 +262,9 @@ mod tests {
             "robots_proxy_upstream_latency_seconds_bucket",
             "robots_proxy_upstream_latency_seconds_sum",
             "robots_proxy_upstream_latency_seconds_count",
+            "robots_proxy_in_flight_waited_total",
+            "robots_proxy_in_flight_refused_total",
+            "robots_proxy_in_flight_leases",
             "robots_proxy_open_connections",
             "robots_proxy_audit_write_failures_total",
             "robots_proxy_connections_refused_total{listener=\"proxy\",reason=\"not_allowed\"}",

@@ -2,6 +2,7 @@
 //! allowed ones.
 
 pub(crate) mod connect;
+mod flow;
 pub(crate) mod forward;
 pub(crate) mod metrics;
 pub(crate) mod phases;
@@ -86,6 +87,9 @@ pub struct Settings {
     pub politeness: Arc<Politeness>,
     /// What `politeness` was built from (kept across reloads when unchanged).
     pub(crate) politeness_config: crate::judge::politeness::PolitenessSettings,
+    /// `politeness.latency_factor` and `politeness.max_in_flight` (kept
+    /// across reloads when unchanged).
+    pub(crate) flow: crate::judge::politeness::flow::Flow,
     /// `[fleet]`: the shared Crawl-delay schedule, if configured (set at
     /// start, kept by reloads).
     pub(crate) fleet: Option<Arc<crate::fleet::Fleet>>,

@@ -44,6 +44,12 @@ pub(crate) struct Ctx<'a> {
     /// Why politeness held or refused it (`crawl_delay`,
     /// `default_interval`, `retry_after`, `backoff`), if it did.
     pub(crate) politeness_cause: Option<&'static str>,
+    /// Its place among its origin's requests in flight
+    /// (`politeness.max_in_flight`), from the politeness phase until the
+    /// forward phase hands it to the response body.
+    /// Boxed: a pointer in every request's context, the lease only with
+    /// a cap.
+    pub(crate) lease: parking_lot::Mutex<Option<Box<crate::judge::politeness::inflight::Lease>>>,
     /// The request's `User-Agent`, for the audit lines written after it
     /// is forwarded (a response's usage preference): kept only when
     /// purposes are declared, as a copy costs an allocation per request.
@@ -180,9 +186,7 @@ impl Proxy {
         // that refuses it; record writes the line of the judgement as the
         // phases left it, before anything is forwarded.
         let limited;
-        let (acquired, cause) = self.politeness(ctx).await;
-        ctx.politeness_cause = cause;
-        let judgement = match acquired {
+        let judgement = match self.politeness_and_in_flight(ctx).await {
             Ok(held) => {
                 ctx.held = held;
                 &ctx.judgement
@@ -265,6 +269,7 @@ impl Proxy {
             held: Duration::ZERO,
             fleet_spent,
             politeness_cause: None,
+            lease: parking_lot::Mutex::new(None),
             client_ua,
         };
         (ctx, req)
@@ -371,19 +376,22 @@ impl Proxy {
     }
 
     /// The politeness phase: waits for the origin's Crawl-delay slot (no
-    /// earlier than the end of a pause its own 429 or 503 made); how long
-    /// the request was held, or the `rate_limited` decision that refuses
-    /// it; with the cause when it was held or refused. Most origins have
-    /// no Crawl-delay and no pause: no key is built then (an atomic read
-    /// says no origin is paused, or the origin is looked up).
-    async fn politeness(
+    /// earlier than the end of a pause its own 429 or 503 made; its
+    /// interval at least the origin's response-time floor); how long the
+    /// request was held, or the `rate_limited` decision that refuses it;
+    /// with the cause when it was held or refused. Most origins have no
+    /// Crawl-delay and no pause: no key is built then (an atomic read says
+    /// no origin is paused, or the origin is looked up).
+    pub(super) async fn politeness(
         &self,
         ctx: &Ctx<'_>,
     ) -> (Result<Duration, Decision>, Option<&'static str>) {
         let politeness = &ctx.settings.politeness;
         let judgement = &ctx.judgement;
         let fleet = ctx.settings.fleet.as_deref();
-        let interval = politeness.effective_interval(judgement.crawl_delay);
+        // Raised to the origin's response-time floor, if any.
+        let crawl_delay = Self::crawl_delay_with_latency(ctx);
+        let interval = politeness.effective_interval(crawl_delay);
         let any_paused = politeness.any_paused(fleet);
         if !judgement.decision.is_allowed() || (interval.is_none() && !any_paused) {
             return (Ok(Duration::ZERO), None);
@@ -399,20 +407,18 @@ impl Proxy {
         }
         let cause = match pause {
             Some(signal) => signal.cause(),
-            None => politeness.interval_cause(judgement.crawl_delay),
+            // The response-time floor set the interval.
+            None if crawl_delay != judgement.crawl_delay => "latency",
+            None => politeness.interval_cause(crawl_delay),
         };
         let _waiting = self.metrics.politeness_waiting();
         let acquired = match &ctx.settings.fleet {
             Some(fleet) => {
                 politeness
-                    .acquire_in_fleet(fleet, &key, judgement.crawl_delay, ctx.fleet_spent)
+                    .acquire_in_fleet(fleet, &key, crawl_delay, ctx.fleet_spent)
                     .await
             }
-            None => {
-                politeness
-                    .acquire_signalled(&key, judgement.crawl_delay)
-                    .await
-            }
+            None => politeness.acquire_signalled(&key, crawl_delay).await,
         };
         match acquired {
             Ok(held) if held.is_zero() => (Ok(held), None),
@@ -500,6 +506,7 @@ impl Proxy {
         )
         .await;
         self.metrics.observe_upstream(start.elapsed());
+        self.after_response(ctx, &mut forwarded, start.elapsed());
         if let Forwarded::Response(resp) = &forwarded
             && crate::http::signal::is_signal(resp.status().as_u16())
         {
@@ -551,9 +558,13 @@ impl Proxy {
                 Ok(resp) => return Answer::new(answer.outcome, resp),
                 Err((again, resp)) => match refetch.take() {
                     Some(r) => {
+                        // A 304 has no body: its place in flight (if it
+                        // holds one) is given back before the refetch
+                        // takes another.
+                        let resp = resp.map(|_| crate::http::body::empty_body());
                         // A second origin request: a Crawl-delay slot of its
                         // own, or the 304 as it came when none is left.
-                        match self.politeness(ctx).await.0 {
+                        match self.politeness_and_in_flight(ctx).await {
                             Ok(held) => ctx.held = held,
                             Err(_) => return Answer::new(answer.outcome, resp),
                         }

@@ -232,6 +232,9 @@ pub(crate) fn blocked(j: &Judgement) -> Response<Body> {
                 Limit::OriginPause(_) => {
                     "Held back: the origin itself asked clients to slow down (429 or 503), and its pause lasts longer than this proxy holds a request"
                 }
+                Limit::InFlight => {
+                    "Held back: as many requests to this origin as politeness.max_in_flight allows are in flight"
+                }
             },
             Some(*retry_after),
         ),

@@ -14,6 +14,7 @@ mod descriptor_budget;
 mod fetch_share;
 mod fleet;
 mod fleet_cluster;
+mod fleet_flow;
 mod fleet_lost_slots;
 mod fleet_memory;
 mod fleet_rate;

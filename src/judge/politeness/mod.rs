@@ -724,6 +724,9 @@ mod fleet;
 mod queue;
 pub mod signals;
 pub use crate::http::signal::Signal;
+pub mod flow;
+pub mod inflight;
+pub mod latency;
 #[cfg(test)]
 use fleet::interleaved_slot;
 use signals::Pauses;
