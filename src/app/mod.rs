@@ -501,6 +501,7 @@ impl ProxyView for Proxy {
             roles: s.admin_roles.clone(),
             public_proxy: s.public_proxy.clone(),
             politeness_settings: s.politeness_config.clone(),
+            flow: s.flow.clone(),
             fleet: s.fleet.clone(),
         }
     }

@@ -38,8 +38,31 @@ pub(crate) async fn politeness(
     crawl_delay: Option<f64>,
 ) -> Value {
     let p = &settings.politeness;
-    let interval = p.effective_interval(crawl_delay);
     let origin = origin_of(key);
+    // The origin's response-time floor (`latency_factor`) raises the
+    // interval as it does for requests.
+    let floor = settings.flow.latency_floor(origin);
+    let judged_by = match floor {
+        Some(f) => Some(crawl_delay.unwrap_or(0.0).max(f.as_secs_f64())),
+        None => crawl_delay,
+    };
+    let interval = p.effective_interval(judged_by);
+    // Requests to the origin in flight now, against `max_in_flight`:
+    // fleet-wide from Redis in a fleet.
+    let in_flight = match settings.flow.in_flight(origin) {
+        None => None,
+        Some((here, max)) => {
+            let now = match &settings.fleet {
+                Some(fleet) => fleet
+                    .leases_in_flight(origin)
+                    .await
+                    .ok()
+                    .map(|n| n as usize),
+                None => Some(here),
+            };
+            Some(json!({ "now": now, "max": max, "fleet_wide": settings.fleet.is_some() }))
+        }
+    };
     let (next_in, pause, last, shared) = match &settings.fleet {
         Some(fleet) => match fleet.shared_schedule(key).await {
             Ok(s) => (Some(s.next_in), s.pause, s.last, json!("redis")),
@@ -61,6 +84,7 @@ pub(crate) async fn politeness(
     if interval.is_none()
         && pause.is_none()
         && last.is_none()
+        && in_flight.is_none()
         && next_in.is_none_or(|n| n.is_zero())
     {
         return Value::Null;
@@ -68,6 +92,7 @@ pub(crate) async fn politeness(
     let next_in = next_in.unwrap_or_default();
     let cause = match (&pause, interval) {
         (Some(s), _) => Some(s.cause()),
+        (None, Some(_)) if judged_by != crawl_delay => Some("latency"),
         (None, Some(_)) => Some(p.interval_cause(crawl_delay)),
         (None, None) => None,
     };
@@ -84,5 +109,7 @@ pub(crate) async fn politeness(
         "pause": pause.as_ref().map(signal_json),
         "last_signal": last.as_ref().map(signal_json),
         "pause_known_here": p.known_pause(origin, settings.fleet.as_deref()).is_some(),
+        "latency_floor_secs": floor.map(|f| f.as_secs_f64()),
+        "in_flight": in_flight,
     })
 }

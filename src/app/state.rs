@@ -61,6 +61,9 @@ pub(crate) struct AdminSettings {
     pub(crate) roles: HashMap<String, crate::admit::AdminRole>,
     /// `admin.public_proxy_url` as `host:port`, for the `/ca` page.
     pub(crate) public_proxy: Option<String>,
+    /// `politeness.latency_factor` and `max_in_flight` in force, for
+    /// /explain.
+    pub(crate) flow: crate::judge::politeness::flow::Flow,
     /// `politeness.*` as in force, for the web view.
     pub(crate) politeness_settings: PolitenessSettings,
     /// `[fleet]`: a purge reaches every node, and admin password

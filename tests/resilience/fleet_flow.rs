@@ -241,6 +241,13 @@ async fn a_lease_is_held_until_the_response_body_ends() {
     assert!(gaps[0] >= Duration::from_millis(295), "{gaps:?}");
     let text = node.metrics().await;
     assert_eq!(metric(&text, "robots_proxy_in_flight_leases"), Some(0.0));
+    // /explain shows the cap and what is in flight now.
+    let explained = node.explain(&url_a).await;
+    assert_eq!(
+        explained["politeness"]["in_flight"],
+        serde_json::json!({"now": 0, "max": 1, "fleet_wide": false}),
+        "{explained}"
+    );
 }
 
 /// `max_in_flight = 2` and a Crawl-delay of 0.5 s together, on an origin
@@ -477,6 +484,12 @@ async fn a_slower_origin_is_asked_less_often_alone_and_across_a_fleet() {
         );
         let span: Duration = gaps.iter().sum();
         assert!(span >= floor * 5 - TOLERANCE, "{name}: {gaps:?}");
+        // /explain names the floor as the interval's cause.
+        let explained = nodes[0].explain(&origin.url("/p/0")).await;
+        let politeness = &explained["politeness"];
+        assert_eq!(politeness["cause"], "latency", "{name}: {explained}");
+        let floor_secs = politeness["latency_floor_secs"].as_f64().unwrap_or(0.0);
+        assert!((0.55..0.65).contains(&floor_secs), "{name}: {explained}");
     }
     let stats = redis.commandstats().await;
     assert!(stats.contains("cmdstat_lpush:"), "{stats}");

@@ -54,7 +54,6 @@ impl Flow {
 
     /// The least interval between requests to `origin` its response time
     /// asks for (`None`: no floor): for the admin listener's `/explain`.
-    #[allow(dead_code)]
     pub fn latency_floor(&self, origin: &str) -> Option<Duration> {
         self.latency.as_ref()?.floor(origin)
     }
@@ -62,7 +61,6 @@ impl Flow {
     /// Requests to `origin` in flight from this node, and the cap
     /// (`None`: no cap): for the admin listener's `/explain` (the fleet's
     /// count: [`crate::fleet::Fleet::leases_in_flight`]).
-    #[allow(dead_code)]
     pub fn in_flight(&self, origin: &str) -> Option<(usize, usize)> {
         let f = self.in_flight.as_ref()?;
         Some((f.in_flight(origin), f.max()))
