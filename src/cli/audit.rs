@@ -40,6 +40,12 @@ pub(crate) enum AuditCommand {
         /// be in the log, and the log must reach the newest of them.
         #[arg(long, value_name = "FILE")]
         checkpoints: Option<PathBuf>,
+        /// Check from this seq on, skipping the lines before it: its line
+        /// must match a copy kept in --checkpoints byte for byte (a log
+        /// whose first files were rotated away).
+        #[arg(long, value_name = "N", requires = "checkpoints",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        from_seq: Option<u64>,
         /// Audit files in rotation order, oldest first; default: the
         /// configured audit log.
         files: Vec<PathBuf>,
@@ -107,8 +113,15 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             config,
             key,
             checkpoints,
+            from_seq,
             files,
-        } => verify_command(config.as_deref(), key.as_deref(), checkpoints, files),
+        } => verify_command(
+            config.as_deref(),
+            key.as_deref(),
+            checkpoints,
+            from_seq,
+            files,
+        ),
         AuditCommand::Report {
             since,
             until,
@@ -239,6 +252,7 @@ fn verify_command(
     config: Option<&Path>,
     key: Option<&str>,
     checkpoints: Option<PathBuf>,
+    from_seq: Option<u64>,
     files: Vec<PathBuf>,
 ) -> ExitCode {
     let config = match load(config) {
@@ -257,6 +271,7 @@ fn verify_command(
     let opts = verify::Options {
         key,
         kept: checkpoints,
+        from_seq,
     };
     match verify::verify(&files, &opts) {
         Ok(verify::Outcome::Intact(summary)) => {

@@ -435,6 +435,113 @@ async fn cutting_the_end_or_recomputing_the_chain_is_caught_by_checkpoints_kept_
     );
 }
 
+/// Every checkpoint line of `files`, as cron copies them out, written to
+/// `dir/checkpoints.jsonl` with `extra` lines after them.
+fn keep_checkpoints(files: &[PathBuf], dir: &Path, extra: &[String]) -> PathBuf {
+    let kept = dir.join("checkpoints.jsonl");
+    let mut copies: Vec<String> = files
+        .iter()
+        .flat_map(|f| read_lines(f))
+        .filter(|l| l.contains("\"type\":\"checkpoint\""))
+        .collect();
+    copies.extend_from_slice(extra);
+    write_lines(&kept, &copies);
+    kept
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_is_checked_only_from_a_trusted_anchor_and_a_forged_or_cut_head_is_named() {
+    let (_setup, files, key) = rotated_log().await;
+    let key = Some(key.as_str());
+    let work = tempfile::tempdir().expect("tempdir");
+    let original = read_lines(&files[0]);
+    let kept = keep_checkpoints(&files, work.path(), &[original[1].clone()]);
+    let kept_arg = path_str(&kept);
+    let with_kept = ["--checkpoints", kept_arg.as_str()];
+
+    // The start checkpoint deleted and the next record rewritten from a
+    // block to an allow, its chain field left as it was.
+    let dir = work.path().join("forged");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let f = copy(&files, &dir);
+    let mut lines = original.clone();
+    lines.remove(0);
+    lines[0] = lines[0]
+        .replace("\"decision\":\"disallowed\"", "\"decision\":\"allowed\"")
+        .replace("/private/0/0", "/public/0/0");
+    assert!(lines[0].contains("/public/0/0") && lines[0].contains("\"allowed\""));
+    write_lines(&f[0], &lines);
+    assert!(plain_parse_finds_nothing(&f));
+    failed_at(
+        &verify(key, &[], &f),
+        &f[0],
+        1,
+        &format!(
+            "no trusted anchor: the first 15 lines cannot be checked (seq 2 to 16: {} line 1 \
+             to {} line 4)",
+            f[0].display(),
+            f[3].display()
+        ),
+    );
+    // The original copy of that very line kept: same chain field, another line.
+    failed_at(
+        &verify(key, &with_kept, &f),
+        &f[0],
+        1,
+        &format!(
+            "seq 2 differs from the copy kept in {} line 5",
+            kept.display()
+        ),
+    );
+
+    // The first lines of the oldest file deleted, its start checkpoint
+    // with them.
+    let dir = work.path().join("cut-head");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let f = copy(&files, &dir);
+    write_lines(&f[0], &original[2..]);
+    failed_at(
+        &verify(key, &[], &f),
+        &f[0],
+        1,
+        "no trusted anchor: the first 14 lines cannot be checked (seq 3 to 16",
+    );
+    let out = verify(key, &with_kept, &f);
+    failed_at(
+        &out,
+        &f[0],
+        1,
+        &format!(
+            "no trusted anchor: the first 2 lines cannot be checked (seq 3 to 4: {} lines 1 \
+             to 2)",
+            f[0].display()
+        ),
+    );
+    assert!(
+        out.1.contains("give --from-seq 5 to verify from it on"),
+        "{}",
+        out.1
+    );
+    // Checked from the kept checkpoint on, the lines before it named as
+    // skipped; the same for a log whose oldest file was rotated away.
+    let (code, text) = verify(key, &["--from-seq", "5", "--checkpoints", &kept_arg], &f);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.starts_with("intact: 4 files, 14 lines (seq 5 to 16), 3 checkpoints")
+            && text.contains("checked from the kept copy of seq 5; 2 lines before seq 5 skipped"),
+        "{text}"
+    );
+    let (code, text) = verify(key, &with_kept, &files[1..]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.starts_with("intact: 3 files, 12 lines (seq 5 to 16)")
+            && text.contains("checked from the kept copy of seq 5"),
+        "{text}"
+    );
+    // An untouched log from seq 1 needs no kept copy.
+    assert_eq!(verify(key, &[], &files).0, Some(0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_last_line_is_cut_at_start_and_the_chain_goes_on_from_the_last_whole_line() {
     let origin = Origin::with_robots(ROBOTS).await;

@@ -41,7 +41,10 @@ fn lines(path: &Path) -> Vec<serde_json::Value> {
 }
 
 fn check(files: &[PathBuf], key: Option<[u8; 32]>) -> String {
-    let opts = verify::Options { key, kept: None };
+    let opts = verify::Options {
+        key,
+        ..verify::Options::default()
+    };
     match verify::verify(files, &opts).expect("readable") {
         Outcome::Intact(summary) => summary.to_string(),
         Outcome::Broken(finding) => panic!("{finding}"),
