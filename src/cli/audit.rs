@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::{Subcommand, ValueEnum};
 
 use crate::config::Config;
-use crate::ops::audit::{SigningKey, chain, report, verify};
+use crate::ops::audit::{SigningKey, chain, files, report, verify};
 
 #[derive(Subcommand)]
 pub(crate) enum AuditCommand {
@@ -22,9 +22,9 @@ pub(crate) enum AuditCommand {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
-    /// Check the hash chain of audit files given oldest first (plain or
-    /// gzip): prints a one-line summary, or the first bad file and line
-    /// and why.
+    /// Check the hash chain of audit files (plain or gzip, in any order:
+    /// they are read in the order of their first seq): prints a one-line
+    /// summary, or the first bad file and line and why.
     ///
     /// Exit status: 0 intact, 1 a line is wrong, 2 on a usage or I/O error.
     Verify {
@@ -46,8 +46,12 @@ pub(crate) enum AuditCommand {
         #[arg(long, value_name = "N", requires = "checkpoints",
               value_parser = clap::value_parser!(u64).range(1..))]
         from_seq: Option<u64>,
-        /// Audit files in rotation order, oldest first; default: the
-        /// configured audit log.
+        /// The directory holding the log: its live file (the configured
+        /// file name, audit.jsonl by default) and every rotation.
+        #[arg(long, value_name = "DIR", conflicts_with = "files")]
+        dir: Option<PathBuf>,
+        /// Audit files, in any order; default: the configured audit log
+        /// and every rotation beside it (.1, .2.gz, …).
         files: Vec<PathBuf>,
     },
     /// Sum audit files up: requests and blocks per day, by decision,
@@ -73,7 +77,11 @@ pub(crate) enum AuditCommand {
         /// Config file: its audit log is the default FILE.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
-        /// Audit files (plain or gzip); default: the configured audit log.
+        /// The directory holding the log: its live file and every rotation.
+        #[arg(long, value_name = "DIR", conflicts_with = "files")]
+        dir: Option<PathBuf>,
+        /// Audit files (plain or gzip); default: the configured audit log
+        /// and every rotation beside it.
         files: Vec<PathBuf>,
     },
     /// Print an archived robots.txt (the `robots_sha256` of an audit line),
@@ -114,13 +122,14 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             key,
             checkpoints,
             from_seq,
+            dir,
             files,
         } => verify_command(
             config.as_deref(),
             key.as_deref(),
             checkpoints,
             from_seq,
-            files,
+            Source { dir, files },
         ),
         AuditCommand::Report {
             since,
@@ -128,8 +137,16 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             format,
             top,
             config,
+            dir,
             files,
-        } => report_command(since, until, format, top, config.as_deref(), files),
+        } => report_command(
+            since,
+            until,
+            format,
+            top,
+            config.as_deref(),
+            Source { dir, files },
+        ),
         AuditCommand::Robots {
             sha256,
             config,
@@ -239,13 +256,30 @@ fn parse_key(text: &str) -> Result<[u8; 32], String> {
     from(&contents).ok_or_else(|| format!("{text}: not 64 hex digits (as `audit key` prints)"))
 }
 
-/// The files given, else the configured audit log.
-fn files_or_default(files: Vec<PathBuf>, config: &Config) -> Vec<PathBuf> {
-    if files.is_empty() {
-        vec![config.audit_path()]
-    } else {
-        files
+/// Where the audit files are: given, or found beside the live file.
+struct Source {
+    dir: Option<PathBuf>,
+    files: Vec<PathBuf>,
+}
+
+/// The files given, else the live file (in `--dir`, or the configured
+/// one) and every rotation beside it.
+fn files_or_default(source: Source, config: &Config) -> Result<Vec<PathBuf>, String> {
+    if !source.files.is_empty() {
+        return Ok(source.files);
     }
+    let mut live = config.audit_path();
+    if let Some(dir) = source.dir {
+        if !dir.is_dir() {
+            return Err(format!("--dir {}: not a directory", dir.display()));
+        }
+        let name = live
+            .file_name()
+            .map(ToOwned::to_owned)
+            .unwrap_or_else(|| "audit.jsonl".into());
+        live = dir.join(name);
+    }
+    files::discover(&live).map_err(|e| format!("{}: {e}", live.display()))
 }
 
 fn verify_command(
@@ -253,7 +287,7 @@ fn verify_command(
     key: Option<&str>,
     checkpoints: Option<PathBuf>,
     from_seq: Option<u64>,
-    files: Vec<PathBuf>,
+    source: Source,
 ) -> ExitCode {
     let config = match load(config) {
         Ok(c) => c,
@@ -267,7 +301,10 @@ fn verify_command(
         },
         Err(e) => return usage("verify", e),
     };
-    let files = files_or_default(files, &config);
+    let files = match files_or_default(source, &config) {
+        Ok(files) => files,
+        Err(e) => return usage("verify", e),
+    };
     let opts = verify::Options {
         key,
         kept: checkpoints,
@@ -292,7 +329,7 @@ fn report_command(
     format: ReportFormat,
     top: u32,
     config: Option<&Path>,
-    files: Vec<PathBuf>,
+    source: Source,
 ) -> ExitCode {
     let config = match load(config) {
         Ok(c) => c,
@@ -313,7 +350,10 @@ fn report_command(
         until,
         top: top as usize,
     };
-    let files = files_or_default(files, &config);
+    let files = match files_or_default(source, &config) {
+        Ok(files) => files,
+        Err(e) => return usage("report", e),
+    };
     let summed = match report::report(&files, &opts) {
         Ok(r) => r,
         Err(e) => return usage("report", e),

@@ -542,6 +542,105 @@ async fn a_log_is_checked_only_from_a_trusted_anchor_and_a_forged_or_cut_head_is
     assert_eq!(verify(key, &[], &files).0, Some(0));
 }
 
+/// The shipped logrotate configuration, run by the real logrotate four
+/// times (`-f`, a state file of its own) on a log the binary writes, its
+/// postrotate reload sending SIGHUP as `systemctl reload` does: the result
+/// verifies in any file order, as the docs write the command, and found by
+/// `--config` or `--dir` alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_rotated_four_times_by_logrotate_verifies_in_any_file_order() {
+    let logrotate = Path::new("/usr/sbin/logrotate");
+    if !logrotate.exists() {
+        return crate::support::component::missing("logrotate", "no /usr/sbin/logrotate");
+    }
+    crate::support::component::used("logrotate");
+    let origin = Origin::with_robots(ROBOTS).await;
+    let setup = Setup::with_config("alphabot", "signing_key = true\n");
+    let mut proxy = setup.start().await;
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/robots-proxy.logrotate");
+    let shipped = std::fs::read_to_string(&shipped).expect("systemd/robots-proxy.logrotate");
+    let live = setup.audit_path();
+    let reload = "systemctl reload robots-proxy.service";
+    assert!(shipped.contains("/var/log/robots-proxy/audit.jsonl {") && shipped.contains(reload));
+    let conf = shipped
+        .replace("/var/log/robots-proxy/audit.jsonl", &path_str(&live))
+        .replace(reload, &format!("kill -HUP {}", proxy.child.id()));
+    let rotate_dir = tempfile::tempdir().expect("tempdir");
+    let conf_path = rotate_dir.path().join("robots-proxy");
+    std::fs::write(&conf_path, conf).expect("write");
+    let state = rotate_dir.path().join("logrotate.status");
+    let mut conn = Conn::open(proxy.addr).await;
+    for round in 0..5 {
+        for i in 0..3 {
+            block(&mut conn, &origin, &format!("/private/{round}/{i}")).await;
+        }
+        if round < 4 {
+            let out = std::process::Command::new(logrotate)
+                .arg("-f")
+                .arg("-s")
+                .arg(&state)
+                .arg(&conf_path)
+                .output()
+                .expect("run logrotate");
+            assert!(out.status.success(), "logrotate: {}", stderr(&out));
+            proxy.wait_for("configuration reloaded").await;
+        }
+    }
+    drop(conn);
+    proxy.signal("TERM");
+    assert!(proxy.wait_exit().await.success());
+
+    let dir = setup.dir.path();
+    let name = |s: &str| dir.join(format!("audit.jsonl{s}"));
+    for s in [".4.gz", ".3.gz", ".2.gz", ".1", ""] {
+        assert!(name(s).exists(), "{}", name(s).display());
+    }
+    assert!(!name(".1.gz").exists() && !name(".5.gz").exists());
+    let intact = "intact: 5 files, 20 lines (seq 1 to 20), 5 checkpoints, 5 signatures checked\n";
+    let config = path_str(&setup.config_path());
+    // What a shell makes of the documented forms, and the glob sorted as
+    // a name order would (.10.gz before .2.gz once there are ten).
+    for files in [
+        vec![".2.gz", ".3.gz", ".4.gz", ".1", ""],
+        vec!["", ".1", ".2.gz", ".3.gz", ".4.gz"],
+        vec![".4.gz", ".3.gz", ".2.gz", ".1", ""],
+        vec![".1", ".3.gz", "", ".4.gz", ".2.gz"],
+    ] {
+        let files: Vec<PathBuf> = files.iter().map(|s| name(s)).collect();
+        assert_eq!(
+            verify(None, &["--config", &config], &files),
+            (Some(0), intact.to_owned()),
+            "{files:?}"
+        );
+    }
+    // The live file and every rotation, found.
+    assert_eq!(
+        verify(None, &["--config", &config], &[]),
+        (Some(0), intact.to_owned())
+    );
+    let dir_arg = path_str(dir);
+    let key = audit(&["key", "--config", &config]);
+    let key = stdout(&key).trim().to_owned();
+    assert_eq!(
+        verify(Some(&key), &["--dir", &dir_arg], &[]),
+        (Some(0), intact.to_owned())
+    );
+    // A rotation left out is still named, whatever the order.
+    let without: Vec<PathBuf> = [".1", "", ".4.gz", ".2.gz"]
+        .iter()
+        .map(|s| name(s))
+        .collect();
+    failed_at(
+        &verify(Some(&key), &[], &without),
+        &name(".2.gz"),
+        1,
+        &format!(
+            "seq 9 begins this file, but {} ended at seq 4: 4 lines missing between them",
+            name(".4.gz").display()
+        ),
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_last_line_is_cut_at_start_and_the_chain_goes_on_from_the_last_whole_line() {
     let origin = Origin::with_robots(ROBOTS).await;

@@ -186,9 +186,13 @@ impl From<VerifyError> for Stop {
     }
 }
 
-/// Verifies `files`, given oldest first.
+/// Verifies `files`, in the order of their first `seq` (the order given
+/// does not matter).
 pub(crate) fn verify(files: &[PathBuf], opts: &Options) -> Result<Outcome, VerifyError> {
-    match run(files, opts) {
+    let mut files = files.to_vec();
+    super::files::sort_by_first_seq(&mut files)
+        .map_err(|(path, source)| VerifyError::Io { path, source })?;
+    match run(&files, opts) {
         Ok(summary) => Ok(Outcome::Intact(summary)),
         Err(Stop::Broken(finding)) => Ok(Outcome::Broken(finding)),
         Err(Stop::Error(e)) => Err(e),
