@@ -305,7 +305,13 @@ impl App {
                     source,
                 }
             })?;
-        let audit = audit.with_node(settings.fleet.as_ref().map(|f| f.node()));
+        let audit = audit
+            .with_node(settings.fleet.as_ref().map(|f| f.node()))
+            .with_sync(config.audit.sync)
+            .map_err(|source| StartError::Audit {
+                path: audit_path.clone(),
+                source,
+            })?;
         let ca_dir = config.ca_dir();
         let (ca, created) = Ca::load_or_create(&ca_dir)?;
         let minter = Arc::new(Minter::new(ca, config.tls.leaf_cache)?);
@@ -597,7 +603,7 @@ fn fleet(config: &Config) -> Option<&crate::config::FleetConfig> {
 }
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 45] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 46] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -677,6 +683,7 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 45] {
             old.audit_signing_key() != new.audit_signing_key(),
             "audit.signing_key",
         ),
+        (old.audit.sync != new.audit.sync, "audit.sync"),
         (old.ca_dir() != new.ca_dir(), "tls.ca_dir"),
         (old.log.format != new.log.format, "log.format"),
         (old.state_dir() != new.state_dir(), "state_dir"),

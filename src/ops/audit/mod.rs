@@ -18,12 +18,14 @@ pub(crate) mod files;
 pub(crate) mod input;
 pub(crate) mod key;
 pub(crate) mod report;
+pub(crate) mod sync;
 pub(crate) mod tail;
 pub(crate) mod verify;
 #[cfg(test)]
 mod writer_tests;
 
 pub(crate) use key::{KeyError, SigningKey};
+pub use sync::SyncPolicy;
 
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
@@ -257,6 +259,10 @@ pub struct AuditLog {
     node: Option<Box<str>>,
     /// `robots_proxy_audit_write_failures_total`.
     write_failures: Counter,
+    /// `audit.sync`.
+    sync: SyncPolicy,
+    /// What the `interval` thread syncs.
+    synced: std::sync::Arc<sync::Shared>,
 }
 
 /// The open file, the chain's head, and when the file was last checked
@@ -374,6 +380,11 @@ impl AuditLog {
             "Audit log records that could not be written",
             self.write_failures.clone(),
         );
+        registry.register(
+            "robots_proxy_audit_syncs",
+            "fdatasync calls that forced audit lines to the disk (audit.sync)",
+            self.synced.syncs.clone(),
+        );
         self
     }
 
@@ -407,6 +418,8 @@ impl AuditLog {
             key,
             node: None,
             write_failures: Counter::default(),
+            sync: SyncPolicy::None,
+            synced: std::sync::Arc::default(),
         };
         {
             let mut state = log.state.lock();
@@ -421,6 +434,28 @@ impl AuditLog {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Forces lines to the disk as `policy` says (`audit.sync`); the log
+    /// opens with `none`. `interval` starts a thread of its own.
+    pub(crate) fn with_sync(mut self, policy: SyncPolicy) -> io::Result<AuditLog> {
+        self.sync = policy;
+        if policy == SyncPolicy::None {
+            return Ok(self);
+        }
+        {
+            let state = self.state.lock();
+            if let Some(file) = &state.file {
+                // Lines written before: the start checkpoint, at least.
+                self.synced.sync(file)?;
+                self.synced.set_file(file)?;
+            }
+        }
+        sync::sync_dir(&self.path)?;
+        if policy == SyncPolicy::Interval {
+            sync::start_interval(&self.synced, &self.path)?;
+        }
+        Ok(self)
     }
 
     /// Names this node (a fleet's `fleet.node`) in the records written.
@@ -451,10 +486,23 @@ impl AuditLog {
 
     fn reopen_locked(&self, state: &mut State) -> io::Result<()> {
         state.last_identity_check = Instant::now();
+        if self.sync != SyncPolicy::None
+            && let Err(e) = self.synced.sync_if_dirty()
+        {
+            tracing::error!(path = %self.path.display(), error = %e,
+                "cannot sync the audit log to disk before reopening it");
+        }
         let result = match open(&self.path) {
             Ok(f) => {
+                let synced = match self.sync {
+                    SyncPolicy::None => Ok(()),
+                    _ => self
+                        .synced
+                        .set_file(&f)
+                        .and_then(|()| sync::sync_dir(&self.path)),
+                };
                 state.file = Some(f);
-                self.checkpoint_locked(state, Reason::Reopen)
+                synced.and_then(|()| self.checkpoint_locked(state, Reason::Reopen))
             }
             Err(e) => {
                 state.file = None;
@@ -479,6 +527,7 @@ impl AuditLog {
             self.key.as_ref(),
         )?;
         append(file, &line, &self.path)?;
+        self.sync_line(file)?;
         state.head = head;
         state.chain_start = None;
         Ok(())
@@ -556,9 +605,25 @@ impl AuditLog {
         };
         let (bytes, head) = line.seal(&state.head)?;
         append(file, bytes, &self.path)?;
+        self.sync_line(file)?;
         state.head = head;
         self.healthy.store(true, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+impl AuditLog {
+    /// After a line is appended: `every` syncs it now (a failure fails the
+    /// line), `interval` leaves it to the thread.
+    fn sync_line(&self, file: &File) -> io::Result<()> {
+        match self.sync {
+            SyncPolicy::None => Ok(()),
+            SyncPolicy::Interval => {
+                self.synced.mark();
+                Ok(())
+            }
+            SyncPolicy::Every => self.synced.sync(file),
+        }
     }
 }
 

@@ -172,3 +172,47 @@ fn a_record_that_cannot_be_written_is_counted() {
         Some(2.0)
     );
 }
+
+/// `fdatasync` calls per policy: `every` one per line, `interval` one a
+/// second while lines come (from its thread), `none` never.
+#[test]
+fn lines_are_synced_as_audit_sync_says() {
+    use super::SyncPolicy;
+    let syncs = |registry: &crate::metrics::Registry| {
+        crate::metrics::sample(&registry.encode(), "robots_proxy_audit_syncs_total")
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (policy, name) in [
+        (SyncPolicy::None, "none"),
+        (SyncPolicy::Every, "every"),
+        (SyncPolicy::Interval, "interval"),
+    ] {
+        let registry = crate::metrics::Registry::new();
+        let path = dir.path().join(format!("{name}.jsonl"));
+        let log = AuditLog::open(&path, false, None)
+            .expect("open")
+            .with_metrics(&registry)
+            .with_sync(policy)
+            .expect("sync");
+        let at_start = syncs(&registry);
+        for i in 0..3 {
+            log.write(&record(&format!("http://a.example/private/{i}")))
+                .expect("write");
+        }
+        match policy {
+            SyncPolicy::None => {
+                assert_eq!((at_start, syncs(&registry)), (Some(0.0), Some(0.0)));
+            }
+            // The start checkpoint, then each line before write returns.
+            SyncPolicy::Every => assert_eq!((at_start, syncs(&registry)), (Some(1.0), Some(4.0))),
+            SyncPolicy::Interval => {
+                // The thread syncs the three lines within its second.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while syncs(&registry) < Some(2.0) {
+                    assert!(std::time::Instant::now() < deadline, "no sync within 10 s");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            }
+        }
+    }
+}
