@@ -40,10 +40,15 @@ pub(crate) enum AuditCommand {
         /// be in the log, and the log must reach the newest of them.
         #[arg(long, value_name = "FILE")]
         checkpoints: Option<PathBuf>,
+        /// The witness file (`audit.witness_file`, found from --config
+        /// when not given): the checkpoints the proxy copied out as it
+        /// wrote them, checked as --checkpoints are.
+        #[arg(long, value_name = "FILE")]
+        witness: Option<PathBuf>,
         /// Check from this seq on, skipping the lines before it: its line
-        /// must match a copy kept in --checkpoints byte for byte (a log
-        /// whose first files were rotated away).
-        #[arg(long, value_name = "N", requires = "checkpoints",
+        /// must match a copy kept in --checkpoints or --witness byte for
+        /// byte (a log whose first files were rotated away).
+        #[arg(long, value_name = "N",
               value_parser = clap::value_parser!(u64).range(1..))]
         from_seq: Option<u64>,
         /// The directory holding the log: its live file (the configured
@@ -121,14 +126,18 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             config,
             key,
             checkpoints,
+            witness,
             from_seq,
             dir,
             files,
         } => verify_command(
             config.as_deref(),
             key.as_deref(),
-            checkpoints,
-            from_seq,
+            Kept {
+                checkpoints,
+                witness,
+                from_seq,
+            },
             Source { dir, files },
         ),
         AuditCommand::Report {
@@ -256,6 +265,13 @@ fn parse_key(text: &str) -> Result<[u8; 32], String> {
     from(&contents).ok_or_else(|| format!("{text}: not 64 hex digits (as `audit key` prints)"))
 }
 
+/// The copies the log is checked against.
+struct Kept {
+    checkpoints: Option<PathBuf>,
+    witness: Option<PathBuf>,
+    from_seq: Option<u64>,
+}
+
 /// Where the audit files are: given, or found beside the live file.
 struct Source {
     dir: Option<PathBuf>,
@@ -285,8 +301,7 @@ fn files_or_default(source: Source, config: &Config) -> Result<Vec<PathBuf>, Str
 fn verify_command(
     config: Option<&Path>,
     key: Option<&str>,
-    checkpoints: Option<PathBuf>,
-    from_seq: Option<u64>,
+    kept: Kept,
     source: Source,
 ) -> ExitCode {
     let config = match load(config) {
@@ -305,10 +320,19 @@ fn verify_command(
         Ok(files) => files,
         Err(e) => return usage("verify", e),
     };
+    // The configured witness, when there is one to read.
+    let witness = kept.witness.or_else(|| {
+        config
+            .audit
+            .witness_file
+            .clone()
+            .filter(|path| path.exists())
+    });
     let opts = verify::Options {
         key,
-        kept: checkpoints,
-        from_seq,
+        kept: kept.checkpoints,
+        witness,
+        from_seq: kept.from_seq,
     };
     match verify::verify(&files, &opts) {
         Ok(verify::Outcome::Intact(summary)) => {

@@ -181,6 +181,13 @@ pub struct AuditConfig {
     /// When lines are forced to the disk (`fdatasync`): `"none"`,
     /// `"interval"` (default: at most once a second) or `"every"` line.
     pub sync: crate::ops::audit::SyncPolicy,
+    /// A checkpoint line this often while lines are written (0: only at
+    /// start and reopen).
+    #[serde(deserialize_with = "duration")]
+    pub checkpoint_every: Duration,
+    /// Every checkpoint line is appended to this file too: a copy on
+    /// another disk or mount, for `audit verify --witness`.
+    pub witness_file: Option<PathBuf>,
 }
 
 impl Default for AuditConfig {
@@ -191,6 +198,8 @@ impl Default for AuditConfig {
             archive_max: 256 << 20,
             signing_key: AuditSigningKey::Off,
             sync: crate::ops::audit::SyncPolicy::default(),
+            checkpoint_every: Duration::from_secs(10),
+            witness_file: None,
         }
     }
 }

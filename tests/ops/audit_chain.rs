@@ -641,6 +641,88 @@ async fn a_log_rotated_four_times_by_logrotate_verifies_in_any_file_order() {
     );
 }
 
+/// A checkpoint a second while lines come, each also appended to the
+/// witness file on another path: cutting the log's end back before the
+/// last witnessed checkpoint is found by `audit verify --config` alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_tail_older_than_the_last_witnessed_checkpoint_is_found() {
+    let origin = Origin::with_robots(ROBOTS).await;
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let witness = elsewhere.path().join("checkpoints.jsonl");
+    let setup = Setup::with_config(
+        "alphabot",
+        &format!(
+            "signing_key = true\ncheckpoint_every = \"1s\"\nwitness_file = {:?}\n",
+            path_str(&witness)
+        ),
+    );
+    let mut proxy = setup.start().await;
+    let mut conn = Conn::open(proxy.addr).await;
+    for i in 0..3 {
+        block(&mut conn, &origin, &format!("/private/{i}")).await;
+    }
+    // The interval checkpoint after the three lines, in the witness.
+    let witnessed = |reason: &'static str| {
+        let witness = witness.clone();
+        move || {
+            let lines = std::fs::read_to_string(&witness).unwrap_or_default();
+            let found = lines
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .find(|v| v["reason"] == reason && v["seq"].as_u64() >= Some(5));
+            std::future::ready(found.ok_or(lines))
+        }
+    };
+    crate::support::until("an interval checkpoint", witnessed("interval")).await;
+    block(&mut conn, &origin, "/private/3").await;
+    drop(conn);
+    proxy.signal("TERM");
+    assert!(proxy.wait_exit().await.success());
+    let config = path_str(&setup.config_path());
+    let live = setup.audit_path();
+    let (code, text) = verify(None, &["--config", &config], &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("kept checkpoints matched"), "{text}");
+    // The log cut back to just before the last witnessed checkpoint.
+    let kept = read_lines(&witness);
+    let (at, last) = kept
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            Some((i + 1, v["seq"].as_u64()?))
+        })
+        .max_by_key(|(_, seq)| *seq)
+        .expect("witnessed checkpoints");
+    assert!(last >= 5, "{kept:?}");
+    let lines = read_lines(&live);
+    write_lines(&live, &lines[..last as usize - 1]);
+    assert!(plain_parse_finds_nothing(std::slice::from_ref(&live)));
+    failed_at(
+        &verify(None, &["--config", &config], &[]),
+        &live,
+        last as usize,
+        &format!(
+            "the log ends at seq {} (line {}), but the copy kept in {} line {at} has seq {last}: \
+             lines were cut from the end",
+            last - 1,
+            last - 1,
+            witness.display()
+        ),
+    );
+    // Named explicitly, the same.
+    let witness_arg = path_str(&witness);
+    assert_eq!(
+        verify(
+            None,
+            &["--witness", &witness_arg],
+            std::slice::from_ref(&live)
+        )
+        .0,
+        Some(1)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_last_line_is_cut_at_start_and_the_chain_goes_on_from_the_last_whole_line() {
     let origin = Origin::with_robots(ROBOTS).await;

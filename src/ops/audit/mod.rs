@@ -263,6 +263,8 @@ pub struct AuditLog {
     sync: SyncPolicy,
     /// What the `interval` thread syncs.
     synced: std::sync::Arc<sync::Shared>,
+    /// `audit.witness_file`: every checkpoint line is appended there too.
+    witness: Option<PathBuf>,
 }
 
 /// The open file, the chain's head, and when the file was last checked
@@ -278,6 +280,10 @@ struct State {
     last_retry: Option<Instant>,
     /// Last check that the path still names the open file.
     last_identity_check: Instant,
+    /// Lines written since the last checkpoint.
+    since_checkpoint: u64,
+    /// The last checkpoint line written, for the witness.
+    last_checkpoint: Option<Vec<u8>>,
 }
 
 /// Room left before a record's JSON for the `{"seq":N,` that starts its line.
@@ -412,6 +418,8 @@ impl AuditLog {
                 chain_start: resume.chain_start,
                 last_retry: None,
                 last_identity_check: Instant::now(),
+                since_checkpoint: 0,
+                last_checkpoint: None,
             }),
             healthy: AtomicBool::new(true),
             log_all: AtomicBool::new(log_all),
@@ -420,6 +428,7 @@ impl AuditLog {
             write_failures: Counter::default(),
             sync: SyncPolicy::None,
             synced: std::sync::Arc::default(),
+            witness: None,
         };
         {
             let mut state = log.state.lock();
@@ -456,6 +465,53 @@ impl AuditLog {
             sync::start_interval(&self.synced, &self.path)?;
         }
         Ok(self)
+    }
+
+    /// Appends every checkpoint line to `path` as well (`audit.witness_file`,
+    /// on another disk or host mount), beginning with the one written at
+    /// start.
+    pub(crate) fn with_witness(mut self, path: Option<PathBuf>) -> AuditLog {
+        self.witness = path;
+        let last = self.state.lock().last_checkpoint.clone();
+        if let Some(line) = last {
+            self.witness_line(&line);
+        }
+        self
+    }
+
+    /// Writes a checkpoint if lines were written since the last one
+    /// (`audit.checkpoint_every`); true when it did.
+    pub(crate) fn periodic_checkpoint(&self) -> io::Result<bool> {
+        let mut state = self.state.lock();
+        if state.since_checkpoint == 0 || state.file.is_none() {
+            return Ok(false);
+        }
+        self.checkpoint_locked(&mut state, Reason::Interval)
+            .inspect_err(|e| {
+                self.healthy.store(false, Ordering::Relaxed);
+                tracing::error!(path = %self.path.display(), error = %e,
+                    "cannot write the audit log: refusing to forward until it is writable");
+            })
+            .map(|()| true)
+    }
+
+    /// Appends a checkpoint line to the witness file: a failure is logged,
+    /// the audit line stands.
+    fn witness_line(&self, line: &[u8]) {
+        let Some(path) = &self.witness else {
+            return;
+        };
+        let written = open(path).and_then(|mut f| {
+            f.write_all(line)?;
+            if self.sync != SyncPolicy::None {
+                f.sync_data()?;
+            }
+            Ok(())
+        });
+        if let Err(e) = written {
+            tracing::error!(witness = %path.display(), error = %e,
+                "cannot append the checkpoint to the audit witness file");
+        }
     }
 
     /// Names this node (a fleet's `fleet.node`) in the records written.
@@ -530,6 +586,9 @@ impl AuditLog {
         self.sync_line(file)?;
         state.head = head;
         state.chain_start = None;
+        state.since_checkpoint = 0;
+        self.witness_line(&line);
+        state.last_checkpoint = Some(line);
         Ok(())
     }
 
@@ -607,9 +666,33 @@ impl AuditLog {
         append(file, bytes, &self.path)?;
         self.sync_line(file)?;
         state.head = head;
+        state.since_checkpoint += 1;
         self.healthy.store(true, Ordering::Relaxed);
         Ok(())
     }
+}
+
+/// Starts the thread that writes a checkpoint every `every` while lines
+/// come (`audit.checkpoint_every`), on the log `log` finds in `owner`; it
+/// ends when the owner is dropped.
+pub(crate) fn start_checkpoints<T: Send + Sync + 'static>(
+    owner: std::sync::Weak<T>,
+    every: std::time::Duration,
+    log: fn(&T) -> &AuditLog,
+) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("audit-checkpoint".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                let Some(owner) = owner.upgrade() else {
+                    return;
+                };
+                // A failure is logged and fails the next request's line.
+                let _ = log(&owner).periodic_checkpoint();
+            }
+        })
+        .map(drop)
 }
 
 impl AuditLog {

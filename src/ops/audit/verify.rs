@@ -24,6 +24,9 @@ pub(crate) struct Options {
     pub(crate) key: Option<[u8; 32]>,
     /// Checkpoint (or any chained) lines copied out of the log earlier.
     pub(crate) kept: Option<PathBuf>,
+    /// The witness file (`audit.witness_file`): checkpoint lines the proxy
+    /// copied out as it wrote them, checked as kept copies are.
+    pub(crate) witness: Option<PathBuf>,
     /// Check from this `seq` on, anchored at its kept copy: lines before
     /// it are skipped (a log whose head was rotated away).
     pub(crate) from_seq: Option<u64>,
@@ -200,22 +203,23 @@ pub(crate) fn verify(files: &[PathBuf], opts: &Options) -> Result<Outcome, Verif
 }
 
 fn run(files: &[PathBuf], opts: &Options) -> Result<Summary, Stop> {
-    let kept = match &opts.kept {
-        Some(path) => load_kept(path, opts.key.as_ref())?,
-        None => BTreeMap::new(),
-    };
+    let kept_paths: Vec<PathBuf> = opts.kept.iter().chain(&opts.witness).cloned().collect();
+    let mut kept = BTreeMap::new();
+    for source in 0..kept_paths.len() {
+        load_kept(&mut kept, source, &kept_paths, opts.key.as_ref())?;
+    }
     let mut v = Verifier {
         key: opts.key,
         from_seq: opts.from_seq,
         untrusted: None,
         blame: None,
         kept,
-        kept_path: opts.kept.clone().unwrap_or_default(),
+        kept_paths,
         prev: None,
         prev_at: None,
         signed_seen: false,
         summary: Summary {
-            kept_given: opts.kept.is_some(),
+            kept_given: opts.kept.is_some() || opts.witness.is_some(),
             ..Summary::default()
         },
     };
@@ -253,6 +257,8 @@ struct Kept {
     chain: [u8; 32],
     /// SHA-256 of the whole line: a copy is a match only byte for byte.
     digest: [u8; 32],
+    /// Which file it was kept in (`--checkpoints`, `--witness`).
+    source: usize,
     /// Its line in the kept file.
     line: u64,
 }
@@ -307,7 +313,8 @@ struct Verifier {
     /// Where a finding about earlier lines points: file index and line.
     blame: Option<(usize, u64)>,
     kept: BTreeMap<u64, Kept>,
-    kept_path: PathBuf,
+    /// The files the kept copies come from.
+    kept_paths: Vec<PathBuf>,
     /// The last chained line.
     prev: Option<Head>,
     /// Where it is: file index and line number.
@@ -413,7 +420,7 @@ impl Verifier {
                 return Err(format!(
                     "seq {seq} has another chain than the copy kept in {} line {}: \
                      the log was rewritten after that copy was taken",
-                    self.kept_path.display(),
+                    self.kept_paths[kept.source].display(),
                     kept.line
                 ));
             }
@@ -496,7 +503,7 @@ impl Verifier {
         format!(
             "seq {seq} differs from the copy kept in {} line {}: the line was \
              rewritten after that copy was taken",
-            self.kept_path.display(),
+            self.kept_paths[kept.source].display(),
             kept.line
         )
     }
@@ -617,7 +624,7 @@ impl Verifier {
                     "the log ends at seq {} (line {number}), but the copy kept in {} line {} \
                      has seq {seq}: lines were cut from the end (or a newer file is missing)",
                     last.seq,
-                    self.kept_path.display(),
+                    self.kept_paths[kept.source].display(),
                     kept.line
                 ),
             ));
@@ -636,9 +643,16 @@ fn digest(line: &[u8]) -> [u8; 32] {
     out
 }
 
-/// Reads the kept copies: each a chained line; a kept checkpoint must
-/// match its own head and, with a key, its signature.
-fn load_kept(path: &Path, key: Option<&[u8; 32]>) -> Result<BTreeMap<u64, Kept>, Stop> {
+/// Reads the kept copies of `paths[source]` into `kept`: each a chained
+/// line; a kept checkpoint must match its own head and, with a key, its
+/// signature.
+fn load_kept(
+    kept: &mut BTreeMap<u64, Kept>,
+    source: usize,
+    paths: &[PathBuf],
+    key: Option<&[u8; 32]>,
+) -> Result<(), Stop> {
+    let path = &paths[source];
     let io = |source| VerifyError::Io {
         path: path.to_owned(),
         source,
@@ -650,7 +664,6 @@ fn load_kept(path: &Path, key: Option<&[u8; 32]>) -> Result<BTreeMap<u64, Kept>,
             what: what.to_owned(),
         })
     };
-    let mut kept: BTreeMap<u64, Kept> = BTreeMap::new();
     let mut lines = Lines::open(path).map_err(io)?;
     while let Some(line) = lines.next_line().map_err(io)? {
         let number = line.number;
@@ -688,21 +701,25 @@ fn load_kept(path: &Path, key: Option<&[u8; 32]>) -> Result<BTreeMap<u64, Kept>,
         let entry = Kept {
             chain: sealed.chain,
             digest: digest(line.bytes),
+            source,
             line: number,
         };
         if let Some(before) = kept.get(&seq)
             && (before.chain != entry.chain || before.digest != entry.digest)
         {
-            let Kept { line: first, .. } = before;
             return Err(broken(
                 path,
                 number,
-                format!("seq {seq} was kept before (line {first}) as another line"),
+                format!(
+                    "seq {seq} was kept before ({} line {}) as another line",
+                    paths[before.source].display(),
+                    before.line
+                ),
             ));
         }
         kept.entry(seq).or_insert(entry);
     }
-    Ok(kept)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -814,13 +831,13 @@ mod tests {
         let right = Options {
             key: Some(key.public()),
             kept: None,
-            from_seq: None,
+            ..Options::default()
         };
         assert!(matches!(check(&lines, &right), Outcome::Intact(_)));
         let wrong = Options {
             key: Some(other.public()),
             kept: None,
-            from_seq: None,
+            ..Options::default()
         };
         let (line, why) = reason(check(&lines, &wrong));
         assert_eq!(line, 1);

@@ -216,3 +216,66 @@ fn lines_are_synced_as_audit_sync_says() {
         }
     }
 }
+
+/// A checkpoint comes only when lines were written since the last one,
+/// every checkpoint reaches the witness file, and a cut of the log's end
+/// older than the last witnessed checkpoint is found through it.
+#[test]
+fn periodic_checkpoints_reach_the_witness_and_show_a_cut_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("audit.jsonl");
+    let witness = dir.path().join("witness").join("checkpoints.jsonl");
+    std::fs::create_dir(witness.parent().expect("dir")).expect("mkdir");
+    let log = AuditLog::open(&path, false, None)
+        .expect("open")
+        .with_witness(Some(witness.clone()));
+    assert!(!log.periodic_checkpoint().expect("nothing to do"));
+    for i in 0..3 {
+        log.write(&record(&format!("http://a.example/private/{i}")))
+            .expect("write");
+    }
+    assert!(log.periodic_checkpoint().expect("checkpoint"));
+    assert!(!log.periodic_checkpoint().expect("no line since"));
+    log.write(&record("http://a.example/private/3"))
+        .expect("write");
+    drop(log);
+    let kept = lines(&witness);
+    let reasons: Vec<_> = kept
+        .iter()
+        .map(|l| (l["seq"].as_u64(), l["reason"].as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [(Some(1), Some("start")), (Some(5), Some("interval"))]
+    );
+    let all = lines(&path);
+    assert_eq!(all[4]["type"], "checkpoint");
+
+    let opts = verify::Options {
+        witness: Some(witness.clone()),
+        ..verify::Options::default()
+    };
+    let verdict = |opts: &verify::Options| match verify::verify(std::slice::from_ref(&path), opts)
+        .expect("readable")
+    {
+        Outcome::Intact(s) => Ok(s.to_string()),
+        Outcome::Broken(f) => Err(f.to_string()),
+    };
+    assert!(verdict(&opts).is_ok_and(|s| s.contains("2 kept checkpoints matched")));
+    // The last line (after the last checkpoint) cut: within the bound,
+    // not seen.
+    let text = std::fs::read_to_string(&path).expect("read");
+    let cut: Vec<&str> = text.lines().collect();
+    std::fs::write(&path, format!("{}\n", cut[..5].join("\n"))).expect("write");
+    assert!(verdict(&opts).is_ok());
+    // Cut before the witnessed checkpoint: found.
+    std::fs::write(&path, format!("{}\n", cut[..3].join("\n"))).expect("write");
+    let why = verdict(&opts).expect_err("a cut tail");
+    assert!(
+        why.contains("the log ends at seq 3")
+            && why.contains("has seq 5: lines were cut from the end"),
+        "{why}"
+    );
+    // Without the witness nothing shows it.
+    assert!(verdict(&verify::Options::default()).is_ok());
+}

@@ -12,9 +12,23 @@ const RULE_SEP: char = '\0';
 /// The key a rule is counted under: its origin, line number (empty when
 /// unknown) and text, kept apart so each can be its own column.
 pub(super) fn rule_key(origin: &str, line: Option<u64>, rule: &str) -> String {
-    let clean = |s: &str| s.replace(RULE_SEP, "\u{fffd}");
-    let line = line.map(|n| n.to_string()).unwrap_or_default();
-    format!("{}{RULE_SEP}{line}{RULE_SEP}{}", clean(origin), clean(rule))
+    use std::fmt::Write as _;
+    let push = |key: &mut String, s: &str| {
+        if s.contains(RULE_SEP) {
+            key.push_str(&s.replace(RULE_SEP, "\u{fffd}"));
+        } else {
+            key.push_str(s);
+        }
+    };
+    let mut key = String::with_capacity(origin.len() + rule.len() + 24);
+    push(&mut key, origin);
+    key.push(RULE_SEP);
+    if let Some(n) = line {
+        let _ = write!(key, "{n}");
+    }
+    key.push(RULE_SEP);
+    push(&mut key, rule);
+    key
 }
 
 /// A rule key's origin, line number (empty when unknown) and text.
