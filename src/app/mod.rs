@@ -314,7 +314,14 @@ impl App {
                     source,
                 }
             })?;
-        let audit = audit.with_node(settings.fleet.as_ref().map(|f| f.node()));
+        let audit = audit
+            .with_node(settings.fleet.as_ref().map(|f| f.node()))
+            .with_sync(config.audit.sync)
+            .map_err(|source| StartError::Audit {
+                path: audit_path.clone(),
+                source,
+            })?
+            .with_witness(config.audit.witness_file.clone());
         let ca_dir = config.ca_dir();
         let (ca, created) = Ca::load_or_create(&ca_dir)?;
         let minter = Arc::new(Minter::new(ca, config.tls.leaf_cache)?);
@@ -343,6 +350,17 @@ impl App {
         );
         // Before the first request: the log is read up to its length now.
         proxy.activity.rebuild_from_audit(&audit_path);
+        if !config.audit.checkpoint_every.is_zero() {
+            crate::ops::audit::start_checkpoints(
+                Arc::downgrade(&proxy),
+                config.audit.checkpoint_every,
+                |p: &Proxy| &p.audit,
+            )
+            .map_err(|source| StartError::Audit {
+                path: audit_path.clone(),
+                source,
+            })?;
+        }
         Ok(App {
             proxy,
             metrics,
@@ -615,7 +633,7 @@ fn fleet(config: &Config) -> Option<&crate::config::FleetConfig> {
 }
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 45] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 48] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -694,6 +712,15 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 45] {
         (
             old.audit_signing_key() != new.audit_signing_key(),
             "audit.signing_key",
+        ),
+        (old.audit.sync != new.audit.sync, "audit.sync"),
+        (
+            old.audit.checkpoint_every != new.audit.checkpoint_every,
+            "audit.checkpoint_every",
+        ),
+        (
+            old.audit.witness_file != new.audit.witness_file,
+            "audit.witness_file",
         ),
         (old.ca_dir() != new.ca_dir(), "tls.ca_dir"),
         (old.log.format != new.log.format, "log.format"),

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use clap::{Subcommand, ValueEnum};
 
 use crate::config::Config;
-use crate::ops::audit::{SigningKey, chain, report, verify};
+use crate::ops::audit::{SigningKey, chain, files, report, verify};
 
 #[derive(Subcommand)]
 pub(crate) enum AuditCommand {
@@ -22,9 +22,9 @@ pub(crate) enum AuditCommand {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
-    /// Check the hash chain of audit files given oldest first (plain or
-    /// gzip): prints a one-line summary, or the first bad file and line
-    /// and why.
+    /// Check the hash chain of audit files (plain or gzip, in any order:
+    /// they are read in the order of their first seq): prints a one-line
+    /// summary, or the first bad file and line and why.
     ///
     /// Exit status: 0 intact, 1 a line is wrong, 2 on a usage or I/O error.
     Verify {
@@ -40,8 +40,23 @@ pub(crate) enum AuditCommand {
         /// be in the log, and the log must reach the newest of them.
         #[arg(long, value_name = "FILE")]
         checkpoints: Option<PathBuf>,
-        /// Audit files in rotation order, oldest first; default: the
-        /// configured audit log.
+        /// The witness file (`audit.witness_file`, found from --config
+        /// when not given): the checkpoints the proxy copied out as it
+        /// wrote them, checked as --checkpoints are.
+        #[arg(long, value_name = "FILE")]
+        witness: Option<PathBuf>,
+        /// Check from this seq on, skipping the lines before it: its line
+        /// must match a copy kept in --checkpoints or --witness byte for
+        /// byte (a log whose first files were rotated away).
+        #[arg(long, value_name = "N",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        from_seq: Option<u64>,
+        /// The directory holding the log: its live file (the configured
+        /// file name, audit.jsonl by default) and every rotation.
+        #[arg(long, value_name = "DIR", conflicts_with = "files")]
+        dir: Option<PathBuf>,
+        /// Audit files, in any order; default: the configured audit log
+        /// and every rotation beside it (.1, .2.gz, …).
         files: Vec<PathBuf>,
     },
     /// Sum audit files up: requests and blocks per day, by decision,
@@ -67,7 +82,11 @@ pub(crate) enum AuditCommand {
         /// Config file: its audit log is the default FILE.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
-        /// Audit files (plain or gzip); default: the configured audit log.
+        /// The directory holding the log: its live file and every rotation.
+        #[arg(long, value_name = "DIR", conflicts_with = "files")]
+        dir: Option<PathBuf>,
+        /// Audit files (plain or gzip); default: the configured audit log
+        /// and every rotation beside it.
         files: Vec<PathBuf>,
     },
     /// Print an archived robots.txt (the `robots_sha256` of an audit line),
@@ -107,16 +126,36 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             config,
             key,
             checkpoints,
+            witness,
+            from_seq,
+            dir,
             files,
-        } => verify_command(config.as_deref(), key.as_deref(), checkpoints, files),
+        } => verify_command(
+            config.as_deref(),
+            key.as_deref(),
+            Kept {
+                checkpoints,
+                witness,
+                from_seq,
+            },
+            Source { dir, files },
+        ),
         AuditCommand::Report {
             since,
             until,
             format,
             top,
             config,
+            dir,
             files,
-        } => report_command(since, until, format, top, config.as_deref(), files),
+        } => report_command(
+            since,
+            until,
+            format,
+            top,
+            config.as_deref(),
+            Source { dir, files },
+        ),
         AuditCommand::Robots {
             sha256,
             config,
@@ -226,20 +265,44 @@ fn parse_key(text: &str) -> Result<[u8; 32], String> {
     from(&contents).ok_or_else(|| format!("{text}: not 64 hex digits (as `audit key` prints)"))
 }
 
-/// The files given, else the configured audit log.
-fn files_or_default(files: Vec<PathBuf>, config: &Config) -> Vec<PathBuf> {
-    if files.is_empty() {
-        vec![config.audit_path()]
-    } else {
-        files
+/// The copies the log is checked against.
+struct Kept {
+    checkpoints: Option<PathBuf>,
+    witness: Option<PathBuf>,
+    from_seq: Option<u64>,
+}
+
+/// Where the audit files are: given, or found beside the live file.
+struct Source {
+    dir: Option<PathBuf>,
+    files: Vec<PathBuf>,
+}
+
+/// The files given, else the live file (in `--dir`, or the configured
+/// one) and every rotation beside it.
+fn files_or_default(source: Source, config: &Config) -> Result<Vec<PathBuf>, String> {
+    if !source.files.is_empty() {
+        return Ok(source.files);
     }
+    let mut live = config.audit_path();
+    if let Some(dir) = source.dir {
+        if !dir.is_dir() {
+            return Err(format!("--dir {}: not a directory", dir.display()));
+        }
+        let name = live
+            .file_name()
+            .map(ToOwned::to_owned)
+            .unwrap_or_else(|| "audit.jsonl".into());
+        live = dir.join(name);
+    }
+    files::discover(&live).map_err(|e| format!("{}: {e}", live.display()))
 }
 
 fn verify_command(
     config: Option<&Path>,
     key: Option<&str>,
-    checkpoints: Option<PathBuf>,
-    files: Vec<PathBuf>,
+    kept: Kept,
+    source: Source,
 ) -> ExitCode {
     let config = match load(config) {
         Ok(c) => c,
@@ -253,10 +316,23 @@ fn verify_command(
         },
         Err(e) => return usage("verify", e),
     };
-    let files = files_or_default(files, &config);
+    let files = match files_or_default(source, &config) {
+        Ok(files) => files,
+        Err(e) => return usage("verify", e),
+    };
+    // The configured witness, when there is one to read.
+    let witness = kept.witness.or_else(|| {
+        config
+            .audit
+            .witness_file
+            .clone()
+            .filter(|path| path.exists())
+    });
     let opts = verify::Options {
         key,
-        kept: checkpoints,
+        kept: kept.checkpoints,
+        witness,
+        from_seq: kept.from_seq,
     };
     match verify::verify(&files, &opts) {
         Ok(verify::Outcome::Intact(summary)) => {
@@ -277,7 +353,7 @@ fn report_command(
     format: ReportFormat,
     top: u32,
     config: Option<&Path>,
-    files: Vec<PathBuf>,
+    source: Source,
 ) -> ExitCode {
     let config = match load(config) {
         Ok(c) => c,
@@ -298,7 +374,10 @@ fn report_command(
         until,
         top: top as usize,
     };
-    let files = files_or_default(files, &config);
+    let files = match files_or_default(source, &config) {
+        Ok(files) => files,
+        Err(e) => return usage("report", e),
+    };
     let summed = match report::report(&files, &opts) {
         Ok(r) => r,
         Err(e) => return usage("report", e),

@@ -178,6 +178,16 @@ pub struct AuditConfig {
     /// on first start if missing.
     #[serde(deserialize_with = "signing_key")]
     pub signing_key: AuditSigningKey,
+    /// When lines are forced to the disk (`fdatasync`): `"none"`,
+    /// `"interval"` (default: at most once a second) or `"every"` line.
+    pub sync: crate::ops::audit::SyncPolicy,
+    /// A checkpoint line this often while lines are written (0: only at
+    /// start and reopen).
+    #[serde(deserialize_with = "duration")]
+    pub checkpoint_every: Duration,
+    /// Every checkpoint line is appended to this file too: a copy on
+    /// another disk or mount, for `audit verify --witness`.
+    pub witness_file: Option<PathBuf>,
 }
 
 impl Default for AuditConfig {
@@ -187,6 +197,9 @@ impl Default for AuditConfig {
             log_all: false,
             archive_max: 256 << 20,
             signing_key: AuditSigningKey::Off,
+            sync: crate::ops::audit::SyncPolicy::default(),
+            checkpoint_every: Duration::from_secs(10),
+            witness_file: None,
         }
     }
 }
@@ -1263,6 +1276,31 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml(text, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn audit_sync_is_none_interval_or_every() {
+        use crate::ops::audit::SyncPolicy;
+        assert_eq!(parse("").expect("valid").audit.sync, SyncPolicy::Interval);
+        for (text, policy) in [
+            ("none", SyncPolicy::None),
+            ("interval", SyncPolicy::Interval),
+            ("every", SyncPolicy::Every),
+        ] {
+            let c = parse(&format!("[audit]\nsync = \"{text}\"\n")).expect("valid");
+            assert_eq!(c.audit.sync, policy);
+        }
+        for bad in ["\"always\"", "true", "1"] {
+            let e = parse(&format!("[audit]\nsync = {bad}\n"))
+                .expect_err(bad)
+                .to_string();
+            assert!(
+                e.contains("\"none\", \"interval\"")
+                    && e.contains("\"every\"")
+                    && e.contains("line 2"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -267,6 +267,7 @@ mod tests {
             "robots_proxy_in_flight_leases",
             "robots_proxy_open_connections",
             "robots_proxy_audit_write_failures_total",
+            "robots_proxy_audit_syncs_total",
             "robots_proxy_connections_refused_total{listener=\"proxy\",reason=\"not_allowed\"}",
         ] {
             assert!(text.contains(name), "{name} missing from:\n{text}");

@@ -435,6 +435,294 @@ async fn cutting_the_end_or_recomputing_the_chain_is_caught_by_checkpoints_kept_
     );
 }
 
+/// Every checkpoint line of `files`, as cron copies them out, written to
+/// `dir/checkpoints.jsonl` with `extra` lines after them.
+fn keep_checkpoints(files: &[PathBuf], dir: &Path, extra: &[String]) -> PathBuf {
+    let kept = dir.join("checkpoints.jsonl");
+    let mut copies: Vec<String> = files
+        .iter()
+        .flat_map(|f| read_lines(f))
+        .filter(|l| l.contains("\"type\":\"checkpoint\""))
+        .collect();
+    copies.extend_from_slice(extra);
+    write_lines(&kept, &copies);
+    kept
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_is_checked_only_from_a_trusted_anchor_and_a_forged_or_cut_head_is_named() {
+    let (_setup, files, key) = rotated_log().await;
+    let key = Some(key.as_str());
+    let work = tempfile::tempdir().expect("tempdir");
+    let original = read_lines(&files[0]);
+    let kept = keep_checkpoints(&files, work.path(), &[original[1].clone()]);
+    let kept_arg = path_str(&kept);
+    let with_kept = ["--checkpoints", kept_arg.as_str()];
+
+    // The start checkpoint deleted and the next record rewritten from a
+    // block to an allow, its chain field left as it was.
+    let dir = work.path().join("forged");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let f = copy(&files, &dir);
+    let mut lines = original.clone();
+    lines.remove(0);
+    lines[0] = lines[0]
+        .replace("\"decision\":\"disallowed\"", "\"decision\":\"allowed\"")
+        .replace("/private/0/0", "/public/0/0");
+    assert!(lines[0].contains("/public/0/0") && lines[0].contains("\"allowed\""));
+    write_lines(&f[0], &lines);
+    assert!(plain_parse_finds_nothing(&f));
+    failed_at(
+        &verify(key, &[], &f),
+        &f[0],
+        1,
+        &format!(
+            "no trusted anchor: the first 15 lines cannot be checked (seq 2 to 16: {} line 1 \
+             to {} line 4)",
+            f[0].display(),
+            f[3].display()
+        ),
+    );
+    // The original copy of that very line kept: same chain field, another line.
+    failed_at(
+        &verify(key, &with_kept, &f),
+        &f[0],
+        1,
+        &format!(
+            "seq 2 differs from the copy kept in {} line 5",
+            kept.display()
+        ),
+    );
+
+    // The first lines of the oldest file deleted, its start checkpoint
+    // with them.
+    let dir = work.path().join("cut-head");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let f = copy(&files, &dir);
+    write_lines(&f[0], &original[2..]);
+    failed_at(
+        &verify(key, &[], &f),
+        &f[0],
+        1,
+        "no trusted anchor: the first 14 lines cannot be checked (seq 3 to 16",
+    );
+    let out = verify(key, &with_kept, &f);
+    failed_at(
+        &out,
+        &f[0],
+        1,
+        &format!(
+            "no trusted anchor: the first 2 lines cannot be checked (seq 3 to 4: {} lines 1 \
+             to 2)",
+            f[0].display()
+        ),
+    );
+    assert!(
+        out.1.contains("give --from-seq 5 to verify from it on"),
+        "{}",
+        out.1
+    );
+    // Checked from the kept checkpoint on, the lines before it named as
+    // skipped; the same for a log whose oldest file was rotated away.
+    let (code, text) = verify(key, &["--from-seq", "5", "--checkpoints", &kept_arg], &f);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.starts_with("intact: 4 files, 14 lines (seq 5 to 16), 3 checkpoints")
+            && text.contains("checked from the kept copy of seq 5; 2 lines before seq 5 skipped"),
+        "{text}"
+    );
+    let (code, text) = verify(key, &with_kept, &files[1..]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.starts_with("intact: 3 files, 12 lines (seq 5 to 16)")
+            && text.contains("checked from the kept copy of seq 5"),
+        "{text}"
+    );
+    // An untouched log from seq 1 needs no kept copy.
+    assert_eq!(verify(key, &[], &files).0, Some(0));
+}
+
+/// The shipped logrotate configuration, run by the real logrotate four
+/// times (`-f`, a state file of its own) on a log the binary writes, its
+/// postrotate reload sending SIGHUP as `systemctl reload` does: the result
+/// verifies in any file order, as the docs write the command, and found by
+/// `--config` or `--dir` alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_rotated_four_times_by_logrotate_verifies_in_any_file_order() {
+    let logrotate = Path::new("/usr/sbin/logrotate");
+    if !logrotate.exists() {
+        return crate::support::component::missing("logrotate", "no /usr/sbin/logrotate");
+    }
+    crate::support::component::used("logrotate");
+    let origin = Origin::with_robots(ROBOTS).await;
+    let setup = Setup::with_config("alphabot", "signing_key = true\n");
+    let mut proxy = setup.start().await;
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/robots-proxy.logrotate");
+    let shipped = std::fs::read_to_string(&shipped).expect("systemd/robots-proxy.logrotate");
+    let live = setup.audit_path();
+    let reload = "systemctl reload robots-proxy.service";
+    assert!(shipped.contains("/var/log/robots-proxy/audit.jsonl {") && shipped.contains(reload));
+    let conf = shipped
+        .replace("/var/log/robots-proxy/audit.jsonl", &path_str(&live))
+        .replace(reload, &format!("kill -HUP {}", proxy.child.id()));
+    let rotate_dir = tempfile::tempdir().expect("tempdir");
+    let conf_path = rotate_dir.path().join("robots-proxy");
+    std::fs::write(&conf_path, conf).expect("write");
+    let state = rotate_dir.path().join("logrotate.status");
+    let mut conn = Conn::open(proxy.addr).await;
+    for round in 0..5 {
+        for i in 0..3 {
+            block(&mut conn, &origin, &format!("/private/{round}/{i}")).await;
+        }
+        if round < 4 {
+            let out = std::process::Command::new(logrotate)
+                .arg("-f")
+                .arg("-s")
+                .arg(&state)
+                .arg(&conf_path)
+                .output()
+                .expect("run logrotate");
+            assert!(out.status.success(), "logrotate: {}", stderr(&out));
+            proxy.wait_for("configuration reloaded").await;
+        }
+    }
+    drop(conn);
+    proxy.signal("TERM");
+    assert!(proxy.wait_exit().await.success());
+
+    let dir = setup.dir.path();
+    let name = |s: &str| dir.join(format!("audit.jsonl{s}"));
+    for s in [".4.gz", ".3.gz", ".2.gz", ".1", ""] {
+        assert!(name(s).exists(), "{}", name(s).display());
+    }
+    assert!(!name(".1.gz").exists() && !name(".5.gz").exists());
+    let intact = "intact: 5 files, 20 lines (seq 1 to 20), 5 checkpoints, 5 signatures checked\n";
+    let config = path_str(&setup.config_path());
+    // What a shell makes of the documented forms, and the glob sorted as
+    // a name order would (.10.gz before .2.gz once there are ten).
+    for files in [
+        vec![".2.gz", ".3.gz", ".4.gz", ".1", ""],
+        vec!["", ".1", ".2.gz", ".3.gz", ".4.gz"],
+        vec![".4.gz", ".3.gz", ".2.gz", ".1", ""],
+        vec![".1", ".3.gz", "", ".4.gz", ".2.gz"],
+    ] {
+        let files: Vec<PathBuf> = files.iter().map(|s| name(s)).collect();
+        assert_eq!(
+            verify(None, &["--config", &config], &files),
+            (Some(0), intact.to_owned()),
+            "{files:?}"
+        );
+    }
+    // The live file and every rotation, found.
+    assert_eq!(
+        verify(None, &["--config", &config], &[]),
+        (Some(0), intact.to_owned())
+    );
+    let dir_arg = path_str(dir);
+    let key = audit(&["key", "--config", &config]);
+    let key = stdout(&key).trim().to_owned();
+    assert_eq!(
+        verify(Some(&key), &["--dir", &dir_arg], &[]),
+        (Some(0), intact.to_owned())
+    );
+    // A rotation left out is still named, whatever the order.
+    let without: Vec<PathBuf> = [".1", "", ".4.gz", ".2.gz"]
+        .iter()
+        .map(|s| name(s))
+        .collect();
+    failed_at(
+        &verify(Some(&key), &[], &without),
+        &name(".2.gz"),
+        1,
+        &format!(
+            "seq 9 begins this file, but {} ended at seq 4: 4 lines missing between them",
+            name(".4.gz").display()
+        ),
+    );
+}
+
+/// A checkpoint a second while lines come, each also appended to the
+/// witness file on another path: cutting the log's end back before the
+/// last witnessed checkpoint is found by `audit verify --config` alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_tail_older_than_the_last_witnessed_checkpoint_is_found() {
+    let origin = Origin::with_robots(ROBOTS).await;
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let witness = elsewhere.path().join("checkpoints.jsonl");
+    let setup = Setup::with_config(
+        "alphabot",
+        &format!(
+            "signing_key = true\ncheckpoint_every = \"1s\"\nwitness_file = {:?}\n",
+            path_str(&witness)
+        ),
+    );
+    let mut proxy = setup.start().await;
+    let mut conn = Conn::open(proxy.addr).await;
+    for i in 0..3 {
+        block(&mut conn, &origin, &format!("/private/{i}")).await;
+    }
+    // The interval checkpoint after the three lines, in the witness.
+    let witnessed = |reason: &'static str| {
+        let witness = witness.clone();
+        move || {
+            let lines = std::fs::read_to_string(&witness).unwrap_or_default();
+            let found = lines
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .find(|v| v["reason"] == reason && v["seq"].as_u64() >= Some(5));
+            std::future::ready(found.ok_or(lines))
+        }
+    };
+    crate::support::until("an interval checkpoint", witnessed("interval")).await;
+    block(&mut conn, &origin, "/private/3").await;
+    drop(conn);
+    proxy.signal("TERM");
+    assert!(proxy.wait_exit().await.success());
+    let config = path_str(&setup.config_path());
+    let live = setup.audit_path();
+    let (code, text) = verify(None, &["--config", &config], &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("kept checkpoints matched"), "{text}");
+    // The log cut back to just before the last witnessed checkpoint.
+    let kept = read_lines(&witness);
+    let (at, last) = kept
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            Some((i + 1, v["seq"].as_u64()?))
+        })
+        .max_by_key(|(_, seq)| *seq)
+        .expect("witnessed checkpoints");
+    assert!(last >= 5, "{kept:?}");
+    let lines = read_lines(&live);
+    write_lines(&live, &lines[..last as usize - 1]);
+    assert!(plain_parse_finds_nothing(std::slice::from_ref(&live)));
+    failed_at(
+        &verify(None, &["--config", &config], &[]),
+        &live,
+        last as usize,
+        &format!(
+            "the log ends at seq {} (line {}), but the copy kept in {} line {at} has seq {last}: \
+             lines were cut from the end",
+            last - 1,
+            last - 1,
+            witness.display()
+        ),
+    );
+    // Named explicitly, the same.
+    let witness_arg = path_str(&witness);
+    assert_eq!(
+        verify(
+            None,
+            &["--witness", &witness_arg],
+            std::slice::from_ref(&live)
+        )
+        .0,
+        Some(1)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_last_line_is_cut_at_start_and_the_chain_goes_on_from_the_last_whole_line() {
     let origin = Origin::with_robots(ROBOTS).await;

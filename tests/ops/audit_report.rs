@@ -176,6 +176,10 @@ fn the_json_report_gives_the_known_counts() {
     let text = stdout(&report(&["--format", "json", "--top", "2"], &files));
     let got: serde_json::Value = serde_json::from_str(&text).expect("json");
     let row = |key: &str, requests: u64, blocked: u64| json!({"key": key, "requests": requests, "blocked": blocked});
+    let rule_row = |origin: &str, line: u64, rule: &str, requests: u64, blocked: u64| {
+        json!({"key": format!("{origin} line {line}: {rule}"), "origin": origin, "line": line,
+               "rule": rule, "requests": requests, "blocked": blocked})
+    };
     let none = json!({"requests": 0, "blocked": 0});
     let table = |rows: Vec<serde_json::Value>, others: serde_json::Value| json!({"rows": rows, "others": others, "short_by": 0});
     let expected = json!({
@@ -198,8 +202,8 @@ fn the_json_report_gives_the_known_counts() {
         ),
         "rules": table(
             vec![
-                row("http://a.example line 2: Disallow: /private", 3, 3),
-                row("http://b.example:8080 line 3: Disallow: /x", 1, 1),
+                rule_row("http://a.example", 2, "Disallow: /private", 3, 3),
+                rule_row("http://b.example:8080", 3, "Disallow: /x", 1, 1),
             ],
             none.clone(),
         ),
@@ -238,18 +242,18 @@ fn the_csv_report_has_a_header_and_a_row_per_key() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("section,key,detail,requests,blocked,first,last")
+        Some("section,key,detail,requests,blocked,first,last,origin,line,rule")
     );
-    assert!(
-        text.lines()
-            .any(|l| l == "origins,http://b.example:8080,,2,2,,"),
-        "{text}"
-    );
-    assert!(
-        text.lines().any(|l| l
-            == format!("robots_sha256,http://b.example:8080,{SHA_A},1,1,2026-03-02T08:00:00.000Z,2026-03-02T08:00:00.000Z")),
-        "{text}"
-    );
+    for row in [
+        "origins,http://b.example:8080,,2,2,,,,,",
+        "rules,http://a.example line 2: Disallow: /private,,3,3,,,http://a.example,2,Disallow: /private",
+        "users,-,,5,2,,,,,",
+        &format!(
+            "robots_sha256,http://b.example:8080,{SHA_A},1,1,2026-03-02T08:00:00.000Z,2026-03-02T08:00:00.000Z,,,"
+        ),
+    ] {
+        assert!(text.lines().any(|l| l == row), "{row}: {text}");
+    }
 }
 
 #[test]
@@ -319,6 +323,125 @@ fn hostile_text_in_the_log_is_only_text_in_the_html_report() {
         let (tag, _text) = piece.split_once('>').expect("a closed tag");
         assert!(!tag.contains("onerror"), "<{tag}>");
     }
+}
+
+/// Client-chosen text (user names, URLs, agents) and robots.txt lines
+/// that a spreadsheet would run or a terminal would act on.
+#[test]
+fn hostile_user_names_and_robots_lines_are_inert_in_csv_text_and_html() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let users = [
+        "\t=HYPERLINK(\"http://evil/\")",
+        "\r+cmd",
+        " -1+1",
+        "\u{a0}@SUM(A1)",
+        "ann\u{202e}gpj.exe",
+    ];
+    let osc = "\u{1b}]8;;http://evil/\u{7}click\u{1b}]8;;\u{7}";
+    let mut lines: Vec<String> = users
+        .iter()
+        .enumerate()
+        .map(|(i, user)| {
+            let mut v: serde_json::Value = serde_json::from_str(&line(&format!(
+                "2026-03-01T08:00:0{i}.000Z|10.0.0.1:1|x|http://a.example/p/{i}|alphabot|disallowed|2 Disallow: /p|"
+            )))
+            .expect("json");
+            v["user"] = json!(user);
+            v.to_string()
+        })
+        .collect();
+    let mut v: serde_json::Value = serde_json::from_str(&line(
+        "2026-03-01T09:00:00.000Z|10.0.0.1:1|bob|http://b.example/q|alphabot|disallowed|3 Disallow: /q|",
+    ))
+    .expect("json");
+    v["rule"] = json!(format!("Disallow: /q{osc}\u{1b}[2J\u{2066}"));
+    v["agent"] = json!("=1+2");
+    lines.push(v.to_string());
+    let file = dir.path().join("audit.jsonl");
+    std::fs::write(&file, format!("{}\n", lines.join("\n"))).expect("write");
+    let hidden = |c: char| {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+
+    let csv = stdout(&report(&["--format", "csv"], std::slice::from_ref(&file)));
+    assert!(!csv.chars().any(hidden), "{csv:?}");
+    for row in [
+        "users,\"'\\u{9}=HYPERLINK(\"\"http://evil/\"\")\",,1,1,,,,,",
+        "users,'\\u{d}+cmd,,1,1,,,,,",
+        "users,' -1+1,,1,1,,,,,",
+        "users,'\u{a0}@SUM(A1),,1,1,,,,,",
+        "users,ann\\u{202e}gpj.exe,,1,1,,,,,",
+        "agents,'=1+2,,1,1,,,,,",
+    ] {
+        assert!(csv.lines().any(|l| l == row), "{row:?}: {csv}");
+    }
+    // A rule in columns, its control characters escaped.
+    let rule = csv
+        .lines()
+        .find(|l| l.starts_with("rules,http://b.example"))
+        .expect("the rule's row");
+    assert!(
+        rule.ends_with(",http://b.example,3,Disallow: /q\\u{1b}]8;;http://evil/\\u{7}click\\u{1b}]8;;\\u{7}\\u{1b}[2J\\u{2066}"),
+        "{rule}"
+    );
+    // No field begins a formula, whatever whitespace comes first.
+    for l in csv.lines().skip(1) {
+        for f in l.split(',') {
+            let f = f.trim_start_matches('"');
+            assert!(
+                f == "-" || !f.trim_start().starts_with(['=', '+', '-', '@']),
+                "{f:?} in {l}"
+            );
+        }
+    }
+
+    let text = stdout(&report(&[], std::slice::from_ref(&file)));
+    assert!(!text.chars().any(hidden), "{text:?}");
+    assert!(text.contains("ann\\u{202e}gpj.exe"), "{text}");
+    assert!(
+        text.contains("Disallow: /q\\u{1b}]8;;http://evil/\\u{7}click"),
+        "{text}"
+    );
+    let html = stdout(&report(&["--format", "html"], &[file]));
+    assert!(!html.chars().any(hidden), "{html:?}");
+    assert!(html.contains("ann\\u{202e}gpj.exe"), "{html}");
+}
+
+/// Lines of several fleet nodes: a table per node.
+#[test]
+fn a_report_over_several_nodes_has_a_table_per_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut lines = Vec::new();
+    for (i, node) in ["node-a", "node-a", "node-b"].iter().enumerate() {
+        let mut v: serde_json::Value = serde_json::from_str(&line(&format!(
+            "2026-03-01T08:00:0{i}.000Z|10.0.0.1:1||http://a.example/p/{i}|alphabot|disallowed||"
+        )))
+        .expect("json");
+        v["node"] = json!(node);
+        lines.push(v.to_string());
+    }
+    let file = dir.path().join("audit.jsonl");
+    std::fs::write(&file, format!("{}\n", lines.join("\n"))).expect("write");
+    let text = stdout(&report(&[], std::slice::from_ref(&file)));
+    assert!(
+        text.contains("\nNodes (top 20)\n  node       requests    blocked\n  node-a            2          2\n  node-b            1          1\n"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout(&report(
+        &["--format", "json"],
+        std::slice::from_ref(&file),
+    )))
+    .expect("json");
+    assert_eq!(
+        json["nodes"]["rows"][1],
+        json!({"key": "node-b", "requests": 1, "blocked": 1})
+    );
+    let csv = stdout(&report(&["--format", "csv"], std::slice::from_ref(&file)));
+    assert!(csv.lines().any(|l| l == "nodes,node-a,,2,2,,,,,"), "{csv}");
+    // One node only: no such table.
+    std::fs::write(&file, format!("{}\n", lines[..2].join("\n"))).expect("write");
+    assert!(!stdout(&report(&[], &[file])).contains("Nodes"));
 }
 
 #[test]

@@ -19,6 +19,8 @@ pub(crate) enum Reason {
     /// The file was reopened: SIGHUP, a replaced or deleted file, or
     /// writes coming back after a failure.
     Reopen,
+    /// `audit.checkpoint_every` passed with lines written since the last.
+    Interval,
 }
 
 impl Reason {
@@ -26,6 +28,7 @@ impl Reason {
         match self {
             Reason::Start => "start",
             Reason::Reopen => "reopen",
+            Reason::Interval => "interval",
         }
     }
 }

@@ -14,15 +14,18 @@
 
 pub(crate) mod chain;
 pub(crate) mod checkpoint;
+pub(crate) mod files;
 pub(crate) mod input;
 pub(crate) mod key;
 pub(crate) mod report;
+pub(crate) mod sync;
 pub(crate) mod tail;
 pub(crate) mod verify;
 #[cfg(test)]
 mod writer_tests;
 
 pub(crate) use key::{KeyError, SigningKey};
+pub use sync::SyncPolicy;
 
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
@@ -317,6 +320,12 @@ pub struct AuditLog {
     node: Option<Box<str>>,
     /// `robots_proxy_audit_write_failures_total`.
     write_failures: Counter,
+    /// `audit.sync`.
+    sync: SyncPolicy,
+    /// What the `interval` thread syncs.
+    synced: std::sync::Arc<sync::Shared>,
+    /// `audit.witness_file`: every checkpoint line is appended there too.
+    witness: Option<PathBuf>,
 }
 
 /// The open file, the chain's head, and when the file was last checked
@@ -332,6 +341,10 @@ struct State {
     last_retry: Option<Instant>,
     /// Last check that the path still names the open file.
     last_identity_check: Instant,
+    /// Lines written since the last checkpoint.
+    since_checkpoint: u64,
+    /// The last checkpoint line written, for the witness.
+    last_checkpoint: Option<Vec<u8>>,
 }
 
 /// Room left before a record's JSON for the `{"seq":N,` that starts its line.
@@ -434,6 +447,11 @@ impl AuditLog {
             "Audit log records that could not be written",
             self.write_failures.clone(),
         );
+        registry.register(
+            "robots_proxy_audit_syncs",
+            "fdatasync calls that forced audit lines to the disk (audit.sync)",
+            self.synced.syncs.clone(),
+        );
         self
     }
 
@@ -461,12 +479,17 @@ impl AuditLog {
                 chain_start: resume.chain_start,
                 last_retry: None,
                 last_identity_check: Instant::now(),
+                since_checkpoint: 0,
+                last_checkpoint: None,
             }),
             healthy: AtomicBool::new(true),
             log_all: AtomicBool::new(log_all),
             key,
             node: None,
             write_failures: Counter::default(),
+            sync: SyncPolicy::None,
+            synced: std::sync::Arc::default(),
+            witness: None,
         };
         {
             let mut state = log.state.lock();
@@ -481,6 +504,75 @@ impl AuditLog {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Forces lines to the disk as `policy` says (`audit.sync`); the log
+    /// opens with `none`. `interval` starts a thread of its own.
+    pub(crate) fn with_sync(mut self, policy: SyncPolicy) -> io::Result<AuditLog> {
+        self.sync = policy;
+        if policy == SyncPolicy::None {
+            return Ok(self);
+        }
+        {
+            let state = self.state.lock();
+            if let Some(file) = &state.file {
+                // Lines written before: the start checkpoint, at least.
+                self.synced.sync(file)?;
+                self.synced.set_file(file)?;
+            }
+        }
+        sync::sync_dir(&self.path)?;
+        if policy == SyncPolicy::Interval {
+            sync::start_interval(&self.synced, &self.path)?;
+        }
+        Ok(self)
+    }
+
+    /// Appends every checkpoint line to `path` as well (`audit.witness_file`,
+    /// on another disk or host mount), beginning with the one written at
+    /// start.
+    pub(crate) fn with_witness(mut self, path: Option<PathBuf>) -> AuditLog {
+        self.witness = path;
+        let last = self.state.lock().last_checkpoint.clone();
+        if let Some(line) = last {
+            self.witness_line(&line);
+        }
+        self
+    }
+
+    /// Writes a checkpoint if lines were written since the last one
+    /// (`audit.checkpoint_every`); true when it did.
+    pub(crate) fn periodic_checkpoint(&self) -> io::Result<bool> {
+        let mut state = self.state.lock();
+        if state.since_checkpoint == 0 || state.file.is_none() {
+            return Ok(false);
+        }
+        self.checkpoint_locked(&mut state, Reason::Interval)
+            .inspect_err(|e| {
+                self.healthy.store(false, Ordering::Relaxed);
+                tracing::error!(path = %self.path.display(), error = %e,
+                    "cannot write the audit log: refusing to forward until it is writable");
+            })
+            .map(|()| true)
+    }
+
+    /// Appends a checkpoint line to the witness file: a failure is logged,
+    /// the audit line stands.
+    fn witness_line(&self, line: &[u8]) {
+        let Some(path) = &self.witness else {
+            return;
+        };
+        let written = open(path).and_then(|mut f| {
+            f.write_all(line)?;
+            if self.sync != SyncPolicy::None {
+                f.sync_data()?;
+            }
+            Ok(())
+        });
+        if let Err(e) = written {
+            tracing::error!(witness = %path.display(), error = %e,
+                "cannot append the checkpoint to the audit witness file");
+        }
     }
 
     /// Names this node (a fleet's `fleet.node`) in the records written.
@@ -511,10 +603,23 @@ impl AuditLog {
 
     fn reopen_locked(&self, state: &mut State) -> io::Result<()> {
         state.last_identity_check = Instant::now();
+        if self.sync != SyncPolicy::None
+            && let Err(e) = self.synced.sync_if_dirty()
+        {
+            tracing::error!(path = %self.path.display(), error = %e,
+                "cannot sync the audit log to disk before reopening it");
+        }
         let result = match open(&self.path) {
             Ok(f) => {
+                let synced = match self.sync {
+                    SyncPolicy::None => Ok(()),
+                    _ => self
+                        .synced
+                        .set_file(&f)
+                        .and_then(|()| sync::sync_dir(&self.path)),
+                };
                 state.file = Some(f);
-                self.checkpoint_locked(state, Reason::Reopen)
+                synced.and_then(|()| self.checkpoint_locked(state, Reason::Reopen))
             }
             Err(e) => {
                 state.file = None;
@@ -539,8 +644,12 @@ impl AuditLog {
             self.key.as_ref(),
         )?;
         append(file, &line, &self.path)?;
+        self.sync_line(file)?;
         state.head = head;
         state.chain_start = None;
+        state.since_checkpoint = 0;
+        self.witness_line(&line);
+        state.last_checkpoint = Some(line);
         Ok(())
     }
 
@@ -616,9 +725,49 @@ impl AuditLog {
         };
         let (bytes, head) = line.seal(&state.head)?;
         append(file, bytes, &self.path)?;
+        self.sync_line(file)?;
         state.head = head;
+        state.since_checkpoint += 1;
         self.healthy.store(true, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// Starts the thread that writes a checkpoint every `every` while lines
+/// come (`audit.checkpoint_every`), on the log `log` finds in `owner`; it
+/// ends when the owner is dropped.
+pub(crate) fn start_checkpoints<T: Send + Sync + 'static>(
+    owner: std::sync::Weak<T>,
+    every: std::time::Duration,
+    log: fn(&T) -> &AuditLog,
+) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("audit-checkpoint".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                let Some(owner) = owner.upgrade() else {
+                    return;
+                };
+                // A failure is logged and fails the next request's line.
+                let _ = log(&owner).periodic_checkpoint();
+            }
+        })
+        .map(drop)
+}
+
+impl AuditLog {
+    /// After a line is appended: `every` syncs it now (a failure fails the
+    /// line), `interval` leaves it to the thread.
+    fn sync_line(&self, file: &File) -> io::Result<()> {
+        match self.sync {
+            SyncPolicy::None => Ok(()),
+            SyncPolicy::Interval => {
+                self.synced.mark();
+                Ok(())
+            }
+            SyncPolicy::Every => self.synced.sync(file),
+        }
     }
 }
 

@@ -3,7 +3,9 @@
 //! one before it ([`super::chain`]), that `seq` counts up by one across
 //! files, that checkpoint signatures verify with the given public key, and
 //! that every checkpoint copied elsewhere earlier (`--checkpoints`) is
-//! still in the log with the same chain. It streams: one line in memory at
+//! still in the log, byte for byte. The chain is checked from a trusted
+//! anchor only: seq 1's start checkpoint, or a line matching a kept copy
+//! (`--from-seq` skips the lines before one). It streams: one line in memory at
 //! a time, plus the kept checkpoints (about 50 bytes each).
 
 use std::collections::BTreeMap;
@@ -22,6 +24,12 @@ pub(crate) struct Options {
     pub(crate) key: Option<[u8; 32]>,
     /// Checkpoint (or any chained) lines copied out of the log earlier.
     pub(crate) kept: Option<PathBuf>,
+    /// The witness file (`audit.witness_file`): checkpoint lines the proxy
+    /// copied out as it wrote them, checked as kept copies are.
+    pub(crate) witness: Option<PathBuf>,
+    /// Check from this `seq` on, anchored at its kept copy: lines before
+    /// it are skipped (a log whose head was rotated away).
+    pub(crate) from_seq: Option<u64>,
 }
 
 /// The outcome of a verification that could read everything.
@@ -52,6 +60,10 @@ pub(crate) struct Summary {
     pub(crate) kept_matched: u64,
     /// Kept checkpoints older than the first file given.
     pub(crate) kept_before: u64,
+    /// Lines before `--from-seq`, skipped.
+    pub(crate) skipped: u64,
+    /// The `seq` the chain was checked from, when not 1: a kept copy.
+    pub(crate) anchored_at: Option<u64>,
     /// Whether `--checkpoints` was given.
     kept_given: bool,
 }
@@ -81,6 +93,16 @@ impl fmt::Display for Summary {
             )?;
         }
         let mut notes = Vec::new();
+        if let Some(seq) = self.anchored_at {
+            notes.push(format!("checked from the kept copy of seq {seq}"));
+        }
+        if self.skipped > 0 {
+            notes.push(format!(
+                "{} before seq {} skipped (--from-seq), not verified",
+                count(self.skipped, "line"),
+                self.anchored_at.unwrap_or(1)
+            ));
+        }
         if self.signatures_unchecked > 0 {
             notes.push(format!(
                 "{} not checked (no --key)",
@@ -167,9 +189,13 @@ impl From<VerifyError> for Stop {
     }
 }
 
-/// Verifies `files`, given oldest first.
+/// Verifies `files`, in the order of their first `seq` (the order given
+/// does not matter).
 pub(crate) fn verify(files: &[PathBuf], opts: &Options) -> Result<Outcome, VerifyError> {
-    match run(files, opts) {
+    let mut files = files.to_vec();
+    super::files::sort_by_first_seq(&mut files)
+        .map_err(|(path, source)| VerifyError::Io { path, source })?;
+    match run(&files, opts) {
         Ok(summary) => Ok(Outcome::Intact(summary)),
         Err(Stop::Broken(finding)) => Ok(Outcome::Broken(finding)),
         Err(Stop::Error(e)) => Err(e),
@@ -177,19 +203,23 @@ pub(crate) fn verify(files: &[PathBuf], opts: &Options) -> Result<Outcome, Verif
 }
 
 fn run(files: &[PathBuf], opts: &Options) -> Result<Summary, Stop> {
-    let kept = match &opts.kept {
-        Some(path) => load_kept(path, opts.key.as_ref())?,
-        None => BTreeMap::new(),
-    };
+    let kept_paths: Vec<PathBuf> = opts.kept.iter().chain(&opts.witness).cloned().collect();
+    let mut kept = BTreeMap::new();
+    for source in 0..kept_paths.len() {
+        load_kept(&mut kept, source, &kept_paths, opts.key.as_ref())?;
+    }
     let mut v = Verifier {
         key: opts.key,
+        from_seq: opts.from_seq,
+        untrusted: None,
+        blame: None,
         kept,
-        kept_path: opts.kept.clone().unwrap_or_default(),
+        kept_paths,
         prev: None,
         prev_at: None,
         signed_seen: false,
         summary: Summary {
-            kept_given: opts.kept.is_some(),
+            kept_given: opts.kept.is_some() || opts.witness.is_some(),
             ..Summary::default()
         },
     };
@@ -201,8 +231,13 @@ fn run(files: &[PathBuf], opts: &Options) -> Result<Summary, Stop> {
         let mut lines = Lines::open(path).map_err(io)?;
         while let Some(line) = lines.next_line().map_err(io)? {
             let number = line.number;
-            v.line(files, index, number, line)
-                .map_err(|reason| broken(path, number, reason))?;
+            if let Err(reason) = v.line(files, index, number, line) {
+                // A finding about earlier lines names the first of them.
+                return Err(match v.blame.take() {
+                    Some((file, line)) => broken(&files[file], line, reason),
+                    None => broken(path, number, reason),
+                });
+            }
         }
         v.summary.files += 1;
     }
@@ -220,14 +255,66 @@ fn broken(path: &Path, line: u64, reason: String) -> Stop {
 /// A line copied out of the log earlier.
 struct Kept {
     chain: [u8; 32],
+    /// SHA-256 of the whole line: a copy is a match only byte for byte.
+    digest: [u8; 32],
+    /// Which file it was kept in (`--checkpoints`, `--witness`).
+    source: usize,
     /// Its line in the kept file.
     line: u64,
 }
 
+/// Chained lines read before any trusted anchor: they cannot be checked.
+struct Untrusted {
+    lines: u64,
+    first: (usize, u64, u64),
+    last: (usize, u64, u64),
+}
+
+impl Untrusted {
+    /// "the first N lines cannot be checked (seq A to B: F line X to G line Y)".
+    fn describe(&self, files: &[PathBuf]) -> String {
+        let (f0, l0, s0) = self.first;
+        let (f1, l1, s1) = self.last;
+        let place = if (f0, l0) == (f1, l1) {
+            format!("{} line {l0}", files[f0].display())
+        } else if f0 == f1 {
+            format!("{} lines {l0} to {l1}", files[f0].display())
+        } else {
+            format!(
+                "{} line {l0} to {} line {l1}",
+                files[f0].display(),
+                files[f1].display()
+            )
+        };
+        let seqs = if s0 == s1 {
+            format!("seq {s0}")
+        } else {
+            format!("seq {s0} to {s1}")
+        };
+        let what = if self.lines == 1 {
+            "the first line cannot be checked".to_owned()
+        } else {
+            format!("the first {} lines cannot be checked", self.lines)
+        };
+        format!("no trusted anchor: {what} ({seqs}: {place})")
+    }
+}
+
+/// Why the first lines given are no anchor.
+const NO_ANCHOR: &str = "the chain can be checked only from seq 1's start checkpoint \
+     (chain_start) or from a copy kept elsewhere (--checkpoints) that matches \
+     the line byte for byte";
+
 struct Verifier {
     key: Option<[u8; 32]>,
+    from_seq: Option<u64>,
+    /// Lines read before the anchor, when there is none yet.
+    untrusted: Option<Untrusted>,
+    /// Where a finding about earlier lines points: file index and line.
+    blame: Option<(usize, u64)>,
     kept: BTreeMap<u64, Kept>,
-    kept_path: PathBuf,
+    /// The files the kept copies come from.
+    kept_paths: Vec<PathBuf>,
     /// The last chained line.
     prev: Option<Head>,
     /// Where it is: file index and line number.
@@ -295,9 +382,16 @@ impl Verifier {
                         count(self.summary.unchained, "line")
                     ));
                 }
-                // The first line given: it links to the head it names, to
-                // zeros if it is the first of all, else it is the anchor.
-                head.or((seq == 1).then_some(GENESIS))
+                if self.from_seq.is_some_and(|from| seq < from) {
+                    self.summary.skipped += 1;
+                    return Ok(());
+                }
+                if !self.anchor(files, file, number, seq, &fields, line.bytes)? {
+                    return Ok(());
+                }
+                // A start checkpoint links to zeros, a kept checkpoint to
+                // the head it names; a kept record is taken as it is.
+                head
             }
             Some(prev) => {
                 if seq != prev.seq + 1 {
@@ -326,9 +420,12 @@ impl Verifier {
                 return Err(format!(
                     "seq {seq} has another chain than the copy kept in {} line {}: \
                      the log was rewritten after that copy was taken",
-                    self.kept_path.display(),
+                    self.kept_paths[kept.source].display(),
                     kept.line
                 ));
+            }
+            if kept.digest != digest(line.bytes) {
+                return Err(self.differs(seq, kept));
             }
             self.summary.kept_matched += 1;
         }
@@ -340,6 +437,75 @@ impl Verifier {
         });
         self.prev_at = Some((file, number));
         Ok(())
+    }
+
+    /// Takes the first chained line checked as the chain's anchor, or
+    /// says why it cannot be: it must be seq 1's start checkpoint, or
+    /// match a kept copy byte for byte. Lines before an anchor are counted
+    /// and, once an anchor (or the end) is reached, named as unchecked.
+    fn anchor(
+        &mut self,
+        files: &[PathBuf],
+        file: usize,
+        number: u64,
+        seq: u64,
+        fields: &ChainFields<'_>,
+        bytes: &[u8],
+    ) -> Result<bool, String> {
+        let start = fields.chain_start.is_some() && seq == 1;
+        let kept = match self.kept.get(&seq) {
+            Some(k) if k.digest == digest(bytes) => true,
+            Some(k) => return Err(self.differs(seq, k)),
+            None => false,
+        };
+        if let Some(from) = self.from_seq {
+            if seq > from {
+                return Err(format!(
+                    "--from-seq {from}: that line is not in these files (the first line \
+                     from it on is seq {seq})"
+                ));
+            }
+            if !start && !kept {
+                return Err(format!(
+                    "no trusted anchor at seq {from} (--from-seq): it matches no copy \
+                     kept in --checkpoints byte for byte, so it cannot be checked"
+                ));
+            }
+        }
+        if start || kept {
+            if let Some(untrusted) = self.untrusted.take() {
+                let (file, line, _) = untrusted.first;
+                self.blame = Some((file, line));
+                return Err(format!(
+                    "{}: {NO_ANCHOR}; the copy kept of seq {seq} is one: give \
+                     --from-seq {seq} to verify from it on",
+                    untrusted.describe(files)
+                ));
+            }
+            if !start {
+                self.summary.anchored_at = Some(seq);
+            }
+            return Ok(true);
+        }
+        let at = (file, number, seq);
+        let untrusted = self.untrusted.get_or_insert(Untrusted {
+            lines: 0,
+            first: at,
+            last: at,
+        });
+        untrusted.lines += 1;
+        untrusted.last = at;
+        Ok(false)
+    }
+
+    /// Why a line whose chain field is its kept copy's is still wrong.
+    fn differs(&self, seq: u64, kept: &Kept) -> String {
+        format!(
+            "seq {seq} differs from the copy kept in {} line {}: the line was \
+             rewritten after that copy was taken",
+            self.kept_paths[kept.source].display(),
+            kept.line
+        )
     }
 
     /// Why `seq` cannot follow `prev`.
@@ -411,6 +577,26 @@ impl Verifier {
     }
 
     fn finish(mut self, files: &[PathBuf]) -> Result<Summary, Stop> {
+        if let Some(untrusted) = self.untrusted.take() {
+            let (file, line, _) = untrusted.first;
+            return Err(broken(
+                &files[file],
+                line,
+                format!(
+                    "{}: {NO_ANCHOR}; none of these lines is one",
+                    untrusted.describe(files)
+                ),
+            ));
+        }
+        if let (Some(from), None) = (self.from_seq, self.prev)
+            && let Some(first) = files.first()
+        {
+            return Err(broken(
+                first,
+                1,
+                format!("--from-seq {from}: no line from it on in these files"),
+            ));
+        }
         let (Some(last), Some((file, number))) = (self.prev, self.prev_at) else {
             if self.summary.unchained > 0
                 && let Some(first) = files.first()
@@ -438,7 +624,7 @@ impl Verifier {
                     "the log ends at seq {} (line {number}), but the copy kept in {} line {} \
                      has seq {seq}: lines were cut from the end (or a newer file is missing)",
                     last.seq,
-                    self.kept_path.display(),
+                    self.kept_paths[kept.source].display(),
                     kept.line
                 ),
             ));
@@ -450,9 +636,23 @@ impl Verifier {
     }
 }
 
-/// Reads the kept copies: each a chained line; a kept checkpoint must
-/// match its own head and, with a key, its signature.
-fn load_kept(path: &Path, key: Option<&[u8; 32]>) -> Result<BTreeMap<u64, Kept>, Stop> {
+/// SHA-256 of a whole line (without its newline).
+fn digest(line: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, line).as_ref());
+    out
+}
+
+/// Reads the kept copies of `paths[source]` into `kept`: each a chained
+/// line; a kept checkpoint must match its own head and, with a key, its
+/// signature.
+fn load_kept(
+    kept: &mut BTreeMap<u64, Kept>,
+    source: usize,
+    paths: &[PathBuf],
+    key: Option<&[u8; 32]>,
+) -> Result<(), Stop> {
+    let path = &paths[source];
     let io = |source| VerifyError::Io {
         path: path.to_owned(),
         source,
@@ -464,7 +664,6 @@ fn load_kept(path: &Path, key: Option<&[u8; 32]>) -> Result<BTreeMap<u64, Kept>,
             what: what.to_owned(),
         })
     };
-    let mut kept: BTreeMap<u64, Kept> = BTreeMap::new();
     let mut lines = Lines::open(path).map_err(io)?;
     while let Some(line) = lines.next_line().map_err(io)? {
         let number = line.number;
@@ -501,21 +700,26 @@ fn load_kept(path: &Path, key: Option<&[u8; 32]>) -> Result<BTreeMap<u64, Kept>,
         }
         let entry = Kept {
             chain: sealed.chain,
+            digest: digest(line.bytes),
+            source,
             line: number,
         };
         if let Some(before) = kept.get(&seq)
-            && before.chain != entry.chain
+            && (before.chain != entry.chain || before.digest != entry.digest)
         {
-            let Kept { line: first, .. } = before;
             return Err(broken(
                 path,
                 number,
-                format!("seq {seq} was kept before (line {first}) with another chain"),
+                format!(
+                    "seq {seq} was kept before ({} line {}) as another line",
+                    paths[before.source].display(),
+                    before.line
+                ),
             ));
         }
         kept.entry(seq).or_insert(entry);
     }
-    Ok(kept)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -627,11 +831,13 @@ mod tests {
         let right = Options {
             key: Some(key.public()),
             kept: None,
+            ..Options::default()
         };
         assert!(matches!(check(&lines, &right), Outcome::Intact(_)));
         let wrong = Options {
             key: Some(other.public()),
             kept: None,
+            ..Options::default()
         };
         let (line, why) = reason(check(&lines, &wrong));
         assert_eq!(line, 1);
@@ -639,5 +845,110 @@ mod tests {
         let unsigned = log(3, None);
         let (_, why) = reason(check(&unsigned, &right));
         assert!(why.contains("no checkpoint is signed"), "{why}");
+    }
+
+    /// Verifies `lines` with copies of `kept` (lines of the log) kept
+    /// elsewhere, from `from_seq`.
+    fn check_kept(lines: &[Vec<u8>], kept: &[Vec<u8>], from_seq: Option<u64>) -> Outcome {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kept.jsonl");
+        std::fs::write(&path, kept.concat()).expect("write");
+        check(
+            lines,
+            &Options {
+                kept: Some(path),
+                from_seq,
+                ..Options::default()
+            },
+        )
+    }
+
+    /// Line `i` with `from` replaced by `to`, its chain field kept.
+    fn forged(lines: &[Vec<u8>], i: usize, from: &str, to: &str) -> Vec<u8> {
+        String::from_utf8_lossy(&lines[i])
+            .replace(from, to)
+            .into_bytes()
+    }
+
+    #[test]
+    fn a_forged_first_record_without_its_start_checkpoint_has_no_anchor() {
+        let lines = log(6, None);
+        let mut cut = lines[1..].to_vec();
+        cut[0] = forged(&cut, 0, "http://a/2", "http://b/2");
+        let (line, why) = reason(check(&cut, &Options::default()));
+        assert_eq!(line, 1);
+        assert!(
+            why.starts_with("no trusted anchor: the first 5 lines cannot be checked (seq 2 to 6: "),
+            "{why}"
+        );
+        assert!(why.contains("audit.jsonl lines 1 to 5)"), "{why}");
+        // The original copy of that very line, kept: its chain field is
+        // the same, the line is not.
+        let (line, why) = reason(check_kept(&cut, &[lines[1].clone()], None));
+        assert_eq!(line, 1);
+        assert!(
+            why.starts_with("seq 2 differs from the copy kept in ") && why.contains(" line 1: "),
+            "{why}"
+        );
+        let (_, why) = reason(check_kept(&cut, &[lines[1].clone()], Some(2)));
+        assert!(why.starts_with("seq 2 differs from the copy kept"), "{why}");
+        // Unforged, the kept copy is the anchor.
+        match check_kept(&lines[1..], &[lines[1].clone()], None) {
+            Outcome::Intact(s) => assert_eq!(
+                s.to_string(),
+                "intact: 1 file, 5 lines (seq 2 to 6), 0 checkpoints, 0 signatures checked, \
+                 1 kept checkpoint matched; checked from the kept copy of seq 2"
+            ),
+            Outcome::Broken(f) => panic!("{f}"),
+        }
+    }
+
+    #[test]
+    fn deleted_first_lines_are_named_and_from_seq_checks_from_a_kept_copy() {
+        let lines = log(8, None);
+        let cut = lines[2..].to_vec();
+        let (line, why) = reason(check(&cut, &Options::default()));
+        assert_eq!(line, 1);
+        assert!(
+            why.starts_with("no trusted anchor: the first 6 lines cannot be checked (seq 3 to 8"),
+            "{why}"
+        );
+        assert!(why.ends_with("none of these lines is one"), "{why}");
+        // A kept copy further on: the lines before it are named.
+        let (line, why) = reason(check_kept(&cut, &[lines[4].clone()], None));
+        assert_eq!(line, 1);
+        assert!(
+            why.starts_with("no trusted anchor: the first 2 lines cannot be checked (seq 3 to 4: ")
+                && why.ends_with("give --from-seq 5 to verify from it on"),
+            "{why}"
+        );
+        match check_kept(&cut, &[lines[4].clone()], Some(5)) {
+            Outcome::Intact(s) => {
+                let s = s.to_string();
+                assert!(s.starts_with("intact: 1 file, 6 lines (seq 5 to 8)"), "{s}");
+                assert!(
+                    s.ends_with(
+                        "checked from the kept copy of seq 5; \
+                         2 lines before seq 5 skipped (--from-seq), not verified"
+                    ),
+                    "{s}"
+                );
+            }
+            Outcome::Broken(f) => panic!("{f}"),
+        }
+        // An edit after the anchor is still found.
+        let mut edited = cut.clone();
+        edited[4] = forged(&edited, 4, "http://a/7", "http://b/7");
+        let (line, why) = reason(check_kept(&edited, &[lines[4].clone()], Some(5)));
+        assert_eq!(line, 5);
+        assert!(why.contains("this line was changed"), "{why}");
+        // --from-seq at a line with no kept copy, or not in the files.
+        let (_, why) = reason(check_kept(&cut, &[lines[4].clone()], Some(6)));
+        assert!(
+            why.starts_with("no trusted anchor at seq 6 (--from-seq)"),
+            "{why}"
+        );
+        let (_, why) = reason(check_kept(&cut, &[lines[4].clone()], Some(9)));
+        assert_eq!(why, "--from-seq 9: no line from it on in these files");
     }
 }

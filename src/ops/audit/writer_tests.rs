@@ -42,7 +42,10 @@ fn lines(path: &Path) -> Vec<serde_json::Value> {
 }
 
 fn check(files: &[PathBuf], key: Option<[u8; 32]>) -> String {
-    let opts = verify::Options { key, kept: None };
+    let opts = verify::Options {
+        key,
+        ..verify::Options::default()
+    };
     match verify::verify(files, &opts).expect("readable") {
         Outcome::Intact(summary) => summary.to_string(),
         Outcome::Broken(finding) => panic!("{finding}"),
@@ -169,4 +172,111 @@ fn a_record_that_cannot_be_written_is_counted() {
         ),
         Some(2.0)
     );
+}
+
+/// `fdatasync` calls per policy: `every` one per line, `interval` one a
+/// second while lines come (from its thread), `none` never.
+#[test]
+fn lines_are_synced_as_audit_sync_says() {
+    use super::SyncPolicy;
+    let syncs = |registry: &crate::metrics::Registry| {
+        crate::metrics::sample(&registry.encode(), "robots_proxy_audit_syncs_total")
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (policy, name) in [
+        (SyncPolicy::None, "none"),
+        (SyncPolicy::Every, "every"),
+        (SyncPolicy::Interval, "interval"),
+    ] {
+        let registry = crate::metrics::Registry::new();
+        let path = dir.path().join(format!("{name}.jsonl"));
+        let log = AuditLog::open(&path, false, None)
+            .expect("open")
+            .with_metrics(&registry)
+            .with_sync(policy)
+            .expect("sync");
+        let at_start = syncs(&registry);
+        for i in 0..3 {
+            log.write(&record(&format!("http://a.example/private/{i}")))
+                .expect("write");
+        }
+        match policy {
+            SyncPolicy::None => {
+                assert_eq!((at_start, syncs(&registry)), (Some(0.0), Some(0.0)));
+            }
+            // The start checkpoint, then each line before write returns.
+            SyncPolicy::Every => assert_eq!((at_start, syncs(&registry)), (Some(1.0), Some(4.0))),
+            SyncPolicy::Interval => {
+                // The thread syncs the three lines within its second.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while syncs(&registry) < Some(2.0) {
+                    assert!(std::time::Instant::now() < deadline, "no sync within 10 s");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            }
+        }
+    }
+}
+
+/// A checkpoint comes only when lines were written since the last one,
+/// every checkpoint reaches the witness file, and a cut of the log's end
+/// older than the last witnessed checkpoint is found through it.
+#[test]
+fn periodic_checkpoints_reach_the_witness_and_show_a_cut_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("audit.jsonl");
+    let witness = dir.path().join("witness").join("checkpoints.jsonl");
+    std::fs::create_dir(witness.parent().expect("dir")).expect("mkdir");
+    let log = AuditLog::open(&path, false, None)
+        .expect("open")
+        .with_witness(Some(witness.clone()));
+    assert!(!log.periodic_checkpoint().expect("nothing to do"));
+    for i in 0..3 {
+        log.write(&record(&format!("http://a.example/private/{i}")))
+            .expect("write");
+    }
+    assert!(log.periodic_checkpoint().expect("checkpoint"));
+    assert!(!log.periodic_checkpoint().expect("no line since"));
+    log.write(&record("http://a.example/private/3"))
+        .expect("write");
+    drop(log);
+    let kept = lines(&witness);
+    let reasons: Vec<_> = kept
+        .iter()
+        .map(|l| (l["seq"].as_u64(), l["reason"].as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [(Some(1), Some("start")), (Some(5), Some("interval"))]
+    );
+    let all = lines(&path);
+    assert_eq!(all[4]["type"], "checkpoint");
+
+    let opts = verify::Options {
+        witness: Some(witness.clone()),
+        ..verify::Options::default()
+    };
+    let verdict = |opts: &verify::Options| match verify::verify(std::slice::from_ref(&path), opts)
+        .expect("readable")
+    {
+        Outcome::Intact(s) => Ok(s.to_string()),
+        Outcome::Broken(f) => Err(f.to_string()),
+    };
+    assert!(verdict(&opts).is_ok_and(|s| s.contains("2 kept checkpoints matched")));
+    // The last line (after the last checkpoint) cut: within the bound,
+    // not seen.
+    let text = std::fs::read_to_string(&path).expect("read");
+    let cut: Vec<&str> = text.lines().collect();
+    std::fs::write(&path, format!("{}\n", cut[..5].join("\n"))).expect("write");
+    assert!(verdict(&opts).is_ok());
+    // Cut before the witnessed checkpoint: found.
+    std::fs::write(&path, format!("{}\n", cut[..3].join("\n"))).expect("write");
+    let why = verdict(&opts).expect_err("a cut tail");
+    assert!(
+        why.contains("the log ends at seq 3")
+            && why.contains("has seq 5: lines were cut from the end"),
+        "{why}"
+    );
+    // Without the witness nothing shows it.
+    assert!(verdict(&verify::Options::default()).is_ok());
 }

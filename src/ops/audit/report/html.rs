@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::Report;
-use super::sections::{admin_note, folded_note, period, robots, sections, summary};
+use super::sections::{admin_note, folded_note, period, printable, robots, sections, summary};
 use super::tally::Counts;
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
@@ -37,14 +37,14 @@ pub(super) fn write(r: &Report, out: &mut dyn Write) -> io::Result<()> {
             body {
                 "\n" h1 { "robots-proxy audit report" } "\n"
                 @for line in summary(r).iter().chain(&period(r)) {
-                    p { (line) } "\n"
+                    p { (printable(line)) } "\n"
                 }
                 h2 { "Per day" } "\n"
                 (day_chart(r))
                 (table("day", &days, Counts::default(), false))
                 @for s in sections(r) {
                     h2 { (s.title) " (top " (r.top) ")" } "\n"
-                    (table(s.column, &s.rows, s.rest, s.blocked_only))
+                    (table(s.column, &s.labelled().iter().map(|(k, c)| (k.as_ref(), *c)).collect::<Vec<_>>(), s.rest, s.blocked_only))
                     @if let Some(note) = folded_note(s.short_by) {
                         p class="note" { (note) } "\n"
                     }
@@ -59,12 +59,12 @@ pub(super) fn write(r: &Report, out: &mut dyn Write) -> io::Result<()> {
                         @for (origin, v) in &robots {
                             @for (sha, version) in &v.versions {
                                 tr {
-                                    td class="k" { (origin) }
-                                    td class="k" { (sha) }
+                                    td class="k" { (printable(origin)) }
+                                    td class="k" { (printable(sha)) }
                                     td class="n" { (version.counts.requests) }
                                     td class="n" { (version.counts.blocked) }
-                                    td { (version.first) }
-                                    td { (version.last) }
+                                    td { (printable(&version.first)) }
+                                    td { (printable(&version.last)) }
                                 } "\n"
                             }
                         }
@@ -79,8 +79,9 @@ pub(super) fn write(r: &Report, out: &mut dyn Write) -> io::Result<()> {
                         tr { th { "time" } th { "node" } th { "action" } th { "by" } th { "detail" } } "\n"
                         @for a in &r.admin {
                             tr {
-                                td { (a.time) } td { (a.node) } td { (a.action) }
-                                td class="k" { (a.by) } td class="k" { (a.detail) }
+                                td { (printable(&a.time)) } td { (printable(&a.node)) }
+                                td { (printable(&a.action)) }
+                                td class="k" { (printable(&a.by)) } td class="k" { (printable(&a.detail)) }
                             } "\n"
                         }
                     } "\n"
@@ -103,7 +104,7 @@ fn table(column: &str, rows: &[(&str, Counts)], rest: Counts, blocked_only: bool
     let row = |key: &str, c: Counts| {
         html! {
             tr {
-                td class="k" { (key) }
+                td class="k" { (printable(key)) }
                 @if !blocked_only {
                     td class="n" { (c.requests) }
                 }

@@ -122,6 +122,11 @@ pub(crate) struct Report {
     pub(crate) clients: Tally<Counts>,
     pub(crate) users: Tally<Counts>,
     pub(crate) blocked_urls: Tally<Counts>,
+    /// Per fleet node (`node`, `-` for lines without one).
+    pub(crate) nodes: Tally<Counts>,
+    /// Lines of more than one node (or with and without one): the
+    /// per-node table is shown.
+    pub(crate) several_nodes: bool,
     /// Per origin: robots.txt SHA-256 → lines judged under it.
     pub(crate) robots: Tally<Versions>,
     /// Admin actions (purges, reloads, failed admin logins), in the order
@@ -129,6 +134,8 @@ pub(crate) struct Report {
     pub(crate) admin: std::collections::VecDeque<AdminAction>,
     /// Admin action lines read in all.
     pub(crate) admin_total: u64,
+    /// The node of the first request line counted.
+    first_node: Option<String>,
 }
 
 /// Admin actions a report lists (the latest).
@@ -232,9 +239,12 @@ pub(crate) fn report(files: &[PathBuf], opts: &Options) -> Result<Report, Report
         clients: Tally::new(TABLE_CAP),
         users: Tally::new(TABLE_CAP),
         blocked_urls: Tally::new(TABLE_CAP),
+        nodes: Tally::new(TABLE_CAP),
+        several_nodes: false,
         robots: Tally::new(TABLE_CAP),
         admin: std::collections::VecDeque::new(),
         admin_total: 0,
+        first_node: None,
     };
     for path in files {
         let io = |source| ReportError {
@@ -333,12 +343,17 @@ impl Report {
         self.decisions.add(decision, add);
         self.origins.add(origin, add);
         if let Some(rule) = &e.rule {
-            let key = match e.rule_line {
-                Some(n) => format!("{origin} line {n}: {rule}"),
-                None => format!("{origin} {rule}"),
-            };
+            let key = sections::rule_key(origin, e.rule_line, rule);
             self.rules.add(&key, add);
         }
+        let node = e.node.as_deref().unwrap_or("-");
+        if !self.several_nodes {
+            match &self.first_node {
+                None => self.first_node = Some(node.to_owned()),
+                Some(first) => self.several_nodes = first != node,
+            }
+        }
+        self.nodes.add(node, add);
         self.agents.add(e.agent.as_deref().unwrap_or("-"), add);
         self.clients
             .add(address(e.client.as_deref().unwrap_or("-")), add);

@@ -4,7 +4,9 @@
 use std::io::{self, Write};
 
 use super::Report;
-use super::sections::{admin_note, folded_note, period, printable, robots, sections, summary};
+use super::sections::{
+    admin_note, folded_note, period, printable, robots, rule_parts, sections, summary,
+};
 use super::tally::Counts;
 
 pub(super) fn text(r: &Report, out: &mut dyn Write) -> io::Result<()> {
@@ -16,7 +18,9 @@ pub(super) fn text(r: &Report, out: &mut dyn Write) -> io::Result<()> {
     text_table(out, "Per day", "day", &days, Counts::default(), false)?;
     for s in sections(r) {
         let title = format!("{} (top {})", s.title, r.top);
-        text_table(out, &title, s.column, &s.rows, s.rest, s.blocked_only)?;
+        let labelled = s.labelled();
+        let rows: Vec<(&str, Counts)> = labelled.iter().map(|(k, c)| (k.as_ref(), *c)).collect();
+        text_table(out, &title, s.column, &rows, s.rest, s.blocked_only)?;
         if let Some(note) = folded_note(s.short_by) {
             writeln!(out, "  {note}")?;
         }
@@ -81,7 +85,7 @@ fn text_table(
     blocked_only: bool,
 ) -> io::Result<()> {
     let others = "(others)";
-    let keys: Vec<String> = rows.iter().map(|(k, _)| printable(k)).collect();
+    let keys: Vec<_> = rows.iter().map(|(k, _)| printable(k)).collect();
     let width = keys
         .iter()
         .map(|k| k.chars().count())
@@ -115,14 +119,21 @@ fn text_table(
     Ok(())
 }
 
-/// A CSV field, quoted when it must be (RFC 4180). A field a spreadsheet
-/// would run as a formula (`=`, `+`, `-`, `@` first: a user name or URL
-/// from the log is the client's own text) gets a `'` in front.
+/// A CSV field, quoted when it must be (RFC 4180). Control characters and
+/// bidirectional controls are escaped ([`printable`]), and a field a
+/// spreadsheet would run as a formula (`=`, `+`, `-`, `@` first, after any
+/// leading whitespace: a user name or URL from the log is the client's own
+/// text) gets a `'` in front; a lone `-` (no user) is written as it is.
 fn field(text: &str) -> String {
-    let text: std::borrow::Cow<'_, str> = if text.starts_with(['=', '+', '-', '@']) {
+    let formula = text != "-"
+        && text
+            .trim_start_matches(|c: char| c.is_whitespace())
+            .starts_with(['=', '+', '-', '@']);
+    let text = printable(text);
+    let text: std::borrow::Cow<'_, str> = if formula {
         format!("'{text}").into()
     } else {
-        text.into()
+        text
     };
     if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
@@ -132,17 +143,29 @@ fn field(text: &str) -> String {
 }
 
 pub(super) fn csv(r: &Report, out: &mut dyn Write) -> io::Result<()> {
-    writeln!(out, "section,key,detail,requests,blocked,first,last")?;
+    writeln!(
+        out,
+        "section,key,detail,requests,blocked,first,last,origin,line,rule"
+    )?;
     let mut row = |section: &str, key: &str, detail: &str, c: Counts, first: &str, last: &str| {
+        // A rule's origin, robots.txt line and text, each a column.
+        let (origin, line, rule) = if section == "rules" {
+            rule_parts(key)
+        } else {
+            ("", "", "")
+        };
         writeln!(
             out,
-            "{section},{},{},{},{},{},{}",
-            field(key),
+            "{section},{},{},{},{},{},{},{},{},{}",
+            field(&rule_label(section, key)),
             field(detail),
             c.requests,
             c.blocked,
             field(first),
-            field(last)
+            field(last),
+            field(origin),
+            field(line),
+            field(rule)
         )
     };
     let (first, last) = (
@@ -185,6 +208,17 @@ pub(super) fn csv(r: &Report, out: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
+/// A CSV row's key: a rule as `origin line N: text`.
+fn rule_label(section: &str, key: &str) -> String {
+    if section != "rules" {
+        return key.to_owned();
+    }
+    match rule_parts(key) {
+        (origin, "", rule) => format!("{origin} {rule}"),
+        (origin, line, rule) => format!("{origin} line {line}: {rule}"),
+    }
+}
+
 pub(super) fn json(r: &Report, out: &mut dyn Write) -> io::Result<()> {
     use serde_json::{Value, json};
     let counts = |c: Counts| json!({"requests": c.requests, "blocked": c.blocked});
@@ -208,7 +242,17 @@ pub(super) fn json(r: &Report, out: &mut dyn Write) -> io::Result<()> {
         let rows: Vec<Value> = s
             .rows
             .iter()
-            .map(|(key, c)| json!({"key": key, "requests": c.requests, "blocked": c.blocked}))
+            .map(|(key, c)| {
+                let mut row =
+                    json!({"key": s.label(key), "requests": c.requests, "blocked": c.blocked});
+                if s.rules {
+                    let (origin, line, rule) = rule_parts(key);
+                    row["origin"] = json!(origin);
+                    row["line"] = json!(line.parse::<u64>().ok());
+                    row["rule"] = json!(rule);
+                }
+                row
+            })
             .collect();
         doc[s.name] = json!({"rows": rows, "others": counts(s.rest), "short_by": s.short_by});
     }
@@ -254,5 +298,18 @@ mod csv_tests {
         assert_eq!(field("@user"), "'@user");
         assert_eq!(field("a,b"), "\"a,b\"");
         assert_eq!(field("plain"), "plain");
+        // After leading whitespace too; the whitespace that is a control
+        // character is escaped as well.
+        assert_eq!(field(" =1+1"), "' =1+1");
+        assert_eq!(field("\u{a0}@SUM(A1)"), "'\u{a0}@SUM(A1)");
+        assert_eq!(field("\t=cmd|' /C calc'!A0"), "'\\u{9}=cmd|' /C calc'!A0");
+        assert_eq!(field("\r\n-2+3"), "'\\u{d}\\u{a}-2+3");
+        // No user is `-`, not `'-`; `-x` is still defused.
+        assert_eq!(field("-"), "-");
+        assert_eq!(field("-1"), "'-1");
+        // Terminal escapes and bidirectional overrides are shown, not run.
+        assert_eq!(field("\u{1b}]8;;x\u{7}a"), "\\u{1b}]8;;x\\u{7}a");
+        assert_eq!(field("gpj.\u{202e}exe"), "gpj.\\u{202e}exe");
+        assert_eq!(field("\u{2066}x\u{2069}"), "\\u{2066}x\\u{2069}");
     }
 }

@@ -1,8 +1,44 @@
 //! What every format of a report shows: its tables in order, the summary
 //! and period lines, and the note under a table that folded keys.
 
+use std::borrow::Cow;
+
 use super::tally::{Counts, Tally};
 use super::{Report, TABLE_CAP, Versions};
+
+/// Separates a rule key's origin, robots.txt line number and rule text.
+const RULE_SEP: char = '\0';
+
+/// The key a rule is counted under: its origin, line number (empty when
+/// unknown) and text, kept apart so each can be its own column.
+pub(super) fn rule_key(origin: &str, line: Option<u64>, rule: &str) -> String {
+    use std::fmt::Write as _;
+    let push = |key: &mut String, s: &str| {
+        if s.contains(RULE_SEP) {
+            key.push_str(&s.replace(RULE_SEP, "\u{fffd}"));
+        } else {
+            key.push_str(s);
+        }
+    };
+    let mut key = String::with_capacity(origin.len() + rule.len() + 24);
+    push(&mut key, origin);
+    key.push(RULE_SEP);
+    if let Some(n) = line {
+        let _ = write!(key, "{n}");
+    }
+    key.push(RULE_SEP);
+    push(&mut key, rule);
+    key
+}
+
+/// A rule key's origin, line number (empty when unknown) and text.
+pub(super) fn rule_parts(key: &str) -> (&str, &str, &str) {
+    let mut parts = key.splitn(3, RULE_SEP);
+    let origin = parts.next().unwrap_or("");
+    let line = parts.next().unwrap_or("");
+    let rule = parts.next().unwrap_or("");
+    (origin, line, rule)
+}
 
 /// One table of a report: its top rows and the rest.
 pub(super) struct Section<'a> {
@@ -19,6 +55,26 @@ pub(super) struct Section<'a> {
     pub(super) short_by: u64,
     /// Only blocked lines are counted: one column.
     pub(super) blocked_only: bool,
+    /// Its keys are rule keys ([`rule_key`]).
+    pub(super) rules: bool,
+}
+
+impl Section<'_> {
+    /// A key as one string: a rule as `origin line N: text`.
+    pub(super) fn label<'k>(&self, key: &'k str) -> Cow<'k, str> {
+        if !self.rules {
+            return key.into();
+        }
+        match rule_parts(key) {
+            (origin, "", rule) => format!("{origin} {rule}").into(),
+            (origin, line, rule) => format!("{origin} line {line}: {rule}").into(),
+        }
+    }
+
+    /// The rows with their keys as [`Section::label`] gives them.
+    pub(super) fn labelled(&self) -> Vec<(Cow<'_, str>, Counts)> {
+        self.rows.iter().map(|(k, c)| (self.label(k), *c)).collect()
+    }
 }
 
 fn section<'a>(
@@ -35,6 +91,7 @@ fn section<'a>(
         rest,
         short_by: tally.short_by,
         blocked_only: false,
+        rules: false,
     }
 }
 
@@ -47,15 +104,25 @@ pub(super) fn sections(r: &Report) -> Vec<Section<'_>> {
         ("blocked_urls", "Most blocked URLs", "url"),
     );
     urls.blocked_only = true;
-    vec![
-        section(&r.decisions, top, ("decisions", "Decisions", "decision")),
+    let mut rules = section(&r.rules, top, ("rules", "Rules", "rule"));
+    rules.rules = true;
+    let mut all = vec![section(
+        &r.decisions,
+        top,
+        ("decisions", "Decisions", "decision"),
+    )];
+    if r.several_nodes {
+        all.push(section(&r.nodes, top, ("nodes", "Nodes", "node")));
+    }
+    all.extend([
         section(&r.origins, top, ("origins", "Origins", "origin")),
-        section(&r.rules, top, ("rules", "Rules", "rule")),
+        rules,
         section(&r.agents, top, ("agents", "Agents", "agent")),
         section(&r.clients, top, ("clients", "Clients", "client address")),
         section(&r.users, top, ("users", "Proxy users", "user")),
         urls,
-    ]
+    ]);
+    all
 }
 
 /// The origins whose lines carry `robots_sha256`, most lines first.
@@ -63,17 +130,33 @@ pub(super) fn robots(r: &Report) -> Vec<(&str, &Versions)> {
     r.robots.top(r.top).0
 }
 
-/// A key for a terminal: control characters escaped.
-pub(super) fn printable(key: &str) -> String {
+/// Text from the log for a terminal, a spreadsheet or a page: control
+/// characters (ESC, BEL, CR, …) and the bidirectional controls that make
+/// text read in another order than it is stored (U+202A–U+202E,
+/// U+2066–U+2069, U+200E, U+200F, U+061C) written as `\u{…}`.
+pub(super) fn printable(key: &str) -> Cow<'_, str> {
+    if !key.chars().any(hidden) {
+        return key.into();
+    }
     key.chars()
         .map(|c| {
-            if c.is_control() {
+            if hidden(c) {
                 format!("\\u{{{:x}}}", u32::from(c))
             } else {
                 c.to_string()
             }
         })
-        .collect()
+        .collect::<String>()
+        .into()
+}
+
+/// A character [`printable`] escapes.
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}'
+        )
 }
 
 /// The period counted, and the filter, as one line each.

@@ -1,0 +1,133 @@
+//! `audit.sync`: when written audit lines are forced to the disk with
+//! `fdatasync`, so that a power loss or kernel crash cannot lose lines the
+//! proxy acted on. A process crash loses nothing in any mode: every line is
+//! in the kernel's page cache before the response is sent.
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
+use serde::{Deserialize, Deserializer};
+
+/// `audit.sync`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// Never: the kernel writes lines out when it will (about 30 s).
+    None,
+    /// At most once a second, from a thread of its own, when lines were
+    /// written: a power loss loses at most the last second.
+    #[default]
+    Interval,
+    /// Before every line counts as written (and before the response):
+    /// nothing acted on is lost.
+    Every,
+}
+
+const EXPECTED: &str = "\"none\", \"interval\" (at most once a second) or \"every\" (each line)";
+
+impl<'de> Deserialize<'de> for SyncPolicy {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<SyncPolicy, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = SyncPolicy;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(EXPECTED)
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<SyncPolicy, E> {
+                match text {
+                    "none" => Ok(SyncPolicy::None),
+                    "interval" => Ok(SyncPolicy::Interval),
+                    "every" => Ok(SyncPolicy::Every),
+                    other => Err(E::custom(format!(
+                        "audit.sync is {other:?}: it must be {EXPECTED}"
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// How often `interval` syncs.
+pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
+
+/// What the interval thread shares with the writer: a handle on the open
+/// file (a duplicate of the writer's descriptor) and whether lines were
+/// written since the last sync.
+#[derive(Default)]
+pub(crate) struct Shared {
+    file: Mutex<Option<File>>,
+    dirty: AtomicBool,
+    /// `robots_proxy_audit_syncs_total`.
+    pub(crate) syncs: Counter,
+}
+
+impl Shared {
+    /// Lines were written to the file.
+    pub(crate) fn mark(&self) {
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    /// Syncs the file if lines were written since the last sync. Called by
+    /// the interval thread, and before the file is replaced at a reopen.
+    pub(crate) fn sync_if_dirty(&self) -> io::Result<()> {
+        if !self.dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let file = self.file.lock();
+        match file.as_ref() {
+            Some(f) => self.sync(f).inspect_err(|_| self.mark()),
+            None => Ok(()),
+        }
+    }
+
+    /// `fdatasync` on `file`, counted.
+    pub(crate) fn sync(&self, file: &File) -> io::Result<()> {
+        file.sync_data()?;
+        self.syncs.inc();
+        Ok(())
+    }
+
+    /// The file lines now go to (a duplicate of `file`'s descriptor).
+    pub(crate) fn set_file(&self, file: &File) -> io::Result<()> {
+        *self.file.lock() = Some(file.try_clone()?);
+        Ok(())
+    }
+}
+
+/// Starts the thread that syncs `shared` once a second while lines come;
+/// it ends when the log is dropped.
+pub(crate) fn start_interval(shared: &Arc<Shared>, path: &Path) -> io::Result<()> {
+    let weak: Weak<Shared> = Arc::downgrade(shared);
+    let path = path.to_owned();
+    std::thread::Builder::new()
+        .name("audit-sync".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(INTERVAL);
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                if let Err(e) = shared.sync_if_dirty() {
+                    tracing::error!(path = %path.display(), error = %e,
+                        "cannot sync the audit log to disk");
+                }
+            }
+        })
+        .map(drop)
+}
+
+/// Syncs the directory holding `path`, so a file just created in it (at
+/// start, or after a rotation) is found after a power loss.
+pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)?.sync_all()
+}
