@@ -509,19 +509,44 @@ impl AuditLog {
     /// Forces lines to the disk as `policy` says (`audit.sync`); the log
     /// opens with `none`. `interval` starts a thread of its own.
     pub(crate) fn with_sync(mut self, policy: SyncPolicy) -> io::Result<AuditLog> {
+        // A pipe or a device (`/dev/stdout` under a container runtime) has
+        // nothing to sync: lines are in it once written.
+        let regular = self
+            .state
+            .lock()
+            .file
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .is_none_or(|m| m.file_type().is_file());
+        if !regular && policy != SyncPolicy::None {
+            tracing::info!(path = %self.path.display(),
+                "the audit log is not a regular file: audit.sync does not apply");
+            return Ok(self);
+        }
         self.sync = policy;
         if policy == SyncPolicy::None {
             return Ok(self);
         }
-        {
+        // A file that cannot be synced at start fails the log (no line is
+        // counted as written until it can be), as a failed write does; the
+        // proxy starts, and refuses to forward.
+        let synced = {
             let state = self.state.lock();
-            if let Some(file) = &state.file {
+            match &state.file {
                 // Lines written before: the start checkpoint, at least.
-                self.synced.sync(file)?;
-                self.synced.set_file(file)?;
+                Some(file) => self
+                    .synced
+                    .sync(file)
+                    .and_then(|()| self.synced.set_file(file)),
+                None => Ok(()),
             }
         }
-        sync::sync_dir(&self.path)?;
+        .and_then(|()| sync::sync_dir(&self.path));
+        if let Err(e) = synced {
+            self.healthy.store(false, Ordering::Relaxed);
+            tracing::error!(path = %self.path.display(), error = %e,
+                "cannot sync the audit log to disk: refusing to forward until it is writable");
+        }
         if policy == SyncPolicy::Interval {
             sync::start_interval(&self.synced, &self.path)?;
         }
