@@ -263,7 +263,15 @@ impl App {
         let mut settings = settings_from(&config, None)?;
         if let Some(f) = &config.fleet {
             let bound = listener.local_addr().unwrap_or(config.listen);
-            let fleet = Fleet::new(&f.settings(bound))
+            let mut fleet_settings = f.settings(bound);
+            fleet_settings.keys = f.keys().map_err(StartError::Fleet)?;
+            if fleet_settings.keys.is_none() {
+                tracing::warn!(
+                    "fleet.unauthenticated = true: this node trusts whatever is in the fleet's Redis; \
+                     anyone who can write to it decides for every node (set fleet.key_file)"
+                );
+            }
+            let fleet = Fleet::new(&fleet_settings)
                 .map_err(|e| StartError::Fleet(e.to_string()))?
                 .with_listeners(own.iter().copied(), peers);
             let fleet = Arc::new(fleet);
