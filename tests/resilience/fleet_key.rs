@@ -147,3 +147,89 @@ fn a_fleet_without_a_key_does_not_start_unless_said_so() {
     );
     assert!(stderr.contains("unauthenticated = true"), "{stderr}");
 }
+
+/// The Redis user docs/operating.md gives the fleet ("Securing the
+/// fleet"), after `ACL SETUSER robots-proxy on >PASSWORD`.
+const ACL_RULES: &str = "resetchannels ~robots-proxy:* &robots-proxy:* -@all \
+    +evalsha +script|load +publish +subscribe +ping +select \
+    +zscore +zrem +hdel +config|get +info +cluster|slots +readonly +asking \
+    +del +exists +get +set +pexpire +time +hexists +hget +hmget +hset +hstrlen \
+    +llen +lpush +lrange +ltrim +zadd +zcard +zcount +zrange +zrangebyscore \
+    +zremrangebyscore";
+
+/// A fleet through Redis's TLS port as the documented ACL user: a
+/// Crawl-delay schedule, a purge and a reload go through with no command
+/// or key the user may not use (`ACL LOG` stays empty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_runs_as_the_documented_acl_user_over_tls() {
+    use crate::support::redis::TlsRedis;
+    let tls = need!(TlsRedis::start().await);
+    let password = "a-long-random-password";
+    let mut setuser = vec!["ACL", "SETUSER", "robots-proxy", "on"];
+    let secret = format!(">{password}");
+    setuser.push(&secret);
+    setuser.extend(ACL_RULES.split_whitespace());
+    tls.redis.command(&setuser).await.expect("ACL SETUSER");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = dir.path().join("fleet.key");
+    assert!(
+        binary::run(&["fleet", "init-key", "--out", &key.display().to_string()])
+            .status
+            .success()
+    );
+    let start = |i: usize| {
+        let setup = Setup::new();
+        setup.write_config(
+            "robots-proxy",
+            &format!(
+                "[admin]\nlisten = \"127.0.0.1:0\"\n[fleet]\n\
+                 redis = \"rediss://robots-proxy:{password}@localhost:{}/0\"\nname = \"acl\"\n\
+                 node = \"node-{i}\"\ntimeout = \"2s\"\non_unavailable = \"refuse\"\nkey_file = {:?}\n",
+                tls.tls_port,
+                key.display().to_string()
+            ),
+        );
+        let mut command = binary::command();
+        command
+            .env("RUST_LOG", "info")
+            .env_remove("NOTIFY_SOCKET")
+            .env("SSL_CERT_FILE", &tls.ca_file)
+            .args(["run", "--config"])
+            .arg(setup.config_path());
+        async move { (setup, Running::start(command).await) }
+    };
+    let (_s1, mut one) = start(1).await;
+    let (_s2, mut two) = start(2).await;
+    until("both nodes to subscribe", || async {
+        match tls.redis.subscribers("robots-proxy:acl:events").await {
+            2 => Ok(()),
+            n => Err(format!("{n} subscribed")),
+        }
+    })
+    .await;
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\nDisallow: /private\n").await;
+    for (node, path) in [(&one, "/a"), (&two, "/b")] {
+        let r = Conn::open(node.addr).await.get(&origin.url(path)).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert_eq!(
+        Conn::open(two.addr)
+            .await
+            .get(&origin.url("/private/x"))
+            .await
+            .status,
+        403
+    );
+    let purge = http::Request::post(format!("/purge?origin={}", origin.url("/")))
+        .body(bytes::Bytes::new())
+        .expect("request");
+    let purged = Conn::open(admin_of(&one)).await.send(purge).await;
+    assert_eq!(purged.status, 200, "{}", purged.body);
+    one.reload("configuration reloaded").await;
+    two.wait_for("reloading as another node of the fleet did")
+        .await;
+    let r = Conn::open(two.addr).await.get(&origin.url("/c")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let log = tls.redis.command(&["ACL", "LOG"]).await.expect("ACL LOG");
+    assert_eq!(log, redis::Value::Array(vec![]), "denied: {log:?}");
+}
