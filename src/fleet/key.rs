@@ -374,6 +374,28 @@ mod tests {
         assert_eq!(a.rejected_count(Kind::Message), 3);
     }
 
+    /// What verifying a shared entry costs (docs/performance.md, "The
+    /// fleet key's tags"): `cargo test --release --lib
+    /// fleet::key::tests::cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement"]
+    fn cost_of_a_verify() {
+        let k = keys(7, None);
+        let place = "robots-proxy:default:{https://www.example.com:443}:robots.1";
+        for size in [500usize, 2048, 65536] {
+            let sealed = k.seal_entry(place, &vec![b'x'; size]);
+            let n = 200_000 / (size / 500).max(1);
+            let started = std::time::Instant::now();
+            for _ in 0..n {
+                let opened =
+                    k.open_entry(Kind::Robots, place, std::hint::black_box(sealed.clone()));
+                assert!(opened.is_some());
+            }
+            let ns = started.elapsed().as_nanos() / n as u128;
+            eprintln!("{size} B description: {ns} ns per verify");
+        }
+    }
+
     #[test]
     fn keys_are_made_private_and_read_back() {
         let dir = tempfile::tempdir().expect("tempdir");
