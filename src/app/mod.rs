@@ -641,7 +641,7 @@ fn fleet(config: &Config) -> Option<&crate::config::FleetConfig> {
 }
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 48] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 51] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -666,6 +666,18 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 48] {
         (
             fleet(old).map(|f| &f.on_unavailable) != fleet(new).map(|f| &f.on_unavailable),
             "fleet.on_unavailable",
+        ),
+        (
+            fleet(old).map(|f| &f.key_file) != fleet(new).map(|f| &f.key_file),
+            "fleet.key_file",
+        ),
+        (
+            fleet(old).map(|f| &f.old_key_file) != fleet(new).map(|f| &f.old_key_file),
+            "fleet.old_key_file",
+        ),
+        (
+            fleet(old).map(|f| f.unauthenticated) != fleet(new).map(|f| f.unauthenticated),
+            "fleet.unauthenticated",
         ),
         (old.workers != new.workers, "workers"),
         (
