@@ -15,7 +15,9 @@
 //! after its subscription broke) reads them ([`Fleet::purges_kept`]) and
 //! applies each to what it stored before the purge was said.
 //!
-//! A message is `<kind>\n<node>#<instance>\n<value>` ([`Author`]); a
+//! A message is `<kind>\n<node>#<instance>\n<value>` ([`Author`]), after
+//! a first line `m1 <tag>` with the fleet key ([`super::key`]): one whose
+//! tag fails is dropped, counted, before any node acts on it; a
 //! `<node>` alone (an earlier version's) is read as a node of another
 //! instance. Messages that do not parse, or whose value is longer than
 //! [`MAX_VALUE`], are ignored.

@@ -1,7 +1,9 @@
 //! One robots.txt fetch per origin for the whole fleet.
 //!
 //! An origin's shared entry is one Redis hash (`…:{<origin>}:robots`):
-//! `meta` (the entry as the robots store describes it, opaque here),
+//! `meta` (the entry as the robots store describes it, opaque here,
+//! after the fleet key's tag over it and the hash's key, [`super::key`]:
+//! a `meta` whose tag fails counts as none),
 //! `text` (the file in force, deflate-compressed) and `expires` (Redis
 //! clock, milliseconds). A node that misses locally runs [`LOOK_SCRIPT`]:
 //! a fresh entry is returned; else the node takes the lease
