@@ -67,7 +67,7 @@ pub struct FleetSettings {
     /// Longest any request waits on Redis.
     pub timeout: Duration,
     pub on_unavailable: OnUnavailable,
-    /// The fleet key (`None`: an unauthenticated fleet, [`mod@key`]).
+    /// The fleet key (`None`: an unauthenticated fleet, see `fleet::key`).
     pub keys: Option<key::KeySettings>,
 }
 
