@@ -95,6 +95,7 @@ async fn main() {
         node: "robots-1.example:3128".into(),
         timeout: Duration::from_secs(5),
         on_unavailable: OnUnavailable::Refuse,
+        keys: None,
     })
     .expect("fleet");
     let files = corpus();

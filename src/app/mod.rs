@@ -263,7 +263,15 @@ impl App {
         let mut settings = settings_from(&config, None)?;
         if let Some(f) = &config.fleet {
             let bound = listener.local_addr().unwrap_or(config.listen);
-            let fleet = Fleet::new(&f.settings(bound))
+            let mut fleet_settings = f.settings(bound);
+            fleet_settings.keys = f.keys().map_err(StartError::Fleet)?;
+            if fleet_settings.keys.is_none() {
+                tracing::warn!(
+                    "fleet.unauthenticated = true: this node trusts whatever is in the fleet's Redis; \
+                     anyone who can write to it decides for every node (set fleet.key_file)"
+                );
+            }
+            let fleet = Fleet::new(&fleet_settings)
                 .map_err(|e| StartError::Fleet(e.to_string()))?
                 .with_listeners(own.iter().copied(), peers);
             let fleet = Arc::new(fleet);
@@ -633,7 +641,7 @@ fn fleet(config: &Config) -> Option<&crate::config::FleetConfig> {
 }
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 48] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 51] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -658,6 +666,18 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 48] {
         (
             fleet(old).map(|f| &f.on_unavailable) != fleet(new).map(|f| &f.on_unavailable),
             "fleet.on_unavailable",
+        ),
+        (
+            fleet(old).map(|f| &f.key_file) != fleet(new).map(|f| &f.key_file),
+            "fleet.key_file",
+        ),
+        (
+            fleet(old).map(|f| &f.old_key_file) != fleet(new).map(|f| &f.old_key_file),
+            "fleet.old_key_file",
+        ),
+        (
+            fleet(old).map(|f| f.unauthenticated) != fleet(new).map(|f| f.unauthenticated),
+            "fleet.unauthenticated",
         ),
         (old.workers != new.workers, "workers"),
         (

@@ -1,4 +1,4 @@
-//! The command line: `run`, `check`, `config check`, `ca init`,
+//! The command line: `run`, `check`, `config check`, `ca init`, `fleet init-key`,
 //! `hash-password`, `audit key | verify | report` and the rest;
 //! `src/main.rs` only calls [`main`].
 
@@ -64,6 +64,9 @@ enum Command {
     /// Certificate authority for HTTPS interception.
     #[command(subcommand)]
     Ca(CaCommand),
+    /// Fleet mode tools.
+    #[command(subcommand)]
+    Fleet(FleetCommand),
     /// Print an Argon2id hash of a password (read from stdin) for `access.users`.
     HashPassword,
     /// The audit log and its evidence: verify its hash chain, print its
@@ -79,6 +82,18 @@ enum CaCommand {
         /// Directory for the CA files.
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum FleetCommand {
+    /// Make a fleet key (`fleet.key_file`): 32 random bytes as 64 hex
+    /// digits in FILE (mode 0600), never over an existing file. Copy it
+    /// to every node of the fleet.
+    InitKey {
+        /// The key file to write.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
     },
 }
 
@@ -162,6 +177,19 @@ pub fn main() -> ExitCode {
             }
         },
         Command::Ca(CaCommand::Init { dir }) => ca_init(&dir),
+        Command::Fleet(FleetCommand::InitKey { out }) => match crate::fleet::key::generate(&out) {
+            Ok(()) => {
+                println!(
+                    "{}: fleet key written (mode 0600); copy it to every node and set fleet.key_file",
+                    out.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("robots-proxy fleet init-key: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::HashPassword => hash_password(),
         Command::Audit(command) => audit::main(command),
         Command::Run(args) => match run(args) {

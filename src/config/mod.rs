@@ -361,6 +361,14 @@ pub struct FleetConfig {
     pub timeout: Duration,
     /// When Redis is unavailable: book locally, or refuse (503).
     pub on_unavailable: FleetOnUnavailable,
+    /// The fleet key (`robots-proxy fleet init-key`): what a node reads
+    /// from Redis, it verifies. Required unless `unauthenticated`.
+    pub key_file: Option<PathBuf>,
+    /// The previous key, accepted for verification only during a
+    /// rotation.
+    pub old_key_file: Option<PathBuf>,
+    /// Run a fleet without a key (a warning at every start).
+    pub unauthenticated: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -378,6 +386,9 @@ impl Default for FleetConfig {
             node: String::new(),
             timeout: Duration::from_millis(50),
             on_unavailable: FleetOnUnavailable::Local,
+            key_file: None,
+            old_key_file: None,
+            unauthenticated: false,
         }
     }
 }
@@ -385,6 +396,28 @@ impl Default for FleetConfig {
 impl FleetConfig {
     /// The fleet's settings; `listen` names the node when `node` is
     /// empty.
+    /// The fleet key and the old one, read from their files; `None`
+    /// when the fleet is unauthenticated.
+    pub(crate) fn keys(&self) -> Result<Option<crate::fleet::key::KeySettings>, String> {
+        use crate::fleet::key;
+        let Some(path) = &self.key_file else {
+            return if self.unauthenticated {
+                Ok(None)
+            } else {
+                Err("key `fleet.key_file`: a fleet needs a key, or Redis's writers decide for every node: \
+                     make one with `robots-proxy fleet init-key --out FILE` (the same file on every node), \
+                     or write `fleet.unauthenticated = true` to run without"
+                    .into())
+            };
+        };
+        let current = key::load(path).map_err(|e| format!("key `fleet.key_file`: {e}"))?;
+        let old = match &self.old_key_file {
+            Some(p) => Some(key::load(p).map_err(|e| format!("key `fleet.old_key_file`: {e}"))?),
+            None => None,
+        };
+        Ok(Some(key::KeySettings { current, old }))
+    }
+
     pub(crate) fn settings(&self, listen: SocketAddr) -> crate::fleet::FleetSettings {
         use crate::fleet::{FleetSettings, OnUnavailable};
         let node = if self.node.is_empty() {
@@ -406,6 +439,8 @@ impl FleetConfig {
                 FleetOnUnavailable::Local => OnUnavailable::Local,
                 FleetOnUnavailable::Refuse => OnUnavailable::Refuse,
             },
+            // Read at start from their files ([`FleetConfig::keys`]).
+            keys: None,
         }
     }
 }
@@ -1000,6 +1035,9 @@ impl Config {
             if fleet.name.is_empty() {
                 errors.push("key `fleet.name`: empty".into());
             }
+            if let Err(e) = fleet.keys() {
+                errors.push(e);
+            }
             // Longer names are left out of the live nodes the others read.
             if fleet.node.len() > crate::fleet::nodes::MAX_NODE_NAME {
                 errors.push(format!(
@@ -1468,8 +1506,29 @@ mod tests {
     }
 
     #[test]
+    fn a_fleet_needs_a_key_or_says_it_has_none() {
+        let err = parse("[fleet]\nname = \"f\"\n")
+            .expect_err("no key")
+            .to_string();
+        assert!(
+            err.contains("`fleet.key_file`") && err.contains("init-key"),
+            "{err}"
+        );
+        assert!(parse("[fleet]\nunauthenticated = true\n").is_ok());
+        let err = parse("[fleet]\nkey_file = \"/nonexistent/fleet.key\"\n")
+            .expect_err("no file")
+            .to_string();
+        assert!(err.contains("/nonexistent/fleet.key"), "{err}");
+    }
+
+    #[test]
     fn a_fleet_node_name_is_bounded() {
-        let name = |n: usize| format!("[fleet]\nnode = \"{}\"\n", "n".repeat(n));
+        let name = |n: usize| {
+            format!(
+                "[fleet]\nunauthenticated = true\nnode = \"{}\"\n",
+                "n".repeat(n)
+            )
+        };
         assert!(parse(&name(255)).is_ok());
         let err = parse(&name(256)).expect_err("long").to_string();
         assert!(err.contains("`fleet.node`"), "{err}");
@@ -1556,12 +1615,15 @@ mod tests {
 
     #[test]
     fn fleet_redis_is_one_url_or_a_list_of_cluster_nodes() {
-        let c = parse("[fleet]\nredis = \"rediss://r.example:6380/2\"\n").expect("one URL");
+        let c = parse("[fleet]\nunauthenticated = true\nredis = \"rediss://r.example:6380/2\"\n")
+            .expect("one URL");
         assert_eq!(
             c.fleet.expect("fleet").redis,
             RedisTarget::Server("rediss://r.example:6380/2".into())
         );
-        let c = parse("[fleet]\nredis = [\"redis://a:1\", \"redis://b:2\"]\n").expect("a list");
+        let c =
+            parse("[fleet]\nunauthenticated = true\nredis = [\"redis://a:1\", \"redis://b:2\"]\n")
+                .expect("a list");
         assert_eq!(
             c.fleet.expect("fleet").redis,
             RedisTarget::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])

@@ -15,7 +15,9 @@
 //! after its subscription broke) reads them ([`Fleet::purges_kept`]) and
 //! applies each to what it stored before the purge was said.
 //!
-//! A message is `<kind>\n<node>#<instance>\n<value>` ([`Author`]); a
+//! A message is `<kind>\n<node>#<instance>\n<value>` ([`Author`]), after
+//! a first line `m1 <tag>` with the fleet key ([`super::key`]): one whose
+//! tag fails is dropped, counted, before any node acts on it; a
 //! `<node>` alone (an earlier version's) is read as a node of another
 //! instance. Messages that do not parse, or whose value is longer than
 //! [`MAX_VALUE`], are ignored.
@@ -262,6 +264,13 @@ impl Fleet {
         }
     }
 
+    /// `event` as this node sends it: from this node, tagged under the
+    /// fleet key ([`super::key`]).
+    pub(crate) fn message(&self, event: &Event) -> Vec<u8> {
+        self.keys
+            .seal_message(&self.channel(), event.encode_from(&self.author()))
+    }
+
     /// Whether `from` is this very node: another of the same name is not.
     pub fn is_me(&self, from: &Author) -> bool {
         from.instance == Some(self.instance)
@@ -281,6 +290,7 @@ impl Fleet {
                 rt.spawn(subscribe(
                     self.pubsub_clients(),
                     self.channel(),
+                    self.keys.clone(),
                     self.events.downgrade(),
                     self.timeout,
                 ));
@@ -292,10 +302,9 @@ impl Fleet {
     /// Tells every other node to read its configuration again, as a
     /// SIGHUP on this one did.
     pub async fn publish_reload(&self) -> Result<u64, super::Unavailable> {
-        let message = Event::Reload {
+        let message = self.message(&Event::Reload {
             from: self.author(),
-        }
-        .encode_from(&self.author());
+        });
         self.publish(message).await
     }
 
@@ -325,11 +334,10 @@ impl Fleet {
     /// many subscribers heard it. The purge is kept for nodes that are not
     /// listening now ([`Fleet::purges_kept`]).
     pub async fn publish_purge(&self, what: Purge) -> Result<u64, super::Unavailable> {
-        let message = Event::Purged {
+        let message = self.message(&Event::Purged {
             what,
             from: self.author(),
-        }
-        .encode_from(&self.author());
+        });
         let key = self.purges_key();
         let kept = message.clone();
         // Best effort: a log Redis cannot write (memory full, its slot's
@@ -372,7 +380,25 @@ impl Fleet {
                     .await
             })
             .await?;
-        Ok(recent(&now, super::now_micros() / 1_000_000, listed, &kept))
+        let channel = self.channel();
+        let opened = kept.iter().filter_map(|entry| {
+            let at_end = entry.iter().position(|&b| b == b'\n')?;
+            let message = self.keys.open_message(
+                super::key::Kind::KeptPurge,
+                &channel,
+                &entry[at_end + 1..],
+            )?;
+            let mut out = entry[..=at_end].to_vec();
+            out.extend_from_slice(message);
+            Some(out)
+        });
+        let opened: Vec<Vec<u8>> = opened.collect();
+        Ok(recent(
+            &now,
+            super::now_micros() / 1_000_000,
+            listed,
+            &opened,
+        ))
     }
 }
 
@@ -420,6 +446,7 @@ fn recent(now: &str, here: u64, listed: u64, kept: &[Vec<u8>]) -> Recent {
 async fn subscribe(
     clients: Vec<redis::Client>,
     channel: String,
+    keys: Arc<super::key::Keys>,
     events: broadcast::WeakSender<Event>,
     timeout: Duration,
 ) {
@@ -449,7 +476,12 @@ async fn subscribe(
                 match next {
                     Ok(Some(msg)) => {
                         heard = Some(tokio::time::Instant::now());
-                        if let Some(event) = Event::decode(msg.get_payload_bytes()) {
+                        let opened = keys.open_message(
+                            super::key::Kind::Message,
+                            &channel,
+                            msg.get_payload_bytes(),
+                        );
+                        if let Some(event) = opened.and_then(Event::decode) {
                             let _ = tx.send(event);
                         }
                     }

@@ -156,7 +156,7 @@ impl Fleet {
     /// told. `Ok(false)`: it had expired already.
     pub async fn release_lease(&self, origin: &str, id: &str) -> Result<bool, Unavailable> {
         let (set, waiting) = self.lease_keys(origin);
-        let message = Event::LeaseFree(origin.into()).encode_from(&self.author());
+        let message = self.message(&Event::LeaseFree(origin.into()));
         let channel = self.channel();
         let gone = self
             .call(|mut conn| async move {

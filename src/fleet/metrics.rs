@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::collector::Collector;
+use prometheus_client::encoding::EncodeMetric;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 
@@ -69,6 +70,19 @@ impl Collector for FleetCollector {
         ];
         for (name, help, v) in counters {
             encode_counter(&mut encoder, name, help, count(v))?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "robots_proxy_fleet_rejected",
+            "Values read from the fleet's Redis whose fleet-key tag failed, ignored as if absent, by kind (robots: a shared robots.txt entry; message: a message on the fleet's channel; kept_purge: a purge kept for nodes not listening)",
+            None,
+            MetricType::Counter,
+        )?;
+        for kind in super::key::Kind::ALL {
+            let labels = [("kind", kind.label())];
+            prometheus_client::metrics::counter::ConstCounter::new(
+                fleet.keys().rejected_count(kind),
+            )
+            .encode(m.encode_family(&labels)?)?;
         }
         encode_memory(&mut encoder, fleet.memory_stats())?;
         let (per_bucket, sum_us) = stats.round_trips.snapshot();
@@ -152,6 +166,7 @@ mod tests {
                 node: "n1".into(),
                 timeout: Duration::from_secs(2),
                 on_unavailable: OnUnavailable::Local,
+                keys: None,
             })
             .expect("fleet"),
         );

@@ -19,6 +19,7 @@
 
 mod connection;
 pub mod events;
+pub mod key;
 pub mod latency;
 pub mod lease;
 pub mod memory;
@@ -66,6 +67,8 @@ pub struct FleetSettings {
     /// Longest any request waits on Redis.
     pub timeout: Duration,
     pub on_unavailable: OnUnavailable,
+    /// The fleet key (`None`: an unauthenticated fleet, see `fleet::key`).
+    pub keys: Option<key::KeySettings>,
 }
 
 /// Redis did not answer within the timeout, or answered an error.
@@ -125,6 +128,8 @@ pub struct Fleet {
     waiters: queue::Waiters,
     /// The origins this node knows to be paused ([`pauses`]).
     pauses: pauses::Known,
+    /// Tags what this node writes, verifies what it reads ([`key`]).
+    keys: Arc<key::Keys>,
 }
 
 /// Upper bounds (microseconds) of the Redis round-trip histogram:
@@ -224,6 +229,7 @@ impl Fleet {
             peers: Default::default(),
             waiters: queue::Waiters::default(),
             pauses: pauses::Known::default(),
+            keys: Arc::new(key::Keys::new(settings.keys.as_ref())),
         })
     }
 
@@ -264,6 +270,11 @@ impl Fleet {
     /// (one origin) are kept on one Redis Cluster slot.
     pub fn key(&self, tag: &str, suffix: &str) -> String {
         format!("robots-proxy:{}:{{{tag}}}:{suffix}", self.name)
+    }
+
+    /// The fleet key's signer and verifier.
+    pub fn keys(&self) -> &Arc<key::Keys> {
+        &self.keys
     }
 
     /// Whether Redis answered the last call.

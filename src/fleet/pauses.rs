@@ -290,7 +290,7 @@ impl Fleet {
             left,
             signal,
         };
-        let message = Event::Paused(told).encode_from(&self.author());
+        let message = self.message(&Event::Paused(told));
         if self.publish_message(message).await.is_err() {
             tracing::warn!(
                 origin,

@@ -259,7 +259,7 @@ impl Fleet {
         interval: std::time::Duration,
     ) -> Result<Option<u64>, super::Unavailable> {
         let schedule = self.schedule_key(key);
-        let message = Event::Moved(schedule.as_str().into()).encode_from(&self.author());
+        let message = self.message(&Event::Moved(schedule.as_str().into()));
         let channel = self.channel();
         let moved = self
             .call(|mut conn| async move {
@@ -301,10 +301,9 @@ impl Fleet {
         );
         let fleet = self.clone();
         tokio::spawn(async move {
-            let message = Event::Lost {
+            let message = fleet.message(&Event::Lost {
                 from: fleet.author(),
-            }
-            .encode_from(&fleet.author());
+            });
             let _ = fleet.publish(message).await;
         });
     }

@@ -142,6 +142,7 @@ mod tests {
             node: "a".into(),
             timeout: Duration::from_millis(50),
             on_unavailable: crate::fleet::OnUnavailable::Local,
+            keys: None,
         })
         .expect("fleet");
         assert_eq!(

@@ -1,7 +1,9 @@
 //! One robots.txt fetch per origin for the whole fleet.
 //!
 //! An origin's shared entry is one Redis hash (`…:{<origin>}:robots`):
-//! `meta` (the entry as the robots store describes it, opaque here),
+//! `meta` (the entry as the robots store describes it, opaque here,
+//! after the fleet key's tag over it and the hash's key, [`super::key`]:
+//! a `meta` whose tag fails counts as none),
 //! `text` (the file in force, deflate-compressed) and `expires` (Redis
 //! clock, milliseconds). A node that misses locally runs [`LOOK_SCRIPT`]:
 //! a fresh entry is returned; else the node takes the lease
@@ -238,6 +240,7 @@ impl Fleet {
         max_text: usize,
     ) -> Result<Look, Unavailable> {
         let (entry, lease) = self.robots_keys(origin);
+        let place = entry.clone();
         let token = match take {
             Take::No => String::new(),
             Take::IfNotFresh | Take::Always => self.lease_token(),
@@ -255,13 +258,23 @@ impl Fleet {
                         .arg(token)
                         .arg(lease_ms)
                         .arg(always)
-                        .arg(MAX_META)
+                        .arg(MAX_META + super::key::TAG_LEN)
                         .arg(max_compressed)
                         .invoke_async::<(i64, Vec<u8>, Vec<u8>, i64, i64)>(&mut conn)
                         .await
                 }
             })
             .await?;
+        // A `meta` whose fleet-key tag fails counts as none: a fresh one
+        // is fetched again under the lease, an expired one is no
+        // stale-on-error copy.
+        let meta = if meta.is_empty() {
+            meta
+        } else {
+            self.keys
+                .open_entry(super::key::Kind::Robots, &place, meta)
+                .unwrap_or_default()
+        };
         // Decompressed on the blocking pool: a text of up to `max_text`
         // takes a millisecond or more, which would stall every connection
         // an async worker serves.
@@ -419,14 +432,15 @@ impl Fleet {
             self.release_robots(origin, lease).await?;
             return Ok(false);
         }
-        let message = Event::Fetched(origin.into()).encode_from(&self.author());
+        let message = self.message(&Event::Fetched(origin.into()));
         let channel = self.channel();
+        let meta = self.keys.seal_entry(&entry, meta);
         let stored = self
             .call(|mut conn| async move {
                 STORE
                     .key(&entry)
                     .key(&lease_key)
-                    .arg(meta)
+                    .arg(&meta)
                     .arg(compressed)
                     .arg(mode)
                     .arg(super::micros(fresh.max(Duration::from_millis(1))) / 1000)
@@ -476,11 +490,10 @@ impl Fleet {
     /// Redis Cluster, those subscribed through the origin's master).
     pub async fn purge_robots(&self, origin: &str) -> Result<u64, Unavailable> {
         let (entry, lease) = self.robots_keys(origin);
-        let message = Event::Purged {
+        let message = self.message(&Event::Purged {
             what: Purge::Robots(origin.into()),
             from: self.author(),
-        }
-        .encode_from(&self.author());
+        });
         let channel = self.channel();
         self.call(|mut conn| async move {
             PURGE

@@ -226,7 +226,7 @@ async fn a_fleet_over_tls_books_on_a_redis_whose_certificate_it_trusts() {
     setup.write_config(
         "robots-proxy",
         &format!(
-            "[fleet]\nredis = \"rediss://localhost:{}/0\"\nname = \"tls\"\n\
+            "[fleet]\nunauthenticated = true\nredis = \"rediss://localhost:{}/0\"\nname = \"tls\"\n\
              timeout = \"2s\"\non_unavailable = \"refuse\"\n",
             tls.tls_port
         ),

@@ -380,7 +380,7 @@ async fn a_killed_node_frees_its_lease_within_the_lease_time() {
     let redis = need!(Redis::start().await);
     let origin = Counting::start(Duration::ZERO).await;
     let extra = format!(
-        "[politeness]\nmax_in_flight = 1\n[fleet]\nredis = {:?}\nname = \"test\"\nnode = \"doomed\"\n",
+        "[politeness]\nmax_in_flight = 1\n[fleet]\nunauthenticated = true\nredis = {:?}\nname = \"test\"\nnode = \"doomed\"\n",
         redis.url()
     );
     let (_setup, doomed) = Setup::running("test-bot", &extra).await;

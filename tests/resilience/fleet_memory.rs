@@ -216,7 +216,7 @@ async fn a_node_whose_clock_runs_days_behind_shares_entries_on_redis_time() {
     let setup = Setup::with_config(
         "robots-proxy",
         &format!(
-            "[fleet]\nredis = {:?}\nname = \"test\"\nnode = \"behind\"\ntimeout = \"1s\"\n",
+            "[fleet]\nunauthenticated = true\nredis = {:?}\nname = \"test\"\nnode = \"behind\"\ntimeout = \"1s\"\n",
             redis.url()
         ),
     );

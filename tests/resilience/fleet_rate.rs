@@ -176,7 +176,7 @@ async fn max_rps_holds_across_the_fleet_independent_proxies_admit_each_their_own
 async fn alice_node(per_minute: u32, redis: Option<&Redis>) -> (Setup, Running) {
     let fleet = match redis {
         Some(r) => format!(
-            "[fleet]\nredis = \"{}\"\nname = \"test\"\ntimeout = \"2s\"\n",
+            "[fleet]\nunauthenticated = true\nredis = \"{}\"\nname = \"test\"\ntimeout = \"2s\"\n",
             r.url()
         ),
         None => String::new(),
@@ -372,6 +372,7 @@ async fn the_rate_script_is_governors_gcra_on_redis_time() {
         node: "gcra-test".into(),
         timeout: Duration::from_secs(2),
         on_unavailable: OnUnavailable::Local,
+        keys: None,
     })
     .expect("fleet");
     let interval = Duration::from_secs(10);
@@ -492,6 +493,7 @@ async fn a_request_waits_on_redis_for_the_timeout_in_all() {
         name: "allowance".into(),
         timeout,
         on_unavailable: FleetOnUnavailable::Local,
+        unauthenticated: true,
         ..FleetConfig::default()
     };
     let node = nodes(1, 1000.0, Some(config)).await.remove(0);

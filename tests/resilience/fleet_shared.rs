@@ -25,7 +25,7 @@ const TOLERANCE: Duration = Duration::from_millis(150);
 async fn process(fleet: Option<String>) -> (Setup, Running) {
     let mut extra = String::from("[politeness]\nmax_wait = \"120s\"\nmax_queue = 100\n");
     if let Some(f) = fleet {
-        extra.push_str(&format!("[fleet]\n{f}"));
+        extra.push_str(&format!("[fleet]\nunauthenticated = true\n{f}"));
     }
     Setup::running("robots-proxy", &extra).await
 }
@@ -362,7 +362,7 @@ async fn a_node_refuses_the_other_nodes_listeners_as_destinations() {
     let redis = need!(Redis::start().await);
     let with_admin = |i| {
         format!(
-            "[admin]\nlisten = \"127.0.0.1:0\"\n[fleet]\n{}",
+            "[admin]\nlisten = \"127.0.0.1:0\"\n[fleet]\nunauthenticated = true\n{}",
             table(&redis, "peers", i)
         )
     };
@@ -864,7 +864,7 @@ async fn a_stale_copy_used_for_the_proxys_own_shortage_is_not_shared() {
     let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     let extra = format!(
         "[robots]\ndefault_ttl = \"1s\"\nmin_ttl = \"1s\"\n\
-         [fleet]\nredis = {:?}\nname = \"shortage\"\nnode = \"node-1\"\ntimeout = \"1s\"\n",
+         [fleet]\nunauthenticated = true\nredis = {:?}\nname = \"shortage\"\nnode = \"node-1\"\ntimeout = \"1s\"\n",
         redis.url()
     );
     let (_setup, mut running) = Setup::running("TestBot/1.0", &extra).await;

@@ -20,6 +20,7 @@ pub fn config(
         name: name.into(),
         timeout,
         on_unavailable,
+        unauthenticated: true,
         ..FleetConfig::default()
     }
 }

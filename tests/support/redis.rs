@@ -548,6 +548,7 @@ pub fn bare_fleet(
         node: node.into(),
         timeout: Duration::from_secs(1),
         on_unavailable: OnUnavailable::Refuse,
+        keys: None,
     })
     .expect("fleet")
 }
