@@ -280,6 +280,10 @@ impl App {
             settings.fleet = Some(fleet);
         }
         let r = &config.robots;
+        let archive = open_archive(&config)?;
+        if let Some(a) = &archive {
+            a.register_metrics(&metrics);
+        }
         let cache = RobotsCache::new(
             build_fetch_client(&client_settings, tls),
             fetch_settings(&config),
@@ -295,7 +299,7 @@ impl App {
             },
         )
         .with_metrics(&metrics)
-        .with_archive(open_archive(&config)?)
+        .with_archive(archive.clone())
         .with_fleet(settings.fleet.clone())
         .with_fetch_budget(FetchBudget::registered(
             config.robots_fetch_budget_mib(),
@@ -356,6 +360,17 @@ impl App {
                 .with_cache(cache)
                 .with_requests_per_client(config.max_requests_per_client(max_connections)),
         );
+        // An archived text that audit lines name leaves only with its
+        // `evidence_removed` line.
+        if let Some(a) = &archive {
+            let weak = Arc::downgrade(&proxy);
+            a.set_removal_hook(Box::new(move |r| match weak.upgrade() {
+                Some(p) => p
+                    .audit
+                    .write_evidence_removed(r.digest.to_string(), r.bytes, &r.reason),
+                None => Err(std::io::Error::other("the proxy is gone")),
+            }));
+        }
         // Before the first request: the log is read up to its length now.
         proxy.activity.rebuild_from_audit(&audit_path);
         if !config.audit.checkpoint_every.is_zero() {

@@ -16,12 +16,15 @@
 //! - A fetch that gave no file (4xx, unreachable, refused, TLS failure)
 //!   decides too: it is a line of `outcomes.jsonl` when an origin's
 //!   outcome changes.
-//! - The archive is bounded by `audit.archive_max` bytes. Over it, the
-//!   oldest texts (by the time they were archived) are removed first, but
-//!   never one that is in force for an origin now, nor one that an audit
-//!   file kept beside the log names: a removal first reads the kept audit
-//!   files (the log and its rotations, `.gz` too) for the digests they
-//!   name.
+//! - The archive is bounded by `audit.archive_max` bytes, a hard limit
+//!   (see [`Archive::prune`]): a text over [`MAX_TEXT`] (Google's 500 KiB,
+//!   the most the parser reads) or over the limit itself is not archived;
+//!   over the limit, texts no kept audit file names and no origin is in
+//!   force by leave first (the oldest archived first), then the others,
+//!   those of the origins that used them least recently first. A text that
+//!   a kept audit file names (or that is in force, so the next lines name
+//!   it) leaves only through the removal hook, which writes an
+//!   `evidence_removed` audit line naming its digest and why.
 
 use parking_lot::Mutex;
 use std::collections::HashSet;
@@ -29,7 +32,12 @@ use std::fmt;
 use std::fs;
 use std::io::{self, BufRead, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 
 use serde::{Deserialize, Serialize};
 
@@ -174,6 +182,35 @@ pub(crate) struct Archive {
     state: Mutex<State>,
     /// Bounds on the kept robots store entries (`entries/`).
     entries: EntryLimits,
+    /// Told of each text that leaves while audit lines name it (set once,
+    /// by the layer that owns the audit log).
+    on_removed: OnceLock<RemovalHook>,
+    metrics: OnceLock<ArchiveMetrics>,
+}
+
+/// The most of one text the archive keeps: Google's 500 KiB, the most the
+/// parser reads (a longer body is cut before it is parsed and hashed).
+pub(crate) const MAX_TEXT: u64 = 500 * 1024;
+
+/// Evidence leaving the archive: a text that kept audit lines name (or
+/// that is in force, so that the next lines name it).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Removal {
+    pub(crate) digest: Digest,
+    /// The text's length.
+    pub(crate) bytes: u64,
+    /// Why, as the `evidence_removed` line says it.
+    pub(crate) reason: String,
+}
+
+/// Writes the `evidence_removed` line for a [`Removal`]; `Err` keeps the
+/// text (it is not removed without its line).
+pub(crate) type RemovalHook = Box<dyn Fn(&Removal) -> io::Result<()> + Send + Sync>;
+
+/// The archive's series.
+struct ArchiveMetrics {
+    bytes: Gauge,
+    removed: Family<[(&'static str, &'static str); 1], Counter>,
 }
 
 /// How many robots store entries are kept on disk, and for how long: an
@@ -242,7 +279,74 @@ impl Archive {
                 entry_saves: None,
             }),
             entries: EntryLimits::default(),
+            on_removed: OnceLock::new(),
+            metrics: OnceLock::new(),
         })
+    }
+
+    /// Sets what writes the `evidence_removed` line when a text audit lines
+    /// name leaves. Without it such a text is never removed (the archive
+    /// may then stay over its limit, with a warning).
+    pub(crate) fn set_removal_hook(&self, hook: RemovalHook) {
+        let _ = self.on_removed.set(hook);
+    }
+
+    /// Registers `robots_proxy_archive_bytes` and
+    /// `robots_proxy_archive_removed{reason}`.
+    pub(crate) fn register_metrics(&self, registry: &crate::metrics::Registry) {
+        let m = ArchiveMetrics {
+            bytes: Gauge::default(),
+            removed: Family::default(),
+        };
+        m.bytes
+            .set(i64::try_from(self.state.lock().bytes).unwrap_or(i64::MAX));
+        registry.register(
+            "robots_proxy_archive_bytes",
+            "bytes of archived robots.txt texts and their metadata",
+            m.bytes.clone(),
+        );
+        registry.register(
+            "robots_proxy_archive_removed",
+            "archived robots.txt texts removed or not archived, by reason: unnamed (no kept audit line names it), evidence (an evidence_removed line was written), over_cap (too large to archive)",
+            m.removed.clone(),
+        );
+        let _ = self.metrics.set(m);
+    }
+
+    fn count_removed(&self, reason: &'static str) {
+        if let Some(m) = self.metrics.get() {
+            m.removed.get_or_create(&[("reason", reason)]).inc();
+        }
+    }
+
+    fn show_bytes(&self, bytes: u64) {
+        if let Some(m) = self.metrics.get() {
+            m.bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Tells the hook that `digest` leaves (or is not archived). `false`
+    /// when no line could be written: then it must stay.
+    fn evidence_removed(&self, digest: Digest, bytes: u64, reason: String) -> bool {
+        let Some(hook) = self.on_removed.get() else {
+            return false;
+        };
+        let removal = Removal {
+            digest,
+            bytes,
+            reason,
+        };
+        match hook(&removal) {
+            Ok(()) => {
+                self.count_removed("evidence");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(sha256 = %digest, error = %e,
+                    "cannot write the evidence_removed audit line: the archived robots.txt is kept");
+                false
+            }
+        }
     }
 
     /// Bounds the kept robots store entries.
@@ -282,6 +386,23 @@ impl Archive {
         now: SystemTime,
     ) -> io::Result<()> {
         let mut state = self.state.lock();
+        let cap = MAX_TEXT.min(self.max_bytes);
+        if text.len() as u64 > cap {
+            // Not archived: the lines that name it will be told why.
+            if state.last.get(origin) != Some(&Last::Text(digest)) {
+                state.last.put(origin.to_string(), Last::Text(digest));
+                self.count_removed("over_cap");
+                let reason = format!(
+                    "not archived: {} bytes, over the {cap}-byte cap on one text (500 KiB, or audit.archive_max when smaller); served by {origin}",
+                    text.len()
+                );
+                if !self.evidence_removed(digest, text.len() as u64, reason) {
+                    tracing::warn!(%origin, sha256 = %digest, bytes = text.len(),
+                        "a robots.txt over the archive's per-text cap is not archived");
+                }
+            }
+            return Ok(());
+        }
         let (text_path, meta_path) = paths(&self.dir, digest);
         let mut added = 0;
         let mut meta = match read_meta(&meta_path) {
@@ -353,6 +474,7 @@ impl Archive {
         if state.bytes > self.max_bytes {
             self.prune(&mut state);
         }
+        self.show_bytes(state.bytes);
         Ok(())
     }
 
@@ -507,11 +629,19 @@ impl Archive {
         }
     }
 
-    /// Removes the oldest texts nobody refers to until the archive is
-    /// back under nine tenths of its budget. When that cannot be done
-    /// (what is left is in force or named), the next try waits until a
-    /// tenth of the budget more was added: a full archive does not rescan
-    /// at every fetch.
+    /// Brings the archive back under nine tenths of `audit.archive_max`
+    /// (a hard limit):
+    ///
+    /// 1. texts no kept audit file names and no origin is in force by, the
+    ///    oldest archived first;
+    /// 2. then texts named or in force, those last used (found in force by
+    ///    a fetch) longest ago first, each only once the removal hook wrote
+    ///    its `evidence_removed` line.
+    ///
+    /// An audit file that cannot be read whole may name any text: every
+    /// text is then taken as named. Only when the hook is missing or fails
+    /// can the archive stay over its limit; the next try then waits until
+    /// a tenth of the limit more was added.
     fn prune(&self, state: &mut State) {
         if state.bytes < state.prune_again_at {
             return;
@@ -523,7 +653,7 @@ impl Archive {
                 return;
             }
         };
-        let mut kept: HashSet<Digest> = state
+        let mut in_force: HashSet<Digest> = state
             .last
             .iter()
             .filter_map(|(_, l)| match l {
@@ -533,41 +663,79 @@ impl Archive {
             .collect();
         let known: HashSet<Digest> = bodies.iter().map(|b| b.digest).collect();
         // The texts of the entries kept for a restart are in force too.
-        kept.extend(kept_entry_digests(&self.dir));
-        match referenced_by_audit_files(&self.audit_path, &known) {
-            Ok(named) => kept.extend(named),
+        in_force.extend(kept_entry_digests(&self.dir));
+        let named = match referenced_by_audit_files(&self.audit_path, &known) {
+            Ok(named) => named,
             Err(e) => {
-                // An audit file that cannot be read whole may name any
-                // text: nothing is removed this time.
-                state.prune_again_at = state.bytes.saturating_add(self.max_bytes / 10);
                 tracing::warn!(dir = %self.dir.display(), error = %e,
-                    "cannot read every kept audit file: no archived robots.txt removed");
-                return;
+                    "cannot read every kept audit file: every archived robots.txt is taken as named");
+                known.clone()
+            }
+        };
+        let goal = self.max_bytes / 10 * 9;
+        let mut unnamed = 0;
+        bodies.sort_by_key(|b| b.archived);
+        let mut rest = Vec::new();
+        for body in bodies {
+            if named.contains(&body.digest) || in_force.contains(&body.digest) {
+                rest.push(body);
+                continue;
+            }
+            if state.bytes <= goal {
+                continue;
+            }
+            if self.remove_body(state, &body) {
+                unnamed += 1;
+                self.count_removed("unnamed");
             }
         }
-        bodies.sort_by_key(|b| b.archived);
-        let goal = self.max_bytes / 10 * 9;
-        let mut removed = 0;
-        for body in bodies {
+        rest.sort_by_key(|b| b.used);
+        let mut evidence = 0;
+        for body in rest {
             if state.bytes <= goal {
                 break;
             }
-            if kept.contains(&body.digest) {
-                continue;
+            let why = if named.contains(&body.digest) {
+                "named by kept audit lines"
+            } else {
+                "in force"
+            };
+            let used = humantime::format_rfc3339_seconds(body.used);
+            let reason = format!(
+                "audit.archive_max ({} bytes) reached: the least recently used text ({why}, last found in force {used})",
+                self.max_bytes
+            );
+            if !self.evidence_removed(body.digest, body.text_bytes, reason) {
+                break;
             }
-            let (text, meta) = paths(&self.dir, body.digest);
-            if fs::remove_file(&text).is_ok() {
-                let _ = fs::remove_file(&meta);
-                state.bytes = state.bytes.saturating_sub(body.bytes);
-                removed += 1;
+            if self.remove_body(state, &body) {
+                evidence += 1;
             }
         }
-        state.prune_again_at = state.bytes.saturating_add(self.max_bytes / 10);
+        state.prune_again_at = if state.bytes > self.max_bytes {
+            state.bytes.saturating_add(self.max_bytes / 10)
+        } else {
+            0
+        };
         if state.bytes > self.max_bytes {
             tracing::warn!(dir = %self.dir.display(), bytes = state.bytes, max = self.max_bytes,
-                removed, "the robots.txt archive is over audit.archive_max, and every text left is in force or named by a kept audit file");
-        } else if removed > 0 {
-            tracing::info!(dir = %self.dir.display(), removed, "removed archived robots.txt files no audit file names");
+                unnamed, evidence,
+                "the robots.txt archive is over audit.archive_max: the texts left are named by audit lines, and no evidence_removed line could be written");
+        } else if unnamed + evidence > 0 {
+            tracing::info!(dir = %self.dir.display(), unnamed, evidence,
+                "removed archived robots.txt files (evidence: with an evidence_removed audit line)");
+        }
+    }
+
+    /// Removes one text and its metadata; `true` if the text went.
+    fn remove_body(&self, state: &mut State, body: &Body) -> bool {
+        let (text, meta) = paths(&self.dir, body.digest);
+        if fs::remove_file(&text).is_ok() {
+            let _ = fs::remove_file(&meta);
+            state.bytes = state.bytes.saturating_sub(body.bytes);
+            true
+        } else {
+            false
         }
     }
 }
@@ -693,7 +861,11 @@ struct Body {
     digest: Digest,
     /// Its text and metadata files.
     bytes: u64,
+    /// Its text.
+    text_bytes: u64,
     archived: SystemTime,
+    /// The last fetch that found it in force (its metadata's write).
+    used: SystemTime,
 }
 
 fn walk_bodies(dir: &Path) -> io::Result<Vec<Body>> {
@@ -719,11 +891,16 @@ fn walk_bodies(dir: &Path) -> io::Result<Vec<Body>> {
             let Ok(meta) = file.metadata() else {
                 continue;
             };
-            let json = fs::metadata(file.path().with_extension("json")).map_or(0, |m| m.len());
+            let archived = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            let json = fs::metadata(file.path().with_extension("json")).ok();
             out.push(Body {
                 digest,
-                bytes: meta.len() + json,
-                archived: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                bytes: meta.len() + json.as_ref().map_or(0, |m| m.len()),
+                text_bytes: meta.len(),
+                archived,
+                used: json
+                    .and_then(|m| m.modified().ok())
+                    .map_or(archived, |u| u.max(archived)),
             });
         }
     }
@@ -1086,6 +1263,109 @@ mod tests {
         ));
         read(&root, &digests[2].to_string()).expect("in force: kept");
         read(&root, &digests[3].to_string()).expect("in force: kept");
+    }
+
+    #[test]
+    fn a_flood_of_large_texts_stays_within_the_limit_and_every_named_removal_is_said() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let audit = dir.path().join("audit.jsonl");
+        let root = dir.path().join("robots-archive");
+        let max = 2_000_000;
+        let archive = std::sync::Arc::new(Archive::open(&root, max, &audit).expect("open"));
+        // The hook writes its line to the audit file, as the proxy's does.
+        let removed: std::sync::Arc<Mutex<Vec<Removal>>> = Default::default();
+        let (log, hook_audit) = (removed.clone(), audit.clone());
+        archive.set_removal_hook(Box::new(move |r| {
+            log.lock().push(r.clone());
+            append(
+                &hook_audit,
+                format!(
+                    "{{\"type\":\"evidence_removed\",\"robots_sha256\":\"{}\",\"reason\":\"{}\"}}\n",
+                    r.digest, r.reason
+                )
+                .as_bytes(),
+            )
+        }));
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut named = Vec::new();
+        for i in 0..40 {
+            let text: Vec<u8> = (0..400_000)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    b' ' + (seed % 94) as u8
+                })
+                .collect();
+            let d = Digest::of(&text);
+            let origin = format!("http://o{i}.example");
+            archive.keep_text(&origin, Some(200), &evidence(), &text, d, SystemTime::now());
+            // A request judged by it: an audit line names it.
+            append(
+                &audit,
+                format!("{{\"url\":\"{origin}/x\",\"robots_sha256\":\"{d}\"}}\n").as_bytes(),
+            )
+            .expect("audit line");
+            named.push(d);
+            let on_disk: u64 = walk_bodies(&root)
+                .expect("walk")
+                .iter()
+                .map(|b| b.bytes)
+                .sum();
+            assert!(
+                on_disk <= max,
+                "{on_disk} bytes archived after {} texts",
+                i + 1
+            );
+            assert_eq!(on_disk, archive.state.lock().bytes);
+        }
+        let removals = removed.lock().len();
+        assert!(removals >= 35, "{removals} removals");
+        let lines = fs::read_to_string(&audit).expect("audit");
+        for d in &named {
+            if read(&root, &d.to_string()).is_err() {
+                assert!(
+                    lines.contains(&format!("\"evidence_removed\",\"robots_sha256\":\"{d}\"")),
+                    "{d} left without its evidence_removed line"
+                );
+            }
+        }
+        // The most recent text stays.
+        read(&root, &named[39].to_string()).expect("the newest text is kept");
+        // A text over the per-text cap is not archived, and said so.
+        let big = vec![b'#'; MAX_TEXT as usize + 1];
+        let d = Digest::of(&big);
+        archive.keep_text(
+            "http://big.example",
+            Some(200),
+            &evidence(),
+            &big,
+            d,
+            SystemTime::now(),
+        );
+        assert!(read(&root, &d.to_string()).is_err());
+        let lines = fs::read_to_string(&audit).expect("audit");
+        assert!(
+            lines.contains(&format!(
+                "\"robots_sha256\":\"{d}\",\"reason\":\"not archived"
+            )),
+            "{}",
+            &lines[lines.len().saturating_sub(400)..]
+        );
+    }
+
+    #[test]
+    fn without_a_hook_named_texts_stay() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let audit = dir.path().join("audit.jsonl");
+        let archive = Archive::open(dir.path(), 3000, &audit).expect("open");
+        for i in 0..4 {
+            let text = format!("User-agent: *\nDisallow: /{i}\n{}", "#".repeat(900)).into_bytes();
+            let d = Digest::of(&text);
+            let origin = format!("http://o{i}.example");
+            archive.keep_text(&origin, Some(200), &evidence(), &text, d, SystemTime::now());
+            read(dir.path(), &d.to_string()).expect("in force, no hook: kept");
+        }
     }
 
     #[test]

@@ -230,6 +230,7 @@ fn the_json_report_gives_the_known_counts() {
             ],
         }],
         "admin_actions": {"total": 0, "latest": []},
+        "evidence_removed": {"total": 0, "latest": []},
     });
     assert_eq!(got, expected, "{text}");
 }

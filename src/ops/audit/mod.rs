@@ -14,6 +14,7 @@
 
 pub(crate) mod chain;
 pub(crate) mod checkpoint;
+pub(crate) mod evidence;
 pub(crate) mod files;
 pub(crate) mod input;
 pub(crate) mod key;

@@ -66,6 +66,22 @@ pub(crate) struct Summary {
     pub(crate) anchored_at: Option<u64>,
     /// Whether `--checkpoints` was given.
     kept_given: bool,
+    /// `evidence_removed` lines read: archived robots.txt texts gone.
+    pub(crate) removed_total: u64,
+    /// The first [`REMOVED_LISTED`] of them: seq, digest, reason.
+    pub(crate) removed: Vec<(u64, String, String)>,
+}
+
+/// `evidence_removed` lines a summary lists.
+const REMOVED_LISTED: usize = 1000;
+
+/// The fields of an `evidence_removed` line.
+#[derive(serde::Deserialize)]
+struct RemovedFields {
+    #[serde(default)]
+    robots_sha256: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
 }
 
 impl fmt::Display for Summary {
@@ -127,8 +143,29 @@ impl fmt::Display for Summary {
         if self.kept_given && self.kept_matched == 0 {
             notes.push("no kept checkpoint falls within these files".into());
         }
+        if self.removed_total > 0 {
+            notes.push(format!(
+                "{} gone from the archive (evidence_removed lines, listed below)",
+                count(self.removed_total, "robots.txt text")
+            ));
+        }
         for note in notes {
             write!(f, "; {note}")?;
+        }
+        for (seq, sha, reason) in &self.removed {
+            write!(
+                f,
+                "\nevidence removed at seq {seq}: robots_sha256 {}: {}",
+                super::report::printable_text(sha),
+                super::report::printable_text(reason)
+            )?;
+        }
+        if self.removed_total > self.removed.len() as u64 {
+            write!(
+                f,
+                "\nand {} more evidence_removed lines",
+                self.removed_total - self.removed.len() as u64
+            )?;
         }
         Ok(())
     }
@@ -414,6 +451,18 @@ impl Verifier {
         }
         if checkpoint {
             self.checkpoint(&fields, &sealed)?;
+        }
+        if fields.kind.as_deref() == Some("evidence_removed") {
+            self.summary.removed_total += 1;
+            if self.summary.removed.len() < REMOVED_LISTED {
+                let r: RemovedFields = serde_json::from_slice(line.bytes)
+                    .map_err(|e| format!("an evidence_removed line that does not parse: {e}"))?;
+                self.summary.removed.push((
+                    seq,
+                    r.robots_sha256.unwrap_or_else(|| "-".into()),
+                    r.reason.unwrap_or_else(|| "-".into()),
+                ));
+            }
         }
         if let Some(kept) = self.kept.get(&seq) {
             if kept.chain != sealed.chain {

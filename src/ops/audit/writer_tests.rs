@@ -280,3 +280,35 @@ fn periodic_checkpoints_reach_the_witness_and_show_a_cut_tail() {
     // Without the witness nothing shows it.
     assert!(verdict(&verify::Options::default()).is_ok());
 }
+
+#[test]
+fn removed_evidence_is_chained_and_listed_by_verify_and_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("audit.jsonl");
+    let log = AuditLog::open(&path, false, None).expect("open");
+    log.write(&record("http://a.example/private/0"))
+        .expect("write");
+    let sha = "ab".repeat(32);
+    log.write_evidence_removed(sha.clone(), 400_000, "audit.archive_max reached")
+        .expect("write");
+    drop(log);
+    let summary = check(std::slice::from_ref(&path), None);
+    assert!(
+        summary.contains(&format!(
+            "evidence removed at seq 3: robots_sha256 {sha}: audit.archive_max reached"
+        )),
+        "{summary}"
+    );
+    let report = super::report::report(
+        std::slice::from_ref(&path),
+        &super::report::Options {
+            since: None,
+            until: None,
+            top: 10,
+        },
+    )
+    .expect("report");
+    assert_eq!(report.removed_total, 1);
+    assert_eq!(report.removed[0].sha256, sha);
+    assert_eq!(report.total.requests, 1, "not counted as a request");
+}

@@ -10,7 +10,9 @@ use std::io::{self, Write};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::Report;
-use super::sections::{admin_note, folded_note, period, printable, robots, sections, summary};
+use super::sections::{
+    admin_note, folded_note, period, printable, removed_note, robots, sections, summary,
+};
 use super::tally::Counts;
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
@@ -67,6 +69,21 @@ pub(super) fn write(r: &Report, out: &mut dyn Write) -> io::Result<()> {
                                     td { (printable(&version.last)) }
                                 } "\n"
                             }
+                        }
+                    } "\n"
+                }
+                @if !r.removed.is_empty() {
+                    h2 { "Evidence removed from the robots.txt archive" } "\n"
+                    @if let Some(note) = removed_note(r) {
+                        p class="note" { (note) } "\n"
+                    }
+                    table {
+                        tr { th { "time" } th { "node" } th { "robots_sha256" } th { "reason" } } "\n"
+                        @for e in &r.removed {
+                            tr {
+                                td { (printable(&e.time)) } td { (printable(&e.node)) }
+                                td class="k" { (printable(&e.sha256)) } td class="k" { (printable(&e.reason)) }
+                            } "\n"
                         }
                     } "\n"
                 }

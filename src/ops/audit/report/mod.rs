@@ -134,12 +134,26 @@ pub(crate) struct Report {
     pub(crate) admin: std::collections::VecDeque<AdminAction>,
     /// Admin action lines read in all.
     pub(crate) admin_total: u64,
+    /// Archived robots.txt texts gone (`evidence_removed` lines), in the
+    /// order read; the latest [`ADMIN_CAP`] are kept.
+    pub(crate) removed: std::collections::VecDeque<RemovedEvidence>,
+    /// `evidence_removed` lines read in all.
+    pub(crate) removed_total: u64,
     /// The node of the first request line counted.
     first_node: Option<String>,
 }
 
 /// Admin actions a report lists (the latest).
 pub(crate) const ADMIN_CAP: usize = 1000;
+
+/// One `evidence_removed` line: an archived text that lines name is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RemovedEvidence {
+    pub(crate) time: String,
+    pub(crate) node: String,
+    pub(crate) sha256: String,
+    pub(crate) reason: String,
+}
 
 /// One admin action's line, as a report lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,6 +220,8 @@ struct Entry<'a> {
     changed: Option<Vec<String>>,
     #[serde(borrow, default)]
     outcome: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
 }
 
 /// A file that could not be read.
@@ -244,6 +260,8 @@ pub(crate) fn report(files: &[PathBuf], opts: &Options) -> Result<Report, Report
         robots: Tally::new(TABLE_CAP),
         admin: std::collections::VecDeque::new(),
         admin_total: 0,
+        removed: std::collections::VecDeque::new(),
+        removed_total: 0,
         first_node: None,
     };
     for path in files {
@@ -316,6 +334,19 @@ impl Report {
         }
         if e.kind.as_deref() == Some("admin") {
             self.admin_action(e, time);
+            return;
+        }
+        if e.kind.as_deref() == Some("evidence_removed") {
+            self.removed_total += 1;
+            if self.removed.len() == ADMIN_CAP {
+                self.removed.pop_front();
+            }
+            self.removed.push_back(RemovedEvidence {
+                time: time.to_owned(),
+                node: e.node.as_deref().unwrap_or("").to_owned(),
+                sha256: e.robots_sha256.as_deref().unwrap_or("-").to_owned(),
+                reason: e.reason.as_deref().unwrap_or("-").to_owned(),
+            });
             return;
         }
         let decision = e.decision.as_deref().unwrap_or("-");
@@ -432,6 +463,12 @@ fn address(client: &str) -> &str {
         }
         _ => client,
     }
+}
+
+/// `text` with control characters and bidi overrides escaped, as every
+/// report output shows client-chosen text.
+pub(crate) fn printable_text(text: &str) -> std::borrow::Cow<'_, str> {
+    sections::printable(text)
 }
 
 #[cfg(test)]

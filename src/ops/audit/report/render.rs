@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use super::Report;
 use super::sections::{
-    admin_note, folded_note, period, printable, robots, rule_parts, sections, summary,
+    admin_note, folded_note, period, printable, removed_note, robots, rule_parts, sections, summary,
 };
 use super::tally::Counts;
 
@@ -50,6 +50,26 @@ pub(super) fn text(r: &Report, out: &mut dyn Write) -> io::Result<()> {
             if v.more > 0 {
                 writeln!(out, "    and {} lines under more versions", v.more)?;
             }
+        }
+    }
+    if !r.removed.is_empty() {
+        writeln!(out, "\nEvidence removed from the robots.txt archive")?;
+        if let Some(note) = removed_note(r) {
+            writeln!(out, "  {note}")?;
+        }
+        for e in &r.removed {
+            let node = if e.node.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", printable(&e.node))
+            };
+            writeln!(
+                out,
+                "  {}{node} {}: {}",
+                printable(&e.time),
+                printable(&e.sha256),
+                printable(&e.reason)
+            )?;
         }
     }
     if !r.admin.is_empty() {
@@ -205,6 +225,21 @@ pub(super) fn csv(r: &Report, out: &mut dyn Write) -> io::Result<()> {
         };
         row("admin", &key, &detail, Counts::default(), &a.time, &a.time)?;
     }
+    for e in &r.removed {
+        let detail = if e.node.is_empty() {
+            e.reason.clone()
+        } else {
+            format!("node {}; {}", e.node, e.reason)
+        };
+        row(
+            "evidence_removed",
+            &e.sha256,
+            &detail,
+            Counts::default(),
+            &e.time,
+            &e.time,
+        )?;
+    }
     Ok(())
 }
 
@@ -282,6 +317,15 @@ pub(super) fn json(r: &Report, out: &mut dyn Write) -> io::Result<()> {
             "action": a.action,
             "by": a.by,
             "detail": a.detail,
+        })).collect::<Vec<_>>(),
+    });
+    doc["evidence_removed"] = json!({
+        "total": r.removed_total,
+        "latest": r.removed.iter().map(|e| json!({
+            "time": e.time,
+            "node": (!e.node.is_empty()).then_some(&e.node),
+            "robots_sha256": e.sha256,
+            "reason": e.reason,
         })).collect::<Vec<_>>(),
     });
     serde_json::to_writer_pretty(&mut *out, &doc).map_err(io::Error::other)?;

@@ -191,6 +191,12 @@ pub(super) fn summary(r: &Report) -> Vec<String> {
             r.total.requests, r.total.blocked
         ),
     ];
+    if r.removed_total > 0 {
+        lines.push(format!(
+            "archived robots.txt texts removed (evidence_removed lines): {}",
+            r.removed_total
+        ));
+    }
     if r.admin_total > 0 {
         lines.push(format!("admin actions: {}", r.admin_total));
     }
@@ -210,6 +216,17 @@ pub(super) fn folded_note(short_by: u64) -> Option<String> {
         format!(
             "more than {TABLE_CAP} distinct values: the least counted were folded into \
              (others), and a count may be short by up to {short_by}"
+        )
+    })
+}
+
+/// The note above the removed evidence when older lines were left out.
+pub(super) fn removed_note(r: &Report) -> Option<String> {
+    let listed = r.removed.len() as u64;
+    (r.removed_total > listed).then(|| {
+        format!(
+            "the latest {listed} of {} evidence_removed lines",
+            r.removed_total
         )
     })
 }
