@@ -236,54 +236,20 @@ pub(crate) struct AdminSeen {
 impl AdminSeen {
     /// The listing of `event`.
     pub(crate) fn of(event: &crate::ops::audit::AdminEvent) -> AdminSeen {
-        AdminSeen::from_parts(
-            &event.time,
-            event.action,
-            &event.by,
-            event.target.as_deref(),
-            event.scope,
-            event.count,
-            event.changed.as_deref(),
-            event.outcome.as_deref(),
-        )
+        AdminSeen::from_parts(&event.time, event.action, &event.by, &event.detail())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn from_parts(
         time: &str,
         action: &str,
         by: &str,
-        target: Option<&str>,
-        scope: Option<&str>,
-        count: Option<u64>,
-        changed: Option<&[String]>,
-        outcome: Option<&str>,
+        detail: &crate::ops::audit::AdminDetail<'_>,
     ) -> AdminSeen {
-        let mut detail = Vec::new();
-        if let Some(t) = target {
-            detail.push(t.to_string());
-        }
-        if let Some(s) = scope {
-            detail.push(format!("scope {s}"));
-        }
-        if let Some(n) = count {
-            detail.push(format!("{n} dropped"));
-        }
-        if let Some(keys) = changed {
-            detail.push(if keys.is_empty() {
-                "nothing changed".to_string()
-            } else {
-                format!("changed {}", keys.join(", "))
-            });
-        }
-        if let Some(o) = outcome {
-            detail.push(o.to_string());
-        }
         AdminSeen {
             time: bounded(time),
             action: bounded(action),
             by: bounded(by),
-            detail: bounded(&detail.join("; ")),
+            detail: bounded(&detail.text()),
         }
     }
 }
@@ -519,11 +485,13 @@ impl Activity {
                         &a.time,
                         &a.action,
                         &a.by,
-                        a.target.as_deref(),
-                        a.scope.as_deref(),
-                        a.count,
-                        a.changed.as_deref(),
-                        a.outcome.as_deref(),
+                        &crate::ops::audit::AdminDetail {
+                            target: a.target.as_deref(),
+                            scope: a.scope.as_deref(),
+                            count: a.count,
+                            changed: a.changed.as_deref(),
+                            outcome: a.outcome.as_deref(),
+                        },
                     ));
                 }
                 continue;

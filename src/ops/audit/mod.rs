@@ -309,6 +309,57 @@ impl AdminEvent {
     }
 }
 
+/// What an admin action's line says besides who did what, as one short
+/// text (target, scope, count, keys changed, outcome): the web view's list
+/// and `audit report` show it alike.
+#[derive(Default)]
+pub(crate) struct AdminDetail<'a> {
+    pub(crate) target: Option<&'a str>,
+    pub(crate) scope: Option<&'a str>,
+    pub(crate) count: Option<u64>,
+    pub(crate) changed: Option<&'a [String]>,
+    pub(crate) outcome: Option<&'a str>,
+}
+
+impl AdminDetail<'_> {
+    pub(crate) fn text(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(t) = self.target {
+            parts.push(t.to_string());
+        }
+        if let Some(s) = self.scope {
+            parts.push(format!("scope {s}"));
+        }
+        if let Some(n) = self.count {
+            parts.push(format!("{n} dropped"));
+        }
+        if let Some(keys) = self.changed {
+            parts.push(if keys.is_empty() {
+                "nothing changed".to_string()
+            } else {
+                format!("changed {}", keys.join(", "))
+            });
+        }
+        if let Some(o) = self.outcome {
+            parts.push(o.to_string());
+        }
+        parts.join("; ")
+    }
+}
+
+impl AdminEvent {
+    /// Its detail, as [`AdminDetail::text`] shows it.
+    pub(crate) fn detail(&self) -> AdminDetail<'_> {
+        AdminDetail {
+            target: self.target.as_deref(),
+            scope: self.scope,
+            count: self.count,
+            changed: self.changed.as_deref(),
+            outcome: self.outcome.as_deref(),
+        }
+    }
+}
+
 /// The audit log file.
 pub struct AuditLog {
     path: PathBuf,

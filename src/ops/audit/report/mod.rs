@@ -286,26 +286,14 @@ impl Report {
     /// Lists an admin action's line.
     fn admin_action(&mut self, e: &Entry<'_>, time: &str) {
         self.admin_total += 1;
-        let mut detail = Vec::new();
-        if let Some(t) = &e.target {
-            detail.push(t.to_string());
+        let detail = super::AdminDetail {
+            target: e.target.as_deref(),
+            scope: e.scope.as_deref(),
+            count: e.count,
+            changed: e.changed.as_deref(),
+            outcome: e.outcome.as_deref(),
         }
-        if let Some(s) = &e.scope {
-            detail.push(format!("scope {s}"));
-        }
-        if let Some(n) = e.count {
-            detail.push(format!("{n} dropped"));
-        }
-        if let Some(keys) = &e.changed {
-            detail.push(if keys.is_empty() {
-                "nothing changed".to_string()
-            } else {
-                format!("changed {}", keys.join(", "))
-            });
-        }
-        if let Some(o) = &e.outcome {
-            detail.push(o.to_string());
-        }
+        .text();
         if self.admin.len() == ADMIN_CAP {
             self.admin.pop_front();
         }
@@ -314,7 +302,7 @@ impl Report {
             node: e.node.as_deref().unwrap_or("").to_owned(),
             action: e.action.as_deref().unwrap_or("-").to_owned(),
             by: e.by.as_deref().unwrap_or("-").to_owned(),
-            detail: detail.join("; "),
+            detail,
         });
     }
 
