@@ -409,19 +409,7 @@ impl Politeness {
         // Each request held on this node waits one `spacing` more, counted
         // from when this node's slots begin.
         let queued = Duration::from_micros(slot.saturating_sub(from.max(now)));
-        let allowed = match self.mode {
-            Mode::Reject => wait.is_zero(),
-            Mode::Delay {
-                max_wait,
-                max_queue,
-            } => {
-                wait <= max_wait
-                    && (max_queue == 0
-                        || queued
-                            <= spacing.saturating_mul(u32::try_from(max_queue).unwrap_or(u32::MAX)))
-            }
-        };
-        if !allowed {
+        if !self.admits(wait, queued, spacing) {
             return Err(RateLimited { retry_after: wait });
         }
         let held = Interleaved {

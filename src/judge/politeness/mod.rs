@@ -396,6 +396,24 @@ impl Politeness {
         }
     }
 
+    /// Whether a slot `wait` away may be booked with `queued` of held
+    /// requests' time before it, each held request taking one `spacing`:
+    /// within `max_wait` and `max_queue` (Delay), or free now (Reject).
+    fn admits(&self, wait: Duration, queued: Duration, spacing: Duration) -> bool {
+        match self.mode {
+            Mode::Reject => wait.is_zero(),
+            Mode::Delay {
+                max_wait,
+                max_queue,
+            } => {
+                wait <= max_wait
+                    && (max_queue == 0
+                        || queued
+                            <= spacing.saturating_mul(u32::try_from(max_queue).unwrap_or(u32::MAX)))
+            }
+        }
+    }
+
     /// Records a signal `origin` gave (a 429 or 503, its `Retry-After`
     /// read as a wait): the pause it makes, if any (without a fleet).
     pub fn record_signal(
@@ -554,20 +572,7 @@ impl Politeness {
             // Each held request has booked one interval ahead of the next
             // (from the pause's end), so that tells how many are held.
             let queued = next.saturating_duration_since(from);
-            let allowed = match self.mode {
-                Mode::Reject => wait.is_zero(),
-                Mode::Delay {
-                    max_wait,
-                    max_queue,
-                } => {
-                    wait <= max_wait
-                        && (max_queue == 0
-                            || queued
-                                <= interval
-                                    .saturating_mul(u32::try_from(max_queue).unwrap_or(u32::MAX)))
-                }
-            };
-            if !allowed {
+            if !self.admits(wait, queued, interval) {
                 return Err(RateLimited { retry_after: wait });
             }
             let slot = next.max(now);
