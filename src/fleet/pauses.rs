@@ -187,6 +187,20 @@ impl Known {
         self.latest.load(Ordering::Relaxed) > self.micros_of(Instant::now())
     }
 
+    /// How long the pause this node knows on `origin` has to run (`None`:
+    /// none known). A booking waits at least this, whatever Redis says
+    /// ([`super::floor`]).
+    pub fn left(&self, origin: &str) -> Option<Duration> {
+        let now = Instant::now();
+        if self.latest.load(Ordering::Relaxed) <= self.micros_of(now) {
+            return None;
+        }
+        let map = self.map.lock();
+        map.peek(origin)
+            .map(|(until, _)| until.saturating_duration_since(now))
+            .filter(|left| !left.is_zero())
+    }
+
     /// The pause this node knows on `origin` now.
     pub fn current(&self, origin: &str) -> Option<Signal> {
         let now = Instant::now();

@@ -12,7 +12,12 @@ use crate::support::redis::Redis;
 use crate::support::{Conn, Origin, metric, need, until};
 
 /// A node of fleet `name` with an admin listener and the key in `key`.
-async fn keyed(redis: &Redis, name: &str, i: usize, key: &std::path::Path) -> (Setup, Running) {
+pub(crate) async fn keyed(
+    redis: &Redis,
+    name: &str,
+    i: usize,
+    key: &std::path::Path,
+) -> (Setup, Running) {
     let extra = format!(
         "[admin]\nlisten = \"127.0.0.1:0\"\n[fleet]\nredis = {:?}\nname = \"{name}\"\n\
          node = \"node-{i}\"\ntimeout = \"1s\"\nkey_file = {:?}\n",
@@ -22,14 +27,14 @@ async fn keyed(redis: &Redis, name: &str, i: usize, key: &std::path::Path) -> (S
     Setup::running("robots-proxy", &extra).await
 }
 
-fn admin_of(r: &Running) -> SocketAddr {
+pub(crate) fn admin_of(r: &Running) -> SocketAddr {
     let line = &r.listening;
     let rest = &line[line.find("admin=").expect("admin=") + "admin=".len()..];
     let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
     rest[..end].parse().expect("admin address")
 }
 
-async fn rejected(node: &Running, kind: &str) -> f64 {
+pub(crate) async fn rejected(node: &Running, kind: &str) -> f64 {
     let text = Conn::open(admin_of(node)).await.get("/metrics").await.body;
     metric(
         &text,
@@ -73,7 +78,10 @@ async fn values_written_without_the_fleet_key_change_no_decision() {
         Ok(redis::Value::BulkString(b)) => b,
         other => panic!("meta: {other:?}"),
     };
-    let mut meta: serde_json::Value = serde_json::from_slice(&sealed[32..]).expect("meta is JSON");
+    // After the tag, the stamp's line (`fleet::stamp`), then the JSON.
+    let stamped = &sealed[32..];
+    let json = &stamped[stamped.iter().position(|&b| b == b'\n').expect("stamp") + 1..];
+    let mut meta: serde_json::Value = serde_json::from_slice(json).expect("meta is JSON");
     meta["state"] = "allow_all".into();
     meta["sha256"] = serde_json::Value::Null;
     let forged = meta.to_string();
@@ -153,7 +161,7 @@ fn a_fleet_without_a_key_does_not_start_unless_said_so() {
 const ACL_RULES: &str = "resetchannels ~robots-proxy:* &robots-proxy:* -@all \
     +evalsha +script|load +publish +subscribe +ping +select \
     +zscore +zrem +hdel +config|get +info +cluster|slots +readonly +asking \
-    +del +exists +get +set +pexpire +time +hexists +hget +hmget +hset +hstrlen \
+    +del +exists +get +set +pexpire +time +hexists +hget +hmget +hset +hstrlen +hlen +hgetall \
     +llen +lpush +lrange +ltrim +zadd +zcard +zcount +zrange +zrangebyscore \
     +zremrangebyscore";
 

@@ -15,6 +15,7 @@ mod fetch_share;
 mod fleet;
 mod fleet_cluster;
 mod fleet_flow;
+mod fleet_forged;
 mod fleet_key;
 mod fleet_lost_slots;
 mod fleet_memory;
