@@ -32,6 +32,7 @@ pub mod rate;
 pub mod robots;
 pub mod schedule;
 pub mod stamp;
+pub mod witness;
 
 use parking_lot::Mutex;
 use std::future::Future;
