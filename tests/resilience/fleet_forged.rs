@@ -272,3 +272,121 @@ async fn an_old_entry_written_back_is_not_taken_again() {
     .await;
     assert_eq!(status(&two, &new).await, 403);
 }
+
+/// An origin paused by its 429 with `Retry-After: 3`, the pause then
+/// ended in Redis by a writer: a node that knows of the pause still
+/// sends nothing before it ends, and counts the shortened pause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_shortened_in_redis_holds_on_the_nodes_that_know_it() {
+    use crate::support::fleet;
+    use robots_proxy::config::FleetOnUnavailable;
+    let redis = need!(Redis::start().await);
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 0.2\n").await;
+    let config = fleet::on(&redis, Duration::from_secs(1), FleetOnUnavailable::Refuse);
+    let nodes = fleet::nodes(2, Some(config), |c| {
+        c.politeness.max_wait = Duration::from_secs(30);
+    })
+    .await;
+    subscribed(&redis, "test", 2).await;
+    origin.route(
+        "/first",
+        crate::support::Reply::status(429).header("retry-after", "3"),
+    );
+    assert_eq!(nodes[0].get(&origin.url("/first")).await.status, 429);
+    let signalled = origin.arrived(&["/first"])[0];
+    until("node 2 to hear of the pause", || async {
+        let j = nodes[1].explain(&origin.url("/x")).await;
+        (j["politeness"]["pause_known_here"] == true).then_some(())
+    })
+    .await;
+    let pause = only_key(&redis, "robots-proxy:test:*:pause").await;
+    redis
+        .command(&["HSET", &pause, "until", "1"])
+        .await
+        .expect("end the pause");
+    let r = nodes[1].get(&origin.url("/after")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let went = origin.arrived(&["/after"])[0] - signalled;
+    assert!(
+        went + Duration::from_millis(30) >= Duration::from_secs(3),
+        "a request went {went:?} into a 3 s pause ended in Redis"
+    );
+    let text = nodes[1].metrics().await;
+    assert!(
+        crate::support::metric(
+            &text,
+            "robots_proxy_fleet_rejected_total{kind=\"schedule\"}"
+        ) >= Some(1.0),
+        "{text}"
+    );
+}
+
+/// What the schedule's seals cost: Redis calls and request time per
+/// request on an origin with a Crawl-delay, through a node with the fleet
+/// key against one without. Printed (`cargo test --test resilience
+/// fleet_forged::cost -- --ignored --nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement"]
+async fn cost_of_the_schedule_seals() {
+    let redis = need!(Redis::start().await);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = fleet_key(dir.path());
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 0.001\n").await;
+    let calls = |stats: &str| -> u64 {
+        stats
+            .lines()
+            .filter_map(|l| {
+                l.split_once("calls=")?
+                    .1
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    };
+    for keyed_node in [false, true] {
+        let name = if keyed_node { "sealed" } else { "plain" };
+        let extra = if keyed_node {
+            format!(
+                "[fleet]\nredis = {:?}\nname = \"{name}\"\nnode = \"n\"\ntimeout = \"1s\"\nkey_file = {:?}\n",
+                redis.url(),
+                key.display().to_string()
+            )
+        } else {
+            format!(
+                "[fleet]\nredis = {:?}\nname = \"{name}\"\nnode = \"n\"\ntimeout = \"1s\"\nunauthenticated = true\n",
+                redis.url()
+            )
+        };
+        let (_s, node) = crate::support::binary::Setup::running("robots-proxy", &extra).await;
+        let mut conn = Conn::open(node.addr).await;
+        for i in 0..50 {
+            assert_eq!(
+                conn.get(&origin.url(&format!("/w{name}{i}"))).await.status,
+                200
+            );
+        }
+        redis
+            .command(&["CONFIG", "RESETSTAT"])
+            .await
+            .expect("reset");
+        let n = 1000;
+        let mut took = Vec::new();
+        for i in 0..n {
+            let started = std::time::Instant::now();
+            assert_eq!(
+                conn.get(&origin.url(&format!("/{name}{i}"))).await.status,
+                200
+            );
+            took.push(started.elapsed());
+        }
+        took.sort();
+        let stats = redis.commandstats().await;
+        let (p50, p99) = crate::support::fleet::p50_p99(&took);
+        eprintln!(
+            "{name}: {:.2} Redis calls per request, p50 {p50:?}, p99 {p99:?}\n{stats}",
+            calls(&stats) as f64 / n as f64
+        );
+    }
+}
