@@ -54,11 +54,17 @@ pub struct Floors {
 impl Default for Floors {
     fn default() -> Self {
         Floors {
-            map: Mutex::new(LruCache::new(
-                NonZeroUsize::new(FLOORS).unwrap_or(NonZeroUsize::MIN),
-            )),
+            map: remembering(FLOORS),
         }
     }
+}
+
+/// A map of at most `n` keys to a time, least recently used out (the
+/// floors here, the stamps' generations in [`super::stamp`]).
+pub(crate) fn remembering(n: usize) -> Mutex<LruCache<Box<str>, u64>> {
+    Mutex::new(LruCache::new(
+        NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN),
+    ))
 }
 
 impl Floors {

@@ -44,12 +44,15 @@ use super::{Failure, Fleet, Unavailable, micros};
 /// it must exist: when it does not, the fleet's keys were lost and `{2, 0,
 /// 0, 0}` is returned, nothing booked). KEYS[2] is the origin's pause
 /// ([`super::pauses`]): no slot before its end, and `max_queue` counts from
-/// it. KEYS[3] holds the schedule's seals ([`super::floor`]), returned
-/// when ARGV[9] is '1' and there are at most ARGV[10]. Returns `{1, wait,
-/// slot, pause left, next read, seals}` when booked, `{0, wait, 0, pause
-/// left, next read, seals}` when refused (nothing stored); a stored value
-/// that is no number or more than a day ahead (a pause: a year) is read as
-/// none. Microseconds since the epoch
+/// it; ARGV[11] is the end of the pause the node knows (µs of Unix time,
+/// 0: none), taken as the pause if it is later by more than ARGV[12] µs
+/// (the nodes' and Redis's clocks, and the time a message takes, are a
+/// little apart: within that, Redis's pause stands). KEYS[3] holds the
+/// schedule's seals ([`super::floor`]), returned when ARGV[9] is '1' and
+/// there are at most ARGV[10]. Returns `{1, wait, slot, pause left, next
+/// read, seals, stored pause left}` when booked, `{0, wait, 0, …}` when
+/// refused (nothing stored); a stored value that is no number or more
+/// than a day ahead (a pause: a year) is read as none. Microseconds since the epoch
 /// fit a Lua double exactly; they are written with `%.0f` since `tostring`
 /// would round them.
 const BOOK_SCRIPT: &str = r"
@@ -59,7 +62,7 @@ local interval = tonumber(ARGV[1])
 local max_wait = tonumber(ARGV[2])
 local max_queue = tonumber(ARGV[3])
 local nodes = tonumber(ARGV[5])
-if ARGV[8] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then return {2, 0, 0, 0, 0, {}} end
+if ARGV[8] == '1' and redis.call('EXISTS', KEYS[1]) == 0 then return {2, 0, 0, 0, 0, {}, 0} end
 local next = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
 if next ~= next or next > now + 86400000000 then next = 0 end
 local seals = {}
@@ -68,6 +71,9 @@ if ARGV[9] == '1' and redis.call('HLEN', KEYS[3]) <= tonumber(ARGV[10]) then
 end
 local pause = tonumber(redis.call('HGET', KEYS[2], 'until') or '0') or 0
 if pause ~= pause or pause > now + 31622400000000 then pause = 0 end
+local stored_pause = pause
+local known = tonumber(ARGV[11]) or 0
+if known > pause + tonumber(ARGV[12]) then pause = known end
 local base = math.max(now, pause)
 local slot = math.max(base, next, tonumber(ARGV[4]))
 local spacing = interval
@@ -79,7 +85,7 @@ if nodes > 1 and interval > 0 then
 end
 local wait = slot - now
 if wait > max_wait or (max_queue > 0 and slot - base > spacing * max_queue) then
-  return {0, wait, 0, math.max(pause - now, 0), next, seals}
+  return {0, wait, 0, math.max(pause - now, 0), next, seals, math.max(stored_pause - now, 0)}
 end
 local ttl = math.ceil((wait + 3 * interval) / 1000) + 1
 redis.call('SET', KEYS[1], string.format('%.0f', slot + interval),
@@ -90,7 +96,7 @@ if wait > 0 and ARGV[7] and ARGV[7] ~= '' then
   redis.call('ZADD', held, string.format('%.0f', slot), ARGV[7])
   redis.call('PEXPIRE', held, string.format('%.0f', ttl))
 end
-return {1, wait, slot, math.max(pause - now, 0), next, seals}
+return {1, wait, slot, math.max(pause - now, 0), next, seals, math.max(stored_pause - now, 0)}
 ";
 
 static BOOK: std::sync::LazyLock<redis::Script> =
@@ -118,6 +124,20 @@ static RAISE: std::sync::LazyLock<redis::Script> =
 /// the pause counts as shortened (clocks a little apart are no forgery).
 const PAUSE_SKEW_US: u64 = 1_000_000;
 
+/// What a booking asks the script, besides its bounds.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    /// The Redis key of `key`'s schedule.
+    schedule: &'a str,
+    key: &'a str,
+    interval: Duration,
+    max_wait: Duration,
+    max_queue: usize,
+    ticket: &'a str,
+    /// The end of the pause this node knows (µs of Unix time; 0: none).
+    known_pause: u64,
+}
+
 /// What one run of the booking script said.
 struct Booked {
     code: i64,
@@ -126,6 +146,8 @@ struct Booked {
     paused: Duration,
     /// The next free slot the script read (0: none).
     next_read: u64,
+    /// How long the pause stored in Redis has to run.
+    stored_pause: Duration,
     /// The latest next free slot a good seal vouches for (0: none).
     vouched: u64,
 }
@@ -223,17 +245,22 @@ impl Fleet {
             .map_or(0, |left| now.saturating_add(micros(left)));
         let floor = self.floors.get(&schedule);
         let bounds = Bounds {
-            not_before: bounds.not_before.max(floor).max(known_pause),
+            not_before: bounds.not_before.max(floor),
             ..bounds
         };
-        let mut booked = self
-            .book_once(
-                &schedule, key, interval, max_wait, max_queue, bounds, ticket,
-            )
-            .await?;
+        let call = Call {
+            schedule: &schedule,
+            key,
+            interval,
+            max_wait,
+            max_queue,
+            ticket,
+            known_pause,
+        };
+        let mut booked = self.book_once(&call, bounds).await?;
         let lowered = (booked.next_read > 0 && booked.next_read < floor)
             || (known_pause > 0
-                && now.saturating_add(micros(booked.paused)) + PAUSE_SKEW_US < known_pause);
+                && now.saturating_add(micros(booked.stored_pause)) + PAUSE_SKEW_US < known_pause);
         if lowered {
             self.keys.rejected(super::key::Kind::Schedule, &schedule);
         }
@@ -247,11 +274,7 @@ impl Fleet {
                 not_before: bounds.not_before.max(booked.vouched),
                 ..bounds
             };
-            booked = self
-                .book_once(
-                    &schedule, key, interval, max_wait, max_queue, bounds, ticket,
-                )
-                .await?;
+            booked = self.book_once(&call, bounds).await?;
         }
         let wait = Duration::from_micros(u64::try_from(booked.wait).unwrap_or(0));
         Ok(match booked.code {
@@ -264,24 +287,23 @@ impl Fleet {
         })
     }
 
-    /// One run of [`BOOK_SCRIPT`] on `schedule` (the Redis key of `key`).
-    #[allow(clippy::too_many_arguments)]
-    async fn book_once(
-        &self,
-        schedule: &str,
-        key: &str,
-        interval: Duration,
-        max_wait: Duration,
-        max_queue: usize,
-        bounds: Bounds,
-        ticket: &str,
-    ) -> Result<Booked, Failure> {
+    /// One run of [`BOOK_SCRIPT`] for `call`, within `bounds`.
+    async fn book_once(&self, call: &Call<'_>, bounds: Bounds) -> Result<Booked, Failure> {
+        let Call {
+            schedule,
+            key,
+            interval,
+            max_wait,
+            max_queue,
+            ticket,
+            known_pause,
+        } = *call;
         let (nodes, rank) = bounds.grid.unwrap_or((1, 0));
         let allowance = bounds.allowance.unwrap_or(self.timeout());
         let origin = key.rsplit_once(' ').map_or(key, |(o, _)| o);
         let seals = super::floor::seal_key(schedule);
         let sealed = self.keys.enabled();
-        let (code, wait, slot, pause, next_read, fields) = self
+        let (code, wait, slot, pause, next_read, fields, stored_pause) = self
             .call_within(allowance, |mut conn| {
                 let seals = seals.clone();
                 async move {
@@ -298,7 +320,9 @@ impl Fleet {
                         .arg(if bounds.expected { "1" } else { "" })
                         .arg(if sealed { "1" } else { "" })
                         .arg(super::floor::MAX_SEALS as u64)
-                        .invoke_async::<(i64, i64, i64, i64, i64, Vec<Vec<u8>>)>(&mut conn)
+                        .arg(known_pause)
+                        .arg(PAUSE_SKEW_US)
+                        .invoke_async::<(i64, i64, i64, i64, i64, Vec<Vec<u8>>, i64)>(&mut conn)
                         .await
                 }
             })
@@ -309,6 +333,7 @@ impl Fleet {
             slot: u64::try_from(slot).unwrap_or(0),
             paused: Duration::from_micros(u64::try_from(pause).unwrap_or(0)),
             next_read: u64::try_from(next_read).unwrap_or(0),
+            stored_pause: Duration::from_micros(u64::try_from(stored_pause).unwrap_or(0)),
             vouched: if sealed {
                 super::floor::vouched(&self.keys, &seals, &fields)
             } else {

@@ -23,7 +23,6 @@
 //! not seen the newer entry (it started since, or forgot the origin) takes
 //! an old copy written back within that copy's own life.
 
-use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use lru::LruCache;
@@ -74,9 +73,7 @@ pub struct Generations {
 impl Default for Generations {
     fn default() -> Self {
         Generations {
-            map: Mutex::new(LruCache::new(
-                NonZeroUsize::new(GENERATIONS).unwrap_or(NonZeroUsize::MIN),
-            )),
+            map: super::floor::remembering(GENERATIONS),
         }
     }
 }

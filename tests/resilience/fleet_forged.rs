@@ -7,17 +7,23 @@
 
 use std::time::Duration;
 
-use super::fleet_key::{admin_of, keyed, rejected};
-use crate::support::binary::{self, Running};
+use super::fleet_key::{admin_of, fleet_key, keyed, rejected};
+use crate::support::binary::{Running, Setup};
 use crate::support::redis::Redis;
 use crate::support::{Conn, Origin, need, until};
 
-/// A fleet key in `dir`.
-fn fleet_key(dir: &std::path::Path) -> std::path::PathBuf {
-    let key = dir.join("fleet.key");
-    let made = binary::run(&["fleet", "init-key", "--out", &key.display().to_string()]);
-    assert!(made.status.success(), "{made:?}");
-    key
+/// Two nodes of fleet `name` sharing a key, both subscribed (what holds
+/// their setups and key first).
+async fn two_nodes(
+    redis: &Redis,
+    name: &str,
+) -> ((tempfile::TempDir, Setup, Setup), Running, Running) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = fleet_key(dir.path());
+    let (s1, one) = keyed(redis, name, 1, &key).await;
+    let (s2, two) = keyed(redis, name, 2, &key).await;
+    subscribed(redis, name, 2).await;
+    ((dir, s1, s2), one, two)
 }
 
 async fn subscribed(redis: &Redis, name: &str, n: i64) {
@@ -63,6 +69,19 @@ async fn only_key(redis: &Redis, pattern: &str) -> String {
     .await
 }
 
+/// Fleet `name`'s one shared robots.txt entry, once a node stored it.
+async fn shared_entry(redis: &Redis, name: &str) -> String {
+    let entry = only_key(redis, &format!("robots-proxy:{name}:*:robots.1")).await;
+    until("a node to share the entry", || async {
+        match redis.int(&["HEXISTS", &entry, "meta"]).await {
+            1 => Ok(()),
+            n => Err(format!("{n}")),
+        }
+    })
+    .await;
+    entry
+}
+
 async fn status(node: &Running, url: &str) -> u16 {
     Conn::open(node.addr).await.get(url).await.status
 }
@@ -74,11 +93,7 @@ async fn status(node: &Running, url: &str) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schedule_lowered_in_redis_does_not_bring_requests_closer() {
     let redis = need!(Redis::start().await);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let key = fleet_key(dir.path());
-    let (_s1, one) = keyed(&redis, "early", 1, &key).await;
-    let (_s2, two) = keyed(&redis, "early", 2, &key).await;
-    subscribed(&redis, "early", 2).await;
+    let (_nodes, one, two) = two_nodes(&redis, "early").await;
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
     assert_eq!(status(&one, &origin.url("/warm")).await, 200);
     let schedule = only_key(&redis, "robots-proxy:early:*:next").await;
@@ -136,22 +151,11 @@ async fn a_schedule_lowered_in_redis_does_not_bring_requests_closer() {
 async fn rules_rewritten_under_an_old_tag_change_no_decision() {
     use std::io::Write;
     let redis = need!(Redis::start().await);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let key = fleet_key(dir.path());
-    let (_s1, one) = keyed(&redis, "rules", 1, &key).await;
-    let (_s2, two) = keyed(&redis, "rules", 2, &key).await;
-    subscribed(&redis, "rules", 2).await;
+    let (_nodes, one, two) = two_nodes(&redis, "rules").await;
     let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
     let secret = origin.url("/private/secret");
     assert_eq!(status(&one, &secret).await, 403);
-    let entry = only_key(&redis, "robots-proxy:rules:*:robots.1").await;
-    until("node 1 to share the entry", || async {
-        match redis.int(&["HEXISTS", &entry, "meta"]).await {
-            1 => Ok(()),
-            n => Err(format!("{n}")),
-        }
-    })
-    .await;
+    let entry = shared_entry(&redis, "rules").await;
     let sealed = bytes(&raw(&redis, &[b"HGET", entry.as_bytes(), b"meta"]).await);
     let (tag, stamped) = sealed.split_at(32);
     let line = stamped.iter().position(|&b| b == b'\n').expect("stamp") + 1;
@@ -198,22 +202,11 @@ async fn rules_rewritten_under_an_old_tag_change_no_decision() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_old_entry_written_back_is_not_taken_again() {
     let redis = need!(Redis::start().await);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let key = fleet_key(dir.path());
-    let (_s1, one) = keyed(&redis, "replay", 1, &key).await;
-    let (_s2, two) = keyed(&redis, "replay", 2, &key).await;
-    subscribed(&redis, "replay", 2).await;
+    let (_nodes, one, two) = two_nodes(&redis, "replay").await;
     let origin = Origin::with_robots("User-agent: *\nDisallow: /old\n").await;
     let new = origin.url("/new/page");
     assert_eq!(status(&one, &new).await, 200);
-    let entry = only_key(&redis, "robots-proxy:replay:*:robots.1").await;
-    until("node 1 to share the entry", || async {
-        match redis.int(&["HEXISTS", &entry, "meta"]).await {
-            1 => Ok(()),
-            n => Err(format!("{n}")),
-        }
-    })
-    .await;
+    let entry = shared_entry(&redis, "replay").await;
     assert_eq!(status(&two, &new).await, 200, "node 2 read the entry");
     let saved = bytes(&raw(&redis, &[b"DUMP", entry.as_bytes()]).await);
 

@@ -11,6 +11,14 @@ use crate::support::binary::{self, Running, Setup};
 use crate::support::redis::Redis;
 use crate::support::{Conn, Origin, metric, need, until};
 
+/// A fleet key in `dir`.
+pub(crate) fn fleet_key(dir: &std::path::Path) -> std::path::PathBuf {
+    let key = dir.join("fleet.key");
+    let made = binary::run(&["fleet", "init-key", "--out", &key.display().to_string()]);
+    assert!(made.status.success(), "{made:?}");
+    key
+}
+
 /// A node of fleet `name` with an admin listener and the key in `key`.
 pub(crate) async fn keyed(
     redis: &Redis,
@@ -47,9 +55,7 @@ pub(crate) async fn rejected(node: &Running, kind: &str) -> f64 {
 async fn values_written_without_the_fleet_key_change_no_decision() {
     let redis = need!(Redis::start().await);
     let dir = tempfile::tempdir().expect("tempdir");
-    let key = dir.path().join("fleet.key");
-    let made = binary::run(&["fleet", "init-key", "--out", &key.display().to_string()]);
-    assert!(made.status.success(), "{made:?}");
+    let key = fleet_key(dir.path());
     let (_s1, one) = keyed(&redis, "keyed", 1, &key).await;
     let (_s2, two) = keyed(&redis, "keyed", 2, &key).await;
     until("both nodes to subscribe", || async {
@@ -156,6 +162,34 @@ fn a_fleet_without_a_key_does_not_start_unless_said_so() {
     assert!(stderr.contains("unauthenticated = true"), "{stderr}");
 }
 
+/// What the ACL tests do through two nodes: a Crawl-delay schedule (each
+/// node books, node 1 twice), a shared entry, a purge and a reload.
+async fn use_the_fleet(one: &mut Running, two: &mut Running) {
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\nDisallow: /private\n").await;
+    for (node, path) in [(&*one, "/a"), (&*two, "/b"), (&*one, "/c")] {
+        let r = Conn::open(node.addr).await.get(&origin.url(path)).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert_eq!(
+        Conn::open(two.addr)
+            .await
+            .get(&origin.url("/private/x"))
+            .await
+            .status,
+        403
+    );
+    let purge = http::Request::post(format!("/purge?origin={}", origin.url("/")))
+        .body(bytes::Bytes::new())
+        .expect("request");
+    let purged = Conn::open(admin_of(one)).await.send(purge).await;
+    assert_eq!(purged.status, 200, "{}", purged.body);
+    one.reload("configuration reloaded").await;
+    two.wait_for("reloading as another node of the fleet did")
+        .await;
+    let r = Conn::open(two.addr).await.get(&origin.url("/d")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+}
+
 /// The Redis user docs/operating.md gives the fleet ("Securing the
 /// fleet"), after `ACL SETUSER robots-proxy on >PASSWORD`.
 const ACL_RULES: &str = "resetchannels ~robots-proxy:* &robots-proxy:* -@all \
@@ -179,12 +213,7 @@ async fn a_fleet_runs_as_the_documented_acl_user_over_tls() {
     setuser.extend(ACL_RULES.split_whitespace());
     tls.redis.command(&setuser).await.expect("ACL SETUSER");
     let dir = tempfile::tempdir().expect("tempdir");
-    let key = dir.path().join("fleet.key");
-    assert!(
-        binary::run(&["fleet", "init-key", "--out", &key.display().to_string()])
-            .status
-            .success()
-    );
+    let key = fleet_key(dir.path());
     let start = |i: usize| {
         let setup = Setup::new();
         setup.write_config(
@@ -215,29 +244,7 @@ async fn a_fleet_runs_as_the_documented_acl_user_over_tls() {
         }
     })
     .await;
-    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\nDisallow: /private\n").await;
-    for (node, path) in [(&one, "/a"), (&two, "/b")] {
-        let r = Conn::open(node.addr).await.get(&origin.url(path)).await;
-        assert_eq!(r.status, 200, "{}", r.body);
-    }
-    assert_eq!(
-        Conn::open(two.addr)
-            .await
-            .get(&origin.url("/private/x"))
-            .await
-            .status,
-        403
-    );
-    let purge = http::Request::post(format!("/purge?origin={}", origin.url("/")))
-        .body(bytes::Bytes::new())
-        .expect("request");
-    let purged = Conn::open(admin_of(&one)).await.send(purge).await;
-    assert_eq!(purged.status, 200, "{}", purged.body);
-    one.reload("configuration reloaded").await;
-    two.wait_for("reloading as another node of the fleet did")
-        .await;
-    let r = Conn::open(two.addr).await.get(&origin.url("/c")).await;
-    assert_eq!(r.status, 200, "{}", r.body);
+    use_the_fleet(&mut one, &mut two).await;
     let log = tls.redis.command(&["ACL", "LOG"]).await.expect("ACL LOG");
     assert_eq!(log, redis::Value::Array(vec![]), "denied: {log:?}");
 }
@@ -259,12 +266,7 @@ async fn a_fleet_runs_as_the_documented_acl_user_on_a_cluster() {
         node.command(&setuser).await.expect("ACL SETUSER");
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let key = dir.path().join("fleet.key");
-    assert!(
-        binary::run(&["fleet", "init-key", "--out", &key.display().to_string()])
-            .status
-            .success()
-    );
+    let key = fleet_key(dir.path());
     let urls: Vec<String> = cluster
         .nodes
         .iter()
@@ -281,29 +283,7 @@ async fn a_fleet_runs_as_the_documented_acl_user_on_a_cluster() {
     };
     let (s1, mut one) = start(1).await;
     let (_s2, mut two) = start(2).await;
-    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\nDisallow: /private\n").await;
-    for (node, path) in [(&one, "/a"), (&two, "/b"), (&one, "/c")] {
-        let r = Conn::open(node.addr).await.get(&origin.url(path)).await;
-        assert_eq!(r.status, 200, "{}", r.body);
-    }
-    assert_eq!(
-        Conn::open(two.addr)
-            .await
-            .get(&origin.url("/private/x"))
-            .await
-            .status,
-        403
-    );
-    let purge = http::Request::post(format!("/purge?origin={}", origin.url("/")))
-        .body(bytes::Bytes::new())
-        .expect("request");
-    let purged = Conn::open(admin_of(&one)).await.send(purge).await;
-    assert_eq!(purged.status, 200, "{}", purged.body);
-    one.reload("configuration reloaded").await;
-    two.wait_for("reloading as another node of the fleet did")
-        .await;
-    let r = Conn::open(two.addr).await.get(&origin.url("/d")).await;
-    assert_eq!(r.status, 200, "{}", r.body);
+    use_the_fleet(&mut one, &mut two).await;
     let config = s1.config_path().display().to_string();
     let verified = binary::run(&["audit", "verify", "--config", &config]);
     let said = String::from_utf8_lossy(&verified.stdout);
