@@ -21,8 +21,10 @@
 //!   and books no earlier than that: seals can be deleted, a node's
 //!   memory cannot. A `moved` event (a request left the queue: tagged,
 //!   so no forger can send one) forgets the floor of its schedule.
-//!   The same holds for a pause ([`super::pauses`]): a node books no
-//!   earlier than the end of the pause it knows, whatever Redis says.
+//!   The same holds for a pause ([`super::pauses`]): a pause Redis says
+//!   ends more than a second before the end this node knows is taken to
+//!   end when the node knows (within a second, clocks and messages a
+//!   little apart, Redis's stands).
 //!
 //! What a writer to Redis can still do: delete the schedule and its seals
 //! together (as a flush does), and then each node keeps its own spacing
