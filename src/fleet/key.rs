@@ -62,7 +62,8 @@ pub enum Kind {
     /// A shared robots.txt entry with a good tag but older than one this
     /// node has seen, or past its life ([`super::stamp`]).
     Replay,
-    /// An audit checkpoint kept in Redis ([`super::witness`]).
+    /// An audit checkpoint kept in Redis ([`super::witness`]): read back
+    /// by `audit verify`, never by a node.
     Witness,
 }
 
