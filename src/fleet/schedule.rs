@@ -270,11 +270,19 @@ impl Fleet {
             if !lowered {
                 self.keys.rejected(super::key::Kind::Schedule, &schedule);
             }
+            let vouched = booked.vouched;
             let bounds = Bounds {
-                not_before: bounds.not_before.max(booked.vouched),
+                not_before: bounds.not_before.max(vouched),
                 ..bounds
             };
             booked = self.book_once(&call, bounds).await?;
+            if booked.code != 1 {
+                // Refused from there (`max_wait`, `max_queue`): the
+                // schedule is written back all the same.
+                let _ = self
+                    .raise(key, vouched, interval, max_wait + interval)
+                    .await;
+            }
         }
         let wait = Duration::from_micros(u64::try_from(booked.wait).unwrap_or(0));
         Ok(match booked.code {
