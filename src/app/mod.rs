@@ -333,7 +333,14 @@ impl App {
                 path: audit_path.clone(),
                 source,
             })?
-            .with_witness(config.audit.witness_file.clone());
+            .with_witness(config.audit.witness_file.clone())
+            .with_witness_hook(settings.fleet.clone().and_then(|fleet| {
+                let rt = tokio::runtime::Handle::try_current().ok()?;
+                let (keep, every) = (config.audit.witness_keep, config.audit.checkpoint_every);
+                let hook: crate::ops::audit::WitnessHook =
+                    Arc::new(move |line: &[u8]| fleet.witness(&rt, line, keep, every));
+                Some(hook)
+            }));
         let ca_dir = config.ca_dir();
         let (ca, created) = Ca::load_or_create(&ca_dir)?;
         let minter = Arc::new(Minter::new(ca, config.tls.leaf_cache)?);
@@ -656,7 +663,7 @@ fn fleet(config: &Config) -> Option<&crate::config::FleetConfig> {
 }
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 51] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 52] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -756,6 +763,10 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 51] {
         (
             old.audit.witness_file != new.audit.witness_file,
             "audit.witness_file",
+        ),
+        (
+            old.audit.witness_keep != new.audit.witness_keep,
+            "audit.witness_keep",
         ),
         (old.ca_dir() != new.ca_dir(), "tls.ca_dir"),
         (old.log.format != new.log.format, "log.format"),

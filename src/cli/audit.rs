@@ -42,9 +42,24 @@ pub(crate) enum AuditCommand {
         checkpoints: Option<PathBuf>,
         /// The witness file (`audit.witness_file`, found from --config
         /// when not given): the checkpoints the proxy copied out as it
-        /// wrote them, checked as --checkpoints are.
-        #[arg(long, value_name = "FILE")]
+        /// wrote them, checked as --checkpoints are. A `redis://` or
+        /// `rediss://` URL: the checkpoints a fleet node pushed to its
+        /// Redis (with --fleet-key and --node, or the config's [fleet];
+        /// with --config and a [fleet], found there when there is no
+        /// witness file).
+        #[arg(long, value_name = "FILE|URL")]
         witness: Option<PathBuf>,
+        /// The fleet key that tagged the checkpoints in Redis
+        /// (`fleet.key_file`).
+        #[arg(long, value_name = "FILE")]
+        fleet_key: Option<PathBuf>,
+        /// The fleet's name (`fleet.name`), for the witness in Redis.
+        #[arg(long, value_name = "NAME")]
+        fleet_name: Option<String>,
+        /// The node whose log this is (`fleet.node`), for the witness in
+        /// Redis.
+        #[arg(long, value_name = "NAME")]
+        node: Option<String>,
         /// Check from this seq on, skipping the lines before it: its line
         /// must match a copy kept in --checkpoints or --witness byte for
         /// byte (a log whose first files were rotated away).
@@ -127,6 +142,9 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             key,
             checkpoints,
             witness,
+            fleet_key,
+            fleet_name,
+            node,
             from_seq,
             dir,
             files,
@@ -137,6 +155,12 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
                 checkpoints,
                 witness,
                 from_seq,
+                fleet: super::witness::RedisWitness {
+                    url: None,
+                    fleet_key: fleet_key.as_deref(),
+                    fleet_name: fleet_name.as_deref(),
+                    node: node.as_deref(),
+                },
             },
             Source { dir, files },
         ),
@@ -266,10 +290,12 @@ fn parse_key(text: &str) -> Result<[u8; 32], String> {
 }
 
 /// The copies the log is checked against.
-struct Kept {
+struct Kept<'a> {
     checkpoints: Option<PathBuf>,
     witness: Option<PathBuf>,
     from_seq: Option<u64>,
+    /// The witness in a fleet's Redis.
+    fleet: super::witness::RedisWitness<'a>,
 }
 
 /// Where the audit files are: given, or found beside the live file.
@@ -301,7 +327,7 @@ fn files_or_default(source: Source, config: &Config) -> Result<Vec<PathBuf>, Str
 fn verify_command(
     config: Option<&Path>,
     key: Option<&str>,
-    kept: Kept,
+    kept: Kept<'_>,
     source: Source,
 ) -> ExitCode {
     let config = match load(config) {
@@ -320,27 +346,68 @@ fn verify_command(
         Ok(files) => files,
         Err(e) => return usage("verify", e),
     };
-    // The configured witness, when there is one to read.
-    let witness = kept.witness.or_else(|| {
+    // The configured witness, when there is one to read; else a
+    // fleet's, in Redis.
+    let mut fleet = kept.fleet;
+    let url = kept
+        .witness
+        .as_deref()
+        .filter(|w| super::witness::is_redis(w));
+    fleet.url = url.and_then(Path::to_str);
+    let witness = kept.witness.clone().filter(|_| url.is_none()).or_else(|| {
         config
             .audit
             .witness_file
             .clone()
-            .filter(|path| path.exists())
+            .filter(|path| path.exists() && url.is_none())
     });
+    let redis = if witness.is_none() {
+        match super::witness::read(&fleet, &config) {
+            Ok(read) => read,
+            Err(e) if fleet.url.is_some() => return usage("verify", e),
+            // Found from the config only: said, and verified without it.
+            Err(e) => {
+                eprintln!("robots-proxy audit verify: {e}: not checked against it");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let witness = witness.or_else(|| redis.as_ref().map(|r| r.file.clone()));
     let opts = verify::Options {
         key,
         kept: kept.checkpoints,
         witness,
         from_seq: kept.from_seq,
     };
-    match verify::verify(&files, &opts) {
+    let outcome = verify::verify(&files, &opts);
+    if let Some(read) = &redis {
+        println!("{}", read.said);
+    }
+    let forged = redis.as_ref().and_then(|r| r.forged.as_deref());
+    match outcome {
         Ok(verify::Outcome::Intact(summary)) => {
             println!("{summary}");
-            ExitCode::SUCCESS
+            match forged {
+                Some(forged) => {
+                    println!("FAILED: {forged}");
+                    ExitCode::from(1)
+                }
+                None => ExitCode::SUCCESS,
+            }
         }
         Ok(verify::Outcome::Broken(finding)) => {
+            // A copy kept in the witness in Redis is named there, not by
+            // the file it was read into.
+            let finding = match &redis {
+                Some(read) => read.name_in(&finding.to_string()),
+                None => finding.to_string(),
+            };
             println!("FAILED: {finding}");
+            if let Some(forged) = forged {
+                println!("FAILED: {forged}");
+            }
             ExitCode::from(1)
         }
         Err(e) => usage("verify", e),

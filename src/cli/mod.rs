@@ -4,6 +4,7 @@
 
 mod audit;
 pub mod check;
+mod witness;
 
 use std::io::{self, BufWriter, Write};
 use std::net::SocketAddr;

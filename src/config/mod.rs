@@ -188,6 +188,10 @@ pub struct AuditConfig {
     /// Every checkpoint line is appended to this file too: a copy on
     /// another disk or mount, for `audit verify --witness`.
     pub witness_file: Option<PathBuf>,
+    /// In a fleet, how long the checkpoints pushed to Redis are kept
+    /// (`fleet::witness`).
+    #[serde(deserialize_with = "duration")]
+    pub witness_keep: Duration,
 }
 
 impl Default for AuditConfig {
@@ -200,6 +204,7 @@ impl Default for AuditConfig {
             sync: crate::ops::audit::SyncPolicy::default(),
             checkpoint_every: Duration::from_secs(10),
             witness_file: None,
+            witness_keep: Duration::from_secs(24 * 3600),
         }
     }
 }

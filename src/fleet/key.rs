@@ -56,16 +56,54 @@ pub enum Kind {
     Message,
     /// A purge kept in Redis for nodes that were not listening.
     KeptPurge,
+    /// A Crawl-delay schedule or pause found lower than this node knows
+    /// it to be, or a schedule's seal that failed ([`super::floor`]).
+    Schedule,
+    /// A shared robots.txt entry with a good tag but older than one this
+    /// node has seen, or past its life ([`super::stamp`]).
+    Replay,
+    /// An audit checkpoint kept in Redis ([`super::witness`]): read back
+    /// by `audit verify`, never by a node.
+    Witness,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Robots, Kind::Message, Kind::KeptPurge];
+    pub const ALL: [Kind; 6] = [
+        Kind::Robots,
+        Kind::Message,
+        Kind::KeptPurge,
+        Kind::Schedule,
+        Kind::Replay,
+        Kind::Witness,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Kind::Robots => "robots",
             Kind::Message => "message",
             Kind::KeptPurge => "kept_purge",
+            Kind::Schedule => "schedule",
+            Kind::Replay => "replay",
+            Kind::Witness => "witness",
+        }
+    }
+
+    /// What the log says of a rejected value of this kind.
+    fn said(self) -> &'static str {
+        match self {
+            Kind::Schedule => {
+                "fleet: a Crawl-delay schedule or pause in Redis was lower than this node knows it \
+                 to be (lowered by something without the fleet's key): booked from what the node \
+                 knows, and the schedule written back"
+            }
+            Kind::Replay => {
+                "fleet: a shared robots.txt entry in Redis is older than one this node has seen, \
+                 or past its life (an old entry written back): ignored as if absent"
+            }
+            _ => {
+                "fleet: a value in Redis failed its fleet-key check: ignored as if absent \
+                 (written by something without the fleet's key, or by a node with another key)"
+            }
         }
     }
 }
@@ -77,7 +115,7 @@ pub struct Keys {
     sign: Option<hmac::Key>,
     /// Keys a tag may verify with (current first).
     verify: Vec<hmac::Key>,
-    rejected: [AtomicU64; 3],
+    rejected: [AtomicU64; Kind::ALL.len()],
     /// The minute a rejection was last logged.
     logged: AtomicU64,
 }
@@ -202,16 +240,13 @@ impl Keys {
         opened
     }
 
-    fn rejected(&self, kind: Kind, place: &str) {
+    /// Counts a rejected value of `kind` under `place`, and logs it at
+    /// most once a minute.
+    pub(crate) fn rejected(&self, kind: Kind, place: &str) {
         self.rejected[kind as usize].fetch_add(1, Ordering::Relaxed);
         let minute = super::now_micros() / 60_000_000;
         if self.logged.swap(minute, Ordering::Relaxed) != minute {
-            tracing::warn!(
-                kind = kind.label(),
-                key = place,
-                "fleet: a value in Redis failed its fleet-key check: ignored as if absent \
-                 (written by something without the fleet's key, or by a node with another key)"
-            );
+            tracing::warn!(kind = kind.label(), key = place, "{}", kind.said());
         }
     }
 

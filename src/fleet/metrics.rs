@@ -73,7 +73,7 @@ impl Collector for FleetCollector {
         }
         let mut m = encoder.encode_descriptor(
             "robots_proxy_fleet_rejected",
-            "Values read from the fleet's Redis whose fleet-key tag failed, ignored as if absent, by kind (robots: a shared robots.txt entry; message: a message on the fleet's channel; kept_purge: a purge kept for nodes not listening)",
+            "Values read from the fleet's Redis whose fleet-key tag failed, ignored as if absent, by kind (robots: a shared robots.txt entry; message: a message on the fleet's channel; kept_purge: a purge kept for nodes not listening; schedule: a Crawl-delay schedule or pause lower than the node knows it, or a seal that failed; replay: a shared entry older than one the node has seen, or past its life; witness: an audit checkpoint kept in Redis, read by audit verify, so 0 on a node)",
             None,
             MetricType::Counter,
         )?;

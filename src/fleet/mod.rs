@@ -19,6 +19,7 @@
 
 mod connection;
 pub mod events;
+pub mod floor;
 pub mod key;
 pub mod latency;
 pub mod lease;
@@ -30,6 +31,8 @@ pub mod queue;
 pub mod rate;
 pub mod robots;
 pub mod schedule;
+pub mod stamp;
+pub mod witness;
 
 use parking_lot::Mutex;
 use std::future::Future;
@@ -130,6 +133,10 @@ pub struct Fleet {
     pauses: pauses::Known,
     /// Tags what this node writes, verifies what it reads ([`key`]).
     keys: Arc<key::Keys>,
+    /// What this node knows of the schedules it booked ([`floor`]).
+    floors: floor::Floors,
+    /// The latest shared robots.txt entry read per origin ([`stamp`]).
+    generations: stamp::Generations,
 }
 
 /// Upper bounds (microseconds) of the Redis round-trip histogram:
@@ -230,6 +237,8 @@ impl Fleet {
             waiters: queue::Waiters::default(),
             pauses: pauses::Known::default(),
             keys: Arc::new(key::Keys::new(settings.keys.as_ref())),
+            floors: floor::Floors::default(),
+            generations: stamp::Generations::default(),
         })
     }
 

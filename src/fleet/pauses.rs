@@ -187,8 +187,21 @@ impl Known {
         self.latest.load(Ordering::Relaxed) > self.micros_of(Instant::now())
     }
 
+    /// How long the pause this node knows on `origin` has to run (`None`:
+    /// none known). A booking waits at least this, whatever Redis says
+    /// ([`super::floor`]).
+    pub fn left(&self, origin: &str) -> Option<Duration> {
+        self.known(origin).map(|(left, _)| left)
+    }
+
     /// The pause this node knows on `origin` now.
     pub fn current(&self, origin: &str) -> Option<Signal> {
+        self.known(origin).map(|(_, signal)| signal)
+    }
+
+    /// The pause this node knows on `origin` now: how long it has to run,
+    /// and its signal.
+    fn known(&self, origin: &str) -> Option<(Duration, Signal)> {
         let now = Instant::now();
         if self.latest.load(Ordering::Relaxed) <= self.micros_of(now) {
             return None;
@@ -196,7 +209,7 @@ impl Known {
         let map = self.map.lock();
         map.peek(origin)
             .filter(|(until, _)| *until > now)
-            .map(|(_, s)| *s)
+            .map(|(until, s)| (until.saturating_duration_since(now), *s))
     }
 
     /// The origins this node knows paused now.

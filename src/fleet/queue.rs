@@ -40,7 +40,8 @@ pub const MOVED_AT_MOST: usize = 256;
 /// Removes ticket ARGV[1] from KEYS[1] .. ':held'; if its slot has not come,
 /// each ticket behind it (at most ARGV[3]) takes the slot of the one before
 /// it, and the next free slot (KEYS[1]) moves from the last one's slot plus
-/// ARGV[2] (the interval) to that slot. Then publishes ARGV[5] on ARGV[4]
+/// ARGV[2] (the interval) to that slot, and its seals, which vouch for a
+/// later one, go ([`super::floor`]). Then publishes ARGV[5] on ARGV[4]
 /// when tickets moved. Returns how many moved, or -1 when the ticket was not
 /// held.
 const LEAVE_SCRIPT: &str = r"
@@ -61,6 +62,7 @@ if n <= most then
   local next = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
   if next == last + tonumber(ARGV[2]) then
     redis.call('SET', KEYS[1], string.format('%.0f', last), 'KEEPTTL')
+    redis.call('DEL', KEYS[1] .. ':seal')
   end
 else
   n = most
@@ -274,6 +276,9 @@ impl Fleet {
                     .await
             })
             .await?;
+        if moved > 0 {
+            self.floors.forget(&self.schedule_key(key));
+        }
         Ok(u64::try_from(moved).ok())
     }
 }
@@ -363,7 +368,10 @@ async fn dispatch(fleet: Weak<Fleet>, mut events: tokio::sync::broadcast::Receiv
         let event = events.recv().await;
         let Some(fleet) = fleet.upgrade() else { return };
         let key = match event {
-            Ok(Event::Moved(key)) => key,
+            Ok(Event::Moved(key)) => {
+                fleet.floors.forget(&key);
+                key
+            }
             Ok(Event::Lost { from }) => {
                 if !fleet.is_me(&from) && fleet.keys_lost_heard() {
                     tracing::warn!(node = %from.node,

@@ -62,7 +62,7 @@ pub enum Rated<'a> {
 /// `name` with every octet that could end a hash tag, or make two names
 /// one, written `%XX`: `{`, `}`, `%`, and anything outside printable
 /// ASCII.
-fn escaped(name: &str) -> String {
+pub(crate) fn escaped(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for b in name.bytes() {
         if b.is_ascii_graphic() && !matches!(b, b'{' | b'}' | b'%') {

@@ -46,7 +46,8 @@ pub const POLL_EVERY: Duration = Duration::from_millis(100);
 /// KEYS: entry, lease. ARGV: lease token ('' = look only, take no
 /// lease), lease ms, '1' to take the lease even over a fresh entry (one
 /// this node could not read). Returns `{state, meta, text, ms left, age
-/// ms}` (age -1: the entry has no `fetched`):
+/// ms, now}` (age -1: the entry has no `fetched`; now: ms on Redis's
+/// clock):
 /// state 1 fresh, 2 lease taken (meta and text: the entry, if any), 0
 /// another node holds the lease (or look only). An `expires` that is not
 /// a number, or whose time left is not a finite positive number ('inf',
@@ -76,11 +77,11 @@ if expires then
   if left ~= left or left <= 0 or left == math.huge then left = 0 end
   left = math.floor(math.min(left, 31536000000))
 end
-if left > 0 and ARGV[3] ~= '1' then return {1, e[1], e[2] or '', left, age} end
+if left > 0 and ARGV[3] ~= '1' then return {1, e[1], e[2] or '', left, age, now} end
 if ARGV[1] ~= '' and redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {2, e[1] or '', e[2] or '', 0, age}
+  return {2, e[1] or '', e[2] or '', 0, age, now}
 end
-return {0, '', '', 0, -1}
+return {0, '', '', 0, -1, now}
 ";
 
 /// KEYS: entry, lease. ARGV: meta, text, text mode ('1' set, '0' drop,
@@ -181,9 +182,11 @@ pub struct SharedRobots {
 }
 
 /// The right to fetch an origin's robots.txt for the fleet: a token
-/// unique to one fetch of one process.
+/// unique to one fetch of one process, and when it was taken (ms on
+/// Redis's clock: the entry stored under it is stamped with it,
+/// [`super::stamp`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease(String);
+pub struct Lease(String, u64, Instant);
 
 /// What a look at the shared entry found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,7 +252,7 @@ impl Fleet {
         let lease_ms = super::micros(fetch_timeout + LEASE_MARGIN) / 1000;
         // Deflate grows what it cannot compress by a little.
         let max_compressed = max_text + max_text / 64 + 1024;
-        let (state, meta, text, left, age) = self
+        let (state, meta, text, left, age, now) = self
             .call(|mut conn| {
                 let token = token.clone();
                 async move {
@@ -258,9 +261,9 @@ impl Fleet {
                         .arg(token)
                         .arg(lease_ms)
                         .arg(always)
-                        .arg(MAX_META + super::key::TAG_LEN)
+                        .arg(MAX_META + super::key::TAG_LEN + super::stamp::STAMP_MAX)
                         .arg(max_compressed)
-                        .invoke_async::<(i64, Vec<u8>, Vec<u8>, i64, i64)>(&mut conn)
+                        .invoke_async::<(i64, Vec<u8>, Vec<u8>, i64, i64, u64)>(&mut conn)
                         .await
                 }
             })
@@ -273,6 +276,7 @@ impl Fleet {
         } else {
             self.keys
                 .open_entry(super::key::Kind::Robots, &place, meta)
+                .and_then(|opened| self.unstamped(origin, &place, &opened, now))
                 .unwrap_or_default()
         };
         // Decompressed on the blocking pool: a text of up to `max_text`
@@ -318,9 +322,30 @@ impl Fleet {
                         .await?
                 }
             },
-            2 => Look::Lead(shared.await, Lease(token)),
+            2 => Look::Lead(shared.await, Lease(token, now, Instant::now())),
             _ => Look::Busy,
         })
+    }
+
+    /// The `meta` of an opened entry of `origin` (under `place`), read at
+    /// `now` (ms on Redis's clock), without its stamp; `None` (and
+    /// counted) when it has none, or is an old copy ([`super::stamp`]).
+    /// Unchanged in an unauthenticated fleet.
+    fn unstamped(&self, origin: &str, place: &str, opened: &[u8], now: u64) -> Option<Vec<u8>> {
+        if !self.keys.enabled() {
+            return Some(opened.to_vec());
+        }
+        let Some((stored, until, meta)) = super::stamp::unstamp(opened) else {
+            self.keys.rejected(super::key::Kind::Robots, place);
+            return None;
+        };
+        match self.generations.admit(origin, stored, until, now) {
+            Ok(()) => Some(meta.to_vec()),
+            Err(_) => {
+                self.keys.rejected(super::key::Kind::Replay, place);
+                None
+            }
+        }
     }
 
     /// A lease token: this node, this instance of the proxy (random: two
@@ -434,7 +459,18 @@ impl Fleet {
         }
         let message = self.message(&Event::Fetched(origin.into()));
         let channel = self.channel();
-        let meta = self.keys.seal_entry(&entry, meta);
+        // Stamped with the lease's time and its life in Redis, both on
+        // Redis's clock, for replays ([`super::stamp`]).
+        let stored_ms = lease.1;
+        let until_ms =
+            stored_ms.saturating_add(super::millis(lease.2.elapsed() + fresh + kept_after));
+        self.generations.stored(origin, stored_ms);
+        let meta = if self.keys.enabled() {
+            self.keys
+                .seal_entry(&entry, &super::stamp::stamp(meta, stored_ms, until_ms))
+        } else {
+            meta.to_vec()
+        };
         let stored = self
             .call(|mut conn| async move {
                 STORE

@@ -32,7 +32,9 @@ async fn keys_by_node(cluster: &RedisCluster) -> Vec<Vec<String>> {
     let mut all = Vec::new();
     for node in &cluster.nodes {
         let mut keys = node.keys("robots-proxy:cluster:*").await;
-        keys.retain(|k| !k.contains(":{nodes}:"));
+        // The origins' keys: not the heartbeats', nor the nodes' audit
+        // witness lists (`fleet::witness`).
+        keys.retain(|k| !k.contains(":{nodes}:") && !k.contains(":{audit:"));
         all.push(keys);
     }
     all

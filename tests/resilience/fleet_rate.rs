@@ -448,13 +448,13 @@ async fn the_rate_script_is_governors_gcra_on_redis_time() {
             "{junk}: the fourth of a burst of three"
         );
     }
-    // The same on the Crawl-delay schedule.
-    let schedule = fleet.schedule_key("http://junk.example robots-proxy");
+    // The same on the Crawl-delay schedule (one per value: the node
+    // books no earlier than its own last booking, `fleet::floor`).
     for junk in ["inf", "nan", "1e30"] {
+        let key = format!("http://{junk}.example robots-proxy");
+        let schedule = fleet.schedule_key(&key);
         redis.command(&["SET", &schedule, junk]).await.expect("SET");
-        let booked = fleet
-            .book("http://junk.example robots-proxy", interval, interval, 0)
-            .await;
+        let booked = fleet.book(&key, interval, interval, 0).await;
         assert_eq!(
             booked,
             Ok(robots_proxy::measure::Booking::Wait(Duration::ZERO)),

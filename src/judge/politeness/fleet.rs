@@ -269,6 +269,7 @@ impl Politeness {
         };
         match booked {
             Ok((Booking::Wait(wait), slot, _)) => {
+                fleet.seal_booking(key, slot, interval);
                 // What this node saw of the shared schedule, for the admin
                 // page (its own schedules are unused in a fleet).
                 self.seen_in_fleet(key, interval, wait);

@@ -378,7 +378,13 @@ pub struct AuditLog {
     synced: std::sync::Arc<sync::Shared>,
     /// `audit.witness_file`: every checkpoint line is appended there too.
     witness: Option<PathBuf>,
+    /// Every checkpoint line is given to this too (a fleet's witness in
+    /// Redis, `fleet::witness`).
+    witness_hook: Option<WitnessHook>,
 }
+
+/// What is given every checkpoint line besides the witness file.
+pub(crate) type WitnessHook = std::sync::Arc<dyn Fn(&[u8]) + Send + Sync>;
 
 /// The open file, the chain's head, and when the file was last checked
 /// or retried.
@@ -542,6 +548,7 @@ impl AuditLog {
             sync: SyncPolicy::None,
             synced: std::sync::Arc::default(),
             witness: None,
+            witness_hook: None,
         };
         {
             let mut state = log.state.lock();
@@ -617,6 +624,17 @@ impl AuditLog {
         self
     }
 
+    /// Gives every checkpoint line to `hook` as well, beginning with the
+    /// last one written.
+    pub(crate) fn with_witness_hook(mut self, hook: Option<WitnessHook>) -> AuditLog {
+        self.witness_hook = hook;
+        let last = self.state.lock().last_checkpoint.clone();
+        if let (Some(hook), Some(line)) = (&self.witness_hook, last) {
+            hook(&line);
+        }
+        self
+    }
+
     /// Writes a checkpoint if lines were written since the last one
     /// (`audit.checkpoint_every`); true when it did.
     pub(crate) fn periodic_checkpoint(&self) -> io::Result<bool> {
@@ -636,6 +654,9 @@ impl AuditLog {
     /// Appends a checkpoint line to the witness file: a failure is logged,
     /// the audit line stands.
     fn witness_line(&self, line: &[u8]) {
+        if let Some(hook) = &self.witness_hook {
+            hook(line);
+        }
         let Some(path) = &self.witness else {
             return;
         };
