@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub(crate) mod fleet;
 pub(crate) mod http;
+pub(crate) mod identity;
 pub(crate) mod judge;
 pub(crate) mod metrics;
 pub(crate) mod ops;
