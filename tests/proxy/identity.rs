@@ -65,7 +65,11 @@ async fn user_agent_modes_are_what_the_origin_sees_and_what_is_judged() {
             .request(get_as(&origin.url("/page"), "curl/8.0"))
             .await;
         assert_eq!(page.status, 200, "{mode}: {page:?}");
-        assert_eq!(uas_for(&origin, "/page"), std::slice::from_ref(&sent), "{mode}");
+        assert_eq!(
+            uas_for(&origin, "/page"),
+            std::slice::from_ref(&sent),
+            "{mode}"
+        );
         // robots.txt is fetched as the identity, whatever the mode.
         assert_eq!(uas_for(&origin, "/robots.txt"), [OURS], "{mode}");
         // Judged as the identity's token when it is sent (append,
@@ -385,4 +389,244 @@ async fn after_a_rotation_old_and_new_keys_verify_until_the_old_one_leaves() {
 fn key_x_of(text: &str) -> Value {
     let v: Value = serde_json::from_str(text).expect("JSON");
     v["keys"][0]["x"].clone()
+}
+
+/// `GET path` on `addr` with a Host header.
+async fn get_on(addr: SocketAddr, path: &str) -> crate::support::Resp {
+    let mut conn = Conn::open(addr).await;
+    let req = Request::get(path)
+        .header(http::header::HOST, addr.to_string())
+        .body(Bytes::new())
+        .expect("request");
+    conn.send(req).await
+}
+
+#[tokio::test]
+async fn the_crawler_page_and_client_ranges_say_who_it_is() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (key_file, kid) = init_key(dir.path(), "keys.json", &[]);
+    let proxy = Proxy::start_with(|c| {
+        signing(c, &key_file);
+        c.identity.contact = "crawler@example.com <script>alert(1)</script>".into();
+        c.identity.egress_ranges = vec![
+            "192.0.2.0/24".parse().expect("net"),
+            "2001:db8::/48".parse().expect("net"),
+        ];
+        c.usage.purposes = vec!["search".into()];
+        crate::support::admin(c);
+    })
+    .await;
+    let identity = proxy.identity_addr.expect("identity listener");
+    let page = get_on(identity, "/crawler").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(
+        page.headers["content-type"]
+            .to_str()
+            .expect("type")
+            .starts_with("text/html")
+    );
+    assert_eq!(
+        page.headers["link"],
+        "</client-ranges.json>; rel=\"client-ranges\""
+    );
+    let html = &page.body;
+    for needed in [
+        "<link rel=\"client-ranges\" href=\"/client-ranges.json\">",
+        "<h1>ExampleBot</h1>",
+        "<code>examplebot</code>",
+        "<code>search</code>",
+        "User-agent: ExampleBot\nDisallow: /",
+        "Content-Usage: train-ai=n",
+        "https://example.com/.well-known/http-message-signatures-directory",
+        kid.as_str(),
+        // The configured contact, escaped.
+        "crawler@example.com &lt;script&gt;alert(1)&lt;/script&gt;",
+    ] {
+        assert!(html.contains(needed), "{needed:?} missing from {html}");
+    }
+    assert!(!html.contains("<script>"), "{html}");
+    // The client ranges, in the JAFAR format.
+    let ranges = get_on(identity, "/client-ranges.json").await;
+    assert_eq!(ranges.status, 200);
+    assert_eq!(
+        ranges.headers["content-type"],
+        "application/jafar+json; version=1.0"
+    );
+    let doc: Value = serde_json::from_str(&ranges.body).expect("JSON");
+    let created = doc["creationTime"].as_str().expect("creationTime");
+    assert!(
+        created.len() == 20 && created.ends_with('Z') && created.as_bytes()[10] == b'T',
+        "{created}"
+    );
+    assert_eq!(
+        doc["prefixes"],
+        json!([
+            {"ipv4Prefix": "192.0.2.0/24", "services": ["ExampleBot"]},
+            {"ipv6Prefix": "2001:db8::/48", "services": ["ExampleBot"]},
+        ])
+    );
+    // The same documents on the admin listener, without credentials; the
+    // identity listener serves nothing else.
+    let admin = proxy.admin_addr.expect("admin listener");
+    let on_admin = get_on(admin, "/.well-known/http-message-signatures-directory").await;
+    assert_eq!(on_admin.status, 200);
+    assert!(on_admin.body.contains(&kid));
+    assert_eq!(get_on(admin, "/crawler").await.status, 200);
+    assert_eq!(get_on(identity, "/metrics").await.status, 404);
+    let mut conn = Conn::open(identity).await;
+    let post = Request::post("/crawler")
+        .header(http::header::HOST, identity.to_string())
+        .body(Bytes::new())
+        .expect("request");
+    assert_eq!(conn.send(post).await.status, 405);
+}
+
+#[tokio::test]
+async fn a_clients_own_signature_is_kept_and_the_proxy_signs_beside_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (key_file, _) = init_key(dir.path(), "keys.json", &[]);
+    let origin = Origin::with_robots(ROBOTS).await;
+    let proxy = Proxy::start_with(|c| signing(c, &key_file)).await;
+    let client_input = "sig1=(\"@authority\");created=1;keyid=\"client\";tag=\"web-bot-auth\"";
+    let req = Request::get(origin.url("/x"))
+        .header("signature-input", client_input)
+        .header("signature", "sig1=:AAAA:")
+        .header("signature-agent", "sig1=\"https://client.example\"")
+        .body(Bytes::new())
+        .expect("request");
+    assert_eq!(proxy.request(req).await.status, 200);
+    let seen = origin
+        .seen_headers
+        .lock()
+        .expect("seen")
+        .last()
+        .cloned()
+        .expect("seen");
+    let input = seen["signature-input"].to_str().expect("input");
+    assert!(
+        input.starts_with(&format!("{client_input}, sig2=(")),
+        "{input}"
+    );
+    assert!(
+        input.contains("\"signature-agent\";key=\"sig2\""),
+        "{input}"
+    );
+    assert!(
+        !input.contains("\"signature\";key"),
+        "the client's signature is not covered: {input}"
+    );
+    assert!(
+        seen["signature"]
+            .to_str()
+            .expect("sig")
+            .starts_with("sig1=:AAAA:, sig2=:")
+    );
+    assert_eq!(
+        seen["signature-agent"],
+        "sig1=\"https://client.example\", sig2=\"https://example.com\""
+    );
+    // The proxy's own signature verifies.
+    let dir_doc = directory(proxy.identity_addr.expect("identity listener")).await;
+    let mut requests = seen_requests(&origin, &format!("http://{}", origin.addr), true);
+    requests[0]["label"] = "sig2".into();
+    let Some(verdicts) = verify(&dir_doc, &requests, 0) else {
+        return;
+    };
+    all_ok(&verdicts, "outer signature");
+}
+
+#[tokio::test]
+async fn websocket_upgrades_carry_the_identity_and_its_signature() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (key_file, _) = init_key(dir.path(), "keys.json", &[]);
+    // robots.txt and a WebSocket handshake on one port; the upgrade's head
+    // is recorded.
+    let heads: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let record = heads.clone();
+    let ws_addr = crate::support::serve_tcp(move |mut s| {
+        let record = record.clone();
+        async move {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match s.read(&mut byte).await {
+                    Ok(1) => head.push(byte[0]),
+                    _ => return,
+                }
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            if head.starts_with("GET /robots.txt ") {
+                let _ = s
+                    .write_all(crate::support::raw::ok_close(ROBOTS).as_bytes())
+                    .await;
+                return;
+            }
+            let key = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(": ")?;
+                    k.eq_ignore_ascii_case("sec-websocket-key").then_some(v)
+                })
+                .unwrap_or_default()
+                .to_string();
+            record.lock().expect("heads").push(head);
+            let accept =
+                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+            let _ = s
+                .write_all(
+                    format!(
+                        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\
+                         Connection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+                    )
+                    .as_bytes(),
+                )
+                .await;
+        }
+    })
+    .await;
+    let proxy = Proxy::start_with(|c| signing(c, &key_file)).await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.addr)
+        .await
+        .expect("proxy");
+    let upgrade = format!(
+        "GET http://{ws_addr}/chat HTTP/1.1\r\nHost: {ws_addr}\r\nUser-Agent: curl/8.0\r\n\
+         Upgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    stream.write_all(upgrade.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte).await {
+            Ok(1) => answer.push(byte[0]),
+            _ => break,
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 101"), "{answer}");
+    let head = heads
+        .lock()
+        .expect("heads")
+        .first()
+        .cloned()
+        .expect("the upgrade arrived");
+    let headers: Vec<Value> = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| json!([k, v]))
+        .collect();
+    let ua = headers.iter().find(|h| {
+        h[0].as_str()
+            .is_some_and(|k| k.eq_ignore_ascii_case("user-agent"))
+    });
+    assert_eq!(ua.map(|h| h[1].clone()), Some(json!(OURS)), "{head}");
+    let dir_doc = directory(proxy.identity_addr.expect("identity listener")).await;
+    let request =
+        json!({"method": "GET", "url": format!("http://{ws_addr}/chat"), "headers": headers});
+    let Some(verdicts) = verify(&dir_doc, &[request], 0) else {
+        return;
+    };
+    all_ok(&verdicts, "websocket upgrade");
 }

@@ -3,7 +3,8 @@
 
 Reads one JSON object on stdin:
   {"directory": {"body": str, "headers": [[name, value], ...], "url": str},
-   "requests": [{"method": str, "url": str, "headers": [[name, value], ...]}],
+   "requests": [{"method": str, "url": str, "headers": [[name, value], ...],
+                "label": the signature to verify, when there are several}],
    "now_offset": seconds the verifier's clock is moved ahead (default 0)}
 Writes one JSON object: {"directory": {"ok": bool, "error": str, "kids": [...]},
 "requests": [{"ok": bool, "error": str, "keyid": str, "agent": str}]}.
@@ -122,8 +123,8 @@ def main():
         msg = Message(r["method"], r["url"], r["headers"])
         try:
             verifier = Verifier(signature_algorithm=hms.algorithms.ED25519, key_resolver=Keys(keys))
-            results = verifier.verify(msg, expect_tag="web-bot-auth", max_age=None,
-                                      require_components=("@authority",))
+            results = verifier.verify(msg, expect_tag="web-bot-auth", expect_label=r.get("label"),
+                                      max_age=None, require_components=("@authority",))
             res = results[0]
             names = list(res.covered_components)
             label = res.label
