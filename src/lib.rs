@@ -43,6 +43,8 @@ pub mod measure {
     };
     pub use crate::http::destination::Policy;
     pub use crate::http::origin::{Origin, Scheme};
+    pub use crate::identity::Signer;
+    pub use crate::identity::keys::KeyRing;
     pub use crate::judge::Gate;
     pub use crate::judge::fetch::FetchSettings;
     pub use crate::judge::store::{RobotsCache, RobotsCacheSettings};
