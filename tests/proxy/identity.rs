@@ -272,6 +272,9 @@ async fn signatures_verify_at_the_origin_plain_and_intercepted() {
         let r = tls.get_via(&proxy, "localhost", "/s", h2).await;
         assert_eq!(r.status, 200, "{r:?}");
     }
+    // Replaced inside the intercepted tunnel too (HTTP/1.1 and HTTP/2).
+    assert_eq!(uas_for(&tls.origin, "/s"), [OURS, OURS]);
+    assert_eq!(uas_for(&plain, "/a"), [OURS]);
     let dir_doc = directory(proxy.identity_addr.expect("identity listener")).await;
     let mut requests = seen_requests(&plain, &format!("http://{}", plain.addr), true);
     let https_base = format!("https://localhost:{}", tls.origin.addr.port());
