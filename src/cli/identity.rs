@@ -74,9 +74,10 @@ fn init_key(path: &Path, start_in: Duration, valid: Duration) -> Result<(), Stri
     write_private(path, &text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     println!("{kid}");
     eprintln!(
-        "{}: key {kid} added (mode 0600); publish the directory (robots-proxy identity directory) \
-         before it starts signing",
-        path.display()
+        "{}: key {kid} added (mode 0600), signing in {}; publish the directory \
+         (robots-proxy identity directory) before then, and reload every node",
+        path.display(),
+        humantime::format_duration(start_in)
     );
     Ok(())
 }

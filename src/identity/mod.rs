@@ -351,6 +351,12 @@ impl Identity {
         let client = headers.get(USER_AGENT);
         let sent = match (policy.mode, client) {
             (UaMode::Keep, Some(_)) => return None,
+            // Already carries it (a client configured with it): not twice.
+            (UaMode::Append, Some(client))
+                if memchr::memmem::find(client.as_bytes(), policy.value.as_bytes()).is_some() =>
+            {
+                return Some(&policy.token);
+            }
             (UaMode::Append, Some(client)) => {
                 let mut joined = client.as_bytes().to_vec();
                 joined.push(b' ');
@@ -465,6 +471,10 @@ mod tests {
         let append = identity(UaMode::Append, vec![]);
         assert_eq!(
             ua_after(&append, None, Some("curl/8")),
+            (Some(format!("curl/8 {ours}")), Some("examplebot".into()))
+        );
+        assert_eq!(
+            ua_after(&append, None, Some(&format!("curl/8 {ours}"))),
             (Some(format!("curl/8 {ours}")), Some("examplebot".into()))
         );
         let replace = identity(UaMode::Replace, vec![]);
