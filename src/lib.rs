@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub(crate) mod fleet;
 pub(crate) mod http;
+pub(crate) mod identity;
 pub(crate) mod judge;
 pub(crate) mod metrics;
 pub(crate) mod ops;
@@ -42,6 +43,8 @@ pub mod measure {
     };
     pub use crate::http::destination::Policy;
     pub use crate::http::origin::{Origin, Scheme};
+    pub use crate::identity::Signer;
+    pub use crate::identity::keys::KeyRing;
     pub use crate::judge::Gate;
     pub use crate::judge::fetch::FetchSettings;
     pub use crate::judge::store::{RobotsCache, RobotsCacheSettings};

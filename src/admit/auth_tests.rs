@@ -26,6 +26,7 @@ fn user(name: &str, password: &str, agent: Option<&str>) -> UserConfig {
         agent: agent.map(Into::into),
         max_rps: None,
         purposes: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -159,6 +160,7 @@ fn default_hash_format_and_cache_saves_the_slow_path() {
         agent: None,
         max_rps: None,
         purposes: Vec::new(),
+        ..Default::default()
     }])
     .unwrap();
     let h = basic("carol:correct horse");
@@ -208,6 +210,7 @@ fn config_errors() {
             agent: None,
             max_rps: None,
             purposes: Vec::new(),
+            ..Default::default()
         }]);
         assert!(
             matches!(&e, AuthError::BadHash { user, .. } if user == "z"),

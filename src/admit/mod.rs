@@ -47,7 +47,7 @@ use password::{hash_settings, parse_hash, verify};
 pub(crate) const PROXY_AUTHENTICATE_VALUE: &str = "Basic realm=\"robots-proxy\"";
 
 /// One configured proxy user (deserialisable straight from the config).
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
 pub struct UserConfig {
     /// User name (no `:`).
     pub name: String,
@@ -66,6 +66,13 @@ pub struct UserConfig {
     /// `usage.purposes` (a request may add more, never drop these).
     #[serde(default)]
     pub purposes: Vec<String>,
+    /// The User-Agent this user's requests are sent with, instead of
+    /// `identity.user_agent` ("" = the client's own).
+    #[serde(default)]
+    pub user_agent: Option<String>,
+    /// `identity.user_agent_mode` for this user.
+    #[serde(default)]
+    pub user_agent_mode: Option<crate::identity::UaMode>,
 }
 
 /// Bad proxy-auth configuration, or a failure to hash.

@@ -211,6 +211,15 @@ pub(crate) async fn handle(
 ) -> Response<Body> {
     let proxy = &*state.proxy;
     let settings = proxy.admin_settings();
+    // The identity's documents are public: sites fetch them.
+    if let Some(resp) = super::identity::route(
+        settings.identity.as_deref(),
+        req.method(),
+        req.uri().path(),
+        req.headers().get(http::header::HOST),
+    ) {
+        return resp;
+    }
     // Probes and the CA stay open: a health check carries no credentials,
     // and every client of the proxy needs the CA certificate.
     let mut user = None;

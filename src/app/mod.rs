@@ -3,6 +3,8 @@
 
 pub(crate) mod admin;
 mod html;
+mod identity;
+pub(crate) use identity::DIRECTORY_VALID;
 mod schedule;
 pub(crate) mod state;
 mod web;
@@ -45,6 +47,8 @@ pub enum StartError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    Identity(String),
     #[error("key `fleet.redis`: {0}")]
     Fleet(String),
     #[error("key `audit.signing_key`: {0}")]
@@ -80,6 +84,8 @@ pub struct App {
     pub(crate) metrics: Registry,
     pub(crate) listener: TcpListener,
     pub(crate) admin: Option<TcpListener>,
+    /// `identity.listen`: the key directory and crawler pages, public.
+    pub(crate) identity: Option<TcpListener>,
     pub config: Config,
     /// Path of the CA certificate clients must trust, and whether it was just created.
     pub ca: (std::path::PathBuf, bool),
@@ -213,6 +219,11 @@ pub(crate) fn settings_from(
             .map(|u| (u.name.clone(), u.purposes.clone()))
             .collect(),
         usage_mode: config.usage.mode,
+        identity: config
+            .identity
+            .build(config)
+            .map_err(StartError::Identity)?
+            .map(Arc::new),
     })
 }
 
@@ -238,7 +249,19 @@ impl App {
             ),
             None => None,
         };
-        let own: Vec<SocketAddr> = [Some(&listener), admin.as_ref()]
+        let identity = match config
+            .identity
+            .listen_addr()
+            .map_err(StartError::Identity)?
+        {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartError::Listen { addr, source })?,
+            ),
+            None => None,
+        };
+        let own: Vec<SocketAddr> = [Some(&listener), admin.as_ref(), identity.as_ref()]
             .into_iter()
             .flatten()
             .filter_map(|l| l.local_addr().ok())
@@ -396,6 +419,7 @@ impl App {
             metrics,
             listener,
             admin,
+            identity,
             max_connections,
             max_connections_per_client: config.max_connections_per_client(max_connections),
             admin_acl,
@@ -424,6 +448,11 @@ impl App {
         self.admin.as_ref().and_then(|l| l.local_addr().ok())
     }
 
+    /// The identity listener's address, if enabled.
+    pub fn identity_addr(&self) -> Option<SocketAddr> {
+        self.identity.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
     /// Serves until `shutdown` completes; returns connections cut off
     /// after the grace period. The admin listener (if any) serves alongside
     /// and reports not-ready once shutdown begins.
@@ -450,6 +479,9 @@ impl App {
             };
             tokio::spawn(crate::app::admin::serve(listener, state, admin_limits))
         });
+        let identity_task = self
+            .identity
+            .map(|listener| tokio::spawn(identity::serve(listener, self.proxy.clone())));
         let fleet_task = self.proxy.settings().fleet.clone().map(|fleet| {
             let view: Arc<dyn ProxyView> = self.proxy.clone();
             tokio::spawn(crate::app::admin::follow_fleet_purges(view, fleet))
@@ -478,6 +510,7 @@ impl App {
         .await;
         for task in admin_task
             .into_iter()
+            .chain(identity_task)
             .chain(fleet_task)
             .chain(heartbeat)
             .chain([robots_signals])
@@ -551,6 +584,7 @@ impl ProxyView for Proxy {
             politeness_settings: s.politeness_config.clone(),
             flow: s.flow.clone(),
             fleet: s.fleet.clone(),
+            identity: s.identity.clone(),
         }
     }
 
@@ -588,6 +622,10 @@ fn judged_agents(config: &Config) -> Vec<String> {
     let mut agents = vec![config.agent_token()];
     agents.extend(config.agents.values().cloned());
     agents.extend(config.access.users.iter().filter_map(|u| u.agent.clone()));
+    // The tokens the identity's User-Agents are judged as.
+    if let Ok(Some(identity)) = config.identity.build(config) {
+        agents.extend(identity.page.tokens.iter().cloned());
+    }
     agents
 }
 
@@ -654,6 +692,11 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
     "admin.users.*",
     "admin.public_proxy_url",
     "usage.*",
+    "identity.user_agent",
+    "identity.user_agent_mode",
+    "identity.contact",
+    "identity.egress_ranges",
+    "identity.signing.*",
     "log.level",
 ];
 
@@ -715,6 +758,10 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 52] {
             "max_requests_per_client",
         ),
         (old.admin.listen != new.admin.listen, "admin.listen"),
+        (
+            old.identity.listen != new.identity.listen,
+            "identity.listen",
+        ),
         (
             old.admin.allow_clients != new.admin.allow_clients,
             "admin.allow_clients",

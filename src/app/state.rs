@@ -70,6 +70,8 @@ pub(crate) struct AdminSettings {
     /// verifications per address are taken from the fleet's allowance, as
     /// proxy ones are.
     pub(crate) fleet: Option<Arc<crate::fleet::Fleet>>,
+    /// `[identity]`: its documents are served without credentials.
+    pub(crate) identity: Option<Arc<crate::identity::Identity>>,
 }
 
 /// A reload asked through the admin listener (`POST /reload`), and where

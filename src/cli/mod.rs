@@ -4,6 +4,7 @@
 
 mod audit;
 pub mod check;
+mod identity;
 mod witness;
 
 use std::io::{self, BufWriter, Write};
@@ -74,6 +75,9 @@ enum Command {
     /// signing key, report on it, print an archived robots.txt.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
+    /// The crawler's Web Bot Auth keys and their directory.
+    #[command(subcommand)]
+    Identity(identity::IdentityCommand),
 }
 
 #[derive(Subcommand)]
@@ -193,6 +197,7 @@ pub fn main() -> ExitCode {
         },
         Command::HashPassword => hash_password(),
         Command::Audit(command) => audit::main(command),
+        Command::Identity(command) => identity::main(command),
         Command::Run(args) => match run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -11,6 +11,9 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
+mod identity;
+pub use identity::{IdentityConfig, SigningConfig, UaMode};
+
 /// Proxy users and their password hashes, for `[[access.users]]`.
 pub use crate::admit::{Params as PasswordParams, UserConfig, hash_password, hash_password_with};
 /// `fleet.redis`: one server or a Redis Cluster.
@@ -86,6 +89,9 @@ pub struct Config {
     pub log: LogConfig,
     pub cache: CacheConfig,
     pub usage: UsageConfig,
+    /// Who the crawler says it is: User-Agent, Web Bot Auth signatures,
+    /// the pages sites look for.
+    pub identity: IdentityConfig,
     /// Fleet mode: a Crawl-delay schedule shared through Redis; off
     /// without the table.
     pub fleet: Option<FleetConfig>,
@@ -335,6 +341,7 @@ impl AdminUser {
             agent: None,
             max_rps: None,
             purposes: Vec::new(),
+            ..Default::default()
         }
     }
 }
@@ -628,6 +635,7 @@ impl Default for Config {
             log: LogConfig::default(),
             cache: CacheConfig::default(),
             usage: UsageConfig::default(),
+            identity: IdentityConfig::default(),
             fleet: None,
             treat_as_public: Vec::new(),
         }
@@ -1186,6 +1194,19 @@ impl Config {
         if self.cache.mode == CacheMode::StoreAll && self.cache.store_all_ttl.is_zero() {
             errors.push("key `cache.store_all_ttl` must be longer than 0s".to_string());
         }
+        if self.user_agent.is_some() && !self.identity.user_agent.is_empty() {
+            errors.push(
+                "keys `user_agent` and `identity.user_agent`: set one (identity.user_agent is \
+                 also what robots.txt is fetched with)"
+                    .into(),
+            );
+        }
+        if let Err(e) = self.identity.listen_addr() {
+            errors.push(e);
+        }
+        if let Err(e) = self.identity.build(self) {
+            errors.push(e);
+        }
         if errors.is_empty() {
             Ok(())
         } else {
@@ -1200,6 +1221,9 @@ impl Config {
 
     /// The User-Agent header for robots.txt fetches.
     pub(crate) fn fetch_user_agent(&self) -> String {
+        if !self.identity.user_agent.is_empty() {
+            return self.identity.user_agent.clone();
+        }
         self.user_agent.clone().unwrap_or_else(|| {
             format!(
                 "{}/{} (robots-proxy)",

@@ -70,8 +70,15 @@ pub(crate) async fn handle(
         Ok(o) => o,
         Err(e) => return Answer::bad_request(format!("Bad CONNECT: {e}\n")),
     };
+    let ours = settings
+        .identity
+        .as_deref()
+        .and_then(|i| i.judged_token(caller.user.as_deref(), req.headers().get(USER_AGENT)));
     let agent = settings
-        .agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT))
+        .agent_for(
+            caller.user_agent.as_deref().or(ours),
+            req.headers().get(USER_AGENT),
+        )
         .to_string();
     if proxy.gate.destination_refusal(&https).is_some() {
         // Judging gives the refusal its audit line before the tunnel opens.

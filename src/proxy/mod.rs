@@ -93,6 +93,9 @@ pub struct Settings {
     /// `[fleet]`: the shared Crawl-delay schedule, if configured (set at
     /// start, kept by reloads).
     pub(crate) fleet: Option<Arc<crate::fleet::Fleet>>,
+    /// `[identity]`: the User-Agent policy and the signer; `None` (nothing
+    /// done per request) when not configured.
+    pub(crate) identity: Option<Arc<crate::identity::Identity>>,
 }
 
 /// The request header that adds purposes for one request (removed before

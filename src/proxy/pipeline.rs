@@ -234,7 +234,16 @@ impl Proxy {
         path: &str,
         mut req: Request<Body>,
     ) -> (Ctx<'a>, Request<Body>) {
-        let agent = settings.agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT));
+        // The User-Agent policy first: the request is judged, recorded
+        // and sent with the User-Agent it goes out with.
+        let ours = match &settings.identity {
+            Some(identity) => identity.apply_user_agent(caller.user.as_deref(), req.headers_mut()),
+            None => None,
+        };
+        let agent = settings.agent_for(
+            caller.user_agent.as_deref().or(ours),
+            req.headers().get(USER_AGENT),
+        );
         let judged = for_client(caller.fetch_client(), self.gate.judge(origin, path, agent)).await;
         let purposes = settings.purposes_for(
             caller.user.as_deref(),
@@ -477,6 +486,10 @@ impl Proxy {
     async fn forward(&self, ctx: &Ctx<'_>, mut req: Request<Body>) -> Forwarded {
         let (settings, origin) = (ctx.settings, &ctx.judgement.origin);
         forward::drop_trailing_dot(&mut req, origin);
+        // Signed last, over the request as it goes out.
+        if let Some(signer) = settings.identity.as_deref().and_then(|i| i.signer()) {
+            crate::identity::sign_for_origin(signer, origin, &mut req);
+        }
         let timeout = settings.response_timeout;
         if crate::http::headers::is_upgrade(req.headers()) {
             let upgrade = upgrade::UpgradeSettings {

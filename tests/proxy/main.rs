@@ -7,6 +7,7 @@ mod support;
 
 mod blind_plain_tunnel;
 mod cache_e2e;
+mod identity;
 mod own_answers;
 mod proxy_http;
 mod proxy_https;

@@ -392,6 +392,8 @@ pub struct Proxy {
     pub addr: SocketAddr,
     /// The admin listener, when `config.admin.listen` was set.
     pub admin_addr: Option<SocketAddr>,
+    /// The identity listener, when `config.identity.listen` was set.
+    pub identity_addr: Option<SocketAddr>,
     pub audit_path: PathBuf,
     /// State directory (the CA is in `ca/`).
     pub state_dir: PathBuf,
@@ -444,6 +446,7 @@ impl Proxy {
         let app = App::bind(config).await.expect("proxy starts");
         let addr = app.local_addr();
         let admin_addr = app.admin_addr();
+        let identity_addr = app.identity_addr();
         let (tx, rx) = oneshot::channel::<()>();
         let done = tokio::spawn(app.serve(async move {
             let _ = rx.await;
@@ -451,6 +454,7 @@ impl Proxy {
         Proxy {
             addr,
             admin_addr,
+            identity_addr,
             audit_path,
             state_dir,
             stop: Some(tx),
@@ -740,6 +744,7 @@ pub fn user(name: &str, password: &str) -> UserConfig {
         agent: None,
         max_rps: None,
         purposes: Vec::new(),
+        ..Default::default()
     }
 }
 
