@@ -213,6 +213,8 @@ pub(crate) fn settings_from(
             .map(|u| (u.name.clone(), u.purposes.clone()))
             .collect(),
         usage_mode: config.usage.mode,
+        usage_tdmrep: config.usage.tdmrep,
+        usage_html_meta: config.usage.html_meta,
     })
 }
 

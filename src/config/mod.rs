@@ -503,7 +503,7 @@ pub struct AccessConfig {
 
 /// Declared purposes, judged against the sites' usage preferences
 /// (`Content-Usage`, `Content-Signal`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UsageConfig {
     /// Usage categories every request is for (`train-ai`, `search`,
@@ -511,6 +511,23 @@ pub struct UsageConfig {
     pub purposes: Vec<String>,
     /// What a preference of `n` for a declared purpose does.
     pub mode: UsageMode,
+    /// Read the origins' `/.well-known/tdmrep.json` (W3C TDMRep) for
+    /// requests that declare `train-ai` or `ai-input`.
+    pub tdmrep: bool,
+    /// Read the `<meta>` elements of HTML responses' heads (at most their
+    /// first 64 KiB) for requests that declare a purpose.
+    pub html_meta: bool,
+}
+
+impl Default for UsageConfig {
+    fn default() -> Self {
+        UsageConfig {
+            purposes: Vec::new(),
+            mode: UsageMode::default(),
+            tdmrep: true,
+            html_meta: true,
+        }
+    }
 }
 
 pub use crate::judge::UsageMode;

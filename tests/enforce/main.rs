@@ -16,3 +16,4 @@ mod enforce_paths;
 mod enforce_readings;
 mod request_bodies;
 mod usage_preferences;
+mod usage_signals;

@@ -29,6 +29,7 @@ fn record(url: &str) -> Record<'_> {
         user_agent: None,
         cache: None,
         usage: None,
+        usage_evidence: Vec::new(),
         politeness: None,
     }
 }
