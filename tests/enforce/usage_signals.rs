@@ -76,6 +76,21 @@ async fn tdmrep_json_refuses_ai_purposes_before_the_fetch_and_not_search() {
         "{evidence}"
     );
 
+    // The file is archived by that digest, with where it came from.
+    let config = crate::support::binary::TextFile::new(
+        "robots-proxy.toml",
+        &format!("state_dir = {:?}\n", proxy.state_dir.display().to_string()),
+    );
+    let config = config.path.to_str().expect("utf-8 path");
+    let out = crate::support::binary::run(&["audit", "robots", &digest, "--config", config]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), TDMREP, "{out:?}");
+    let out =
+        crate::support::binary::run(&["audit", "robots", &digest, "--meta", "--config", config]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&origin.url(WELL_KNOWN)),
+        "{out:?}"
+    );
+
     // The first matching rule decides: `/books/free/` is not reserved.
     assert_eq!(proxy.get(&origin.url("/books/free/x")).await.status, 200);
     assert_eq!(proxy.get(&origin.url("/news")).await.status, 200);
@@ -101,6 +116,11 @@ async fn an_origin_without_any_signal_costs_one_lookup() {
     let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
     origin.route(WELL_KNOWN, Reply::status(404));
     let proxy = trainer(UsageMode::Enforce).await;
+    // Ten at once: one fetch, the others wait for it (single flight).
+    let urls: Vec<String> = (0..10).map(|i| origin.url(&format!("/q{i}"))).collect();
+    let all = futures_util::future::join_all(urls.iter().map(|u| proxy.get(u))).await;
+    assert!(all.iter().all(|r| r.status == 200));
+    assert_eq!(origin.hits(WELL_KNOWN), 1);
     for i in 0..5 {
         let resp = proxy.get(&origin.url(&format!("/p{i}"))).await;
         assert_eq!(resp.status, 200);

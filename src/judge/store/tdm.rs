@@ -141,8 +141,10 @@ impl RobotsCache {
                         etag: None,
                         last_modified: None,
                     };
+                    // Named by its URL: the origin's robots.txt keeps its own
+                    // place in the archive's record of what each origin served.
                     archive.keep_text(
-                        &origin.to_string(),
+                        &url,
                         Some(got.status),
                         &evidence,
                         &got.body,
