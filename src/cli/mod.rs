@@ -55,6 +55,11 @@ enum Command {
         /// `n` is DISALLOWED. Repeatable.
         #[arg(long = "purpose", value_name = "CATEGORY")]
         purposes: Vec<String>,
+        /// The origin's `/.well-known/tdmrep.json` (W3C TDMRep): a URL its
+        /// first matching rule reserves (`tdm-reservation: 1`) is
+        /// DISALLOWED for a declared `train-ai` or `ai-input`.
+        #[arg(long, value_name = "FILE")]
+        tdmrep: Option<PathBuf>,
         /// URLs (absolute or paths); read from stdin, one per line, if none.
         urls: Vec<String>,
     },
@@ -147,8 +152,24 @@ pub fn main() -> ExitCode {
             config,
             case_insensitive,
             purposes,
+            tdmrep,
             urls,
         } => {
+            let tdmrep = match tdmrep.map(|f| (std::fs::read(&f), f)) {
+                None => None,
+                Some((Ok(bytes), f)) => match crate::judge::signals::tdmrep::TdmFile::parse(&bytes)
+                {
+                    Ok(file) => Some(file),
+                    Err(e) => {
+                        eprintln!("robots-proxy check: {}: {e}", f.display());
+                        return ExitCode::from(2);
+                    }
+                },
+                Some((Err(e), f)) => {
+                    eprintln!("robots-proxy check: cannot read {}: {e}", f.display());
+                    return ExitCode::from(2);
+                }
+            };
             let agent = match (agent, config) {
                 (Some(agent), _) => agent,
                 (None, Some(file)) => match Config::load(&file) {
@@ -163,6 +184,7 @@ pub fn main() -> ExitCode {
             let opts = check::Options {
                 case_insensitive,
                 purposes,
+                tdmrep,
             };
             run_check(&robots, &agent, &urls, &opts)
         }

@@ -325,3 +325,75 @@ async fn annotate_names_every_signal_and_streams_the_whole_body() {
         "{line}"
     );
 }
+
+#[tokio::test]
+async fn explain_names_each_signal_known_before_the_fetch() {
+    let origin = Origin::with_robots("User-agent: *\nContent-Usage: /books/ train-ai=n\n").await;
+    origin.route(
+        WELL_KNOWN,
+        Reply::ok(TDMREP).header("Content-Type", "application/json"),
+    );
+    let proxy = Proxy::with_admin().await;
+    let url = crate::support::percent(&origin.url("/books/novel"));
+    let v: serde_json::Value = proxy
+        .admin_get(&format!("/explain?url={url}&purpose=train-ai,search"))
+        .await
+        .json();
+    let signals = v["signals"].as_array().expect("signals");
+    assert_eq!(signals.len(), 2, "{v:#}");
+    assert_eq!(signals[0]["protocol"], "robots.txt");
+    assert_eq!(signals[0]["rule_line"], 2);
+    assert_eq!(signals[1]["protocol"], "tdmrep.json");
+    assert_eq!(signals[1]["purpose"], "train-ai");
+    assert!(
+        signals[1]["evidence"]
+            .as_str()
+            .is_some_and(|e| e.contains(&format!("sha256={}", sha256(TDMREP.as_bytes())))),
+        "{v:#}"
+    );
+    assert_eq!(v["tdmrep"]["outcome"], "file");
+    assert_eq!(v["tdmrep"]["reservation"], "1");
+    // `search` only: the file is not consulted.
+    let v: serde_json::Value = proxy
+        .admin_get(&format!("/explain?url={url}&purpose=search"))
+        .await
+        .json();
+    assert_eq!(v["signals"].as_array().map(Vec::len), Some(0), "{v:#}");
+    assert!(v["tdmrep"].is_null());
+}
+
+#[test]
+fn check_with_a_tdmrep_file_names_the_rule() {
+    use crate::support::binary::{TextFile, run};
+    let robots = TextFile::new("robots.txt", "User-agent: *\nAllow: /\n");
+    let tdmrep = TextFile::new("tdmrep.json", TDMREP);
+    let (robots, tdmrep) = (
+        robots.path.to_str().expect("utf-8"),
+        tdmrep.path.to_str().expect("utf-8"),
+    );
+    let args = [
+        "check", "--robots", robots, "--tdmrep", tdmrep, "--agent", "x",
+    ];
+    let urls = ["/books/novel", "/books/free/a", "/news"];
+    let out = run(&[&args[..], &["--purpose", "train-ai"], &urls[..]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "DISALLOWED /books/novel\ttdmrep.json rule 2 (location \"/books/\", tdm-reservation 1, \
+             tdm-policy \"https://provider.example/policies/policy.json\")\tusage train-ai=n"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("ALLOWED /books/free/a"), "{stdout}");
+    assert!(stdout.contains("ALLOWED /news"), "{stdout}");
+    // Not for `search`.
+    let out = run(&[&args[..], &["--purpose", "search"], &urls[..]].concat());
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // A file that is not tdmrep.json is an error, not a silent pass.
+    let bad = TextFile::new("bad.json", "{}");
+    let bad_path = bad.path.to_str().expect("utf-8");
+    let out = run(&["check", "--robots", robots, "--tdmrep", bad_path, "/x"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a JSON array"));
+}

@@ -65,6 +65,25 @@ pub enum TdmOutcome {
     Unreachable(String),
 }
 
+impl TdmOutcome {
+    /// `file`, `absent` or `unreachable`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            TdmOutcome::File(_) => "file",
+            TdmOutcome::Absent(_) => "absent",
+            TdmOutcome::Unreachable(_) => "unreachable",
+        }
+    }
+
+    /// Why there is no file, if there is none.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            TdmOutcome::File(_) => None,
+            TdmOutcome::Absent(r) | TdmOutcome::Unreachable(r) => Some(r),
+        }
+    }
+}
+
 type Cell = Arc<tokio::sync::OnceCell<Arc<TdmState>>>;
 
 /// The per-origin table.
