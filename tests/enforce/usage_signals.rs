@@ -397,3 +397,35 @@ fn check_with_a_tdmrep_file_names_the_rule() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a JSON array"));
 }
+
+#[tokio::test]
+async fn the_usage_report_counts_refusals_and_annotations_per_origin_and_protocol() {
+    let origin = origin().await;
+    origin.route("/tagged", Reply::ok("x").header("X-Robots-Tag", "noai"));
+    let enforcing = trainer(UsageMode::Enforce).await;
+    assert_eq!(enforcing.get(&origin.url("/books/a")).await.status, 403);
+    assert_eq!(enforcing.get(&origin.url("/books/b")).await.status, 403);
+    assert_eq!(enforcing.get(&origin.url("/tagged")).await.status, 403);
+    let annotating = trainer(UsageMode::Annotate).await;
+    assert_eq!(annotating.get(&origin.url("/books/c")).await.status, 200);
+    let logs: Vec<String> = [&enforcing, &annotating]
+        .iter()
+        .map(|p| p.state_dir.join("audit.jsonl").display().to_string())
+        .collect();
+    let mut args = vec!["audit", "report", "--usage", "--format", "csv"];
+    args.extend(logs.iter().map(String::as_str));
+    let out = crate::support::binary::run(&args);
+    let csv = String::from_utf8_lossy(&out.stdout);
+    let host = origin.url("/");
+    let host = host.trim_end_matches('/');
+    assert!(
+        csv.contains(&format!("usage,{host} tdmrep.json train-ai,,3,2,")),
+        "two refused, one annotated: {csv}"
+    );
+    assert!(
+        csv.contains(&format!("usage,{host} x-robots-tag train-ai,,1,1,")),
+        "{csv}"
+    );
+    let without = crate::support::binary::run(&["audit", "report", "--format", "csv", &logs[0]]);
+    assert!(!String::from_utf8_lossy(&without.stdout).contains("usage,"));
+}

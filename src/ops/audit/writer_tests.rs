@@ -306,6 +306,7 @@ fn removed_evidence_is_chained_and_listed_by_verify_and_report() {
             since: None,
             until: None,
             top: 10,
+            usage: false,
         },
     )
     .expect("report");
