@@ -47,6 +47,8 @@ pub enum StartError {
     },
     #[error("key `fleet.redis`: {0}")]
     Fleet(String),
+    #[error("key `usage.licenses`: {0}")]
+    License(String),
     #[error("key `audit.signing_key`: {0}")]
     AuditKey(#[from] crate::ops::audit::KeyError),
     #[error("TLS: {0}")]
@@ -215,7 +217,34 @@ pub(crate) fn settings_from(
         usage_mode: config.usage.mode,
         usage_tdmrep: config.usage.tdmrep,
         usage_html_meta: config.usage.html_meta,
+        usage_licenses: license_tokens(&config.usage.licenses)?,
     })
+}
+
+/// `[[usage.licenses]]`: each server with its token, read from its file.
+fn license_tokens(
+    licenses: &[crate::config::LicenseConfig],
+) -> Result<Arc<[(String, http::HeaderValue)]>, StartError> {
+    licenses
+        .iter()
+        .map(|l| {
+            let bad = |why: String| {
+                StartError::License(format!(
+                    "server {:?}: token_file {}: {why}",
+                    l.server,
+                    l.token_file.display()
+                ))
+            };
+            let token = std::fs::read_to_string(&l.token_file).map_err(|e| bad(e.to_string()))?;
+            let token = token.trim();
+            if token.is_empty() {
+                return Err(bad("empty".into()));
+            }
+            let value = http::HeaderValue::from_str(&format!("License {token}"))
+                .map_err(|_| bad("not a header value (one line of visible ASCII)".into()))?;
+            Ok((l.server.trim_end_matches('/').to_owned(), value))
+        })
+        .collect()
 }
 
 impl App {

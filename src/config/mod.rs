@@ -517,6 +517,19 @@ pub struct UsageConfig {
     /// Read the `<meta>` elements of HTML responses' heads (at most their
     /// first 64 KiB) for requests that declare a purpose.
     pub html_meta: bool,
+    /// Licence tokens for RSL License Servers (`[[usage.licenses]]`).
+    pub licenses: Vec<LicenseConfig>,
+}
+
+/// A licence token obtained from an RSL License Server, sent as
+/// `Authorization: License <token>` to the content its `server=` covers.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LicenseConfig {
+    /// The License Server's URL, as `<content server=…>` names it.
+    pub server: String,
+    /// A file holding the token (read at start and on reload).
+    pub token_file: PathBuf,
 }
 
 impl Default for UsageConfig {
@@ -526,6 +539,7 @@ impl Default for UsageConfig {
             mode: UsageMode::default(),
             tdmrep: true,
             html_meta: true,
+            licenses: Vec::new(),
         }
     }
 }

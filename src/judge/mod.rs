@@ -4,6 +4,7 @@
 pub(crate) mod archive;
 pub mod fetch;
 pub(crate) mod fetch_budget;
+pub(crate) mod licensing;
 pub(crate) mod metrics;
 pub mod politeness;
 pub mod signals;
@@ -422,6 +423,19 @@ impl Gate {
 }
 
 impl Gate {
+    /// The licence document at `url` (RSL 1.0), fetched once and kept.
+    pub(crate) async fn rsl(&self, url: &str) -> Arc<store::rsl::RslState> {
+        self.cache.rsl(url).await
+    }
+
+    /// The `License:` lines of the robots.txt that judged `judgement`.
+    pub(crate) fn licenses(judgement: &Judgement) -> Vec<(u32, Box<str>)> {
+        match judgement.entry.as_ref().map(|e| &e.state) {
+            Some(State::Fresh(rules) | State::Stale { rules, .. }) => rules.licenses().to_vec(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The origin's `/.well-known/tdmrep.json`, fetched once and kept.
     pub(crate) async fn tdmrep(&self, origin: &Origin) -> Arc<store::tdm::TdmState> {
         self.cache.tdmrep(origin).await

@@ -88,6 +88,9 @@ pub struct Settings {
     pub(crate) usage_tdmrep: bool,
     /// `usage.html_meta`.
     pub(crate) usage_html_meta: bool,
+    /// `[[usage.licenses]]`: License Server URL (without a trailing `/`)
+    /// and `Authorization: License <token>`.
+    pub(crate) usage_licenses: Arc<[(String, HeaderValue)]>,
     /// Crawl-delay enforcement.
     pub politeness: Arc<Politeness>,
     /// What `politeness` was built from (kept across reloads when unchanged).

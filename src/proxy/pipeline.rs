@@ -241,12 +241,17 @@ impl Proxy {
             caller.user.as_deref(),
             req.headers_mut().remove(&PURPOSE_HEADER).as_ref(),
         );
+        let mut license = None;
         let (verdict, fleet_spent) = if judged.decision.is_allowed() {
-            self.beyond_robots(settings, caller, &judged, &req, &purposes)
+            self.beyond_robots(settings, caller, &judged, &req, (&purposes, &mut license))
                 .await
         } else {
             (Verdict::Stands, Duration::ZERO)
         };
+        if let Some(value) = license {
+            // The licence token the content's RSL License Server asks for.
+            req.headers_mut().insert(http::header::AUTHORIZATION, value);
+        }
         let judgement = match verdict {
             Verdict::Stands => judged,
             Verdict::Annotated(note) => Judgement {
@@ -289,7 +294,7 @@ impl Proxy {
         caller: &Caller,
         judged: &Judgement,
         req: &Request<Body>,
-        purposes: &[String],
+        (purposes, license): (&[String], &mut Option<HeaderValue>),
     ) -> (Verdict, Duration) {
         let mut fleet_spent = Duration::ZERO;
         if let (Some(auth), Some(user)) = (&settings.auth, caller.user.as_deref())
@@ -333,6 +338,20 @@ impl Proxy {
             let state = self.gate.tdmrep(&judged.origin).await;
             let (_, notes) = crate::judge::Gate::tdm_file_notes(&state, &judged.path, purposes);
             note = UsageNote::combine(note, notes);
+        }
+        // RSL 1.0: the robots.txt `License:` documents, global.
+        let documents = crate::judge::Gate::licenses(judged);
+        if !documents.is_empty() {
+            let mut licensed = crate::judge::licensing::Licensed::default();
+            let url = judged.url();
+            for (line, doc) in &documents {
+                let state = self.gate.rsl(doc).await;
+                let source = format!("robots.txt line {line} License");
+                let tokens = &settings.usage_licenses;
+                licensed.add(&state, &source, (&url, &judged.path), purposes, tokens);
+            }
+            note = UsageNote::combine(note, licensed.notes);
+            *license = licensed.authorization;
         }
         let verdict = match note {
             None => Verdict::Stands,

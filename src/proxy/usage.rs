@@ -25,7 +25,7 @@ use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use http::header::{CONTENT_ENCODING, CONTENT_TYPE, LINK};
 use http_body_util::BodyExt;
 use hyper::body::{Frame, SizeHint};
 
@@ -53,7 +53,8 @@ impl Proxy {
         let headers = resp.headers();
         let has_signal_header = headers.contains_key(&CONTENT_USAGE)
             || headers.contains_key(&TDM_RESERVATION)
-            || headers.contains_key(&X_ROBOTS_TAG);
+            || headers.contains_key(&X_ROBOTS_TAG)
+            || headers.contains_key(LINK);
         let scan = forwarded && settings.usage_html_meta && is_plain_html(headers);
         if judged.usage.is_none() && !has_signal_header && !scan {
             return answer;
@@ -101,6 +102,27 @@ impl Proxy {
                     format!("header tdm-reservation: {v}{policy}"),
                 ))
             });
+        // RSL 1.0 documents the response links to (`Link: rel="license"`).
+        let links = crate::judge::licensing::license_links(
+            headers.get_all(LINK).iter().filter_map(|v| v.to_str().ok()),
+            &url,
+        );
+        if !links.is_empty() {
+            let mut licensed = crate::judge::licensing::Licensed::default();
+            for doc in &links {
+                let state = self.gate.rsl(doc).await;
+                let tokens = &settings.usage_licenses;
+                licensed.add(
+                    &state,
+                    "Link header",
+                    (&url, &judged.path),
+                    &ctx.purposes,
+                    tokens,
+                );
+            }
+            notes.extend(licensed.notes);
+        }
+        let headers = answer.resp.headers();
         let agent = judged.agent.as_str();
         let content_type = headers
             .get(CONTENT_TYPE)

@@ -8,6 +8,8 @@
 //! | `tdm-reservation` / `tdm-policy` response headers | response | `train-ai`, `ai-input` |
 //! | `<meta name="tdm-reservation">` | HTML head | `train-ai`, `ai-input` |
 //! | `X-Robots-Tag` / `<meta name="robots">` ([`robots_tag`]) | response / HTML head | see [`robots_tag`] |
+//! | RSL 1.0 documents ([`rsl`]) named by robots.txt `License:` | before the fetch | what they permit and prohibit |
+//! | RSL 1.0 documents named by `Link: rel="license"` | response | the same |
 //!
 //! TDMRep speaks for AI purposes only, never `search`: the W3C TDM
 //! Reservation Protocol (Community Group Final Report, 2024) reserves
@@ -23,6 +25,7 @@
 
 pub(crate) mod html;
 pub mod robots_tag;
+pub mod rsl;
 pub mod tdmrep;
 
 /// Purposes a TDM reservation speaks for.
@@ -45,6 +48,9 @@ pub enum Protocol {
     RobotsTagHeader,
     /// `<meta name="robots">` (or the agent's name) in the HTML head.
     RobotsMeta,
+    /// An RSL 1.0 licence document (robots.txt `License:`, `Link:
+    /// rel="license"`).
+    Rsl,
 }
 
 impl Protocol {
@@ -57,6 +63,7 @@ impl Protocol {
             Protocol::TdmMeta => "tdm-meta",
             Protocol::RobotsTagHeader => "x-robots-tag",
             Protocol::RobotsMeta => "meta-robots",
+            Protocol::Rsl => "rsl",
         }
     }
 }

@@ -27,6 +27,7 @@ pub(crate) mod entry;
 mod fetcher;
 pub(crate) mod kept;
 mod others;
+pub(crate) mod rsl;
 mod shared;
 pub(crate) mod tdm;
 
@@ -120,6 +121,8 @@ pub struct RobotsCache {
     signals: tokio::sync::broadcast::Sender<RobotsSignal>,
     /// The origins' `/.well-known/tdmrep.json` ([`tdm`]).
     tdm: tdm::TdmFiles,
+    /// RSL licence documents by URL ([`rsl`]).
+    rsl: tdm::Docs<rsl::RslState>,
 }
 
 /// A robots.txt fetch answered 429 or 503 with `Retry-After`.
@@ -151,6 +154,7 @@ impl RobotsCache {
             fleet: None,
             signals: tokio::sync::broadcast::channel(64).0,
             tdm: tdm::TdmFiles::default(),
+            rsl: tdm::Docs::default(),
         }
     }
 

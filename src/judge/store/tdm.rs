@@ -84,32 +84,59 @@ impl TdmOutcome {
     }
 }
 
-type Cell = Arc<tokio::sync::OnceCell<Arc<TdmState>>>;
+/// A document kept until it expires.
+pub(crate) trait Expiring {
+    fn until(&self) -> Instant;
+}
+
+impl Expiring for TdmState {
+    fn until(&self) -> Instant {
+        self.until
+    }
+}
+
+type Cell<T> = Arc<tokio::sync::OnceCell<Arc<T>>>;
+
+/// Documents by key (an origin, a URL), each fetched once until it
+/// expires; at most [`MAX_ORIGINS`] keys.
+pub(crate) struct Docs<T> {
+    cells: parking_lot::Mutex<HashMap<Arc<str>, Cell<T>>>,
+}
+
+impl<T> Default for Docs<T> {
+    fn default() -> Self {
+        Docs {
+            cells: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T: Expiring> Docs<T> {
+    /// The cell for `key`: the one in use, or a new one when there is none
+    /// or it expired.
+    pub(crate) fn cell(&self, key: &str) -> Cell<T> {
+        let mut cells = self.cells.lock();
+        let stale = cells
+            .get(key)
+            .and_then(|c| c.get())
+            .is_some_and(|s| s.until() <= Instant::now());
+        if stale {
+            cells.remove(key);
+        }
+        if cells.len() >= MAX_ORIGINS && !cells.contains_key(key) {
+            cells.clear();
+        }
+        cells.entry(key.into()).or_default().clone()
+    }
+}
 
 /// The per-origin table.
-#[derive(Default)]
-pub(crate) struct TdmFiles {
-    cells: parking_lot::Mutex<HashMap<Arc<str>, Cell>>,
-}
+pub(crate) type TdmFiles = Docs<TdmState>;
 
 impl RobotsCache {
     /// The origin's tdmrep.json, fetched if not known (or expired).
     pub(crate) async fn tdmrep(&self, origin: &Origin) -> Arc<TdmState> {
-        let key: Arc<str> = origin.to_string().into();
-        let cell = {
-            let mut cells = self.tdm.cells.lock();
-            let stale = cells
-                .get(&key)
-                .and_then(|c| c.get())
-                .is_some_and(|s| s.until <= Instant::now());
-            if stale {
-                cells.remove(&key);
-            }
-            if cells.len() >= MAX_ORIGINS && !cells.contains_key(&key) {
-                cells.clear();
-            }
-            cells.entry(key).or_default().clone()
-        };
+        let cell = self.tdm.cell(&origin.to_string());
         cell.get_or_init(|| self.fetch_tdmrep(origin)).await.clone()
     }
 
@@ -123,6 +150,7 @@ impl RobotsCache {
                 &url,
                 &settings.user_agent,
                 settings.max_redirects,
+                MAX_BYTES,
             ),
         )
         .await
@@ -198,7 +226,7 @@ impl RobotsCache {
     }
 }
 
-/// A small document fetched whole (at most [`MAX_BYTES`] + 1 octets).
+/// A small document fetched whole (at most its limit + 1 octets).
 pub(crate) struct Got {
     pub(crate) status: u16,
     pub(crate) final_url: String,
@@ -207,13 +235,14 @@ pub(crate) struct Got {
     pub(crate) body: Bytes,
 }
 
-/// GETs `url`, following redirects, reading at most [`MAX_BYTES`] + 1
-/// octets of the final body, uncompressed (`Accept-Encoding: identity`).
+/// GETs `url`, following redirects, reading at most `limit` + 1 octets
+/// of the final body, uncompressed (`Accept-Encoding: identity`).
 pub(crate) async fn get_capped(
     client: &crate::upstream::HttpClient,
     url: &str,
     user_agent: &str,
     max_redirects: u8,
+    limit: usize,
 ) -> Result<Got, String> {
     let mut uri: Uri = url.parse().map_err(|e| format!("bad URL {url}: {e}"))?;
     let mut hops = 0u8;
@@ -262,9 +291,9 @@ pub(crate) async fn get_capped(
             while let Some(frame) = body.frame().await {
                 let frame = frame.map_err(|e| format!("reading {uri}: {e}"))?;
                 if let Ok(data) = frame.into_data() {
-                    let room = MAX_BYTES + 1 - buf.len();
+                    let room = limit + 1 - buf.len();
                     buf.extend_from_slice(&data[..data.len().min(room)]);
-                    if buf.len() > MAX_BYTES {
+                    if buf.len() > limit {
                         break;
                     }
                 }
