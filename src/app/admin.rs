@@ -359,6 +359,23 @@ async fn explain_value(
     } else {
         None
     };
+    // RSL 1.0 documents of the robots.txt `License:` lines.
+    let documents = if j.decision.is_allowed() && !purposes.is_empty() {
+        crate::judge::Gate::licenses(&j)
+    } else {
+        Vec::new()
+    };
+    if !documents.is_empty() {
+        let mut licensed = crate::judge::licensing::Licensed::default();
+        let url = j.url();
+        for (line, doc) in &documents {
+            let state = proxy.gate().rsl(doc).await;
+            let source = format!("robots.txt line {line} License");
+            let tokens = &settings.usage_licenses;
+            licensed.add(&state, &source, (&url, &path), &purposes, tokens);
+        }
+        usage = crate::judge::UsageNote::combine(usage, licensed.notes);
+    }
     // Every signal known before the fetch, one per purpose it disallows.
     let signals: Vec<serde_json::Value> = usage
         .iter()

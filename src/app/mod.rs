@@ -569,6 +569,7 @@ impl ProxyView for Proxy {
             header_timeout: s.header_timeout,
             purposes: s.purposes.clone(),
             usage_mode: s.usage_mode,
+            usage_licenses: s.usage_licenses.clone(),
             auth: s.admin_auth.clone(),
             roles: s.admin_roles.clone(),
             public_proxy: s.public_proxy.clone(),

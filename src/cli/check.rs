@@ -102,6 +102,21 @@ impl<'r> Printer<'r> {
                     rule.element()
                 );
             }
+            if let Some(doc) = &self.opts.rsl {
+                for purpose in &self.opts.purposes {
+                    if let Some(v) = doc.verdict(url, path, purpose)
+                        && v.permitted == Some(false)
+                    {
+                        self.summary.disallowed += 1;
+                        let token = v.token.unwrap_or_default();
+                        return writeln!(
+                            out,
+                            "DISALLOWED {url}\trsl {} prohibits {token}\tusage {purpose}=n",
+                            v.element
+                        );
+                    }
+                }
+            }
         }
         // Rare: disallowed in another reading of the path (named last), or
         // by a rule read into its spelling (`Disallow: /wiki/Special%3A`
@@ -170,6 +185,9 @@ pub struct Options {
     /// The origin's tdmrep.json: a URL it reserves is disallowed for the
     /// purposes a reservation speaks for (`train-ai`, `ai-input`).
     pub tdmrep: Option<crate::judge::signals::tdmrep::TdmFile>,
+    /// An RSL licence document: a URL whose content it prohibits a
+    /// declared purpose for is disallowed.
+    pub rsl: Option<crate::judge::signals::rsl::RslDoc>,
 }
 
 /// [`check_urls`] with [`Options`].

@@ -60,6 +60,12 @@ enum Command {
         /// DISALLOWED for a declared `train-ai` or `ai-input`.
         #[arg(long, value_name = "FILE")]
         tdmrep: Option<PathBuf>,
+        /// An RSL 1.0 licence document: a URL its first matching
+        /// `<content>` prohibits a declared purpose for is DISALLOWED (the
+        /// URLs are then best given whole, `https://host/path`, for the
+        /// documents' full-URL patterns).
+        #[arg(long, value_name = "FILE")]
+        rsl: Option<PathBuf>,
         /// URLs (absolute or paths); read from stdin, one per line, if none.
         urls: Vec<String>,
     },
@@ -153,8 +159,26 @@ pub fn main() -> ExitCode {
             case_insensitive,
             purposes,
             tdmrep,
+            rsl,
             urls,
         } => {
+            let rsl = match rsl.map(|f| (std::fs::read(&f), f)) {
+                None => None,
+                Some((Ok(bytes), f)) => match crate::judge::signals::rsl::RslDoc::parse(&bytes) {
+                    Ok(doc) => Some(doc),
+                    Err(e) => {
+                        eprintln!(
+                            "robots-proxy check: {}: not an RSL document: {e}",
+                            f.display()
+                        );
+                        return ExitCode::from(2);
+                    }
+                },
+                Some((Err(e), f)) => {
+                    eprintln!("robots-proxy check: cannot read {}: {e}", f.display());
+                    return ExitCode::from(2);
+                }
+            };
             let tdmrep = match tdmrep.map(|f| (std::fs::read(&f), f)) {
                 None => None,
                 Some((Ok(bytes), f)) => match crate::judge::signals::tdmrep::TdmFile::parse(&bytes)
@@ -185,6 +209,7 @@ pub fn main() -> ExitCode {
                 case_insensitive,
                 purposes,
                 tdmrep,
+                rsl,
             };
             run_check(&robots, &agent, &urls, &opts)
         }

@@ -69,6 +69,22 @@ async fn a_prohibition_refuses_its_purposes_before_the_fetch() {
     assert_eq!(search.get(&origin.url("/books/novel")).await.status, 200);
     assert_eq!(proxy.get(&origin.url("/news")).await.status, 200);
     assert_eq!(origin.hits("/license.xml"), 2, "once per proxy");
+
+    // /explain names the document, its digest and the content.
+    let admin = Proxy::with_admin().await;
+    let url = crate::support::percent(&origin.url("/books/novel"));
+    let v: serde_json::Value = admin
+        .admin_get(&format!("/explain?url={url}&purpose=train-ai"))
+        .await
+        .json();
+    let signal = &v["signals"][0];
+    assert_eq!(signal["protocol"], "rsl", "{v:#}");
+    assert!(
+        signal["evidence"]
+            .as_str()
+            .is_some_and(|e| e.contains(&sha256(LICENSE.as_bytes())) && e.contains("content 1")),
+        "{v:#}"
+    );
 }
 
 #[tokio::test]
@@ -156,4 +172,28 @@ async fn a_link_header_licence_withholds_the_response() {
     let resp = proxy.get(&origin.url("/page")).await;
     resp.assert_says("link", 403, &["(Link header)", "prohibits ai-all"]);
     assert!(!resp.body.contains("SECRET"));
+}
+
+#[test]
+fn check_with_an_rsl_document_names_the_content() {
+    use crate::support::binary::{TextFile, run};
+    let robots = TextFile::new("robots.txt", "User-agent: *\nAllow: /\n");
+    let rsl = TextFile::new("license.xml", LICENSE);
+    let (robots, rsl) = (
+        robots.path.to_str().expect("utf-8"),
+        rsl.path.to_str().expect("utf-8"),
+    );
+    let args = ["check", "--robots", robots, "--rsl", rsl, "--agent", "x"];
+    let out = run(&[&args[..], &["--purpose", "train-ai", "/books/a", "/news"]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "DISALLOWED /books/a\trsl content 1 (url \"/books/\") prohibits ai-train\tusage train-ai=n"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("ALLOWED /news"), "{stdout}");
+    let out = run(&[&args[..], &["--purpose", "search", "/books/a"]].concat());
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
