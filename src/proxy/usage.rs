@@ -12,9 +12,10 @@
 //!   ([`crate::judge::signals::robots_tag`]).
 //!
 //! The HTML head is read only for a declared purpose, a 2xx `text/html`
-//! response sent without a content coding, and `usage.html_meta`: at most
-//! [`MAX_HEAD`] octets are held, up to `</head>` or `<body`, and then sent
-//! on before the rest of the body, which streams as before.
+//! response sent without a content coding or with one of gzip, deflate
+//! and br, and `usage.html_meta`: at most [`MAX_HEAD`] octets are held, up
+//! to `</head>` or `<body`, and then sent on as they came before the rest
+//! of the body, which streams as before.
 //!
 //! `enforce`: a response a signal says `n` to is withheld, a 403 naming
 //! the signal; `annotate`: forwarded with one `X-Robots-Proxy-Usage` per
@@ -55,7 +56,8 @@ impl Proxy {
             || headers.contains_key(&TDM_RESERVATION)
             || headers.contains_key(&X_ROBOTS_TAG)
             || headers.contains_key(LINK);
-        let scan = forwarded && settings.usage_html_meta && is_plain_html(headers);
+        let coding = html_coding(headers);
+        let scan = forwarded && settings.usage_html_meta && coding.is_some();
         if judged.usage.is_none() && !has_signal_header && !scan {
             return answer;
         }
@@ -138,7 +140,8 @@ impl Proxy {
             .map(|h| (Protocol::RobotsTagHeader, h))
             .collect();
         if scan {
-            let (resp, metas) = read_head(std::mem::take(&mut answer.resp)).await;
+            let coding = coding.unwrap_or(Coding::Identity);
+            let (resp, metas) = read_head(std::mem::take(&mut answer.resp), coding).await;
             answer.resp = resp;
             for m in metas {
                 match m.name.as_str() {
@@ -259,8 +262,10 @@ impl Proxy {
     }
 }
 
-/// `text/html` (or XHTML) sent without a content coding.
-fn is_plain_html(headers: &http::HeaderMap) -> bool {
+/// How an HTML response's body is coded, when its head can be read: no
+/// coding, or one of gzip, deflate and br. `None`: not HTML, or another
+/// coding (or several).
+fn html_coding(headers: &http::HeaderMap) -> Option<Coding> {
     let html = headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -271,21 +276,78 @@ fn is_plain_html(headers: &http::HeaderMap) -> bool {
                 || t.get(..21)
                     .is_some_and(|p| p.eq_ignore_ascii_case(b"application/xhtml+xml"))
         });
-    html && headers
-        .get(CONTENT_ENCODING)
-        .is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"))
+    if !html {
+        return None;
+    }
+    let mut codings = headers.get_all(CONTENT_ENCODING).iter();
+    let coding = match (codings.next(), codings.next()) {
+        (None, _) => return Some(Coding::Identity),
+        (Some(v), None) => v.to_str().ok()?.trim().to_ascii_lowercase(),
+        _ => return None,
+    };
+    match coding.as_str() {
+        "identity" | "" => Some(Coding::Identity),
+        "gzip" | "x-gzip" => Some(Coding::Gzip),
+        "deflate" => Some(Coding::Deflate),
+        "br" => Some(Coding::Brotli),
+        _ => None,
+    }
+}
+
+/// A body coding the head reader undoes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Coding {
+    Identity,
+    Gzip,
+    Deflate,
+    Brotli,
+}
+
+/// What a coded prefix of a body decodes to, at most [`MAX_HEAD`]
+/// octets: a stream cut short yields what came before the cut.
+fn decode_prefix(coding: Coding, body: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let reader: Box<dyn Read + '_> = match coding {
+        Coding::Identity => return body[..body.len().min(MAX_HEAD)].to_vec(),
+        Coding::Gzip => Box::new(flate2::read::GzDecoder::new(body)),
+        // zlib-wrapped as the RFC says, or raw as some servers send it.
+        Coding::Deflate
+            if body.len() >= 2
+                && body[0] & 0x0f == 8
+                && (u16::from(body[0]) << 8 | u16::from(body[1])) % 31 == 0 =>
+        {
+            Box::new(flate2::read::ZlibDecoder::new(body))
+        }
+        Coding::Deflate => Box::new(flate2::read::DeflateDecoder::new(body)),
+        Coding::Brotli => Box::new(brotli_decompressor::Decompressor::new(body, 4096)),
+    };
+    let mut out = Vec::new();
+    // An error (the cut) leaves what was decoded before it in `out`.
+    let _ = reader.take(MAX_HEAD as u64).read_to_end(&mut out);
+    out
 }
 
 /// Reads the response's body up to the end of its HTML head (at most
-/// [`MAX_HEAD`] octets), and gives the response back with what was read
-/// sent first.
-async fn read_head(resp: http::Response<Body>) -> (http::Response<Body>, Vec<html::Meta>) {
+/// [`MAX_HEAD`] octets as sent, and as decoded), and gives the response
+/// back with what was read sent first, unchanged. A coded body is decoded
+/// again each time [`DECODE_STEP`] more octets arrived: at most 16
+/// decodes of at most 64 KiB.
+async fn read_head(
+    resp: http::Response<Body>,
+    coding: Coding,
+) -> (http::Response<Body>, Vec<html::Meta>) {
     let (parts, mut body) = resp.into_parts();
     let mut head = BytesMut::new();
     let mut error = None;
+    let mut trailers = None;
+    let mut decoded_at = 0;
+    let mut ended = false;
     while head.len() < MAX_HEAD {
         match body.frame().await {
-            None => break,
+            None => {
+                ended = true;
+                break;
+            }
             Some(Err(e)) => {
                 error = Some(e);
                 break;
@@ -294,35 +356,40 @@ async fn read_head(resp: http::Response<Body>) -> (http::Response<Body>, Vec<htm
                 Ok(data) => {
                     let from = head.len();
                     head.extend_from_slice(&data);
-                    if html::head_ends(&head, from) {
+                    let found = match coding {
+                        Coding::Identity => html::head_ends(&head, from),
+                        _ if head.len() - decoded_at >= DECODE_STEP => {
+                            decoded_at = head.len();
+                            html::head_ends(&decode_prefix(coding, &head), 0)
+                        }
+                        _ => false,
+                    };
+                    if found {
                         break;
                     }
                 }
-                Err(trailers) => {
-                    // Trailers end the body: keep them for the client.
-                    let head = head.freeze();
-                    let metas = html::metas(&head[..head.len().min(MAX_HEAD)]);
-                    let rest = Prefixed {
-                        head: Some(head),
-                        trailers: Some(trailers),
-                        error: None,
-                        rest: None,
-                    };
-                    return (http::Response::from_parts(parts, rest.boxed()), metas);
+                Err(frame) => {
+                    // Trailers end the body: kept for the client.
+                    trailers = Some(frame);
+                    ended = true;
+                    break;
                 }
             },
         }
     }
     let head = head.freeze();
-    let metas = html::metas(&head[..head.len().min(MAX_HEAD)]);
+    let metas = html::metas(&decode_prefix(coding, &head));
     let rest = Prefixed {
         head: Some(head),
-        trailers: None,
+        trailers,
         error,
-        rest: Some(body),
+        rest: (!ended).then_some(body),
     };
     (http::Response::from_parts(parts, rest.boxed()), metas)
 }
+
+/// Octets of a coded body between two decodes of its head.
+const DECODE_STEP: usize = 4096;
 
 /// A body that sends what was read of it first, then the rest.
 struct Prefixed {

@@ -429,3 +429,39 @@ async fn the_usage_report_counts_refusals_and_annotations_per_origin_and_protoco
     let without = crate::support::binary::run(&["audit", "report", "--format", "csv", &logs[0]]);
     assert!(!String::from_utf8_lossy(&without.stdout).contains("usage,"));
 }
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).expect("gzip");
+    e.finish().expect("gzip")
+}
+
+#[tokio::test]
+async fn a_compressed_html_head_is_read_and_the_body_sent_as_it_came() {
+    let origin = Origin::with_robots("User-agent: *\nAllow: /\n").await;
+    origin.route(WELL_KNOWN, Reply::status(404));
+    // A head past the first frames: the meta comes after 20 KiB of
+    // incompressible-enough text.
+    let filler: String = (0..4000).map(|i| format!("{i:x}")).collect();
+    let page = format!(
+        "<!DOCTYPE html><html><head><title>{filler}</title>\
+         <meta name=\"robots\" content=\"noai\"></head><body>{}</body></html>",
+        "y".repeat(200 * 1024)
+    );
+    let gz = gzip(page.as_bytes());
+    let reply = || {
+        Reply::ok(gz.clone())
+            .header("Content-Type", "text/html")
+            .header("Content-Encoding", "gzip")
+    };
+    origin.route("/gz", reply());
+    let proxy = trainer(UsageMode::Enforce).await;
+    let resp = proxy.get(&origin.url("/gz")).await;
+    resp.assert_says("gzip", 403, &["meta-robots: <meta content=\"noai\">"]);
+    let annotating = trainer(UsageMode::Annotate).await;
+    let resp = annotating.get(&origin.url("/gz")).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.body, String::from_utf8_lossy(&gz), "sent as it came");
+    assert!(resp.header("x-robots-proxy-usage").is_some());
+}
