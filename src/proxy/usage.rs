@@ -143,12 +143,17 @@ impl Proxy {
             let coding = coding.unwrap_or(Coding::Identity);
             let (resp, metas) = read_head(std::mem::take(&mut answer.resp), coding).await;
             answer.resp = resp;
+            let policy = metas
+                .iter()
+                .find(|m| m.name == "tdm-policy")
+                .map(|m| format!(" <meta name=\"tdm-policy\" content=\"{}\">", m.content))
+                .unwrap_or_default();
             for m in metas {
                 match m.name.as_str() {
                     "tdm-reservation" => {
                         if let Some(r) = Reservation::parse(&m.content) {
                             let element = format!(
-                                "<meta name=\"tdm-reservation\" content=\"{}\">",
+                                "<meta name=\"tdm-reservation\" content=\"{}\">{policy}",
                                 m.content
                             );
                             tdm = Some((r, Protocol::TdmMeta, element));

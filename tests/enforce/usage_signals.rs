@@ -152,7 +152,10 @@ async fn tdm_header_and_meta_withhold_with_meta_over_header_over_file() {
     // The meta's 1 with no header.
     origin.route(
         "/meta-one",
-        html(r#"<meta name="tdm-reservation" content="1">"#, "SECRET"),
+        html(
+            r#"<meta name="tdm-reservation" content="1"><meta name="tdm-policy" content="https://provider.example/p.json">"#,
+            "SECRET",
+        ),
     );
     // The header's 0 supersedes the file's reservation (annotate sees it).
     origin.route(
@@ -175,7 +178,7 @@ async fn tdm_header_and_meta_withhold_with_meta_over_header_over_file() {
     resp.assert_says(
         "meta",
         403,
-        &["tdm-meta: <meta name=\"tdm-reservation\" content=\"1\">"],
+        &["tdm-meta: <meta name=\"tdm-reservation\" content=\"1\"> <meta name=\"tdm-policy\" content=\"https://provider.example/p.json\">"],
     );
     assert!(!resp.body.contains("SECRET"));
 
