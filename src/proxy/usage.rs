@@ -310,10 +310,10 @@ pub(crate) enum Coding {
 
 /// What a coded prefix of a body decodes to, at most [`MAX_HEAD`]
 /// octets: a stream cut short yields what came before the cut.
-fn decode_prefix(coding: Coding, body: &[u8]) -> Vec<u8> {
+fn decode_prefix(coding: Coding, body: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     use std::io::Read;
     let reader: Box<dyn Read + '_> = match coding {
-        Coding::Identity => return body[..body.len().min(MAX_HEAD)].to_vec(),
+        Coding::Identity => return body[..body.len().min(MAX_HEAD)].into(),
         Coding::Gzip => Box::new(flate2::read::GzDecoder::new(body)),
         // zlib-wrapped as the RFC says, or raw as some servers send it.
         Coding::Deflate
@@ -329,7 +329,7 @@ fn decode_prefix(coding: Coding, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     // An error (the cut) leaves what was decoded before it in `out`.
     let _ = reader.take(MAX_HEAD as u64).read_to_end(&mut out);
-    out
+    out.into()
 }
 
 /// Reads the response's body up to the end of its HTML head (at most
@@ -342,7 +342,7 @@ async fn read_head(
     coding: Coding,
 ) -> (http::Response<Body>, Vec<html::Meta>) {
     let (parts, mut body) = resp.into_parts();
-    let mut head = BytesMut::new();
+    let mut head = Held::default();
     let mut error = None;
     let mut trailers = None;
     let mut decoded_at = 0;
@@ -360,12 +360,12 @@ async fn read_head(
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) => {
                     let from = head.len();
-                    head.extend_from_slice(&data);
+                    head.push(data);
                     let found = match coding {
-                        Coding::Identity => html::head_ends(&head, from),
+                        Coding::Identity => html::head_ends(head.view(), from),
                         _ if head.len() - decoded_at >= DECODE_STEP => {
                             decoded_at = head.len();
-                            html::head_ends(&decode_prefix(coding, &head), 0)
+                            html::head_ends(&decode_prefix(coding, head.view()), 0)
                         }
                         _ => false,
                     };
@@ -382,7 +382,7 @@ async fn read_head(
             },
         }
     }
-    let head = head.freeze();
+    let head = head.into_bytes();
     let metas = html::metas(&decode_prefix(coding, &head));
     let rest = Prefixed {
         head: Some(head),
@@ -391,6 +391,41 @@ async fn read_head(
         rest: (!ended).then_some(body),
     };
     (http::Response::from_parts(parts, rest.boxed()), metas)
+}
+
+/// What was read of a body: its first frame as it came (no copy: most
+/// small pages are one frame), the frames after it appended to one buffer.
+#[derive(Default)]
+struct Held {
+    first: Bytes,
+    more: Option<BytesMut>,
+}
+
+impl Held {
+    fn len(&self) -> usize {
+        self.more.as_ref().map_or(self.first.len(), BytesMut::len)
+    }
+
+    fn push(&mut self, data: Bytes) {
+        match &mut self.more {
+            Some(more) => more.extend_from_slice(&data),
+            None if self.first.is_empty() => self.first = data,
+            None => {
+                let mut more = BytesMut::with_capacity(self.first.len() + data.len());
+                more.extend_from_slice(&self.first);
+                more.extend_from_slice(&data);
+                self.more = Some(more);
+            }
+        }
+    }
+
+    fn view(&self) -> &[u8] {
+        self.more.as_deref().unwrap_or(&self.first)
+    }
+
+    fn into_bytes(self) -> Bytes {
+        self.more.map_or(self.first, BytesMut::freeze)
+    }
 }
 
 /// Octets of a coded body between two decodes of its head.

@@ -21,10 +21,12 @@ pub struct Meta {
 /// reads): each octet is looked at a bounded number of times.
 pub fn head_ends(buf: &[u8], from: usize) -> bool {
     let start = from.saturating_sub(6);
-    buf.get(start..).is_some_and(|tail| {
-        tail.windows(6)
-            .any(|w| w.eq_ignore_ascii_case(b"</head") || w[..5].eq_ignore_ascii_case(b"<body"))
-    })
+    let Some(tail) = buf.get(start..) else {
+        return false;
+    };
+    // Only at a `<`: text without markup costs one memchr pass.
+    memchr::memchr_iter(b'<', tail)
+        .any(|at| starts_ci(&tail[at..], b"</head") || starts_ci(&tail[at..], b"<body"))
 }
 
 /// The `<meta>` elements with a `name` in `buf`'s head.
