@@ -61,7 +61,9 @@ impl Proxy {
         if judged.usage.is_none() && !has_signal_header && !scan {
             return answer;
         }
-        let url = judged.url();
+        // Built when a signal needs it: not for a response that has none.
+        let url_cell = std::sync::OnceLock::new();
+        let url = || url_cell.get_or_init(|| judged.url()).as_str();
         let mut notes = Vec::new();
         // The origin's Content-Usage header, applied like robots.txt lines.
         if let Some(value) = headers.get(&CONTENT_USAGE).and_then(|v| v.to_str().ok()) {
@@ -80,7 +82,7 @@ impl Proxy {
                         p,
                         Protocol::ContentUsageHeader,
                         text,
-                        format!("{url} header Content-Usage: {value}"),
+                        format!("{} header Content-Usage: {value}", url()),
                     );
                     note.protocol = "";
                     notes.push(note);
@@ -107,7 +109,7 @@ impl Proxy {
         // RSL 1.0 documents the response links to (`Link: rel="license"`).
         let links = crate::judge::licensing::license_links(
             headers.get_all(LINK).iter().filter_map(|v| v.to_str().ok()),
-            &url,
+            url(),
         );
         if !links.is_empty() {
             let mut licensed = crate::judge::licensing::Licensed::default();
@@ -117,7 +119,7 @@ impl Proxy {
                 licensed.add(
                     &state,
                     "Link header",
-                    (&url, &judged.path),
+                    (url(), &judged.path),
                     &ctx.purposes,
                     tokens,
                 );
@@ -181,7 +183,7 @@ impl Proxy {
                     p,
                     *protocol,
                     format!("{}: {element}", protocol.as_str()),
-                    format!("{url} {element}"),
+                    format!("{} {element}", url()),
                 ));
             }
         }
@@ -195,7 +197,7 @@ impl Proxy {
                     hit.purpose,
                     protocol,
                     format!("{}: {element}", protocol.as_str()),
-                    format!("{url} {element}"),
+                    format!("{} {element}", url()),
                 ));
             }
         }
@@ -254,7 +256,7 @@ impl Proxy {
                 }
             }
             UsageMode::Enforce => {
-                tracing::info!(url = %url, purpose = %note.purpose, signal = %note.rule,
+                tracing::info!(url = %url(), purpose = %note.purpose, signal = %note.rule,
                     "response withheld: a signal it carries disallows a declared purpose");
                 let withheld = judged.clone().overruled(Decision::UsageDisallowed(note));
                 // The response (and its body) is dropped unread.

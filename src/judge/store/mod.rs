@@ -122,7 +122,7 @@ pub struct RobotsCache {
     /// The origins' `/.well-known/tdmrep.json` ([`tdm`]).
     tdm: tdm::TdmFiles,
     /// RSL licence documents by URL ([`rsl`]).
-    rsl: tdm::Docs<rsl::RslState>,
+    rsl: tdm::Docs<String, rsl::RslState>,
 }
 
 /// A robots.txt fetch answered 429 or 503 with `Retry-After`.

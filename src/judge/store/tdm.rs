@@ -98,12 +98,13 @@ impl Expiring for TdmState {
 type Cell<T> = Arc<tokio::sync::OnceCell<Arc<T>>>;
 
 /// Documents by key (an origin, a URL), each fetched once until it
-/// expires; at most [`MAX_ORIGINS`] keys.
-pub(crate) struct Docs<T> {
-    cells: parking_lot::Mutex<HashMap<Arc<str>, Cell<T>>>,
+/// expires; at most [`MAX_ORIGINS`] keys. A lookup of a known key
+/// allocates nothing.
+pub(crate) struct Docs<K, T> {
+    cells: parking_lot::Mutex<HashMap<K, Cell<T>>>,
 }
 
-impl<T> Default for Docs<T> {
+impl<K, T> Default for Docs<K, T> {
     fn default() -> Self {
         Docs {
             cells: parking_lot::Mutex::new(HashMap::new()),
@@ -111,32 +112,40 @@ impl<T> Default for Docs<T> {
     }
 }
 
-impl<T: Expiring> Docs<T> {
+impl<K: std::hash::Hash + Eq, T: Expiring> Docs<K, T> {
     /// The cell for `key`: the one in use, or a new one when there is none
     /// or it expired.
-    pub(crate) fn cell(&self, key: &str) -> Cell<T> {
+    pub(crate) fn cell<Q>(&self, key: &Q) -> Cell<T>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let mut cells = self.cells.lock();
-        let stale = cells
-            .get(key)
-            .and_then(|c| c.get())
-            .is_some_and(|s| s.until() <= Instant::now());
-        if stale {
-            cells.remove(key);
+        match cells.get(key) {
+            Some(c) if c.get().is_none_or(|s| s.until() > Instant::now()) => {
+                return c.clone();
+            }
+            Some(_) => {
+                cells.remove(key);
+            }
+            None => {}
         }
-        if cells.len() >= MAX_ORIGINS && !cells.contains_key(key) {
+        if cells.len() >= MAX_ORIGINS {
             cells.clear();
         }
-        cells.entry(key.into()).or_default().clone()
+        let cell = Cell::<T>::default();
+        cells.insert(key.to_owned(), cell.clone());
+        cell
     }
 }
 
 /// The per-origin table.
-pub(crate) type TdmFiles = Docs<TdmState>;
+pub(crate) type TdmFiles = Docs<Origin, TdmState>;
 
 impl RobotsCache {
     /// The origin's tdmrep.json, fetched if not known (or expired).
     pub(crate) async fn tdmrep(&self, origin: &Origin) -> Arc<TdmState> {
-        let cell = self.tdm.cell(&origin.to_string());
+        let cell = self.tdm.cell(origin);
         cell.get_or_init(|| self.fetch_tdmrep(origin)).await.clone()
     }
 
