@@ -374,6 +374,11 @@ async fn read_head(
                     if found {
                         break;
                     }
+                    // The whole body in hand: no poll more to learn it ended.
+                    if hyper::body::Body::is_end_stream(&body) {
+                        ended = true;
+                        break;
+                    }
                 }
                 Err(frame) => {
                     // Trailers end the body: kept for the client.
