@@ -344,11 +344,62 @@ async fn explain_value(
     if let Some(p) = q.get("purpose") {
         purposes.extend(crate::robots::usage::categories(p));
     }
-    let usage = if j.decision.is_allowed() {
+    let mut usage = if j.decision.is_allowed() {
         proxy.gate().usage(&j, &purposes)
     } else {
         None
     };
+    // The origin's tdmrep.json, for the purposes a reservation speaks for.
+    let tdmrep = if j.decision.is_allowed()
+        && purposes
+            .iter()
+            .any(|p| crate::judge::signals::is_tdm_purpose(p))
+    {
+        let state = proxy.gate().tdmrep(&origin).await;
+        let (reservation, notes) = crate::judge::Gate::tdm_file_notes(&state, &path, &purposes);
+        usage = crate::judge::UsageNote::combine(usage, notes);
+        Some(json!({
+            "url": state.url,
+            "outcome": state.outcome.name(),
+            "reason": state.outcome.reason(),
+            "sha256": state.digest.map(|d| d.to_string()),
+            "reservation": reservation.map(|r| r.as_str()),
+        }))
+    } else {
+        None
+    };
+    // RSL 1.0 documents of the robots.txt `License:` lines.
+    let documents = if j.decision.is_allowed() && !purposes.is_empty() {
+        crate::judge::Gate::licenses(&j)
+    } else {
+        Vec::new()
+    };
+    if !documents.is_empty() {
+        let mut licensed = crate::judge::licensing::Licensed::default();
+        let url = j.url();
+        for (line, doc) in &documents {
+            let state = proxy.gate().rsl(doc).await;
+            let source = format!("robots.txt line {line} License");
+            let tokens = &settings.usage_licenses;
+            licensed.add(&state, &source, (&url, &path), &purposes, tokens);
+        }
+        usage = crate::judge::UsageNote::combine(usage, licensed.notes);
+    }
+    // Every signal known before the fetch, one per purpose it disallows.
+    let signals: Vec<serde_json::Value> = usage
+        .iter()
+        .flat_map(|n| n.all())
+        .map(|n| {
+            json!({
+                "purpose": n.purpose,
+                "preference": "n",
+                "protocol": if n.protocol.is_empty() { "robots.txt" } else { n.protocol },
+                "signal": n.text,
+                "evidence": n.evidence,
+                "rule_line": (n.line > 0).then_some(n.line),
+            })
+        })
+        .collect();
     let rule = j.decision.rule();
     // This origin's politeness schedule for the agent, if anything holds
     // its requests back.
@@ -387,6 +438,8 @@ async fn explain_value(
                 crate::judge::UsageMode::Annotate => "annotate",
             },
         })),
+        "signals": signals,
+        "tdmrep": tdmrep,
         "politeness": politeness,
         "response_cache": proxy.response_cache().map(|c| c.describe(url)),
     }))

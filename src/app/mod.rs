@@ -51,6 +51,8 @@ pub enum StartError {
     Identity(String),
     #[error("key `fleet.redis`: {0}")]
     Fleet(String),
+    #[error("key `usage.licenses`: {0}")]
+    License(String),
     #[error("key `audit.signing_key`: {0}")]
     AuditKey(#[from] crate::ops::audit::KeyError),
     #[error("TLS: {0}")]
@@ -224,7 +226,36 @@ pub(crate) fn settings_from(
             .build(config)
             .map_err(StartError::Identity)?
             .map(Arc::new),
+        usage_tdmrep: config.usage.tdmrep,
+        usage_html_meta: config.usage.html_meta,
+        usage_licenses: license_tokens(&config.usage.licenses)?,
     })
+}
+
+/// `[[usage.licenses]]`: each server with its token, read from its file.
+fn license_tokens(
+    licenses: &[crate::config::LicenseConfig],
+) -> Result<Arc<[(String, http::HeaderValue)]>, StartError> {
+    licenses
+        .iter()
+        .map(|l| {
+            let bad = |why: String| {
+                StartError::License(format!(
+                    "server {:?}: token_file {}: {why}",
+                    l.server,
+                    l.token_file.display()
+                ))
+            };
+            let token = std::fs::read_to_string(&l.token_file).map_err(|e| bad(e.to_string()))?;
+            let token = token.trim();
+            if token.is_empty() {
+                return Err(bad("empty".into()));
+            }
+            let value = http::HeaderValue::from_str(&format!("License {token}"))
+                .map_err(|_| bad("not a header value (one line of visible ASCII)".into()))?;
+            Ok((l.server.trim_end_matches('/').to_owned(), value))
+        })
+        .collect()
 }
 
 impl App {
@@ -578,6 +609,7 @@ impl ProxyView for Proxy {
             header_timeout: s.header_timeout,
             purposes: s.purposes.clone(),
             usage_mode: s.usage_mode,
+            usage_licenses: s.usage_licenses.clone(),
             auth: s.admin_auth.clone(),
             roles: s.admin_roles.clone(),
             public_proxy: s.public_proxy.clone(),

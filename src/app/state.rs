@@ -54,6 +54,8 @@ pub(crate) struct AdminSettings {
     /// `usage.purposes` and `usage.mode`, for /explain's usage field.
     pub(crate) purposes: Vec<String>,
     pub(crate) usage_mode: crate::judge::UsageMode,
+    /// `[[usage.licenses]]`, for /explain's RSL signals.
+    pub(crate) usage_licenses: Arc<[(String, http::HeaderValue)]>,
     /// `[[admin.users]]`: credentials every endpoint but /healthz and
     /// /readyz asks for, if any are configured.
     pub(crate) auth: Option<Arc<ProxyAuth>>,

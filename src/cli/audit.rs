@@ -94,6 +94,10 @@ pub(crate) enum AuditCommand {
         #[arg(long, value_name = "N", default_value_t = 20,
               value_parser = clap::value_parser!(u32).range(1..))]
         top: u32,
+        /// Add the usage table: per origin, signal protocol and purpose,
+        /// the requests refused (usage_disallowed) and annotated.
+        #[arg(long)]
+        usage: bool,
         /// Config file: its audit log is the default FILE.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
@@ -169,6 +173,7 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             until,
             format,
             top,
+            usage,
             config,
             dir,
             files,
@@ -176,7 +181,7 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             since,
             until,
             format,
-            top,
+            (top, usage),
             config.as_deref(),
             Source { dir, files },
         ),
@@ -418,7 +423,7 @@ fn report_command(
     since: Option<String>,
     until: Option<String>,
     format: ReportFormat,
-    top: u32,
+    (top, usage_table): (u32, bool),
     config: Option<&Path>,
     source: Source,
 ) -> ExitCode {
@@ -440,6 +445,7 @@ fn report_command(
         since,
         until,
         top: top as usize,
+        usage: usage_table,
     };
     let files = match files_or_default(source, &config) {
         Ok(files) => files,

@@ -86,6 +86,37 @@ impl<'r> Printer<'r> {
                     return writeln!(out, "DISALLOWED {url}\t{}\tusage {purpose}=n", v.rule);
                 }
             }
+            if let Some(file) = &self.opts.tdmrep
+                && let Some(rule) = file.decide(path)
+                && rule.reservation == Some(crate::judge::signals::tdmrep::Reservation::Reserved)
+                && let Some(purpose) = self
+                    .opts
+                    .purposes
+                    .iter()
+                    .find(|p| crate::judge::signals::is_tdm_purpose(p))
+            {
+                self.summary.disallowed += 1;
+                return writeln!(
+                    out,
+                    "DISALLOWED {url}\ttdmrep.json {}\tusage {purpose}=n",
+                    rule.element()
+                );
+            }
+            if let Some(doc) = &self.opts.rsl {
+                for purpose in &self.opts.purposes {
+                    if let Some(v) = doc.verdict(url, path, purpose)
+                        && v.permitted == Some(false)
+                    {
+                        self.summary.disallowed += 1;
+                        let token = v.token.unwrap_or_default();
+                        return writeln!(
+                            out,
+                            "DISALLOWED {url}\trsl {} prohibits {token}\tusage {purpose}=n",
+                            v.element
+                        );
+                    }
+                }
+            }
         }
         // Rare: disallowed in another reading of the path (named last), or
         // by a rule read into its spelling (`Disallow: /wiki/Special%3A`
@@ -151,6 +182,12 @@ pub struct Options {
     /// Declared purposes (usage categories such as `train-ai`): a URL whose
     /// usage preference for one of them is `n` is disallowed.
     pub purposes: Vec<String>,
+    /// The origin's tdmrep.json: a URL it reserves is disallowed for the
+    /// purposes a reservation speaks for (`train-ai`, `ai-input`).
+    pub tdmrep: Option<crate::judge::signals::tdmrep::TdmFile>,
+    /// An RSL licence document: a URL whose content it prohibits a
+    /// declared purpose for is disallowed.
+    pub rsl: Option<crate::judge::signals::rsl::RslDoc>,
 }
 
 /// [`check_urls`] with [`Options`].

@@ -57,6 +57,17 @@ enum Command {
         /// `n` is DISALLOWED. Repeatable.
         #[arg(long = "purpose", value_name = "CATEGORY")]
         purposes: Vec<String>,
+        /// The origin's `/.well-known/tdmrep.json` (W3C TDMRep): a URL its
+        /// first matching rule reserves (`tdm-reservation: 1`) is
+        /// DISALLOWED for a declared `train-ai` or `ai-input`.
+        #[arg(long, value_name = "FILE")]
+        tdmrep: Option<PathBuf>,
+        /// An RSL 1.0 licence document: a URL its first matching
+        /// `<content>` prohibits a declared purpose for is DISALLOWED (the
+        /// URLs are then best given whole, `https://host/path`, for the
+        /// documents' full-URL patterns).
+        #[arg(long, value_name = "FILE")]
+        rsl: Option<PathBuf>,
         /// URLs (absolute or paths); read from stdin, one per line, if none.
         urls: Vec<String>,
     },
@@ -152,8 +163,42 @@ pub fn main() -> ExitCode {
             config,
             case_insensitive,
             purposes,
+            tdmrep,
+            rsl,
             urls,
         } => {
+            let rsl = match rsl.map(|f| (std::fs::read(&f), f)) {
+                None => None,
+                Some((Ok(bytes), f)) => match crate::judge::signals::rsl::RslDoc::parse(&bytes) {
+                    Ok(doc) => Some(doc),
+                    Err(e) => {
+                        eprintln!(
+                            "robots-proxy check: {}: not an RSL document: {e}",
+                            f.display()
+                        );
+                        return ExitCode::from(2);
+                    }
+                },
+                Some((Err(e), f)) => {
+                    eprintln!("robots-proxy check: cannot read {}: {e}", f.display());
+                    return ExitCode::from(2);
+                }
+            };
+            let tdmrep = match tdmrep.map(|f| (std::fs::read(&f), f)) {
+                None => None,
+                Some((Ok(bytes), f)) => match crate::judge::signals::tdmrep::TdmFile::parse(&bytes)
+                {
+                    Ok(file) => Some(file),
+                    Err(e) => {
+                        eprintln!("robots-proxy check: {}: {e}", f.display());
+                        return ExitCode::from(2);
+                    }
+                },
+                Some((Err(e), f)) => {
+                    eprintln!("robots-proxy check: cannot read {}: {e}", f.display());
+                    return ExitCode::from(2);
+                }
+            };
             let agent = match (agent, config) {
                 (Some(agent), _) => agent,
                 (None, Some(file)) => match Config::load(&file) {
@@ -168,6 +213,8 @@ pub fn main() -> ExitCode {
             let opts = check::Options {
                 case_insensitive,
                 purposes,
+                tdmrep,
+                rsl,
             };
             run_check(&robots, &agent, &urls, &opts)
         }

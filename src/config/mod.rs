@@ -515,7 +515,7 @@ pub struct AccessConfig {
 
 /// Declared purposes, judged against the sites' usage preferences
 /// (`Content-Usage`, `Content-Signal`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct UsageConfig {
     /// Usage categories every request is for (`train-ai`, `search`,
@@ -523,6 +523,37 @@ pub struct UsageConfig {
     pub purposes: Vec<String>,
     /// What a preference of `n` for a declared purpose does.
     pub mode: UsageMode,
+    /// Read the origins' `/.well-known/tdmrep.json` (W3C TDMRep) for
+    /// requests that declare `train-ai` or `ai-input`.
+    pub tdmrep: bool,
+    /// Read the `<meta>` elements of HTML responses' heads (at most their
+    /// first 64 KiB) for requests that declare a purpose.
+    pub html_meta: bool,
+    /// Licence tokens for RSL License Servers (`[[usage.licenses]]`).
+    pub licenses: Vec<LicenseConfig>,
+}
+
+/// A licence token obtained from an RSL License Server, sent as
+/// `Authorization: License <token>` to the content its `server=` covers.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LicenseConfig {
+    /// The License Server's URL, as `<content server=…>` names it.
+    pub server: String,
+    /// A file holding the token (read at start and on reload).
+    pub token_file: PathBuf,
+}
+
+impl Default for UsageConfig {
+    fn default() -> Self {
+        UsageConfig {
+            purposes: Vec::new(),
+            mode: UsageMode::default(),
+            tdmrep: true,
+            html_meta: true,
+            licenses: Vec::new(),
+        }
+    }
 }
 
 pub use crate::judge::UsageMode;

@@ -4,8 +4,10 @@
 pub(crate) mod archive;
 pub mod fetch;
 pub(crate) mod fetch_budget;
+pub(crate) mod licensing;
 pub(crate) mod metrics;
 pub mod politeness;
+pub mod signals;
 pub mod store;
 
 use std::sync::Arc;
@@ -168,8 +170,11 @@ impl Decision {
 }
 
 /// A usage preference of `n` for a declared purpose: which purpose, and
-/// the robots.txt line (or response header) that states it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// the robots.txt line, response header, file or meta element that states
+/// it. Every signal is combined most restrictively (aipref vocab §5.1:
+/// any `n` is `n`): the first is the deciding one, [`UsageNote::more`]
+/// the others.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UsageNote {
     pub purpose: Box<str>,
     /// 1-based line in robots.txt; 0 for the origin's `Content-Usage`
@@ -180,6 +185,65 @@ pub struct UsageNote {
     pub text: Box<str>,
     /// `line 4: Content-Usage: train-ai=n`.
     pub rule: Box<str>,
+    /// The signal's protocol ([`signals::Protocol::as_str`]); empty for
+    /// robots.txt.
+    pub protocol: &'static str,
+    /// The document it rests on and its element, for the audit line's
+    /// `usage_evidence` (`tdmrep.json sha256=… rule 1 (…)`).
+    pub evidence: Option<Box<str>>,
+    /// Other signals that say `n` for a declared purpose.
+    pub more: Vec<UsageNote>,
+}
+
+impl UsageNote {
+    /// A note for a signal other than robots.txt: `text` names it.
+    pub(crate) fn signal(
+        purpose: &str,
+        protocol: signals::Protocol,
+        text: String,
+        evidence: String,
+    ) -> UsageNote {
+        UsageNote {
+            purpose: purpose.into(),
+            line: 0,
+            rule: text.clone().into(),
+            text: text.into(),
+            protocol: protocol.as_str(),
+            evidence: Some(evidence.into()),
+            more: Vec::new(),
+        }
+    }
+
+    /// This note and the others, in order.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &UsageNote> {
+        std::iter::once(self).chain(self.more.iter())
+    }
+
+    /// `first` with `others` added (any `n` is `n`).
+    pub(crate) fn combine(
+        first: Option<Box<UsageNote>>,
+        others: Vec<UsageNote>,
+    ) -> Option<Box<UsageNote>> {
+        let mut others = others.into_iter();
+        let mut note = match first {
+            Some(n) => n,
+            None => Box::new(others.next()?),
+        };
+        note.more.extend(others);
+        Some(note)
+    }
+
+    /// `protocol [sha256=…] element` for each note: what the audit line's
+    /// `usage_evidence` lists.
+    pub(crate) fn evidence(&self) -> Vec<String> {
+        self.all()
+            .map(|n| match (&n.evidence, n.protocol) {
+                (Some(e), "") => format!("{}=content-usage-header: {e}", n.purpose),
+                (Some(e), protocol) => format!("{}={protocol}: {e}", n.purpose),
+                (None, _) => format!("{}=robots.txt: {}", n.purpose, n.rule),
+            })
+            .collect()
+    }
 }
 
 /// What a [`Decision::RateLimited`] request waits for.
@@ -351,9 +415,64 @@ impl Gate {
                     line: v.rule.line(),
                     text,
                     rule: rule.into(),
+                    ..UsageNote::default()
                 })
             })
         })
+    }
+}
+
+impl Gate {
+    /// The licence document at `url` (RSL 1.0), fetched once and kept.
+    pub(crate) async fn rsl(&self, url: &str) -> Arc<store::rsl::RslState> {
+        self.cache.rsl(url).await
+    }
+
+    /// The `License:` lines of the robots.txt that judged `judgement`.
+    pub(crate) fn licenses(judgement: &Judgement) -> Vec<(u32, Box<str>)> {
+        match judgement.entry.as_ref().map(|e| &e.state) {
+            Some(State::Fresh(rules) | State::Stale { rules, .. }) => rules.licenses().to_vec(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The origin's `/.well-known/tdmrep.json`, fetched once and kept.
+    pub(crate) async fn tdmrep(&self, origin: &Origin) -> Arc<store::tdm::TdmState> {
+        self.cache.tdmrep(origin).await
+    }
+
+    /// The notes of the tdmrep.json rule for the judged path, one per
+    /// declared purpose a reservation speaks for; with the rule's
+    /// reservation (`None`: no rule, or the file is absent).
+    pub(crate) fn tdm_file_notes(
+        state: &store::tdm::TdmState,
+        path: &str,
+        purposes: &[String],
+    ) -> (Option<signals::tdmrep::Reservation>, Vec<UsageNote>) {
+        let store::tdm::TdmOutcome::File(file) = &state.outcome else {
+            return (None, Vec::new());
+        };
+        let Some(rule) = file.decide(path) else {
+            return (None, Vec::new());
+        };
+        let notes = if rule.reservation == Some(signals::tdmrep::Reservation::Reserved) {
+            let digest = state.digest.map(|d| d.to_string()).unwrap_or_default();
+            purposes
+                .iter()
+                .filter(|p| signals::is_tdm_purpose(p))
+                .map(|p| {
+                    UsageNote::signal(
+                        p,
+                        signals::Protocol::TdmFile,
+                        format!("{}: {}", state.url, rule.element()),
+                        format!("{} sha256={digest} {}", state.url, rule.element()),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        (rule.reservation, notes)
     }
 }
 

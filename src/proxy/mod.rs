@@ -11,6 +11,7 @@ pub(crate) mod respond;
 mod signals;
 pub(crate) mod slots;
 pub(crate) mod upgrade;
+mod usage;
 
 use parking_lot::RwLock;
 use std::collections::HashMap;
@@ -83,6 +84,13 @@ pub struct Settings {
     pub(crate) user_purposes: HashMap<String, Vec<String>>,
     /// `usage.mode`.
     pub(crate) usage_mode: crate::judge::UsageMode,
+    /// `usage.tdmrep`.
+    pub(crate) usage_tdmrep: bool,
+    /// `usage.html_meta`.
+    pub(crate) usage_html_meta: bool,
+    /// `[[usage.licenses]]`: License Server URL (without a trailing `/`)
+    /// and `Authorization: License <token>`.
+    pub(crate) usage_licenses: Arc<[(String, HeaderValue)]>,
     /// Crawl-delay enforcement.
     pub politeness: Arc<Politeness>,
     /// What `politeness` was built from (kept across reloads when unchanged).

@@ -10,11 +10,12 @@ use http::header::{HeaderValue, USER_AGENT};
 use http::{Method, Request, Response, StatusCode};
 
 use super::phases::{Answer, Caller, Forwarded, Judged, Line, Outcome, Recorded};
-use super::{CONTENT_USAGE, PURPOSE_HEADER, Proxy, Settings, forward, respond, upgrade};
+use super::{PURPOSE_HEADER, Proxy, Settings, forward, respond, upgrade};
 use crate::http::body::Body;
 use crate::http::origin::Origin;
 use crate::judge::fetch_budget::for_client;
 use crate::judge::politeness::NotNow;
+use crate::judge::signals::is_tdm_purpose;
 use crate::judge::{Decision, Judgement, Limit, UsageMode, UsageNote};
 use crate::response_cache::{CacheOutcome, Completed, Lookup, Pending, ResponseCache};
 
@@ -67,7 +68,7 @@ impl Ctx<'_> {
 
     /// The line of this request recorded again, on `judgement`, with its
     /// final decision.
-    fn line_again<'b>(&'b self, judgement: &'b Judgement) -> Line<'b> {
+    pub(super) fn line_again<'b>(&'b self, judgement: &'b Judgement) -> Line<'b> {
         let ua = self.client_ua.as_ref();
         Line::Again(Judged::new(
             judgement,
@@ -164,7 +165,7 @@ impl Proxy {
         if ctx.purposes.is_empty() {
             return answer;
         }
-        self.response_usage(&ctx, answer)
+        self.response_usage(&ctx, answer).await
     }
 
     /// The cache, politeness, record and forward phases of a judged
@@ -249,12 +250,17 @@ impl Proxy {
             caller.user.as_deref(),
             req.headers_mut().remove(&PURPOSE_HEADER).as_ref(),
         );
+        let mut license = None;
         let (verdict, fleet_spent) = if judged.decision.is_allowed() {
-            self.beyond_robots(settings, caller, &judged, &req, &purposes)
+            self.beyond_robots(settings, caller, &judged, &req, (&purposes, &mut license))
                 .await
         } else {
             (Verdict::Stands, Duration::ZERO)
         };
+        if let Some(value) = license {
+            // The licence token the content's RSL License Server asks for.
+            req.headers_mut().insert(http::header::AUTHORIZATION, value);
+        }
         let judgement = match verdict {
             Verdict::Stands => judged,
             Verdict::Annotated(note) => Judgement {
@@ -297,7 +303,7 @@ impl Proxy {
         caller: &Caller,
         judged: &Judgement,
         req: &Request<Body>,
-        purposes: &[String],
+        (purposes, license): (&[String], &mut Option<HeaderValue>),
     ) -> (Verdict, Duration) {
         let mut fleet_spent = Duration::ZERO;
         if let (Some(auth), Some(user)) = (&settings.auth, caller.user.as_deref())
@@ -334,7 +340,29 @@ impl Proxy {
         if purposes.is_empty() {
             return (Verdict::Stands, fleet_spent);
         }
-        let verdict = match self.gate.usage(judged, purposes) {
+        let mut note = self.gate.usage(judged, purposes);
+        if settings.usage_tdmrep && purposes.iter().any(|p| is_tdm_purpose(p)) {
+            // Known before the fetch: the origin's tdmrep.json (one
+            // cached lookup per request).
+            let state = self.gate.tdmrep(&judged.origin).await;
+            let (_, notes) = crate::judge::Gate::tdm_file_notes(&state, &judged.path, purposes);
+            note = UsageNote::combine(note, notes);
+        }
+        // RSL 1.0: the robots.txt `License:` documents, global.
+        let documents = crate::judge::Gate::licenses(judged);
+        if !documents.is_empty() {
+            let mut licensed = crate::judge::licensing::Licensed::default();
+            let url = judged.url();
+            for (line, doc) in &documents {
+                let state = self.gate.rsl(doc).await;
+                let source = format!("robots.txt line {line} License");
+                let tokens = &settings.usage_licenses;
+                licensed.add(&state, &source, (&url, &judged.path), purposes, tokens);
+            }
+            note = UsageNote::combine(note, licensed.notes);
+            *license = licensed.authorization;
+        }
+        let verdict = match note {
             None => Verdict::Stands,
             Some(note) => match settings.usage_mode {
                 UsageMode::Enforce => Verdict::Overruled(Decision::UsageDisallowed(note)),
@@ -614,83 +642,5 @@ impl Proxy {
             forward::add_via(resp.headers_mut(), &self.via);
         }
         Ok(resp)
-    }
-
-    /// The usage phase of a response, for a request that declares
-    /// purposes: the annotation of an annotated robots.txt preference, and
-    /// the origin's own `Content-Usage` response header applied like the
-    /// robots.txt lines: a response whose header says `n` for a declared
-    /// purpose is withheld with a 403 and an audit line saying it was
-    /// fetched and withheld (`enforce`), or annotated (`annotate`).
-    fn response_usage(&self, ctx: &Ctx<'_>, mut answer: Answer) -> Answer {
-        let judged = &ctx.judgement;
-        if let Some(note) = &judged.usage {
-            let line = respond::usage_line(note, &judged.robots_url());
-            answer
-                .resp
-                .headers_mut()
-                .insert(respond::USAGE_HEADER, respond::header_value(&line));
-        }
-        let Some(value) = answer
-            .resp
-            .headers()
-            .get(&CONTENT_USAGE)
-            .and_then(|v| v.to_str().ok())
-        else {
-            return answer;
-        };
-        let statement = crate::robots::usage::parse_statement(value);
-        let Some(purpose) = ctx
-            .purposes
-            .iter()
-            .find(|p| statement.get(p) == Some(crate::robots::usage::Pref::Disallowed))
-        else {
-            return answer;
-        };
-        let mode = ctx.settings.usage_mode;
-        let text = format!(
-            "Content-Usage: {value} (the origin's response header{})",
-            if mode == UsageMode::Enforce {
-                "; fetched and withheld"
-            } else {
-                ""
-            }
-        );
-        let note = Box::new(crate::judge::UsageNote {
-            purpose: purpose.as_str().into(),
-            line: 0,
-            rule: text.clone().into(),
-            text: text.into(),
-        });
-        match mode {
-            UsageMode::Annotate => {
-                let line = respond::usage_line(&note, &judged.robots_url());
-                answer
-                    .resp
-                    .headers_mut()
-                    .append(respond::USAGE_HEADER, respond::header_value(&line));
-                // The annotation is evidence: recorded whatever log_all.
-                let annotated = Judgement {
-                    usage: Some(note),
-                    ..judged.clone()
-                };
-                match self.record(ctx.line_again(&annotated)) {
-                    Recorded::Passed => answer,
-                    Recorded::Blocked(refusal) | Recorded::AuditFailed(refusal) => refusal,
-                }
-            }
-            UsageMode::Enforce => {
-                tracing::info!(url = %judged.url(), purpose = %purpose,
-                    "response withheld: its Content-Usage header disallows a declared purpose");
-                let withheld = judged.clone().overruled(Decision::UsageDisallowed(note));
-                // The response (and its body) is dropped unread.
-                match self.record(ctx.line_again(&withheld)) {
-                    Recorded::Passed => {
-                        Answer::new(Outcome::Refused, respond::refused("usage preference"))
-                    }
-                    Recorded::Blocked(blocked) | Recorded::AuditFailed(blocked) => blocked,
-                }
-            }
-        }
     }
 }

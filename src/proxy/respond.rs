@@ -180,6 +180,15 @@ pub(crate) fn decision_line(j: &Judgement) -> String {
 /// `usage.mode = "annotate"` adds to a forwarded response (line 0: the
 /// origin's own `Content-Usage` header).
 pub(crate) fn usage_line(note: &crate::judge::UsageNote, robots_url: &str) -> String {
+    if !note.protocol.is_empty() {
+        // `train-ai=n; signal="tdmrep.json"; element="…"`.
+        return format!(
+            "{}=n; signal=\"{}\"; element=\"{}\"",
+            note.purpose,
+            note.protocol,
+            sf_string(&note.text)
+        );
+    }
     format!(
         "{}=n; robots=\"{}\"; line={}",
         note.purpose,

@@ -16,3 +16,5 @@ mod enforce_paths;
 mod enforce_readings;
 mod request_bodies;
 mod usage_preferences;
+mod usage_rsl;
+mod usage_signals;

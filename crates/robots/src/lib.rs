@@ -305,8 +305,14 @@ pub struct Robots {
     /// `Content-Usage` and `Content-Signal` lines, in file order.
     usage: Vec<usage::UsageRule>,
     sitemaps: Vec<Box<str>>,
+    /// `License:` lines (RSL 1.0): line number and URL, at most
+    /// [`MAX_LICENSES`].
+    licenses: Vec<(u32, Box<str>)>,
     truncated: bool,
 }
+
+/// `License:` lines kept; the rest are ignored.
+pub const MAX_LICENSES: usize = 8;
 
 /// Which groups applied to an agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -393,6 +399,13 @@ impl Robots {
                         robots.sitemaps.push(line.value.into());
                     }
                 }
+                // RSL 1.0 ("Adding RSL to robots.txt"): global, not tied to
+                // a group; an absolute URL.
+                Key::License => {
+                    if !line.value.is_empty() && robots.licenses.len() < MAX_LICENSES {
+                        robots.licenses.push((line.number, line.value.into()));
+                    }
+                }
                 Key::Unknown => {}
             }
         }
@@ -403,6 +416,11 @@ impl Robots {
     /// Every `Sitemap:` URL, in file order.
     pub fn sitemaps(&self) -> impl Iterator<Item = &str> {
         self.sitemaps.iter().map(|s| &**s)
+    }
+
+    /// Every `License:` URL (RSL 1.0) with its line number, in file order.
+    pub fn licenses(&self) -> &[(u32, Box<str>)] {
+        &self.licenses
     }
 
     /// True if the input was longer than [`parse::MAX_BYTES`] and the rest was ignored.
@@ -442,6 +460,11 @@ impl Robots {
                 .map(usage::UsageRule::memory_usage)
                 .sum::<usize>()
             + self.sitemaps.iter().map(|s| 16 + s.len()).sum::<usize>()
+            + self
+                .licenses
+                .iter()
+                .map(|(_, s)| 20 + s.len())
+                .sum::<usize>()
     }
 
     fn selected_groups(&self, token: &str) -> (Selection, Vec<&Group>) {
@@ -1261,6 +1284,39 @@ mod tests {
         assert_eq!(
             rules.check("/plain").rule.map(|r| r.value()),
             Some("/plain")
+        );
+    }
+}
+
+#[cfg(test)]
+mod license_tests {
+    use super::*;
+
+    /// RSL 1.0's robots.txt examples ("Adding RSL to robots.txt", "RSL
+    /// and AI Preferences"): `License:` is global, before or inside a
+    /// group, and leaves the groups as they are.
+    #[test]
+    fn license_lines_are_global() {
+        let r = Robots::parse(
+            b"License: https://your-website.com/license.xml\n\nUser-agent: Googlebot\nAllow: /\n",
+        );
+        assert_eq!(
+            r.licenses(),
+            [(1, "https://your-website.com/license.xml".into())]
+        );
+        assert!(r.agent_rules("Googlebot").check("/x").allowed);
+        let r = Robots::parse(
+            b"User-Agent: *\nAllow: /\n\nContent-Usage: train-ai=n\nLicense: https://your-website.com/license.xml\nDisallow: /private\n",
+        );
+        assert_eq!(r.licenses().len(), 1);
+        assert_eq!(r.licenses()[0].0, 5);
+        let rules = r.agent_rules("x");
+        assert!(!rules.check("/private").allowed, "the group goes on");
+        assert!(rules.usage("/", "train-ai").is_some());
+        let many = "License: https://a.example/l.xml\n".repeat(100);
+        assert_eq!(
+            Robots::parse(many.as_bytes()).licenses().len(),
+            MAX_LICENSES
         );
     }
 }

@@ -32,6 +32,8 @@ pub(crate) enum Key {
     ContentUsage,
     /// `Content-Signal` (Cloudflare).
     ContentSignal,
+    /// `License` (RSL 1.0): a licence document's URL, for every agent.
+    License,
     Unknown,
 }
 
@@ -56,6 +58,7 @@ impl Key {
             b"crawl-delay" | b"crawldelay" | b"crawl delay" | b"crawl_delay" => Key::CrawlDelay,
             b"content-usage" => Key::ContentUsage,
             b"content-signal" => Key::ContentSignal,
+            b"license" => Key::License,
             _ => Key::Unknown,
         }
     }

@@ -23,9 +23,52 @@
 //! `n` is kept as written and reported, never an error: it only leaves
 //! the category unknown, which allows.
 //!
+//! Bounded: a statement is read in one pass over its value (at most a
+//! robots.txt line, 16 KiB, or a header value), repeated keys are found
+//! through a hash index rather than by rescanning, at most
+//! [`MAX_CATEGORIES`] distinct categories are kept (later new ones are
+//! ignored and reported once; the vocabulary's own `train-ai` and
+//! `search`, and `ai-input`, are always kept, so junk keys cannot hide an
+//! opt-out) and at most [`MAX_PROBLEMS`] problems are listed.
+//!
 //! Pure: no I/O.
 
+use std::collections::HashMap;
 use std::fmt;
+
+/// Distinct categories one statement keeps; the vocabulary defines a
+/// handful, so a statement with more is noise or an attack.
+pub const MAX_CATEGORIES: usize = 256;
+
+/// Categories kept whatever the cap: the vocabulary's (draft-ietf-aipref-vocab
+/// §4: `train-ai` §4.1, `search` §4.2) and Content-Signal's `ai-input`.
+fn always_kept(category: &str) -> bool {
+    matches!(category, "train-ai" | "search" | "ai-input")
+}
+
+/// Problems one statement lists; past this, one line counts the rest.
+pub const MAX_PROBLEMS: usize = 16;
+
+/// The longest statement read (a robots.txt line's cap); a longer one,
+/// as a response header can be, leaves every category unknown.
+pub const MAX_STATEMENT: usize = 16 * 1024;
+
+/// `n` lower-case letters keys (`a`, …, `z`, `aa`, …): short distinct
+/// category labels for tests.
+#[cfg(test)]
+fn short_key(mut n: usize) -> String {
+    let mut key = Vec::new();
+    loop {
+        key.push(b'a' + (n % 26) as u8);
+        n /= 26;
+        if n == 0 {
+            break;
+        }
+        n -= 1;
+    }
+    key.reverse();
+    String::from_utf8_lossy(&key).into_owned()
+}
 
 /// An explicit preference for one usage category.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -63,8 +106,9 @@ pub struct Statement {
     /// wins, as in a Dictionary).
     prefs: Vec<(Box<str>, Pref)>,
     /// What was not understood, for reports: unparseable input, values
-    /// other than `y`/`n`.
+    /// other than `y`/`n`; at most [`MAX_PROBLEMS`] and a count.
     problems: Vec<String>,
+    problems_seen: usize,
 }
 
 impl Statement {
@@ -86,11 +130,21 @@ impl Statement {
         &self.problems
     }
 
-    fn set(&mut self, category: &str, pref: Option<Pref>) {
-        self.prefs.retain(|(c, _)| &**c != category);
-        if let Some(pref) = pref {
-            self.prefs.push((category.into(), pref));
+    fn problem(&mut self, problem: String) {
+        self.problems_seen += 1;
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(problem);
         }
+    }
+
+    /// Closes the problem list with a count of those left out.
+    fn finish(mut self) -> Statement {
+        if self.problems_seen > self.problems.len() {
+            let more = self.problems_seen - self.problems.len();
+            self.problems
+                .push(format!("{more} more problems not listed"));
+        }
+        self
     }
 
     fn memory_usage(&self) -> usize {
@@ -104,27 +158,36 @@ impl Statement {
 /// unknown (vocab §6.5.1), and says why.
 pub fn parse_statement(value: &str) -> Statement {
     let mut statement = Statement::default();
+    if value.len() > MAX_STATEMENT {
+        statement.problem(format!(
+            "{} octets, longer than {MAX_STATEMENT}: not read",
+            value.len()
+        ));
+        return statement.finish();
+    }
     match parse_dictionary(value.as_bytes()) {
-        Ok(members) => {
+        Ok(Dictionary { members, dropped }) => {
             for (key, item) in members {
                 let pref = match item {
-                    Item::Token(t) if t == "y" => Some(Pref::Allowed),
-                    Item::Token(t) if t == "n" => Some(Pref::Disallowed),
+                    Item::Token(t) if t == "y" => Pref::Allowed,
+                    Item::Token(t) if t == "n" => Pref::Disallowed,
                     other => {
-                        statement
-                            .problems
-                            .push(format!("{key}: {other} is neither y nor n"));
-                        None
+                        statement.problem(format!("{key}: {other} is neither y nor n"));
+                        continue;
                     }
                 };
-                statement.set(&key, pref);
+                // Keys are distinct: the parser kept the last of each.
+                statement.prefs.push((key.into_boxed_str(), pref));
+            }
+            if dropped > 0 {
+                statement.problem(format!(
+                    "{dropped} categories past the first {MAX_CATEGORIES} ignored"
+                ));
             }
         }
-        Err(e) => statement
-            .problems
-            .push(format!("not a Structured Fields Dictionary: {e}")),
+        Err(e) => statement.problem(format!("not a Structured Fields Dictionary: {e}")),
     }
-    statement
+    statement.finish()
 }
 
 /// Parses a `Content-Signal` value (`search=yes, ai-train=no`), mapped onto
@@ -133,13 +196,22 @@ pub fn parse_statement(value: &str) -> Statement {
 /// reported and ignored.
 pub fn parse_signal(value: &str) -> Statement {
     let mut statement = Statement::default();
+    if value.len() > MAX_STATEMENT {
+        statement.problem(format!(
+            "{} octets, longer than {MAX_STATEMENT}: not read",
+            value.len()
+        ));
+        return statement.finish();
+    }
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut dropped = 0usize;
     for member in value.split(',') {
         let member = member.trim_matches([' ', '\t']);
         if member.is_empty() {
             continue;
         }
         let Some((name, v)) = member.split_once('=') else {
-            statement.problems.push(format!("{member}: no value"));
+            statement.problem(format!("{member}: no value"));
             continue;
         };
         let name = name.trim().to_ascii_lowercase();
@@ -147,9 +219,7 @@ pub fn parse_signal(value: &str) -> Statement {
             "yes" => Pref::Allowed,
             "no" => Pref::Disallowed,
             other => {
-                statement
-                    .problems
-                    .push(format!("{name}: {other:?} is neither yes nor no"));
+                statement.problem(format!("{name}: {other:?} is neither yes nor no"));
                 continue;
             }
         };
@@ -158,13 +228,24 @@ pub fn parse_signal(value: &str) -> Statement {
             other => other,
         };
         if !matches!(category, "train-ai" | "search" | "ai-input") {
-            statement
-                .problems
-                .push(format!("{name}: not a known content signal"));
+            statement.problem(format!("{name}: not a known content signal"));
         }
-        statement.set(category, Some(pref));
+        // The last value of a name wins, found through the index.
+        if let Some(&at) = index.get(category) {
+            statement.prefs[at].1 = pref;
+        } else if index.len() < MAX_CATEGORIES || always_kept(category) {
+            index.insert(category.to_owned(), statement.prefs.len());
+            statement.prefs.push((category.into(), pref));
+        } else {
+            dropped += 1;
+        }
     }
-    statement
+    if dropped > 0 {
+        statement.problem(format!(
+            "{dropped} signals past the first {MAX_CATEGORIES} ignored"
+        ));
+    }
+    statement.finish()
 }
 
 /// One `Content-Usage` or `Content-Signal` line of a group.
@@ -313,9 +394,20 @@ struct Parser<'a> {
     i: usize,
 }
 
-fn parse_dictionary(b: &[u8]) -> Result<Vec<(String, Item)>, String> {
+/// A parsed Dictionary: its members, each key once with its last value
+/// (RFC 9651 §4.2.2: a repeated key overwrites the value, in place), and
+/// how many distinct keys past [`MAX_CATEGORIES`] were dropped.
+struct Dictionary {
+    members: Vec<(String, Item)>,
+    dropped: usize,
+}
+
+fn parse_dictionary(b: &[u8]) -> Result<Dictionary, String> {
     let mut p = Parser { b, i: 0 };
     let mut members: Vec<(String, Item)> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut dropped = 0usize;
+    let done = |members, dropped| Ok(Dictionary { members, dropped });
     p.skip(b" ");
     while p.i < p.b.len() {
         let key = p.key()?;
@@ -326,11 +418,17 @@ fn parse_dictionary(b: &[u8]) -> Result<Vec<(String, Item)>, String> {
             p.parameters()?;
             Item::Other("boolean")
         };
-        members.retain(|(k, _)| *k != key);
-        members.push((key, item));
+        if let Some(&at) = index.get(&key) {
+            members[at].1 = item;
+        } else if index.len() < MAX_CATEGORIES || always_kept(&key) {
+            index.insert(key.clone(), members.len());
+            members.push((key, item));
+        } else {
+            dropped += 1;
+        }
         p.skip(b" \t");
         if p.i == p.b.len() {
-            return Ok(members);
+            return done(members, dropped);
         }
         if p.peek() != Some(b',') {
             return Err(format!("expected ',' at octet {}", p.i + 1));
@@ -341,7 +439,7 @@ fn parse_dictionary(b: &[u8]) -> Result<Vec<(String, Item)>, String> {
             return Err("trailing ','".into());
         }
     }
-    Ok(members)
+    done(members, dropped)
 }
 
 impl Parser<'_> {
@@ -581,5 +679,73 @@ mod tests {
         let v = decide(&rules, "/", "train-ai").expect("a preference");
         assert_eq!((v.pref, v.rule.line), (Pref::Disallowed, 2));
         assert_eq!(decide(&rules, "/", "search"), None);
+    }
+
+    /// A line as long as robots.txt allows (16 KiB) with 2,726 keys: read
+    /// in one pass, the last value of a repeated key kept, new keys past
+    /// the cap ignored and reported once, problems listed up to the cap.
+    #[test]
+    fn a_huge_statement_is_read_whole_within_its_caps() {
+        let keys: Vec<String> = (0..2_723).map(short_key).collect();
+        assert_eq!(keys[2], "c");
+        assert_eq!(keys[26], "aa");
+        let mut line = String::from("search=y");
+        for k in &keys {
+            line.push_str(&format!(",{k}=n"));
+        }
+        line.push_str(",train-ai=n");
+        assert!(line.len() <= MAX_STATEMENT, "{}", line.len());
+        let s = parse_statement(&line);
+        assert_eq!(s.get("train-ai"), Some(Pref::Disallowed), "last value wins");
+        assert_eq!(s.get("search"), Some(Pref::Allowed));
+        assert_eq!(s.get(&keys[0]), Some(Pref::Disallowed));
+        assert_eq!(s.get(&keys[254]), Some(Pref::Disallowed));
+        assert_eq!(s.get(&keys[255]), None, "past the cap");
+        assert_eq!(s.prefs().count(), MAX_CATEGORIES + 1);
+        assert_eq!(s.problems(), ["2468 categories past the first 256 ignored"]);
+
+        // Every member a problem: listed up to the cap, then counted.
+        let bad = keys
+            .iter()
+            .map(|k| format!("{k}=1"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let s = parse_statement(&bad);
+        assert_eq!(s.problems().len(), MAX_PROBLEMS + 1);
+        assert_eq!(
+            s.problems().last().map(String::as_str),
+            Some("241 more problems not listed")
+        );
+
+        let mut signal = String::new();
+        for k in &keys[..2_000] {
+            signal.push_str(&format!(",{k}=no"));
+        }
+        signal.push_str(",ai-train=no");
+        let s = parse_signal(&signal);
+        assert_eq!(s.get("train-ai"), Some(Pref::Disallowed));
+        assert_eq!(s.prefs().count(), MAX_CATEGORIES + 1);
+        assert!(s.problems().len() <= MAX_PROBLEMS + 1);
+
+        // Longer than the cap: not read at all.
+        let s = parse_statement(&format!("train-ai=n,{}", "a=y,".repeat(5000)));
+        assert_eq!(s.get("train-ai"), None);
+        assert_eq!(s.problems().len(), 1);
+    }
+
+    /// The same line in a robots.txt file: one rule, read through the
+    /// file's line cap.
+    #[test]
+    fn a_huge_content_usage_line_in_robots_txt_decides() {
+        let mut line = String::from("User-agent: *\nContent-Usage: /");
+        line.push_str(" search=y");
+        for k in (0..2_726).map(short_key) {
+            line.push_str(&format!(",{k}=y"));
+        }
+        line.push_str(",train-ai=n\n");
+        let robots = crate::Robots::parse(line.as_bytes());
+        let rules = robots.agent_rules("ExampleBot");
+        let v = rules.usage("/x", "train-ai").expect("a preference");
+        assert_eq!(v.pref, Pref::Disallowed);
     }
 }

@@ -79,7 +79,12 @@ impl State {
 /// proxy uses. Agents that select the same groups share one
 /// [`AgentRules`].
 #[derive(Clone, Debug)]
-pub struct Compiled(Arc<[(Arc<str>, Arc<AgentRules>)]>, Option<Digest>);
+pub struct Compiled(
+    Arc<[(Arc<str>, Arc<AgentRules>)]>,
+    Option<Digest>,
+    /// The file's `License:` lines (RSL 1.0), global: line and URL.
+    Arc<[(u32, Box<str>)]>,
+);
 
 impl Compiled {
     /// Compiles `robots` for `agents` (product tokens); `digest` is the
@@ -87,7 +92,16 @@ impl Compiled {
     pub(crate) fn new(robots: &Robots, agents: &[Arc<str>], digest: Option<Digest>) -> Compiled {
         let tokens: Vec<&str> = agents.iter().map(|a| &**a).collect();
         let rules = robots.agent_rules_shared(&tokens);
-        Compiled(agents.iter().cloned().zip(rules).collect(), digest)
+        Compiled(
+            agents.iter().cloned().zip(rules).collect(),
+            digest,
+            robots.licenses().into(),
+        )
+    }
+
+    /// The file's `License:` lines (RSL 1.0): line number and URL.
+    pub(crate) fn licenses(&self) -> &[(u32, Box<str>)] {
+        &self.2
     }
 
     /// The SHA-256 of the text these rules were parsed from (its name in
@@ -103,7 +117,9 @@ impl Compiled {
 
     /// Bytes held, counting shared rules once.
     fn memory_usage(&self) -> usize {
-        let mut total = std::mem::size_of_val(&*self.0) + 16;
+        let mut total = std::mem::size_of_val(&*self.0)
+            + 16
+            + self.2.iter().map(|(_, u)| 20 + u.len()).sum::<usize>();
         for (i, (_, rules)) in self.0.iter().enumerate() {
             if !self.0[..i].iter().any(|(_, r)| Arc::ptr_eq(r, rules)) {
                 total += rules.memory_usage();

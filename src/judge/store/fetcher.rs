@@ -28,6 +28,10 @@ impl Fetcher {
         }
     }
 
+    pub(super) fn client(&self) -> &HttpClient {
+        &self.client
+    }
+
     pub(super) fn settings(&self) -> Arc<FetchSettings> {
         self.settings.read().clone()
     }

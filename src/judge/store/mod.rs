@@ -27,7 +27,9 @@ pub(crate) mod entry;
 mod fetcher;
 pub(crate) mod kept;
 mod others;
+pub(crate) mod rsl;
 mod shared;
+pub(crate) mod tdm;
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -117,6 +119,10 @@ pub struct RobotsCache {
     /// robots.txt fetches answered 429 or 503 with `Retry-After`: their
     /// origins are paused as for any response ([`RobotsCache::signals`]).
     signals: tokio::sync::broadcast::Sender<RobotsSignal>,
+    /// The origins' `/.well-known/tdmrep.json` ([`tdm`]).
+    tdm: tdm::TdmFiles,
+    /// RSL licence documents by URL ([`rsl`]).
+    rsl: tdm::Docs<String, rsl::RslState>,
 }
 
 /// A robots.txt fetch answered 429 or 503 with `Retry-After`.
@@ -147,6 +153,8 @@ impl RobotsCache {
             kept: Kept::new(None),
             fleet: None,
             signals: tokio::sync::broadcast::channel(64).0,
+            tdm: tdm::TdmFiles::default(),
+            rsl: tdm::Docs::default(),
         }
     }
 

@@ -94,6 +94,12 @@ pub(crate) struct Record<'a> {
     /// whether it refused the request or only annotated it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) usage: Option<String>,
+    /// Every signal behind `usage`, each `purpose=protocol: document
+    /// [sha256=…] element` (`train-ai=tdmrep.json: https://a/.well-known/tdmrep.json
+    /// sha256=… rule 1 (location "/books/", tdm-reservation 1)`); a
+    /// digest names the document in the archive.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) usage_evidence: Vec<String>,
     /// Why politeness held or refused the request: `crawl_delay`,
     /// `default_interval`, `retry_after`, `backoff` (the origin's own
     /// 429 or 503).
@@ -208,6 +214,7 @@ impl<'a> Record<'a> {
                 .map(|d| d.to_string()),
             cache: None,
             usage: usage.map(|n| format!("{}=n", n.purpose)),
+            usage_evidence: usage.map(|n| n.evidence()).unwrap_or_default(),
             politeness: None,
         }
     }
@@ -247,6 +254,7 @@ impl<'a> Record<'a> {
             robots_sha256: None,
             cache: None,
             usage: None,
+            usage_evidence: Vec::new(),
             politeness: None,
         }
     }

@@ -29,6 +29,7 @@ fn record(url: &str) -> Record<'_> {
         user_agent: None,
         cache: None,
         usage: None,
+        usage_evidence: Vec::new(),
         politeness: None,
     }
 }
@@ -305,6 +306,7 @@ fn removed_evidence_is_chained_and_listed_by_verify_and_report() {
             since: None,
             until: None,
             top: 10,
+            usage: false,
         },
     )
     .expect("report");

@@ -58,6 +58,8 @@ pub(crate) struct Options {
     pub(crate) until: Option<OffsetDateTime>,
     /// Rows per table.
     pub(crate) top: usize,
+    /// Show the usage table (`--usage`).
+    pub(crate) usage: bool,
 }
 
 /// A time for `--since` or `--until`: RFC 3339, or a date (`2026-11-22`,
@@ -122,6 +124,10 @@ pub(crate) struct Report {
     pub(crate) clients: Tally<Counts>,
     pub(crate) users: Tally<Counts>,
     pub(crate) blocked_urls: Tally<Counts>,
+    /// Per origin, signal protocol and purpose (`usage_evidence`): lines
+    /// refused (blocked) and annotated; shown with `--usage`.
+    pub(crate) usage: Tally<Counts>,
+    pub(crate) show_usage: bool,
     /// Per fleet node (`node`, `-` for lines without one).
     pub(crate) nodes: Tally<Counts>,
     /// Lines of more than one node (or with and without one): the
@@ -222,6 +228,9 @@ struct Entry<'a> {
     outcome: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     reason: Option<Cow<'a, str>>,
+    /// `purpose=protocol: document element`, one per signal.
+    #[serde(borrow, default)]
+    usage_evidence: Vec<Cow<'a, str>>,
 }
 
 /// A file that could not be read.
@@ -255,6 +264,8 @@ pub(crate) fn report(files: &[PathBuf], opts: &Options) -> Result<Report, Report
         clients: Tally::new(TABLE_CAP),
         users: Tally::new(TABLE_CAP),
         blocked_urls: Tally::new(TABLE_CAP),
+        usage: Tally::new(TABLE_CAP),
+        show_usage: opts.usage,
         nodes: Tally::new(TABLE_CAP),
         several_nodes: false,
         robots: Tally::new(TABLE_CAP),
@@ -379,6 +390,15 @@ impl Report {
         self.users.add(e.user.as_deref().unwrap_or("-"), add);
         if blocked {
             self.blocked_urls.add(url, add);
+        }
+        for evidence in &e.usage_evidence {
+            // `train-ai=tdmrep.json: …` → `origin tdmrep.json train-ai`.
+            let head = evidence
+                .split_once(": ")
+                .map_or(evidence.as_ref(), |(h, _)| h);
+            let (purpose, protocol) = head.split_once('=').unwrap_or((head, "-"));
+            self.usage
+                .add(&format!("{origin} {protocol} {purpose}"), add);
         }
         if let Some(sha) = &e.robots_sha256 {
             self.robots.add(origin, |o| {

@@ -122,6 +122,18 @@ pub(super) fn sections(r: &Report) -> Vec<Section<'_>> {
         section(&r.users, top, ("users", "Proxy users", "user")),
         urls,
     ]);
+    if r.show_usage {
+        // Requests: refused and annotated; blocked: refused.
+        all.push(section(
+            &r.usage,
+            top,
+            (
+                "usage",
+                "Usage signals (requests refused or annotated; blocked = refused)",
+                "origin protocol purpose",
+            ),
+        ));
+    }
     all
 }
 
