@@ -113,7 +113,7 @@ impl Proxy {
         settings: &Settings,
         caller: &Caller,
         origin: Origin,
-        path: &str,
+        path: String,
         req: Request<Body>,
     ) -> Answer {
         let slot = match caller.queue.try_acquire() {
@@ -144,7 +144,7 @@ impl Proxy {
         settings: &Settings,
         caller: &Caller,
         origin: Origin,
-        path: &str,
+        path: String,
         req: Request<Body>,
     ) -> Answer {
         if let Some(coding) = forward::other_transfer_coding(req.headers()) {
@@ -159,7 +159,7 @@ impl Proxy {
                 ),
             );
         }
-        let (mut ctx, req) = self.judge(settings, caller, &origin, path, req).await;
+        let (mut ctx, req) = self.judge(settings, caller, origin, path, req).await;
         let answer = self.after_judge(&mut ctx, req).await;
         if ctx.purposes.is_empty() {
             return answer;
@@ -230,12 +230,16 @@ impl Proxy {
         &self,
         settings: &'a Settings,
         caller: &'a Caller,
-        origin: &Origin,
-        path: &str,
+        origin: Origin,
+        path: String,
         mut req: Request<Body>,
     ) -> (Ctx<'a>, Request<Body>) {
         let agent = settings.agent_for(caller.user_agent.as_deref(), req.headers().get(USER_AGENT));
-        let judged = for_client(caller.fetch_client(), self.gate.judge(origin, path, agent)).await;
+        let judged = for_client(
+            caller.fetch_client(),
+            self.gate.judge_owned(origin, path, agent),
+        )
+        .await;
         let purposes = settings.purposes_for(
             caller.user.as_deref(),
             req.headers_mut().remove(&PURPOSE_HEADER).as_ref(),
