@@ -360,25 +360,37 @@ impl Gate {
     /// Judges `path_and_query` (starting with `/`) on `origin` for the
     /// robots product token `agent`.
     pub async fn judge(&self, origin: &Origin, path_and_query: &str, agent: &str) -> Judgement {
-        if let Some(reason) = self.destination_refusal(origin) {
+        self.judge_owned(origin.clone(), path_and_query.to_string(), agent)
+            .await
+    }
+
+    /// [`Gate::judge`] of an origin and path the judgement keeps as they
+    /// are (a request's own: no copy of either).
+    pub(crate) async fn judge_owned(
+        &self,
+        origin: Origin,
+        path_and_query: String,
+        agent: &str,
+    ) -> Judgement {
+        if let Some(reason) = self.destination_refusal(&origin) {
             return Judgement {
                 decision: Decision::Refused { reason },
-                origin: origin.clone(),
-                path: path_and_query.to_string(),
+                origin,
+                path: path_and_query,
                 agent: agent.to_string(),
                 entry: None,
                 crawl_delay: None,
                 usage: None,
             };
         }
-        let entry = self.cache.get(origin, agent).await;
+        let entry = self.cache.get(&origin, agent).await;
         let folds = !self.case_insensitive.is_empty()
             && crate::http::origin::host_listed(&self.case_insensitive, origin.host());
-        let (decision, crawl_delay) = decide(&entry, path_and_query, agent, folds);
+        let (decision, crawl_delay) = decide(&entry, &path_and_query, agent, folds);
         Judgement {
             decision,
-            origin: origin.clone(),
-            path: path_and_query.to_string(),
+            origin,
+            path: path_and_query,
             agent: agent.to_string(),
             entry: Some(entry),
             crawl_delay,

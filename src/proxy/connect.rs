@@ -275,7 +275,7 @@ pub(super) async fn inner_request(
             &proxy.settings(),
             caller,
             origin.clone(),
-            &path,
+            path,
             req.map(|b| b.boxed()),
         )
         .await

@@ -402,7 +402,7 @@ impl Proxy {
             }
             Ok(caller) => match self.frame(&req) {
                 Ok((origin, path)) => {
-                    self.serve(&settings, &caller, origin, &path, req.map(|b| b.boxed()))
+                    self.serve(&settings, &caller, origin, path, req.map(|b| b.boxed()))
                         .await
                 }
                 Err(answer) => answer,

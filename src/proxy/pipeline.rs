@@ -114,7 +114,7 @@ impl Proxy {
         settings: &Settings,
         caller: &Caller,
         origin: Origin,
-        path: &str,
+        path: String,
         req: Request<Body>,
     ) -> Answer {
         let slot = match caller.queue.try_acquire() {
@@ -145,7 +145,7 @@ impl Proxy {
         settings: &Settings,
         caller: &Caller,
         origin: Origin,
-        path: &str,
+        path: String,
         req: Request<Body>,
     ) -> Answer {
         if let Some(coding) = forward::other_transfer_coding(req.headers()) {
@@ -160,7 +160,7 @@ impl Proxy {
                 ),
             );
         }
-        let (mut ctx, req) = self.judge(settings, caller, &origin, path, req).await;
+        let (mut ctx, req) = self.judge(settings, caller, origin, path, req).await;
         let answer = self.after_judge(&mut ctx, req).await;
         if ctx.purposes.is_empty() {
             return answer;
@@ -231,8 +231,8 @@ impl Proxy {
         &self,
         settings: &'a Settings,
         caller: &'a Caller,
-        origin: &Origin,
-        path: &str,
+        origin: Origin,
+        path: String,
         mut req: Request<Body>,
     ) -> (Ctx<'a>, Request<Body>) {
         // The User-Agent policy first: the request is judged, recorded
@@ -245,7 +245,11 @@ impl Proxy {
             caller.user_agent.as_deref().or(ours),
             req.headers().get(USER_AGENT),
         );
-        let judged = for_client(caller.fetch_client(), self.gate.judge(origin, path, agent)).await;
+        let judged = for_client(
+            caller.fetch_client(),
+            self.gate.judge_owned(origin, path, agent),
+        )
+        .await;
         let purposes = settings.purposes_for(
             caller.user.as_deref(),
             req.headers_mut().remove(&PURPOSE_HEADER).as_ref(),

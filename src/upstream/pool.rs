@@ -320,7 +320,10 @@ impl Pool {
         loop {
             let (mut conn, reused) = match self.take(origin) {
                 Some(c) => (c, true),
-                None => (self.connect(origin).await?, false),
+                // Boxed: a new connection is the rare case, and its future
+                // inline would enlarge every request's future, which is
+                // moved at each level above.
+                None => (Box::pin(self.connect(origin)).await?, false),
             };
             // A reused connection that closed while idle is dropped for the
             // next one. A new one that closed before taking the request
