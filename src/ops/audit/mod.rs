@@ -18,6 +18,7 @@ pub(crate) mod evidence;
 pub(crate) mod files;
 pub(crate) mod input;
 pub(crate) mod key;
+pub(crate) mod pack;
 pub(crate) mod report;
 pub(crate) mod sync;
 pub(crate) mod tail;
