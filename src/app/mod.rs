@@ -333,7 +333,18 @@ impl App {
                 path: audit_path.clone(),
                 source,
             })?
-            .with_witness(config.audit.witness_file.clone());
+            .with_witness(config.audit.witness_file.clone())
+            .with_witness_command(
+                &config.audit.witness_command,
+                match config.audit.checkpoint_every {
+                    every if every.is_zero() => crate::ops::audit::witness_command::DEFAULT_TIMEOUT,
+                    every => every,
+                },
+            )
+            .map_err(|source| StartError::Audit {
+                path: audit_path.clone(),
+                source,
+            })?;
         let ca_dir = config.ca_dir();
         let (ca, created) = Ca::load_or_create(&ca_dir)?;
         let minter = Arc::new(Minter::new(ca, config.tls.leaf_cache)?);
@@ -656,7 +667,7 @@ fn fleet(config: &Config) -> Option<&crate::config::FleetConfig> {
 }
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 51] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 52] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -756,6 +767,10 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 51] {
         (
             old.audit.witness_file != new.audit.witness_file,
             "audit.witness_file",
+        ),
+        (
+            old.audit.witness_command != new.audit.witness_command,
+            "audit.witness_command",
         ),
         (old.ca_dir() != new.ca_dir(), "tls.ca_dir"),
         (old.log.format != new.log.format, "log.format"),

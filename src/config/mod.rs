@@ -188,6 +188,10 @@ pub struct AuditConfig {
     /// Every checkpoint line is appended to this file too: a copy on
     /// another disk or mount, for `audit verify --witness`.
     pub witness_file: Option<PathBuf>,
+    /// A command run for every checkpoint line, the line on its standard
+    /// input: a program and its arguments, no shell (`["logger", "-t",
+    /// "robots-proxy-witness"]`). Empty: none.
+    pub witness_command: Vec<String>,
 }
 
 impl Default for AuditConfig {
@@ -200,6 +204,7 @@ impl Default for AuditConfig {
             sync: crate::ops::audit::SyncPolicy::default(),
             checkpoint_every: Duration::from_secs(10),
             witness_file: None,
+            witness_command: Vec::new(),
         }
     }
 }

@@ -23,6 +23,7 @@ pub(crate) mod report;
 pub(crate) mod sync;
 pub(crate) mod tail;
 pub(crate) mod verify;
+pub(crate) mod witness_command;
 #[cfg(test)]
 mod writer_tests;
 
@@ -379,6 +380,10 @@ pub struct AuditLog {
     synced: std::sync::Arc<sync::Shared>,
     /// `audit.witness_file`: every checkpoint line is appended there too.
     witness: Option<PathBuf>,
+    /// `audit.witness_command`: run for every checkpoint line.
+    witness_command: Option<witness_command::WitnessCommand>,
+    /// `robots_proxy_audit_witness_command_failures_total`.
+    witness_command_failures: Counter,
 }
 
 /// The open file, the chain's head, and when the file was last checked
@@ -505,6 +510,11 @@ impl AuditLog {
             "fdatasync calls that forced audit lines to the disk (audit.sync)",
             self.synced.syncs.clone(),
         );
+        registry.register(
+            "robots_proxy_audit_witness_command_failures",
+            "Checkpoints audit.witness_command failed for (or was too busy to take)",
+            self.witness_command_failures.clone(),
+        );
         self
     }
 
@@ -543,6 +553,8 @@ impl AuditLog {
             sync: SyncPolicy::None,
             synced: std::sync::Arc::default(),
             witness: None,
+            witness_command: None,
+            witness_command_failures: Counter::default(),
         };
         {
             let mut state = log.state.lock();
@@ -616,6 +628,29 @@ impl AuditLog {
             self.witness_line(&line);
         }
         self
+    }
+
+    /// Runs `argv` for every checkpoint line (`audit.witness_command`),
+    /// beginning with the one written at start; a run taking longer than
+    /// `timeout` is killed.
+    pub(crate) fn with_witness_command(
+        mut self,
+        argv: &[String],
+        timeout: std::time::Duration,
+    ) -> io::Result<AuditLog> {
+        if argv.is_empty() {
+            return Ok(self);
+        }
+        let command = witness_command::WitnessCommand::start(
+            argv,
+            timeout,
+            self.witness_command_failures.clone(),
+        )?;
+        if let Some(line) = &self.state.lock().last_checkpoint {
+            command.send(line);
+        }
+        self.witness_command = Some(command);
+        Ok(self)
     }
 
     /// Writes a checkpoint if lines were written since the last one
@@ -727,6 +762,9 @@ impl AuditLog {
         state.chain_start = None;
         state.since_checkpoint = 0;
         self.witness_line(&line);
+        if let Some(command) = &self.witness_command {
+            command.send(&line);
+        }
         state.last_checkpoint = Some(line);
         Ok(())
     }
