@@ -716,9 +716,12 @@ impl AuditLog {
 
     fn reopen_locked(&self, state: &mut State) -> io::Result<()> {
         state.last_identity_check = Instant::now();
-        if self.sync != SyncPolicy::None
-            && let Err(e) = self.synced.sync_if_dirty()
-        {
+        let synced = match self.sync {
+            SyncPolicy::None => Ok(()),
+            SyncPolicy::Interval => self.synced.sync_if_dirty(),
+            SyncPolicy::Every => self.synced.all_durable(),
+        };
+        if let Err(e) = synced {
             tracing::error!(path = %self.path.display(), error = %e,
                 "cannot sync the audit log to disk before reopening it");
         }
@@ -802,8 +805,17 @@ impl AuditLog {
 
     fn write_line(&self, record: &impl Serialize) -> io::Result<()> {
         let result = Line::new(record).and_then(|mut line| {
-            let mut state = self.state.lock();
-            let written = self.write_locked(&mut state, &mut line);
+            let written = {
+                let mut state = self.state.lock();
+                self.write_locked(&mut state, &mut line)
+            };
+            // `every`: on the disk before it counts as written, synced
+            // with the lines written meanwhile, outside the lock.
+            let written = match written {
+                Ok(Some(ticket)) => self.synced.wait_durable(ticket),
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
             if let Err(e) = &written {
                 self.healthy.store(false, Ordering::Relaxed);
                 tracing::error!(path = %self.path.display(), error = %e,
@@ -818,8 +830,9 @@ impl AuditLog {
     }
 
     /// Appends `line` as the next link of the chain: the head moves only
-    /// when the whole line is in the file.
-    fn write_locked(&self, state: &mut State, line: &mut Line) -> io::Result<()> {
+    /// when the whole line is in the file. With `audit.sync = "every"`,
+    /// the ticket to wait for it to be on the disk.
+    fn write_locked(&self, state: &mut State, line: &mut Line) -> io::Result<Option<u64>> {
         if state.last_identity_check.elapsed() >= IDENTITY_CHECK_EVERY {
             state.last_identity_check = Instant::now();
             let gone = state
@@ -841,11 +854,17 @@ impl AuditLog {
         };
         let (bytes, head) = line.seal(&state.head)?;
         append(file, bytes, &self.path)?;
-        self.sync_line(file)?;
         state.head = head;
         state.since_checkpoint += 1;
+        let ticket = match self.sync {
+            SyncPolicy::Every => Some(self.synced.written()),
+            _ => {
+                self.sync_line(file)?;
+                None
+            }
+        };
         self.healthy.store(true, Ordering::Relaxed);
-        Ok(())
+        Ok(ticket)
     }
 }
 

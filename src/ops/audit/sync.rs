@@ -6,11 +6,11 @@
 use std::fs::File;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Deserializer};
 
@@ -24,7 +24,8 @@ pub enum SyncPolicy {
     #[default]
     Interval,
     /// Before every line counts as written (and before the response):
-    /// nothing acted on is lost.
+    /// nothing acted on is lost. Lines written while a sync runs share the
+    /// next one (group commit).
     Every,
 }
 
@@ -65,6 +66,22 @@ pub(crate) struct Shared {
     dirty: AtomicBool,
     /// `robots_proxy_audit_syncs_total`.
     pub(crate) syncs: Counter,
+    /// `every`: lines written so far (each line's ticket is its count).
+    written: AtomicU64,
+    /// `every`: what the syncs have covered.
+    group: Mutex<Group>,
+    /// Woken when a sync ends.
+    synced: Condvar,
+}
+
+/// Group commit's state: the lines known on the disk, whether a sync
+/// runs, and the lines a failed sync left unsure.
+#[derive(Default)]
+struct Group {
+    durable: u64,
+    syncing: bool,
+    /// Tickets after the first and up to the second: their sync failed.
+    failed: Option<(u64, u64, String)>,
 }
 
 impl Shared {
@@ -97,6 +114,67 @@ impl Shared {
     pub(crate) fn set_file(&self, file: &File) -> io::Result<()> {
         *self.file.lock() = Some(file.try_clone()?);
         Ok(())
+    }
+
+    /// `every`: a line was written (called under the writer's lock, after
+    /// the write): its ticket for [`Shared::wait_durable`].
+    pub(crate) fn written(&self) -> u64 {
+        self.written.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Holds the file syncs go through: no sync can run meanwhile.
+    #[cfg(test)]
+    pub(crate) fn hold_file(&self) -> MutexGuard<'_, Option<File>> {
+        self.file.lock()
+    }
+
+    /// `every`: lines written so far.
+    #[cfg(test)]
+    pub(crate) fn written_count(&self) -> u64 {
+        self.written.load(Ordering::Acquire)
+    }
+
+    /// `every`: every line written so far on the disk, before the file
+    /// is replaced (called under the writer's lock).
+    pub(crate) fn all_durable(&self) -> io::Result<()> {
+        self.wait_durable(self.written.load(Ordering::Acquire))
+    }
+
+    /// `every`: returns once a sync begun after the line of `ticket` was
+    /// written has ended (group commit): the first to wait syncs for every
+    /// line written until then, the others wait for it, or for the next
+    /// one. Outside the writer's lock, so lines keep being written while a
+    /// sync runs. `Err` when the sync that covered it failed.
+    pub(crate) fn wait_durable(&self, ticket: u64) -> io::Result<()> {
+        let mut group = self.group.lock();
+        loop {
+            if let Some((after, upto, error)) = &group.failed
+                && ticket > *after
+                && ticket <= *upto
+            {
+                return Err(io::Error::other(error.clone()));
+            }
+            if group.durable >= ticket {
+                return Ok(());
+            }
+            if group.syncing {
+                self.synced.wait(&mut group);
+                continue;
+            }
+            group.syncing = true;
+            let before = group.durable;
+            let target = self.written.load(Ordering::Acquire);
+            let result = MutexGuard::unlocked(&mut group, || match self.file.lock().as_ref() {
+                Some(f) => self.sync(f),
+                None => Ok(()),
+            });
+            group.syncing = false;
+            match result {
+                Ok(()) => group.durable = group.durable.max(target),
+                Err(e) => group.failed = Some((before, target, e.to_string())),
+            }
+            self.synced.notify_all();
+        }
     }
 }
 

@@ -395,8 +395,12 @@ impl Verifier {
         if line.bytes.is_empty() {
             return Err("an empty line (the proxy writes none)".into());
         }
-        let fields: ChainFields<'_> =
-            serde_json::from_slice(line.bytes).map_err(|e| format!("not a JSON object: {e}"))?;
+        let fields: ChainFields<'_> = match ChainFields::plain(line.bytes) {
+            Some(fields) => fields,
+            None => {
+                serde_json::from_slice(line.bytes).map_err(|e| format!("not a JSON object: {e}"))?
+            }
+        };
         self.summary.lines += 1;
         if fields.chain.is_none() {
             if self.prev.is_none() {
