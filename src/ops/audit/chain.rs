@@ -135,13 +135,6 @@ pub(crate) use crate::http::text::{hex, push_hex};
 
 /// Lowercase hex to bytes; `None` on an odd length or another character.
 pub(crate) fn parse_hex(text: &[u8]) -> Option<Vec<u8>> {
-    fn digit(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        }
-    }
     if !text.len().is_multiple_of(2) {
         return None;
     }
@@ -152,8 +145,42 @@ pub(crate) fn parse_hex(text: &[u8]) -> Option<Vec<u8>> {
 
 /// 64 lowercase hex digits to 32 bytes.
 pub(crate) fn parse_hex32(text: &[u8]) -> Option<[u8; 32]> {
-    let bytes = parse_hex(text)?;
-    bytes.try_into().ok()
+    if text.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    let mut bad = 0u8;
+    for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
+        let (hi, lo) = (HEX[pair[0] as usize], HEX[pair[1] as usize]);
+        bad |= hi | lo;
+        *byte = hi << 4 | (lo & 0x0f);
+    }
+    (bad & 0xf0 == 0).then_some(out)
+}
+
+/// Each byte's value as a lowercase hex digit; 0xff for any other byte.
+static HEX: [u8; 256] = {
+    let mut table = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+
+/// A lowercase hex digit's value.
+fn digit(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    }
 }
 
 /// The fields of a line the verifier and the tail reader look at;
@@ -217,7 +244,10 @@ impl<'a> ChainFields<'a> {
             b"\"chain_start",
             b"\"sig",
         ];
-        for colon in memchr::memmem::find_iter(middle, b"\":") {
+        static KEY_END: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+            std::sync::OnceLock::new();
+        let finder = KEY_END.get_or_init(|| memchr::memmem::Finder::new(b"\":"));
+        for colon in finder.find_iter(middle) {
             let key = &middle[..colon];
             if KEYS.iter().any(|k| key.ends_with(k)) {
                 return None;

@@ -405,6 +405,11 @@ struct State {
     last_checkpoint: Option<Vec<u8>>,
 }
 
+/// A line written, and with `audit.sync = "every"` its ticket: it counts
+/// as written once a sync covers it.
+#[must_use]
+pub(crate) struct Pending(Option<u64>);
+
 /// Room left before a record's JSON for the `{"seq":N,` that starts its line.
 const SEQ_ROOM: usize = 32;
 
@@ -612,8 +617,10 @@ impl AuditLog {
             tracing::error!(path = %self.path.display(), error = %e,
                 "cannot sync the audit log to disk: refusing to forward until it is writable");
         }
-        if policy == SyncPolicy::Interval {
-            sync::start_interval(&self.synced, &self.path)?;
+        match policy {
+            SyncPolicy::Interval => sync::start_interval(&self.synced, &self.path)?,
+            SyncPolicy::Every => sync::start_every(&self.synced)?,
+            SyncPolicy::None => {}
         }
         Ok(self)
     }
@@ -804,29 +811,53 @@ impl AuditLog {
     }
 
     fn write_line(&self, record: &impl Serialize) -> io::Result<()> {
-        let result = Line::new(record).and_then(|mut line| {
-            let written = {
-                let mut state = self.state.lock();
-                self.write_locked(&mut state, &mut line)
-            };
-            // `every`: on the disk before it counts as written, synced
-            // with the lines written meanwhile, outside the lock.
-            let written = match written {
-                Ok(Some(ticket)) => self.synced.wait_durable(ticket),
-                Ok(None) => Ok(()),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = &written {
-                self.healthy.store(false, Ordering::Relaxed);
-                tracing::error!(path = %self.path.display(), error = %e,
-                    "cannot write the audit log: refusing to forward until it is writable");
-            }
-            written
+        let pending = self.write_pending(record)?;
+        self.wait_blocking(pending)
+    }
+
+    /// Writes one record as [`AuditLog::write`] does, but with `audit.sync
+    /// = "every"` does not wait for it to be on the disk: the caller
+    /// waits ([`AuditLog::durable`]) before it acts on the line.
+    pub(crate) fn write_pending(&self, record: &impl Serialize) -> io::Result<Pending> {
+        let written = Line::new(record).and_then(|mut line| {
+            let mut state = self.state.lock();
+            self.write_locked(&mut state, &mut line)
         });
-        if result.is_err() {
-            self.write_failures.inc();
+        written.map(Pending).inspect_err(|e| self.failed(e))
+    }
+
+    /// Waits, blocking the thread, until the line of `pending` is on the
+    /// disk (at once unless `audit.sync = "every"`).
+    pub(crate) fn wait_blocking(&self, pending: Pending) -> io::Result<()> {
+        match pending.0 {
+            Some(ticket) => self
+                .synced
+                .wait_durable(ticket)
+                .inspect_err(|e| self.failed(e)),
+            None => Ok(()),
         }
-        result
+    }
+
+    /// Waits, without blocking the thread, until the line of `pending`
+    /// is on the disk: lines written meanwhile share its sync.
+    pub(crate) async fn durable(&self, pending: Pending) -> io::Result<()> {
+        match pending.0 {
+            Some(ticket) => self
+                .synced
+                .durable(ticket)
+                .await
+                .inspect_err(|e| self.failed(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// A line that could not be written (or synced): counted, and the
+    /// proxy refuses to forward until the log is writable again.
+    fn failed(&self, e: &io::Error) {
+        self.healthy.store(false, Ordering::Relaxed);
+        self.write_failures.inc();
+        tracing::error!(path = %self.path.display(), error = %e,
+            "cannot write the audit log: refusing to forward until it is writable");
     }
 
     /// Appends `line` as the next link of the chain: the head moves only

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+#[cfg(test)]
+use parking_lot::MutexGuard;
+use parking_lot::{Condvar, Mutex};
 use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Deserializer};
 
@@ -70,18 +72,34 @@ pub(crate) struct Shared {
     written: AtomicU64,
     /// `every`: what the syncs have covered.
     group: Mutex<Group>,
-    /// Woken when a sync ends.
-    synced: Condvar,
+    /// Woken when a line is written and when a sync ends.
+    changed: Condvar,
+    /// What the syncs have covered, for requests that wait without
+    /// blocking their thread.
+    durable: tokio::sync::watch::Sender<Group>,
 }
 
-/// Group commit's state: the lines known on the disk, whether a sync
-/// runs, and the lines a failed sync left unsure.
-#[derive(Default)]
-struct Group {
+/// Group commit's state: the lines known on the disk and the lines a
+/// failed sync left unsure.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Group {
     durable: u64,
-    syncing: bool,
     /// Tickets after the first and up to the second: their sync failed.
     failed: Option<(u64, u64, String)>,
+}
+
+impl Group {
+    /// Whether the line of `ticket` is on the disk (`Ok`), lost to a
+    /// failed sync (`Err`), or not known yet (`None`).
+    fn covers(&self, ticket: u64) -> Option<io::Result<()>> {
+        if let Some((after, upto, error)) = &self.failed
+            && ticket > *after
+            && ticket <= *upto
+        {
+            return Some(Err(io::Error::other(error.clone())));
+        }
+        (self.durable >= ticket).then_some(Ok(()))
+    }
 }
 
 impl Shared {
@@ -119,7 +137,10 @@ impl Shared {
     /// `every`: a line was written (called under the writer's lock, after
     /// the write): its ticket for [`Shared::wait_durable`].
     pub(crate) fn written(&self) -> u64 {
-        self.written.fetch_add(1, Ordering::AcqRel) + 1
+        let ticket = self.written.fetch_add(1, Ordering::AcqRel) + 1;
+        let _group = self.group.lock();
+        self.changed.notify_all();
+        ticket
     }
 
     /// Holds the file syncs go through: no sync can run meanwhile.
@@ -141,41 +162,78 @@ impl Shared {
     }
 
     /// `every`: returns once a sync begun after the line of `ticket` was
-    /// written has ended (group commit): the first to wait syncs for every
-    /// line written until then, the others wait for it, or for the next
-    /// one. Outside the writer's lock, so lines keep being written while a
-    /// sync runs. `Err` when the sync that covered it failed.
+    /// written has ended; `Err` when that sync failed. Blocks the thread.
     pub(crate) fn wait_durable(&self, ticket: u64) -> io::Result<()> {
         let mut group = self.group.lock();
         loop {
-            if let Some((after, upto, error)) = &group.failed
-                && ticket > *after
-                && ticket <= *upto
-            {
-                return Err(io::Error::other(error.clone()));
+            if let Some(result) = group.covers(ticket) {
+                return result;
             }
-            if group.durable >= ticket {
-                return Ok(());
-            }
-            if group.syncing {
-                self.synced.wait(&mut group);
-                continue;
-            }
-            group.syncing = true;
-            let before = group.durable;
-            let target = self.written.load(Ordering::Acquire);
-            let result = MutexGuard::unlocked(&mut group, || match self.file.lock().as_ref() {
-                Some(f) => self.sync(f),
-                None => Ok(()),
-            });
-            group.syncing = false;
-            match result {
-                Ok(()) => group.durable = group.durable.max(target),
-                Err(e) => group.failed = Some((before, target, e.to_string())),
-            }
-            self.synced.notify_all();
+            self.changed.wait(&mut group);
         }
     }
+
+    /// [`Shared::wait_durable`] without blocking the thread: the task
+    /// waits, the thread serves others meanwhile.
+    pub(crate) async fn durable(&self, ticket: u64) -> io::Result<()> {
+        let mut rx = self.durable.subscribe();
+        match rx.wait_for(|g| g.covers(ticket).is_some()).await {
+            Ok(group) => group.covers(ticket).unwrap_or(Ok(())),
+            Err(_) => Err(io::Error::other("the audit log's sync thread is gone")),
+        }
+    }
+
+    /// One round of the sync thread: waits for lines written and not yet
+    /// synced (at most `patience`), then syncs every line written until
+    /// then with one `fdatasync` (group commit). False when nothing came.
+    fn sync_round(&self, patience: Duration) -> bool {
+        let target = {
+            let mut group = self.group.lock();
+            let pending = |g: &Group| {
+                let attempted = g.failed.as_ref().map_or(0, |f| f.1).max(g.durable);
+                self.written.load(Ordering::Acquire) > attempted
+            };
+            if !pending(&group) {
+                let _ = self.changed.wait_for(&mut group, patience);
+                if !pending(&group) {
+                    return false;
+                }
+            }
+            self.written.load(Ordering::Acquire)
+        };
+        let result = match self.file.lock().as_ref() {
+            Some(f) => self.sync(f),
+            None => Ok(()),
+        };
+        let mut group = self.group.lock();
+        match result {
+            Ok(()) => group.durable = group.durable.max(target),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot sync the audit log to disk");
+                group.failed = Some((group.durable, target, e.to_string()));
+            }
+        }
+        self.changed.notify_all();
+        self.durable.send_replace(group.clone());
+        true
+    }
+}
+
+/// Starts the thread that syncs lines for `every` (group commit); it
+/// ends when the log is dropped.
+pub(crate) fn start_every(shared: &Arc<Shared>) -> io::Result<()> {
+    let weak: Weak<Shared> = Arc::downgrade(shared);
+    std::thread::Builder::new()
+        .name("audit-sync".into())
+        .spawn(move || {
+            loop {
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                shared.sync_round(INTERVAL);
+            }
+        })
+        .map(drop)
 }
 
 /// Starts the thread that syncs `shared` once a second while lines come;

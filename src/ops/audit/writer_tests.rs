@@ -321,8 +321,7 @@ fn concurrent_lines_share_a_sync_and_none_returns_before_it() {
     use super::SyncPolicy;
     use std::sync::atomic::{AtomicU64, Ordering};
     let syncs = |registry: &crate::metrics::Registry| {
-        crate::metrics::sample(&registry.encode(), "robots_proxy_audit_syncs_total")
-            .unwrap_or(0.0)
+        crate::metrics::sample(&registry.encode(), "robots_proxy_audit_syncs_total").unwrap_or(0.0)
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("audit.jsonl");
@@ -355,6 +354,9 @@ fn concurrent_lines_share_a_sync_and_none_returns_before_it() {
     });
     assert_eq!(returned.load(Ordering::SeqCst), WRITERS);
     let used = syncs(&registry) - before;
-    assert!((1.0..=2.0).contains(&used), "{used} syncs for {WRITERS} lines");
+    assert!(
+        (1.0..=2.0).contains(&used),
+        "{used} syncs for {WRITERS} lines"
+    );
     assert!(check(&[path], None).starts_with("intact: 1 file, 17 lines"));
 }
