@@ -26,8 +26,8 @@ pub enum SyncPolicy {
     #[default]
     Interval,
     /// Before every line counts as written (and before the response):
-    /// nothing acted on is lost. Lines written while a sync runs share the
-    /// next one (group commit).
+    /// nothing acted on is lost. A thread of its own syncs every line
+    /// written since its last sync at once (group commit).
     Every,
 }
 
