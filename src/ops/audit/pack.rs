@@ -759,3 +759,92 @@ fn rel_name(path: &Path, pack: &Path) -> String {
         .display()
         .to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::audit::chain::{Head, seal};
+    use crate::ops::audit::checkpoint::{self, Reason};
+
+    /// A log: its start checkpoint, then `bodies` chained after it.
+    fn log(path: &Path, bodies: &[String]) {
+        let (first, mut head) =
+            checkpoint::line(&Head::GENESIS, Reason::Start, true, Some("empty"), None)
+                .expect("checkpoint");
+        let mut text = first;
+        for body in bodies {
+            let seq = head.seq + 1;
+            let mut line = format!("{{\"seq\":{seq},{}", &body[1..]).into_bytes();
+            head.chain = seal(&mut line, 0, &head.chain);
+            head.seq = seq;
+            text.extend_from_slice(&line);
+        }
+        std::fs::write(path, text).expect("write");
+    }
+
+    fn request(sha: &str) -> String {
+        format!(
+            "{{\"time\":\"2026-01-01T10:00:00.000Z\",\"url\":\"http://a/private\",\
+             \"decision\":\"disallowed\",\"robots_sha256\":\"{sha}\"}}"
+        )
+    }
+
+    fn pack_of(dir: &Path, bodies: &[String]) -> (PathBuf, Exported) {
+        let path = dir.join("audit.jsonl");
+        log(&path, bodies);
+        let out = dir.join("pack");
+        let made = export(&Export {
+            from: report::parse_time("2026-01-01", false).expect("time"),
+            to: report::parse_time("2026-01-01", true).expect("time"),
+            files: vec![path],
+            archive: dir.join("no-archive"),
+            key: None,
+            witness: None,
+            out: out.clone(),
+        })
+        .expect("export");
+        (out, made)
+    }
+
+    #[test]
+    fn a_document_gone_with_an_evidence_removed_line_is_named_with_its_reason() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sha = "ab".repeat(32);
+        let removed = format!(
+            "{{\"type\":\"evidence_removed\",\"time\":\"2026-02-01T00:00:00.000Z\",\
+             \"robots_sha256\":\"{sha}\",\"bytes\":10,\"reason\":\"archive_max reached\"}}"
+        );
+        let (out, made) = pack_of(dir.path(), &[request(&sha), removed]);
+        assert!(made.intact, "{}", made.verify);
+        assert_eq!(made.gone.len(), 1);
+        assert_eq!(made.gone[0].removed_at_seq, Some(3));
+        assert_eq!(made.gone[0].reason, "archive_max reached");
+        let checked = check(&out).expect("check");
+        assert!(checked.problems.is_empty(), "{:?}", checked.problems);
+        assert!(
+            checked.notes.iter().any(|n| n.contains(&format!(
+                "robots_sha256 {sha} (named by logs/audit.jsonl line 2) is not in the pack: \
+                 it left the archive, evidence_removed at seq 3: archive_max reached"
+            ))),
+            "{:?}",
+            checked.notes
+        );
+    }
+
+    #[test]
+    fn a_document_gone_without_a_word_is_a_problem() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sha = "cd".repeat(32);
+        let (out, made) = pack_of(dir.path(), &[request(&sha)]);
+        assert_eq!(made.gone.len(), 1);
+        assert_eq!(made.gone[0].removed_at_seq, None);
+        let checked = check(&out).expect("check");
+        assert_eq!(
+            checked.problems,
+            [format!(
+                "robots_sha256 {sha} (named by logs/audit.jsonl line 2) is not in the pack, \
+                 and no evidence_removed line says why"
+            )]
+        );
+    }
+}
