@@ -394,7 +394,18 @@ impl App {
                 let hook: crate::ops::audit::WitnessHook =
                     Arc::new(move |line: &[u8]| fleet.witness(&rt, line, keep, every));
                 Some(hook)
-            }));
+            }))
+            .with_witness_command(
+                &config.audit.witness_command,
+                match config.audit.checkpoint_every {
+                    every if every.is_zero() => crate::ops::audit::witness_command::DEFAULT_TIMEOUT,
+                    every => every,
+                },
+            )
+            .map_err(|source| StartError::Audit {
+                path: audit_path.clone(),
+                source,
+            })?;
         let ca_dir = config.ca_dir();
         let (ca, created) = Ca::load_or_create(&ca_dir)?;
         let minter = Arc::new(Minter::new(ca, config.tls.leaf_cache)?);
@@ -738,7 +749,7 @@ fn fleet(config: &Config) -> Option<&crate::config::FleetConfig> {
 }
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 53] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 54] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
@@ -846,6 +857,10 @@ fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 53] {
         (
             old.audit.witness_keep != new.audit.witness_keep,
             "audit.witness_keep",
+        ),
+        (
+            old.audit.witness_command != new.audit.witness_command,
+            "audit.witness_command",
         ),
         (old.ca_dir() != new.ca_dir(), "tls.ca_dir"),
         (old.log.format != new.log.format, "log.format"),

@@ -70,8 +70,54 @@ pub(crate) enum AuditCommand {
         /// file name, audit.jsonl by default) and every rotation.
         #[arg(long, value_name = "DIR", conflicts_with = "files")]
         dir: Option<PathBuf>,
+        /// Check an evidence pack (`audit export --out DIR`) offline: every
+        /// file against its manifest, the chain with the pack's public key
+        /// and witness, and every document the period's lines name.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "key", "checkpoints", "witness", "from_seq", "dir", "files"])]
+        pack: Option<PathBuf>,
         /// Audit files, in any order; default: the configured audit log
         /// and every rotation beside it (.1, .2.gz, …).
+        files: Vec<PathBuf>,
+    },
+    /// Write an evidence pack for a period into a new directory: the
+    /// audit files holding it (whole, so the chain verifies), the witness
+    /// file, the public key, every archived document the period's lines
+    /// name, the verification, the HTML and CSV reports, and a manifest
+    /// with each file's SHA-256 (check it with `audit verify --pack DIR`).
+    ///
+    /// Exit status: 0 when the pack is written, its log intact and every
+    /// named document in it; 1 when written but not so (it says what);
+    /// 2 on a usage or I/O error.
+    Export {
+        /// The period's start: RFC 3339 or a date (UTC).
+        #[arg(long, value_name = "T")]
+        from: String,
+        /// The period's end: RFC 3339 (excluded), or a date (UTC, that
+        /// whole day included).
+        #[arg(long, value_name = "T")]
+        to: String,
+        /// The directory to write (new, or empty).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Config file: its audit log, archive, signing key and witness
+        /// file are the defaults.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Public key that signed the checkpoints (64 hex digits or a
+        /// file); default: the configured key's.
+        #[arg(long, value_name = "PUBKEY")]
+        key: Option<String>,
+        /// The witness file; default: the configured `audit.witness_file`.
+        #[arg(long, value_name = "FILE")]
+        witness: Option<PathBuf>,
+        /// The robots.txt archive; default: `<state_dir>/robots-archive`.
+        #[arg(long, value_name = "DIR")]
+        archive: Option<PathBuf>,
+        /// The directory holding the log: its live file and every rotation.
+        #[arg(long, value_name = "DIR", conflicts_with = "files")]
+        dir: Option<PathBuf>,
+        /// Audit files; default: the configured audit log and every
+        /// rotation beside it.
         files: Vec<PathBuf>,
     },
     /// Sum audit files up: requests and blocks per day, by decision,
@@ -142,6 +188,9 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
     match command {
         AuditCommand::Key { config } => key(config.as_deref()),
         AuditCommand::Verify {
+            pack: Some(pack), ..
+        } => verify_pack(&pack),
+        AuditCommand::Verify {
             config,
             key,
             checkpoints,
@@ -151,6 +200,7 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             node,
             from_seq,
             dir,
+            pack: None,
             files,
         } => verify_command(
             config.as_deref(),
@@ -183,6 +233,24 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             format,
             (top, usage),
             config.as_deref(),
+            Source { dir, files },
+        ),
+        AuditCommand::Export {
+            from,
+            to,
+            out,
+            config,
+            key,
+            witness,
+            archive,
+            dir,
+            files,
+        } => export(
+            Period { from, to, out },
+            config.as_deref(),
+            key.as_deref(),
+            witness,
+            archive,
             Source { dir, files },
         ),
         AuditCommand::Robots {
@@ -339,12 +407,8 @@ fn verify_command(
         Ok(c) => c,
         Err(e) => return usage("verify", e),
     };
-    let key = match key.map(parse_key).transpose() {
-        Ok(Some(key)) => Some(key),
-        Ok(None) => match configured_key(&config) {
-            Ok(key) => key,
-            Err(e) => return usage("verify", format!("the configured signing key: {e}")),
-        },
+    let key = match key_or_configured(key, &config) {
+        Ok(key) => key,
         Err(e) => return usage("verify", e),
     };
     let files = match files_or_default(source, &config) {
@@ -385,6 +449,7 @@ fn verify_command(
         kept: kept.checkpoints,
         witness,
         from_seq: kept.from_seq,
+        kept_go_on: false,
     };
     let outcome = verify::verify(&files, &opts);
     if let Some(read) = &redis {
@@ -467,5 +532,130 @@ fn report_command(
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => usage("report", e),
+    }
+}
+
+/// `audit export`'s period and directory.
+struct Period {
+    from: String,
+    to: String,
+    out: PathBuf,
+}
+
+/// The key given, else the configured one's public half.
+fn key_or_configured(key: Option<&str>, config: &Config) -> Result<Option<[u8; 32]>, String> {
+    match key.map(parse_key).transpose()? {
+        Some(key) => Ok(Some(key)),
+        None => configured_key(config).map_err(|e| format!("the configured signing key: {e}")),
+    }
+}
+
+/// The witness given, else the configured one when it exists.
+fn witness_or_configured(witness: Option<PathBuf>, config: &Config) -> Option<PathBuf> {
+    witness.or_else(|| {
+        config
+            .audit
+            .witness_file
+            .clone()
+            .filter(|path| path.exists())
+    })
+}
+
+fn export(
+    period: Period,
+    config: Option<&Path>,
+    key: Option<&str>,
+    witness: Option<PathBuf>,
+    archive: Option<PathBuf>,
+    source: Source,
+) -> ExitCode {
+    use crate::ops::audit::pack;
+    let config = match load(config) {
+        Ok(c) => c,
+        Err(e) => return usage("export", e),
+    };
+    let (from, to) = match (
+        report::parse_time(&period.from, false),
+        report::parse_time(&period.to, true),
+    ) {
+        (Ok(f), Ok(t)) => (f, t),
+        (Err(e), _) => return usage("export", format!("--from: {e}")),
+        (_, Err(e)) => return usage("export", format!("--to: {e}")),
+    };
+    let key = match key_or_configured(key, &config) {
+        Ok(key) => key,
+        Err(e) => return usage("export", e),
+    };
+    let files = match files_or_default(source, &config) {
+        Ok(files) => files,
+        Err(e) => return usage("export", e),
+    };
+    let job = pack::Export {
+        from,
+        to,
+        files,
+        archive: archive.unwrap_or_else(|| config.archive_dir()),
+        key,
+        witness: witness_or_configured(witness, &config),
+        out: period.out,
+    };
+    let made = match pack::export(&job) {
+        Ok(made) => made,
+        Err(e) => return usage("export", e),
+    };
+    println!(
+        "wrote {}: {} audit file(s), {} document(s); manifest SHA-256 {}",
+        job.out.display(),
+        made.logs,
+        made.documents,
+        made.manifest_sha256
+    );
+    println!("verify: {}", made.verify);
+    let mut unexplained = 0;
+    for gone in &made.gone {
+        match gone.removed_at_seq {
+            Some(seq) => println!(
+                "not in the pack: {} {}: evidence_removed at seq {seq}: {}",
+                gone.field,
+                gone.sha256,
+                report::printable_text(&gone.reason)
+            ),
+            None => {
+                unexplained += 1;
+                println!(
+                    "MISSING: {} {}: {}",
+                    gone.field,
+                    report::printable_text(&gone.sha256),
+                    report::printable_text(&gone.reason)
+                );
+            }
+        }
+    }
+    if made.intact && unexplained == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn verify_pack(dir: &Path) -> ExitCode {
+    match crate::ops::audit::pack::check(dir) {
+        Ok(checked) => {
+            for problem in &checked.problems {
+                println!("FAILED: {problem}");
+            }
+            if checked.problems.is_empty() {
+                println!("pack intact: {}", dir.display());
+            }
+            for note in &checked.notes {
+                println!("  {note}");
+            }
+            if checked.problems.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => usage("verify", e),
     }
 }

@@ -198,6 +198,10 @@ pub struct AuditConfig {
     /// (`fleet::witness`).
     #[serde(deserialize_with = "duration")]
     pub witness_keep: Duration,
+    /// A command run for every checkpoint line, the line on its standard
+    /// input: a program and its arguments, no shell (`["logger", "-t",
+    /// "robots-proxy-witness"]`). Empty: none.
+    pub witness_command: Vec<String>,
 }
 
 impl Default for AuditConfig {
@@ -211,6 +215,7 @@ impl Default for AuditConfig {
             checkpoint_every: Duration::from_secs(10),
             witness_file: None,
             witness_keep: Duration::from_secs(24 * 3600),
+            witness_command: Vec::new(),
         }
     }
 }

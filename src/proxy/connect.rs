@@ -86,7 +86,10 @@ pub(crate) async fn handle(
             for_client(caller.fetch_client(), proxy.gate.judge(&https, "/", &agent)).await;
         let ua = req.headers().get(USER_AGENT);
         let line = Judged::new(&judgement, &caller, "CONNECT", ua);
-        return proxy.record(Line::Request(line, None)).refusal(&judgement);
+        return proxy
+            .record_durable(Line::Request(line, None))
+            .await
+            .refusal(&judgement);
     }
     let minter = proxy.minter.clone();
     if no_intercept(&settings.no_intercept, https.host()) {
@@ -357,7 +360,7 @@ async fn tunnel(
     // Allowed at host level, it is recorded as `tunnelled`: paths go unchecked.
     let ua = req.headers().get(USER_AGENT);
     let line = Judged::new(&judgement, &caller, "CONNECT", ua);
-    match proxy.record(Line::Tunnel(line)) {
+    match proxy.record_durable(Line::Tunnel(line)).await {
         Recorded::Passed => {}
         Recorded::Blocked(answer) | Recorded::AuditFailed(answer) => return answer,
     }
@@ -370,7 +373,10 @@ async fn tunnel(
             let reason = e.reason().to_string();
             let refused = judgement.overruled(Decision::Refused { reason });
             let line = Judged::new(&refused, &caller, "CONNECT", ua);
-            return proxy.record(Line::Again(line)).refusal(&refused);
+            return proxy
+                .record_durable(Line::Again(line))
+                .await
+                .refusal(&refused);
         }
         Err(e) => {
             return Answer::new(

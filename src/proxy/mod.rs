@@ -364,7 +364,7 @@ impl Proxy {
                         decision: "auth_required",
                         reason,
                     };
-                    match self.record(line) {
+                    match self.record_durable(line).await {
                         Recorded::Passed => {}
                         Recorded::Blocked(answer) | Recorded::AuditFailed(answer) => {
                             return Err(answer);

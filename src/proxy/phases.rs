@@ -59,6 +59,7 @@ use hyper::body::Incoming;
 use super::{Proxy, respond};
 use crate::http::body::Body;
 use crate::judge::{Decision, Judgement};
+use crate::ops::audit::Pending;
 use crate::ops::audit::Record;
 pub(crate) use crate::proxy::metrics::Outcome;
 use crate::response_cache::CacheOutcome;
@@ -309,8 +310,38 @@ impl Proxy {
     /// and counts every judged request on the admin page's charts
     /// ([`crate::ops::activity`]), once.
     pub(crate) fn record(&self, line: Line<'_>) -> Recorded {
+        let (recorded, pending) = self.record_line(line);
+        match pending.map(|p| self.audit.wait_blocking(p)) {
+            Some(Err(_)) => Recorded::AuditFailed(Answer::audit_unavailable()),
+            _ => recorded,
+        }
+    }
+
+    /// [`Proxy::record`], waiting for the line's sync (`audit.sync =
+    /// "every"`) without blocking the serving thread: its other requests
+    /// go on meanwhile, and their lines share the sync.
+    pub(crate) fn record_durable<'s>(
+        &'s self,
+        line: Line<'_>,
+    ) -> impl Future<Output = Recorded> + 's {
+        let (recorded, pending) = self.record_line(line);
+        async move {
+            let synced = match pending {
+                Some(p) => self.audit.durable(p).await,
+                None => Ok(()),
+            };
+            match synced {
+                Ok(()) => recorded,
+                Err(_) => Recorded::AuditFailed(Answer::audit_unavailable()),
+            }
+        }
+    }
+
+    /// The record phase up to the line's sync: what to answer, and the
+    /// line written.
+    fn record_line(&self, line: Line<'_>) -> (Recorded, Option<Pending>) {
         if !self.audit.is_writable() {
-            return Recorded::AuditFailed(Answer::audit_unavailable());
+            return (Recorded::AuditFailed(Answer::audit_unavailable()), None);
         }
         let mut record = match line {
             Line::Unjudged {
@@ -344,7 +375,7 @@ impl Proxy {
                     if !matches!(line, Line::Again(_)) {
                         self.activity.count(judgement.decision.name());
                     }
-                    return Recorded::Passed;
+                    return (Recorded::Passed, None);
                 }
                 let name = if tunnel && allowed {
                     "tunnelled"
@@ -367,11 +398,12 @@ impl Proxy {
             }
         };
         record.node = self.audit.node();
-        if self.audit.write(&record).is_err() {
-            return Recorded::AuditFailed(Answer::audit_unavailable());
-        }
+        let Ok(pending) = self.audit.write_pending(&record) else {
+            return (Recorded::AuditFailed(Answer::audit_unavailable()), None);
+        };
+        let pending = Some(pending);
         let judgement = match line {
-            Line::Unjudged { .. } => return Recorded::Passed,
+            Line::Unjudged { .. } => return (Recorded::Passed, pending),
             Line::Again(judged) => judged.judgement,
             Line::Request(judged, _) | Line::Tunnel(judged) => {
                 self.activity.record(&record);
@@ -380,11 +412,11 @@ impl Proxy {
         };
         let d = &judgement.decision;
         if d.is_allowed() {
-            return Recorded::Passed;
+            return (Recorded::Passed, pending);
         }
         tracing::info!(url = %judgement.url(), agent = %judgement.agent,
             decision = d.name(), reason = %d.reason(), "blocked");
-        Recorded::Blocked(Answer::blocked(judgement))
+        (Recorded::Blocked(Answer::blocked(judgement)), pending)
     }
 
     /// The finish phase: counts the request under its one label and

@@ -197,7 +197,10 @@ impl Proxy {
                 &limited
             }
         };
-        match self.record(ctx.line(judgement, req.headers().get(USER_AGENT))) {
+        match self
+            .record_durable(ctx.line(judgement, req.headers().get(USER_AGENT)))
+            .await
+        {
             Recorded::Passed => {}
             Recorded::Blocked(answer) | Recorded::AuditFailed(answer) => return answer,
         }
@@ -509,7 +512,9 @@ impl Proxy {
             Forwarded::Refused(reason) => {
                 let refusal = Decision::Refused { reason };
                 let refused = ctx.judgement.clone().overruled(refusal);
-                self.record(ctx.line_again(&refused)).refusal(&refused)
+                self.record_durable(ctx.line_again(&refused))
+                    .await
+                    .refusal(&refused)
             }
         }
     }

@@ -723,6 +723,76 @@ async fn a_cut_tail_older_than_the_last_witnessed_checkpoint_is_found() {
     );
 }
 
+/// `audit.witness_command`: a script run for every checkpoint, the line
+/// on its input, appends it to a file elsewhere; that file is a witness
+/// `audit verify --witness` reads as it is, and a cut tail is found by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_witness_command_records_each_checkpoint_for_verify() {
+    let origin = Origin::with_robots(ROBOTS).await;
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let recorded = elsewhere.path().join("recorded.jsonl");
+    let script = elsewhere.path().join("witness.sh");
+    std::fs::write(&script, "#!/bin/sh\nexec cat >> \"$1\"\n").expect("script");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let setup = Setup::with_config(
+        "alphabot",
+        &format!(
+            "signing_key = true\ncheckpoint_every = \"1s\"\nwitness_command = [{:?}, {:?}]\n",
+            path_str(&script),
+            path_str(&recorded)
+        ),
+    );
+    let mut proxy = setup.start().await;
+    let mut conn = Conn::open(proxy.addr).await;
+    for i in 0..3 {
+        block(&mut conn, &origin, &format!("/private/{i}")).await;
+    }
+    let interval = {
+        let recorded = recorded.clone();
+        move || {
+            let lines = std::fs::read_to_string(&recorded).unwrap_or_default();
+            let found = lines
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .find(|v| v["reason"] == "interval" && v["seq"].as_u64() >= Some(5));
+            std::future::ready(found.ok_or(lines))
+        }
+    };
+    let last = crate::support::until("an interval checkpoint recorded", interval).await;
+    block(&mut conn, &origin, "/private/3").await;
+    drop(conn);
+    proxy.signal("TERM");
+    assert!(proxy.wait_exit().await.success());
+    let live = setup.audit_path();
+    let recorded_arg = path_str(&recorded);
+    let (code, text) = verify(
+        None,
+        &["--witness", &recorded_arg],
+        std::slice::from_ref(&live),
+    );
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains(" kept checkpoints matched"), "{text}");
+    // The recorded lines are the log's checkpoint lines, byte for byte (a
+    // checkpoint written as the proxy stopped may not have been passed on).
+    let checkpoints: Vec<String> = read_lines(&live)
+        .into_iter()
+        .filter(|l| l.contains("\"type\":\"checkpoint\""))
+        .collect();
+    let witnessed = read_lines(&recorded);
+    assert!(witnessed.len() >= 2, "{witnessed:?}");
+    assert_eq!(witnessed[..], checkpoints[..witnessed.len()]);
+    let seq = last["seq"].as_u64().expect("seq") as usize;
+    let lines = read_lines(&live);
+    write_lines(&live, &lines[..seq - 1]);
+    let (code, text) = verify(
+        None,
+        &["--witness", &recorded_arg],
+        std::slice::from_ref(&live),
+    );
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("lines were cut from the end"), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_torn_last_line_is_cut_at_start_and_the_chain_goes_on_from_the_last_whole_line() {
     let origin = Origin::with_robots(ROBOTS).await;

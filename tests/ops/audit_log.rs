@@ -178,3 +178,45 @@ async fn a_deleted_audit_file_or_directory_is_noticed_and_recreated() {
         .mode();
     assert_eq!(mode & 0o777, 0o640, "not world-readable: {mode:o}");
 }
+
+/// `audit.sync = "every"` on one serving thread, 32 requests at once:
+/// each is answered once its line is on the disk, and a request waiting
+/// for its sync leaves the thread to the others, whose lines share that
+/// sync or the next (group commit), instead of one sync each in turn.
+#[tokio::test]
+async fn concurrent_requests_share_syncs_under_audit_sync_every() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let toml = dir.path().join("every.toml");
+    std::fs::write(&toml, "[audit]\nsync = \"every\"\n").expect("write");
+    let every = robots_proxy::config::Config::load(&toml)
+        .expect("config")
+        .audit
+        .sync;
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
+    let proxy = Proxy::start_with(move |c| {
+        crate::support::admin(c);
+        c.audit.sync = every;
+    })
+    .await;
+    // The robots.txt fetched and cached first.
+    assert_eq!(proxy.get(&origin.url("/private/warm")).await.status, 403);
+    let syncs = |text: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("robots_proxy_audit_syncs_total "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .expect("robots_proxy_audit_syncs_total")
+    };
+    let before = syncs(&proxy.metrics().await);
+    const REQUESTS: usize = 32;
+    let urls: Vec<String> = (0..REQUESTS)
+        .map(|i| origin.url(&format!("/private/{i}")))
+        .collect();
+    let answers = futures_util::future::join_all(urls.iter().map(|u| proxy.get(u))).await;
+    assert!(answers.iter().all(|a| a.status == 403), "{answers:?}");
+    assert_eq!(proxy.audit().len(), REQUESTS + 1);
+    let used = syncs(&proxy.metrics().await) - before;
+    assert!(
+        used >= 1.0 && used < REQUESTS as f64,
+        "{used} syncs for {REQUESTS} lines written at once"
+    );
+}

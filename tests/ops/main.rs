@@ -15,6 +15,7 @@ mod accounting;
 mod admin_roles;
 mod audit_chain;
 mod audit_log;
+mod audit_pack;
 mod audit_report;
 mod cli_check;
 mod crawlee_crawl;

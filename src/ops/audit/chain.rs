@@ -135,13 +135,6 @@ pub(crate) use crate::http::text::{hex, push_hex};
 
 /// Lowercase hex to bytes; `None` on an odd length or another character.
 pub(crate) fn parse_hex(text: &[u8]) -> Option<Vec<u8>> {
-    fn digit(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            _ => None,
-        }
-    }
     if !text.len().is_multiple_of(2) {
         return None;
     }
@@ -152,8 +145,42 @@ pub(crate) fn parse_hex(text: &[u8]) -> Option<Vec<u8>> {
 
 /// 64 lowercase hex digits to 32 bytes.
 pub(crate) fn parse_hex32(text: &[u8]) -> Option<[u8; 32]> {
-    let bytes = parse_hex(text)?;
-    bytes.try_into().ok()
+    if text.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    let mut bad = 0u8;
+    for (byte, pair) in out.iter_mut().zip(text.chunks_exact(2)) {
+        let (hi, lo) = (HEX[pair[0] as usize], HEX[pair[1] as usize]);
+        bad |= hi | lo;
+        *byte = hi << 4 | (lo & 0x0f);
+    }
+    (bad & 0xf0 == 0).then_some(out)
+}
+
+/// Each byte's value as a lowercase hex digit; 0xff for any other byte.
+static HEX: [u8; 256] = {
+    let mut table = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+
+/// A lowercase hex digit's value.
+fn digit(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    }
 }
 
 /// The fields of a line the verifier and the tail reader look at;
@@ -176,6 +203,65 @@ pub(crate) struct ChainFields<'a> {
 impl ChainFields<'_> {
     pub(crate) fn is_checkpoint(&self) -> bool {
         self.kind.as_deref() == Some("checkpoint")
+    }
+}
+
+impl<'a> ChainFields<'a> {
+    /// The fields of a plain record's line read without a JSON parser:
+    /// `{"seq":N,` first, the `chain` field last in the sealed form, no
+    /// other `seq`, `chain`, `type`, `head`, `chain_start` or `sig` key
+    /// and no escape anywhere (so that no key can be hidden). `None` when
+    /// the line is not of that form: the parser reads it then. Its bytes
+    /// are checked by its chain, not by a parse.
+    pub(crate) fn plain(line: &'a [u8]) -> Option<ChainFields<'a>> {
+        const SEQ: &[u8] = b"{\"seq\":";
+        let rest = line.strip_prefix(SEQ)?;
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 || digits > 20 || (digits > 1 && rest[0] == b'0') {
+            return None;
+        }
+        if rest.get(digits) != Some(&b',') {
+            return None;
+        }
+        let mut seq: u64 = 0;
+        for &d in &rest[..digits] {
+            seq = seq.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+        }
+        let at = line.len().checked_sub(CHAIN_SUFFIX_LEN)?;
+        let middle = line.get(SEQ.len() + digits..at)?;
+        let suffix = &line[at..];
+        if !suffix.starts_with(CHAIN_OPEN) || !suffix.ends_with(b"\"}") {
+            return None;
+        }
+        if memchr::memchr(b'\\', line).is_some() {
+            return None;
+        }
+        const KEYS: [&[u8]; 6] = [
+            b"\"seq",
+            b"\"chain",
+            b"\"type",
+            b"\"head",
+            b"\"chain_start",
+            b"\"sig",
+        ];
+        static KEY_END: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+            std::sync::OnceLock::new();
+        let finder = KEY_END.get_or_init(|| memchr::memmem::Finder::new(b"\":"));
+        for colon in finder.find_iter(middle) {
+            let key = &middle[..colon];
+            if KEYS.iter().any(|k| key.ends_with(k)) {
+                return None;
+            }
+        }
+        let chain = std::str::from_utf8(&suffix[CHAIN_OPEN.len()..CHAIN_OPEN.len() + 64]).ok()?;
+        Some(ChainFields {
+            seq: Some(seq),
+            kind: None,
+            head: None,
+            chain_start: None,
+            sig: None,
+            chain: Some(Cow::Borrowed(chain)),
+        })
     }
 }
 
@@ -231,6 +317,37 @@ mod tests {
         assert!(Sealed::split(upper.as_bytes()).is_none());
         let short = format!("{{\"seq\":1,\"chain\":\"{}\"}}", "a".repeat(63));
         assert!(Sealed::split(short.as_bytes()).is_none());
+    }
+
+    #[test]
+    fn a_plain_record_reads_without_the_parser_and_anything_else_is_left_to_it() {
+        let sealed = |body: &str| {
+            let mut line = body.as_bytes().to_vec();
+            seal(&mut line, 0, &GENESIS);
+            line.pop();
+            line
+        };
+        let line = sealed("{\"seq\":42,\"url\":\"http://a/\",\"rule\":null}");
+        let fast = ChainFields::plain(&line).expect("plain");
+        let parsed: ChainFields<'_> = serde_json::from_slice(&line).expect("JSON");
+        assert_eq!(fast.seq, parsed.seq);
+        assert_eq!(fast.chain, parsed.chain);
+        assert!(fast.kind.is_none() && fast.head.is_none() && fast.sig.is_none());
+        for body in [
+            "{\"seq\":1,\"type\":\"checkpoint\",\"head\":\"00\"}",
+            "{\"seq\":1,\"x\":1,\"chain_start\":\"empty\"}",
+            "{\"seq\":1,\"x\":1,\"seq\":2}",
+            "{\"seq\":1,\"chain\":\"x\",\"y\":1}",
+            "{\"seq\":1,\"sig\":\"00\"}",
+            "{\"seq\":1,\"\\u0074ype\":\"checkpoint\"}",
+            "{\"seq\":01,\"x\":1}",
+            "{\"seq\":99999999999999999999,\"x\":1}",
+            "{\"seq\":\"1\",\"x\":1}",
+            "{\"x\":1,\"seq\":1}",
+        ] {
+            assert!(ChainFields::plain(&sealed(body)).is_none(), "{body}");
+        }
+        assert!(ChainFields::plain(b"{\"seq\":1,\"x\":1}").is_none());
     }
 
     #[test]

@@ -10,12 +10,19 @@ use flate2::read::MultiGzDecoder;
 
 use super::tail::MAX_LINE;
 
-const BUFFER: usize = 256 << 10;
+const BUFFER: usize = 1 << 20;
 
-/// The lines of one file.
+/// The lines of one file, read in large blocks: a line is handed out as a
+/// slice of the block it is in (copied only when it straddles two).
 pub(crate) struct Lines {
-    reader: Box<dyn BufRead>,
-    line: Vec<u8>,
+    reader: Box<dyn Read>,
+    buf: Vec<u8>,
+    /// The unread bytes are `buf[start..end]`.
+    start: usize,
+    end: usize,
+    /// No newline in `buf[start..scanned]`.
+    scanned: usize,
+    eof: bool,
     /// Lines returned so far.
     number: u64,
 }
@@ -32,20 +39,24 @@ pub(crate) struct LineRef<'a> {
 impl Lines {
     /// Opens `path`, decompressing it if it is gzip.
     pub(crate) fn open(path: &Path) -> io::Result<Lines> {
-        let mut file = BufReader::with_capacity(BUFFER, File::open(path)?);
+        let mut file = BufReader::with_capacity(256 << 10, File::open(path)?);
         let gzip = file.fill_buf()?.starts_with(&[0x1f, 0x8b]);
-        let reader: Box<dyn BufRead> = if gzip {
-            Box::new(BufReader::with_capacity(BUFFER, MultiGzDecoder::new(file)))
+        let reader: Box<dyn Read> = if gzip {
+            Box::new(MultiGzDecoder::new(file))
         } else {
             Box::new(file)
         };
         Ok(Lines::new(reader))
     }
 
-    pub(crate) fn new(reader: Box<dyn BufRead>) -> Lines {
+    pub(crate) fn new(reader: Box<dyn Read>) -> Lines {
         Lines {
             reader,
-            line: Vec::with_capacity(4096),
+            buf: vec![0; BUFFER],
+            start: 0,
+            end: 0,
+            scanned: 0,
+            eof: false,
             number: 0,
         }
     }
@@ -53,32 +64,67 @@ impl Lines {
     /// The next line; `None` at the end. A line longer than 16 MiB is an
     /// error of kind `InvalidData`.
     pub(crate) fn next_line(&mut self) -> io::Result<Option<LineRef<'_>>> {
-        self.line.clear();
-        let limit = MAX_LINE + 1;
-        let n = (&mut self.reader)
-            .take(limit)
-            .read_until(b'\n', &mut self.line)?;
-        if n == 0 {
-            return Ok(None);
-        }
-        self.number += 1;
-        let complete = self.line.last() == Some(&b'\n');
-        if !complete && n as u64 == limit {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("line {} is longer than {} MiB", self.number, MAX_LINE >> 20),
-            ));
-        }
-        let bytes = if complete {
-            &self.line[..self.line.len() - 1]
-        } else {
-            &self.line[..]
+        let (from, to, complete) = loop {
+            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.scanned..self.end]) {
+                let nl = self.scanned + i;
+                break (self.start, nl, true);
+            }
+            self.scanned = self.end;
+            if self.end - self.start > MAX_LINE as usize {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "line {} is longer than {} MiB",
+                        self.number + 1,
+                        MAX_LINE >> 20
+                    ),
+                ));
+            }
+            if self.eof {
+                if self.start == self.end {
+                    return Ok(None);
+                }
+                break (self.start, self.end, false);
+            }
+            self.fill()?;
         };
+        self.number += 1;
+        self.start = if complete { to + 1 } else { to };
+        self.scanned = self.start;
         Ok(Some(LineRef {
-            bytes,
+            bytes: &self.buf[from..to],
             number: self.number,
             complete,
         }))
+    }
+
+    /// Reads more after the unread bytes, moving them to the front (or
+    /// growing the buffer for a line longer than it).
+    fn fill(&mut self) -> io::Result<()> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.scanned -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            let more = self.buf.len().min(MAX_LINE as usize + 1);
+            self.buf.resize(self.buf.len() + more, 0);
+        }
+        loop {
+            match self.reader.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(());
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
@@ -119,5 +165,26 @@ mod tests {
             );
             assert_eq!(lines.number, 3);
         }
+    }
+
+    #[test]
+    fn lines_longer_than_the_buffer_and_across_blocks_read_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("audit.jsonl");
+        let lines: Vec<Vec<u8>> = [700_000, 10, 2_500_000, 300_000]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| vec![b'a' + i as u8; n])
+            .collect();
+        let mut text = lines.join(&b'\n');
+        text.push(b'\n');
+        std::fs::write(&path, &text).expect("write");
+        let mut read = Lines::open(&path).expect("open");
+        for want in &lines {
+            let line = read.next_line().expect("read").expect("a line");
+            assert!(line.complete);
+            assert_eq!(line.bytes, &want[..]);
+        }
+        assert!(read.next_line().expect("read").is_none());
     }
 }

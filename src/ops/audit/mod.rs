@@ -18,10 +18,12 @@ pub(crate) mod evidence;
 pub(crate) mod files;
 pub(crate) mod input;
 pub(crate) mod key;
+pub(crate) mod pack;
 pub(crate) mod report;
 pub(crate) mod sync;
 pub(crate) mod tail;
 pub(crate) mod verify;
+pub(crate) mod witness_command;
 #[cfg(test)]
 mod writer_tests;
 
@@ -389,6 +391,10 @@ pub struct AuditLog {
     /// Every checkpoint line is given to this too (a fleet's witness in
     /// Redis, `fleet::witness`).
     witness_hook: Option<WitnessHook>,
+    /// `audit.witness_command`: run for every checkpoint line.
+    witness_command: Option<witness_command::WitnessCommand>,
+    /// `robots_proxy_audit_witness_command_failures_total`.
+    witness_command_failures: Counter,
 }
 
 /// What is given every checkpoint line besides the witness file.
@@ -412,6 +418,11 @@ struct State {
     /// The last checkpoint line written, for the witness.
     last_checkpoint: Option<Vec<u8>>,
 }
+
+/// A line written, and with `audit.sync = "every"` its ticket: it counts
+/// as written once a sync covers it.
+#[must_use]
+pub(crate) struct Pending(Option<u64>);
 
 /// Room left before a record's JSON for the `{"seq":N,` that starts its line.
 const SEQ_ROOM: usize = 32;
@@ -518,6 +529,11 @@ impl AuditLog {
             "fdatasync calls that forced audit lines to the disk (audit.sync)",
             self.synced.syncs.clone(),
         );
+        registry.register(
+            "robots_proxy_audit_witness_command_failures",
+            "Checkpoints audit.witness_command failed for (or was too busy to take)",
+            self.witness_command_failures.clone(),
+        );
         self
     }
 
@@ -557,6 +573,8 @@ impl AuditLog {
             synced: std::sync::Arc::default(),
             witness: None,
             witness_hook: None,
+            witness_command: None,
+            witness_command_failures: Counter::default(),
         };
         {
             let mut state = log.state.lock();
@@ -614,8 +632,10 @@ impl AuditLog {
             tracing::error!(path = %self.path.display(), error = %e,
                 "cannot sync the audit log to disk: refusing to forward until it is writable");
         }
-        if policy == SyncPolicy::Interval {
-            sync::start_interval(&self.synced, &self.path)?;
+        match policy {
+            SyncPolicy::Interval => sync::start_interval(&self.synced, &self.path)?,
+            SyncPolicy::Every => sync::start_every(&self.synced)?,
+            SyncPolicy::None => {}
         }
         Ok(self)
     }
@@ -641,6 +661,29 @@ impl AuditLog {
             hook(&line);
         }
         self
+    }
+
+    /// Runs `argv` for every checkpoint line (`audit.witness_command`),
+    /// beginning with the one written at start; a run taking longer than
+    /// `timeout` is killed.
+    pub(crate) fn with_witness_command(
+        mut self,
+        argv: &[String],
+        timeout: std::time::Duration,
+    ) -> io::Result<AuditLog> {
+        if argv.is_empty() {
+            return Ok(self);
+        }
+        let command = witness_command::WitnessCommand::start(
+            argv,
+            timeout,
+            self.witness_command_failures.clone(),
+        )?;
+        if let Some(line) = &self.state.lock().last_checkpoint {
+            command.send(line);
+        }
+        self.witness_command = Some(command);
+        Ok(self)
     }
 
     /// Writes a checkpoint if lines were written since the last one
@@ -709,9 +752,12 @@ impl AuditLog {
 
     fn reopen_locked(&self, state: &mut State) -> io::Result<()> {
         state.last_identity_check = Instant::now();
-        if self.sync != SyncPolicy::None
-            && let Err(e) = self.synced.sync_if_dirty()
-        {
+        let synced = match self.sync {
+            SyncPolicy::None => Ok(()),
+            SyncPolicy::Interval => self.synced.sync_if_dirty(),
+            SyncPolicy::Every => self.synced.all_durable(),
+        };
+        if let Err(e) = synced {
             tracing::error!(path = %self.path.display(), error = %e,
                 "cannot sync the audit log to disk before reopening it");
         }
@@ -755,6 +801,9 @@ impl AuditLog {
         state.chain_start = None;
         state.since_checkpoint = 0;
         self.witness_line(&line);
+        if let Some(command) = &self.witness_command {
+            command.send(&line);
+        }
         state.last_checkpoint = Some(line);
         Ok(())
     }
@@ -791,25 +840,59 @@ impl AuditLog {
     }
 
     fn write_line(&self, record: &impl Serialize) -> io::Result<()> {
-        let result = Line::new(record).and_then(|mut line| {
+        let pending = self.write_pending(record)?;
+        self.wait_blocking(pending)
+    }
+
+    /// Writes one record as [`AuditLog::write`] does, but with `audit.sync
+    /// = "every"` does not wait for it to be on the disk: the caller
+    /// waits ([`AuditLog::durable`]) before it acts on the line.
+    pub(crate) fn write_pending(&self, record: &impl Serialize) -> io::Result<Pending> {
+        let written = Line::new(record).and_then(|mut line| {
             let mut state = self.state.lock();
-            let written = self.write_locked(&mut state, &mut line);
-            if let Err(e) = &written {
-                self.healthy.store(false, Ordering::Relaxed);
-                tracing::error!(path = %self.path.display(), error = %e,
-                    "cannot write the audit log: refusing to forward until it is writable");
-            }
-            written
+            self.write_locked(&mut state, &mut line)
         });
-        if result.is_err() {
-            self.write_failures.inc();
+        written.map(Pending).inspect_err(|e| self.failed(e))
+    }
+
+    /// Waits, blocking the thread, until the line of `pending` is on the
+    /// disk (at once unless `audit.sync = "every"`).
+    pub(crate) fn wait_blocking(&self, pending: Pending) -> io::Result<()> {
+        match pending.0 {
+            Some(ticket) => self
+                .synced
+                .wait_durable(ticket)
+                .inspect_err(|e| self.failed(e)),
+            None => Ok(()),
         }
-        result
+    }
+
+    /// Waits, without blocking the thread, until the line of `pending`
+    /// is on the disk: lines written meanwhile share its sync.
+    pub(crate) async fn durable(&self, pending: Pending) -> io::Result<()> {
+        match pending.0 {
+            Some(ticket) => self
+                .synced
+                .durable(ticket)
+                .await
+                .inspect_err(|e| self.failed(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// A line that could not be written (or synced): counted, and the
+    /// proxy refuses to forward until the log is writable again.
+    fn failed(&self, e: &io::Error) {
+        self.healthy.store(false, Ordering::Relaxed);
+        self.write_failures.inc();
+        tracing::error!(path = %self.path.display(), error = %e,
+            "cannot write the audit log: refusing to forward until it is writable");
     }
 
     /// Appends `line` as the next link of the chain: the head moves only
-    /// when the whole line is in the file.
-    fn write_locked(&self, state: &mut State, line: &mut Line) -> io::Result<()> {
+    /// when the whole line is in the file. With `audit.sync = "every"`,
+    /// the ticket to wait for it to be on the disk.
+    fn write_locked(&self, state: &mut State, line: &mut Line) -> io::Result<Option<u64>> {
         if state.last_identity_check.elapsed() >= IDENTITY_CHECK_EVERY {
             state.last_identity_check = Instant::now();
             let gone = state
@@ -831,11 +914,17 @@ impl AuditLog {
         };
         let (bytes, head) = line.seal(&state.head)?;
         append(file, bytes, &self.path)?;
-        self.sync_line(file)?;
         state.head = head;
         state.since_checkpoint += 1;
+        let ticket = match self.sync {
+            SyncPolicy::Every => Some(self.synced.written()),
+            _ => {
+                self.sync_line(file)?;
+                None
+            }
+        };
         self.healthy.store(true, Ordering::Relaxed);
-        Ok(())
+        Ok(ticket)
     }
 }
 

@@ -30,6 +30,10 @@ pub(crate) struct Options {
     /// Check from this `seq` on, anchored at its kept copy: lines before
     /// it are skipped (a log whose head was rotated away).
     pub(crate) from_seq: Option<u64>,
+    /// The files are a period's (an evidence pack): the kept copies may
+    /// go on past their end, provided the first kept line after it is the
+    /// checkpoint that links to their last line.
+    pub(crate) kept_go_on: bool,
 }
 
 /// The outcome of a verification that could read everything.
@@ -41,7 +45,7 @@ pub(crate) enum Outcome {
 }
 
 /// An intact log, summed up.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize)]
 pub(crate) struct Summary {
     pub(crate) files: usize,
     pub(crate) lines: u64,
@@ -65,7 +69,11 @@ pub(crate) struct Summary {
     /// The `seq` the chain was checked from, when not 1: a kept copy.
     pub(crate) anchored_at: Option<u64>,
     /// Whether `--checkpoints` was given.
+    #[serde(skip)]
     kept_given: bool,
+    /// The kept checkpoint after the files' last line that links to it
+    /// ([`Options::kept_go_on`]).
+    pub(crate) continued_at: Option<u64>,
     /// `evidence_removed` lines read: archived robots.txt texts gone.
     pub(crate) removed_total: u64,
     /// The first [`REMOVED_LISTED`] of them: seq, digest, reason.
@@ -140,6 +148,11 @@ impl fmt::Display for Summary {
                 count(self.kept_before, "kept checkpoint")
             ));
         }
+        if let Some(seq) = self.continued_at {
+            notes.push(format!(
+                "the files end where the kept checkpoint of seq {seq} goes on"
+            ));
+        }
         if self.kept_given && self.kept_matched == 0 {
             notes.push("no kept checkpoint falls within these files".into());
         }
@@ -181,7 +194,7 @@ fn count(n: u64, what: &str) -> String {
 }
 
 /// The first bad line: its file, its number (from 1) and why.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize)]
 pub(crate) struct Finding {
     pub(crate) file: PathBuf,
     pub(crate) line: u64,
@@ -247,6 +260,7 @@ fn run(files: &[PathBuf], opts: &Options) -> Result<Summary, Stop> {
     }
     let mut v = Verifier {
         key: opts.key,
+        kept_go_on: opts.kept_go_on,
         from_seq: opts.from_seq,
         untrusted: None,
         blame: None,
@@ -294,6 +308,8 @@ struct Kept {
     chain: [u8; 32],
     /// SHA-256 of the whole line: a copy is a match only byte for byte.
     digest: [u8; 32],
+    /// A kept checkpoint's head: the chain of the line before it.
+    head: Option<[u8; 32]>,
     /// Which file it was kept in (`--checkpoints`, `--witness`).
     source: usize,
     /// Its line in the kept file.
@@ -344,6 +360,7 @@ const NO_ANCHOR: &str = "the chain can be checked only from seq 1's start checkp
 
 struct Verifier {
     key: Option<[u8; 32]>,
+    kept_go_on: bool,
     from_seq: Option<u64>,
     /// Lines read before the anchor, when there is none yet.
     untrusted: Option<Untrusted>,
@@ -378,8 +395,12 @@ impl Verifier {
         if line.bytes.is_empty() {
             return Err("an empty line (the proxy writes none)".into());
         }
-        let fields: ChainFields<'_> =
-            serde_json::from_slice(line.bytes).map_err(|e| format!("not a JSON object: {e}"))?;
+        let fields: ChainFields<'_> = match ChainFields::plain(line.bytes) {
+            Some(fields) => fields,
+            None => {
+                serde_json::from_slice(line.bytes).map_err(|e| format!("not a JSON object: {e}"))?
+            }
+        };
         self.summary.lines += 1;
         if fields.chain.is_none() {
             if self.prev.is_none() {
@@ -665,7 +686,14 @@ impl Verifier {
                 "a key was given, but no checkpoint is signed".into(),
             ));
         }
+        if let Some(first) = self.summary.first_seq {
+            self.summary.kept_before = self.kept.range(..first).count() as u64;
+        }
         if let Some((seq, kept)) = self.kept.range(last.seq + 1..).next() {
+            if self.kept_go_on && *seq == last.seq + 1 && kept.head == Some(last.chain) {
+                self.summary.continued_at = Some(*seq);
+                return Ok(self.summary);
+            }
             return Err(broken(
                 &files[file],
                 number + 1,
@@ -677,9 +705,6 @@ impl Verifier {
                     kept.line
                 ),
             ));
-        }
-        if let Some(first) = self.summary.first_seq {
-            self.summary.kept_before = self.kept.range(..first).count() as u64;
         }
         Ok(self.summary)
     }
@@ -747,9 +772,17 @@ fn load_kept(
                 ));
             }
         }
+        let head = match fields.is_checkpoint() {
+            true => fields
+                .head
+                .as_deref()
+                .and_then(|h| parse_hex32(h.as_bytes())),
+            false => None,
+        };
         let entry = Kept {
             chain: sealed.chain,
             digest: digest(line.bytes),
+            head,
             source,
             line: number,
         };

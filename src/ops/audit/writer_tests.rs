@@ -314,3 +314,51 @@ fn removed_evidence_is_chained_and_listed_by_verify_and_report() {
     assert_eq!(report.removed[0].sha256, sha);
     assert_eq!(report.total.requests, 1, "not counted as a request");
 }
+
+/// `every` is a group commit: lines written while a sync cannot run all
+/// wait (none returns before a sync that began after its write ends),
+/// and one or two syncs then cover them all.
+#[test]
+fn concurrent_lines_share_a_sync_and_none_returns_before_it() {
+    use super::SyncPolicy;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let syncs = |registry: &crate::metrics::Registry| {
+        crate::metrics::sample(&registry.encode(), "robots_proxy_audit_syncs_total").unwrap_or(0.0)
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("audit.jsonl");
+    let registry = crate::metrics::Registry::new();
+    let log = AuditLog::open(&path, false, None)
+        .expect("open")
+        .with_metrics(&registry)
+        .with_sync(SyncPolicy::Every)
+        .expect("sync");
+    let before = syncs(&registry);
+    let returned = AtomicU64::new(0);
+    const WRITERS: u64 = 16;
+    std::thread::scope(|scope| {
+        let held = log.synced.hold_file();
+        for i in 0..WRITERS {
+            let (log, returned) = (&log, &returned);
+            scope.spawn(move || {
+                log.write(&record(&format!("http://a.example/private/{i}")))
+                    .expect("write");
+                returned.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+        // Every line is in the file, and no writer has returned.
+        while log.synced.written_count() < WRITERS {
+            std::thread::yield_now();
+        }
+        assert_eq!(returned.load(Ordering::SeqCst), 0);
+        assert_eq!(syncs(&registry), before);
+        drop(held);
+    });
+    assert_eq!(returned.load(Ordering::SeqCst), WRITERS);
+    let used = syncs(&registry) - before;
+    assert!(
+        (1.0..=2.0).contains(&used),
+        "{used} syncs for {WRITERS} lines"
+    );
+    assert!(check(&[path], None).starts_with("intact: 1 file, 17 lines"));
+}
