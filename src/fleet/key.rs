@@ -65,16 +65,19 @@ pub enum Kind {
     /// An audit checkpoint kept in Redis ([`super::witness`]): read back
     /// by `audit verify`, never by a node.
     Witness,
+    /// A shared tdmrep.json entry.
+    Tdmrep,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Robots,
         Kind::Message,
         Kind::KeptPurge,
         Kind::Schedule,
         Kind::Replay,
         Kind::Witness,
+        Kind::Tdmrep,
     ];
 
     pub fn label(self) -> &'static str {
@@ -85,6 +88,7 @@ impl Kind {
             Kind::Schedule => "schedule",
             Kind::Replay => "replay",
             Kind::Witness => "witness",
+            Kind::Tdmrep => "tdmrep",
         }
     }
 
@@ -97,7 +101,7 @@ impl Kind {
                  knows, and the schedule written back"
             }
             Kind::Replay => {
-                "fleet: a shared robots.txt entry in Redis is older than one this node has seen, \
+                "fleet: a shared robots.txt or tdmrep.json entry in Redis is older than one this node has seen, \
                  or past its life (an old entry written back): ignored as if absent"
             }
             _ => {
