@@ -3,7 +3,7 @@
 //! Every value a node writes to Redis and another node acts on carries
 //! an HMAC-SHA-256 tag under the fleet's key (`fleet.key_file`, 32
 //! random bytes made by `robots-proxy fleet init-key`): the shared
-//! robots.txt entries' `meta` (which binds their text by its SHA-256,
+//! robots.txt and tdmrep.json entries' `meta` (which binds their text by its SHA-256,
 //! [`crate::judge::store`]) and every message on the fleet's channel
 //! (kept purges too). The tag covers the Redis key or channel the value
 //! lives under, so a value cannot be moved to another origin or fleet.

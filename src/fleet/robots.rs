@@ -1,4 +1,5 @@
-//! One robots.txt fetch per origin for the whole fleet.
+//! One robots.txt fetch per origin for the whole fleet (and, under keys
+//! of its own, one tdmrep.json fetch: [`Doc`]).
 //!
 //! An origin's shared entry is one Redis hash (`…:{<origin>}:robots`):
 //! `meta` (the entry as the robots store describes it, opaque here,
