@@ -3,7 +3,7 @@
 //! Every value a node writes to Redis and another node acts on carries
 //! an HMAC-SHA-256 tag under the fleet's key (`fleet.key_file`, 32
 //! random bytes made by `robots-proxy fleet init-key`): the shared
-//! robots.txt entries' `meta` (which binds their text by its SHA-256,
+//! robots.txt and tdmrep.json entries' `meta` (which binds their text by its SHA-256,
 //! [`crate::judge::store`]) and every message on the fleet's channel
 //! (kept purges too). The tag covers the Redis key or channel the value
 //! lives under, so a value cannot be moved to another origin or fleet.
@@ -65,16 +65,19 @@ pub enum Kind {
     /// An audit checkpoint kept in Redis ([`super::witness`]): read back
     /// by `audit verify`, never by a node.
     Witness,
+    /// A shared tdmrep.json entry.
+    Tdmrep,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Robots,
         Kind::Message,
         Kind::KeptPurge,
         Kind::Schedule,
         Kind::Replay,
         Kind::Witness,
+        Kind::Tdmrep,
     ];
 
     pub fn label(self) -> &'static str {
@@ -85,6 +88,7 @@ impl Kind {
             Kind::Schedule => "schedule",
             Kind::Replay => "replay",
             Kind::Witness => "witness",
+            Kind::Tdmrep => "tdmrep",
         }
     }
 
@@ -97,7 +101,7 @@ impl Kind {
                  knows, and the schedule written back"
             }
             Kind::Replay => {
-                "fleet: a shared robots.txt entry in Redis is older than one this node has seen, \
+                "fleet: a shared robots.txt or tdmrep.json entry in Redis is older than one this node has seen, \
                  or past its life (an old entry written back): ignored as if absent"
             }
             _ => {

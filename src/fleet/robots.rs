@@ -1,4 +1,5 @@
-//! One robots.txt fetch per origin for the whole fleet.
+//! One robots.txt fetch per origin for the whole fleet (and, under keys
+//! of its own, one tdmrep.json fetch: [`Doc`]).
 //!
 //! An origin's shared entry is one Redis hash (`…:{<origin>}:robots`):
 //! `meta` (the entry as the robots store describes it, opaque here,
@@ -163,9 +164,50 @@ pub const MAX_SHARED_TEXT: usize = 128 * 1024;
 /// store bounds it by `robots.max_ttl` in any case.
 pub const MAX_LEFT: Duration = Duration::from_millis(31_536_000_000);
 
-/// The version of the shared entry's form, in its key: nodes of another
-/// version keep apart instead of overwriting each other's entries.
-const FORM: &str = "robots.1";
+/// A document the fleet shares per origin, each under keys of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Doc {
+    /// `/robots.txt`.
+    Robots,
+    /// `/.well-known/tdmrep.json` (W3C TDMRep).
+    Tdmrep,
+}
+
+impl Doc {
+    /// The version of the shared entry's form, in its key: nodes of
+    /// another version keep apart instead of overwriting each other's
+    /// entries.
+    fn form(self) -> &'static str {
+        match self {
+            Doc::Robots => "robots.1",
+            Doc::Tdmrep => "tdmrep.1",
+        }
+    }
+
+    /// The lease's name, in its key.
+    fn lease(self) -> &'static str {
+        match self {
+            Doc::Robots => "lease",
+            Doc::Tdmrep => "tdmrep.lease",
+        }
+    }
+
+    /// What an entry failing its fleet-key check counts as.
+    fn kind(self) -> super::key::Kind {
+        match self {
+            Doc::Robots => super::key::Kind::Robots,
+            Doc::Tdmrep => super::key::Kind::Tdmrep,
+        }
+    }
+
+    /// The name the replay stamps of `origin`'s entry are kept under.
+    fn generation(self, origin: &str) -> std::borrow::Cow<'_, str> {
+        match self {
+            Doc::Robots => origin.into(),
+            Doc::Tdmrep => format!("{origin} tdmrep").into(),
+        }
+    }
+}
 
 /// An origin's entry as the fleet shares it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,14 +269,11 @@ pub enum Text {
 const LEASE_MARGIN: Duration = Duration::from_secs(2);
 
 impl Fleet {
-    fn robots_keys(&self, origin: &str) -> (String, String) {
-        (self.key(origin, FORM), self.key(origin, "lease"))
+    fn doc_keys(&self, doc: Doc, origin: &str) -> (String, String) {
+        (self.key(origin, doc.form()), self.key(origin, doc.lease()))
     }
 
-    /// Looks up `origin`'s shared entry, taking the lease to fetch it (for
-    /// `fetch_timeout` plus a margin) as `take` says. A text larger than
-    /// `max_text` once decompressed (a corrupted or hostile Redis) counts
-    /// as none.
+    /// [`Fleet::look_doc`] of robots.txt.
     pub async fn look_robots(
         &self,
         origin: &str,
@@ -242,7 +281,23 @@ impl Fleet {
         fetch_timeout: Duration,
         max_text: usize,
     ) -> Result<Look, Unavailable> {
-        let (entry, lease) = self.robots_keys(origin);
+        self.look_doc(Doc::Robots, origin, take, fetch_timeout, max_text)
+            .await
+    }
+
+    /// Looks up `origin`'s shared entry of `doc`, taking the lease to
+    /// fetch it (for `fetch_timeout` plus a margin) as `take` says. A text
+    /// larger than `max_text` once decompressed (a corrupted or hostile
+    /// Redis) counts as none.
+    pub async fn look_doc(
+        &self,
+        doc: Doc,
+        origin: &str,
+        take: Take,
+        fetch_timeout: Duration,
+        max_text: usize,
+    ) -> Result<Look, Unavailable> {
+        let (entry, lease) = self.doc_keys(doc, origin);
         let place = entry.clone();
         let token = match take {
             Take::No => String::new(),
@@ -275,8 +330,8 @@ impl Fleet {
             meta
         } else {
             self.keys
-                .open_entry(super::key::Kind::Robots, &place, meta)
-                .and_then(|opened| self.unstamped(origin, &place, &opened, now))
+                .open_entry(doc.kind(), &place, meta)
+                .and_then(|opened| self.unstamped(doc, origin, &place, &opened, now))
                 .unwrap_or_default()
         };
         // Decompressed on the blocking pool: a text of up to `max_text`
@@ -310,7 +365,7 @@ impl Fleet {
             1 if left <= 0 => match take {
                 Take::No => Look::Busy,
                 Take::IfNotFresh | Take::Always => {
-                    Box::pin(self.look_robots(origin, Take::Always, fetch_timeout, max_text))
+                    Box::pin(self.look_doc(doc, origin, Take::Always, fetch_timeout, max_text))
                         .await?
                 }
             },
@@ -318,7 +373,7 @@ impl Fleet {
             1 => match shared.await {
                 Some(s) => Look::Fresh(s),
                 None => {
-                    Box::pin(self.look_robots(origin, Take::Always, fetch_timeout, max_text))
+                    Box::pin(self.look_doc(doc, origin, Take::Always, fetch_timeout, max_text))
                         .await?
                 }
             },
@@ -331,15 +386,25 @@ impl Fleet {
     /// `now` (ms on Redis's clock), without its stamp; `None` (and
     /// counted) when it has none, or is an old copy ([`super::stamp`]).
     /// Unchanged in an unauthenticated fleet.
-    fn unstamped(&self, origin: &str, place: &str, opened: &[u8], now: u64) -> Option<Vec<u8>> {
+    fn unstamped(
+        &self,
+        doc: Doc,
+        origin: &str,
+        place: &str,
+        opened: &[u8],
+        now: u64,
+    ) -> Option<Vec<u8>> {
         if !self.keys.enabled() {
             return Some(opened.to_vec());
         }
         let Some((stored, until, meta)) = super::stamp::unstamp(opened) else {
-            self.keys.rejected(super::key::Kind::Robots, place);
+            self.keys.rejected(doc.kind(), place);
             return None;
         };
-        match self.generations.admit(origin, stored, until, now) {
+        match self
+            .generations
+            .admit(&doc.generation(origin), stored, until, now)
+        {
             Ok(()) => Some(meta.to_vec()),
             Err(_) => {
                 self.keys.rejected(super::key::Kind::Replay, place);
@@ -368,6 +433,19 @@ impl Fleet {
         max_text: usize,
         deadline: Instant,
     ) -> Result<Look, Unavailable> {
+        self.wait_doc(Doc::Robots, origin, fetch_timeout, max_text, deadline)
+            .await
+    }
+
+    /// [`Fleet::wait_robots`] for `doc`.
+    pub async fn wait_doc(
+        &self,
+        doc: Doc,
+        origin: &str,
+        fetch_timeout: Duration,
+        max_text: usize,
+        deadline: Instant,
+    ) -> Result<Look, Unavailable> {
         let mut events = self.events();
         loop {
             let woken = tokio::time::timeout_at(deadline.min(Instant::now() + POLL_EVERY), async {
@@ -387,7 +465,7 @@ impl Fleet {
                 return Err(Unavailable);
             }
             match self
-                .look_robots(origin, Take::IfNotFresh, fetch_timeout, max_text)
+                .look_doc(doc, origin, Take::IfNotFresh, fetch_timeout, max_text)
                 .await?
             {
                 Look::Busy => {}
@@ -428,17 +506,43 @@ impl Fleet {
         kept_after: Duration,
         age: Duration,
     ) -> Result<bool, Unavailable> {
+        self.store_doc(
+            Doc::Robots,
+            origin,
+            lease,
+            meta,
+            text,
+            fresh,
+            kept_after,
+            age,
+        )
+        .await
+    }
+
+    /// [`Fleet::store_robots_fetched`] for `doc`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn store_doc(
+        &self,
+        doc: Doc,
+        origin: &str,
+        lease: &Lease,
+        meta: &[u8],
+        text: Text,
+        fresh: Duration,
+        kept_after: Duration,
+        age: Duration,
+    ) -> Result<bool, Unavailable> {
         if meta.len() > MAX_META {
-            self.release_robots(origin, lease).await?;
+            self.release_doc(doc, origin, lease).await?;
             return Ok(false);
         }
-        let (entry, lease_key) = self.robots_keys(origin);
+        let (entry, lease_key) = self.doc_keys(doc, origin);
         let (mode, compressed) = match text {
             // On the blocking pool, as a text is decompressed.
             Text::Set(t) => match tokio::task::spawn_blocking(move || compress(&t)).await {
                 Ok(packed) => ("1", packed),
                 Err(_) => {
-                    self.release_robots(origin, lease).await?;
+                    self.release_doc(doc, origin, lease).await?;
                     return Ok(false);
                 }
             },
@@ -452,9 +556,10 @@ impl Fleet {
             tracing::debug!(
                 origin,
                 compressed = compressed.len(),
-                "robots.txt not shared: larger than a shared entry may be"
+                ?doc,
+                "not shared: larger than a shared entry may be"
             );
-            self.release_robots(origin, lease).await?;
+            self.release_doc(doc, origin, lease).await?;
             return Ok(false);
         }
         let message = self.message(&Event::Fetched(origin.into()));
@@ -464,7 +569,7 @@ impl Fleet {
         let stored_ms = lease.1;
         let until_ms =
             stored_ms.saturating_add(super::millis(lease.2.elapsed() + fresh + kept_after));
-        self.generations.stored(origin, stored_ms);
+        self.generations.stored(&doc.generation(origin), stored_ms);
         let meta = if self.keys.enabled() {
             self.keys
                 .seal_entry(&entry, &super::stamp::stamp(meta, stored_ms, until_ms))
@@ -495,7 +600,8 @@ impl Fleet {
             2 => {
                 tracing::debug!(
                     origin,
-                    "robots.txt not shared: Redis's memory is past the entries' share"
+                    ?doc,
+                    "not shared: Redis's memory is past the entries' share"
                 );
                 &self.memory_stats().robots_over_share
             }
@@ -509,7 +615,17 @@ impl Fleet {
     /// found says nothing about the origin: its own shortage, its own
     /// network): the next node fetches.
     pub async fn release_robots(&self, origin: &str, lease: &Lease) -> Result<(), Unavailable> {
-        let (_, lease_key) = self.robots_keys(origin);
+        self.release_doc(Doc::Robots, origin, lease).await
+    }
+
+    /// [`Fleet::release_robots`] for `doc`.
+    pub async fn release_doc(
+        &self,
+        doc: Doc,
+        origin: &str,
+        lease: &Lease,
+    ) -> Result<(), Unavailable> {
+        let (_, lease_key) = self.doc_keys(doc, origin);
         self.call(|mut conn| async move {
             RELEASE
                 .key(&lease_key)
@@ -525,7 +641,7 @@ impl Fleet {
     /// node to drop its own copy. Returns how many nodes heard it (on a
     /// Redis Cluster, those subscribed through the origin's master).
     pub async fn purge_robots(&self, origin: &str) -> Result<u64, Unavailable> {
-        let (entry, lease) = self.robots_keys(origin);
+        let (entry, lease) = self.doc_keys(Doc::Robots, origin);
         let message = self.message(&Event::Purged {
             what: Purge::Robots(origin.into()),
             from: self.author(),

@@ -21,6 +21,7 @@ mod fleet_lost_slots;
 mod fleet_memory;
 mod fleet_rate;
 mod fleet_shared;
+mod fleet_tdmrep;
 mod fleet_witness;
 mod hostile_clients;
 mod informational_flood;

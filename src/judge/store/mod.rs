@@ -30,6 +30,7 @@ mod others;
 pub(crate) mod rsl;
 mod shared;
 pub(crate) mod tdm;
+mod tdm_shared;
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;

@@ -67,7 +67,7 @@ struct Fetch {
 
 /// How much longer than the fetch's own timeout a waiting node waits for
 /// another's fetch: the lease's margin and one poll.
-const WAIT_MARGIN: Duration = Duration::from_secs(3);
+pub(super) const WAIT_MARGIN: Duration = Duration::from_secs(3);
 
 impl RobotsCache {
     /// `origin`'s entry in a fleet: shared by another node, or fetched

@@ -15,8 +15,8 @@
 //! | 5xx, network error, timeout | no reservation known, said on the audit line and annotation (`tdmrep.json unreachable`); the response's `tdm-reservation` header and meta still apply | [`RETRY_TTL`] |
 //!
 //! Single flight: requests for an origin whose file is being fetched wait
-//! for that fetch. Fleet: each node fetches the file itself (the fleet's
-//! shared robots.txt entries are not used for it).
+//! for that fetch. Fleet: one fetch per origin for the whole fleet, shared
+//! through Redis as robots.txt is ([`super::tdm_shared`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -51,7 +51,7 @@ pub struct TdmState {
     /// The SHA-256 of the file, as archived, when one was read.
     pub digest: Option<Digest>,
     pub status: Option<u16>,
-    until: Instant,
+    pub(super) until: Instant,
 }
 
 /// What a fetch of tdmrep.json concluded.
@@ -146,10 +146,18 @@ impl RobotsCache {
     /// The origin's tdmrep.json, fetched if not known (or expired).
     pub(crate) async fn tdmrep(&self, origin: &Origin) -> Arc<TdmState> {
         let cell = self.tdm.cell(origin);
-        cell.get_or_init(|| self.fetch_tdmrep(origin)).await.clone()
+        cell.get_or_init(|| async {
+            match &self.fleet {
+                Some(fleet) => self.tdmrep_shared(fleet, origin).await,
+                None => self.fetch_tdmrep(origin).await,
+            }
+        })
+        .await
+        .clone()
     }
 
-    async fn fetch_tdmrep(&self, origin: &Origin) -> Arc<TdmState> {
+    /// Fetches the origin's tdmrep.json: its URL, and what came back.
+    pub(super) async fn get_tdmrep(&self, origin: &Origin) -> (String, Result<Got, String>) {
         let settings = self.fetcher.settings();
         let url = origin.url("/.well-known/tdmrep.json");
         let fetched = tokio::time::timeout(
@@ -164,28 +172,46 @@ impl RobotsCache {
         )
         .await
         .unwrap_or_else(|_| Err(format!("timed out fetching {url}")));
+        (url, fetched)
+    }
+
+    async fn fetch_tdmrep(&self, origin: &Origin) -> Arc<TdmState> {
+        let (url, fetched) = self.get_tdmrep(origin).await;
+        Arc::new(self.conclude_tdmrep(url, fetched, None))
+    }
+
+    /// What `fetched` (of `url`) says, kept for `left` when given (an
+    /// entry another node of the fleet fetched), else as the table above
+    /// says; a file read is archived.
+    pub(super) fn conclude_tdmrep(
+        &self,
+        url: String,
+        fetched: Result<Got, String>,
+        left: Option<Duration>,
+    ) -> TdmState {
         let now = Instant::now();
+        let until = |ttl: Duration| now + left.unwrap_or(ttl);
         let state = match fetched {
             Err(reason) => TdmState {
                 outcome: TdmOutcome::Unreachable(reason),
                 url,
                 digest: None,
                 status: None,
-                until: now + RETRY_TTL,
+                until: until(RETRY_TTL),
             },
             Ok(got) if got.status >= 500 => TdmState {
                 outcome: TdmOutcome::Unreachable(format!("{} from {}", got.status, got.final_url)),
                 url,
                 digest: None,
                 status: Some(got.status),
-                until: now + RETRY_TTL,
+                until: until(RETRY_TTL),
             },
             Ok(got) if !(200..300).contains(&got.status) => TdmState {
                 outcome: TdmOutcome::Absent(format!("{} from {}", got.status, got.final_url)),
                 url,
                 digest: None,
                 status: Some(got.status),
-                until: now + DEFAULT_TTL,
+                until: until(DEFAULT_TTL),
             },
             Ok(got) => {
                 let digest = Digest::of(&got.body);
@@ -217,7 +243,7 @@ impl RobotsCache {
                     url,
                     digest: Some(digest),
                     status: Some(got.status),
-                    until: now + got.max_age.unwrap_or(DEFAULT_TTL),
+                    until: until(got.max_age.unwrap_or(DEFAULT_TTL)),
                 }
             }
         };
@@ -231,7 +257,7 @@ impl RobotsCache {
                 why, "tdmrep.json unreachable: no reservation known from it until it is asked again in 5 minutes; the responses' tdm-reservation headers and meta still apply")
             }
         }
-        Arc::new(state)
+        state
     }
 }
 
