@@ -65,16 +65,20 @@ pub enum Kind {
     /// An audit checkpoint kept in Redis ([`super::witness`]): read back
     /// by `audit verify`, never by a node.
     Witness,
+    /// A heartbeat (a live node and its listeners) whose tag failed, or
+    /// written too long ago ([`super::nodes`]).
+    Heartbeat,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Robots,
         Kind::Message,
         Kind::KeptPurge,
         Kind::Schedule,
         Kind::Replay,
         Kind::Witness,
+        Kind::Heartbeat,
     ];
 
     pub fn label(self) -> &'static str {
@@ -85,6 +89,7 @@ impl Kind {
             Kind::Schedule => "schedule",
             Kind::Replay => "replay",
             Kind::Witness => "witness",
+            Kind::Heartbeat => "heartbeat",
         }
     }
 
@@ -95,6 +100,11 @@ impl Kind {
                 "fleet: a Crawl-delay schedule or pause in Redis was lower than this node knows it \
                  to be (lowered by something without the fleet's key): booked from what the node \
                  knows, and the schedule written back"
+            }
+            Kind::Heartbeat => {
+                "fleet: a heartbeat in Redis failed its fleet-key check or is too old: the node is \
+                 not counted live and its listeners are not taken (listeners learned before stay \
+                 refused)"
             }
             Kind::Replay => {
                 "fleet: a shared robots.txt entry in Redis is older than one this node has seen, \
@@ -204,13 +214,7 @@ impl Keys {
     /// A message for `channel`, tagged: `m1 <hex tag>\n<message>`.
     /// Unchanged without a key.
     pub fn seal_message(&self, channel: &str, message: Vec<u8>) -> Vec<u8> {
-        let Some(key) = &self.sign else {
-            return message;
-        };
-        let tag = Self::tag_with(key, "message", channel, &message);
-        let mut out = format!("{MESSAGE_TAG}{}\n", hex(tag.as_ref())).into_bytes();
-        out.extend(message);
-        out
+        self.seal_line("message", channel, message)
     }
 
     /// The message [`Keys::seal_message`] sealed for `channel`; `None`
@@ -222,6 +226,31 @@ impl Keys {
         channel: &str,
         sealed: &'m [u8],
     ) -> Option<&'m [u8]> {
+        self.open_line(kind, "message", channel, sealed)
+    }
+
+    /// `value` of sort `what` under `place`, tagged as text: `m1 <hex
+    /// tag>\n<value>` (messages, heartbeats). Unchanged without a key.
+    pub fn seal_line(&self, what: &str, place: &str, value: Vec<u8>) -> Vec<u8> {
+        let Some(key) = &self.sign else {
+            return value;
+        };
+        let tag = Self::tag_with(key, what, place, &value);
+        let mut out = format!("{MESSAGE_TAG}{}\n", hex(tag.as_ref())).into_bytes();
+        out.extend(value);
+        out
+    }
+
+    /// The value [`Keys::seal_line`] sealed as `what` under `place`;
+    /// `None` (and counted as `kind`) when its tag fails. Unchanged
+    /// without a key.
+    pub fn open_line<'m>(
+        &self,
+        kind: Kind,
+        what: &str,
+        place: &str,
+        sealed: &'m [u8],
+    ) -> Option<&'m [u8]> {
         if !self.enabled() {
             return Some(sealed);
         }
@@ -230,12 +259,12 @@ impl Keys {
             .filter(|rest| rest.len() > 2 * TAG_LEN && rest[2 * TAG_LEN] == b'\n')
             .and_then(|rest| {
                 let tag = unhex(&rest[..2 * TAG_LEN])?;
-                let message = &rest[2 * TAG_LEN + 1..];
-                self.verify_tag(b"message", channel, message, &tag)
-                    .then_some(message)
+                let value = &rest[2 * TAG_LEN + 1..];
+                self.verify_tag(what.as_bytes(), place, value, &tag)
+                    .then_some(value)
             });
         if opened.is_none() {
-            self.rejected(kind, channel);
+            self.rejected(kind, place);
         }
         opened
     }
