@@ -68,10 +68,16 @@ pub enum Kind {
     /// A heartbeat (a live node and its listeners) whose tag failed, or
     /// written too long ago ([`super::nodes`]).
     Heartbeat,
+    /// An origin's requests in flight found in Redis fewer than this
+    /// node's own leases on it ([`super::lease`]).
+    Lease,
+    /// A rate allowance found in Redis looser than this node's own
+    /// requests left it ([`super::rate`]).
+    Rate,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Robots,
         Kind::Message,
         Kind::KeptPurge,
@@ -79,6 +85,8 @@ impl Kind {
         Kind::Replay,
         Kind::Witness,
         Kind::Heartbeat,
+        Kind::Lease,
+        Kind::Rate,
     ];
 
     pub fn label(self) -> &'static str {
@@ -90,6 +98,8 @@ impl Kind {
             Kind::Replay => "replay",
             Kind::Witness => "witness",
             Kind::Heartbeat => "heartbeat",
+            Kind::Lease => "lease",
+            Kind::Rate => "rate",
         }
     }
 
@@ -105,6 +115,16 @@ impl Kind {
                 "fleet: a heartbeat in Redis failed its fleet-key check or is too old: the node is \
                  not counted live and its listeners are not taken (listeners learned before stay \
                  refused)"
+            }
+            Kind::Lease => {
+                "fleet: Redis counts fewer requests in flight to an origin than this node holds \
+                 itself (leases deleted by something without the fleet's key): this node's own \
+                 count stands, and its leases are written back at their next renewal"
+            }
+            Kind::Rate => {
+                "fleet: a rate allowance in Redis was looser than this node's own requests left \
+                 it (lowered or deleted by something without the fleet's key): admitted from \
+                 what the node knows, and written back"
             }
             Kind::Replay => {
                 "fleet: a shared robots.txt entry in Redis is older than one this node has seen, \

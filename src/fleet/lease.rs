@@ -18,6 +18,16 @@
 //! again every [`POLL_EVERY`] at the latest, and when the first lease
 //! expires, so a lost message (pub/sub is best effort) costs one poll. A
 //! release nobody waits for publishes nothing.
+//!
+//! Redis's count may only make a node stricter, never looser: each node
+//! counts its own leases per origin ([`OwnLeases`]), and an acquire that
+//! finds fewer leases in Redis than the node holds itself (deleted by a
+//! writer to Redis) is counted
+//! (`robots_proxy_fleet_rejected_total{kind="lease"}`), and so is a
+//! renewal that finds its lease gone; the renewal writes it back (within
+//! [`RENEW_EVERY`]). A node
+//! also never holds more than the cap itself, whatever Redis says (its
+//! local lease is taken first, `judge::politeness`).
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,14 +82,15 @@ return gone
 /// KEYS: the origin's lease set. ARGV: lease id, lease ms. Moves the
 /// lease's expiry to now + lease ms, adding it if it was dropped (its
 /// request is in flight whatever Redis lost: counting it is the polite
-/// direction). Returns how many are in flight.
+/// direction). Returns how many are in flight, and 1 if the lease had
+/// to be added.
 const RENEW_SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+local added = redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], lease * 2)
-return redis.call('ZCOUNT', KEYS[1], now, '+inf')
+return {redis.call('ZCOUNT', KEYS[1], now, '+inf'), added}
 ";
 
 /// KEYS: the origin's lease set. Returns how many leases are live.
@@ -93,6 +104,31 @@ static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(AC
 static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE_SCRIPT));
 static RENEW: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW_SCRIPT));
 static COUNT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(COUNT_SCRIPT));
+
+/// This node's leases held in Redis, per origin (the Redis key of its
+/// lease set).
+#[derive(Debug, Default)]
+pub struct OwnLeases(parking_lot::Mutex<std::collections::HashMap<Box<str>, u64>>);
+
+impl OwnLeases {
+    fn get(&self, set: &str) -> u64 {
+        self.0.lock().get(set).copied().unwrap_or(0)
+    }
+
+    fn add(&self, set: &str) {
+        *self.0.lock().entry(set.into()).or_insert(0) += 1;
+    }
+
+    fn remove(&self, set: &str) {
+        let mut own = self.0.lock();
+        if let Some(n) = own.get_mut(set) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                own.remove(set);
+            }
+        }
+    }
+}
 
 /// What an acquire found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,10 +166,11 @@ impl Fleet {
         allowance: Duration,
     ) -> Result<Leased, Failure> {
         let (set, waiting) = self.lease_keys(origin);
+        let place = &set;
         let (leased, n, wait) = self
             .call_within(allowance, |mut conn| async move {
                 ACQUIRE
-                    .key(set)
+                    .key(place)
                     .key(waiting)
                     .arg(max as u64)
                     .arg(millis(LEASE_FOR))
@@ -144,11 +181,18 @@ impl Fleet {
             })
             .await?;
         let n = u64::try_from(n).unwrap_or(0);
+        let own = self.own_leases.get(&set);
+        // With this one, Redis holds at least this node's own.
+        let found = if leased == 1 { n.saturating_sub(1) } else { n };
+        if found < own {
+            self.keys.rejected(super::key::Kind::Lease, &set);
+        }
         Ok(if leased == 1 {
-            Leased::Yes(n)
+            self.own_leases.add(&set);
+            Leased::Yes(n.max(own + 1))
         } else {
             let wait = Duration::from_millis(u64::try_from(wait).unwrap_or(0));
-            Leased::Full(n, wait)
+            Leased::Full(n.max(own), wait)
         })
     }
 
@@ -156,6 +200,7 @@ impl Fleet {
     /// told. `Ok(false)`: it had expired already.
     pub async fn release_lease(&self, origin: &str, id: &str) -> Result<bool, Unavailable> {
         let (set, waiting) = self.lease_keys(origin);
+        self.own_leases.remove(&set);
         let message = self.message(&Event::LeaseFree(origin.into()));
         let channel = self.channel();
         let gone = self
@@ -174,20 +219,25 @@ impl Fleet {
     }
 
     /// Renews lease `id` on `origin` for [`LEASE_FOR`] (adding it again if
-    /// Redis lost it); returns how many are in flight.
+    /// Redis lost it, counted: renewed every [`RENEW_EVERY`], a lease
+    /// lasts several renewals); returns how many are in flight.
     pub async fn renew_lease(&self, origin: &str, id: &str) -> Result<u64, Unavailable> {
         let (set, _) = self.lease_keys(origin);
-        let n = self
+        let place = &set;
+        let (n, added) = self
             .call(|mut conn| async move {
                 RENEW
-                    .key(set)
+                    .key(place)
                     .arg(id)
                     .arg(millis(LEASE_FOR))
-                    .invoke_async::<i64>(&mut conn)
+                    .invoke_async::<(i64, i64)>(&mut conn)
                     .await
             })
             .await?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        if added == 1 {
+            self.keys.rejected(super::key::Kind::Lease, &set);
+        }
+        Ok(u64::try_from(n).unwrap_or(0).max(self.own_leases.get(&set)))
     }
 
     /// How many requests to `origin` are in flight in the whole fleet (for
