@@ -432,19 +432,34 @@ async fn the_rate_script_is_governors_gcra_on_redis_time() {
         "the same /64 after its wait"
     );
     // A value no script wrote (a corrupted or hostile Redis) is read as
-    // none: the allowance starts afresh, it neither admits for ever nor
-    // refuses for ever.
+    // none: for a node that took nothing from the allowance, it starts
+    // afresh (it neither admits for ever nor refuses for ever); the node
+    // whose own requests left it full stays refused (`fleet::rate`).
     for junk in ["inf", "nan", "-inf", "1e30", "junk"] {
         redis.command(&["SET", key, junk]).await.expect("SET");
+        assert!(
+            matches!(fleet.admit_rate(rated, interval, 3).await, Ok(Err(_))),
+            "{junk}: this node's own burst is spent"
+        );
+        redis.command(&["SET", key, junk]).await.expect("SET");
+        let fresh = Fleet::new(&FleetSettings {
+            redis: RedisTarget::Server(redis.url()),
+            name: "gcra".into(),
+            node: format!("gcra-{junk}"),
+            timeout: Duration::from_secs(2),
+            on_unavailable: OnUnavailable::Local,
+            keys: None,
+        })
+        .expect("fleet");
         for _ in 0..3 {
             assert_eq!(
-                fleet.admit_rate(rated, interval, 3).await,
+                fresh.admit_rate(rated, interval, 3).await,
                 Ok(Ok(())),
                 "{junk}"
             );
         }
         assert!(
-            matches!(fleet.admit_rate(rated, interval, 3).await, Ok(Err(_))),
+            matches!(fresh.admit_rate(rated, interval, 3).await, Ok(Err(_))),
             "{junk}: the fourth of a burst of three"
         );
     }
