@@ -105,25 +105,35 @@ static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RE
 static RENEW: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW_SCRIPT));
 static COUNT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(COUNT_SCRIPT));
 
-/// This node's leases held in Redis, per origin (the Redis key of its
-/// lease set).
+/// This node's leases held in Redis, by the Redis key of their set: the
+/// ids of each origin's (at most its `max_in_flight`).
 #[derive(Debug, Default)]
-pub struct OwnLeases(parking_lot::Mutex<std::collections::HashMap<Box<str>, u64>>);
+pub struct OwnLeases(parking_lot::Mutex<std::collections::HashMap<Box<str>, Vec<Box<str>>>>);
 
 impl OwnLeases {
-    fn get(&self, set: &str) -> u64 {
-        self.0.lock().get(set).copied().unwrap_or(0)
+    /// The ids held on `set` now.
+    fn held(&self, set: &str) -> Vec<Box<str>> {
+        self.0.lock().get(set).cloned().unwrap_or_default()
     }
 
-    fn add(&self, set: &str) {
-        *self.0.lock().entry(set.into()).or_insert(0) += 1;
+    /// How many of `before` are still held: leases held from before a
+    /// call was sent until after it was answered, so in Redis when its
+    /// script ran (a release takes its lease out here before it is sent).
+    fn still_held(&self, set: &str, before: &[Box<str>]) -> u64 {
+        let own = self.0.lock();
+        let now = own.get(set).map(Vec::as_slice).unwrap_or_default();
+        before.iter().filter(|id| now.contains(id)).count() as u64
     }
 
-    fn remove(&self, set: &str) {
+    fn add(&self, set: &str, id: &str) {
+        self.0.lock().entry(set.into()).or_default().push(id.into());
+    }
+
+    fn remove(&self, set: &str, id: &str) {
         let mut own = self.0.lock();
-        if let Some(n) = own.get_mut(set) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
+        if let Some(ids) = own.get_mut(set) {
+            ids.retain(|held| **held != *id);
+            if ids.is_empty() {
                 own.remove(set);
             }
         }
@@ -166,6 +176,7 @@ impl Fleet {
         allowance: Duration,
     ) -> Result<Leased, Failure> {
         let (set, waiting) = self.lease_keys(origin);
+        let before = self.own_leases.held(&set);
         let place = &set;
         let (leased, n, wait) = self
             .call_within(allowance, |mut conn| async move {
@@ -181,14 +192,14 @@ impl Fleet {
             })
             .await?;
         let n = u64::try_from(n).unwrap_or(0);
-        let own = self.own_leases.get(&set);
+        let own = self.own_leases.still_held(&set, &before);
         // With this one, Redis holds at least this node's own.
         let found = if leased == 1 { n.saturating_sub(1) } else { n };
         if found < own {
             self.keys.rejected(super::key::Kind::Lease, &set);
         }
         Ok(if leased == 1 {
-            self.own_leases.add(&set);
+            self.own_leases.add(&set, id);
             Leased::Yes(n.max(own + 1))
         } else {
             let wait = Duration::from_millis(u64::try_from(wait).unwrap_or(0));
@@ -200,7 +211,7 @@ impl Fleet {
     /// told. `Ok(false)`: it had expired already.
     pub async fn release_lease(&self, origin: &str, id: &str) -> Result<bool, Unavailable> {
         let (set, waiting) = self.lease_keys(origin);
-        self.own_leases.remove(&set);
+        self.own_leases.remove(&set, id);
         let message = self.message(&Event::LeaseFree(origin.into()));
         let channel = self.channel();
         let gone = self
@@ -237,7 +248,7 @@ impl Fleet {
         if added == 1 {
             self.keys.rejected(super::key::Kind::Lease, &set);
         }
-        Ok(u64::try_from(n).unwrap_or(0).max(self.own_leases.get(&set)))
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     /// How many requests to `origin` are in flight in the whole fleet (for
@@ -259,5 +270,21 @@ mod tests {
     fn leases_outlive_several_renewals_and_the_waiting_mark_several_polls() {
         assert!(LEASE_FOR >= RENEW_EVERY * 3);
         assert!(ACQUIRE_SCRIPT.contains("'PX', ARGV[4]"));
+    }
+
+    #[test]
+    fn only_leases_held_across_a_call_are_expected_in_redis() {
+        let own = OwnLeases::default();
+        own.add("s", "a 1");
+        own.add("s", "a 2");
+        let before = own.held("s");
+        // During the call: one released, one taken.
+        own.remove("s", "a 2");
+        own.add("s", "a 3");
+        assert_eq!(own.still_held("s", &before), 1);
+        own.remove("s", "a 1");
+        own.remove("s", "a 3");
+        assert!(own.held("s").is_empty());
+        assert!(own.0.lock().is_empty());
     }
 }
