@@ -67,10 +67,19 @@ pub enum Kind {
     Witness,
     /// A shared tdmrep.json entry.
     Tdmrep,
+    /// A heartbeat (a live node and its listeners) whose tag failed, or
+    /// written too long ago ([`super::nodes`]).
+    Heartbeat,
+    /// An origin's requests in flight found in Redis fewer than this
+    /// node's own leases on it ([`super::lease`]).
+    Lease,
+    /// A rate allowance found in Redis looser than this node's own
+    /// requests left it ([`super::rate`]).
+    Rate,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Robots,
         Kind::Message,
         Kind::KeptPurge,
@@ -78,6 +87,9 @@ impl Kind {
         Kind::Replay,
         Kind::Witness,
         Kind::Tdmrep,
+        Kind::Heartbeat,
+        Kind::Lease,
+        Kind::Rate,
     ];
 
     pub fn label(self) -> &'static str {
@@ -89,6 +101,9 @@ impl Kind {
             Kind::Replay => "replay",
             Kind::Witness => "witness",
             Kind::Tdmrep => "tdmrep",
+            Kind::Heartbeat => "heartbeat",
+            Kind::Lease => "lease",
+            Kind::Rate => "rate",
         }
     }
 
@@ -99,6 +114,21 @@ impl Kind {
                 "fleet: a Crawl-delay schedule or pause in Redis was lower than this node knows it \
                  to be (lowered by something without the fleet's key): booked from what the node \
                  knows, and the schedule written back"
+            }
+            Kind::Heartbeat => {
+                "fleet: a heartbeat in Redis failed its fleet-key check or is too old: the node is \
+                 not counted live and its listeners are not taken (listeners learned before stay \
+                 refused)"
+            }
+            Kind::Lease => {
+                "fleet: Redis counts fewer requests in flight to an origin than this node holds \
+                 itself (leases deleted by something without the fleet's key): this node's own \
+                 count stands, and its leases are written back at their next renewal"
+            }
+            Kind::Rate => {
+                "fleet: a rate allowance in Redis was looser than this node's own requests left \
+                 it (lowered or deleted by something without the fleet's key): admitted from \
+                 what the node knows, and written back"
             }
             Kind::Replay => {
                 "fleet: a shared robots.txt or tdmrep.json entry in Redis is older than one this node has seen, \
@@ -208,13 +238,7 @@ impl Keys {
     /// A message for `channel`, tagged: `m1 <hex tag>\n<message>`.
     /// Unchanged without a key.
     pub fn seal_message(&self, channel: &str, message: Vec<u8>) -> Vec<u8> {
-        let Some(key) = &self.sign else {
-            return message;
-        };
-        let tag = Self::tag_with(key, "message", channel, &message);
-        let mut out = format!("{MESSAGE_TAG}{}\n", hex(tag.as_ref())).into_bytes();
-        out.extend(message);
-        out
+        self.seal_line("message", channel, message)
     }
 
     /// The message [`Keys::seal_message`] sealed for `channel`; `None`
@@ -226,6 +250,31 @@ impl Keys {
         channel: &str,
         sealed: &'m [u8],
     ) -> Option<&'m [u8]> {
+        self.open_line(kind, "message", channel, sealed)
+    }
+
+    /// `value` of sort `what` under `place`, tagged as text: `m1 <hex
+    /// tag>\n<value>` (messages, heartbeats). Unchanged without a key.
+    pub fn seal_line(&self, what: &str, place: &str, value: Vec<u8>) -> Vec<u8> {
+        let Some(key) = &self.sign else {
+            return value;
+        };
+        let tag = Self::tag_with(key, what, place, &value);
+        let mut out = format!("{MESSAGE_TAG}{}\n", hex(tag.as_ref())).into_bytes();
+        out.extend(value);
+        out
+    }
+
+    /// The value [`Keys::seal_line`] sealed as `what` under `place`;
+    /// `None` (and counted as `kind`) when its tag fails. Unchanged
+    /// without a key.
+    pub fn open_line<'m>(
+        &self,
+        kind: Kind,
+        what: &str,
+        place: &str,
+        sealed: &'m [u8],
+    ) -> Option<&'m [u8]> {
         if !self.enabled() {
             return Some(sealed);
         }
@@ -234,12 +283,12 @@ impl Keys {
             .filter(|rest| rest.len() > 2 * TAG_LEN && rest[2 * TAG_LEN] == b'\n')
             .and_then(|rest| {
                 let tag = unhex(&rest[..2 * TAG_LEN])?;
-                let message = &rest[2 * TAG_LEN + 1..];
-                self.verify_tag(b"message", channel, message, &tag)
-                    .then_some(message)
+                let value = &rest[2 * TAG_LEN + 1..];
+                self.verify_tag(what.as_bytes(), place, value, &tag)
+                    .then_some(value)
             });
         if opened.is_none() {
-            self.rejected(kind, channel);
+            self.rejected(kind, place);
         }
         opened
     }

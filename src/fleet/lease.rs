@@ -18,6 +18,16 @@
 //! again every [`POLL_EVERY`] at the latest, and when the first lease
 //! expires, so a lost message (pub/sub is best effort) costs one poll. A
 //! release nobody waits for publishes nothing.
+//!
+//! Redis's count may only make a node stricter, never looser: each node
+//! counts its own leases per origin ([`OwnLeases`]), and an acquire that
+//! finds fewer leases in Redis than the node holds itself (deleted by a
+//! writer to Redis) is counted
+//! (`robots_proxy_fleet_rejected_total{kind="lease"}`), and so is a
+//! renewal that finds its lease gone; the renewal writes it back (within
+//! [`RENEW_EVERY`]). A node
+//! also never holds more than the cap itself, whatever Redis says (its
+//! local lease is taken first, `judge::politeness`).
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,14 +82,15 @@ return gone
 /// KEYS: the origin's lease set. ARGV: lease id, lease ms. Moves the
 /// lease's expiry to now + lease ms, adding it if it was dropped (its
 /// request is in flight whatever Redis lost: counting it is the polite
-/// direction). Returns how many are in flight.
+/// direction). Returns how many are in flight, and 1 if the lease had
+/// to be added.
 const RENEW_SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
+local added = redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], lease * 2)
-return redis.call('ZCOUNT', KEYS[1], now, '+inf')
+return {redis.call('ZCOUNT', KEYS[1], now, '+inf'), added}
 ";
 
 /// KEYS: the origin's lease set. Returns how many leases are live.
@@ -93,6 +104,41 @@ static ACQUIRE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(AC
 static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RELEASE_SCRIPT));
 static RENEW: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW_SCRIPT));
 static COUNT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(COUNT_SCRIPT));
+
+/// This node's leases held in Redis, by the Redis key of their set: the
+/// ids of each origin's (at most its `max_in_flight`).
+#[derive(Debug, Default)]
+pub struct OwnLeases(parking_lot::Mutex<std::collections::HashMap<Box<str>, Vec<Box<str>>>>);
+
+impl OwnLeases {
+    /// The ids held on `set` now.
+    fn held(&self, set: &str) -> Vec<Box<str>> {
+        self.0.lock().get(set).cloned().unwrap_or_default()
+    }
+
+    /// How many of `before` are still held: leases held from before a
+    /// call was sent until after it was answered, so in Redis when its
+    /// script ran (a release takes its lease out here before it is sent).
+    fn still_held(&self, set: &str, before: &[Box<str>]) -> u64 {
+        let own = self.0.lock();
+        let now = own.get(set).map(Vec::as_slice).unwrap_or_default();
+        before.iter().filter(|id| now.contains(id)).count() as u64
+    }
+
+    fn add(&self, set: &str, id: &str) {
+        self.0.lock().entry(set.into()).or_default().push(id.into());
+    }
+
+    fn remove(&self, set: &str, id: &str) {
+        let mut own = self.0.lock();
+        if let Some(ids) = own.get_mut(set) {
+            ids.retain(|held| **held != *id);
+            if ids.is_empty() {
+                own.remove(set);
+            }
+        }
+    }
+}
 
 /// What an acquire found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,10 +176,12 @@ impl Fleet {
         allowance: Duration,
     ) -> Result<Leased, Failure> {
         let (set, waiting) = self.lease_keys(origin);
+        let before = self.own_leases.held(&set);
+        let place = &set;
         let (leased, n, wait) = self
             .call_within(allowance, |mut conn| async move {
                 ACQUIRE
-                    .key(set)
+                    .key(place)
                     .key(waiting)
                     .arg(max as u64)
                     .arg(millis(LEASE_FOR))
@@ -144,11 +192,18 @@ impl Fleet {
             })
             .await?;
         let n = u64::try_from(n).unwrap_or(0);
+        let own = self.own_leases.still_held(&set, &before);
+        // With this one, Redis holds at least this node's own.
+        let found = if leased == 1 { n.saturating_sub(1) } else { n };
+        if found < own {
+            self.keys.rejected(super::key::Kind::Lease, &set);
+        }
         Ok(if leased == 1 {
-            Leased::Yes(n)
+            self.own_leases.add(&set, id);
+            Leased::Yes(n.max(own + 1))
         } else {
             let wait = Duration::from_millis(u64::try_from(wait).unwrap_or(0));
-            Leased::Full(n, wait)
+            Leased::Full(n.max(own), wait)
         })
     }
 
@@ -156,6 +211,7 @@ impl Fleet {
     /// told. `Ok(false)`: it had expired already.
     pub async fn release_lease(&self, origin: &str, id: &str) -> Result<bool, Unavailable> {
         let (set, waiting) = self.lease_keys(origin);
+        self.own_leases.remove(&set, id);
         let message = self.message(&Event::LeaseFree(origin.into()));
         let channel = self.channel();
         let gone = self
@@ -174,19 +230,24 @@ impl Fleet {
     }
 
     /// Renews lease `id` on `origin` for [`LEASE_FOR`] (adding it again if
-    /// Redis lost it); returns how many are in flight.
+    /// Redis lost it, counted: renewed every [`RENEW_EVERY`], a lease
+    /// lasts several renewals); returns how many are in flight.
     pub async fn renew_lease(&self, origin: &str, id: &str) -> Result<u64, Unavailable> {
         let (set, _) = self.lease_keys(origin);
-        let n = self
+        let place = &set;
+        let (n, added) = self
             .call(|mut conn| async move {
                 RENEW
-                    .key(set)
+                    .key(place)
                     .arg(id)
                     .arg(millis(LEASE_FOR))
-                    .invoke_async::<i64>(&mut conn)
+                    .invoke_async::<(i64, i64)>(&mut conn)
                     .await
             })
             .await?;
+        if added == 1 {
+            self.keys.rejected(super::key::Kind::Lease, &set);
+        }
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
@@ -209,5 +270,21 @@ mod tests {
     fn leases_outlive_several_renewals_and_the_waiting_mark_several_polls() {
         assert!(LEASE_FOR >= RENEW_EVERY * 3);
         assert!(ACQUIRE_SCRIPT.contains("'PX', ARGV[4]"));
+    }
+
+    #[test]
+    fn only_leases_held_across_a_call_are_expected_in_redis() {
+        let own = OwnLeases::default();
+        own.add("s", "a 1");
+        own.add("s", "a 2");
+        let before = own.held("s");
+        // During the call: one released, one taken.
+        own.remove("s", "a 2");
+        own.add("s", "a 3");
+        assert_eq!(own.still_held("s", &before), 1);
+        own.remove("s", "a 1");
+        own.remove("s", "a 3");
+        assert!(own.held("s").is_empty());
+        assert!(own.0.lock().is_empty());
     }
 }

@@ -17,6 +17,7 @@
 //! (`robots-proxy:<name>:{<origin>}:…`), so a script touches one slot of a
 //! Redis Cluster and origins spread over its shards.
 
+pub mod beat;
 mod connection;
 pub mod events;
 pub mod floor;
@@ -127,6 +128,13 @@ pub struct Fleet {
     listeners: Mutex<String>,
     /// The other live nodes' listeners, refused as destinations.
     peers: crate::http::destination::PeerListeners,
+    /// Redis's clock and the peer listeners remembered ([`beat`]).
+    beats: beat::Beats,
+    /// This node's leases held in Redis ([`lease`]).
+    own_leases: lease::OwnLeases,
+    /// The allowance each rate key was left at by this node's own last
+    /// admission ([`rate`]).
+    rate_floors: floor::Floors,
     /// The requests this node holds on the fleet's schedules ([`queue`]).
     waiters: queue::Waiters,
     /// The origins this node knows to be paused ([`pauses`]).
@@ -234,6 +242,9 @@ impl Fleet {
             subscriber: OnceLock::new(),
             listeners: Mutex::new(String::new()),
             peers: Default::default(),
+            beats: beat::Beats::default(),
+            own_leases: lease::OwnLeases::default(),
+            rate_floors: floor::Floors::default(),
             waiters: queue::Waiters::default(),
             pauses: pauses::Known::default(),
             keys: Arc::new(key::Keys::new(settings.keys.as_ref())),

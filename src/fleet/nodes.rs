@@ -37,10 +37,10 @@ const INSTANCE_LEN: usize = 17;
 
 /// Writes KEYS[1] member ARGV[1] with Redis's time (ms) as score, drops
 /// members older than ARGV[2] ms, keeps the key ten times that long, and
-/// returns at most ARGV[3] live members of at most ARGV[4] bytes, each
-/// followed by its listeners. The listeners (ARGV[5]: this node's, at
-/// most ARGV[6] bytes) are kept in the hash KEYS[2], whose dead members
-/// go with them.
+/// returns Redis's time, then at most ARGV[3] live members of at most
+/// ARGV[4] bytes, each followed by its heartbeat. The heartbeat (ARGV[5]:
+/// this node's sealed listeners, [`super::beat`], at most ARGV[6] bytes)
+/// is kept in the hash KEYS[2], whose dead members go with it.
 const HEARTBEAT_SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -56,7 +56,7 @@ redis.call('PEXPIRE', KEYS[2], string.format('%.0f', dead_after * 10))
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], oldest, '+inf', 'LIMIT', 0, ARGV[3])
 local max_len = tonumber(ARGV[4])
 local max_listeners = tonumber(ARGV[6])
-local out = {}
+local out = {tostring(now)}
 for _, m in ipairs(live) do
   if #m <= max_len then
     local l = redis.call('HGET', KEYS[2], m)
@@ -68,9 +68,9 @@ end
 return out
 ";
 
-/// Longest listener list read from Redis for one node (longer ones are
+/// Longest heartbeat read from Redis for one node (longer ones are
 /// taken as none).
-const MAX_LISTENERS_LEN: usize = 512;
+const MAX_LISTENERS_LEN: usize = 1024;
 
 /// The listener addresses in a heartbeat's list (`ip:port,ip:port`) that
 /// another node may refuse as destinations: private, loopback or
@@ -138,14 +138,19 @@ impl Fleet {
     }
 
     /// One heartbeat: writes this node's (and its listeners), reads the
-    /// live nodes and their listeners and keeps them. On failure the last
-    /// known lists are kept.
+    /// live nodes and their listeners and keeps those whose heartbeat
+    /// holds ([`super::beat`]). On failure the last known lists are kept.
     pub async fn heartbeat(&self) -> Result<(), Unavailable> {
         let me = self.member();
         let member = &me;
-        let mine = self.listeners.lock().clone();
+        let place = self.listeners_key();
+        let at = match self.beats.redis_now() {
+            Some(ms) => ms,
+            None => self.redis_time().await?,
+        };
+        let mine = super::beat::seal(&self.keys, &place, &me, at, &self.listeners.lock());
         let mine = &mine;
-        let pairs = self
+        let reply = self
             .call_always(|mut conn| async move {
                 HEARTBEAT
                     .key(self.nodes_key())
@@ -156,20 +161,33 @@ impl Fleet {
                     .arg((MAX_NODE_NAME + INSTANCE_LEN) as u64)
                     .arg(mine)
                     .arg(MAX_LISTENERS_LEN as u64)
-                    .invoke_async::<Vec<String>>(&mut conn)
+                    .invoke_async::<Vec<Vec<u8>>>(&mut conn)
                     .await
             })
             .await?;
+        let Some((now, pairs)) = reply.split_first() else {
+            return Ok(());
+        };
+        let now = std::str::from_utf8(now)
+            .ok()
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(at);
+        self.beats.set_redis_now(now);
         let mut names = Vec::with_capacity(pairs.len() / 2);
-        let mut peers = Vec::new();
+        let mut seen = Vec::new();
         for pair in pairs.chunks(2) {
-            let [name, listeners] = pair else { break };
-            if *name != me {
-                peers.extend(peer_listeners(listeners));
+            let [name, heartbeat] = pair else { break };
+            let name = String::from_utf8_lossy(name).into_owned();
+            if name != me {
+                let Some(listeners) = super::beat::open(&self.keys, &place, &name, heartbeat, now)
+                else {
+                    continue;
+                };
+                seen.extend(peer_listeners(&listeners));
             }
-            names.push(name.clone());
+            names.push(name);
         }
-        self.peers.set(peers);
+        self.peers.set(self.beats.remember(seen));
         // Right after an outage the set holds only the nodes that have
         // noticed Redis is back: the list the outage was interleaved by is
         // kept until every node has had the time to ([`Fleet::settle`]).
@@ -181,6 +199,21 @@ impl Fleet {
         *self.live.lock() = Arc::new(live);
         self.stats.live_nodes.store(count, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Redis's time (ms), asked once: before this node's first heartbeat,
+    /// which is stamped with it ([`super::beat`]).
+    async fn redis_time(&self) -> Result<u64, Unavailable> {
+        let (secs, micros) = self
+            .call_always(|mut conn| async move {
+                redis::cmd("TIME")
+                    .query_async::<(u64, u64)>(&mut conn)
+                    .await
+            })
+            .await?;
+        let ms = secs.saturating_mul(1000).saturating_add(micros / 1000);
+        self.beats.set_redis_now(ms);
+        Ok(ms)
     }
 
     /// Heartbeats every [`HEARTBEAT_EVERY`] until the task is dropped or

@@ -24,8 +24,11 @@ use std::time::Duration;
 use super::{Fleet, Unavailable, micros};
 
 /// Takes one request from KEYS[1]'s allowance. ARGV: the emission
-/// interval (microseconds, at least 1) and the burst (at least 1).
-/// Returns 0 when admitted, else the wait in microseconds (more than 0).
+/// interval (microseconds, at least 1), the burst (at least 1), and the
+/// TAT this node's own last admission left (its floor, 0 if none).
+/// Returns `{wait, tat, lowered}`: wait 0 when admitted (the TAT it
+/// left), else the wait in microseconds (more than 0); lowered 1 when the
+/// stored TAT was below the floor (then the floor is written back).
 /// A stored value that is no number, or more than a day ahead (a corrupted
 /// or hostile Redis), is read as none.
 /// Microseconds since the epoch fit a Lua double exactly; they are
@@ -38,13 +41,21 @@ local tau = interval * (tonumber(ARGV[2]) - 1)
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
 if tat ~= tat or tat > now + 86400000000 then tat = now end
 if tat < now then tat = now end
+local floor = tonumber(ARGV[3]) or 0
+local lowered = 0
+if tat < floor then
+  tat = floor
+  lowered = 1
+  redis.call('SET', KEYS[1], string.format('%.0f', tat),
+    'PX', string.format('%.0f', math.ceil((tat - now) / 1000)))
+end
 if now < tat - tau then
-  return tat - tau - now
+  return {string.format('%.0f', tat - tau - now), '0', lowered}
 end
 local next = tat + interval
 redis.call('SET', KEYS[1], string.format('%.0f', next),
   'PX', string.format('%.0f', math.ceil((next - now) / 1000)))
-return 0
+return {'0', string.format('%.0f', next), lowered}
 ";
 
 static SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RATE_SCRIPT));
@@ -102,21 +113,31 @@ impl Fleet {
         let key = self.rate_key(rated);
         let interval = micros(emission_interval).max(1);
         let burst = burst.max(1);
-        let wait = self
+        let floor = self.rate_floors.get(&key);
+        let place = &key;
+        let (wait, tat, lowered) = self
             .call(|mut conn| async move {
                 SCRIPT
-                    .key(key)
+                    .key(place)
                     .arg(interval)
                     .arg(burst)
-                    .invoke_async::<i64>(&mut conn)
+                    .arg(floor)
+                    .invoke_async::<(String, String, i64)>(&mut conn)
                     .await
             })
             .await?;
-        match u64::try_from(wait) {
-            Ok(0) => Ok(Ok(())),
-            Ok(w) => Ok(Err(Duration::from_micros(w))),
+        if lowered == 1 {
+            self.keys.rejected(super::key::Kind::Rate, &key);
+        }
+        let (Ok(wait), Ok(tat)) = (wait.parse::<u64>(), tat.parse::<u64>()) else {
             // No answer the script gives: the local limit applies.
-            Err(_) => Err(Unavailable),
+            return Err(Unavailable);
+        };
+        if wait == 0 {
+            self.rate_floors.raise(&key, tat);
+            Ok(Ok(()))
+        } else {
+            Ok(Err(Duration::from_micros(wait)))
         }
     }
 }

@@ -545,3 +545,52 @@ async fn lease_latency_on_loopback_redis() {
     })
     .await;
 }
+
+/// A writer to Redis deletes an origin's leases while a node's requests
+/// hold them: the node sends no more than `max_in_flight` itself, counts
+/// the leases it finds gone (`robots_proxy_fleet_rejected_total{kind =
+/// "lease"}`) and writes them back at their next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_deleted_in_redis_are_counted_and_written_back() {
+    let redis = need!(Redis::start().await);
+    let origin = Counting::start(Duration::from_millis(1700)).await;
+    let config = on(&redis, Duration::from_secs(1), FleetOnUnavailable::Refuse);
+    let node = fleet::node(Some(config), |c| {
+        c.politeness.max_in_flight = 2;
+        c.politeness.max_wait = Duration::from_secs(30);
+    })
+    .await;
+    let node = Arc::new(node);
+    let send = |i: usize| {
+        let (node, url) = (node.clone(), origin.url(&format!("/p{i}")));
+        tokio::spawn(async move { (node.get(&url).await.status, url) })
+    };
+    let held: Vec<_> = (0..2).map(send).collect();
+    until("two requests to hold the leases", || async {
+        (origin.open() == 2 && redis.int(&["ZCARD", &origin.lease_key()]).await == 2).then_some(())
+    })
+    .await;
+    redis
+        .command(&["DEL", &origin.lease_key()])
+        .await
+        .expect("del");
+    // Redis now says none are in flight: the node's third waits its turn.
+    let third = send(2);
+    until("the leases to be written back", || async {
+        (redis.int(&["ZCARD", &origin.lease_key()]).await == 2).then_some(())
+    })
+    .await;
+    let rejected = metric(
+        &node.metrics().await,
+        "robots_proxy_fleet_rejected_total{kind=\"lease\"}",
+    )
+    .unwrap_or(0.0);
+    assert!(rejected >= 2.0, "{rejected} leases found gone");
+    for r in futures_util::future::join_all(held).await {
+        let (status, url) = r.expect("request");
+        assert_eq!(status, 200, "{url}");
+    }
+    let (status, url) = third.await.expect("request");
+    assert!(matches!(status, 200 | 429 | 503 | 504), "{url}: {status}");
+    assert_eq!(origin.most(), 2, "more than max_in_flight sent at once");
+}

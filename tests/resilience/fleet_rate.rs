@@ -16,7 +16,7 @@ use robots_proxy::config::{
 use crate::support::binary::{Running, Setup, access_with_user};
 use crate::support::fleet::{self, on as fleet};
 use crate::support::redis::Redis;
-use crate::support::{Conn, Origin, Proxy, basic, cheap_hash, get_as as get, need, user};
+use crate::support::{Conn, Origin, Proxy, basic, cheap_hash, get_as as get, metric, need, user};
 
 /// `[access]` with `auth_failures_per_minute` (set in TOML, as operators
 /// do) and `users`.
@@ -432,19 +432,34 @@ async fn the_rate_script_is_governors_gcra_on_redis_time() {
         "the same /64 after its wait"
     );
     // A value no script wrote (a corrupted or hostile Redis) is read as
-    // none: the allowance starts afresh, it neither admits for ever nor
-    // refuses for ever.
+    // none: for a node that took nothing from the allowance, it starts
+    // afresh (it neither admits for ever nor refuses for ever); the node
+    // whose own requests left it full stays refused (`fleet::rate`).
     for junk in ["inf", "nan", "-inf", "1e30", "junk"] {
         redis.command(&["SET", key, junk]).await.expect("SET");
+        assert!(
+            matches!(fleet.admit_rate(rated, interval, 3).await, Ok(Err(_))),
+            "{junk}: this node's own burst is spent"
+        );
+        redis.command(&["SET", key, junk]).await.expect("SET");
+        let fresh = Fleet::new(&FleetSettings {
+            redis: RedisTarget::Server(redis.url()),
+            name: "gcra".into(),
+            node: format!("gcra-{junk}"),
+            timeout: Duration::from_secs(2),
+            on_unavailable: OnUnavailable::Local,
+            keys: None,
+        })
+        .expect("fleet");
         for _ in 0..3 {
             assert_eq!(
-                fleet.admit_rate(rated, interval, 3).await,
+                fresh.admit_rate(rated, interval, 3).await,
                 Ok(Ok(())),
                 "{junk}"
             );
         }
         assert!(
-            matches!(fleet.admit_rate(rated, interval, 3).await, Ok(Err(_))),
+            matches!(fresh.admit_rate(rated, interval, 3).await, Ok(Err(_))),
             "{junk}: the fourth of a burst of three"
         );
     }
@@ -546,4 +561,48 @@ async fn a_booking_left_no_time_by_an_outage_falls_back() {
     assert_eq!(origin.hits("/during"), 1);
     node.assert_metric("robots_proxy_fleet_reachable", 0.0, "Redis hung")
         .await;
+}
+
+/// A writer to Redis deletes a user's allowance before each request: the
+/// node still holds `max_rps` for its own requests (it admits from the
+/// allowance its own last request left, and writes it back), and counts
+/// each lowering (`robots_proxy_fleet_rejected_total{kind="rate"}`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowance_deleted_in_redis_still_holds_a_nodes_own_requests() {
+    let redis = need!(Redis::start().await);
+    let origin = Origin::with_robots("User-agent: *\nDisallow: /private\n").await;
+    let config = fleet(&redis, Duration::from_secs(2), FleetOnUnavailable::Local);
+    let node = nodes(1, RPS, Some(config)).await.remove(0);
+    let warm = node.request(get(&origin.url("/private/warm"), "crawler:pw"));
+    assert_eq!(warm.await.status, 403);
+    let key = "robots-proxy:test:{user:crawler}:max_rps";
+    let mut conn = Conn::open(node.addr).await;
+    let started = Instant::now();
+    let (mut sent, mut admitted) = (0, 0);
+    while sent < 40 {
+        redis.command(&["DEL", key]).await.expect("del");
+        let r = conn
+            .send(get(&origin.url(&format!("/p{sent}")), "crawler:pw"))
+            .await;
+        match r.status {
+            200 => admitted += 1,
+            429 => assert!(r.body.contains("max_rps"), "{}", r.body),
+            other => panic!("{other}: {}", r.body),
+        }
+        sent += 1;
+    }
+    let took = started.elapsed();
+    let rejected = metric(
+        &node.metrics().await,
+        "robots_proxy_fleet_rejected_total{kind=\"rate\"}",
+    )
+    .unwrap_or(0.0);
+    eprintln!(
+        "allowance deleted before each of {sent} requests in {took:?}: {admitted} admitted, {rejected} lowerings counted"
+    );
+    assert!(
+        admitted <= quota(took) + SLACK_ABOVE,
+        "{admitted} admitted in {took:?} at max_rps {RPS}"
+    );
+    assert!(rejected >= 1.0, "no lowering counted");
 }

@@ -16,6 +16,7 @@ mod fleet;
 mod fleet_cluster;
 mod fleet_flow;
 mod fleet_forged;
+mod fleet_heartbeat;
 mod fleet_key;
 mod fleet_lost_slots;
 mod fleet_memory;
