@@ -224,6 +224,11 @@ pub(crate) fn settings_from(
             .build(config)
             .map_err(StartError::Identity)?
             .map(Arc::new),
+        payments: config
+            .payments
+            .build(config, previous.and_then(|p| p.payments.as_deref()))
+            .map_err(StartError::Identity)?
+            .map(Arc::new),
     })
 }
 
@@ -697,6 +702,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
     "identity.contact",
     "identity.egress_ranges",
     "identity.signing.*",
+    "payments.*",
     "log.level",
 ];
 
@@ -706,7 +712,7 @@ fn fleet(config: &Config) -> Option<&crate::config::FleetConfig> {
 }
 
 /// Each start-only key, and whether it differs between `old` and `new`.
-fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 52] {
+fn restart_table(old: &Config, new: &Config) -> [(bool, &'static str); 53] {
     let (o, n) = (&old.upstream, &new.upstream);
     let (oc, nc) = (&old.cache, &new.cache);
     let (or, nr) = (&old.robots, &new.robots);
