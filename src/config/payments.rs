@@ -101,7 +101,7 @@ mod tests {
     use std::path::Path;
 
     fn check(text: &str) -> String {
-        match super::super::Config::from_toml(text, Path::new("t.toml")) {
+        match crate::config::Config::from_toml(text, Path::new("t.toml")) {
             Ok(_) => String::new(),
             Err(e) => e.to_string(),
         }
