@@ -97,6 +97,10 @@ pub(crate) enum AuditCommand {
         /// Config file: its audit log is the default FILE.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
+        /// Pay per crawl instead: charges per day, origin and user, and
+        /// the total (from the `payment` lines).
+        #[arg(long)]
+        payments: bool,
         /// The directory holding the log: its live file and every rotation.
         #[arg(long, value_name = "DIR", conflicts_with = "files")]
         dir: Option<PathBuf>,
@@ -170,14 +174,15 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             format,
             top,
             config,
+            payments,
             dir,
             files,
         } => report_command(
-            since,
-            until,
+            Period { since, until },
             format,
             top,
             config.as_deref(),
+            payments,
             Source { dir, files },
         ),
         AuditCommand::Robots {
@@ -414,12 +419,18 @@ fn verify_command(
     }
 }
 
-fn report_command(
+/// `--since` and `--until` as given.
+struct Period {
     since: Option<String>,
     until: Option<String>,
+}
+
+fn report_command(
+    Period { since, until }: Period,
     format: ReportFormat,
     top: u32,
     config: Option<&Path>,
+    payments: bool,
     source: Source,
 ) -> ExitCode {
     let config = match load(config) {
@@ -445,10 +456,6 @@ fn report_command(
         Ok(files) => files,
         Err(e) => return usage("report", e),
     };
-    let summed = match report::report(&files, &opts) {
-        Ok(r) => r,
-        Err(e) => return usage("report", e),
-    };
     let format = match format {
         ReportFormat::Text => report::Format::Text,
         ReportFormat::Csv => report::Format::Csv,
@@ -457,7 +464,18 @@ fn report_command(
     };
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    match report::write(&summed, format, &mut out).and_then(|()| out.flush()) {
+    let written = if payments {
+        match report::payments::payments(&files, &opts) {
+            Ok(r) => report::payments::write(&r, format, &mut out),
+            Err(e) => return usage("report", e),
+        }
+    } else {
+        match report::report(&files, &opts) {
+            Ok(r) => report::write(&r, format, &mut out),
+            Err(e) => return usage("report", e),
+        }
+    };
+    match written.and_then(|()| out.flush()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => usage("report", e),

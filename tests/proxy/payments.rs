@@ -125,6 +125,38 @@ async fn within_the_limit_paid_and_signed_above_it_or_past_the_budget_refused() 
     assert_eq!(last["reason"], "budget_exhausted");
     let charged: Vec<_> = lines.iter().filter(|l| l["outcome"] == "charged").collect();
     assert_eq!(charged.len(), 2);
+
+    // `audit report --payments`: the two charges, summed exactly.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["audit", "report", "--payments", "--format", "json"])
+        .arg(&proxy.audit_path)
+        .output()
+        .expect("run audit report");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["total"], json!(["USD 0.003"]), "{report}");
+    assert_eq!(report["charges"], 2);
+    assert_eq!(report["refused"], 2);
+    let rows = report["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "{report}");
+    assert_eq!(rows[0]["origin"], format!("http://{}", origin.addr));
+    assert_eq!(rows[0]["user"], "-");
+    assert_eq!(rows[0]["amount"], "USD 0.003");
+    // The request report counts requests only.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
+        .args(["audit", "report", "--format", "json"])
+        .arg(&proxy.audit_path)
+        .output()
+        .expect("run audit report");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test]
