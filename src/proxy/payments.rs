@@ -74,6 +74,9 @@ pub enum Unpaid {
         budget: Price,
         spent: u64,
     },
+    /// The fleet's count of the day's spending could not be had (Redis
+    /// unavailable): nothing is paid without it.
+    FleetUnavailable,
 }
 
 impl Unpaid {
@@ -82,6 +85,7 @@ impl Unpaid {
         match self {
             Unpaid::AboveLimit { .. } => "above_max_price",
             Unpaid::Budget { .. } => "budget_exhausted",
+            Unpaid::FleetUnavailable => "budget_unavailable",
         }
     }
 
@@ -110,6 +114,10 @@ impl Unpaid {
                      (budget_per_day {budget}, {spent} spent) does not hold it.\n"
                 )
             }
+            Unpaid::FleetUnavailable => format!(
+                "Not paid by robots-proxy: {origin} charges, and the fleet's budget \
+                 cannot be read now (Redis unavailable).\n"
+            ),
         };
         let mut resp = crate::http::body::text(StatusCode::PAYMENT_REQUIRED, text);
         resp.headers_mut().insert(
@@ -178,11 +186,23 @@ impl Payments {
 
     /// Before contacting `origin`: `Err` when it is known to charge and
     /// today's budget cannot hold even the least price it has quoted.
+    #[cfg(test)]
     pub fn before(&self, origin: &str, day: u64) -> Result<(), Unpaid> {
-        let Some(quote) = self.ledger.priced.lock().get(origin).copied() else {
+        self.before_with(origin, day, 0)
+    }
+
+    /// The least price `origin` quoted, if it did.
+    pub fn least_quote(&self, origin: &str) -> Option<u64> {
+        self.ledger.priced.lock().get(origin).copied()
+    }
+
+    /// [`Payments::before`], the day's spending taken as at least
+    /// `fleet_spent`.
+    pub fn before_with(&self, origin: &str, day: u64, fleet_spent: u64) -> Result<(), Unpaid> {
+        let Some(quote) = self.least_quote(origin) else {
             return Ok(());
         };
-        let spent = self.spent_on(day);
+        let spent = self.spent_on(day).max(fleet_spent);
         if spent.saturating_add(quote) > self.budget.micros {
             return Err(Unpaid::Budget {
                 price: None,
@@ -196,6 +216,20 @@ impl Payments {
     fn spent_on(&self, day: u64) -> u64 {
         let spent = self.ledger.spent.lock();
         if spent.0 == day { spent.1 } else { 0 }
+    }
+
+    /// The budget a day, in millionths.
+    pub fn budget_micros(&self) -> u64 {
+        self.budget.micros
+    }
+
+    /// The refusal of `price` when the fleet has `spent` today.
+    pub fn over_fleet_budget(&self, price: &Price, spent: u64) -> Unpaid {
+        Unpaid::Budget {
+            price: Some(price.clone()),
+            budget: self.budget.clone(),
+            spent,
+        }
     }
 
     /// Decides on `price` for `user` at `origin` on `day`: within the
@@ -329,7 +363,7 @@ impl Proxy {
     /// are on for it, keeps its head. `Err` when its origin is known to
     /// charge and today's budget cannot pay it (the origin is not asked:
     /// the client gets [`Unpaid::response`]).
-    pub(crate) fn payable(
+    pub(crate) async fn payable(
         &self,
         ctx: &Ctx<'_>,
         req: &mut Request<Body>,
@@ -340,7 +374,12 @@ impl Proxy {
         };
         let day = day_of(std::time::SystemTime::now());
         let origin = ctx.judgement.origin.to_string();
-        if let Err(unpaid) = payments.before(&origin, day) {
+        // The fleet's count, asked only for an origin known to charge.
+        let fleet_spent = match (&ctx.settings.fleet, payments.least_quote(&origin)) {
+            (Some(fleet), Some(_)) => fleet.spent(day).await.ok().unwrap_or(0),
+            _ => 0,
+        };
+        if let Err(unpaid) = payments.before_with(&origin, day, fleet_spent) {
             self.payment_line(
                 ctx,
                 "refused",
@@ -405,7 +444,12 @@ impl Proxy {
             return forwarded;
         };
         let user = ctx.caller.user.as_deref();
-        if let Err(unpaid) = payments.reserve(&origin, user, &price, payable.day) {
+        let day = payable.day;
+        let reserved = match payments.reserve(&origin, user, &price, day) {
+            Ok(()) => self.reserve_in_fleet(ctx, &payments, &price, day).await,
+            Err(unpaid) => Err(unpaid),
+        };
+        if let Err(unpaid) = reserved {
             self.payment_line(
                 ctx,
                 "refused",
@@ -431,7 +475,8 @@ impl Proxy {
                 let charged = header_text(resp.headers(), &CRAWLER_CHARGED).map(Price::parse);
                 match charged {
                     Some(Ok(charged)) => {
-                        payments.settle(&price, Some(&charged), payable.day);
+                        self.settle(ctx, &payments, &price, Some(&charged), day)
+                            .await;
                         tracing::info!(origin, price = %price, charged = %charged, "paid");
                         self.metrics.payment("charged");
                         self.payment_line(
@@ -445,17 +490,66 @@ impl Proxy {
                         );
                     }
                     _ => {
-                        payments.settle(&price, None, payable.day);
+                        self.settle(ctx, &payments, &price, None, day).await;
                         self.crawler_error(ctx, resp, Some(&price));
                     }
                 }
             }
             Forwarded::Failed(..) | Forwarded::Refused(_) => {
-                payments.settle(&price, None, payable.day);
+                self.settle(ctx, &payments, &price, None, day).await;
                 self.payment_line(ctx, "failed", Some(&price), None, None, None, None);
             }
         }
         paid
+    }
+
+    /// With a fleet, `price` reserved from the fleet's budget too (the
+    /// node's reservation given back when it is not).
+    async fn reserve_in_fleet(
+        &self,
+        ctx: &Ctx<'_>,
+        payments: &Payments,
+        price: &Price,
+        day: u64,
+    ) -> Result<(), Unpaid> {
+        let Some(fleet) = &ctx.settings.fleet else {
+            return Ok(());
+        };
+        let unpaid = match fleet
+            .reserve_spend(day, price.micros, payments.budget_micros())
+            .await
+        {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(spent)) => payments.over_fleet_budget(price, spent),
+            Err(_) => Unpaid::FleetUnavailable,
+        };
+        payments.settle(price, None, day);
+        Err(unpaid)
+    }
+
+    /// Settles a reservation of `price` on this node and in the fleet:
+    /// `charged` counted instead.
+    async fn settle(
+        &self,
+        ctx: &Ctx<'_>,
+        payments: &Payments,
+        price: &Price,
+        charged: Option<&Price>,
+        day: u64,
+    ) {
+        payments.settle(price, charged, day);
+        if let Some(fleet) = &ctx.settings.fleet {
+            let charged = charged
+                .filter(|c| c.currency == price.currency)
+                .map_or(0, |c| c.micros);
+            let delta = i64::try_from(charged).unwrap_or(i64::MAX)
+                - i64::try_from(price.micros).unwrap_or(i64::MAX);
+            if fleet.settle_spend(day, delta).await.is_err() {
+                tracing::warn!(
+                    "pay per crawl: the fleet's spending could not be settled (Redis unavailable)"
+                );
+            }
+        }
     }
 
     /// Logs and records a response's `crawler-error` (or, after a paid

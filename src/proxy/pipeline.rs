@@ -486,7 +486,7 @@ impl Proxy {
     async fn forward(&self, ctx: &Ctx<'_>, mut req: Request<Body>) -> Forwarded {
         let (settings, origin) = (ctx.settings, &ctx.judgement.origin);
         forward::drop_trailing_dot(&mut req, origin);
-        let payable = match self.payable(ctx, &mut req) {
+        let payable = match self.payable(ctx, &mut req).await {
             Ok(p) => p,
             Err(unpaid) => return Forwarded::Response(unpaid.response(&origin.to_string())),
         };

@@ -194,3 +194,54 @@ async fn a_crawler_error_is_forwarded_and_recorded() {
         assert_eq!(r.status, 200, "{r:?}");
     }
 }
+
+#[tokio::test]
+async fn two_fleet_nodes_share_one_budget_in_redis() {
+    use crate::support::fleet::{named, node, on};
+    use crate::support::redis::Redis;
+    use robots_proxy::config::FleetOnUnavailable;
+    let redis = crate::support::need!(Redis::start().await);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (key_file, _) = init_key(dir.path(), "keys.json", &[]);
+    let origin = Origin::with_robots(ROBOTS).await;
+    origin.route("/a", priced("USD 0.002", "a"));
+    let fleet = on(
+        &redis,
+        std::time::Duration::from_secs(5),
+        FleetOnUnavailable::Local,
+    );
+    let adjust = |c: &mut robots_proxy::config::Config| {
+        signing(c, &key_file);
+        payments(c);
+    };
+    let a = node(Some(named(&fleet, "a")), adjust).await;
+    let b = node(Some(named(&fleet, "b")), adjust).await;
+    // USD 0.003 a day for the fleet: node a pays USD 0.002.
+    let r = a.request(get(&origin.url("/a"), None)).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(origin.hits("/a"), 2);
+    let day = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        / 86_400;
+    let key = format!("robots-proxy:test:{{spend}}:{day}");
+    assert_eq!(redis.text(&["GET", &key]).await, "2000");
+    // Node b has spent nothing itself, but the fleet's budget does not
+    // hold a second price: the origin's 402 (b did not know it charges),
+    // then the proxy's own.
+    let r = b.request(get(&origin.url("/a"), None)).await;
+    assert_eq!(r.status, 402, "{r:?}");
+    assert!(r.body.contains("USD 0.002 spent"), "{}", r.body);
+    assert_eq!(origin.hits("/a"), 3);
+    // Now it knows: the origin is not asked.
+    let r = b.request(get(&origin.url("/a"), None)).await;
+    assert_eq!(r.status, 402, "{r:?}");
+    assert_eq!(origin.hits("/a"), 3, "the origin was not asked");
+    let refused = b.audit_of_type("payment");
+    assert!(
+        refused.iter().all(|l| l["reason"] == "budget_exhausted"),
+        "{refused:?}"
+    );
+    assert_eq!(redis.text(&["GET", &key]).await, "2000");
+}
