@@ -80,7 +80,7 @@ pub enum Unpaid {
 }
 
 impl Unpaid {
-    /// `above_max_price` or `budget_exhausted`.
+    /// `above_max_price`, `budget_exhausted` or `budget_unavailable`.
     pub fn reason(&self) -> &'static str {
         match self {
             Unpaid::AboveLimit { .. } => "above_max_price",
@@ -339,7 +339,8 @@ pub(crate) struct PaymentRecord<'a> {
     /// What the origin said it charged (`crawler-charged`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) charged: Option<String>,
-    /// `above_max_price` or `budget_exhausted` (refused).
+    /// `above_max_price`, `budget_exhausted` or `budget_unavailable`
+    /// (refused).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) reason: Option<&'static str>,
     /// The origin's `crawler-error`.
