@@ -73,6 +73,9 @@ pub struct UserConfig {
     /// `identity.user_agent_mode` for this user.
     #[serde(default)]
     pub user_agent_mode: Option<crate::identity::UaMode>,
+    /// `payments.max_price` for this user's requests (e.g. `USD 0.001`).
+    #[serde(default)]
+    pub max_price: Option<String>,
 }
 
 /// Bad proxy-auth configuration, or a failure to hash.

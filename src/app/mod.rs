@@ -229,6 +229,11 @@ pub(crate) fn settings_from(
         usage_tdmrep: config.usage.tdmrep,
         usage_html_meta: config.usage.html_meta,
         usage_licenses: license_tokens(&config.usage.licenses)?,
+        payments: config
+            .payments
+            .build(config, previous.and_then(|p| p.payments.as_deref()))
+            .map_err(StartError::Identity)?
+            .map(Arc::new),
     })
 }
 
@@ -740,6 +745,7 @@ pub(crate) const RELOADED_KEYS: &[&str] = &[
     "identity.contact",
     "identity.egress_ranges",
     "identity.signing.*",
+    "payments.*",
     "log.level",
 ];
 

@@ -147,6 +147,10 @@ pub(crate) enum AuditCommand {
         /// Config file: its audit log is the default FILE.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
+        /// Pay per crawl instead: charges per day, origin and user, and
+        /// the total (from the `payment` lines).
+        #[arg(long)]
+        payments: bool,
         /// The directory holding the log: its live file and every rotation.
         #[arg(long, value_name = "DIR", conflicts_with = "files")]
         dir: Option<PathBuf>,
@@ -225,14 +229,15 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             top,
             usage,
             config,
+            payments,
             dir,
             files,
         } => report_command(
-            since,
-            until,
+            Period { since, until },
             format,
             (top, usage),
             config.as_deref(),
+            payments,
             Source { dir, files },
         ),
         AuditCommand::Export {
@@ -246,7 +251,7 @@ pub(crate) fn main(command: AuditCommand) -> ExitCode {
             dir,
             files,
         } => export(
-            Period { from, to, out },
+            ExportPeriod { from, to, out },
             config.as_deref(),
             key.as_deref(),
             witness,
@@ -484,12 +489,18 @@ fn verify_command(
     }
 }
 
-fn report_command(
+/// `--since` and `--until` as given.
+struct Period {
     since: Option<String>,
     until: Option<String>,
+}
+
+fn report_command(
+    Period { since, until }: Period,
     format: ReportFormat,
     (top, usage_table): (u32, bool),
     config: Option<&Path>,
+    payments: bool,
     source: Source,
 ) -> ExitCode {
     let config = match load(config) {
@@ -516,10 +527,6 @@ fn report_command(
         Ok(files) => files,
         Err(e) => return usage("report", e),
     };
-    let summed = match report::report(&files, &opts) {
-        Ok(r) => r,
-        Err(e) => return usage("report", e),
-    };
     let format = match format {
         ReportFormat::Text => report::Format::Text,
         ReportFormat::Csv => report::Format::Csv,
@@ -528,7 +535,18 @@ fn report_command(
     };
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    match report::write(&summed, format, &mut out).and_then(|()| out.flush()) {
+    let written = if payments {
+        match report::payments::payments(&files, &opts) {
+            Ok(r) => report::payments::write(&r, format, &mut out),
+            Err(e) => return usage("report", e),
+        }
+    } else {
+        match report::report(&files, &opts) {
+            Ok(r) => report::write(&r, format, &mut out),
+            Err(e) => return usage("report", e),
+        }
+    };
+    match written.and_then(|()| out.flush()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => usage("report", e),
@@ -536,7 +554,7 @@ fn report_command(
 }
 
 /// `audit export`'s period and directory.
-struct Period {
+struct ExportPeriod {
     from: String,
     to: String,
     out: PathBuf,
@@ -562,7 +580,7 @@ fn witness_or_configured(witness: Option<PathBuf>, config: &Config) -> Option<Pa
 }
 
 fn export(
-    period: Period,
+    period: ExportPeriod,
     config: Option<&Path>,
     key: Option<&str>,
     witness: Option<PathBuf>,

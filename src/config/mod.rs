@@ -12,7 +12,9 @@ use ipnet::IpNet;
 use serde::{Deserialize, Deserializer};
 
 mod identity;
+mod payments;
 pub use identity::{IdentityConfig, SigningConfig, UaMode};
+pub use payments::{OriginPrice, PaymentsConfig};
 
 /// Proxy users and their password hashes, for `[[access.users]]`.
 pub use crate::admit::{Params as PasswordParams, UserConfig, hash_password, hash_password_with};
@@ -92,6 +94,8 @@ pub struct Config {
     /// Who the crawler says it is: User-Agent, Web Bot Auth signatures,
     /// the pages sites look for.
     pub identity: IdentityConfig,
+    /// Pay per crawl (HTTP 402) within limits and a daily budget.
+    pub payments: PaymentsConfig,
     /// Fleet mode: a Crawl-delay schedule shared through Redis; off
     /// without the table.
     pub fleet: Option<FleetConfig>,
@@ -672,6 +676,7 @@ impl Default for Config {
             cache: CacheConfig::default(),
             usage: UsageConfig::default(),
             identity: IdentityConfig::default(),
+            payments: PaymentsConfig::default(),
             fleet: None,
             treat_as_public: Vec::new(),
         }
@@ -1241,6 +1246,9 @@ impl Config {
             errors.push(e);
         }
         if let Err(e) = self.identity.build(self) {
+            errors.push(e);
+        }
+        if let Err(e) = self.payments.build(self, None) {
             errors.push(e);
         }
         if errors.is_empty() {

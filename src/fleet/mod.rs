@@ -32,6 +32,7 @@ pub mod queue;
 pub mod rate;
 pub mod robots;
 pub mod schedule;
+pub mod spend;
 pub mod stamp;
 pub mod witness;
 

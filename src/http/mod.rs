@@ -8,5 +8,6 @@ pub mod destination;
 pub(crate) mod files;
 pub(crate) mod headers;
 pub mod origin;
+pub mod price;
 pub mod signal;
 pub(crate) mod text;

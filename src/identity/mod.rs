@@ -39,6 +39,19 @@ pub static SIGNATURE_INPUT: HeaderName = HeaderName::from_static("signature-inpu
 /// The `Signature` header.
 pub static SIGNATURE: HeaderName = HeaderName::from_static("signature");
 
+/// The pay per crawl request headers a signature covers when present,
+/// with their component identifiers.
+pub static PRICE_HEADERS: [(&str, HeaderName); 2] = [
+    (
+        "\"crawler-exact-price\"",
+        HeaderName::from_static("crawler-exact-price"),
+    ),
+    (
+        "\"crawler-max-price\"",
+        HeaderName::from_static("crawler-max-price"),
+    ),
+];
+
 /// The `tag` of request signatures.
 pub const TAG: &str = "web-bot-auth";
 
@@ -125,7 +138,8 @@ impl Signer {
 
     /// Signs a request for `authority` (RFC 9421's normalised form: host
     /// lower-cased, no default port), covering `@method`, `@authority`,
-    /// `@path` and its own `Signature-Agent` member, at `now`. A signature
+    /// `@path`, its own `Signature-Agent` member and the pay per crawl
+    /// price headers present ([`PRICE_HEADERS`]), at `now`. A signature
     /// already on the request (the client's) is left as it is, and this
     /// one takes a label it does not use: the proxy may have changed what
     /// the client's covers (its User-Agent, Via), so it does not cover the
@@ -165,12 +179,19 @@ impl Signer {
         };
         let agent_id = format!("\"signature-agent\";key=\"{label}\"");
         let path = if path.is_empty() { "/" } else { path };
-        let components = [
+        let mut components = vec![
             ("\"@method\"", method.as_str()),
             ("\"@authority\"", authority),
             ("\"@path\"", path),
             (agent_id.as_str(), self.agent.as_str()),
         ];
+        // A pay per crawl price is covered: a paid request must be signed
+        // over what it agrees to pay.
+        let prices: Vec<(&str, String)> = PRICE_HEADERS
+            .iter()
+            .filter_map(|(id, name)| combined(headers, name).map(|v| (*id, v)))
+            .collect();
+        components.extend(prices.iter().map(|(id, v)| (*id, v.as_str())));
         let nonce = nonce();
         let params = sign::Params {
             created: now,

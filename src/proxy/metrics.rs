@@ -99,6 +99,8 @@ pub(crate) struct ProxyMetrics {
     politeness: Family<[(&'static str, &'static str); 2], Counter>,
     /// Pauses origins' 429s and 503s made, by cause.
     origin_pauses: Family<[(&'static str, &'static str); 1], Counter>,
+    /// Pay per crawl outcomes (charged, refused, error).
+    payments: Family<[(&'static str, &'static str); 1], Counter>,
     in_flight_waited: Counter,
     in_flight_refused: Counter,
     in_flight_leases: Gauge,
@@ -118,6 +120,7 @@ impl ProxyMetrics {
             politeness_waiting: Gauge::default(),
             politeness: Family::default(),
             origin_pauses: Family::default(),
+            payments: Family::default(),
             in_flight_waited: Counter::default(),
             in_flight_refused: Counter::default(),
             in_flight_leases: Gauge::default(),
@@ -136,6 +139,11 @@ impl ProxyMetrics {
             "robots_proxy_politeness",
             "Requests held or refused by politeness, by cause (crawl_delay, default_interval, retry_after, backoff)",
             m.politeness.clone(),
+        );
+        registry.register(
+            "robots_proxy_payments",
+            "Pay per crawl 402s by outcome (charged, refused, error)",
+            m.payments.clone(),
         );
         registry.register(
             "robots_proxy_origin_pauses",
@@ -227,6 +235,11 @@ impl ProxyMetrics {
     /// Counts a pause an origin's signal made.
     pub(crate) fn origin_pause(&self, cause: &'static str) {
         self.origin_pauses.get_or_create(&[("cause", cause)]).inc();
+    }
+
+    /// Counts a pay per crawl outcome.
+    pub(crate) fn payment(&self, outcome: &'static str) {
+        self.payments.get_or_create(&[("outcome", outcome)]).inc();
     }
 
     /// Records how long a request was held for its politeness slot.

@@ -5,6 +5,7 @@ pub(crate) mod connect;
 mod flow;
 pub(crate) mod forward;
 pub(crate) mod metrics;
+pub mod payments;
 pub(crate) mod phases;
 mod pipeline;
 pub(crate) mod respond;
@@ -104,6 +105,8 @@ pub struct Settings {
     /// `[identity]`: the User-Agent policy and the signer; `None` (nothing
     /// done per request) when not configured.
     pub(crate) identity: Option<Arc<crate::identity::Identity>>,
+    /// `[payments]`: pay per crawl within limits; `None` when off.
+    pub(crate) payments: Option<Arc<payments::Payments>>,
 }
 
 /// The request header that adds purposes for one request (removed before

@@ -523,6 +523,10 @@ impl Proxy {
     async fn forward(&self, ctx: &Ctx<'_>, mut req: Request<Body>) -> Forwarded {
         let (settings, origin) = (ctx.settings, &ctx.judgement.origin);
         forward::drop_trailing_dot(&mut req, origin);
+        let payable = match self.payable(ctx, &mut req).await {
+            Ok(p) => p,
+            Err(unpaid) => return Forwarded::Response(unpaid.response(&origin.to_string())),
+        };
         // Signed last, over the request as it goes out.
         if let Some(signer) = settings.identity.as_deref().and_then(|i| i.signer()) {
             crate::identity::sign_for_origin(signer, origin, &mut req);
@@ -557,6 +561,26 @@ impl Proxy {
         .await;
         self.metrics.observe_upstream(start.elapsed());
         self.after_response(ctx, &mut forwarded, start.elapsed());
+        if let Some(payable) = payable {
+            let send = async |req| {
+                let start = Instant::now();
+                let via = settings.via.then_some(&self.via);
+                let max_informational = settings.max_informational;
+                let forwarded = forward::forward(
+                    &self.client,
+                    &self.upstream,
+                    origin,
+                    req,
+                    via,
+                    timeout,
+                    max_informational,
+                )
+                .await;
+                self.metrics.observe_upstream(start.elapsed());
+                forwarded
+            };
+            forwarded = self.pay(ctx, payable, forwarded, send).await;
+        }
         if let Forwarded::Response(resp) = &forwarded
             && crate::http::signal::is_signal(resp.status().as_u16())
         {

@@ -132,7 +132,7 @@ async fn a_users_own_user_agent_overrides_the_identitys() {
 
 /// A key file made by `robots-proxy identity init-key` in `dir`, with
 /// `extra` arguments; returns its path and the key's id.
-fn init_key(dir: &Path, name: &str, extra: &[&str]) -> (PathBuf, String) {
+pub(crate) fn init_key(dir: &Path, name: &str, extra: &[&str]) -> (PathBuf, String) {
     let path = dir.join(name);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_robots-proxy"))
         .args(["identity", "init-key", "--key-file"])
@@ -149,7 +149,7 @@ fn init_key(dir: &Path, name: &str, extra: &[&str]) -> (PathBuf, String) {
     (path, kid)
 }
 
-fn signing(c: &mut robots_proxy::config::Config, key_file: &Path) {
+pub(crate) fn signing(c: &mut robots_proxy::config::Config, key_file: &Path) {
     c.identity.user_agent = OURS.into();
     c.identity.user_agent_mode = robots_proxy::config::UaMode::Replace;
     c.identity.listen = "127.0.0.1:0".into();
@@ -159,7 +159,7 @@ fn signing(c: &mut robots_proxy::config::Config, key_file: &Path) {
 
 /// The key directory from the identity listener at `addr`: its body and
 /// headers, and the URL it was asked at.
-async fn directory(addr: SocketAddr) -> Value {
+pub(crate) async fn directory(addr: SocketAddr) -> Value {
     let mut conn = Conn::open(addr).await;
     let req = Request::get("/.well-known/http-message-signatures-directory")
         .header(http::header::HOST, addr.to_string())
@@ -178,7 +178,7 @@ async fn directory(addr: SocketAddr) -> Value {
     })
 }
 
-fn headers_json(h: &http::HeaderMap) -> Value {
+pub(crate) fn headers_json(h: &http::HeaderMap) -> Value {
     h.iter()
         .map(|(k, v)| json!([k.as_str(), v.to_str().unwrap_or("")]))
         .collect()
@@ -186,7 +186,7 @@ fn headers_json(h: &http::HeaderMap) -> Value {
 
 /// The verdicts of the Python verifier on `requests` against `directory`,
 /// its clock `offset` seconds ahead; `None` when it cannot run here.
-fn verify(directory: &Value, requests: &[Value], offset: i64) -> Option<Value> {
+pub(crate) fn verify(directory: &Value, requests: &[Value], offset: i64) -> Option<Value> {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/support/verifiers/webbotauth_verify.py"
@@ -236,7 +236,7 @@ fn seen_requests(origin: &Origin, base: &str, skip_robots: bool) -> Vec<Value> {
         .collect()
 }
 
-fn all_ok(verdicts: &Value, what: &str) -> Vec<String> {
+pub(crate) fn all_ok(verdicts: &Value, what: &str) -> Vec<String> {
     let list = verdicts["requests"].as_array().expect("requests");
     assert!(!list.is_empty(), "{what}: nothing verified");
     for v in list {

@@ -9,6 +9,7 @@ mod blind_plain_tunnel;
 mod cache_e2e;
 mod identity;
 mod own_answers;
+mod payments;
 mod proxy_http;
 mod proxy_https;
 mod tls_intercept;

@@ -108,6 +108,8 @@ pub struct Reply {
     pub delay: Duration,
     /// Answered instead to a request with If-None-Match.
     pub conditional: Option<Box<Reply>>,
+    /// Answered instead to a request carrying this header with this value.
+    pub when_header: Option<(String, String, Box<Reply>)>,
 }
 
 impl Reply {
@@ -118,6 +120,7 @@ impl Reply {
             body: body.into(),
             delay: Duration::ZERO,
             conditional: None,
+            when_header: None,
         }
     }
     pub fn status(status: u16) -> Reply {
@@ -127,6 +130,7 @@ impl Reply {
             body: Bytes::new(),
             delay: Duration::ZERO,
             conditional: None,
+            when_header: None,
         }
     }
     pub fn redirect(to: &str) -> Reply {
@@ -139,6 +143,11 @@ impl Reply {
     /// What a request with If-None-Match gets instead of this reply.
     pub fn if_none_match(mut self, reply: Reply) -> Reply {
         self.conditional = Some(Box::new(reply));
+        self
+    }
+    /// What a request whose `name` header is `value` gets instead.
+    pub fn when_header(mut self, name: &str, value: &str, reply: Reply) -> Reply {
+        self.when_header = Some((name.into(), value.into(), Box::new(reply)));
         self
     }
     pub fn delay(mut self, d: Duration) -> Reply {
@@ -227,10 +236,18 @@ impl Origin {
                                 .cloned()
                         };
                         let conditional = req.headers().contains_key("if-none-match");
+                        let headers = req.headers().clone();
                         let _ = req.into_body().collect().await;
                         let mut reply = reply.unwrap_or_else(|| Reply::ok(format!("page {key}")));
                         if let Some(c) = reply.conditional.take().filter(|_| conditional) {
                             reply = *c;
+                        }
+                        if let Some((_, _, r)) = reply.when_header.take().filter(|(n, v, _)| {
+                            headers
+                                .get(n.as_str())
+                                .is_some_and(|h| h.as_bytes() == v.as_bytes())
+                        }) {
+                            reply = *r;
                         }
                         if !reply.delay.is_zero() {
                             tokio::time::sleep(reply.delay).await;

@@ -7,6 +7,7 @@
 //! is counted as unreadable and skipped.
 
 mod html;
+pub(crate) mod payments;
 mod render;
 mod sections;
 pub(crate) mod tally;
