@@ -462,6 +462,24 @@ impl Proxy {
             );
             return Forwarded::Response(unpaid.response(&origin));
         }
+        // The paid request is one more request to the origin: it takes a
+        // Crawl-delay slot of its own (held for it like any other). Not
+        // given one within `max_wait`: nothing is paid, and the client
+        // gets the origin's 402 as it came.
+        if let (Err(_), cause) = self.politeness(ctx).await {
+            self.settle(ctx, &payments, &price, None, day).await;
+            tracing::info!(origin, price = %price, cause, "no Crawl-delay slot for the paid request: the origin's 402 goes to the client");
+            self.payment_line(
+                ctx,
+                "refused",
+                Some(&price),
+                None,
+                Some("no_politeness_slot"),
+                None,
+                None,
+            );
+            return forwarded;
+        }
         // The 402 is done with: its connection's place is given back.
         drop(forwarded);
         let (mut parts, ()) = head.into_parts();

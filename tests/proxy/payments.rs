@@ -245,3 +245,27 @@ async fn two_fleet_nodes_share_one_budget_in_redis() {
     );
     assert_eq!(redis.text(&["GET", &key]).await, "2000");
 }
+
+/// The paid retry is one more request to the origin: it waits for a
+/// Crawl-delay slot of its own, one interval after the 402's.
+#[tokio::test]
+async fn the_paid_retry_keeps_the_crawl_delay() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (key_file, _kid) = init_key(dir.path(), "keys.json", &[]);
+    let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
+    origin.route("/paid", priced("USD 0.0015", "paid page"));
+    let proxy = Proxy::start_with(|c| {
+        signing(c, &key_file);
+        payments(c);
+    })
+    .await;
+    let r = proxy.request(get(&origin.url("/paid"), None)).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let arrived = origin.arrived(&["/paid"]);
+    assert_eq!(arrived.len(), 2, "the 402, then the paid retry");
+    let gap = arrived[1].duration_since(arrived[0]);
+    assert!(
+        gap >= std::time::Duration::from_millis(950),
+        "the retry came {gap:?} after the 402"
+    );
+}
