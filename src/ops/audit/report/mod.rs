@@ -191,47 +191,55 @@ impl Tallied for Versions {
 /// The fields of an audit line a report reads.
 #[derive(Deserialize)]
 struct Entry<'a> {
-    #[serde(rename = "type", borrow, default)]
+    #[serde(rename = "type", borrow, default, deserialize_with = "text")]
     kind: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     time: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     client: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     user: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     url: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     agent: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     decision: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     rule: Option<Cow<'a, str>>,
     #[serde(default)]
     rule_line: Option<u64>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     robots_sha256: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     node: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     action: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     by: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     target: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     scope: Option<Cow<'a, str>>,
     #[serde(default)]
     count: Option<u64>,
     #[serde(default)]
     changed: Option<Vec<String>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     outcome: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     reason: Option<Cow<'a, str>>,
     /// `purpose=protocol: document element`, one per signal.
     #[serde(borrow, default)]
     usage_evidence: Vec<Cow<'a, str>>,
+}
+
+/// A string field, borrowed from the line unless it has escapes (serde
+/// borrows a `Cow` only when it is not within an `Option`).
+fn text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    #[derive(Deserialize)]
+    struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(Option::<Text<'de>>::deserialize(d)?.map(|t| t.0))
 }
 
 /// A file that could not be read.
@@ -287,7 +295,17 @@ fn report_with(files: &[PathBuf], opts: &Options, threaded: bool) -> Result<Repo
     if threaded {
         let mut failed = None;
         pipeline::read(files, |got| match got {
-            pipeline::Read::Block(block) => block.lines().for_each(|l| r.line(l, opts)),
+            pipeline::Read::Block(block) => {
+                for (line, fields) in block.lines() {
+                    match fields.and_then(|f| f.entry(line)) {
+                        Some(entry) => {
+                            r.lines += 1;
+                            r.count(&entry, opts);
+                        }
+                        None => r.line(line, opts),
+                    }
+                }
+            }
             pipeline::Read::FileDone => r.files += 1,
             pipeline::Read::Failed(path, source) => failed = Some(ReportError { path, source }),
         });
@@ -531,6 +549,13 @@ mod tests {
                     "{{\"type\":\"admin\",\"time\":\"2026-11-2{}T00:00:{:02}Z\",\"action\":\"purge\",\"by\":\"u{i}\",\"count\":{i}}}",
                     i % 7,
                     i % 60
+                ),
+                3 => format!(
+                    "{{\"time\":\"2026-11-0{}T00:00:00Z\",\"url\":\"https://o{i}.example/\",\"agent\":\"a\\u00e9{i}\",\"decision\":\"blocked\",\"usage_evidence\":[\"train-ai=tdmrep.json: x\"]}}",
+                    1 + i % 9
+                ),
+                4 => format!(
+                    "{{\"time\":\"2026-11-02T00:00:00Z\",\"url\":\"https://o{i}.example/\",\"agent\":\"a\\u00e9\",\"decision\":\"blocked\",\"node\":\"n\\\"\"}}"
                 ),
                 _ => format!(
                     "{{\"time\":\"2026-11-{:02}T{:02}:00:00Z\",\"client\":\"10.0.{}.{}:{i}\",\"user\":\"u{}\",\"url\":\"https://o{}.example/p/{i}\",\"agent\":\"a{}\",\"decision\":\"{}\",\"rule\":\"Disallow: /p\",\"rule_line\":{},\"robots_sha256\":\"{:064x}\",\"node\":\"n{}\"}}",
