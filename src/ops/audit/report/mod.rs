@@ -8,6 +8,7 @@
 
 mod html;
 pub(crate) mod payments;
+mod pipeline;
 mod render;
 mod sections;
 pub(crate) mod tally;
@@ -191,47 +192,55 @@ impl Tallied for Versions {
 /// The fields of an audit line a report reads.
 #[derive(Deserialize)]
 struct Entry<'a> {
-    #[serde(rename = "type", borrow, default)]
+    #[serde(rename = "type", borrow, default, deserialize_with = "text")]
     kind: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     time: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     client: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     user: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     url: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     agent: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     decision: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     rule: Option<Cow<'a, str>>,
     #[serde(default)]
     rule_line: Option<u64>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     robots_sha256: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     node: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     action: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     by: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     target: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     scope: Option<Cow<'a, str>>,
     #[serde(default)]
     count: Option<u64>,
     #[serde(default)]
     changed: Option<Vec<String>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     outcome: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "text")]
     reason: Option<Cow<'a, str>>,
     /// `purpose=protocol: document element`, one per signal.
     #[serde(borrow, default)]
     usage_evidence: Vec<Cow<'a, str>>,
+}
+
+/// A string field, borrowed from the line unless it has escapes (serde
+/// borrows a `Cow` only when it is not within an `Option`).
+fn text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    #[derive(Deserialize)]
+    struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(Option::<Text<'de>>::deserialize(d)?.map(|t| t.0))
 }
 
 /// A file that could not be read.
@@ -242,8 +251,16 @@ pub(crate) struct ReportError {
     pub(crate) source: io::Error,
 }
 
-/// Reads `files` into a report.
+/// Reads `files` into a report, reading on a second thread when the
+/// machine has more than one core.
 pub(crate) fn report(files: &[PathBuf], opts: &Options) -> Result<Report, ReportError> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    report_with(files, opts, cores > 1)
+}
+
+/// Reads `files` into a report, reading and inflating them on a second
+/// thread if `threaded`: the same report either way.
+fn report_with(files: &[PathBuf], opts: &Options, threaded: bool) -> Result<Report, ReportError> {
     let rfc3339 = |t: OffsetDateTime| t.format(&Rfc3339).unwrap_or_else(|_| t.to_string());
     let mut r = Report {
         files: 0,
@@ -276,6 +293,25 @@ pub(crate) fn report(files: &[PathBuf], opts: &Options) -> Result<Report, Report
         removed_total: 0,
         first_node: None,
     };
+    if threaded {
+        let mut failed = None;
+        pipeline::read(files, |got| match got {
+            pipeline::Read::Block(block) => {
+                for (line, fields) in block.lines() {
+                    match fields.and_then(|f| f.entry(line)) {
+                        Some(entry) => {
+                            r.lines += 1;
+                            r.count(&entry, opts);
+                        }
+                        None => r.line(line, opts),
+                    }
+                }
+            }
+            pipeline::Read::FileDone => r.files += 1,
+            pipeline::Read::Failed(path, source) => failed = Some(ReportError { path, source }),
+        });
+        return failed.map_or(Ok(r), Err);
+    }
     for path in files {
         let io = |source| ReportError {
             path: path.clone(),
@@ -283,11 +319,7 @@ pub(crate) fn report(files: &[PathBuf], opts: &Options) -> Result<Report, Report
         };
         let mut lines = Lines::open(path).map_err(io)?;
         while let Some(line) = lines.next_line().map_err(io)? {
-            r.lines += 1;
-            match serde_json::from_slice::<Entry<'_>>(line.bytes) {
-                Ok(entry) => r.count(&entry, opts),
-                Err(_) => r.unreadable += 1,
-            }
+            r.line(line.bytes, opts);
         }
         r.files += 1;
     }
@@ -295,6 +327,15 @@ pub(crate) fn report(files: &[PathBuf], opts: &Options) -> Result<Report, Report
 }
 
 impl Report {
+    /// Counts one line.
+    fn line(&mut self, bytes: &[u8], opts: &Options) {
+        self.lines += 1;
+        match serde_json::from_slice::<Entry<'_>>(bytes) {
+            Ok(entry) => self.count(&entry, opts),
+            Err(_) => self.unreadable += 1,
+        }
+    }
+
     /// Lists an admin action's line.
     fn admin_action(&mut self, e: &Entry<'_>, time: &str) {
         self.admin_total += 1;
@@ -495,6 +536,92 @@ mod tests {
         assert_eq!(address("127.0.0.1:47052"), "127.0.0.1");
         assert_eq!(address("[::1]:47052"), "[::1]");
         assert_eq!(address("::1"), "::1");
+    }
+
+    /// Lines of every kind, with more distinct URLs and origins than a
+    /// table keeps, so its tables fold.
+    fn varied_log(from: usize, to: usize) -> String {
+        let mut text = String::new();
+        for i in from..to {
+            let line = match i % 997 {
+                0 => "{\"type\":\"checkpoint\",\"lines\":1}".to_owned(),
+                1 => "not json".to_owned(),
+                2 => format!(
+                    "{{\"type\":\"admin\",\"time\":\"2026-11-2{}T00:00:{:02}Z\",\"action\":\"purge\",\"by\":\"u{i}\",\"count\":{i}}}",
+                    i % 7,
+                    i % 60
+                ),
+                3 => format!(
+                    "{{\"time\":\"2026-11-0{}T00:00:00Z\",\"url\":\"https://o{i}.example/\",\"agent\":\"a\\u00e9{i}\",\"decision\":\"blocked\",\"usage_evidence\":[\"train-ai=tdmrep.json: x\"]}}",
+                    1 + i % 9
+                ),
+                4 => format!(
+                    "{{\"time\":\"2026-11-02T00:00:00Z\",\"url\":\"https://o{i}.example/\",\"agent\":\"a\\u00e9\",\"decision\":\"blocked\",\"node\":\"n\\\"\"}}"
+                ),
+                _ => format!(
+                    "{{\"time\":\"2026-11-{:02}T{:02}:00:00Z\",\"client\":\"10.0.{}.{}:{i}\",\"user\":\"u{}\",\"url\":\"https://o{}.example/p/{i}\",\"agent\":\"a{}\",\"decision\":\"{}\",\"rule\":\"Disallow: /p\",\"rule_line\":{},\"robots_sha256\":\"{:064x}\",\"node\":\"n{}\"}}",
+                    1 + (i * 7) % 28,
+                    i % 24,
+                    i % 13,
+                    i % 251,
+                    i % 25,
+                    (i * 31) % 12_000,
+                    i % 40,
+                    if i % 5 == 0 { "allowed" } else { "blocked" },
+                    i % 9,
+                    i % 23,
+                    i % 3
+                ),
+            };
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
+    }
+
+    #[test]
+    fn a_report_read_on_a_second_thread_is_the_same_byte_for_byte() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rotated = dir.path().join("audit.jsonl.1");
+        let mut gz = flate2::write::GzEncoder::new(
+            std::fs::File::create(&rotated).expect("create"),
+            flate2::Compression::fast(),
+        );
+        gz.write_all(varied_log(0, 40_000).as_bytes())
+            .expect("compress");
+        gz.finish().expect("finish");
+        let current = dir.path().join("audit.jsonl");
+        let mut text = varied_log(40_000, 75_000);
+        text.push_str("{\"time\":\"2026-11-30T00:00:00Z\",\"url\":\"torn");
+        std::fs::write(&current, text).expect("write");
+        let files = [rotated, current];
+        let opts = Options {
+            since: None,
+            until: None,
+            top: 50,
+            usage: true,
+        };
+        let render = |threaded| {
+            let r = report_with(&files, &opts, threaded).expect("report");
+            assert!(r.blocked_urls.short_by > 0, "tables fold");
+            let mut out = Vec::new();
+            for format in [Format::Text, Format::Csv, Format::Json, Format::Html] {
+                write(&r, format, &mut out).expect("render");
+            }
+            (r.lines, r.files, r.unreadable, out)
+        };
+        let (lines, files_read, unreadable, one) = render(false);
+        assert_eq!((lines, files_read), (75_001, 2));
+        assert!(unreadable > 70);
+        assert_eq!(render(true), (lines, files_read, unreadable, one));
+
+        let missing = dir.path().join("gone.jsonl");
+        let with_missing = [files[0].clone(), missing.clone()];
+        for threaded in [false, true] {
+            let e = report_with(&with_missing, &opts, threaded).expect_err("a file is missing");
+            assert_eq!(e.path, missing);
+        }
     }
 
     #[test]
