@@ -559,8 +559,10 @@ impl Proxy {
             settings.max_informational,
         )
         .await;
-        self.metrics.observe_upstream(start.elapsed());
-        self.after_response(ctx, &mut forwarded, start.elapsed());
+        // One clock read for both.
+        let took = start.elapsed();
+        self.metrics.observe_upstream(took);
+        self.after_response(ctx, &mut forwarded, took);
         if let Some(payable) = payable {
             let send = async |req| {
                 let start = Instant::now();
