@@ -548,40 +548,29 @@ impl Proxy {
             // it would be part of, and moved with, every request's future.
             return Box::pin(upgrade::forward(origin, req, upgrade)).await;
         }
-        let start = Instant::now();
-        let mut forwarded = forward::forward(
-            &self.client,
-            &self.upstream,
-            origin,
-            req,
-            settings.via.then_some(&self.via),
-            timeout,
-            settings.max_informational,
-        )
-        .await;
-        // One clock read for both.
-        let took = start.elapsed();
-        self.metrics.observe_upstream(took);
+        // One send to the origin, timed (one clock read for the metric and
+        // the record); a paid retry is sent the same way.
+        let send = async |req| {
+            let start = Instant::now();
+            let forwarded = forward::forward(
+                &self.client,
+                &self.upstream,
+                origin,
+                req,
+                settings.via.then_some(&self.via),
+                timeout,
+                settings.max_informational,
+            )
+            .await;
+            let took = start.elapsed();
+            self.metrics.observe_upstream(took);
+            (forwarded, took)
+        };
+        let (mut forwarded, took) = send(req).await;
         self.after_response(ctx, &mut forwarded, took);
         if let Some(payable) = payable {
-            let send = async |req| {
-                let start = Instant::now();
-                let via = settings.via.then_some(&self.via);
-                let max_informational = settings.max_informational;
-                let forwarded = forward::forward(
-                    &self.client,
-                    &self.upstream,
-                    origin,
-                    req,
-                    via,
-                    timeout,
-                    max_informational,
-                )
-                .await;
-                self.metrics.observe_upstream(start.elapsed());
-                forwarded
-            };
-            forwarded = self.pay(ctx, payable, forwarded, send).await;
+            let resend = async |req| send(req).await.0;
+            forwarded = self.pay(ctx, payable, forwarded, resend).await;
         }
         if let Forwarded::Response(resp) = &forwarded
             && crate::http::signal::is_signal(resp.status().as_u16())
