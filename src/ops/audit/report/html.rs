@@ -15,7 +15,7 @@ use super::sections::{
 };
 use super::tally::Counts;
 
-const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
+pub(super) const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:2em}\
 table{border-collapse:collapse;margin:.5em 0}\
 th,td{padding:.2em .6em;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}\

@@ -7,8 +7,11 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
+use maud::{DOCTYPE, PreEscaped, html};
 use serde::{Deserialize, Serialize};
 
+use super::render::field;
+use super::sections::printable;
 use super::{Options, ReportError, within};
 use crate::http::price::Price;
 use crate::ops::audit::input::Lines;
@@ -130,7 +133,10 @@ pub(crate) fn payments(files: &[PathBuf], opts: &Options) -> Result<PaymentsRepo
     })
 }
 
-/// Writes `r` as text (a table), CSV or JSON.
+/// Writes `r` as text (a table), CSV, JSON or one self-contained HTML
+/// page. Origins and user names are the client's own text: CSV cells are
+/// neutralised as in the main report and every text output escapes control
+/// characters and bidirectional overrides.
 pub(crate) fn write(
     r: &PaymentsReport,
     format: super::Format,
@@ -147,16 +153,16 @@ pub(crate) fn write(
                 writeln!(
                     out,
                     "{},{},{},{},{}",
-                    csv(&row.day),
-                    csv(&row.origin),
-                    csv(&row.user),
+                    field(&row.day),
+                    field(&row.origin),
+                    field(&row.user),
                     row.charges,
-                    csv(&row.amount)
+                    field(&row.amount)
                 )?;
             }
             Ok(())
         }
-        super::Format::Text | super::Format::Html => {
+        super::Format::Text => {
             writeln!(out, "Payments (pay per crawl)")?;
             writeln!(
                 out,
@@ -167,28 +173,144 @@ pub(crate) fn write(
                 writeln!(
                     out,
                     "{:<10}  {:<40}  {:<16}  {:>8}  {}",
-                    row.day, row.origin, row.user, row.charges, row.amount
+                    printable(&row.day),
+                    printable(&row.origin),
+                    printable(&row.user),
+                    row.charges,
+                    printable(&row.amount)
                 )?;
             }
-            let total = if r.total.is_empty() {
-                "nothing".to_string()
-            } else {
-                r.total.join(", ")
-            };
-            writeln!(
-                out,
-                "total: {total} in {} charges; {} refused by the proxy's limits, {} not charged (crawler-error or no response)",
-                r.charges, r.refused, r.errors
-            )
+            writeln!(out, "{}", summary(r))
         }
+        super::Format::Html => out.write_all(html(r).as_bytes()),
     }
 }
 
-/// A CSV field, quoted when it must be.
-fn csv(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
+/// The closing line: totals and what was not charged.
+fn summary(r: &PaymentsReport) -> String {
+    let total = if r.total.is_empty() {
+        "nothing".to_string()
     } else {
-        s.to_string()
+        r.total.join(", ")
+    };
+    format!(
+        "total: {} in {} charges; {} refused by the proxy's limits, {} not charged (crawler-error or no response)",
+        printable(&total),
+        r.charges,
+        r.refused,
+        r.errors
+    )
+}
+
+/// The report as one HTML page (no script, nothing outside the file);
+/// every value is spliced in as escaped text.
+fn html(r: &PaymentsReport) -> String {
+    let page = html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { "robots-proxy payments report" }
+                style { (PreEscaped(super::html::STYLE)) }
+            }
+            body {
+                "\n" h1 { "Payments (pay per crawl)" } "\n"
+                p { (summary(r)) } "\n"
+                table {
+                    tr {
+                        th { "day" } th { "origin" } th { "user" }
+                        th class="n" { "charges" } th class="n" { "amount" }
+                    } "\n"
+                    @for row in &r.rows {
+                        tr {
+                            td { (printable(&row.day)) }
+                            td class="k" { (printable(&row.origin)) }
+                            td class="k" { (printable(&row.user)) }
+                            td class="n" { (row.charges) }
+                            td class="n" { (printable(&row.amount)) }
+                        } "\n"
+                    }
+                } "\n"
+            }
+        }
+        "\n"
+    };
+    page.into_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hostile() -> PaymentsReport {
+        PaymentsReport {
+            rows: vec![
+                Row {
+                    day: "2026-11-27".into(),
+                    origin: "https://a.example".into(),
+                    user: " =HYPERLINK(\"http://x\")".into(),
+                    charges: 1,
+                    amount: "USD 0.001".into(),
+                },
+                Row {
+                    day: "2026-11-27".into(),
+                    origin: "https://b.example".into(),
+                    user: "bob\u{1b}]0;owned\u{7}\u{202e}<script>".into(),
+                    charges: 2,
+                    amount: "USD 0.002".into(),
+                },
+                Row {
+                    day: "2026-11-27".into(),
+                    origin: "https://c.example".into(),
+                    user: "-".into(),
+                    charges: 3,
+                    amount: "USD 0.003".into(),
+                },
+            ],
+            total: vec!["USD 0.006".into()],
+            charges: 6,
+            refused: 0,
+            errors: 0,
+        }
+    }
+
+    fn written(format: super::super::Format) -> String {
+        let mut out = Vec::new();
+        write(&hostile(), format, &mut out).expect("write");
+        String::from_utf8(out).expect("UTF-8")
+    }
+
+    #[test]
+    fn csv_cells_a_spreadsheet_would_run_are_neutralised() {
+        let csv = written(super::super::Format::Csv);
+        assert!(csv.contains("\"' =HYPERLINK(\"\"http://x\"\")\""), "{csv}");
+        assert!(csv.contains("https://c.example,-,3"), "{csv}");
+        assert!(
+            !csv.contains('\u{1b}') && !csv.contains('\u{202e}'),
+            "{csv}"
+        );
+    }
+
+    #[test]
+    fn text_escapes_control_characters_and_bidi_overrides() {
+        let text = written(super::super::Format::Text);
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(!text.contains('\u{7}'), "{text}");
+        assert!(!text.contains('\u{202e}'), "{text}");
+        assert!(text.contains("total: USD 0.006 in 6 charges"), "{text}");
+    }
+
+    #[test]
+    fn html_is_a_page_with_every_value_escaped() {
+        let html = written(super::super::Format::Html);
+        assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
+        assert!(html.contains("<table>"), "{html}");
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(html.contains("&lt;script&gt;"), "{html}");
+        assert!(
+            !html.contains('\u{1b}') && !html.contains('\u{202e}'),
+            "{html}"
+        );
+        assert!(html.contains("USD 0.006"), "{html}");
     }
 }

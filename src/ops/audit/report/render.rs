@@ -144,7 +144,7 @@ fn text_table(
 /// spreadsheet would run as a formula (`=`, `+`, `-`, `@` first, after any
 /// leading whitespace: a user name or URL from the log is the client's own
 /// text) gets a `'` in front; a lone `-` (no user) is written as it is.
-fn field(text: &str) -> String {
+pub(super) fn field(text: &str) -> String {
     let formula = text != "-"
         && text
             .trim_start_matches(|c: char| c.is_whitespace())
