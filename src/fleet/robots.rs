@@ -139,7 +139,7 @@ return 0
 /// lease (a fetch under way cannot store what it read before the purge),
 /// then tells every node. Returns how many subscribers heard it.
 const PURGE_SCRIPT: &str = r"
-redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return redis.call('PUBLISH', ARGV[1], ARGV[2])
 ";
 
@@ -637,11 +637,13 @@ impl Fleet {
         .map(drop)
     }
 
-    /// Drops `origin`'s shared entry and any lease on it, and tells every
-    /// node to drop its own copy. Returns how many nodes heard it (on a
+    /// Drops `origin`'s shared entries (robots.txt and tdmrep.json, both
+    /// under the origin's hash tag) and any lease on them, and tells every
+    /// node to drop its own copies. Returns how many nodes heard it (on a
     /// Redis Cluster, those subscribed through the origin's master).
     pub async fn purge_robots(&self, origin: &str) -> Result<u64, Unavailable> {
         let (entry, lease) = self.doc_keys(Doc::Robots, origin);
+        let (tdm_entry, tdm_lease) = self.doc_keys(Doc::Tdmrep, origin);
         let message = self.message(&Event::Purged {
             what: Purge::Robots(origin.into()),
             from: self.author(),
@@ -651,6 +653,8 @@ impl Fleet {
             PURGE
                 .key(&entry)
                 .key(&lease)
+                .key(&tdm_entry)
+                .key(&tdm_lease)
                 .arg(channel)
                 .arg(message)
                 .invoke_async::<u64>(&mut conn)

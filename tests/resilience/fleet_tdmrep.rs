@@ -128,3 +128,57 @@ async fn three_processes_fetch_tdmrep_json_once_and_ignore_a_forged_entry() {
         "node 2 fetched again over the forged entry"
     );
 }
+
+/// `POST /purge?origin=URL` on `node`'s admin listener.
+async fn purge(node: &crate::support::binary::Running, url: &str) -> u16 {
+    let addr = crate::fleet_key::admin_of(node);
+    let req = http::Request::post(format!("/purge?origin={url}"))
+        .header(http::header::HOST, addr.to_string())
+        .body(bytes::Bytes::new())
+        .expect("purge request");
+    Conn::open(addr).await.send(req).await.status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_of_an_origin_drops_its_tdmrep_json_on_every_node_and_in_redis() {
+    let redis = need!(Redis::start().await);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key = fleet_key(dir.path());
+    let mut nodes = Vec::new();
+    for i in 1..=2 {
+        nodes.push(keyed(&redis, "tdmpurge", i, &key).await);
+    }
+    until("two nodes to subscribe", || async {
+        match redis.subscribers("robots-proxy:tdmpurge:events").await {
+            2 => Ok(()),
+            n => Err(format!("{n} subscribed")),
+        }
+    })
+    .await;
+    let addrs: Vec<_> = nodes.iter().map(|(_, r)| r.addr).collect();
+    let origin = reserving().await;
+    for addr in &addrs {
+        assert_eq!(train(*addr, &origin.url("/books/1")).await, 403);
+    }
+    assert_eq!(origin.hits(WELL_KNOWN), 1, "shared between the nodes");
+
+    // The site lifts its reservation; the operator purges the origin on
+    // node 1.
+    origin.route(
+        WELL_KNOWN,
+        Reply::ok(r#"[{ "location": "/books/", "tdm-reservation": 0 }]"#)
+            .header("Content-Type", "application/json"),
+    );
+    assert_eq!(purge(&nodes[0].1, &origin.url("/")).await, 200);
+    assert_eq!(train(addrs[0], &origin.url("/books/2")).await, 200);
+    assert_eq!(origin.hits(WELL_KNOWN), 2, "node 1 read the file again");
+    // Node 2 drops its copy when the purge reaches it, and finds no
+    // shared entry of the old file in Redis.
+    until("node 2 to judge by the new file", || async {
+        match train(addrs[1], &origin.url("/books/3")).await {
+            200 => Ok(()),
+            s => Err(format!("{s}")),
+        }
+    })
+    .await;
+}

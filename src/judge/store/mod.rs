@@ -296,8 +296,16 @@ impl RobotsCache {
     }
 
     /// Drops an origin's entry, and the copy kept on disk; true if there
-    /// was one in memory.
+    /// was one in memory. The origin's other site documents go with it:
+    /// its tdmrep.json and the RSL licence documents it serves itself
+    /// (read again on the next request).
     pub(crate) fn purge(&self, origin: &Origin) -> bool {
+        self.tdm.forget(|o| o == origin);
+        let base = origin.to_string();
+        self.rsl.forget(|url| {
+            url.strip_prefix(base.as_str())
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with(['/', '?', '#']))
+        });
         self.kept.forget(origin, || {
             self.others.forget(origin);
             let mut cells = self.cells.lock();
@@ -311,6 +319,8 @@ impl RobotsCache {
     /// nothing. Returns how many were dropped.
     pub(crate) fn forget_all(&self) -> usize {
         self.others.clear();
+        self.tdm.forget(|_| true);
+        self.rsl.forget(|_| true);
         let mut cells = self.cells.lock();
         cells.purges += 1;
         cells.clear()

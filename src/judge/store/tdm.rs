@@ -139,6 +139,17 @@ impl<K: std::hash::Hash + Eq, T: Expiring> Docs<K, T> {
     }
 }
 
+impl<K: std::hash::Hash + Eq, T> Docs<K, T> {
+    /// Drops the keys `pick` picks (a purge); fetches under way keep
+    /// nothing. Returns how many were dropped.
+    pub(crate) fn forget(&self, mut pick: impl FnMut(&K) -> bool) -> usize {
+        let mut cells = self.cells.lock();
+        let before = cells.len();
+        cells.retain(|k, _| !pick(k));
+        before - cells.len()
+    }
+}
+
 /// The per-origin table.
 pub(crate) type TdmFiles = Docs<Origin, TdmState>;
 
