@@ -103,10 +103,21 @@ impl Proxy {
     /// given back when the body ends or is dropped (at once for a
     /// response without a body, and for the proxy's own responses).
     pub(super) fn after_response(&self, ctx: &Ctx<'_>, forwarded: &mut Forwarded, took: Duration) {
-        let lease = ctx.lease.lock().take();
-        let Forwarded::Response(resp) = forwarded else {
+        self.observe_response_time(ctx, forwarded, took);
+        Self::hand_lease_to_body(ctx, forwarded);
+    }
+
+    /// The response's time to first byte recorded for the response-time
+    /// floor (a proxy-made failure records nothing).
+    pub(super) fn observe_response_time(
+        &self,
+        ctx: &Ctx<'_>,
+        forwarded: &Forwarded,
+        took: Duration,
+    ) {
+        if !matches!(forwarded, Forwarded::Response(_)) {
             return;
-        };
+        }
         if let Some(latency) = &ctx.settings.flow.latency {
             let origin = ctx.judgement.origin.to_string();
             match &ctx.settings.fleet {
@@ -123,6 +134,16 @@ impl Proxy {
                 }
             }
         }
+    }
+
+    /// The request's lease handed to the response body (given back when
+    /// the body ends or is dropped; at once without a body, or for a
+    /// response the proxy made).
+    pub(super) fn hand_lease_to_body(ctx: &Ctx<'_>, forwarded: &mut Forwarded) {
+        let lease = ctx.lease.lock().take();
+        let Forwarded::Response(resp) = forwarded else {
+            return;
+        };
         if let Some(lease) = lease {
             use hyper::body::Body as _;
             if !resp.body().is_end_stream() {

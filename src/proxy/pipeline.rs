@@ -567,10 +567,21 @@ impl Proxy {
             (forwarded, took)
         };
         let (mut forwarded, took) = send(req).await;
-        self.after_response(ctx, &mut forwarded, took);
-        if let Some(payable) = payable {
-            let resend = async |req| send(req).await.0;
-            forwarded = self.pay(ctx, payable, forwarded, resend).await;
+        match payable {
+            None => self.after_response(ctx, &mut forwarded, took),
+            // The request's place among the origin's requests in flight is
+            // kept through a paid retry: given to the body of the answer
+            // the client gets, not to the 402's.
+            Some(payable) => {
+                self.observe_response_time(ctx, &forwarded, took);
+                let resend = async |req| {
+                    let (paid, took) = send(req).await;
+                    self.observe_response_time(ctx, &paid, took);
+                    paid
+                };
+                forwarded = self.pay(ctx, payable, forwarded, resend).await;
+                Self::hand_lease_to_body(ctx, &mut forwarded);
+            }
         }
         if let Forwarded::Response(resp) = &forwarded
             && crate::http::signal::is_signal(resp.status().as_u16())

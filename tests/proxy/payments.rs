@@ -269,3 +269,54 @@ async fn the_paid_retry_keeps_the_crawl_delay() {
         "the retry came {gap:?} after the 402"
     );
 }
+
+/// With `max_in_flight = 1`, a request's place among the origin's
+/// requests in flight is kept through its paid retry: another request to
+/// the origin, sent while the paid page is being made, reaches the origin
+/// only after it.
+#[tokio::test]
+async fn a_paid_retry_keeps_the_requests_place_in_flight() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (key_file, _) = init_key(dir.path(), "keys.json", &[]);
+    let origin = Origin::with_robots(ROBOTS).await;
+    origin.route(
+        "/paid",
+        Reply::status(402)
+            .header("crawler-price", "USD 0.001")
+            .when_header(
+                "crawler-exact-price",
+                "USD 0.001",
+                Reply::ok("paid page")
+                    .header("crawler-charged", "USD 0.001")
+                    .delay(std::time::Duration::from_millis(500)),
+            ),
+    );
+    origin.route("/free", Reply::ok("free page"));
+    let proxy = Proxy::start_with(|c| {
+        signing(c, &key_file);
+        payments(c);
+        c.politeness.max_in_flight = 1;
+    })
+    .await;
+
+    let paid = proxy.request(get(&origin.url("/paid"), None));
+    let free = async {
+        crate::support::until("the paid retry to reach the origin", || async {
+            (origin.hits("/paid") == 2).then_some(())
+        })
+        .await;
+        proxy.request(get(&origin.url("/free"), None)).await
+    };
+    tokio::pin!(paid, free);
+    tokio::select! {
+        biased;
+        r = &mut paid => {
+            assert_eq!(r.status, 200, "{r:?}");
+            let r = free.await;
+            assert_eq!(r.status, 200, "{r:?}");
+        }
+        r = &mut free => panic!(
+            "a request reached the origin beside the paid retry (max_in_flight 1): {r:?}"
+        ),
+    }
+}
