@@ -320,6 +320,17 @@ impl App {
         let client = build_client(&client_settings, tls.clone());
         let upstream_tls = tls.clone();
         let mut settings = settings_from(&config, None)?;
+        if let Some(payments) = &settings.payments {
+            let (charges, micros) =
+                payments.count_charged_in_audit(&config.audit_path(), std::time::SystemTime::now());
+            if charges > 0 {
+                tracing::info!(
+                    charges,
+                    spent = %payments.amount(micros),
+                    "payments: today's charges in the audit log count against today's budget"
+                );
+            }
+        }
         if let Some(f) = &config.fleet {
             let bound = listener.local_addr().unwrap_or(config.listen);
             let mut fleet_settings = f.settings(bound);

@@ -452,17 +452,9 @@ impl Activity {
     fn replay(&self, files: &AuditFiles, now: u64) -> u64 {
         let oldest = now.saturating_sub(WINDOW.as_secs());
         let mut counted = 0;
-        for (path, limit) in files.to_read(oldest) {
-            let Ok(file) = std::fs::File::open(&path) else {
-                continue;
-            };
-            let reader = crate::judge::archive::read_audit_file(file, &path);
-            let reader: Box<dyn Read> = match limit {
-                Some(len) => Box::new(reader.take(len)),
-                None => reader,
-            };
-            counted += self.replay_lines(io::BufReader::new(reader), oldest, now);
-        }
+        files.read_each(oldest, |reader| {
+            counted += self.replay_lines(reader, oldest, now);
+        });
         counted
     }
 
@@ -564,7 +556,7 @@ struct AuditLine<'a> {
     robots_sha256: Option<Cow<'a, str>>,
 }
 
-fn parse_time(text: &str) -> Option<u64> {
+pub(crate) fn parse_time(text: &str) -> Option<u64> {
     humantime::parse_rfc3339(text).ok().map(secs)
 }
 
@@ -584,6 +576,18 @@ fn line_time(line: &[u8]) -> Option<u64> {
         .or_else(|| line.strip_prefix(b",\"time\":\""))?;
     let end = memchr::memchr(b'"', rest)?;
     parse_time(std::str::from_utf8(&rest[..end]).ok()?)
+}
+
+/// Calls `each` with every line of the audit log at `audit_path` and of
+/// its rotations, from the files written at or after `oldest` (seconds
+/// since the epoch), the log read up to its length now. Unreadable files
+/// are skipped.
+pub(crate) fn each_line_since(audit_path: &Path, oldest: u64, mut each: impl FnMut(&[u8])) {
+    AuditFiles::now(audit_path).read_each(oldest, |reader| {
+        for line in reader.split(b'\n').map_while(Result::ok) {
+            each(&line);
+        }
+    });
 }
 
 /// The audit files as they were at start: the log with its length then
@@ -608,6 +612,22 @@ impl AuditFiles {
         AuditFiles {
             files: crate::judge::archive::kept_audit_files(audit_path),
             log,
+        }
+    }
+
+    /// Calls `read` with a reader of each file [`AuditFiles::to_read`]
+    /// gives (inflated when compressed, the log cut at its length then).
+    fn read_each(&self, oldest: u64, mut read: impl FnMut(io::BufReader<Box<dyn Read>>)) {
+        for (path, limit) in self.to_read(oldest) {
+            let Ok(file) = std::fs::File::open(&path) else {
+                continue;
+            };
+            let reader = crate::judge::archive::read_audit_file(file, &path);
+            let reader: Box<dyn Read> = match limit {
+                Some(len) => Box::new(reader.take(len)),
+                None => reader,
+            };
+            read(io::BufReader::new(reader));
         }
     }
 

@@ -218,6 +218,14 @@ impl Payments {
         if spent.0 == day { spent.1 } else { 0 }
     }
 
+    /// `micros` millionths in the budget's currency.
+    pub fn amount(&self, micros: u64) -> Price {
+        Price {
+            currency: self.budget.currency.clone(),
+            micros,
+        }
+    }
+
     /// The budget a day, in millionths.
     pub fn budget_micros(&self) -> u64 {
         self.budget.micros
@@ -278,6 +286,55 @@ impl Payments {
                 .saturating_sub(reserved.micros)
                 .saturating_add(charged);
         }
+    }
+
+    /// Counts what the audit log at `audit_path` (and its rotations) says
+    /// was charged today (`payment` lines with `outcome` `charged`, in
+    /// the budget's currency) as spent: a restart does not give the day's
+    /// budget back. Returns the charges and millionths counted.
+    pub fn count_charged_in_audit(
+        &self,
+        audit_path: &std::path::Path,
+        now: std::time::SystemTime,
+    ) -> (u64, u64) {
+        #[derive(serde::Deserialize)]
+        struct Line<'a> {
+            #[serde(rename = "type", borrow)]
+            kind: std::borrow::Cow<'a, str>,
+            #[serde(borrow)]
+            time: std::borrow::Cow<'a, str>,
+            #[serde(borrow)]
+            outcome: std::borrow::Cow<'a, str>,
+            #[serde(borrow, default)]
+            charged: Option<std::borrow::Cow<'a, str>>,
+        }
+        let day = day_of(now);
+        let finder = memchr::memmem::Finder::new(b"\"type\":\"payment\"");
+        let (mut charges, mut micros) = (0u64, 0u64);
+        crate::ops::activity::each_line_since(audit_path, day * 86_400, |line| {
+            if finder.find(line).is_none() {
+                return;
+            }
+            let Ok(l) = serde_json::from_slice::<Line<'_>>(line) else {
+                return;
+            };
+            let on_day = crate::ops::activity::parse_time(&l.time).map(|t| t / 86_400);
+            if l.kind != "payment" || l.outcome != "charged" || on_day != Some(day) {
+                return;
+            }
+            if let Some(Ok(price)) = l.charged.as_deref().map(Price::parse)
+                && price.currency == self.budget.currency
+            {
+                charges += 1;
+                micros = micros.saturating_add(price.micros);
+            }
+        });
+        let mut spent = self.ledger.spent.lock();
+        if spent.0 != day {
+            *spent = (day, 0);
+        }
+        spent.1 = spent.1.saturating_add(micros);
+        (charges, micros)
     }
 
     /// What was spent on `day`, in the budget's currency.

@@ -320,3 +320,40 @@ async fn a_paid_retry_keeps_the_requests_place_in_flight() {
         ),
     }
 }
+
+/// Today's charges are read back from the audit log at start: a restart
+/// does not give the day's budget back.
+#[tokio::test]
+async fn a_restart_does_not_give_the_days_budget_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (key_file, _) = init_key(dir.path(), "keys.json", &[]);
+    let audit = dir.path().join("audit.jsonl");
+    let origin = Origin::with_robots(ROBOTS).await;
+    origin.route("/paid", priced("USD 0.0015", "paid page"));
+    let configure = |c: &mut robots_proxy::config::Config| {
+        signing(c, &key_file);
+        payments(c);
+        c.audit.path = Some(audit.clone());
+    };
+    let mut proxy = Proxy::start_with(configure).await;
+    for _ in 0..2 {
+        let r = proxy.request(get(&origin.url("/paid"), None)).await;
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    proxy.stop();
+    proxy.finished().await;
+
+    let proxy = Proxy::start_with(configure).await;
+    let r = proxy.request(get(&origin.url("/paid"), None)).await;
+    assert_eq!(r.status, 402, "{r:?}");
+    assert!(
+        r.body.contains("budget_per_day USD 0.003, USD 0.003 spent"),
+        "{}",
+        r.body
+    );
+    assert_eq!(origin.hits("/paid"), 5, "asked, not paid");
+    let last = proxy.audit_of_type("payment");
+    let last = last.last().expect("a payment line");
+    assert_eq!(last["outcome"], "refused");
+    assert_eq!(last["reason"], "budget_exhausted");
+}
