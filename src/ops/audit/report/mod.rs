@@ -10,6 +10,7 @@ mod html;
 pub(crate) mod payments;
 mod pipeline;
 mod render;
+mod scan;
 mod sections;
 pub(crate) mod tally;
 
@@ -28,6 +29,10 @@ use tally::{Counts, Tallied, Tally};
 /// Keys kept per table before the least counted are folded (see
 /// [`tally`]): at most twice this many are held.
 pub(crate) const TABLE_CAP: usize = 10_000;
+
+/// Threads reading the lines' fields, at most (the thread that folds is
+/// the limit past a few).
+const MAX_WORKERS: usize = 4;
 
 /// robots.txt versions kept per origin.
 const VERSIONS_PER_ORIGIN: usize = 16;
@@ -149,6 +154,8 @@ pub(crate) struct Report {
     pub(crate) removed_total: u64,
     /// The node of the first request line counted.
     first_node: Option<String>,
+    /// Room for a rule's key ([`sections::rule_key`]).
+    key: String,
 }
 
 /// Admin actions a report lists (the latest).
@@ -191,6 +198,7 @@ impl Tallied for Versions {
 
 /// The fields of an audit line a report reads.
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct Entry<'a> {
     #[serde(rename = "type", borrow, default, deserialize_with = "text")]
     kind: Option<Cow<'a, str>>,
@@ -251,16 +259,23 @@ pub(crate) struct ReportError {
     pub(crate) source: io::Error,
 }
 
-/// Reads `files` into a report, reading on a second thread when the
+/// Reads `files` into a report, reading on other threads when the
 /// machine has more than one core.
 pub(crate) fn report(files: &[PathBuf], opts: &Options) -> Result<Report, ReportError> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    report_with(files, opts, cores > 1)
+    // One thread reads, one folds; the cores left read the lines' fields.
+    let workers = cores.saturating_sub(2).min(MAX_WORKERS);
+    report_with(files, opts, (cores > 1).then_some(workers))
 }
 
-/// Reads `files` into a report, reading and inflating them on a second
-/// thread if `threaded`: the same report either way.
-fn report_with(files: &[PathBuf], opts: &Options, threaded: bool) -> Result<Report, ReportError> {
+/// Reads `files` into a report: on this thread, or if `workers` is given
+/// on a reading thread with that many threads reading the lines' fields
+/// (see [`pipeline`]); the same report either way.
+fn report_with(
+    files: &[PathBuf],
+    opts: &Options,
+    workers: Option<usize>,
+) -> Result<Report, ReportError> {
     let rfc3339 = |t: OffsetDateTime| t.format(&Rfc3339).unwrap_or_else(|_| t.to_string());
     let mut r = Report {
         files: 0,
@@ -292,25 +307,27 @@ fn report_with(files: &[PathBuf], opts: &Options, threaded: bool) -> Result<Repo
         removed: std::collections::VecDeque::new(),
         removed_total: 0,
         first_node: None,
+        key: String::new(),
     };
-    if threaded {
-        let mut failed = None;
-        pipeline::read(files, |got| match got {
-            pipeline::Read::Block(block) => {
-                for (line, fields) in block.lines() {
-                    match fields.and_then(|f| f.entry(line)) {
-                        Some(entry) => {
+    if let Some(workers) = workers {
+        let read = pipeline::read(files, workers, |got| match got {
+            pipeline::Got::Block(block) => {
+                for line in block.lines() {
+                    match line {
+                        Ok(entry) => {
                             r.lines += 1;
                             r.count(&entry, opts);
                         }
-                        None => r.line(line, opts),
+                        Err(bytes) => r.parsed(bytes, opts),
                     }
                 }
             }
-            pipeline::Read::FileDone => r.files += 1,
-            pipeline::Read::Failed(path, source) => failed = Some(ReportError { path, source }),
+            pipeline::Got::FileDone => r.files += 1,
         });
-        return failed.map_or(Ok(r), Err);
+        return match read {
+            Ok(()) => Ok(r),
+            Err((path, source)) => Err(ReportError { path, source }),
+        };
     }
     for path in files {
         let io = |source| ReportError {
@@ -329,6 +346,18 @@ fn report_with(files: &[PathBuf], opts: &Options, threaded: bool) -> Result<Repo
 impl Report {
     /// Counts one line.
     fn line(&mut self, bytes: &[u8], opts: &Options) {
+        let text = std::str::from_utf8(bytes).ok();
+        match text.and_then(|t| scan::Fields::of(t).and_then(|f| f.entry(t))) {
+            Some(entry) => {
+                self.lines += 1;
+                self.count(&entry, opts);
+            }
+            None => self.parsed(bytes, opts),
+        }
+    }
+
+    /// Counts one line the scanner left to the parser.
+    fn parsed(&mut self, bytes: &[u8], opts: &Options) {
         self.lines += 1;
         match serde_json::from_slice::<Entry<'_>>(bytes) {
             Ok(entry) => self.count(&entry, opts),
@@ -415,8 +444,8 @@ impl Report {
         self.decisions.add(decision, add);
         self.origins.add(origin, add);
         if let Some(rule) = &e.rule {
-            let key = sections::rule_key(origin, e.rule_line, rule);
-            self.rules.add(&key, add);
+            sections::rule_key(&mut self.key, origin, e.rule_line, rule);
+            self.rules.add(&self.key, add);
         }
         let node = e.node.as_deref().unwrap_or("-");
         if !self.several_nodes {
@@ -447,7 +476,8 @@ impl Report {
                 o.counts.add(blocked);
                 if let Some(v) = o.versions.get_mut(sha.as_ref()) {
                     v.counts.add(blocked);
-                    v.last = time.to_owned();
+                    v.last.clear();
+                    v.last.push_str(time);
                 } else if o.versions.len() < VERSIONS_PER_ORIGIN {
                     let mut v = Version {
                         first: time.to_owned(),
@@ -602,8 +632,8 @@ mod tests {
             top: 50,
             usage: true,
         };
-        let render = |threaded| {
-            let r = report_with(&files, &opts, threaded).expect("report");
+        let render = |workers| {
+            let r = report_with(&files, &opts, workers).expect("report");
             assert!(r.blocked_urls.short_by > 0, "tables fold");
             let mut out = Vec::new();
             for format in [Format::Text, Format::Csv, Format::Json, Format::Html] {
@@ -611,15 +641,21 @@ mod tests {
             }
             (r.lines, r.files, r.unreadable, out)
         };
-        let (lines, files_read, unreadable, one) = render(false);
+        let (lines, files_read, unreadable, one) = render(None);
         assert_eq!((lines, files_read), (75_001, 2));
         assert!(unreadable > 70);
-        assert_eq!(render(true), (lines, files_read, unreadable, one));
+        for workers in [0, 1, 3] {
+            assert_eq!(
+                render(Some(workers)),
+                (lines, files_read, unreadable, one.clone()),
+                "{workers} workers"
+            );
+        }
 
         let missing = dir.path().join("gone.jsonl");
         let with_missing = [files[0].clone(), missing.clone()];
-        for threaded in [false, true] {
-            let e = report_with(&with_missing, &opts, threaded).expect_err("a file is missing");
+        for workers in [None, Some(0), Some(2)] {
+            let e = report_with(&with_missing, &opts, workers).expect_err("a file is missing");
             assert_eq!(e.path, missing);
         }
     }

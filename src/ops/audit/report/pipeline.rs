@@ -1,148 +1,110 @@
-//! Reading audit files on a thread of their own for `audit report`: one
-//! thread reads (and inflates) the files, cuts them into blocks of whole
-//! lines and parses each request line into the places of its fields in
-//! the line, while the caller folds the lines in the order read, so the
-//! report is the same line for line as read on one thread. A line the
-//! places cannot tell (not a request line, escapes in a field, usage
-//! evidence, not JSON) is parsed again by the caller.
-//! At most [`IN_FLIGHT`] blocks wait between the two: memory stays bounded
-//! whatever the size of the files.
+//! Reading audit files on threads of their own for `audit report`: one
+//! thread reads (and inflates) the files and cuts them into blocks of
+//! whole lines; workers read the fields of each block's lines
+//! ([`Fields`], without the JSON parser); the caller folds the blocks in
+//! the order read, so the report is the same line for line as read on one
+//! thread. A line the scanner leaves (see [`super::scan`]) is parsed by
+//! the caller. Blocks go to the workers in turn and come back from them
+//! in the same turn, so order needs no sorting; at most a few blocks per
+//! worker wait at any time, and folded blocks go back to the reading
+//! thread to be filled again: memory stays bounded whatever the size of
+//! the files.
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-
-use std::borrow::Cow;
+use std::sync::mpsc::{self, Receiver, SyncSender};
 
 use super::Entry;
+use super::scan::Fields;
 use crate::ops::audit::input::Lines;
 
 /// Bytes of lines per block (a longer line makes a block of its own).
 const BLOCK: usize = 1 << 20;
 
-/// Blocks read and not yet folded.
-const IN_FLIGHT: usize = 4;
+/// Blocks waiting on each side of a worker.
+const QUEUE: usize = 2;
 
 /// Whole lines of one file, without their newlines.
 pub(super) struct Block {
+    /// The lines, while the block is filled, or if they are not UTF-8.
     bytes: Vec<u8>,
-    /// Where each line ends in `bytes`.
+    /// The lines as text, once read as UTF-8 as a whole (the usual case).
+    text: String,
+    /// Where each line ends.
     ends: Vec<usize>,
-    /// Each line's fields, if it is a plain request line.
+    /// Each line's fields, if the scanner reads it.
     fields: Vec<Option<Fields>>,
-}
-
-/// Where a field's text is in its line.
-type Span = Option<(usize, usize)>;
-
-/// The fields a report reads of a request line with no escape in them.
-#[derive(Clone, Copy)]
-pub(super) struct Fields {
-    time: Span,
-    client: Span,
-    user: Span,
-    url: Span,
-    agent: Span,
-    decision: Span,
-    rule: Span,
-    rule_line: Option<u64>,
-    robots_sha256: Span,
-    node: Span,
-}
-
-impl Fields {
-    /// The fields of `line`, if a request line with no escape in them.
-    fn of(line: &[u8]) -> Option<Fields> {
-        let e = serde_json::from_slice::<Entry<'_>>(line).ok()?;
-        if e.kind.is_some() || !e.usage_evidence.is_empty() {
-            return None;
-        }
-        let base = line.as_ptr() as usize;
-        let span = |f: &Option<Cow<'_, str>>| -> Option<Span> {
-            match f {
-                None => Some(None),
-                Some(Cow::Borrowed(s)) => {
-                    let from = (s.as_ptr() as usize).checked_sub(base)?;
-                    Some(Some((from, from + s.len())))
-                }
-                Some(Cow::Owned(_)) => None,
-            }
-        };
-        Some(Fields {
-            time: span(&e.time)?,
-            client: span(&e.client)?,
-            user: span(&e.user)?,
-            url: span(&e.url)?,
-            agent: span(&e.agent)?,
-            decision: span(&e.decision)?,
-            rule: span(&e.rule)?,
-            rule_line: e.rule_line,
-            robots_sha256: span(&e.robots_sha256)?,
-            node: span(&e.node)?,
-        })
-    }
-
-    /// The entry of `line`, whose fields these are.
-    pub(super) fn entry<'a>(&self, line: &'a [u8]) -> Option<Entry<'a>> {
-        let text = |span: Span| -> Option<Option<Cow<'a, str>>> {
-            match span {
-                None => Some(None),
-                Some((from, to)) => {
-                    let s = std::str::from_utf8(line.get(from..to)?).ok()?;
-                    Some(Some(Cow::Borrowed(s)))
-                }
-            }
-        };
-        Some(Entry {
-            kind: None,
-            time: text(self.time)?,
-            client: text(self.client)?,
-            user: text(self.user)?,
-            url: text(self.url)?,
-            agent: text(self.agent)?,
-            decision: text(self.decision)?,
-            rule: text(self.rule)?,
-            rule_line: self.rule_line,
-            robots_sha256: text(self.robots_sha256)?,
-            node: text(self.node)?,
-            action: None,
-            by: None,
-            target: None,
-            scope: None,
-            count: None,
-            changed: None,
-            outcome: None,
-            reason: None,
-            usage_evidence: Vec::new(),
-        })
-    }
 }
 
 impl Block {
     fn new() -> Block {
         Block {
             bytes: Vec::with_capacity(BLOCK),
+            text: String::new(),
             ends: Vec::with_capacity(BLOCK / 256),
             fields: Vec::with_capacity(BLOCK / 256),
         }
     }
 
-    /// The lines, in order, each with its fields if a plain request line.
-    pub(super) fn lines(&self) -> impl Iterator<Item = (&[u8], Option<Fields>)> {
+    /// Empties the block, keeping its room.
+    fn clear(&mut self) {
+        if self.text.capacity() > self.bytes.capacity() {
+            self.bytes = std::mem::take(&mut self.text).into_bytes();
+        }
+        self.bytes.clear();
+        self.text.clear();
+        self.ends.clear();
+        self.fields.clear();
+    }
+
+    /// The text of the line from `from` to `to`, if UTF-8.
+    fn text(&self, from: usize, to: usize) -> Option<&str> {
+        if self.text.is_empty() {
+            std::str::from_utf8(self.bytes.get(from..to)?).ok()
+        } else {
+            // Not on a character's boundary: the line is not UTF-8.
+            self.text.get(from..to)
+        }
+    }
+
+    /// The lines, in order: the entry of each line the scanner read, the
+    /// bytes of the others.
+    pub(super) fn lines(&self) -> impl Iterator<Item = Result<Entry<'_>, &[u8]>> {
+        let bytes = if self.text.is_empty() {
+            &self.bytes[..]
+        } else {
+            self.text.as_bytes()
+        };
         let mut start = 0;
         self.ends
             .iter()
             .zip(&self.fields)
             .map(move |(&end, fields)| {
-                let line = &self.bytes[start..end];
-                start = end;
-                (line, *fields)
+                let from = std::mem::replace(&mut start, end);
+                fields
+                    .and_then(|f| f.entry(self.text(from, end)?))
+                    .ok_or(&bytes[from..end])
             })
+    }
+
+    /// Reads the fields of its lines: as text, checked as UTF-8 once for
+    /// the whole block.
+    fn scan(&mut self) {
+        match String::from_utf8(std::mem::take(&mut self.bytes)) {
+            Ok(text) => self.text = text,
+            Err(e) => self.bytes = e.into_bytes(),
+        }
+        let mut start = 0;
+        for &end in &self.ends {
+            let fields = self.text(start, end).and_then(Fields::of);
+            self.fields.push(fields);
+            start = end;
+        }
     }
 }
 
-/// What the reading thread hands over.
-pub(super) enum Read {
+/// What the reading thread hands on.
+enum Item {
     Block(Block),
     /// The end of a file.
     FileDone,
@@ -150,47 +112,113 @@ pub(super) enum Read {
     Failed(PathBuf, io::Error),
 }
 
-/// Reads `files` on a second thread, calling `each` with every block and
-/// file end in order on this one; stops at the first file that cannot be
-/// read.
-pub(super) fn read(files: &[PathBuf], mut each: impl FnMut(Read)) {
-    let (tx, rx) = mpsc::sync_channel::<Read>(IN_FLIGHT);
+/// What the caller is given, in order.
+pub(super) enum Got<'a> {
+    Block(&'a Block),
+    FileDone,
+}
+
+/// Reads `files` on other threads (the fields read by `workers` threads,
+/// or by the reading thread itself if none), calling `each` with every
+/// block and file end in order on this one; stops at the first file that
+/// cannot be read, and returns it.
+pub(super) fn read(
+    files: &[PathBuf],
+    workers: usize,
+    mut each: impl FnMut(Got<'_>),
+) -> Result<(), (PathBuf, io::Error)> {
+    let (spare_tx, spare_rx) = mpsc::channel::<Block>();
+    let mut failed = Ok(());
     std::thread::scope(|s| {
-        s.spawn(move || {
-            for path in files {
-                if let Err(e) = read_file(path, &tx) {
-                    // The receiver only goes away with this scope.
-                    let _ = tx.send(Read::Failed(path.clone(), e));
-                    return;
+        let mut inboxes = Vec::new();
+        let mut outboxes = Vec::new();
+        for _ in 0..workers {
+            let (in_tx, in_rx) = mpsc::sync_channel::<Item>(QUEUE);
+            let (out_tx, out_rx) = mpsc::sync_channel::<Item>(QUEUE);
+            s.spawn(move || {
+                for mut item in in_rx {
+                    if let Item::Block(block) = &mut item {
+                        block.scan();
+                    }
+                    if out_tx.send(item).is_err() {
+                        return;
+                    }
                 }
-                if tx.send(Read::FileDone).is_err() {
-                    return;
+            });
+            inboxes.push(in_tx);
+            outboxes.push(out_rx);
+        }
+        let outboxes = if workers == 0 {
+            let (tx, rx) = mpsc::sync_channel::<Item>(QUEUE);
+            s.spawn(move || reader(files, &[tx], true, &spare_rx));
+            vec![rx]
+        } else {
+            s.spawn(move || reader(files, &inboxes, false, &spare_rx));
+            outboxes
+        };
+        // Items come back in the turn they were handed out in; a closed
+        // outbox is the end (the reader is done).
+        for outbox in outboxes.iter().cycle() {
+            match outbox.recv() {
+                Ok(Item::Block(mut block)) => {
+                    each(Got::Block(&block));
+                    block.clear();
+                    // The reader may be done already.
+                    let _ = spare_tx.send(block);
                 }
+                Ok(Item::FileDone) => each(Got::FileDone),
+                Ok(Item::Failed(path, e)) => failed = Err((path, e)),
+                Err(_) => break,
             }
-        });
-        for got in rx {
-            each(got);
         }
     });
+    failed
+}
+
+/// Sends `files` as blocks, in turn to `to`, reading their fields first
+/// if `scan`.
+fn reader(files: &[PathBuf], to: &[SyncSender<Item>], scan: bool, spare: &Receiver<Block>) {
+    let mut turn = to.iter().cycle();
+    let mut send = |item| turn.next().is_some_and(|tx| tx.send(item).is_ok());
+    for path in files {
+        if let Err(e) = read_file(path, scan, spare, &mut send) {
+            send(Item::Failed(path.clone(), e));
+            return;
+        }
+        if !send(Item::FileDone) {
+            return;
+        }
+    }
 }
 
 /// Sends the lines of `path` in blocks.
-fn read_file(path: &Path, tx: &mpsc::SyncSender<Read>) -> io::Result<()> {
+fn read_file(
+    path: &Path,
+    scan: bool,
+    spare: &Receiver<Block>,
+    send: &mut impl FnMut(Item) -> bool,
+) -> io::Result<()> {
     let mut lines = Lines::open(path)?;
-    let mut block = Block::new();
+    let next = || spare.try_recv().unwrap_or_else(|_| Block::new());
+    let mut block = next();
     while let Some(line) = lines.next_line()? {
         block.bytes.extend_from_slice(line.bytes);
         block.ends.push(block.bytes.len());
-        block.fields.push(Fields::of(line.bytes));
         if block.bytes.len() >= BLOCK {
-            let full = std::mem::replace(&mut block, Block::new());
-            if tx.send(Read::Block(full)).is_err() {
+            let mut full = std::mem::replace(&mut block, next());
+            if scan {
+                full.scan();
+            }
+            if !send(Item::Block(full)) {
                 return Ok(());
             }
         }
     }
     if !block.ends.is_empty() {
-        let _ = tx.send(Read::Block(block));
+        if scan {
+            block.scan();
+        }
+        send(Item::Block(block));
     }
     Ok(())
 }
@@ -200,27 +228,68 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_plain_request_line_is_read_by_places_and_others_are_left_to_the_parser() {
-        let line = br#"{"seq":7,"time":"2026-11-22T01:00:00Z","client":"10.0.0.1:4711","url":"https://a.example/x","agent":"bot","decision":"disallowed","rule":"Disallow: /x","rule_line":3,"robots_sha256":"ab","node":"n1"}"#;
-        let fields = Fields::of(line).expect("a plain request line");
-        let e = fields.entry(line).expect("its entry");
-        assert_eq!(e.time.as_deref(), Some("2026-11-22T01:00:00Z"));
-        assert_eq!(e.client.as_deref(), Some("10.0.0.1:4711"));
-        assert_eq!(e.url.as_deref(), Some("https://a.example/x"));
-        assert_eq!(e.agent.as_deref(), Some("bot"));
-        assert_eq!(e.decision.as_deref(), Some("disallowed"));
-        assert_eq!(e.rule.as_deref(), Some("Disallow: /x"));
-        assert_eq!(e.rule_line, Some(3));
-        assert_eq!(e.robots_sha256.as_deref(), Some("ab"));
-        assert_eq!(e.node.as_deref(), Some("n1"));
-        assert_eq!(e.user, None);
-        for other in [
-            &br#"{"type":"checkpoint","time":"2026-11-22T01:00:00Z"}"#[..],
-            br#"{"url":"https://a.example/\u0041"}"#,
-            br#"{"url":"https://a.example/","usage_evidence":["train-ai=tdmrep.json: x"]}"#,
-            b"not json",
-        ] {
-            assert!(Fields::of(other).is_none());
+    fn blocks_come_back_in_the_order_read_whatever_the_number_of_workers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut files = Vec::new();
+        let mut want = Vec::new();
+        for f in 0..3 {
+            let mut text = String::new();
+            for i in 0..40_000 {
+                let line = format!("{{\"url\":\"https://a.example/{f}/{i}\",\"n\":{i}}}");
+                text.push_str(&line);
+                text.push('\n');
+                want.push(line);
+            }
+            let path = dir.path().join(format!("audit.jsonl.{f}"));
+            std::fs::write(&path, text).expect("write");
+            files.push(path);
         }
+        for workers in [0, 1, 3] {
+            let mut got = Vec::new();
+            let mut done = 0;
+            read(&files, workers, |g| match g {
+                Got::Block(block) => {
+                    for e in block.lines() {
+                        let url = e.ok().and_then(|e| e.url).expect("scanned");
+                        got.push(format!(
+                            "{{\"url\":\"{url}\",\"n\":{}}}",
+                            got.len() % 40_000
+                        ));
+                    }
+                }
+                Got::FileDone => done += 1,
+            })
+            .expect("read");
+            assert_eq!(done, 3);
+            assert_eq!(got, want, "{workers} workers");
+        }
+        // Lines that are not UTF-8 each, though the two together are.
+        let odd = dir.path().join("odd.jsonl");
+        std::fs::write(&odd, b"{\"url\":\"a\xc3\n\xa9\"}\n{\"url\":\"b\"}\n").expect("write");
+        for workers in [0, 1] {
+            let mut got = Vec::new();
+            read(std::slice::from_ref(&odd), workers, |g| {
+                if let Got::Block(block) = g {
+                    for line in block.lines() {
+                        got.push(
+                            line.map(|e| e.url.map(|u| u.into_owned()))
+                                .map_err(<[u8]>::to_vec),
+                        );
+                    }
+                }
+            })
+            .expect("read");
+            assert_eq!(
+                got,
+                [
+                    Err(b"{\"url\":\"a\xc3".to_vec()),
+                    Err(b"\xa9\"}".to_vec()),
+                    Ok(Some("b".to_owned()))
+                ]
+            );
+        }
+        let missing = dir.path().join("gone");
+        let e = read(&[files[0].clone(), missing.clone()], 2, |_| {}).expect_err("missing");
+        assert_eq!(e.0, missing);
     }
 }

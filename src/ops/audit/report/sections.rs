@@ -11,7 +11,8 @@ const RULE_SEP: char = '\0';
 
 /// The key a rule is counted under: its origin, line number (empty when
 /// unknown) and text, kept apart so each can be its own column.
-pub(super) fn rule_key(origin: &str, line: Option<u64>, rule: &str) -> String {
+/// Written into `key`, which is cleared first.
+pub(super) fn rule_key(key: &mut String, origin: &str, line: Option<u64>, rule: &str) {
     use std::fmt::Write as _;
     let push = |key: &mut String, s: &str| {
         if s.contains(RULE_SEP) {
@@ -20,15 +21,14 @@ pub(super) fn rule_key(origin: &str, line: Option<u64>, rule: &str) -> String {
             key.push_str(s);
         }
     };
-    let mut key = String::with_capacity(origin.len() + rule.len() + 24);
-    push(&mut key, origin);
+    key.clear();
+    push(key, origin);
     key.push(RULE_SEP);
     if let Some(n) = line {
         let _ = write!(key, "{n}");
     }
     key.push(RULE_SEP);
-    push(&mut key, rule);
-    key
+    push(key, rule);
 }
 
 /// A rule key's origin, line number (empty when unknown) and text.

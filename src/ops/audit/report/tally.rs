@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use foldhash::fast::RandomState;
+
 /// Requests, and how many of them were blocked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Counts {
@@ -41,7 +43,7 @@ impl Tallied for Counts {
 /// Keys to values, at most `2 × cap` of them.
 #[derive(Debug)]
 pub(crate) struct Tally<V> {
-    map: HashMap<Box<str>, V>,
+    map: HashMap<Box<str>, V, RandomState>,
     cap: usize,
     /// What was folded away.
     others: Counts,
@@ -52,7 +54,7 @@ pub(crate) struct Tally<V> {
 impl<V: Tallied> Tally<V> {
     pub(crate) fn new(cap: usize) -> Tally<V> {
         Tally {
-            map: HashMap::new(),
+            map: HashMap::default(),
             cap: cap.max(1),
             others: Counts::default(),
             short_by: 0,
