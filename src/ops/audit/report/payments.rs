@@ -274,7 +274,7 @@ mod tests {
         }
     }
 
-    fn written(format: super::super::Format) -> String {
+    fn written(format: crate::ops::audit::report::Format) -> String {
         let mut out = Vec::new();
         write(&hostile(), format, &mut out).expect("write");
         String::from_utf8(out).expect("UTF-8")
@@ -282,7 +282,7 @@ mod tests {
 
     #[test]
     fn csv_cells_a_spreadsheet_would_run_are_neutralised() {
-        let csv = written(super::super::Format::Csv);
+        let csv = written(crate::ops::audit::report::Format::Csv);
         assert!(csv.contains("\"' =HYPERLINK(\"\"http://x\"\")\""), "{csv}");
         assert!(csv.contains("https://c.example,-,3"), "{csv}");
         assert!(
@@ -293,7 +293,7 @@ mod tests {
 
     #[test]
     fn text_escapes_control_characters_and_bidi_overrides() {
-        let text = written(super::super::Format::Text);
+        let text = written(crate::ops::audit::report::Format::Text);
         assert!(!text.contains('\u{1b}'), "{text}");
         assert!(!text.contains('\u{7}'), "{text}");
         assert!(!text.contains('\u{202e}'), "{text}");
@@ -302,7 +302,7 @@ mod tests {
 
     #[test]
     fn html_is_a_page_with_every_value_escaped() {
-        let html = written(super::super::Format::Html);
+        let html = written(crate::ops::audit::report::Format::Html);
         assert!(html.starts_with("<!DOCTYPE html>"), "{html}");
         assert!(html.contains("<table>"), "{html}");
         assert!(!html.contains("<script>"), "{html}");
