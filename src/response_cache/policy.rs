@@ -409,7 +409,8 @@ fn if_none_match(req: &HeaderMap, headers: &HeaderMap) -> bool {
 /// If-Modified-Since against Last-Modified.
 pub fn not_modified(req: &HeaderMap, stored: &HeaderMap) -> bool {
     // Most requests are not conditional: nothing to compare, nothing to copy.
-    if !req.contains_key(header::IF_NONE_MATCH) && !req.contains_key(header::IF_MODIFIED_SINCE) {
+    let has = crate::http::headers::has;
+    if !has(req, &header::IF_NONE_MATCH) && !has(req, &header::IF_MODIFIED_SINCE) {
         return false;
     }
     let text = |h: &HeaderMap, n: HeaderName| {
