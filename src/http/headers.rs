@@ -61,12 +61,26 @@ pub(crate) fn get<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h H
 /// without any (most requests) costs no lookups, and one with only
 /// `Connection: keep-alive` (most responses) only the removals it needs.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    strip_present(headers, hop_by_hop_present(headers));
+}
+
+/// [`hop_by_hop_present`]'s bit for `Transfer-Encoding`.
+pub(crate) const TRANSFER_ENCODING_PRESENT: u8 = 1 << 6;
+
+/// The hop-by-hop headers `headers` holds, one bit each by its place in
+/// [`HOP_BY_HOP`]: one pass over the names.
+pub(crate) fn hop_by_hop_present(headers: &HeaderMap) -> u8 {
     let mut present = 0u8;
     for name in headers.keys() {
         if let Some(i) = hop_by_hop_index(name.as_str()) {
             present |= 1 << i;
         }
     }
+    present
+}
+
+/// [`strip_hop_by_hop`] for headers whose [`hop_by_hop_present`] is known.
+pub(crate) fn strip_present(headers: &mut HeaderMap, present: u8) {
     if present == 0 {
         return;
     }
@@ -152,6 +166,8 @@ mod tests {
         for (i, name) in HOP_BY_HOP.iter().enumerate() {
             assert_eq!(hop_by_hop_index(name.as_str()), Some(i), "{name}");
         }
+        assert_eq!(HOP_BY_HOP[6], header::TRANSFER_ENCODING);
+        assert_eq!(TRANSFER_ENCODING_PRESENT, 1 << 6);
         for other in [
             "host",
             "via",

@@ -16,8 +16,8 @@ use crate::http::origin::{Origin, Scheme};
 use crate::upstream::informational::{Flooded, Inline, capped, capped_inline};
 use crate::upstream::{ErrorKind, HttpClient, Pool, UpstreamError};
 
-use crate::http::headers::has;
 pub(crate) use crate::http::headers::strip_hop_by_hop;
+use crate::http::headers::{TRANSFER_ENCODING_PRESENT, has, hop_by_hop_present, strip_present};
 
 /// Appends our `Via` entry.
 pub(crate) fn add_via(headers: &mut HeaderMap, via: &HeaderValue) {
@@ -173,16 +173,6 @@ pub(crate) fn other_transfer_coding(headers: &HeaderMap) -> Option<String> {
     }
 }
 
-/// Removes a response's Content-Length when it also has Transfer-Encoding:
-/// the encoding overrides the length (RFC 9112 §6.3), and hyper read the
-/// body that way. Kept once Transfer-Encoding (hop-by-hop) is removed, the
-/// length would frame the body to the client and cut it short.
-fn drop_overridden_length(headers: &mut HeaderMap) {
-    if has(headers, &header::TRANSFER_ENCODING) {
-        headers.remove(header::CONTENT_LENGTH);
-    }
-}
-
 /// Sends `req` (absolute URI) upstream and returns the response to relay.
 /// A plain `http` request without a body goes over `upstream`, driven in
 /// this task; others over the pooled `client`. Upstream failures become 502
@@ -280,17 +270,25 @@ pub(super) fn relay_response(
     via: Option<&HeaderValue>,
 ) -> Forwarded {
     let (mut parts, body) = resp.into_parts();
-    if let Some(coding) = other_transfer_coding(&parts.headers) {
-        return Forwarded::upstream_failed(respond::text(
-            StatusCode::BAD_GATEWAY,
-            format!(
-                "Upstream error for {target}: the response has Transfer-Encoding {coding:?}, \
-                 which robots-proxy cannot relay as it was sent (only chunked is supported)\n"
-            ),
-        ));
+    // One look at the names says which hop-by-hop headers are there.
+    let present = hop_by_hop_present(&parts.headers);
+    if present & TRANSFER_ENCODING_PRESENT != 0 {
+        if let Some(coding) = other_transfer_coding(&parts.headers) {
+            return Forwarded::upstream_failed(respond::text(
+                StatusCode::BAD_GATEWAY,
+                format!(
+                    "Upstream error for {target}: the response has Transfer-Encoding {coding:?}, \
+                     which robots-proxy cannot relay as it was sent (only chunked is supported)\n"
+                ),
+            ));
+        }
+        // The encoding overrides the length (RFC 9112 §6.3), and hyper read
+        // the body that way. Kept once Transfer-Encoding (hop-by-hop) is
+        // removed, the length would frame the body to the client and cut
+        // it short.
+        parts.headers.remove(header::CONTENT_LENGTH);
     }
-    drop_overridden_length(&mut parts.headers);
-    strip_hop_by_hop(&mut parts.headers);
+    strip_present(&mut parts.headers, present);
     if let Some(via) = via {
         add_via(&mut parts.headers, via);
     }
