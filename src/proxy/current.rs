@@ -5,7 +5,9 @@
 //! count), which then move between cores on each request. Each thread
 //! keeps a copy of its own instead (its own `Arc`), taken again when a
 //! reload has bumped the generation: a request reads the generation (a
-//! line only a reload writes) and counts on its thread's copy.
+//! line only a reload writes) and counts on its thread's copy. A copy
+//! (and the state its `Arc`s share) outlives a reload until its thread
+//! next reads the settings: a serving thread does at its next request.
 
 use parking_lot::RwLock;
 use std::any::Any;

@@ -258,7 +258,7 @@ impl Proxy {
             self.gate.judge_owned(origin, path, agent),
         )
         .await;
-        let purpose_header = crate::http::headers::has(req.headers(), &PURPOSE_HEADER)
+        let purpose_header = headers::has(req.headers(), &PURPOSE_HEADER)
             .then(|| req.headers_mut().remove(&PURPOSE_HEADER))
             .flatten();
         let purposes = settings.purposes_for(caller.user.as_deref(), purpose_header.as_ref());
