@@ -1,6 +1,6 @@
 //! Header rules both sides of the proxy and the response cache share.
 
-use http::header::{self, HeaderMap, HeaderName};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Headers that describe one connection, not the message (RFC 9110 §7.6.1).
 pub(crate) static HOP_BY_HOP: [HeaderName; 8] = [
@@ -31,18 +31,56 @@ fn hop_by_hop_index(name: &str) -> Option<usize> {
     })
 }
 
+/// Messages with at most this many header names are looked through
+/// rather than looked up in ([`has`]).
+const LOOK_THROUGH: usize = 16;
+
+/// True if `headers` hold `name`. Most messages carry a few names (a
+/// crawler's request often two or three), and comparing each is cheaper
+/// than hashing `name` for a lookup (a custom name hashes all its bytes).
+pub(crate) fn has(headers: &HeaderMap, name: &HeaderName) -> bool {
+    if headers.keys_len() <= LOOK_THROUGH {
+        headers.keys().any(|n| n == name)
+    } else {
+        headers.contains_key(name)
+    }
+}
+
+/// The first value of `name` in `headers`, found as [`has`] finds it.
+pub(crate) fn get<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h HeaderValue> {
+    if headers.keys_len() <= LOOK_THROUGH {
+        headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    } else {
+        headers.get(name)
+    }
+}
+
 /// Removes hop-by-hop headers, including those `Connection` lists.
 ///
 /// One pass over the message's names finds which are present, so a message
 /// without any (most requests) costs no lookups, and one with only
 /// `Connection: keep-alive` (most responses) only the removals it needs.
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    strip_present(headers, hop_by_hop_present(headers));
+}
+
+/// [`hop_by_hop_present`]'s bit for `Transfer-Encoding`.
+pub(crate) const TRANSFER_ENCODING_PRESENT: u8 = 1 << 6;
+
+/// The hop-by-hop headers `headers` holds, one bit each by its place in
+/// [`HOP_BY_HOP`]: one pass over the names.
+pub(crate) fn hop_by_hop_present(headers: &HeaderMap) -> u8 {
     let mut present = 0u8;
     for name in headers.keys() {
         if let Some(i) = hop_by_hop_index(name.as_str()) {
             present |= 1 << i;
         }
     }
+    present
+}
+
+/// [`strip_hop_by_hop`] for headers whose [`hop_by_hop_present`] is known.
+pub(crate) fn strip_present(headers: &mut HeaderMap, present: u8) {
     if present == 0 {
         return;
     }
@@ -56,7 +94,13 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if present & 1 != 0 {
         let mut listed: Vec<HeaderName> = Vec::new();
         for value in headers.get_all(header::CONNECTION) {
-            for token in value.as_bytes().split(|&b| b == b',') {
+            // Most messages say only this (itself hop-by-hop): nothing
+            // listed to look up.
+            let value = value.as_bytes();
+            if value.eq_ignore_ascii_case(b"keep-alive") {
+                continue;
+            }
+            for token in value.split(|&b| b == b',') {
                 let Ok(token) = std::str::from_utf8(token.trim_ascii()) else {
                     continue;
                 };
@@ -99,24 +143,60 @@ pub(crate) fn is_upgrade(headers: &http::HeaderMap) -> bool {
 
 /// True if the `Upgrade` header names WebSocket.
 pub(crate) fn names_websocket(headers: &http::HeaderMap) -> bool {
-    headers
-        .get_all(http::header::UPGRADE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|p| {
-            let p = p.trim();
-            p.get(..9)
-                .is_some_and(|n| n.eq_ignore_ascii_case("websocket"))
-                && p[9..].trim_start().is_empty()
-        })
+    has(headers, &header::UPGRADE)
+        && headers
+            .get_all(http::header::UPGRADE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|p| {
+                let p = p.trim();
+                p.get(..9)
+                    .is_some_and(|n| n.eq_ignore_ascii_case("websocket"))
+                    && p[9..].trim_start().is_empty()
+            })
 }
 
 #[cfg(test)]
 mod tests {
-    use http::HeaderValue;
-
     use super::*;
+
+    #[test]
+    fn every_hop_by_hop_name_is_found_by_its_index() {
+        for (i, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop_index(name.as_str()), Some(i), "{name}");
+        }
+        assert_eq!(HOP_BY_HOP[6], header::TRANSFER_ENCODING);
+        assert_eq!(TRANSFER_ENCODING_PRESENT, 1 << 6);
+        for other in [
+            "host",
+            "via",
+            "te2",
+            "connections",
+            "keep-alives",
+            "",
+            "a-name-longer-than-thirty-two-bytes",
+        ] {
+            assert_eq!(hop_by_hop_index(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn small_and_large_maps_are_searched_alike() {
+        for n in [0, 3, LOOK_THROUGH, LOOK_THROUGH + 1, 40] {
+            let mut h = HeaderMap::new();
+            for i in 0..n {
+                let name = HeaderName::from_bytes(format!("x-h{i}").as_bytes()).expect("name");
+                h.insert(name, HeaderValue::from_static("v"));
+            }
+            h.append(header::VIA, HeaderValue::from_static("first"));
+            h.append(header::VIA, HeaderValue::from_static("second"));
+            assert!(has(&h, &header::VIA), "{n}");
+            assert!(!has(&h, &header::UPGRADE), "{n}");
+            assert_eq!(get(&h, &header::VIA), h.get(header::VIA), "{n}");
+            assert_eq!(get(&h, &header::UPGRADE), None, "{n}");
+        }
+    }
 
     #[test]
     fn hop_by_hop_and_connection_listed_headers_are_removed() {

@@ -78,6 +78,15 @@ fn host_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.'
 }
 
+/// True for a label of a host that IDNA leaves as it is (lower-cased): not
+/// empty, not in punycode already (`xn--`, which IDNA validates).
+fn plain_label(label: &[u8]) -> bool {
+    !label.is_empty()
+        && !label
+            .get(..4)
+            .is_some_and(|p| p.eq_ignore_ascii_case(b"xn--"))
+}
+
 /// The host as IDNA would give it, for the common case where that is just
 /// lower-casing: ASCII letters, digits, `-`, `_` and `.`, no empty label and
 /// no label in punycode already (`xn--`, which IDNA validates). `None`
@@ -85,13 +94,7 @@ fn host_byte(b: u8) -> bool {
 fn plain_ascii_host(host: &str) -> Option<Box<str>> {
     let plain = !host.is_empty()
         && host.bytes().all(host_byte)
-        && host.split('.').all(|label| {
-            let punycode = label
-                .as_bytes()
-                .get(..4)
-                .is_some_and(|p| p.eq_ignore_ascii_case(b"xn--"));
-            !label.is_empty() && !punycode
-        });
+        && host.split('.').all(|label| plain_label(label.as_bytes()));
     plain.then(|| host.to_ascii_lowercase().into())
 }
 
@@ -137,8 +140,61 @@ impl Origin {
             None => return Err(OriginError::Scheme(String::new())),
         };
         let authority = uri.authority().ok_or(OriginError::NoHost)?;
+        if let Some(origin) = Origin::plain(scheme, authority.as_str()) {
+            return Ok(origin);
+        }
         let port = authority_port(authority.as_str())?;
         Origin::new(scheme, authority.host(), port)
+    }
+
+    /// The origin of the common authority, in one pass over its bytes: a
+    /// host of ASCII letters, digits, `-`, `_` and dots (no empty label, no
+    /// label in punycode, no trailing dot), then optionally `:` and a port
+    /// of one to five digits from 1 to 65535. What [`Origin::new`] makes
+    /// of such a host is the host lower-cased (a dotted quad included: its
+    /// digits have no case). `None` for anything else (user info, an IPv6
+    /// literal, another port text, a name for IDNA): the general path
+    /// decides it.
+    fn plain(scheme: Scheme, authority: &str) -> Option<Origin> {
+        let bytes = authority.as_bytes();
+        let (host, port) = match bytes.iter().position(|&b| b == b':') {
+            Some(i) => (&bytes[..i], Some(&bytes[i + 1..])),
+            None => (bytes, None),
+        };
+        let port = match port {
+            None => scheme.default_port(),
+            Some(digits) if (1..=5).contains(&digits.len()) => {
+                let mut n = 0u32;
+                for &d in digits {
+                    if !d.is_ascii_digit() {
+                        return None;
+                    }
+                    n = n * 10 + u32::from(d - b'0');
+                }
+                u16::try_from(n).ok().filter(|&p| p != 0)?
+            }
+            Some(_) => return None,
+        };
+        let mut label_start = 0;
+        for (i, &b) in host.iter().enumerate() {
+            if b == b'.' {
+                if !plain_label(&host[label_start..i]) {
+                    return None;
+                }
+                label_start = i + 1;
+            } else if !host_byte(b) {
+                return None;
+            }
+        }
+        if !plain_label(&host[label_start..]) {
+            return None;
+        }
+        let host = std::str::from_utf8(host).ok()?;
+        Some(Origin {
+            scheme,
+            host: host.to_ascii_lowercase().into_boxed_str(),
+            port,
+        })
     }
 
     pub(crate) fn scheme(&self) -> Scheme {
@@ -233,6 +289,78 @@ mod tests {
 
     fn o(s: &str) -> Origin {
         Origin::from_uri(&s.parse().expect("uri")).expect("origin")
+    }
+
+    /// The one-pass path gives what the general one does, and leaves to
+    /// it everything it does not take.
+    #[test]
+    fn plain_authorities_take_the_general_paths_origin() {
+        for authority in [
+            "a",
+            "a.example",
+            "A.Example",
+            "a.example:8080",
+            "a.example:80",
+            "a.example:080",
+            "a.example:00080",
+            "a.example:000080",
+            "a.example:0",
+            "a.example:65535",
+            "a.example:65536",
+            "a.example:99999",
+            "a.example:",
+            "a.example:+80",
+            "a.example:8a",
+            "127.0.0.1",
+            "127.0.0.1:3128",
+            "127.1",
+            "010.0.0.1",
+            "1..2",
+            "a..example",
+            ".a.example",
+            "a.example.",
+            "a.example.:81",
+            "xn--bcher-kva.example",
+            "XN--bcher-kva.example",
+            "a.xn--p1ai",
+            "u@a.example",
+            "u:p@a.example:81",
+            "[::1]",
+            "[::1]:8080",
+            "a_b-c.example",
+            "a b",
+            "bücher.example",
+            "a:b:80",
+            ":80",
+        ] {
+            for scheme in [Scheme::Http, Scheme::Https] {
+                let general = authority_port(authority)
+                    .and_then(|port| Origin::new(scheme, host_of(authority), port));
+                if let Some(plain) = Origin::plain(scheme, authority) {
+                    assert_eq!(Ok(plain), general, "{authority}");
+                }
+            }
+        }
+        for taken in [
+            "a.example",
+            "A.Example:8080",
+            "127.0.0.1:3128",
+            "a_b-c.example:080",
+        ] {
+            assert!(Origin::plain(Scheme::Http, taken).is_some(), "{taken}");
+        }
+        assert!(Origin::plain(Scheme::Http, "a.example.").is_none());
+        assert!(Origin::plain(Scheme::Http, "[::1]:80").is_none());
+    }
+
+    /// The host of an authority as `http::uri::Authority::host` gives it.
+    fn host_of(authority: &str) -> &str {
+        let host_port = authority.rsplit('@').next().unwrap_or(authority);
+        if host_port.starts_with('[') {
+            host_port.find(']').map_or(host_port, |i| &host_port[..=i])
+        } else {
+            host_port.split(':').next().unwrap_or(host_port)
+        }
     }
 
     #[test]

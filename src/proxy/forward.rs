@@ -13,10 +13,11 @@ use super::phases::Forwarded;
 use super::respond;
 use crate::http::body::Body;
 use crate::http::origin::{Origin, Scheme};
-use crate::upstream::informational::{Flooded, capped, capped_inline};
+use crate::upstream::informational::{Flooded, Inline, capped, capped_inline};
 use crate::upstream::{ErrorKind, HttpClient, Pool, UpstreamError};
 
 pub(crate) use crate::http::headers::strip_hop_by_hop;
+use crate::http::headers::{TRANSFER_ENCODING_PRESENT, has, hop_by_hop_present, strip_present};
 
 /// Appends our `Via` entry.
 pub(crate) fn add_via(headers: &mut HeaderMap, via: &HeaderValue) {
@@ -30,30 +31,43 @@ pub(crate) fn add_via(headers: &mut HeaderMap, via: &HeaderValue) {
 /// (80) or rewrite (leading zeros). `https` may go out over HTTP/2, which
 /// carries no Host, so it always takes the client's.
 fn host_is_derived(headers: &HeaderMap, uri: &http::Uri) -> bool {
-    let Some(authority) = uri.authority().map(|a| a.as_str()) else {
+    let Some(authority) = uri.authority().map(|a| a.as_str().as_bytes()) else {
         return false;
     };
     let mut values = headers.get_all(header::HOST).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
         return false;
     };
-    if value.as_bytes() != authority.as_bytes()
-        || uri.scheme_str() != Some("http")
-        || authority.contains('@')
-    {
+    // One pass: user info, the last ':', the last ']' (an IPv6 literal's end).
+    let (mut at, mut colon, mut bracket) = (false, None, None);
+    for (i, &b) in authority.iter().enumerate() {
+        match b {
+            b'@' => at = true,
+            b':' => colon = Some(i),
+            b']' => bracket = Some(i),
+            _ => {}
+        }
+    }
+    if value.as_bytes() != authority || uri.scheme_str() != Some("http") || at {
         return false;
     }
     // The port: after the last ':' unless that is inside an IPv6 literal.
-    let port = match authority.rfind(':') {
-        Some(i) if !authority[i..].contains(']') => &authority[i + 1..],
+    let port = match colon {
+        Some(i) if bracket.is_none_or(|j| j < i) => &authority[i + 1..],
         _ => return true,
     };
     // Written back as a number: no sign, no leading zero, not the default.
-    port.as_bytes()
-        .first()
-        .is_some_and(|d| (b'1'..=b'9').contains(d))
-        && port.bytes().all(|b| b.is_ascii_digit())
-        && port.parse::<u16>().is_ok_and(|p| p != 80)
+    if !port.first().is_some_and(|d| (b'1'..=b'9').contains(d)) || port.len() > 5 {
+        return false;
+    }
+    let mut n = 0u32;
+    for &d in port {
+        if !d.is_ascii_digit() {
+            return false;
+        }
+        n = n * 10 + u32::from(d - b'0');
+    }
+    n <= u32::from(u16::MAX) && n != 80
 }
 
 /// The `Host` an HTTP/1.1 request for `uri` carries, as hyper-util's
@@ -136,6 +150,9 @@ pub(crate) fn undefined_body(req: &Request<Body>) -> bool {
 /// removed, so a body under another coding (`gzip, chunked`) would reach
 /// the other side still coded, with nothing saying so.
 pub(crate) fn other_transfer_coding(headers: &HeaderMap) -> Option<String> {
+    if !has(headers, &header::TRANSFER_ENCODING) {
+        return None;
+    }
     let mut codings = headers
         .get_all(header::TRANSFER_ENCODING)
         .iter()
@@ -153,16 +170,6 @@ pub(crate) fn other_transfer_coding(headers: &HeaderMap) -> Option<String> {
                 .collect();
             Some(String::from_utf8_lossy(&all.join(&b", "[..])).into_owned())
         }
-    }
-}
-
-/// Removes a response's Content-Length when it also has Transfer-Encoding:
-/// the encoding overrides the length (RFC 9112 §6.3), and hyper read the
-/// body that way. Kept once Transfer-Encoding (hop-by-hop) is removed, the
-/// length would frame the body to the client and cut it short.
-fn drop_overridden_length(headers: &mut HeaderMap) {
-    if headers.contains_key(header::TRANSFER_ENCODING) {
-        headers.remove(header::CONTENT_LENGTH);
     }
 }
 
@@ -196,8 +203,6 @@ pub(crate) async fn forward(
     }
     // The proxy speaks its own HTTP version on each side.
     *req.version_mut() = http::Version::HTTP_11;
-    // Kept for error messages; cloning a Uri shares its bytes.
-    let target = req.uri().clone();
     // The target URI is authoritative (RFC 9112 §3.2.2): Host is set from
     // it. A Host that already is exactly that stays, sparing the formatting.
     let host_is_derived = host_is_derived(req.headers(), req.uri());
@@ -206,34 +211,39 @@ pub(crate) async fn forward(
     // client that reads nothing until its upload is done and an origin that
     // answers at length before reading it would wait on each other.
     // `Err` is the answer for a request that got no response.
-    let sent: Result<Response<Body>, Forwarded> = match origin.scheme() {
+    let (sent, target): (Result<Response<Body>, Forwarded>, Uri) = match origin.scheme() {
         Scheme::Http if req.body().is_end_stream() => {
             if !host_is_derived {
                 let host = host_header(req.uri());
                 req.headers_mut().insert(header::HOST, host);
             }
-            *req.uri_mut() = match req.uri().path_and_query() {
+            let origin_form = match req.uri().path_and_query() {
                 Some(pq) => Uri::from(pq.clone()),
                 None => Uri::from_static("/"),
             };
-            let sent = capped_inline(req, max_informational, |req| upstream.send(origin, req));
-            match tokio::time::timeout(timeout, sent).await {
-                Ok(Ok(Ok(resp))) => Ok(resp.map(BodyExt::boxed)),
-                Ok(Ok(Err(e))) => {
+            // The absolute target, kept for error messages.
+            let target = std::mem::replace(req.uri_mut(), origin_form);
+            let send = |req| upstream.send(origin, req);
+            let sent = match capped_inline(req, max_informational, timeout, send).await {
+                Inline::Sent(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
+                Inline::Sent(Err(e)) => {
                     let e = e.for_host(target.host().unwrap_or_default());
                     Err(upstream_error(&e, &target))
                 }
-                Ok(Err(flooded)) => Err(upstream_flooded(flooded, &target)),
-                Err(_) => Err(upstream_timeout(&target, timeout)),
-            }
+                Inline::Flooded(flooded) => Err(upstream_flooded(flooded, &target)),
+                Inline::TimedOut => Err(upstream_timeout(&target, timeout)),
+            };
+            (sent, target)
         }
         Scheme::Http | Scheme::Https => {
+            // Kept for error messages; cloning a Uri shares its bytes.
+            let target = req.uri().clone();
             // The client sets Host (HTTP/1.1) or :authority (HTTP/2).
             if !host_is_derived {
                 req.headers_mut().remove(header::HOST);
             }
             let sent = capped(req, max_informational, |req| client.request(req));
-            match tokio::time::timeout(timeout, sent).await {
+            let sent = match tokio::time::timeout(timeout, sent).await {
                 Ok(Ok(Ok(resp))) => Ok(resp.map(BodyExt::boxed)),
                 Ok(Ok(Err(e))) => {
                     let e = UpstreamError::new(e, target.host().unwrap_or_default());
@@ -241,7 +251,8 @@ pub(crate) async fn forward(
                 }
                 Ok(Err(flooded)) => Err(upstream_flooded(flooded, &target)),
                 Err(_) => Err(upstream_timeout(&target, timeout)),
-            }
+            };
+            (sent, target)
         }
     };
     match sent {
@@ -259,17 +270,25 @@ pub(super) fn relay_response(
     via: Option<&HeaderValue>,
 ) -> Forwarded {
     let (mut parts, body) = resp.into_parts();
-    if let Some(coding) = other_transfer_coding(&parts.headers) {
-        return Forwarded::upstream_failed(respond::text(
-            StatusCode::BAD_GATEWAY,
-            format!(
-                "Upstream error for {target}: the response has Transfer-Encoding {coding:?}, \
-                 which robots-proxy cannot relay as it was sent (only chunked is supported)\n"
-            ),
-        ));
+    // One look at the names says which hop-by-hop headers are there.
+    let present = hop_by_hop_present(&parts.headers);
+    if present & TRANSFER_ENCODING_PRESENT != 0 {
+        if let Some(coding) = other_transfer_coding(&parts.headers) {
+            return Forwarded::upstream_failed(respond::text(
+                StatusCode::BAD_GATEWAY,
+                format!(
+                    "Upstream error for {target}: the response has Transfer-Encoding {coding:?}, \
+                     which robots-proxy cannot relay as it was sent (only chunked is supported)\n"
+                ),
+            ));
+        }
+        // The encoding overrides the length (RFC 9112 §6.3), and hyper read
+        // the body that way. Kept once Transfer-Encoding (hop-by-hop) is
+        // removed, the length would frame the body to the client and cut
+        // it short.
+        parts.headers.remove(header::CONTENT_LENGTH);
     }
-    drop_overridden_length(&mut parts.headers);
-    strip_hop_by_hop(&mut parts.headers);
+    strip_present(&mut parts.headers, present);
     if let Some(via) = via {
         add_via(&mut parts.headers, via);
     }

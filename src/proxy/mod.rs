@@ -2,6 +2,7 @@
 //! allowed ones.
 
 pub(crate) mod connect;
+mod current;
 mod flow;
 pub(crate) mod forward;
 pub(crate) mod metrics;
@@ -14,7 +15,6 @@ pub(crate) mod slots;
 pub(crate) mod upgrade;
 mod usage;
 
-use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -180,7 +180,8 @@ pub struct Proxy {
     pub(crate) minter: Arc<Minter>,
     /// Upstream TLS, for the connections of upgraded (WebSocket) requests.
     pub(crate) upstream_tls: Arc<rustls::ClientConfig>,
-    settings: RwLock<Arc<Settings>>,
+    /// Read once per request, from the serving thread's copy.
+    settings: current::Current<Settings>,
     /// The response cache, when `cache.enabled` (see [`Proxy::with_cache`]).
     cache: Option<crate::response_cache::ResponseCache>,
     /// Requests in flight per client address (`max_requests_per_client`).
@@ -226,7 +227,7 @@ impl Proxy {
             activity: Arc::new(Activity::new()),
             minter,
             upstream_tls,
-            settings: RwLock::new(Arc::new(settings)),
+            settings: current::Current::new(settings),
             cache: None,
             client_slots: slots::ClientSlots::new(usize::MAX),
             challenged: parking_lot::Mutex::new(lru::LruCache::new(
@@ -259,11 +260,11 @@ impl Proxy {
     }
 
     pub fn settings(&self) -> Arc<Settings> {
-        self.settings.read().clone()
+        self.settings.get()
     }
 
     pub(crate) fn set_settings(&self, settings: Settings) {
-        *self.settings.write() = Arc::new(settings);
+        self.settings.set(settings);
     }
 
     /// True unless a request without credentials from `ip` was audited in
@@ -283,11 +284,13 @@ impl Proxy {
 
     /// True if the request already passed through this proxy instance.
     fn is_loop(&self, req: &Request<Incoming>) -> bool {
-        req.headers()
-            .get_all(VIA)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| v.contains(&self.instance))
+        crate::http::headers::has(req.headers(), &VIA)
+            && req
+                .headers()
+                .get_all(VIA)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .any(|v| v.contains(&self.instance))
     }
 
     /// The admit phase: client ACL and proxy authentication.
@@ -309,12 +312,7 @@ impl Proxy {
             ));
         }
         let Some(auth) = &settings.auth else {
-            return Ok(Caller {
-                client,
-                queue,
-                user: None,
-                user_agent: None,
-            });
+            return Ok(Caller::anonymous(client, queue));
         };
         match auth
             .check_async_in(
@@ -395,7 +393,15 @@ impl Proxy {
     ) -> Response<Body> {
         // One read of the reloadable settings per request.
         let settings = self.settings();
-        let answer = match self.admit(&settings, client, queue, &req).await {
+        // Without proxy authentication admission is a look at the ACL;
+        // with it, boxed: its future (a verification, an audit line) kept
+        // inline would enlarge every request's.
+        let admitted = if settings.auth.is_none() && settings.acl.allows(client.ip()) {
+            Ok(Caller::anonymous(client, queue))
+        } else {
+            Box::pin(self.admit(&settings, client, queue, &req)).await
+        };
+        let answer = match admitted {
             Err(answer) => answer,
             // Boxed: the tunnel's future is large, and kept inline it would
             // make every plain request's future (moved on each call) as

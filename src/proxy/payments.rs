@@ -350,6 +350,9 @@ impl Payments {
 /// Takes the client's `Robots-Proxy-Pay` off `headers`: `false` for `no`
 /// (also `0`, `false`), `true` otherwise.
 pub fn take_choice(headers: &mut HeaderMap) -> bool {
+    if !crate::http::headers::has(headers, &PAY_HEADER) {
+        return true;
+    }
     match headers.remove(&PAY_HEADER) {
         Some(v) => !matches!(
             v.to_str().map(|s| s.trim().to_ascii_lowercase()).as_deref(),

@@ -77,6 +77,19 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
+    /// A caller without a proxy user (authentication off).
+    pub(crate) fn anonymous(
+        client: SocketAddr,
+        queue: std::sync::Arc<super::slots::ClientQueue>,
+    ) -> Caller {
+        Caller {
+            client,
+            queue,
+            user: None,
+            user_agent: None,
+        }
+    }
+
     /// Who the robots.txt fetches this request starts are for
     /// ([`crate::judge::fetch_budget`]): its user, else its address.
     pub(crate) fn fetch_client(&self) -> crate::judge::fetch_budget::Client {

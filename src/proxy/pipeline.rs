@@ -12,6 +12,7 @@ use http::{Method, Request, Response, StatusCode};
 use super::phases::{Answer, Caller, Forwarded, Judged, Line, Outcome, Recorded};
 use super::{PURPOSE_HEADER, Proxy, Settings, forward, respond, upgrade};
 use crate::http::body::Body;
+use crate::http::headers;
 use crate::http::origin::Origin;
 use crate::judge::fetch_budget::for_client;
 use crate::judge::politeness::NotNow;
@@ -165,7 +166,8 @@ impl Proxy {
         if ctx.purposes.is_empty() {
             return answer;
         }
-        self.response_usage(&ctx, answer).await
+        // Boxed: only for requests with declared purposes.
+        Box::pin(self.response_usage(&ctx, answer)).await
     }
 
     /// The cache, politeness, record and forward phases of a judged
@@ -198,7 +200,7 @@ impl Proxy {
             }
         };
         match self
-            .record_durable(ctx.line(judgement, req.headers().get(USER_AGENT)))
+            .record_durable(ctx.line(judgement, headers::get(req.headers(), &USER_AGENT)))
             .await
         {
             Recorded::Passed => {}
@@ -244,19 +246,22 @@ impl Proxy {
             Some(identity) => identity.apply_user_agent(caller.user.as_deref(), req.headers_mut()),
             None => None,
         };
-        let agent = settings.agent_for(
-            caller.user_agent.as_deref().or(ours),
-            req.headers().get(USER_AGENT),
-        );
+        // The client's User-Agent matters only to a mapping of tokens.
+        let client_ua = if settings.agent_map.is_empty() {
+            None
+        } else {
+            req.headers().get(USER_AGENT)
+        };
+        let agent = settings.agent_for(caller.user_agent.as_deref().or(ours), client_ua);
         let judged = for_client(
             caller.fetch_client(),
             self.gate.judge_owned(origin, path, agent),
         )
         .await;
-        let purposes = settings.purposes_for(
-            caller.user.as_deref(),
-            req.headers_mut().remove(&PURPOSE_HEADER).as_ref(),
-        );
+        let purpose_header = headers::has(req.headers(), &PURPOSE_HEADER)
+            .then(|| req.headers_mut().remove(&PURPOSE_HEADER))
+            .flatten();
+        let purposes = settings.purposes_for(caller.user.as_deref(), purpose_header.as_ref());
         let mut license = None;
         let (verdict, fleet_spent) = if judged.decision.is_allowed() {
             self.beyond_robots(settings, caller, &judged, &req, (&purposes, &mut license))
@@ -279,7 +284,7 @@ impl Proxy {
         let client_ua = if purposes.is_empty() {
             None
         } else {
-            req.headers().get(USER_AGENT).cloned()
+            headers::get(req.headers(), &USER_AGENT).cloned()
         };
         let ctx = Ctx {
             settings,
@@ -347,6 +352,22 @@ impl Proxy {
         if purposes.is_empty() {
             return (Verdict::Stands, fleet_spent);
         }
+        // Boxed: only for requests with declared purposes, and its
+        // lookups (tdmrep.json, RSL licences) may fetch.
+        let verdict = Box::pin(self.usage_verdict(settings, judged, purposes, license)).await;
+        (verdict, fleet_spent)
+    }
+
+    /// The usage preferences of `judged`'s origin for the declared
+    /// `purposes` (robots.txt, tdmrep.json, RSL licences): the verdict, and
+    /// the licence token to send, if any.
+    async fn usage_verdict(
+        &self,
+        settings: &Settings,
+        judged: &Judgement,
+        purposes: &[String],
+        license: &mut Option<HeaderValue>,
+    ) -> Verdict {
         let mut note = self.gate.usage(judged, purposes);
         if settings.usage_tdmrep && purposes.iter().any(|p| is_tdm_purpose(p)) {
             // Known before the fetch: the origin's tdmrep.json (one
@@ -369,14 +390,13 @@ impl Proxy {
             note = UsageNote::combine(note, licensed.notes);
             *license = licensed.authorization;
         }
-        let verdict = match note {
+        match note {
             None => Verdict::Stands,
             Some(note) => match settings.usage_mode {
                 UsageMode::Enforce => Verdict::Overruled(Decision::UsageDisallowed(note)),
                 UsageMode::Annotate => Verdict::Annotated(note),
             },
-        };
-        (verdict, fleet_spent)
+        }
     }
 
     /// The cache phase: a hit (or an offline/only-if-cached 504) is
@@ -413,7 +433,7 @@ impl Proxy {
 
     /// A request the cache answered: recorded like any, never forwarded.
     fn answer_cached(&self, ctx: &Ctx<'_>, req: &Request<Body>, resp: Response<Body>) -> Answer {
-        match self.record(ctx.line(&ctx.judgement, req.headers().get(USER_AGENT))) {
+        match self.record(ctx.line(&ctx.judgement, headers::get(req.headers(), &USER_AGENT))) {
             Recorded::Passed => Answer::new(Outcome::Allowed, resp),
             Recorded::Blocked(answer) | Recorded::AuditFailed(answer) => answer,
         }
@@ -523,9 +543,17 @@ impl Proxy {
     async fn forward(&self, ctx: &Ctx<'_>, mut req: Request<Body>) -> Forwarded {
         let (settings, origin) = (ctx.settings, &ctx.judgement.origin);
         forward::drop_trailing_dot(&mut req, origin);
-        let payable = match self.payable(ctx, &mut req).await {
-            Ok(p) => p,
-            Err(unpaid) => return Forwarded::Response(unpaid.response(&origin.to_string())),
+        // Payments, the origin's signals and the paid retry are boxed:
+        // kept inline, their futures (the retry holds a whole send) would
+        // make every request's future larger, and it is moved at each level.
+        let payable = if settings.payments.is_some() {
+            match Box::pin(self.payable(ctx, &mut req)).await {
+                Ok(p) => p,
+                Err(unpaid) => return Forwarded::Response(unpaid.response(&origin.to_string())),
+            }
+        } else {
+            super::payments::take_choice(req.headers_mut());
+            None
         };
         // Signed last, over the request as it goes out.
         if let Some(signer) = settings.identity.as_deref().and_then(|i| i.signer()) {
@@ -579,15 +607,14 @@ impl Proxy {
                     self.observe_response_time(ctx, &paid, took);
                     paid
                 };
-                forwarded = self.pay(ctx, payable, forwarded, resend).await;
+                forwarded = Box::pin(self.pay(ctx, payable, forwarded, resend)).await;
                 Self::hand_lease_to_body(ctx, &mut forwarded);
             }
         }
         if let Forwarded::Response(resp) = &forwarded
             && crate::http::signal::is_signal(resp.status().as_u16())
         {
-            self.origin_signal(ctx, resp.status().as_u16(), resp.headers())
-                .await;
+            Box::pin(self.origin_signal(ctx, resp.status().as_u16(), resp.headers())).await;
         }
         if !ctx.held.is_zero()
             && let Forwarded::Response(resp) | Forwarded::Failed(_, resp) = &mut forwarded

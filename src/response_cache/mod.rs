@@ -52,6 +52,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::http::body::{Body, empty_body};
+use crate::http::headers::has;
 use policy::{
     CACHE_STATUS, Directives, cache_status, cache_url, merge_304, policy_request, primary_key,
     storable_headers, variant_key, vary_names,
@@ -447,17 +448,18 @@ impl ResponseCache {
         let Some(url) = cache_url(&req.uri) else {
             return Lookup::Bypass;
         };
-        if req.headers.contains_key(header::RANGE) && mode != CacheMode::Offline {
+        if has(&req.headers, &header::RANGE) && mode != CacheMode::Offline {
             return Lookup::Bypass;
         }
         // A WebSocket (or other) upgrade is a connection, not a resource.
-        if req.headers.contains_key(header::UPGRADE) {
+        if has(&req.headers, &header::UPGRADE) {
             if mode == CacheMode::Offline {
                 return Lookup::Unavailable(self.unavailable("offline mode"));
             }
             return Lookup::Bypass;
         }
-        let only_if_cached = Directives::parse(&req.headers).has("only-if-cached");
+        let only_if_cached = has(&req.headers, &header::CACHE_CONTROL)
+            && Directives::parse(&req.headers).has("only-if-cached");
         let now = self.now();
         let hit_params = if may_wait { "hit" } else { "hit; collapsed" };
         match mode {
@@ -523,8 +525,8 @@ impl ResponseCache {
                 // policy's before_request would answer (found by this
                 // request's variant key, so Vary matches), at a fraction
                 // of its cost.
-                let plain_request = !req.headers.contains_key(header::CACHE_CONTROL)
-                    && !req.headers.contains_key(header::PRAGMA);
+                let plain_request = !has(&req.headers, &header::CACHE_CONTROL)
+                    && !has(&req.headers, &header::PRAGMA);
                 if let Some(f) = &found
                     && plain_request
                     && f.meta.is_fresh(now)

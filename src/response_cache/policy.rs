@@ -33,13 +33,33 @@ pub fn cache_url(uri: &Uri) -> Option<String> {
     let mut url = String::with_capacity(scheme.len() + 3 + host.len() + 6 + pq.len());
     url.push_str(scheme);
     url.push_str("://");
-    url.extend(host.chars().map(|c| c.to_ascii_lowercase()));
+    let at = url.len();
+    url.push_str(host);
+    url[at..].make_ascii_lowercase();
     if let Some(p) = auth.port_u16().filter(|&p| p != default) {
-        use std::fmt::Write as _;
-        let _ = write!(url, ":{p}");
+        url.push(':');
+        push_decimal(&mut url, p);
     }
     url.push_str(pq);
     Some(url)
+}
+
+/// Appends `n` in decimal, without the formatting machinery.
+fn push_decimal(out: &mut String, n: u16) {
+    let mut digits = [0u8; 5];
+    let mut at = digits.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
 }
 
 /// `scheme://authority` of a cache URL.
@@ -53,10 +73,20 @@ pub fn origin_of(url: &str) -> &str {
 
 /// Primary key: the URL, and the user too in `store-all`.
 pub fn primary_key(url: &str, user: Option<&str>, per_user: bool) -> String {
+    // Built by hand: this runs on every lookup, hits included.
     if per_user {
-        format!("store-all\n{url}\n{}", user.unwrap_or("-"))
+        let user = user.unwrap_or("-");
+        let mut key = String::with_capacity(10 + url.len() + 1 + user.len());
+        key.push_str("store-all\n");
+        key.push_str(url);
+        key.push('\n');
+        key.push_str(user);
+        key
     } else {
-        format!("GET\n{url}")
+        let mut key = String::with_capacity(4 + url.len());
+        key.push_str("GET\n");
+        key.push_str(url);
+        key
     }
 }
 
@@ -409,7 +439,8 @@ fn if_none_match(req: &HeaderMap, headers: &HeaderMap) -> bool {
 /// If-Modified-Since against Last-Modified.
 pub fn not_modified(req: &HeaderMap, stored: &HeaderMap) -> bool {
     // Most requests are not conditional: nothing to compare, nothing to copy.
-    if !req.contains_key(header::IF_NONE_MATCH) && !req.contains_key(header::IF_MODIFIED_SINCE) {
+    let has = crate::http::headers::has;
+    if !has(req, &header::IF_NONE_MATCH) && !has(req, &header::IF_MODIFIED_SINCE) {
         return false;
     }
     let text = |h: &HeaderMap, n: HeaderName| {
@@ -477,6 +508,27 @@ mod tests {
                 HeaderValue::from_str(&format!("{CACHE_NAME}; {params}")).expect("value")
             );
         }
+    }
+
+    #[test]
+    fn ports_are_written_in_decimal() {
+        for p in [0u16, 1, 9, 10, 80, 443, 8080, 9999, 10000, 65535] {
+            let mut s = String::from("x");
+            push_decimal(&mut s, p);
+            assert_eq!(s, format!("x{p}"));
+        }
+        let u = |s: &str| cache_url(&s.parse().expect("uri"));
+        assert_eq!(u("http://a:1/").as_deref(), Some("http://a:1/"));
+        assert_eq!(u("http://a:65535/").as_deref(), Some("http://a:65535/"));
+        assert_eq!(
+            primary_key("http://a/", Some("u"), true),
+            format!("store-all\n{}\n{}", "http://a/", "u")
+        );
+        assert_eq!(
+            primary_key("http://a/", None, true),
+            "store-all\nhttp://a/\n-"
+        );
+        assert_eq!(primary_key("http://a/", Some("u"), false), "GET\nhttp://a/");
     }
 
     #[test]

@@ -11,12 +11,14 @@
 //! origins are not counted: hyper gives no such callback there (h2 reads
 //! informational HEADERS frames itself), and `response_timeout` bounds them.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
+use std::time::Duration;
 
-use http::Request;
+use http::{Extensions, Request};
 use tokio::sync::Notify;
 
 /// The origin sent more than `limit` informational responses to one request.
@@ -76,30 +78,68 @@ where
     }
 }
 
+/// What became of a request sent by [`capped_inline`].
+pub(crate) enum Inline<T> {
+    /// The send ended (with a response or an error).
+    Sent(T),
+    /// More than the cap of informational responses came first.
+    Flooded(Flooded),
+    /// Neither within the timeout.
+    TimedOut,
+}
+
+thread_local! {
+    /// Informational responses reported on this thread during the current
+    /// poll of a [`capped_inline`] request.
+    static SEEN: Cell<usize> = const { Cell::new(0) };
+    /// Extensions holding the callback that counts them in [`SEEN`]: made
+    /// once per thread, cloned into each request (hyper's
+    /// `on_informational` would allocate a callback of its own each time).
+    static COUNTING: Extensions = {
+        let mut req = Request::new(());
+        hyper::ext::on_informational(&mut req, |_| SEEN.set(SEEN.get() + 1));
+        req.into_parts().0.extensions
+    };
+}
+
 /// [`capped`] for a request whose connection is driven by the request's
-/// own future (the plain-http [`super::Pool`]): hyper reports each 1xx
-/// while that future is polled, so a look at the count after each poll
-/// ends it, without the `Notify` and the race [`capped`] needs.
+/// own future (the plain-http [`super::Pool`]), with the response timeout:
+/// hyper reports each 1xx while that future is polled, on the polling
+/// thread, so a count kept by the thread, read after each poll, ends the
+/// request without the `Notify` and the race [`capped`] needs (nothing
+/// else runs on the thread during the poll, so each request counts only
+/// its own). Ends with [`Inline::TimedOut`] when `timeout` passes first.
 pub(crate) async fn capped_inline<B, F, T>(
     mut req: Request<B>,
     limit: usize,
+    timeout: Duration,
     send: impl FnOnce(Request<B>) -> F,
-) -> Result<T, Flooded>
+) -> Inline<T>
 where
     F: Future<Output = T>,
 {
-    let seen = Arc::new(AtomicUsize::new(0));
-    let counter = seen.clone();
-    hyper::ext::on_informational(&mut req, move |_| {
-        counter.fetch_add(1, Ordering::Relaxed);
-    });
+    if req.extensions().is_empty() {
+        *req.extensions_mut() = COUNTING.with(Extensions::clone);
+    } else {
+        hyper::ext::on_informational(&mut req, |_| SEEN.set(SEEN.get() + 1));
+    }
     let mut sent = std::pin::pin!(send(req));
+    let mut expiry = std::pin::pin!(tokio::time::sleep(timeout));
+    let mut seen = 0usize;
     std::future::poll_fn(|cx| {
+        SEEN.set(0);
         let poll = sent.as_mut().poll(cx);
-        if seen.load(Ordering::Relaxed) > limit {
-            return Poll::Ready(Err(Flooded { limit }));
+        seen = seen.saturating_add(SEEN.replace(0));
+        if seen > limit {
+            return Poll::Ready(Inline::Flooded(Flooded { limit }));
         }
-        poll.map(Ok)
+        if let Poll::Ready(t) = poll {
+            return Poll::Ready(Inline::Sent(t));
+        }
+        if expiry.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Inline::TimedOut);
+        }
+        Poll::Pending
     })
     .await
 }
