@@ -231,10 +231,12 @@ where
             req.extensions_mut().insert(hold.clone());
         }
         let guard = counter.start();
-        async move {
+        // Boxed: hyper moves the request's future into its connection
+        // state, and this one, inline, is several kilobytes.
+        Box::pin(async move {
             let resp = proxy.handle_in_tunnel(&caller, &origin, req).await;
             Ok::<_, std::convert::Infallible>(InFlight::track(guard, resp))
-        }
+        })
     });
     let builder = policy.auto(max_streams);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
