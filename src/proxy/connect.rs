@@ -103,7 +103,10 @@ pub(crate) async fn handle(
             return;
         };
         let tunnel = Tunnel { caller, stop, hold };
-        intercept(task_proxy, tunnel, https, upgraded, minter).await;
+        // Boxed: the tunnel's future (TLS, the inner connection) is large,
+        // and inline it would make this task's future as large, copied
+        // whole by each move (into the task, and by every stage change).
+        Box::pin(intercept(task_proxy, tunnel, https, upgraded, minter)).await;
     });
     Answer::new(Outcome::Intercepted, Response::new(empty_body()))
 }
@@ -435,7 +438,7 @@ fn sniffed_tunnel(
             (Some((io, false)), Ok(http)) => {
                 proxy.count(Outcome::Intercepted);
                 let tunnel = Tunnel { caller, stop, hold };
-                serve_inner(proxy, tunnel, http, io).await;
+                Box::pin(serve_inner(proxy, tunnel, http, io)).await;
             }
             // The client left without a byte: nothing was judged or sent.
             _ => proxy.count(Outcome::Intercepted),
