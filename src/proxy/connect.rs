@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::BytesMut;
 use http::header::{CONNECTION, HOST, HeaderValue, USER_AGENT};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
@@ -31,6 +31,11 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The TLS record type of a handshake: the first byte of a ClientHello.
 const TLS_HANDSHAKE: u8 = 0x16;
+
+/// At most this much is read to see a tunnel's first byte: whatever has
+/// arrived (a ClientHello, a request head) is read in the same call, so
+/// the TLS handshake does not read again for the rest of it.
+const SNIFF_BYTES: usize = 4096;
 
 /// Parses a CONNECT target (`host:port`, `[v6]:port`) into the HTTPS origin.
 fn connect_target(req: &Request<Incoming>) -> Result<(String, u16), String> {
@@ -184,7 +189,7 @@ async fn intercept<IO>(
 
 /// Waits for the client's first byte in a tunnel (within `handshake`, and
 /// not past the start of shutdown) and tells whether it opens a TLS
-/// handshake; the byte is kept in front of the stream.
+/// handshake; what was read with it is kept in front of the stream.
 async fn sniff<IO>(
     mut io: IO,
     handshake: Duration,
@@ -193,16 +198,16 @@ async fn sniff<IO>(
 where
     IO: AsyncRead + Unpin,
 {
-    let mut first = [0u8; 1];
-    let n = tokio::select! {
-        read = tokio::time::timeout(handshake, io.read(&mut first)) => match read {
-            Ok(Ok(n)) if n > 0 => n,
+    let mut first = BytesMut::with_capacity(SNIFF_BYTES);
+    tokio::select! {
+        read = tokio::time::timeout(handshake, io.read_buf(&mut first)) => match read {
+            Ok(Ok(n)) if n > 0 => {}
             _ => return None,
         },
         _ = stopping(stop) => return None,
     };
     let tls = first[0] == TLS_HANDSHAKE;
-    Some((Prefixed::new(Bytes::copy_from_slice(&first[..n]), io), tls))
+    Some((Prefixed::new(first.freeze(), io), tls))
 }
 
 /// Serves HTTP/1.1 or HTTP/2 requests inside a tunnel; every request is
