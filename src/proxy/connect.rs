@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::BytesMut;
 use http::header::{CONNECTION, HOST, HeaderValue, USER_AGENT};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
@@ -31,6 +31,11 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The TLS record type of a handshake: the first byte of a ClientHello.
 const TLS_HANDSHAKE: u8 = 0x16;
+
+/// At most this much is read to see a tunnel's first byte: whatever has
+/// arrived (a ClientHello, a request head) is read in the same call, so
+/// the TLS handshake does not read again for the rest of it.
+const SNIFF_BYTES: usize = 4096;
 
 /// Parses a CONNECT target (`host:port`, `[v6]:port`) into the HTTPS origin.
 fn connect_target(req: &Request<Incoming>) -> Result<(String, u16), String> {
@@ -103,7 +108,10 @@ pub(crate) async fn handle(
             return;
         };
         let tunnel = Tunnel { caller, stop, hold };
-        intercept(task_proxy, tunnel, https, upgraded, minter).await;
+        // Boxed: the tunnel's future (TLS, the inner connection) is large,
+        // and inline it would make this task's future as large, copied
+        // whole by each move (into the task, and by every stage change).
+        Box::pin(intercept(task_proxy, tunnel, https, upgraded, minter)).await;
     });
     Answer::new(Outcome::Intercepted, Response::new(empty_body()))
 }
@@ -181,7 +189,7 @@ async fn intercept<IO>(
 
 /// Waits for the client's first byte in a tunnel (within `handshake`, and
 /// not past the start of shutdown) and tells whether it opens a TLS
-/// handshake; the byte is kept in front of the stream.
+/// handshake; what was read with it is kept in front of the stream.
 async fn sniff<IO>(
     mut io: IO,
     handshake: Duration,
@@ -190,16 +198,16 @@ async fn sniff<IO>(
 where
     IO: AsyncRead + Unpin,
 {
-    let mut first = [0u8; 1];
-    let n = tokio::select! {
-        read = tokio::time::timeout(handshake, io.read(&mut first)) => match read {
-            Ok(Ok(n)) if n > 0 => n,
+    let mut first = BytesMut::with_capacity(SNIFF_BYTES);
+    tokio::select! {
+        read = tokio::time::timeout(handshake, io.read_buf(&mut first)) => match read {
+            Ok(Ok(n)) if n > 0 => {}
             _ => return None,
         },
         _ = stopping(stop) => return None,
     };
     let tls = first[0] == TLS_HANDSHAKE;
-    Some((Prefixed::new(Bytes::copy_from_slice(&first[..n]), io), tls))
+    Some((Prefixed::new(first.freeze(), io), tls))
 }
 
 /// Serves HTTP/1.1 or HTTP/2 requests inside a tunnel; every request is
@@ -231,10 +239,12 @@ where
             req.extensions_mut().insert(hold.clone());
         }
         let guard = counter.start();
-        async move {
+        // Boxed: hyper moves the request's future into its connection
+        // state, and this one, inline, is several kilobytes.
+        Box::pin(async move {
             let resp = proxy.handle_in_tunnel(&caller, &origin, req).await;
             Ok::<_, std::convert::Infallible>(InFlight::track(guard, resp))
-        }
+        })
     });
     let builder = policy.auto(max_streams);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
@@ -433,7 +443,7 @@ fn sniffed_tunnel(
             (Some((io, false)), Ok(http)) => {
                 proxy.count(Outcome::Intercepted);
                 let tunnel = Tunnel { caller, stop, hold };
-                serve_inner(proxy, tunnel, http, io).await;
+                Box::pin(serve_inner(proxy, tunnel, http, io)).await;
             }
             // The client left without a byte: nothing was judged or sent.
             _ => proxy.count(Outcome::Intercepted),

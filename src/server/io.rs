@@ -1,5 +1,6 @@
 //! An I/O wrapper that replays bytes already read: used to sniff the first
-//! byte of a CONNECT tunnel (TLS or plain HTTP) without losing it.
+//! byte of a CONNECT tunnel (TLS or plain HTTP) without losing what was
+//! read with it.
 
 use std::io;
 use std::pin::Pin;
@@ -30,6 +31,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for Prefixed<T> {
             let n = self.prefix.len().min(buf.remaining());
             buf.put_slice(&self.prefix[..n]);
             self.prefix.advance(n);
+            if self.prefix.is_empty() {
+                // Frees the buffer it was read into, not kept for as long
+                // as the connection is open.
+                self.prefix = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.inner).poll_read(cx, buf)

@@ -22,9 +22,30 @@ use std::sync::Arc;
 pub use ca::Ca;
 pub use mint::{DEFAULT_CAPACITY, Minter, MinterStats};
 
-/// The crypto provider every config in this module is built with.
+/// The crypto provider every config in this module is built with: ring,
+/// its cipher suites ordered with AES-128-GCM first in each TLS version
+/// (then ring's order: AES-256-GCM, ChaCha20-Poly1305).
+///
+/// AES-128-GCM's TLS 1.3 suite hashes with SHA-256, which x86 processors
+/// compute in hardware (SHA-NI), where AES-256-GCM's SHA-384 runs in
+/// software: every handshake's key schedule and transcript hashes cost
+/// less (see docs/performance.md). It is TLS 1.3's mandatory suite and the
+/// one browsers prefer. The interception side chooses by this order
+/// whatever the client's ([`Minter`]); towards origins it is the
+/// order offered.
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    use rustls::CipherSuite as S;
+    let mut provider = rustls::crypto::ring::default_provider();
+    // A stable sort: the suites keep ring's order otherwise.
+    provider.cipher_suites.sort_by_key(|suite| {
+        !matches!(
+            suite.suite(),
+            S::TLS13_AES_128_GCM_SHA256
+                | S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+                | S::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+        )
+    });
+    Arc::new(provider)
 }
 
 /// ALPN protocols offered/accepted on both sides, in preference order.

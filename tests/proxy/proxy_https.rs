@@ -333,3 +333,60 @@ async fn a_blind_tunnel_is_recorded_and_counted_once_with_log_all() {
     assert_eq!(requests_total(&metrics, "tunnelled"), 1.0, "{metrics}");
     assert_eq!(requests_total(&metrics, "allowed"), 0.0, "{metrics}");
 }
+
+/// A client that keeps its TLS sessions (as curl does within one process,
+/// and browsers) resumes on its next tunnel to the same host, and every
+/// request on a resumed session is still judged by path.
+#[tokio::test]
+async fn a_returning_client_resumes_its_tls_session_and_is_still_judged() {
+    use http_body_util::{BodyExt, Empty};
+    use rustls::HandshakeKind;
+    let o = tls_origin_with_robots("localhost", "User-agent: *\nDisallow: /no\n").await;
+    let proxy = proxy_trusting(&o).await;
+    let port = o.origin.addr.port();
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(crate::support::tls::proxy_ca(&proxy))
+        .expect("proxy CA");
+    // rustls' client keeps sessions by default (an in-memory store).
+    let mut config = rustls::ClientConfig::builder_with_provider(robots_proxy::tls::provider())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let mut seen = Vec::new();
+    for path in ["/yes", "/yes", "/no"] {
+        let tunnel = connect(&proxy, &format!("localhost:{port}"))
+            .await
+            .expect("tunnel");
+        let name = ServerName::try_from("localhost").expect("name");
+        let tls = connector.connect(name, tunnel).await.expect("TLS");
+        let kind = tls.get_ref().1.handshake_kind().expect("handshake done");
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .expect("http1 handshake");
+        let conn = tokio::spawn(conn);
+        let req = http::Request::get(format!("https://localhost:{port}{path}"))
+            .header(http::header::CONNECTION, "close")
+            .body(Empty::<bytes::Bytes>::new())
+            .expect("request");
+        let resp = sender.send_request(req).await.expect("response");
+        let status = resp.status().as_u16();
+        resp.into_body().collect().await.expect("body");
+        // The tickets came before the answer; the connection ends here.
+        conn.await.expect("connection task").expect("connection");
+        seen.push((kind, status));
+    }
+    assert_eq!(
+        seen,
+        [
+            (HandshakeKind::Full, 200),
+            (HandshakeKind::Resumed, 200),
+            (HandshakeKind::Resumed, 403)
+        ]
+    );
+    assert_eq!(o.origin.hits("/no"), 0);
+}

@@ -531,3 +531,79 @@ fn an_expired_ca_is_refused_on_load() {
         "{msg}"
     );
 }
+
+/// Connects with `config`, reads the greeting; returns the negotiated
+/// suite and the kind of handshake.
+async fn connect_with(
+    config: &Arc<ClientConfig>,
+    addr: SocketAddr,
+    name: &str,
+) -> (rustls::CipherSuite, rustls::HandshakeKind) {
+    let name = match name.parse::<IpAddr>() {
+        Ok(ip) => ServerName::IpAddress(ip.into()),
+        Err(_) => ServerName::try_from(name.to_owned()).unwrap(),
+    };
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let mut stream = TlsConnector::from(config.clone())
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let mut greeting = Vec::new();
+    // Read to the end: the session tickets come after the handshake.
+    stream.read_to_end(&mut greeting).await.unwrap();
+    assert_eq!(greeting, b"hello");
+    let conn = stream.get_ref().1;
+    let suite = conn.negotiated_cipher_suite().unwrap().suite();
+    (suite, conn.handshake_kind().unwrap())
+}
+
+/// A client with ring's own suite order (AES-256-GCM first, as OpenSSL's
+/// clients have it), keeping its sessions.
+fn client_preferring_aes_256(ca: &CertificateDer<'static>, alpn: &[u8]) -> Arc<ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.clone()).unwrap();
+    let provider = rustls::crypto::ring::default_provider();
+    assert_eq!(
+        provider.cipher_suites[0].suite(),
+        rustls::CipherSuite::TLS13_AES_256_GCM_SHA384
+    );
+    let mut config = ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Arc::new(config)
+}
+
+#[tokio::test]
+async fn interception_chooses_aes_128_gcm_and_a_returning_client_resumes() {
+    use rustls::{CipherSuite, HandshakeKind};
+    // By name (SNI, h2) and by IP address (no SNI: the HTTP/1.1-only config).
+    for (host, alpn) in [("localhost", &b"h2"[..]), ("127.0.0.1", b"http/1.1")] {
+        let m = Arc::new(minter());
+        let config = client_preferring_aes_256(m.ca().cert_der(), alpn);
+        let (addr, server) = intercepting_server(m.clone(), host, 3).await;
+        let mut kinds = Vec::new();
+        for _ in 0..3 {
+            let (suite, kind) = connect_with(&config, addr, host).await;
+            // The proxy's order, not the client's: SHA-256, not SHA-384.
+            assert_eq!(suite, CipherSuite::TLS13_AES_128_GCM_SHA256, "{host}");
+            kinds.push(kind);
+        }
+        assert_eq!(
+            kinds,
+            [
+                HandshakeKind::Full,
+                HandshakeKind::Resumed,
+                HandshakeKind::Resumed
+            ],
+            "{host}"
+        );
+        for served in server.await.unwrap() {
+            let served = served.unwrap();
+            assert_eq!(served.alpn.as_deref(), Some(alpn), "{host}");
+        }
+        assert_eq!(m.stats().misses, 1, "{host}");
+    }
+}
