@@ -21,6 +21,8 @@
 //!     --target 127.0.0.1:8443 --ca ca.pem --path /small.html \
 //!     --mode keep --conns 32 --seconds 4
 //! ```
+//! `--host NAME` asks for NAME (CONNECT, SNI, Host) instead of the
+//! target's address, for a proxy that resolves it (Squid's `hosts_file`).
 //! With `--sync DIR`, the kept-alive modes open their connections first
 //! (one request each), then the client creates `DIR/ready` and waits for
 //! `DIR/go` before the timed requests (so that a profiler can start
@@ -58,6 +60,9 @@ enum Mode {
 struct Options {
     proxy: Option<SocketAddr>,
     target: SocketAddr,
+    /// The name asked for in CONNECT, SNI and Host (the target's address
+    /// by default).
+    host: Option<String>,
     ca: String,
     path: String,
     mode: Mode,
@@ -68,7 +73,7 @@ struct Options {
 
 fn options() -> Result<Options, Error> {
     let mut args = std::env::args().skip(1);
-    let (mut proxy, mut target, mut ca, mut sync) = (None, None, None, None);
+    let (mut proxy, mut target, mut ca, mut sync, mut host) = (None, None, None, None, None);
     let (mut path, mut mode, mut conns, mut seconds) = ("/".to_string(), Mode::Keep, 32, 4.0);
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -76,6 +81,7 @@ fn options() -> Result<Options, Error> {
             "--proxy" => proxy = Some(value.parse()?),
             "--target" => target = Some(value.parse()?),
             "--ca" => ca = Some(value),
+            "--host" => host = Some(value),
             "--path" => path = value,
             "--sync" => sync = Some(value.into()),
             "--conns" => conns = value.parse()?,
@@ -95,6 +101,7 @@ fn options() -> Result<Options, Error> {
     Ok(Options {
         proxy,
         target: target.ok_or("--target HOST:PORT is needed")?,
+        host,
         ca: ca.unwrap_or_default(),
         path,
         mode,
@@ -136,7 +143,7 @@ async fn open(
 ) -> Result<(tokio_rustls::client::TlsStream<TcpStream>, bool), Error> {
     let mut stream = TcpStream::connect(o.proxy.unwrap_or(o.target)).await?;
     stream.set_nodelay(true)?;
-    let host = o.target.ip().to_string();
+    let host = o.host.clone().unwrap_or_else(|| o.target.ip().to_string());
     if o.proxy.is_some() {
         let port = o.target.port();
         let connect = format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n");
@@ -169,9 +176,11 @@ async fn get(o: &Options, sender: &mut Sender) -> Result<(), Error> {
         Mode::Plain => format!("http://{}{}", o.target, o.path),
         _ => o.path.clone(),
     };
-    let req = Request::get(uri)
-        .header("host", o.target.to_string())
-        .body(Empty::new())?;
+    let host = match &o.host {
+        Some(name) => format!("{name}:{}", o.target.port()),
+        None => o.target.to_string(),
+    };
+    let req = Request::get(uri).header("host", host).body(Empty::new())?;
     let resp = sender.send_request(req).await?;
     let status = resp.status();
     resp.into_body().collect().await?;
