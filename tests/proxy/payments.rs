@@ -112,17 +112,8 @@ async fn within_the_limit_paid_and_signed_above_it_or_past_the_budget_refused() 
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(origin.hits("/paid"), 5);
     let r = proxy.request(get(&origin.url("/paid"), None)).await;
-    assert_eq!(r.status, 402, "{r:?}");
-    assert!(
-        r.body.contains("budget_per_day USD 0.003, USD 0.003 spent"),
-        "{}",
-        r.body
-    );
+    let lines = refused_for_the_budget(&proxy, &r);
     assert_eq!(origin.hits("/paid"), 5, "the origin was not asked");
-    let lines = proxy.audit_of_type("payment");
-    let last = lines.last().expect("line");
-    assert_eq!(last["outcome"], "refused");
-    assert_eq!(last["reason"], "budget_exhausted");
     let charged: Vec<_> = lines.iter().filter(|l| l["outcome"] == "charged").collect();
     assert_eq!(charged.len(), 2);
 
@@ -345,15 +336,22 @@ async fn a_restart_does_not_give_the_days_budget_back() {
 
     let proxy = Proxy::start_with(configure).await;
     let r = proxy.request(get(&origin.url("/paid"), None)).await;
+    refused_for_the_budget(&proxy, &r);
+    assert_eq!(origin.hits("/paid"), 5, "asked, not paid");
+}
+
+/// `r` is the proxy's 402 for a spent USD 0.003 budget, and the last
+/// `payment` line says so; returns the `payment` lines.
+fn refused_for_the_budget(proxy: &Proxy, r: &crate::support::Resp) -> Vec<serde_json::Value> {
     assert_eq!(r.status, 402, "{r:?}");
     assert!(
         r.body.contains("budget_per_day USD 0.003, USD 0.003 spent"),
         "{}",
         r.body
     );
-    assert_eq!(origin.hits("/paid"), 5, "asked, not paid");
-    let last = proxy.audit_of_type("payment");
-    let last = last.last().expect("a payment line");
+    let lines = proxy.audit_of_type("payment");
+    let last = lines.last().expect("a payment line");
     assert_eq!(last["outcome"], "refused");
     assert_eq!(last["reason"], "budget_exhausted");
+    lines
 }

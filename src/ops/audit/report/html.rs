@@ -15,7 +15,7 @@ use super::sections::{
 };
 use super::tally::Counts;
 
-pub(super) const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:2em}\
 table{border-collapse:collapse;margin:.5em 0}\
 th,td{padding:.2em .6em;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}\
@@ -28,15 +28,7 @@ svg text{font-size:10px;fill:#444}";
 pub(super) fn write(r: &Report, out: &mut dyn Write) -> io::Result<()> {
     let days: Vec<(&str, Counts)> = r.days.iter().map(|(k, v)| (k.as_str(), *v)).collect();
     let robots = robots(r);
-    let page = html! {
-        (DOCTYPE) "\n"
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                title { "robots-proxy audit report" }
-                style { (PreEscaped(STYLE)) }
-            }
-            body {
+    let body = html! {
                 "\n" h1 { "robots-proxy audit report" } "\n"
                 @for line in summary(r).iter().chain(&period(r)) {
                     p { (printable(line)) } "\n"
@@ -103,11 +95,28 @@ pub(super) fn write(r: &Report, out: &mut dyn Write) -> io::Result<()> {
                         }
                     } "\n"
                 }
+    };
+    out.write_all(
+        page("robots-proxy audit report", body)
+            .into_string()
+            .as_bytes(),
+    )
+}
+
+/// A whole page: `body` under `title`, with the report's style sheet.
+pub(super) fn page(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE) "\n"
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                title { (title) }
+                style { (PreEscaped(STYLE)) }
             }
+            body { (body) }
         }
         "\n"
-    };
-    out.write_all(page.into_string().as_bytes())
+    }
 }
 
 /// A table with a bar for each row's blocked count.

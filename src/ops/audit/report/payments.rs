@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use maud::{DOCTYPE, PreEscaped, html};
+use maud::html;
 use serde::{Deserialize, Serialize};
 
 use super::render::field;
@@ -205,37 +205,26 @@ fn summary(r: &PaymentsReport) -> String {
 /// The report as one HTML page (no script, nothing outside the file);
 /// every value is spliced in as escaped text.
 fn html(r: &PaymentsReport) -> String {
-    let page = html! {
-        (DOCTYPE) "\n"
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                title { "robots-proxy payments report" }
-                style { (PreEscaped(super::html::STYLE)) }
-            }
-            body {
-                "\n" h1 { "Payments (pay per crawl)" } "\n"
-                p { (summary(r)) } "\n"
-                table {
-                    tr {
-                        th { "day" } th { "origin" } th { "user" }
-                        th class="n" { "charges" } th class="n" { "amount" }
-                    } "\n"
-                    @for row in &r.rows {
-                        tr {
-                            td { (printable(&row.day)) }
-                            td class="k" { (printable(&row.origin)) }
-                            td class="k" { (printable(&row.user)) }
-                            td class="n" { (row.charges) }
-                            td class="n" { (printable(&row.amount)) }
-                        } "\n"
-                    }
+    let body = html! {
+        "\n" h1 { "Payments (pay per crawl)" } "\n"
+        p { (summary(r)) } "\n"
+        table {
+            tr {
+                th { "day" } th { "origin" } th { "user" }
+                th class="n" { "charges" } th class="n" { "amount" }
+            } "\n"
+            @for row in &r.rows {
+                tr {
+                    td { (printable(&row.day)) }
+                    td class="k" { (printable(&row.origin)) }
+                    td class="k" { (printable(&row.user)) }
+                    td class="n" { (row.charges) }
+                    td class="n" { (printable(&row.amount)) }
                 } "\n"
             }
-        }
-        "\n"
+        } "\n"
     };
-    page.into_string()
+    super::html::page("robots-proxy payments report", body).into_string()
 }
 
 #[cfg(test)]
