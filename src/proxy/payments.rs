@@ -297,17 +297,7 @@ impl Payments {
         audit_path: &std::path::Path,
         now: std::time::SystemTime,
     ) -> (u64, u64) {
-        #[derive(serde::Deserialize)]
-        struct Line<'a> {
-            #[serde(rename = "type", borrow)]
-            kind: std::borrow::Cow<'a, str>,
-            #[serde(borrow)]
-            time: std::borrow::Cow<'a, str>,
-            #[serde(borrow)]
-            outcome: std::borrow::Cow<'a, str>,
-            #[serde(borrow, default)]
-            charged: Option<std::borrow::Cow<'a, str>>,
-        }
+        use crate::ops::audit::report::payments::Entry;
         let day = day_of(now);
         let finder = memchr::memmem::Finder::new(b"\"type\":\"payment\"");
         let (mut charges, mut micros) = (0u64, 0u64);
@@ -315,11 +305,18 @@ impl Payments {
             if finder.find(line).is_none() {
                 return;
             }
-            let Ok(l) = serde_json::from_slice::<Line<'_>>(line) else {
+            let Ok(l) = serde_json::from_slice::<Entry>(line) else {
                 return;
             };
-            let on_day = crate::ops::activity::parse_time(&l.time).map(|t| t / 86_400);
-            if l.kind != "payment" || l.outcome != "charged" || on_day != Some(day) {
+            let on_day = l
+                .time
+                .as_deref()
+                .and_then(crate::ops::activity::parse_time)
+                .map(|t| t / 86_400);
+            if l.kind.as_deref() != Some("payment")
+                || l.outcome.as_deref() != Some("charged")
+                || on_day != Some(day)
+            {
                 return;
             }
             if let Some(Ok(price)) = l.charged.as_deref().map(Price::parse)

@@ -16,16 +16,23 @@ const ROBOTS: &str = "User-agent: *\nAllow: /\n";
 /// A page at a price: `402` with `crawler-price: price`, the page (and
 /// `crawler-charged`) to a request offering exactly that.
 fn priced(price: &str, page: &str) -> Reply {
-    Reply::status(402)
-        .header("crawler-price", price)
-        .when_header(
-            "crawler-exact-price",
-            price,
-            Reply::ok(page.to_string()).header("crawler-charged", price),
-        )
+    priced_with(
+        price,
+        Reply::ok(page.to_string()).header("crawler-charged", price),
+    )
 }
 
-fn payments(c: &mut robots_proxy::config::Config) {
+/// `402` with `crawler-price: price`, and `paid` to a request offering
+/// exactly that.
+fn priced_with(price: &str, paid: Reply) -> Reply {
+    Reply::status(402)
+        .header("crawler-price", price)
+        .when_header("crawler-exact-price", price, paid)
+}
+
+/// Signing with `key_file`, prices up to USD 0.002, USD 0.003 a day.
+fn paying(c: &mut robots_proxy::config::Config, key_file: &std::path::Path) {
+    signing(c, key_file);
     c.payments.max_price = "USD 0.002".into();
     c.payments.budget_per_day = "USD 0.003".into();
 }
@@ -46,8 +53,7 @@ async fn within_the_limit_paid_and_signed_above_it_or_past_the_budget_refused() 
     origin.route("/paid", priced("USD 0.0015", "paid page"));
     origin.route("/dear", priced("USD 0.01", "dear page"));
     let proxy = Proxy::start_with(|c| {
-        signing(c, &key_file);
-        payments(c);
+        paying(c, &key_file);
     })
     .await;
 
@@ -158,17 +164,13 @@ async fn a_crawler_error_is_forwarded_and_recorded() {
     // The paid retry is refused by the origin.
     origin.route(
         "/p",
-        Reply::status(402)
-            .header("crawler-price", "USD 0.001")
-            .when_header(
-                "crawler-exact-price",
-                "USD 0.001",
-                Reply::status(403).header("crawler-error", "PaymentFailed"),
-            ),
+        priced_with(
+            "USD 0.001",
+            Reply::status(403).header("crawler-error", "PaymentFailed"),
+        ),
     );
     let proxy = Proxy::start_with(|c| {
-        signing(c, &key_file);
-        payments(c);
+        paying(c, &key_file);
     })
     .await;
     let r = proxy.request(get(&origin.url("/p"), None)).await;
@@ -202,8 +204,7 @@ async fn two_fleet_nodes_share_one_budget_in_redis() {
         FleetOnUnavailable::Local,
     );
     let adjust = |c: &mut robots_proxy::config::Config| {
-        signing(c, &key_file);
-        payments(c);
+        paying(c, &key_file);
     };
     let a = node(Some(named(&fleet, "a")), adjust).await;
     let b = node(Some(named(&fleet, "b")), adjust).await;
@@ -246,8 +247,7 @@ async fn the_paid_retry_keeps_the_crawl_delay() {
     let origin = Origin::with_robots("User-agent: *\nCrawl-delay: 1\n").await;
     origin.route("/paid", priced("USD 0.0015", "paid page"));
     let proxy = Proxy::start_with(|c| {
-        signing(c, &key_file);
-        payments(c);
+        paying(c, &key_file);
     })
     .await;
     let r = proxy.request(get(&origin.url("/paid"), None)).await;
@@ -272,20 +272,16 @@ async fn a_paid_retry_keeps_the_requests_place_in_flight() {
     let origin = Origin::with_robots(ROBOTS).await;
     origin.route(
         "/paid",
-        Reply::status(402)
-            .header("crawler-price", "USD 0.001")
-            .when_header(
-                "crawler-exact-price",
-                "USD 0.001",
-                Reply::ok("paid page")
-                    .header("crawler-charged", "USD 0.001")
-                    .delay(std::time::Duration::from_millis(500)),
-            ),
+        priced_with(
+            "USD 0.001",
+            Reply::ok("paid page")
+                .header("crawler-charged", "USD 0.001")
+                .delay(std::time::Duration::from_millis(500)),
+        ),
     );
     origin.route("/free", Reply::ok("free page"));
     let proxy = Proxy::start_with(|c| {
-        signing(c, &key_file);
-        payments(c);
+        paying(c, &key_file);
         c.politeness.max_in_flight = 1;
     })
     .await;
@@ -322,8 +318,7 @@ async fn a_restart_does_not_give_the_days_budget_back() {
     let origin = Origin::with_robots(ROBOTS).await;
     origin.route("/paid", priced("USD 0.0015", "paid page"));
     let configure = |c: &mut robots_proxy::config::Config| {
-        signing(c, &key_file);
-        payments(c);
+        paying(c, &key_file);
         c.audit.path = Some(audit.clone());
     };
     let mut proxy = Proxy::start_with(configure).await;

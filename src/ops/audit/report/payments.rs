@@ -20,20 +20,22 @@ use crate::ops::audit::input::Lines;
 /// one row per day and currency.
 const ROWS_CAP: usize = 100_000;
 
+/// The fields of a `payment` line that are read back (by this report, and
+/// by a node counting the day's charges at start).
 #[derive(Deserialize)]
-struct Entry {
+pub(crate) struct Entry {
     #[serde(rename = "type", default)]
-    kind: Option<String>,
+    pub(crate) kind: Option<String>,
     #[serde(default)]
-    time: Option<String>,
+    pub(crate) time: Option<String>,
     #[serde(default)]
     origin: Option<String>,
     #[serde(default)]
     user: Option<String>,
     #[serde(default)]
-    outcome: Option<String>,
+    pub(crate) outcome: Option<String>,
     #[serde(default)]
-    charged: Option<String>,
+    pub(crate) charged: Option<String>,
 }
 
 /// One row: a day, origin and user, and what was charged there.
