@@ -7,6 +7,7 @@ pub(crate) mod error;
 pub(crate) mod guarded;
 pub(crate) mod informational;
 pub(crate) mod pool;
+pub(crate) mod wire;
 pub mod tls;
 
 pub use client::{ClientSettings, HttpClient, build_client, build_fetch_client};
