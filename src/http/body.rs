@@ -11,7 +11,44 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::{Frame, SizeHint};
 
 /// Body type used on both sides of the proxy: streams, never buffered whole.
-pub(crate) type Body = BoxBody<Bytes, hyper::Error>;
+pub(crate) type Body = BoxBody<Bytes, BodyError>;
+
+/// The error a [`Body`] ends with: hyper's, or the in-task upstream
+/// connection's own (an origin's framing error, a failed read). A type of
+/// its own rather than a boxed trait object: an alias would leave the
+/// object's lifetime to inference in the closures that take bodies.
+#[derive(Debug)]
+pub struct BodyError(Box<dyn std::error::Error + Send + Sync>);
+
+impl BodyError {
+    pub(crate) fn new(e: impl std::error::Error + Send + Sync + 'static) -> BodyError {
+        BodyError(Box::new(e))
+    }
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Transparent: the wrapped error's own message and source.
+impl std::error::Error for BodyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl From<hyper::Error> for BodyError {
+    fn from(e: hyper::Error) -> BodyError {
+        BodyError::new(e)
+    }
+}
+
+/// A body hyper read (a client's request, a pooled client's response).
+pub(crate) fn incoming(body: hyper::body::Incoming) -> Body {
+    body.map_err(BodyError::from).boxed()
+}
 
 /// An empty body.
 pub(crate) fn empty_body() -> Body {
@@ -67,12 +104,12 @@ struct Holding<G> {
 
 impl<G: Unpin> hyper::body::Body for Holding<G> {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         Pin::new(&mut self.body).poll_frame(cx)
     }
 

@@ -8,7 +8,6 @@ use std::time::Duration;
 use bytes::BytesMut;
 use http::header::{CONNECTION, HOST, HeaderValue, USER_AGENT};
 use http::{Method, Request, Response, StatusCode, Uri};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -289,7 +288,7 @@ pub(super) async fn inner_request(
             caller,
             origin.clone(),
             path,
-            req.map(|b| b.boxed()),
+            req.map(crate::http::body::incoming),
         )
         .await
 }

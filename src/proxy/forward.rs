@@ -244,7 +244,7 @@ pub(crate) async fn forward(
             }
             let sent = capped(req, max_informational, |req| client.request(req));
             let sent = match tokio::time::timeout(timeout, sent).await {
-                Ok(Ok(Ok(resp))) => Ok(resp.map(BodyExt::boxed)),
+                Ok(Ok(Ok(resp))) => Ok(resp.map(crate::http::body::incoming)),
                 Ok(Ok(Err(e))) => {
                     let e = UpstreamError::new(e, target.host().unwrap_or_default());
                     Err(upstream_error(&e, &target))

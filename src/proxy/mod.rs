@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use http::header::{HeaderValue, PROXY_AUTHORIZATION, VIA};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use crate::admit::{AuthOutcome, ClientAcl, ProxyAuth};
@@ -411,8 +410,14 @@ impl Proxy {
             }
             Ok(caller) => match self.frame(&req) {
                 Ok((origin, path)) => {
-                    self.serve(&settings, &caller, origin, path, req.map(|b| b.boxed()))
-                        .await
+                    self.serve(
+                        &settings,
+                        &caller,
+                        origin,
+                        path,
+                        req.map(crate::http::body::incoming),
+                    )
+                    .await
                 }
                 Err(answer) => answer,
             },

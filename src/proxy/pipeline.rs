@@ -602,7 +602,7 @@ impl Proxy {
             // the client gets, not to the 402's.
             Some(payable) => {
                 self.observe_response_time(ctx, &forwarded, took);
-                let resend = async |req| {
+                let resend = async |req: Request<Body>| {
                     let (paid, took) = send(req).await;
                     self.observe_response_time(ctx, &paid, took);
                     paid

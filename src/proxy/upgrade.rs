@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Request, Response, StatusCode, Uri};
-use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
 
@@ -125,7 +124,7 @@ pub(crate) async fn forward(
         }
     };
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        return relay_response(resp.map(|b| b.boxed()), &target, s.via);
+        return relay_response(resp.map(crate::http::body::incoming), &target, s.via);
     }
     if !crate::http::headers::names_websocket(resp.headers()) {
         return Forwarded::upstream_failed(respond::text(
@@ -158,7 +157,7 @@ pub(crate) async fn forward(
     if let Some(via) = s.via {
         add_via(resp.headers_mut(), via);
     }
-    Forwarded::Response(resp.map(|b| b.boxed()))
+    Forwarded::Response(resp.map(crate::http::body::incoming))
 }
 
 /// One request on a new HTTP/1.1 connection that may be upgraded; more

@@ -33,7 +33,7 @@ use hyper::body::{Frame, SizeHint};
 use super::phases::{Answer, Outcome, Recorded};
 use super::pipeline::Ctx;
 use super::{CONTENT_USAGE, Proxy, respond};
-use crate::http::body::Body;
+use crate::http::body::{Body, BodyError};
 use crate::judge::signals::html::{self, MAX_HEAD};
 use crate::judge::signals::tdmrep::Reservation;
 use crate::judge::signals::{Protocol, is_tdm_purpose, robots_tag};
@@ -442,18 +442,18 @@ const DECODE_STEP: usize = 4096;
 struct Prefixed {
     head: Option<Bytes>,
     trailers: Option<Frame<Bytes>>,
-    error: Option<hyper::Error>,
+    error: Option<BodyError>,
     rest: Option<Body>,
 }
 
 impl hyper::body::Body for Prefixed {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         if let Some(head) = self.head.take()
             && !head.is_empty()
         {

@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Frame, SizeHint};
 use tokio::sync::mpsc;
 
-use crate::http::body::Body;
+use crate::http::body::{Body, BodyError};
 
 /// Frames in flight between the producing task and the client.
 pub(crate) const CHANNEL_FRAMES: usize = 4;
@@ -18,22 +18,22 @@ pub(crate) const CHANNEL_FRAMES: usize = 4;
 /// Chunk size for reading cached bodies.
 pub(crate) const READ_CHUNK: usize = 64 * 1024;
 
-pub(crate) type FrameTx = mpsc::Sender<Result<Frame<Bytes>, hyper::Error>>;
+pub(crate) type FrameTx = mpsc::Sender<Result<Frame<Bytes>, BodyError>>;
 
 /// A body whose frames come from a channel; its end is the sender's drop.
 pub(crate) struct ChannelBody {
-    rx: mpsc::Receiver<Result<Frame<Bytes>, hyper::Error>>,
+    rx: mpsc::Receiver<Result<Frame<Bytes>, BodyError>>,
     exact: Option<u64>,
 }
 
 impl hyper::body::Body for ChannelBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         self.rx.poll_recv(cx)
     }
 

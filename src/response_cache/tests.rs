@@ -1294,7 +1294,7 @@ fn generated(n: u64, fill: fn(u64) -> u8) -> Body {
         let len = chunk.min(n - off);
         let data: Vec<u8> = (off..off + len).map(fill).collect();
         Some((
-            Ok::<_, hyper::Error>(hyper::body::Frame::data(Bytes::from(data))),
+            Ok::<_, crate::http::body::BodyError>(hyper::body::Frame::data(Bytes::from(data))),
             off + len,
         ))
     });

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
-use http::{Extensions, Request};
+use http::Request;
 use tokio::sync::Notify;
 
 /// The origin sent more than `limit` informational responses to one request.
@@ -89,17 +89,15 @@ pub(crate) enum Inline<T> {
 }
 
 thread_local! {
-    /// Informational responses reported on this thread during the current
+    /// Informational responses read on this thread during the current
     /// poll of a [`capped_inline`] request.
     static SEEN: Cell<usize> = const { Cell::new(0) };
-    /// Extensions holding the callback that counts them in [`SEEN`]: made
-    /// once per thread, cloned into each request (hyper's
-    /// `on_informational` would allocate a callback of its own each time).
-    static COUNTING: Extensions = {
-        let mut req = Request::new(());
-        hyper::ext::on_informational(&mut req, |_| SEEN.set(SEEN.get() + 1));
-        req.into_parts().0.extensions
-    };
+}
+
+/// Counts an informational response read for the request being polled on
+/// this thread (the in-task pool reads them itself).
+pub(crate) fn count_one() {
+    SEEN.set(SEEN.get() + 1);
 }
 
 /// [`capped`] for a request whose connection is driven by the request's
@@ -110,7 +108,7 @@ thread_local! {
 /// else runs on the thread during the poll, so each request counts only
 /// its own). Ends with [`Inline::TimedOut`] when `timeout` passes first.
 pub(crate) async fn capped_inline<B, F, T>(
-    mut req: Request<B>,
+    req: Request<B>,
     limit: usize,
     timeout: Duration,
     send: impl FnOnce(Request<B>) -> F,
@@ -118,11 +116,6 @@ pub(crate) async fn capped_inline<B, F, T>(
 where
     F: Future<Output = T>,
 {
-    if req.extensions().is_empty() {
-        *req.extensions_mut() = COUNTING.with(Extensions::clone);
-    } else {
-        hyper::ext::on_informational(&mut req, |_| SEEN.set(SEEN.get() + 1));
-    }
     let mut sent = std::pin::pin!(send(req));
     let mut expiry = std::pin::pin!(tokio::time::sleep(timeout));
     let mut seen = 0usize;

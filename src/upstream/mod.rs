@@ -7,8 +7,8 @@ pub(crate) mod error;
 pub(crate) mod guarded;
 pub(crate) mod informational;
 pub(crate) mod pool;
-pub(crate) mod wire;
 pub mod tls;
+pub(crate) mod wire;
 
 pub use client::{ClientSettings, HttpClient, build_client, build_fetch_client};
 pub(crate) use dial::connect_upstream;

@@ -6,80 +6,155 @@
 //! again by the task that serves the client, so each request waits in the
 //! run queue twice and often crosses threads. Here the request is written,
 //! and the response read and relayed, in the client's own task (HTTP/1.1
-//! to an `http` origin, what a scraper mostly sends through a proxy), the
-//! way an event-loop proxy does it: the response body polls the connection
-//! while it is read. Once read to the end the connection goes back to a
-//! shared idle pool, so an origin sees as many connections as requests in
-//! flight to it, not one per client connection.
+//! to an `http` origin without a request body, what a scraper mostly sends
+//! through a proxy), the way an event-loop proxy does it: the response body
+//! reads the connection while it is read. Once read to the end the
+//! connection goes back to a shared idle pool, so an origin sees as many
+//! connections as requests in flight to it, not one per client connection.
 //!
-//! `https` origins (TLS, HTTP/2 by ALPN) still go through the pooled client.
+//! The bytes on the wire are [`super::wire`]'s: one write for the request
+//! head, `httparse` for the response head, the body's framing decided as
+//! hyper's client decides it. `https` origins (TLS, HTTP/2 by ALPN) and
+//! requests with a body still go through the pooled client.
 
 use parking_lot::{Mutex, MutexGuard};
 use std::future::poll_fn;
+use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{Request, Response};
-use hyper::body::{Body as _, Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::{self, Connection, SendRequest};
-use hyper_util::rt::TokioIo;
+use bytes::{Bytes, BytesMut};
+use http::{Method, Request, Response};
+use hyper::body::{Frame, SizeHint};
 use lru::LruCache;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::client::ClientSettings;
 use super::dial::{connect_upstream, url_host};
 use super::error::{ErrorKind, UpstreamError};
-use crate::http::body::Body;
+use super::informational;
+use super::wire::{self, BodyReader, Parsed, Read, WireError};
+use crate::http::body::{Body, BodyError};
 use crate::http::origin::Origin;
 
-/// One upstream HTTP/1.1 connection: the handle requests are sent on, and
-/// the state machine that must be polled for anything to move. Kept boxed:
-/// it is several hundred bytes, and it moves from the pool to a response
-/// body and back on every request.
+/// Bytes asked of the socket per read at first; doubled while reads fill
+/// what they are given (a large body), up to [`READ_MAX`].
+const READ_MIN: usize = 8 * 1024;
+const READ_MAX: usize = 128 * 1024;
+
+/// One upstream HTTP/1.1 connection: the socket, the bytes read from it
+/// and not yet taken, and the buffer requests are written from. Kept
+/// boxed: it moves from the pool to a response body and back on every
+/// request.
 struct Conn {
     origin: Origin,
-    sender: SendRequest<Body>,
-    /// `None` once the connection has closed: the finished driver is
-    /// dropped at once, which also cancels a request queued on it (hyper
-    /// hands such a request back, and it is sent on another connection).
-    driver: Option<Connection<TokioIo<TcpStream>, Body>>,
+    stream: TcpStream,
+    read: BytesMut,
+    /// How much the next read asks for.
+    read_size: usize,
+    write: Vec<u8>,
+}
+
+/// Why an exchange failed, and whether the request may go on another
+/// connection: only if nothing of a response came back on a reused
+/// connection (the origin closed it while idle, as the request went out).
+struct Failed {
+    error: BodyError,
+    nothing_came: bool,
+}
+
+impl Failed {
+    fn new(error: impl std::error::Error + Send + Sync + 'static, nothing_came: bool) -> Failed {
+        Failed {
+            error: BodyError::new(error),
+            nothing_came,
+        }
+    }
 }
 
 impl Conn {
-    /// Polls the connection's state machine; true once it has finished.
-    fn drive(&mut self, cx: &mut Context<'_>) -> bool {
-        let Some(driver) = &mut self.driver else {
-            return true;
-        };
-        if let Poll::Ready(result) = Pin::new(driver).poll(cx) {
-            if let Err(e) = result {
-                tracing::debug!(origin = %self.origin, error = %e, "upstream connection ended");
-            }
-            self.driver = None;
+    fn new(origin: Origin, stream: TcpStream) -> Conn {
+        Conn {
+            origin,
+            stream,
+            read: BytesMut::new(),
+            read_size: READ_MIN,
+            write: Vec::new(),
         }
-        self.driver.is_none()
     }
 
-    /// Waits until the connection can take a request, driving it meanwhile.
-    /// False if it closed instead (the origin hung up while it was idle).
-    async fn ready(&mut self) -> bool {
-        poll_fn(|cx| {
-            if self.drive(cx) {
-                return Poll::Ready(false);
+    /// Reads what has arrived into `read`; `Ok(0)` at the connection's end.
+    /// (Through `AsyncRead`: a read shorter than asked clears the socket's
+    /// readiness, so the next one waits for the event loop instead of
+    /// asking the socket and being told to wait.)
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.read.capacity() - self.read.len() < self.read_size / 2 {
+            self.read.reserve(self.read_size);
+        }
+        let room = self.read.capacity() - self.read.len();
+        let n = ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.stream),
+            cx,
+            &mut self.read
+        ))?;
+        if n == room && self.read_size < READ_MAX {
+            self.read_size *= 2;
+        } else if n < room / 4 && self.read_size > READ_MIN {
+            self.read_size /= 2;
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    /// Writes the request head and reads the final response head, skipping
+    /// (and counting) informational ones.
+    async fn exchange(&mut self, req: &http::request::Parts) -> Result<wire::Head, Failed> {
+        let target = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        self.write.clear();
+        wire::encode_request(&mut self.write, &req.method, target, &req.headers)
+            .map_err(|e| Failed::new(e, false))?;
+        if let Err(e) = self.stream.write_all(&self.write).await {
+            return Err(Failed::new(e, true));
+        }
+        let mut received = false;
+        loop {
+            match wire::parse_response(&mut self.read, &req.method) {
+                Ok(Parsed::Final(head)) => return Ok(head),
+                Ok(Parsed::Interim) => informational::count_one(),
+                Ok(Parsed::Partial) => {
+                    received |= !self.read.is_empty();
+                    match poll_fn(|cx| self.poll_fill(cx)).await {
+                        Ok(0) => return Err(Failed::new(WireError::Incomplete, !received)),
+                        Ok(_) => {}
+                        Err(e) => {
+                            let nothing = !received && e.kind() == io::ErrorKind::ConnectionReset;
+                            return Err(Failed::new(e, nothing));
+                        }
+                    }
+                }
+                Err(e) => return Err(Failed::new(e, false)),
             }
-            self.sender.poll_ready(cx).map(|r| r.is_ok())
-        })
-        .await
+        }
     }
 
-    /// Lets an idle connection act on what has arrived (an origin's close)
-    /// without waiting; then true if it is still open.
+    /// True if an idle connection can take a request: nothing has arrived
+    /// on it (an origin's close, or bytes no request asked for). Asks the
+    /// socket only when the event loop has seen it become readable.
     fn still_open(&mut self) -> bool {
+        if !self.read.is_empty() {
+            return false;
+        }
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        !self.drive(&mut cx) && !self.sender.is_closed()
+        match self.stream.poll_read_ready(&mut cx) {
+            Poll::Pending => true,
+            Poll::Ready(Err(_)) => false,
+            Poll::Ready(Ok(())) => {
+                let mut probe = [0u8; 1];
+                matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+        }
     }
 }
 
@@ -231,7 +306,7 @@ impl Pool {
     /// be told from that request's answer: the proxy refuses to forward the
     /// bodies that cause them (`proxy::forward::undefined_body`).
     fn put(&self, conn: Box<Conn>) {
-        if conn.driver.is_none() || conn.sender.is_closed() || self.per_host == 0 || self.max == 0 {
+        if self.per_host == 0 || self.max == 0 {
             return;
         }
         let (oldest, evicted) = {
@@ -307,16 +382,19 @@ impl Pool {
     }
 
     /// Sends `req` (origin-form target, Host set, no body: requests with a
-    /// body go over the pooled client) to `origin`, over the
-    /// newest idle connection or a new one. A request that a reused
-    /// connection could not take (it had closed) is sent again on another.
-    /// The response's body drives the connection until it ends, then hands
-    /// the connection back.
+    /// body go over the pooled client) to `origin`, over the newest idle
+    /// connection or a new one. A safe request that a reused connection
+    /// could not carry (the origin closed it as the request went out, and
+    /// nothing came back) is sent again on another. The response's body
+    /// reads the connection until it ends, then hands the connection back.
     pub(crate) async fn send(
         self: &Arc<Self>,
         origin: &Origin,
-        mut req: Request<Body>,
+        req: Request<Body>,
     ) -> Result<Response<DrivenBody>, UpstreamError> {
+        let (parts, _) = req.into_parts();
+        let retry =
+            parts.method.is_safe() || parts.method == Method::PUT || parts.method == Method::DELETE;
         loop {
             let (mut conn, reused) = match self.take(origin) {
                 Some(c) => (c, true),
@@ -325,32 +403,32 @@ impl Pool {
                 // moved at each level above.
                 None => (Box::pin(self.connect(origin)).await?, false),
             };
-            // A reused connection that closed while idle is dropped for the
-            // next one. A new one that closed before taking the request
-            // goes on: sending reports hyper's error for it.
-            if !conn.ready().await && reused {
+            if reused && !conn.still_open() {
                 continue;
             }
-            let mut response = std::pin::pin!(conn.sender.try_send_request(req));
-            let result = poll_fn(|cx| {
-                conn.drive(cx);
-                response.as_mut().poll(cx)
-            })
-            .await;
-            match result {
-                Ok(resp) => {
-                    return Ok(resp.map(|body| DrivenBody {
-                        body: Some(body),
-                        conn: Some(conn),
-                        ended: false,
-                        pool: self.clone(),
-                    }));
-                }
-                Err(mut e) => match e.take_message() {
-                    Some(r) if reused => req = r,
-                    _ => return Err(UpstreamError::new(e.into_error(), &url_host(origin))),
-                },
+            let head = match conn.exchange(&parts).await {
+                Ok(head) => head,
+                Err(f) if f.nothing_came && reused && retry => continue,
+                Err(f) => return Err(UpstreamError::new(f.error, &url_host(origin))),
+            };
+            let mut resp = Response::new(());
+            *resp.status_mut() = head.status;
+            *resp.version_mut() = head.version;
+            *resp.headers_mut() = head.headers;
+            if let Some(reason) = head.reason
+                && let Ok(reason) = hyper::ext::ReasonPhrase::try_from(reason)
+            {
+                resp.extensions_mut().insert(reason);
             }
+            let mut body = DrivenBody {
+                reader: BodyReader::new(head.framing),
+                reusable: head.reusable,
+                conn: Some(conn),
+                pool: self.clone(),
+                draining: false,
+            };
+            body.release();
+            return Ok(resp.map(|()| body));
         }
     }
 
@@ -375,15 +453,7 @@ impl Pool {
                 ));
             }
         };
-        let (sender, driver) = http1::Builder::new()
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| UpstreamError::new(e, &url_host(origin)))?;
-        Ok(Box::new(Conn {
-            origin: origin.clone(),
-            sender,
-            driver: Some(driver),
-        }))
+        Ok(Box::new(Conn::new(origin.clone(), stream)))
     }
 
     /// Idle connections held, over all origins.
@@ -400,14 +470,17 @@ impl Pool {
     }
 }
 
-/// A response body that drives its connection while it is read, and gives
+/// A response body that reads its connection while it is read, and gives
 /// the connection back for reuse once it has been read to the end.
 pub(crate) struct DrivenBody {
-    /// `None` only once dropped (taken for draining).
-    body: Option<Incoming>,
+    reader: BodyReader,
+    /// The response's framing and fields let the connection serve again.
+    reusable: bool,
+    /// `None` once handed back, closed, or taken for draining.
     conn: Option<Box<Conn>>,
-    ended: bool,
     pool: Arc<Pool>,
+    /// This is the rest of a response read in the background.
+    draining: bool,
 }
 
 /// A response the client left before its end is read on in the background
@@ -419,45 +492,81 @@ const DRAIN_TIME: Duration = Duration::from_secs(1);
 
 impl hyper::body::Body for DrivenBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        if let Some(conn) = &mut this.conn {
-            conn.drive(cx);
+        match ready!(this.poll_data(cx)) {
+            Ok(Some(data)) => Poll::Ready(Some(Ok(Frame::data(data)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
         }
-        let Some(body) = &mut this.body else {
-            return Poll::Ready(None);
-        };
-        let frame = Pin::new(body).poll_frame(cx);
-        if let Poll::Ready(None) = frame {
-            this.ended = true;
-            this.release();
-        }
-        frame
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ended || self.body.as_ref().is_none_or(|b| b.is_end_stream())
+        self.reader.is_done()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body
-            .as_ref()
-            .map(|b| b.size_hint())
-            .unwrap_or_default()
+        match self.reader.remaining() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
     }
 }
 
 impl DrivenBody {
+    /// The next piece of the body; `None` at its end. The connection is
+    /// handed back with the last piece, and closed on an error.
+    fn poll_data(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, BodyError>> {
+        loop {
+            let Some(conn) = &mut self.conn else {
+                // Handed back: the body had ended. Or closed after an error.
+                return Poll::Ready(if self.reader.is_done() {
+                    Ok(None)
+                } else {
+                    Err(BodyError::new(WireError::Incomplete))
+                });
+            };
+            let failed = match self.reader.read(&mut conn.read) {
+                Ok(Read::Data(data)) => {
+                    self.release();
+                    return Poll::Ready(Ok(Some(data)));
+                }
+                Ok(Read::End) => {
+                    self.release();
+                    return Poll::Ready(Ok(None));
+                }
+                Err(e) => BodyError::new(e),
+                Ok(Read::More) => match ready!(conn.poll_fill(cx)) {
+                    Ok(0) => match self.reader.eof() {
+                        Ok(()) => {
+                            self.conn = None;
+                            return Poll::Ready(Ok(None));
+                        }
+                        Err(e) => BodyError::new(e),
+                    },
+                    Ok(_) => continue,
+                    Err(e) => BodyError::new(e),
+                },
+            };
+            self.conn = None;
+            return Poll::Ready(Err(failed));
+        }
+    }
+
     /// Hands the connection back if the exchange is over: the response body
-    /// read to its end.
+    /// read to its end, nothing after it, and the response allowing reuse.
     fn release(&mut self) {
-        if self.is_end_stream()
-            && let Some(conn) = self.conn.take()
+        if !self.reader.is_done() {
+            return;
+        }
+        if let Some(conn) = self.conn.take()
+            && self.reusable
+            && conn.read.is_empty()
         {
             self.pool.put(conn);
         }
@@ -467,42 +576,42 @@ impl DrivenBody {
     /// Content-Length), and then hands the connection back; a longer or
     /// unbounded rest closes the connection instead.
     fn drain_in_background(&mut self) {
-        let remaining = self.size_hint().upper();
-        if remaining.is_none_or(|n| n > DRAIN_MAX_BYTES) {
+        let remaining = self.reader.remaining();
+        if !self.reusable || remaining.is_none_or(|n| n > DRAIN_MAX_BYTES) {
             return;
         }
-        let (Some(mut conn), Some(mut body)) = (self.conn.take(), self.body.take()) else {
+        let Some(conn) = self.conn.take() else {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let pool = self.pool.clone();
+        let mut rest = DrivenBody {
+            reader: std::mem::replace(&mut self.reader, BodyReader::new(wire::Framing::Empty)),
+            reusable: true,
+            conn: Some(conn),
+            pool: self.pool.clone(),
+            draining: true,
+        };
         runtime.spawn(async move {
             let read = poll_fn(|cx| {
                 loop {
-                    // Once the connection has closed, the body yields what
-                    // it already holds, then ends or fails.
-                    conn.drive(cx);
-                    match Pin::new(&mut body).poll_frame(cx) {
-                        Poll::Ready(Some(Ok(_))) => continue,
-                        Poll::Ready(Some(Err(_))) => return Poll::Ready(false),
-                        Poll::Ready(None) => return Poll::Ready(true),
-                        Poll::Pending => return Poll::Pending,
+                    match ready!(rest.poll_data(cx)) {
+                        Ok(Some(_)) => continue,
+                        // The last piece handed the connection back.
+                        Ok(None) | Err(_) => return Poll::Ready(()),
                     }
                 }
             });
-            if let Ok(true) = tokio::time::timeout(DRAIN_TIME, read).await {
-                pool.put(conn);
-            }
+            // Dropped unfinished when the time is up: the connection closes.
+            let _ = tokio::time::timeout(DRAIN_TIME, read).await;
         });
     }
 }
 
 impl Drop for DrivenBody {
     fn drop(&mut self) {
-        self.release();
-        if self.conn.is_some() {
+        if self.conn.is_some() && !self.draining {
             self.drain_in_background();
         }
     }
@@ -511,6 +620,9 @@ impl Drop for DrivenBody {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use hyper::body::Incoming;
+    use hyper_util::rt::TokioIo;
 
     use http_body_util::BodyExt;
     use hyper::service::service_fn;

@@ -78,7 +78,9 @@ pub(crate) fn encode_request(
     headers: &HeaderMap,
 ) -> Result<(), WireError> {
     if target.is_empty() || target.bytes().any(|b| b <= b' ' || b == 0x7f) {
-        return Err(WireError::Request("the target holds a space or control byte"));
+        return Err(WireError::Request(
+            "the target holds a space or control byte",
+        ));
     }
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
@@ -191,7 +193,12 @@ pub(crate) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Pars
         // A reason phrase other than the status's own is relayed as sent.
         let reason = res
             .reason
-            .filter(|r| StatusCode::from_u16(code).ok().and_then(|s| s.canonical_reason()) != Some(*r))
+            .filter(|r| {
+                StatusCode::from_u16(code)
+                    .ok()
+                    .and_then(|s| s.canonical_reason())
+                    != Some(*r)
+            })
             .map(|r| Bytes::copy_from_slice(r.as_bytes()));
         (len, code, version, count, reason)
     };
@@ -300,8 +307,7 @@ fn last_coding_is_chunked(headers: &HeaderMap) -> bool {
         .iter()
         .flat_map(|v| v.as_bytes().split(|&b| b == b','))
         .map(<[u8]>::trim_ascii)
-        .filter(|c| !c.is_empty())
-        .last();
+        .rfind(|c| !c.is_empty());
     last.is_some_and(|c| c.eq_ignore_ascii_case(b"chunked"))
 }
 

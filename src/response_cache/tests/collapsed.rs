@@ -109,7 +109,7 @@ async fn through(cache: &ResponseCache, client: &Http, url: &str) -> (String, St
             let mut req = Request::get(url).body(empty_body()).expect("request");
             p.add_conditional_headers(req.headers_mut());
             let upstream = client.request(req).await.expect("origin answers");
-            let upstream = upstream.map(|b| b.boxed());
+            let upstream = upstream.map(crate::http::body::incoming);
             cache
                 .complete(p, upstream)
                 .await

@@ -20,6 +20,9 @@ fn a_length_framed_response_leaves_its_body_in_the_buffer() {
     assert!(head.reusable);
     assert_eq!(head.headers["x-a"], "b");
     let mut body = BodyReader::new(head.framing);
-    assert_eq!(body.read(&mut rest), Ok(Read::Data(Bytes::from_static(b"hello"))));
+    assert_eq!(
+        body.read(&mut rest),
+        Ok(Read::Data(Bytes::from_static(b"hello")))
+    );
     assert_eq!(body.read(&mut rest), Ok(Read::End));
 }
