@@ -26,7 +26,7 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use http::{Method, Request, Response};
+use http::{Request, Response};
 use hyper::body::{Frame, SizeHint};
 use lru::LruCache;
 use tokio::io::AsyncWriteExt;
@@ -59,18 +59,19 @@ struct Conn {
 }
 
 /// Why an exchange failed, and whether the request may go on another
-/// connection: only if nothing of a response came back on a reused
-/// connection (the origin closed it while idle, as the request went out).
+/// connection: only if it could not be written (a reused connection the
+/// origin closed while idle, found out as the request went out). Once
+/// written, the origin may have acted on it: it is not sent again.
 struct Failed {
     error: BodyError,
-    nothing_came: bool,
+    unsent: bool,
 }
 
 impl Failed {
-    fn new(error: impl std::error::Error + Send + Sync + 'static, nothing_came: bool) -> Failed {
+    fn new(error: impl std::error::Error + Send + Sync + 'static, unsent: bool) -> Failed {
         Failed {
             error: BodyError::new(error),
-            nothing_came,
+            unsent,
         }
     }
 }
@@ -118,22 +119,15 @@ impl Conn {
         if let Err(e) = self.stream.write_all(&self.write).await {
             return Err(Failed::new(e, true));
         }
-        let mut received = false;
         loop {
             match wire::parse_response(&mut self.read, &req.method) {
                 Ok(Parsed::Final(head)) => return Ok(head),
                 Ok(Parsed::Interim) => informational::count_one(),
-                Ok(Parsed::Partial) => {
-                    received |= !self.read.is_empty();
-                    match poll_fn(|cx| self.poll_fill(cx)).await {
-                        Ok(0) => return Err(Failed::new(WireError::Incomplete, !received)),
-                        Ok(_) => {}
-                        Err(e) => {
-                            let nothing = !received && e.kind() == io::ErrorKind::ConnectionReset;
-                            return Err(Failed::new(e, nothing));
-                        }
-                    }
-                }
+                Ok(Parsed::Partial) => match poll_fn(|cx| self.poll_fill(cx)).await {
+                    Ok(0) => return Err(Failed::new(WireError::Incomplete, false)),
+                    Ok(_) => {}
+                    Err(e) => return Err(Failed::new(e, false)),
+                },
                 Err(e) => return Err(Failed::new(e, false)),
             }
         }
@@ -383,9 +377,9 @@ impl Pool {
 
     /// Sends `req` (origin-form target, Host set, no body: requests with a
     /// body go over the pooled client) to `origin`, over the newest idle
-    /// connection or a new one. A safe request that a reused connection
-    /// could not carry (the origin closed it as the request went out, and
-    /// nothing came back) is sent again on another. The response's body
+    /// connection or a new one. A request that a reused connection could
+    /// not take (closed by the origin as the request went out) is sent
+    /// again on another. The response's body
     /// reads the connection until it ends, then hands the connection back.
     pub(crate) async fn send(
         self: &Arc<Self>,
@@ -393,8 +387,6 @@ impl Pool {
         req: Request<Body>,
     ) -> Result<Response<DrivenBody>, UpstreamError> {
         let (parts, _) = req.into_parts();
-        let retry =
-            parts.method.is_safe() || parts.method == Method::PUT || parts.method == Method::DELETE;
         loop {
             let (mut conn, reused) = match self.take(origin) {
                 Some(c) => (c, true),
@@ -408,7 +400,7 @@ impl Pool {
             }
             let head = match conn.exchange(&parts).await {
                 Ok(head) => head,
-                Err(f) if f.nothing_came && reused && retry => continue,
+                Err(f) if f.unsent && reused => continue,
                 Err(f) => return Err(UpstreamError::new(f.error, &url_host(origin))),
             };
             let mut resp = Response::new(());
