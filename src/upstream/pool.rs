@@ -924,6 +924,181 @@ mod tests {
         assert_eq!(accepted(&connections), 2);
     }
 
+    /// Sends a GET for `path` and reads the answer to its end or its error.
+    async fn fetch_result(
+        pool: &Arc<Pool>,
+        origin: &Origin,
+        path: &str,
+    ) -> Result<(Response<()>, Bytes), String> {
+        let resp = pool
+            .send(origin, get(path, &origin.authority()))
+            .await
+            .map_err(|e| e.to_string())?;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok((Response::from_parts(parts, ()), body))
+    }
+
+    /// A chunked answer with extensions and trailer fields is read whole,
+    /// and its connection serves the next request.
+    #[tokio::test]
+    async fn a_chunked_answer_is_read_whole_and_its_connection_reused() {
+        let (origin, connections) = raw_origin(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
+              5;name=value\r\nhello\r\n6 \r\n world\r\n0\r\nx-trailer: 1\r\n\r\n",
+            Duration::from_secs(60),
+        )
+        .await;
+        let pool = pool(4, Duration::from_secs(60));
+        let (resp, body) = fetch_result(&pool, &origin, "/a").await.expect("answer");
+        assert_eq!(resp.status(), 200);
+        assert_eq!(&body[..], b"hello world");
+        assert_eq!(pool.idle_count(), 1);
+        assert_eq!(accepted(&connections), 1);
+    }
+
+    /// Transfer-Encoding and Content-Length both: the coding frames the
+    /// body (RFC 9112 §6.3), and the connection is not used again (such a
+    /// message may be an attempt to split responses).
+    #[tokio::test]
+    async fn an_answer_with_both_framings_is_read_by_its_coding_and_not_reused() {
+        let (origin, _) = raw_origin(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n\
+              2\r\nok\r\n0\r\n\r\n",
+            Duration::from_secs(60),
+        )
+        .await;
+        let pool = pool(4, Duration::from_secs(60));
+        let (_, body) = fetch_result(&pool, &origin, "/a").await.expect("answer");
+        assert_eq!(&body[..], b"ok");
+        assert_eq!(pool.idle_count(), 0);
+    }
+
+    /// A body cut short by the origin's close, or a malformed chunk, ends
+    /// the body with an error (never as a complete, shorter body), and the
+    /// connection is not pooled.
+    #[tokio::test]
+    async fn a_cut_or_malformed_body_ends_in_an_error() {
+        let answers: [&'static [u8]; 3] = [
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello",
+        ];
+        for answer in answers {
+            let (origin, _) = raw_origin(answer, Duration::ZERO).await;
+            let pool = pool(4, Duration::from_secs(60));
+            let got = fetch_result(&pool, &origin, "/a").await;
+            assert!(
+                got.is_err(),
+                "{:?}: {got:?}",
+                String::from_utf8_lossy(answer)
+            );
+            assert_eq!(pool.idle_count(), 0);
+        }
+    }
+
+    /// A head that is not HTTP/1.x, or a Content-Length that is not one
+    /// number, is an upstream error naming what was wrong.
+    #[tokio::test]
+    async fn a_malformed_head_is_an_error() {
+        let answers: [(&'static [u8], &str); 3] = [
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 2, 3\r\n\r\nok",
+                "Content-Length",
+            ),
+            (b"ICY 200 OK\r\n\r\n", "invalid HTTP response head"),
+            (
+                b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+                "unexpected status 101",
+            ),
+        ];
+        for (answer, why) in answers {
+            let (origin, _) = raw_origin(answer, Duration::from_secs(60)).await;
+            let pool = pool(4, Duration::from_secs(60));
+            let got = fetch_result(&pool, &origin, "/a").await;
+            let err = got.expect_err("an error");
+            assert!(err.contains(why), "{err}");
+        }
+    }
+
+    /// Informational answers before the final one are skipped; a reason
+    /// phrase of the origin's own is kept for the client; an HTTP/1.0
+    /// answer is read, and its connection not reused.
+    #[tokio::test]
+    async fn interim_answers_reasons_and_http_1_0() {
+        let (origin, _) = raw_origin(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\n\
+              HTTP/1.1 200 Fine Thanks\r\ncontent-length: 2\r\n\r\nok",
+            Duration::from_secs(60),
+        )
+        .await;
+        let pool = pool(4, Duration::from_secs(60));
+        let (resp, body) = fetch_result(&pool, &origin, "/a").await.expect("answer");
+        assert_eq!(&body[..], b"ok");
+        let reason = resp
+            .extensions()
+            .get::<hyper::ext::ReasonPhrase>()
+            .expect("reason");
+        assert_eq!(reason.as_bytes(), b"Fine Thanks");
+        assert_eq!(pool.idle_count(), 1);
+
+        let (origin, _) = raw_origin(
+            b"HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            Duration::from_secs(60),
+        )
+        .await;
+        let (resp, body) = fetch_result(&pool, &origin, "/a").await.expect("answer");
+        assert_eq!(
+            (resp.version(), &body[..]),
+            (http::Version::HTTP_10, &b"ok"[..])
+        );
+        assert_eq!(pool.idle_count(), 1, "the HTTP/1.0 connection was pooled");
+    }
+
+    /// Bytes an idle connection receives (no request asked for them) are
+    /// never taken for the next request's answer: the connection is closed
+    /// and the request goes on a new one.
+    #[tokio::test]
+    async fn bytes_that_arrive_while_idle_close_the_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counter = connections.clone();
+        let go = Arc::new(tokio::sync::Notify::new());
+        let origin_go = go.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let first = counter.fetch_add(1, Ordering::SeqCst) == 0;
+                let go = origin_go.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(1..) = stream.read(&mut buf).await {
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        let _ = stream.write_all(ok).await;
+                        if first {
+                            // Once the proxy holds the connection idle.
+                            go.notified().await;
+                            let secret = b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecret";
+                            let _ = stream.write_all(secret).await;
+                        }
+                    }
+                });
+            }
+        });
+        let origin = Origin::new(Scheme::Http, "127.0.0.1", Some(port)).expect("origin");
+        let pool = pool(4, Duration::from_secs(60));
+        assert_eq!(fetch(&pool, &origin, "/x").await, (200, "ok".into()));
+        let conn = pool.take(&origin).expect("the connection is idle");
+        go.notify_one();
+        conn.stream
+            .readable()
+            .await
+            .expect("the extra answer arrives");
+        pool.put(conn);
+        assert_eq!(fetch(&pool, &origin, "/y").await, (200, "ok".into()));
+        assert_eq!(accepted(&connections), 2);
+    }
+
     /// Idle connections are not polled by requests; the sweeper notices
     /// the origin's close long before the idle timeout.
     #[tokio::test]
