@@ -1,11 +1,12 @@
 //! A cap on the informational (1xx) responses an origin may send before
 //! its final one.
 //!
-//! hyper's HTTP/1 client reads and skips 1xx responses by itself, as many
-//! as come: an origin that sends `100 Continue` without end holds the
-//! request (and the task serving it) until `upstream.response_timeout`,
-//! or a robots.txt fetch until `robots.fetch_timeout`. hyper reports each
-//! one to a callback a request may carry (`hyper::ext::on_informational`);
+//! An HTTP/1 client reads and skips 1xx responses, as many as come: an
+//! origin that sends `100 Continue` without end would hold the request
+//! (and the task serving it) until `upstream.response_timeout`, or a
+//! robots.txt fetch until `robots.fetch_timeout`. hyper's client reports
+//! each one to a callback a request may carry
+//! (`hyper::ext::on_informational`), the in-task pool to [`count_one`];
 //! counting them there, and racing the request against the count passing
 //! the cap, ends the request (and drops its connection) at once. HTTP/2
 //! origins are not counted: hyper gives no such callback there (h2 reads
@@ -102,11 +103,12 @@ pub(crate) fn count_one() {
 
 /// [`capped`] for a request whose connection is driven by the request's
 /// own future (the plain-http [`super::Pool`]), with the response timeout:
-/// hyper reports each 1xx while that future is polled, on the polling
-/// thread, so a count kept by the thread, read after each poll, ends the
-/// request without the `Notify` and the race [`capped`] needs (nothing
-/// else runs on the thread during the poll, so each request counts only
-/// its own). Ends with [`Inline::TimedOut`] when `timeout` passes first.
+/// the pool reads each 1xx while that future is polled, on the polling
+/// thread, and counts it with [`count_one`], so a count kept by the thread,
+/// read after each poll, ends the request without the `Notify` and the
+/// race [`capped`] needs (nothing else runs on the thread during the poll,
+/// so each request counts only its own). Ends with [`Inline::TimedOut`]
+/// when `timeout` passes first.
 pub(crate) async fn capped_inline<B, F, T>(
     req: Request<B>,
     limit: usize,

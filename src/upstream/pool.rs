@@ -293,12 +293,13 @@ impl Pool {
     /// longest ago goes first).
     ///
     /// Bytes no request asked for (an origin that read a request's body as
-    /// another request, and answered it) never make it here: hyper's
-    /// client ends a connection that holds unread bytes once its response
-    /// is read, or that receives any while idle (`ready` drives it before
-    /// reuse). Bytes that arrive after the next request was written cannot
-    /// be told from that request's answer: the proxy refuses to forward the
-    /// bodies that cause them (`proxy::forward::undefined_body`).
+    /// another request, and answered it) never make it here: a connection
+    /// with bytes left after its response is not handed back, and one
+    /// that receives any while idle is closed when next taken
+    /// ([`Conn::still_open`]). Bytes that arrive after the next request was
+    /// written cannot be told from that request's answer: the proxy refuses
+    /// to forward the bodies that cause them
+    /// (`proxy::forward::undefined_body`).
     fn put(&self, conn: Box<Conn>) {
         if self.per_host == 0 || self.max == 0 {
             return;
@@ -907,8 +908,7 @@ mod tests {
     /// An origin that answers twice to one request (it read the request's
     /// body as another request): the connection holds bytes no request
     /// asked for, and is closed instead of pooled, so the second answer is
-    /// never taken for the next request's (hyper's client does it; this
-    /// holds it to that).
+    /// never taken for the next request's.
     #[tokio::test]
     async fn a_connection_with_bytes_after_its_response_is_not_pooled() {
         let (origin, connections) = raw_origin(
