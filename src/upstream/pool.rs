@@ -119,15 +119,28 @@ impl Conn {
         if let Err(e) = self.stream.write_all(&self.write).await {
             return Err(Failed::new(e, true));
         }
+        // Bytes of `read` already looked through for the head's end.
+        let mut seen = 0;
         loop {
-            match wire::parse_response(&mut self.read, &req.method) {
-                Ok(Parsed::Final(head)) => return Ok(head),
-                Ok(Parsed::Interim) => informational::count_one(),
-                Ok(Parsed::Partial) => match poll_fn(|cx| self.poll_fill(cx)).await {
-                    Ok(0) => return Err(Failed::new(WireError::Incomplete, false)),
-                    Ok(_) => {}
+            // A head that trickles in is parsed once it can be whole, not
+            // again from its start at every read (which would cost the
+            // square of its length).
+            if self.read.len() > wire::MAX_HEAD_BYTES || has_blank_line(&self.read, seen) {
+                match wire::parse_response(&mut self.read, &req.method) {
+                    Ok(Parsed::Final(head)) => return Ok(head),
+                    Ok(Parsed::Interim) => {
+                        informational::count_one();
+                        seen = 0;
+                        continue;
+                    }
+                    Ok(Parsed::Partial) => {}
                     Err(e) => return Err(Failed::new(e, false)),
-                },
+                }
+            }
+            seen = self.read.len();
+            match poll_fn(|cx| self.poll_fill(cx)).await {
+                Ok(0) => return Err(Failed::new(WireError::Incomplete, false)),
+                Ok(_) => {}
                 Err(e) => return Err(Failed::new(e, false)),
             }
         }
@@ -151,6 +164,21 @@ impl Conn {
         }
     }
 }
+
+/// True if `buf` may hold a whole head: an empty line (LF LF, or LF CR
+/// LF) ends one. Looked for from `seen` on (with the two bytes before it,
+/// where such a line may have begun).
+fn has_blank_line(buf: &[u8], seen: usize) -> bool {
+    let start = seen.min(buf.len()).saturating_sub(2);
+    memchr::memchr_iter(b'\n', &buf[start..]).any(|i| {
+        let rest = &buf[start + i + 1..];
+        rest.first() == Some(&b'\n') || rest.starts_with(b"\r\n")
+    })
+}
+
+/// Read and write buffers larger than this are not kept by an idle
+/// connection (a large response grew them).
+const KEPT_BUFFER: usize = 2 * READ_MIN;
 
 struct Idle {
     conn: Box<Conn>,
@@ -300,9 +328,16 @@ impl Pool {
     /// written cannot be told from that request's answer: the proxy refuses
     /// to forward the bodies that cause them
     /// (`proxy::forward::undefined_body`).
-    fn put(&self, conn: Box<Conn>) {
+    fn put(&self, mut conn: Box<Conn>) {
         if self.per_host == 0 || self.max == 0 {
             return;
+        }
+        if conn.read.capacity() > KEPT_BUFFER {
+            conn.read = BytesMut::new();
+            conn.read_size = READ_MIN;
+        }
+        if conn.write.capacity() > KEPT_BUFFER {
+            conn.write = Vec::new();
         }
         let (oldest, evicted) = {
             let mut idle = self.lock();
@@ -1097,6 +1132,61 @@ mod tests {
         pool.put(conn);
         assert_eq!(fetch(&pool, &origin, "/y").await, (200, "ok".into()));
         assert_eq!(accepted(&connections), 2);
+    }
+
+    #[test]
+    fn a_head_is_parsed_only_once_an_empty_line_may_end_it() {
+        assert!(!has_blank_line(b"", 0));
+        assert!(!has_blank_line(b"HTTP/1.1 200 OK\r\nA: b\r\n", 0));
+        assert!(has_blank_line(b"HTTP/1.1 200 OK\r\n\r\n", 0));
+        assert!(has_blank_line(b"HTTP/1.1 200 OK\n\n", 0));
+        // The empty line's start was looked through before, its last byte
+        // is new.
+        let head = b"HTTP/1.1 200 OK\r\nA: b\r\n\r\n";
+        for seen in 0..head.len() {
+            assert!(has_blank_line(head, seen), "from {seen}");
+        }
+        // Found before: not looked for again.
+        assert!(!has_blank_line(b"\n\nHTTP/1.1 200 OK\r\nA: b", 4));
+    }
+
+    /// A head that arrives a byte at a time, and one after empty lines, is
+    /// read as a whole head.
+    #[tokio::test]
+    async fn a_head_that_trickles_in_is_read() {
+        let answers: [&'static [u8]; 2] = [
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-a: b\r\n\r\nok",
+            b"\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        ];
+        for answer in answers {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let port = listener.local_addr().expect("addr").port();
+            tokio::spawn(async move {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let _ = stream.set_nodelay(true);
+                let mut buf = [0u8; 1024];
+                if let Ok(1..) = stream.read(&mut buf).await {
+                    for byte in answer {
+                        if stream.write_all(&[*byte]).await.is_err() {
+                            return;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                }
+                let _ = stream.read(&mut buf).await;
+            });
+            let origin = Origin::new(Scheme::Http, "127.0.0.1", Some(port)).expect("origin");
+            let pool = pool(4, Duration::from_secs(60));
+            match fetch_result(&pool, &origin, "/a").await {
+                Ok((resp, body)) => {
+                    assert_eq!((resp.status().as_u16(), &body[..]), (200, &b"ok"[..]))
+                }
+                // httparse may refuse leading empty lines: an error, not a hang.
+                Err(e) => assert!(answer.starts_with(b"\r\n"), "{e}"),
+            }
+        }
     }
 
     /// Idle connections are not polled by requests; the sweeper notices
