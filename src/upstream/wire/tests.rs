@@ -190,6 +190,22 @@ fn field_values_keep_their_bytes_and_order_and_are_slices_of_the_head() {
 }
 
 #[test]
+fn field_values_share_the_read_buffer() {
+    let mut buf =
+        BytesMut::from("HTTP/1.1 200 OK\r\nX-A: shared value\r\nContent-Length: 0\r\n\r\n");
+    let start = buf.as_ptr() as usize;
+    let read = start..start + buf.len();
+    let Ok(Parsed::Final(h)) = parse_response(&mut buf, &Method::GET) else {
+        panic!("no final head");
+    };
+    for value in h.headers.values() {
+        let at = value.as_bytes().as_ptr() as usize;
+        assert!(read.contains(&at), "{value:?} was copied");
+    }
+    assert_eq!(h.headers["x-a"].as_bytes(), b"shared value");
+}
+
+#[test]
 fn obs_text_in_a_value_is_kept_as_bytes() {
     let mut text =
         b"HTTP/1.1 200 OK\r\nX-Latin: caf\xe9 \xff\x80\r\nContent-Length: 0\r\n\r\n".to_vec();
