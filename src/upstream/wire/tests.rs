@@ -254,6 +254,22 @@ fn malformed_field_lines_are_errors() {
 }
 
 #[test]
+fn a_broken_head_is_an_error_before_it_is_complete() {
+    // hyper's client parses a partial head again only once its end has
+    // arrived; wire.rs parses what it has, and refuses a broken start at
+    // once.
+    for text in [
+        "HTTP/1.1 200 OK\r\nX Y: z",
+        "HTTP/1.1 200 OK\r\n,",
+        "HTTP/1.1 200 OK\r\n\r\t",
+        "HTTP/3",
+        "ICY 200",
+    ] {
+        assert!(matches!(error(text), WireError::Head(_)), "{text:?}");
+    }
+}
+
+#[test]
 fn bare_lf_line_ends_are_read_as_httparse_reads_them() {
     // httparse accepts LF alone as a line end (RFC 9112 §2.2 allows it);
     // the head ends at the first empty line either way.
@@ -456,6 +472,22 @@ fn empty_list_elements_after_chunked_are_ignored() {
         ),
         (Framing::Chunked, true)
     );
+}
+
+#[test]
+fn obs_text_in_a_transfer_coding_does_not_hide_the_last_one() {
+    // hyper's client reads a value it cannot make a str of as not chunked
+    // (until close); the last coding here is chunked whatever comes before.
+    let text = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: g\x80zip, chunked\r\n\r\n";
+    let Ok(Parsed::Final(h)) = parse_bytes(text, &Method::GET).0 else {
+        panic!("no final head");
+    };
+    assert_eq!((h.framing, h.reusable), (Framing::Chunked, true));
+    let text = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, g\x80zip\r\n\r\n";
+    let Ok(Parsed::Final(h)) = parse_bytes(text, &Method::GET).0 else {
+        panic!("no final head");
+    };
+    assert_eq!((h.framing, h.reusable), (Framing::UntilClose, false));
 }
 
 #[test]
@@ -961,6 +993,26 @@ fn chunk_data_errors() {
         chunk_error(b"3\r\nhello\r\n0\r\n\r\n"),
         "chunk data not followed by CRLF"
     );
+}
+
+#[test]
+fn trailer_fields_are_skipped_unread() {
+    // Only the line structure counts: the section ends at its empty line,
+    // whatever the lines hold (hyper's client parses them, and fails on
+    // these).
+    for bytes in [
+        &b"0\r\nno colon here\r\n\r\n"[..],
+        b"0\r\n: no name\r\n\r\n",
+        b"0\r\nX\x7fY: z\r\n\r\n",
+        b"0\r\n \tfolded\r\n\r\n",
+    ] {
+        assert_eq!(
+            chunked(bytes).unwrap(),
+            b"",
+            "{:?}",
+            bytes.escape_ascii().to_string()
+        );
+    }
 }
 
 #[test]
