@@ -291,7 +291,9 @@ fn framing(
 }
 
 fn parse_decimal(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() || digits.len() > 19 {
+    // No cap on the digits' count: leading zeros are valid, and the checked
+    // arithmetic refuses what overflows.
+    if digits.is_empty() {
         return None;
     }
     digits.iter().try_fold(0u64, |n, &b| {
