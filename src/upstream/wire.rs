@@ -77,9 +77,9 @@ pub(crate) fn encode_request(
     target: &str,
     headers: &HeaderMap,
 ) -> Result<(), WireError> {
-    if target.is_empty() || target.bytes().any(|b| b <= b' ' || b == 0x7f) {
+    if target.is_empty() || target.bytes().any(|b| b <= b' ' || b >= 0x7f) {
         return Err(WireError::Request(
-            "the target holds a space or control byte",
+            "the target holds a space, a control byte or one beyond ASCII",
         ));
     }
     out.extend_from_slice(method.as_str().as_bytes());

@@ -1182,8 +1182,9 @@ fn transfer_encoding_is_left_out_of_a_request() {
 }
 
 #[test]
-fn a_target_with_a_space_or_control_byte_is_refused() {
+fn a_target_with_a_space_control_or_non_ascii_byte_is_refused() {
     for target in [
+        "/caf\u{e9}",
         "",
         "/a b",
         "/a\tb",
@@ -1197,7 +1198,7 @@ fn a_target_with_a_space_or_control_byte_is_refused() {
         assert_eq!(
             request(&Method::GET, target, &[]),
             Err(WireError::Request(
-                "the target holds a space or control byte"
+                "the target holds a space, a control byte or one beyond ASCII"
             )),
             "{target:?}"
         );
