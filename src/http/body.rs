@@ -24,6 +24,11 @@ impl BodyError {
     pub(crate) fn new(e: impl std::error::Error + Send + Sync + 'static) -> BodyError {
         BodyError(Box::new(e))
     }
+
+    /// The wrapped error.
+    pub(crate) fn get_ref(&self) -> &(dyn std::error::Error + 'static) {
+        &*self.0
+    }
 }
 
 impl std::fmt::Display for BodyError {

@@ -274,13 +274,17 @@ pub(crate) fn causes<'a>(
     let mut next = Some(err);
     std::iter::from_fn(move || {
         let current = next?;
-        next = match current
-            .downcast_ref::<io::Error>()
-            .and_then(|e| e.get_ref())
-        {
-            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
-            None => current.source(),
+        // An I/O error's and a body error's source is the wrapped error's
+        // source: the wrapped error itself comes next.
+        let wrapped = match current.downcast_ref::<io::Error>() {
+            Some(e) => e
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => current
+                .downcast_ref::<crate::http::body::BodyError>()
+                .map(crate::http::body::BodyError::get_ref),
         };
+        next = wrapped.or_else(|| current.source());
         Some(current)
     })
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use http::{Request, Response};
 use hyper::body::{Frame, SizeHint};
 use lru::LruCache;
@@ -55,6 +55,9 @@ struct Conn {
     read: BytesMut,
     /// How much the next read asks for.
     read_size: usize,
+    /// The largest room reserved in `read` since it was made: its
+    /// allocation may be that large while the view left of it is small.
+    reserved: usize,
     write: Vec<u8>,
 }
 
@@ -83,6 +86,7 @@ impl Conn {
             stream,
             read: BytesMut::new(),
             read_size: READ_MIN,
+            reserved: 0,
             write: Vec::new(),
         }
     }
@@ -94,6 +98,7 @@ impl Conn {
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         if self.read.capacity() - self.read.len() < self.read_size / 2 {
             self.read.reserve(self.read_size);
+            self.reserved = self.reserved.max(self.read.capacity());
         }
         let room = self.read.capacity() - self.read.len();
         let n = ready!(tokio_util::io::poll_read_buf(
@@ -119,9 +124,21 @@ impl Conn {
         if let Err(e) = self.stream.write_all(&self.write).await {
             return Err(Failed::new(e, true));
         }
-        // Bytes of `read` already looked through for the head's end.
+        // Bytes of `read` already looked through for the head's end, and
+        // empty lines skipped before a head (httparse skips them too; taken
+        // off here so that they are not each read as a head's end).
         let mut seen = 0;
+        let mut skipped = 0usize;
         loop {
+            let lead = leading_empty_lines(&self.read);
+            if lead > 0 {
+                self.read.advance(lead);
+                skipped += lead;
+                seen = 0;
+                if skipped > wire::MAX_HEAD_BYTES {
+                    return Err(Failed::new(WireError::HeadTooLarge, false));
+                }
+            }
             // A head that trickles in is parsed once it can be whole, not
             // again from its start at every read (which would cost the
             // square of its length).
@@ -161,6 +178,18 @@ impl Conn {
                 let mut probe = [0u8; 1];
                 matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
             }
+        }
+    }
+}
+
+/// How many bytes of empty lines (CRLF or LF) `buf` starts with.
+fn leading_empty_lines(buf: &[u8]) -> usize {
+    let mut n = 0;
+    loop {
+        match &buf[n..] {
+            [b'\r', b'\n', ..] => n += 2,
+            [b'\n', ..] => n += 1,
+            _ => return n,
         }
     }
 }
@@ -332,9 +361,10 @@ impl Pool {
         if self.per_host == 0 || self.max == 0 {
             return;
         }
-        if conn.read.capacity() > KEPT_BUFFER {
+        if conn.reserved > KEPT_BUFFER {
             conn.read = BytesMut::new();
             conn.read_size = READ_MIN;
+            conn.reserved = 0;
         }
         if conn.write.capacity() > KEPT_BUFFER {
             conn.write = Vec::new();
@@ -423,6 +453,9 @@ impl Pool {
         req: Request<Body>,
     ) -> Result<Response<DrivenBody>, UpstreamError> {
         let (parts, _) = req.into_parts();
+        // A target that cannot be written fails before a connection is taken.
+        let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+        wire::check_target(target).map_err(|e| UpstreamError::new(e, &url_host(origin)))?;
         loop {
             let (mut conn, reused) = match self.take(origin) {
                 Some(c) => (c, true),
@@ -1179,14 +1212,73 @@ mod tests {
             });
             let origin = Origin::new(Scheme::Http, "127.0.0.1", Some(port)).expect("origin");
             let pool = pool(4, Duration::from_secs(60));
-            match fetch_result(&pool, &origin, "/a").await {
-                Ok((resp, body)) => {
-                    assert_eq!((resp.status().as_u16(), &body[..]), (200, &b"ok"[..]))
-                }
-                // httparse may refuse leading empty lines: an error, not a hang.
-                Err(e) => assert!(answer.starts_with(b"\r\n"), "{e}"),
-            }
+            let (resp, body) = fetch_result(&pool, &origin, "/a").await.expect("answer");
+            assert_eq!((resp.status().as_u16(), &body[..]), (200, &b"ok"[..]));
         }
+    }
+
+    #[test]
+    fn empty_lines_before_a_head_are_counted() {
+        assert_eq!(leading_empty_lines(b""), 0);
+        assert_eq!(leading_empty_lines(b"HTTP/1.1"), 0);
+        assert_eq!(leading_empty_lines(b"\r\n\n\r\nHTTP/1.1"), 5);
+        // A lone CR is left for httparse (an error, or a CRLF to come).
+        assert_eq!(leading_empty_lines(b"\r\n\r"), 2);
+        assert_eq!(leading_empty_lines(b"\rHTTP"), 0);
+    }
+
+    /// An origin that resets the connection instead of answering: the
+    /// error says so in the words the other upstream errors use.
+    #[tokio::test]
+    async fn a_reset_reads_as_a_reset() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buf = [0u8; 1024];
+                let _ = stream.read(&mut buf).await;
+                let _ = stream.set_linger(Some(Duration::ZERO));
+            }
+        });
+        let origin = Origin::new(Scheme::Http, "127.0.0.1", Some(port)).expect("origin");
+        let pool = pool(4, Duration::from_secs(60));
+        let Err(err) = pool.send(&origin, get("/a", &origin.authority())).await else {
+            panic!("an answer to a reset connection");
+        };
+        assert!(
+            err.reason().starts_with("connection reset by 127.0.0.1"),
+            "{}",
+            err.reason()
+        );
+        assert_eq!(err.kind(), ErrorKind::Connect);
+    }
+
+    /// A request path with bytes beyond ASCII goes out as the client sent
+    /// it.
+    #[tokio::test]
+    async fn a_path_beyond_ascii_is_sent_as_it_came() {
+        let (origin, _) = origin().await;
+        let pool = pool(4, Duration::from_secs(60));
+        let (status, body) = fetch(&pool, &origin, "/caf\u{e9}").await;
+        assert_eq!(status, 200);
+        assert!(body.starts_with("/caf\u{e9} "), "{body}");
+    }
+
+    /// A large response grows the connection's read buffer; once idle, the
+    /// connection keeps a small one.
+    #[tokio::test]
+    async fn an_idle_connection_keeps_no_large_buffer() {
+        let (origin, _) = origin().await;
+        let pool = pool(4, Duration::from_secs(60));
+        let (status, body) = fetch(&pool, &origin, "/big").await;
+        assert_eq!((status, body.len()), (200, 1 << 20));
+        let conn = pool.take(&origin).expect("idle");
+        assert!(
+            conn.read.capacity() <= KEPT_BUFFER,
+            "{}",
+            conn.read.capacity()
+        );
+        assert_eq!((conn.reserved, conn.read_size), (0, READ_MIN));
     }
 
     /// Idle connections are not polled by requests; the sweeper notices

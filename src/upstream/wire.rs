@@ -77,11 +77,7 @@ pub(crate) fn encode_request(
     target: &str,
     headers: &HeaderMap,
 ) -> Result<(), WireError> {
-    if target.is_empty() || target.bytes().any(|b| b <= b' ' || b >= 0x7f) {
-        return Err(WireError::Request(
-            "the target holds a space, a control byte or one beyond ASCII",
-        ));
-    }
+    check_target(target)?;
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
@@ -101,6 +97,18 @@ pub(crate) fn encode_request(
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
+    Ok(())
+}
+
+/// A request target that can be written on the request line: not empty,
+/// no space or control byte (bytes beyond ASCII go out as they came, as
+/// hyper's server took them and its client sent them).
+pub(crate) fn check_target(target: &str) -> Result<(), WireError> {
+    if target.is_empty() || target.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(WireError::Request(
+            "the target holds a space or control byte",
+        ));
+    }
     Ok(())
 }
 
