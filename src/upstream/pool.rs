@@ -1237,7 +1237,7 @@ mod tests {
             while let Ok((mut stream, _)) = listener.accept().await {
                 let mut buf = [0u8; 1024];
                 let _ = stream.read(&mut buf).await;
-                let _ = stream.set_linger(Some(Duration::ZERO));
+                let _ = stream.set_zero_linger();
             }
         });
         let origin = Origin::new(Scheme::Http, "127.0.0.1", Some(port)).expect("origin");
