@@ -427,7 +427,11 @@ impl App {
         let minter = Arc::new(Minter::new(ca, config.tls.leaf_cache)?);
         let admin_acl = ClientAcl::new(config.admin.allow_clients.iter().map(|n| n.to_string()))
             .map_err(StartError::AdminAcl)?;
-        let upstream = crate::upstream::Pool::for_threads(client_settings, config.worker_threads());
+        let upstream = crate::upstream::Pool::for_threads(
+            client_settings,
+            upstream_tls.clone(),
+            config.worker_threads(),
+        );
         let upstreams = Upstreams {
             client,
             pool: upstream,

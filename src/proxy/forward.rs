@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
-use http_body_util::BodyExt;
 use hyper::body::Body as _;
 
 use super::phases::Forwarded;
@@ -72,10 +71,15 @@ fn host_is_derived(headers: &HeaderMap, uri: &http::Uri) -> bool {
 
 /// The `Host` an HTTP/1.1 request for `uri` carries, as hyper-util's
 /// client writes it: the host as written (IPv6 bracketed), then `:port`
-/// unless it is absent or 80 (`http` only comes here).
+/// unless it is absent or the scheme's default (80, 443 for `https`).
 fn host_header(uri: &Uri) -> HeaderValue {
     let host = uri.host().unwrap_or_default();
-    let text = match uri.port_u16().filter(|&p| p != 80) {
+    let default = if uri.scheme() == Some(&http::uri::Scheme::HTTPS) {
+        443
+    } else {
+        80
+    };
+    let text = match uri.port_u16().filter(|&p| p != default) {
         Some(port) => format!("{host}:{port}"),
         None => host.to_string(),
     };
@@ -174,8 +178,9 @@ pub(crate) fn other_transfer_coding(headers: &HeaderMap) -> Option<String> {
 }
 
 /// Sends `req` (absolute URI) upstream and returns the response to relay.
-/// A plain `http` request without a body goes over `upstream`, driven in
-/// this task; others over the pooled `client`. Upstream failures become 502
+/// A request without a body goes over `upstream`, driven in this task,
+/// unless its origin is an `https` one known to speak HTTP/2; others over
+/// the pooled `client` (one multiplexed connection per HTTP/2 origin). Upstream failures become 502
 /// (or 403 for a refused private destination), a response that does not
 /// start within `timeout` a 504, more than `max_informational` 1xx
 /// responses before it a 502.
@@ -211,49 +216,51 @@ pub(crate) async fn forward(
     // client that reads nothing until its upload is done and an origin that
     // answers at length before reading it would wait on each other.
     // `Err` is the answer for a request that got no response.
-    let (sent, target): (Result<Response<Body>, Forwarded>, Uri) = match origin.scheme() {
-        Scheme::Http if req.body().is_end_stream() => {
-            if !host_is_derived {
-                let host = host_header(req.uri());
-                req.headers_mut().insert(header::HOST, host);
-            }
-            let origin_form = match req.uri().path_and_query() {
-                Some(pq) => Uri::from(pq.clone()),
-                None => Uri::from_static("/"),
-            };
-            // The absolute target, kept for error messages.
-            let target = std::mem::replace(req.uri_mut(), origin_form);
-            let send = |req| upstream.send(origin, req);
-            let sent = match capped_inline(req, max_informational, timeout, send).await {
-                Inline::Sent(Ok(resp)) => Ok(resp.map(BodyExt::boxed)),
-                Inline::Sent(Err(e)) => {
-                    let e = e.for_host(target.host().unwrap_or_default());
-                    Err(upstream_error(&e, &target))
-                }
-                Inline::Flooded(flooded) => Err(upstream_flooded(flooded, &target)),
-                Inline::TimedOut => Err(upstream_timeout(&target, timeout)),
-            };
-            (sent, target)
+    let inline = req.body().is_end_stream()
+        && match origin.scheme() {
+            Scheme::Http => true,
+            Scheme::Https => !upstream.speaks_h2(origin),
+        };
+    let (sent, target): (Result<Response<Body>, Forwarded>, Uri) = if inline {
+        if !host_is_derived {
+            let host = host_header(req.uri());
+            req.headers_mut().insert(header::HOST, host);
         }
-        Scheme::Http | Scheme::Https => {
-            // Kept for error messages; cloning a Uri shares its bytes.
-            let target = req.uri().clone();
-            // The client sets Host (HTTP/1.1) or :authority (HTTP/2).
-            if !host_is_derived {
-                req.headers_mut().remove(header::HOST);
+        let origin_form = match req.uri().path_and_query() {
+            Some(pq) => Uri::from(pq.clone()),
+            None => Uri::from_static("/"),
+        };
+        // The absolute target, kept for error messages.
+        let target = std::mem::replace(req.uri_mut(), origin_form);
+        let send = |req| upstream.send(origin, req);
+        let sent = match capped_inline(req, max_informational, timeout, send).await {
+            Inline::Sent(Ok(resp)) => Ok(resp),
+            Inline::Sent(Err(e)) => {
+                let e = e.for_host(target.host().unwrap_or_default());
+                Err(upstream_error(&e, &target))
             }
-            let sent = capped(req, max_informational, |req| client.request(req));
-            let sent = match tokio::time::timeout(timeout, sent).await {
-                Ok(Ok(Ok(resp))) => Ok(resp.map(crate::http::body::incoming)),
-                Ok(Ok(Err(e))) => {
-                    let e = UpstreamError::new(e, target.host().unwrap_or_default());
-                    Err(upstream_error(&e, &target))
-                }
-                Ok(Err(flooded)) => Err(upstream_flooded(flooded, &target)),
-                Err(_) => Err(upstream_timeout(&target, timeout)),
-            };
-            (sent, target)
+            Inline::Flooded(flooded) => Err(upstream_flooded(flooded, &target)),
+            Inline::TimedOut => Err(upstream_timeout(&target, timeout)),
+        };
+        (sent, target)
+    } else {
+        // Kept for error messages; cloning a Uri shares its bytes.
+        let target = req.uri().clone();
+        // The client sets Host (HTTP/1.1) or :authority (HTTP/2).
+        if !host_is_derived {
+            req.headers_mut().remove(header::HOST);
         }
+        let sent = capped(req, max_informational, |req| client.request(req));
+        let sent = match tokio::time::timeout(timeout, sent).await {
+            Ok(Ok(Ok(resp))) => Ok(resp.map(crate::http::body::incoming)),
+            Ok(Ok(Err(e))) => {
+                let e = UpstreamError::new(e, target.host().unwrap_or_default());
+                Err(upstream_error(&e, &target))
+            }
+            Ok(Err(flooded)) => Err(upstream_flooded(flooded, &target)),
+            Err(_) => Err(upstream_timeout(&target, timeout)),
+        };
+        (sent, target)
     };
     match sent {
         Ok(resp) => relay_response(resp, &target, via),

@@ -5,8 +5,10 @@ pub(crate) mod client;
 pub(crate) mod dial;
 pub(crate) mod error;
 pub(crate) mod guarded;
+mod h2;
 pub(crate) mod informational;
 pub(crate) mod pool;
+mod stream;
 pub mod tls;
 pub(crate) mod wire;
 

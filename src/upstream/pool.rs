@@ -1,5 +1,5 @@
-//! Plain-http upstream connections driven in the task that serves the
-//! client.
+//! Upstream HTTP/1.1 connections, plain or TLS, driven in the task that
+//! serves the client.
 //!
 //! hyper-util's pooled client runs every upstream connection in a task of
 //! its own: the response is read there, handed over a channel and read
@@ -7,15 +7,20 @@
 //! run queue twice and often crosses threads. Here the request is written,
 //! and the response read and relayed, in the client's own task (HTTP/1.1
 //! to an `http` origin without a request body, what a scraper mostly sends
-//! through a proxy), the way an event-loop proxy does it: the response body
+//! through a proxy, and what an intercepted HTTPS request becomes), the way
+//! an event-loop proxy does it: the response body
 //! reads the connection while it is read. Once read to the end the
 //! connection goes back to a shared idle pool, so an origin sees as many
 //! connections as requests in flight to it, not one per client connection.
 //!
 //! The bytes on the wire are [`super::wire`]'s: one write for the request
 //! head, `httparse` for the response head, the body's framing decided as
-//! hyper's client decides it. `https` origins (TLS, HTTP/2 by ALPN) and
-//! requests with a body still go through the pooled client.
+//! hyper's client decides it; for an `https` origin, over TLS with the
+//! pooled client's configuration ([`super::stream`]). An `https` origin
+//! that chooses HTTP/2 by ALPN gets the request that found it out over
+//! that connection, and is remembered for a while ([`super::h2`]): its
+//! requests go to the pooled client, which keeps one multiplexed
+//! connection per origin. Requests with a body go there too.
 
 use parking_lot::{Mutex, MutexGuard};
 use std::future::poll_fn;
@@ -30,15 +35,16 @@ use http::{Request, Response};
 use hyper::body::{Frame, SizeHint};
 use lru::LruCache;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use super::client::ClientSettings;
 use super::dial::{connect_upstream, url_host};
 use super::error::{ErrorKind, UpstreamError};
+use super::h2::{self, H2Origins};
 use super::informational;
+use super::stream::{self, Protocol, Stream};
 use super::wire::{self, BodyReader, Parsed, Read, WireError};
 use crate::http::body::{Body, BodyError};
-use crate::http::origin::Origin;
+use crate::http::origin::{Origin, Scheme};
 
 /// Bytes asked of the socket per read at first; doubled while reads fill
 /// what they are given (a large body), up to [`READ_MAX`].
@@ -51,7 +57,7 @@ const READ_MAX: usize = 128 * 1024;
 /// request.
 struct Conn {
     origin: Origin,
-    stream: TcpStream,
+    stream: Stream,
     read: BytesMut,
     /// How much the next read asks for.
     read_size: usize,
@@ -80,7 +86,7 @@ impl Failed {
 }
 
 impl Conn {
-    fn new(origin: Origin, stream: TcpStream) -> Conn {
+    fn new(origin: Origin, stream: Stream) -> Conn {
         Conn {
             origin,
             stream,
@@ -121,7 +127,11 @@ impl Conn {
         self.write.clear();
         wire::encode_request(&mut self.write, &req.method, target, &req.headers)
             .map_err(|e| Failed::new(e, false))?;
+        // Not sent unless flushed: TLS may hold the records back.
         if let Err(e) = self.stream.write_all(&self.write).await {
+            return Err(Failed::new(e, true));
+        }
+        if let Err(e) = self.stream.flush().await {
             return Err(Failed::new(e, true));
         }
         // Bytes of `read` already looked through for the head's end, and
@@ -164,21 +174,9 @@ impl Conn {
     }
 
     /// True if an idle connection can take a request: nothing has arrived
-    /// on it (an origin's close, or bytes no request asked for). Asks the
-    /// socket only when the event loop has seen it become readable.
+    /// on it (an origin's close, or bytes no request asked for).
     fn still_open(&mut self) -> bool {
-        if !self.read.is_empty() {
-            return false;
-        }
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        match self.stream.poll_read_ready(&mut cx) {
-            Poll::Pending => true,
-            Poll::Ready(Err(_)) => false,
-            Poll::Ready(Ok(())) => {
-                let mut probe = [0u8; 1];
-                matches!(self.stream.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
-            }
-        }
+        self.read.is_empty() && self.stream.still_open()
     }
 }
 
@@ -272,6 +270,18 @@ pub(crate) struct Pool {
     /// shards (rounded up), so the descriptor budget holds.
     per_host: usize,
     max: usize,
+    /// The pooled client's TLS configuration (trust anchors, ALPN h2 and
+    /// http/1.1), for `https` origins.
+    tls: Arc<rustls::ClientConfig>,
+    /// The `https` origins that chose HTTP/2.
+    h2: H2Origins,
+}
+
+/// A new connection: one this pool drives, or a TLS one on which the
+/// origin chose HTTP/2.
+enum Connected {
+    Http1(Box<Conn>),
+    H2(Stream),
 }
 
 thread_local! {
@@ -289,19 +299,25 @@ impl Pool {
     /// A pool, and (inside a Tokio runtime) the task that closes its
     /// expired connections.
     #[cfg(test)]
-    pub(crate) fn new(settings: ClientSettings) -> Arc<Pool> {
-        Pool::for_threads(settings, 1)
+    pub(crate) fn new(settings: ClientSettings, tls: Arc<rustls::ClientConfig>) -> Arc<Pool> {
+        Pool::for_threads(settings, tls, 1)
     }
 
     /// A pool for `threads` serving threads: one shard of idle connections
-    /// each.
-    pub(crate) fn for_threads(settings: ClientSettings, threads: usize) -> Arc<Pool> {
+    /// each; `tls` is the configuration for `https` origins.
+    pub(crate) fn for_threads(
+        settings: ClientSettings,
+        tls: Arc<rustls::ClientConfig>,
+        threads: usize,
+    ) -> Arc<Pool> {
         let threads = threads.max(1);
         let pool = Arc::new(Pool {
             per_host: settings.pool_idle_per_host,
             max: settings.pool_idle_max.div_ceil(threads),
+            h2: H2Origins::new(settings.pool_idle_timeout),
             settings,
             shards: (0..threads).map(|_| Mutex::new(IdleMap::new())).collect(),
+            tls,
         });
         Pool::spawn_sweeper(&pool);
         pool
@@ -309,6 +325,12 @@ impl Pool {
 
     pub(crate) fn settings(&self) -> &ClientSettings {
         &self.settings
+    }
+
+    /// True if `origin` (`https`) recently chose HTTP/2: its requests are
+    /// for the pooled client.
+    pub(crate) fn speaks_h2(&self, origin: &Origin) -> bool {
+        self.h2.knows(origin)
     }
 
     /// The calling thread's shard.
@@ -441,17 +463,18 @@ impl Pool {
         });
     }
 
-    /// Sends `req` (origin-form target, Host set, no body: requests with a
-    /// body go over the pooled client) to `origin`, over the newest idle
-    /// connection or a new one. A request that a reused connection could
-    /// not take (closed by the origin as the request went out) is sent
-    /// again on another. The response's body
-    /// reads the connection until it ends, then hands the connection back.
+    /// Sends `req` (Host set, no body: requests with a body go over the
+    /// pooled client) to `origin`, over the newest idle connection or a new
+    /// one. A request that a reused connection could not take (closed by
+    /// the origin as the request went out) is sent again on another. The
+    /// response's body reads the connection until it ends, then hands the
+    /// connection back. A new TLS connection on which the origin chose
+    /// HTTP/2 takes the request over HTTP/2 (see [`super::h2`]).
     pub(crate) async fn send(
         self: &Arc<Self>,
         origin: &Origin,
         req: Request<Body>,
-    ) -> Result<Response<DrivenBody>, UpstreamError> {
+    ) -> Result<Response<Body>, UpstreamError> {
         let (parts, _) = req.into_parts();
         // A target that cannot be written fails before a connection is taken.
         let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
@@ -462,7 +485,13 @@ impl Pool {
                 // Boxed: a new connection is the rare case, and its future
                 // inline would enlarge every request's future, which is
                 // moved at each level above.
-                None => (Box::pin(self.connect(origin)).await?, false),
+                None => match Box::pin(self.connect(origin)).await? {
+                    Connected::Http1(conn) => (conn, false),
+                    Connected::H2(stream) => {
+                        self.h2.learn(origin);
+                        return Box::pin(h2::send(origin, parts, stream)).await;
+                    }
+                },
             };
             if reused && !conn.still_open() {
                 continue;
@@ -489,20 +518,24 @@ impl Pool {
                 draining: false,
             };
             body.release();
-            return Ok(resp.map(|()| body));
+            return Ok(resp.map(|()| http_body_util::BodyExt::boxed(body)));
         }
     }
 
-    async fn connect(&self, origin: &Origin) -> Result<Box<Conn>, UpstreamError> {
+    /// A new connection to `origin`: TCP, and for `https` the TLS
+    /// handshake, within the connect timeout.
+    async fn connect(&self, origin: &Origin) -> Result<Connected, UpstreamError> {
         let settings = &self.settings;
         // connect_upstream shares the timeout among the addresses; this
-        // bounds the name lookup as well.
-        let stream = match tokio::time::timeout(
-            settings.connect_timeout,
-            connect_upstream(origin, &settings.policy, settings.connect_timeout),
-        )
-        .await
-        {
+        // bounds the name lookup (and the TLS handshake) as well.
+        let connect = async {
+            let tcp = connect_upstream(origin, &settings.policy, settings.connect_timeout).await?;
+            match origin.scheme() {
+                Scheme::Http => Ok(Stream::Plain(tcp)),
+                Scheme::Https => stream::handshake(tcp, origin, &self.tls).await,
+            }
+        };
+        let stream = match tokio::time::timeout(settings.connect_timeout, connect).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(e),
             Err(_) => {
@@ -514,7 +547,10 @@ impl Pool {
                 ));
             }
         };
-        Ok(Box::new(Conn::new(origin.clone(), stream)))
+        Ok(match stream.protocol() {
+            Protocol::Http1 => Connected::Http1(Box::new(Conn::new(origin.clone(), stream))),
+            Protocol::H2 => Connected::H2(stream),
+        })
     }
 
     /// Idle connections held, over all origins.
@@ -679,6 +715,10 @@ impl Drop for DrivenBody {
 }
 
 #[cfg(test)]
+#[path = "pool_tls_tests.rs"]
+mod tls_tests;
+
+#[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -743,13 +783,22 @@ mod tests {
     }
 
     fn pool_with_max(idle_per_origin: usize, max: usize, idle_timeout: Duration) -> Arc<Pool> {
-        Pool::new(ClientSettings {
-            policy: crate::http::destination::Policy::new(true),
-            connect_timeout: Duration::from_secs(5),
-            pool_idle_per_host: idle_per_origin,
-            pool_idle_max: max,
-            pool_idle_timeout: idle_timeout,
-        })
+        Pool::new(
+            ClientSettings {
+                policy: crate::http::destination::Policy::new(true),
+                connect_timeout: Duration::from_secs(5),
+                pool_idle_per_host: idle_per_origin,
+                pool_idle_max: max,
+                pool_idle_timeout: idle_timeout,
+            },
+            web_trust(),
+        )
+    }
+
+    /// The upstream TLS configuration with the built-in roots only.
+    fn web_trust() -> Arc<rustls::ClientConfig> {
+        let (config, _) = crate::upstream::tls::client_config_with(&[], false).expect("config");
+        Arc::new(config)
     }
 
     fn get(path: &str, host: &str) -> Request<Body> {
@@ -818,6 +867,7 @@ mod tests {
                 pool_idle_max: 1024,
                 pool_idle_timeout: Duration::from_secs(60),
             },
+            web_trust(),
             2,
         );
         assert_eq!((pool.per_host, pool.max), (3, 512));
@@ -1159,6 +1209,7 @@ mod tests {
         let conn = pool.take(&origin).expect("the connection is idle");
         go.notify_one();
         conn.stream
+            .tcp()
             .readable()
             .await
             .expect("the extra answer arrives");
@@ -1338,13 +1389,16 @@ mod tests {
 
     #[tokio::test]
     async fn refused_and_failed_connects_are_errors() {
-        let refusing = Pool::new(ClientSettings {
-            policy: crate::http::destination::Policy::new(false),
-            connect_timeout: Duration::from_secs(5),
-            pool_idle_per_host: 4,
-            pool_idle_max: 1024,
-            pool_idle_timeout: Duration::from_secs(60),
-        });
+        let refusing = Pool::new(
+            ClientSettings {
+                policy: crate::http::destination::Policy::new(false),
+                connect_timeout: Duration::from_secs(5),
+                pool_idle_per_host: 4,
+                pool_idle_max: 1024,
+                pool_idle_timeout: Duration::from_secs(60),
+            },
+            web_trust(),
+        );
         let origin = Origin::new(Scheme::Http, "localhost", Some(9)).expect("origin");
         match refusing.send(&origin, get("/", "localhost:9")).await {
             Err(e) if e.kind() == ErrorKind::Refused => {

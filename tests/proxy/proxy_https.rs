@@ -7,7 +7,7 @@ use rustls_pki_types::ServerName;
 use crate::support;
 use crate::support::tls::{
     ca_cert, connect, https_get, proxy_trusting, proxy_trusting_with, tls_origin,
-    tls_origin_with_robots, tls_trusting,
+    tls_origin_offering, tls_origin_with_robots, tls_trusting,
 };
 use crate::support::{Conn, Origin, Proxy, admin, get_with, metric, requests_total};
 
@@ -75,6 +75,31 @@ async fn http2_inside_the_tunnel_and_upstream() {
     let versions = o.origin.versions.lock().expect("versions").clone();
     assert!(
         versions.iter().all(|v| *v == http::Version::HTTP_2),
+        "{versions:?}"
+    );
+}
+
+/// An origin that speaks HTTP/1.1 only: the requests of several
+/// intercepted tunnels go over one kept-alive upstream connection.
+#[tokio::test]
+async fn intercepted_requests_share_a_kept_alive_http1_upstream_connection() {
+    let o = tls_origin_offering("127.0.0.1", &[b"http/1.1"]).await;
+    o.origin.robots("User-agent: *\nDisallow: /no\n");
+    let proxy = proxy_trusting(&o).await;
+    for path in ["/a", "/b", "/c"] {
+        let resp = o.get_via(&proxy, "127.0.0.1", path, false).await;
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.body, format!("page {path}"));
+    }
+    // robots.txt fetches keep no connection: one each, and one for the rest.
+    let connections = o
+        .origin
+        .connections
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(connections, o.origin.hits("/robots.txt") + 1);
+    let versions = o.origin.versions.lock().expect("versions").clone();
+    assert!(
+        versions.iter().all(|v| *v == http::Version::HTTP_11),
         "{versions:?}"
     );
 }

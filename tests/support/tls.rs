@@ -22,8 +22,16 @@ pub struct TlsOrigin {
 }
 
 pub async fn tls_origin(host: &str) -> TlsOrigin {
+    tls_origin_offering(host, &[b"h2", b"http/1.1"]).await
+}
+
+/// [`tls_origin`] offering the protocols `alpn` (none: no ALPN answer).
+pub async fn tls_origin_offering(host: &str, alpn: &[&[u8]]) -> TlsOrigin {
     let dir = tempfile::tempdir().expect("tempdir");
     let (config, ca_file) = origin_config(host, dir.path());
+    let mut config = (*config).clone();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let config = Arc::new(config);
     TlsOrigin {
         origin: Origin::start_tls(config).await,
         ca_file,
