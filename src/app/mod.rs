@@ -307,8 +307,8 @@ impl App {
             .with_own_listeners(own.iter().copied())
             .with_peer_listeners(peers.clone())
             .treating_as_public(config.treat_as_public.iter().copied());
-        // One set of upstream settings for both the pooled client and the
-        // plain-http connection pool.
+        // One set of upstream settings (and one TLS configuration) for both
+        // the pooled client and the in-task connection pool.
         let client_settings = ClientSettings {
             policy: policy.clone(),
             connect_timeout: config.upstream.connect_timeout,

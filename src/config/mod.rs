@@ -156,7 +156,8 @@ pub struct UpstreamConfig {
     pub response_timeout: Duration,
     /// Idle pooled connections kept per origin.
     pub(crate) pool_idle_per_host: usize,
-    /// Idle pooled plain-http connections kept over all origins.
+    /// Idle in-task connections (http, and https over HTTP/1.1) kept over
+    /// all origins.
     pub(crate) pool_idle_max: usize,
     #[serde(deserialize_with = "duration")]
     pub(crate) pool_idle_timeout: Duration,

@@ -192,8 +192,9 @@ pub struct Proxy {
     instance: String,
 }
 
-/// The ways to an origin: the pooled client (https, bodies), the plain-http
-/// pool, and the upstream TLS settings (for upgraded connections).
+/// The ways to an origin: the pooled client (bodies, HTTP/2 origins), the
+/// in-task pool (http and https), and the upstream TLS settings (for
+/// upgraded connections).
 pub(crate) struct Upstreams {
     pub(crate) client: HttpClient,
     pub(crate) pool: Arc<upstream::Pool>,

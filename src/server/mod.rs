@@ -96,9 +96,9 @@ pub(crate) struct AcceptLimits {
 /// runtime's and as many more less one, each an event loop of its own (a
 /// current-thread runtime). Each accepted connection goes to the thread
 /// with the fewest open, and stays there to its end with its requests and
-/// the upstream connections they take, so a plain-http request never waits
-/// for a wake-up from another thread (https origins and requests with a
-/// body share hyper-util's pooled client, robots.txt fetches and the
+/// the upstream connections they take, so a request over HTTP/1.1 upstream
+/// never waits for a wake-up from another thread (HTTP/2 origins and
+/// requests with a body share hyper-util's pooled client, robots.txt fetches and the
 /// response cache's collapsed misses are shared by all threads).
 pub(crate) async fn serve<H: Handler>(
     listener: TcpListener,

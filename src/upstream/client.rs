@@ -1,6 +1,6 @@
-//! The upstream clients: the pooled one forwarding uses (https origins,
-//! requests with a body), and one that keeps no idle connection for
-//! robots.txt fetches.
+//! The upstream clients: the pooled one forwarding uses (requests with a
+//! body, https origins that chose HTTP/2), and one that keeps no idle
+//! connection for robots.txt fetches.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,9 +23,9 @@ pub struct ClientSettings {
     pub policy: Policy,
     pub connect_timeout: Duration,
     pub pool_idle_per_host: usize,
-    /// Idle plain-http connections kept over all origins (the pooled
-    /// client for https has only the per-origin limit: hyper-util's pool
-    /// has no total and cannot be asked to close one).
+    /// Idle in-task connections (http, and https over HTTP/1.1) kept over
+    /// all origins (the pooled client has only the per-origin limit:
+    /// hyper-util's pool has no total and cannot be asked to close one).
     pub pool_idle_max: usize,
     pub pool_idle_timeout: Duration,
 }
