@@ -180,10 +180,10 @@ pub(crate) fn other_transfer_coding(headers: &HeaderMap) -> Option<String> {
 /// Sends `req` (absolute URI) upstream and returns the response to relay.
 /// A request without a body goes over `upstream`, driven in this task,
 /// unless its origin is an `https` one known to speak HTTP/2; others over
-/// the pooled `client` (one multiplexed connection per HTTP/2 origin). Upstream failures become 502
-/// (or 403 for a refused private destination), a response that does not
-/// start within `timeout` a 504, more than `max_informational` 1xx
-/// responses before it a 502.
+/// the pooled `client` (one multiplexed connection per HTTP/2 origin).
+/// Upstream failures become 502 (or 403 for a refused private
+/// destination), a response that does not start within `timeout` a 504,
+/// more than `max_informational` 1xx responses before it a 502.
 pub(crate) async fn forward(
     client: &HttpClient,
     upstream: &Arc<Pool>,

@@ -8,8 +8,8 @@
 //! and the response read and relayed, in the client's own task (HTTP/1.1
 //! to an `http` origin without a request body, what a scraper mostly sends
 //! through a proxy, and what an intercepted HTTPS request becomes), the way
-//! an event-loop proxy does it: the response body
-//! reads the connection while it is read. Once read to the end the
+//! an event-loop proxy does it: the response body reads the connection
+//! while it is read. Once read to the end the
 //! connection goes back to a shared idle pool, so an origin sees as many
 //! connections as requests in flight to it, not one per client connection.
 //!
@@ -127,10 +127,10 @@ impl Conn {
         self.write.clear();
         wire::encode_request(&mut self.write, &req.method, target, &req.headers)
             .map_err(|e| Failed::new(e, false))?;
-        // Not sent unless flushed: TLS may hold the records back.
         if let Err(e) = self.stream.write_all(&self.write).await {
             return Err(Failed::new(e, true));
         }
+        // Not sent until flushed: TLS may hold records back.
         if let Err(e) = self.stream.flush().await {
             return Err(Failed::new(e, true));
         }

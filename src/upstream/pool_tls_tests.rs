@@ -238,3 +238,25 @@ async fn a_tls_connection_the_origin_closed_while_idle_is_replaced() {
         assert_eq!(connections.load(Ordering::SeqCst), round);
     }
 }
+
+/// An origin that accepts the connection and never answers the TLS
+/// handshake: the connect timeout bounds the handshake too.
+#[tokio::test(start_paused = true)]
+async fn the_connect_timeout_bounds_the_tls_handshake() {
+    let (_, client) = tls_pair(&[b"http/1.1"]);
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = listener.accept().await {
+            held.push(tcp);
+        }
+    });
+    let origin = Origin::new(Scheme::Https, "127.0.0.1", Some(port)).expect("origin");
+    let pool = Pool::new(settings(), client);
+    let Err(e) = pool.send(&origin, get(&origin, "/")).await else {
+        panic!("a silent origin answered");
+    };
+    assert_eq!(e.kind(), ErrorKind::Timeout);
+    assert_eq!(e.reason(), "connection to 127.0.0.1 timed out");
+}
