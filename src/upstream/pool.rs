@@ -134,37 +134,45 @@ impl Conn {
         if let Err(e) = self.stream.flush().await {
             return Err(Failed::new(e, true));
         }
-        // Bytes of `read` already looked through for the head's end, and
-        // empty lines skipped before a head (httparse skips them too; taken
-        // off here so that they are not each read as a head's end).
-        let mut seen = 0;
+        // Once a head was found partial, the bytes of `read` looked through
+        // for its end since: a head that trickles in is parsed again only
+        // once an empty line may end it, not at every read (which would
+        // cost the square of its length). A head that comes whole is
+        // parsed at once. Empty lines before a head (httparse skips them
+        // too) are taken off here, so that they are not read as its end.
+        let mut seen: Option<usize> = None;
         let mut skipped = 0usize;
         loop {
             let lead = leading_empty_lines(&self.read);
             if lead > 0 {
                 self.read.advance(lead);
                 skipped += lead;
-                seen = 0;
+                seen = None;
                 if skipped > wire::MAX_HEAD_BYTES {
                     return Err(Failed::new(WireError::HeadTooLarge, false));
                 }
             }
-            // A head that trickles in is parsed once it can be whole, not
-            // again from its start at every read (which would cost the
-            // square of its length).
-            if self.read.len() > wire::MAX_HEAD_BYTES || has_blank_line(&self.read, seen) {
+            let may_be_whole = match seen {
+                None => !self.read.is_empty(),
+                Some(from) => {
+                    self.read.len() > wire::MAX_HEAD_BYTES || has_blank_line(&self.read, from)
+                }
+            };
+            if may_be_whole {
                 match wire::parse_response(&mut self.read, &req.method) {
                     Ok(Parsed::Final(head)) => return Ok(head),
                     Ok(Parsed::Interim) => {
                         informational::count_one();
-                        seen = 0;
+                        seen = None;
                         continue;
                     }
                     Ok(Parsed::Partial) => {}
                     Err(e) => return Err(Failed::new(e, false)),
                 }
             }
-            seen = self.read.len();
+            if !self.read.is_empty() {
+                seen = Some(self.read.len());
+            }
             match poll_fn(|cx| self.poll_fill(cx)).await {
                 Ok(0) => return Err(Failed::new(WireError::Incomplete, false)),
                 Ok(_) => {}

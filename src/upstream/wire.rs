@@ -409,35 +409,19 @@ impl BodyReader {
         loop {
             match self.state {
                 State::Done => return Ok(Read::End),
-                State::Length(left) => {
-                    if buf.is_empty() {
-                        return Ok(Read::More);
-                    }
+                State::Length(_) | State::UntilClose | State::Data(_) if buf.is_empty() => {
+                    return Ok(Read::More);
+                }
+                State::UntilClose => return Ok(Read::Data(buf.split().freeze())),
+                // A whole body's or a chunk's data: as much of it as is here.
+                State::Length(left) | State::Data(left) => {
                     let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
                     let left = left - n as u64;
-                    self.state = if left == 0 {
-                        State::Done
-                    } else {
-                        State::Length(left)
-                    };
-                    return Ok(Read::Data(buf.split_to(n).freeze()));
-                }
-                State::UntilClose => {
-                    if buf.is_empty() {
-                        return Ok(Read::More);
-                    }
-                    return Ok(Read::Data(buf.split().freeze()));
-                }
-                State::Data(left) => {
-                    if buf.is_empty() {
-                        return Ok(Read::More);
-                    }
-                    let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
-                    let left = left - n as u64;
-                    self.state = if left == 0 {
-                        State::DataCr
-                    } else {
-                        State::Data(left)
+                    self.state = match (self.state, left) {
+                        (State::Length(_), 0) => State::Done,
+                        (State::Length(_), left) => State::Length(left),
+                        (_, 0) => State::DataCr,
+                        (_, left) => State::Data(left),
                     };
                     return Ok(Read::Data(buf.split_to(n).freeze()));
                 }
