@@ -4,6 +4,7 @@
 //! finish, inside intercepted tunnels as well.
 
 mod drive;
+mod h1;
 pub(crate) mod io;
 pub(crate) mod listen;
 pub(crate) mod metrics;

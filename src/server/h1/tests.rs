@@ -1,0 +1,3 @@
+//! The own HTTP/1.1 server side's codec.
+
+use super::*;
