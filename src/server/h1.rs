@@ -30,6 +30,9 @@ pub(crate) const MAX_HEADERS: usize = 100;
 pub(crate) const MAX_HEAD: usize = 16 * 1024;
 
 /// What the bytes read so far hold.
+// Returned once a request and matched at once: boxing the request would
+// cost an allocation per request.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Parsed {
     /// The start of a request head (or nothing yet): read more.
@@ -51,7 +54,7 @@ pub(crate) struct Simple {
 
 /// Reads the request head at the start of `buf`; a whole one read here is
 /// split off it. `headers` is a map to reuse (cleared).
-pub(crate) fn parse_request(buf: &mut BytesMut, mut headers: HeaderMap) -> Parsed {
+pub(crate) fn parse_request(buf: &mut BytesMut, headers: HeaderMap) -> Parsed {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut slots);
     // hyper's server parses with httparse's default configuration.
@@ -86,38 +89,57 @@ pub(crate) fn parse_request(buf: &mut BytesMut, mut headers: HeaderMap) -> Parse
         *field = (name, name + h.name.len(), value, value + h.value.len());
     }
     let head = buf.split_to(len).freeze();
-    let Ok(uri) = Uri::from_maybe_shared(head.slice(path)) else {
-        return Parsed::Other;
-    };
+    match read_fields(&head, path, &fields[..count], headers) {
+        Some((uri, headers, keep_alive)) => {
+            let mut request = Request::new(());
+            *request.method_mut() = method;
+            *request.uri_mut() = uri;
+            *request.version_mut() = Version::HTTP_11;
+            *request.headers_mut() = headers;
+            Parsed::Simple(Simple {
+                request,
+                keep_alive,
+            })
+        }
+        None => {
+            // Put back for hyper (a copy, on this rare path only).
+            let mut whole = BytesMut::with_capacity(head.len() + buf.len());
+            whole.extend_from_slice(&head);
+            whole.extend_from_slice(buf);
+            *buf = whole;
+            Parsed::Other
+        }
+    }
+}
+
+/// The target and fields of a request `head` (`path` and `fields` where
+/// they lie in it), unless one is not for this side: a target that is no
+/// URI, a field name that is no token, a body or an upgrade announced.
+/// With whether the client keeps the connection.
+fn read_fields(
+    head: &bytes::Bytes,
+    path: std::ops::Range<usize>,
+    fields: &[(usize, usize, usize, usize)],
+    mut headers: HeaderMap,
+) -> Option<(Uri, HeaderMap, bool)> {
+    let uri = Uri::from_maybe_shared(head.slice(path)).ok()?;
     headers.clear();
-    headers.reserve(count);
+    headers.reserve(fields.len());
     let mut keep_alive = true;
-    for &(name_start, name_end, value_start, value_end) in &fields[..count] {
-        let Ok(name) = HeaderName::from_bytes(&head[name_start..name_end]) else {
-            return Parsed::Other;
-        };
-        let Ok(value) = HeaderValue::from_maybe_shared(head.slice(value_start..value_end)) else {
-            return Parsed::Other;
-        };
+    for &(name_start, name_end, value_start, value_end) in fields {
+        let name = HeaderName::from_bytes(&head[name_start..name_end]).ok()?;
+        let value = HeaderValue::from_maybe_shared(head.slice(value_start..value_end)).ok()?;
         match name {
             header::CONTENT_LENGTH
             | header::TRANSFER_ENCODING
             | header::EXPECT
-            | header::UPGRADE => return Parsed::Other,
+            | header::UPGRADE => return None,
             header::CONNECTION if keep_alive && has_token(&value, "close") => keep_alive = false,
             _ => {}
         }
         headers.append(name, value);
     }
-    let mut request = Request::new(());
-    *request.method_mut() = method;
-    *request.uri_mut() = uri;
-    *request.version_mut() = Version::HTTP_11;
-    *request.headers_mut() = headers;
-    Parsed::Simple(Simple {
-        request,
-        keep_alive,
-    })
+    Some((uri, headers, keep_alive))
 }
 
 /// A response body's length as hyper's server learns it: `None` for a body

@@ -1,3 +1,1 @@
 //! The own HTTP/1.1 server side's codec.
-
-use super::*;
