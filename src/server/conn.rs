@@ -139,7 +139,9 @@ async fn run<H: Handler>(
         };
         let is_head = simple.request.method() == Method::HEAD;
         let request: Request<Body> = simple.request.map(|()| crate::http::body::empty_body());
-        let handling = proxy.clone().handle(client.peer, connection.clone(), request);
+        // Pinned here: a request's future is large, and each move of it
+        // is a copy.
+        let handling = pin!(proxy.clone().handle(client.peer, connection.clone(), request));
         let Some(response) = client.while_in_flight(handling).await else {
             // The client hung up: the request is dropped with it.
             return Ok(());
@@ -210,8 +212,7 @@ impl Client {
     /// Runs `handling` to its response; `None` if the client hangs up
     /// first. (Bytes of a next request are kept, and the socket is not
     /// read further, until the response is written.)
-    async fn while_in_flight<F: Future>(&mut self, handling: F) -> Option<F::Output> {
-        let mut handling = pin!(handling);
+    async fn while_in_flight<F: Future>(&mut self, mut handling: Pin<&mut F>) -> Option<F::Output> {
         std::future::poll_fn(|cx| {
             if let Poll::Ready(out) = handling.as_mut().poll(cx) {
                 return Poll::Ready(Some(out));

@@ -15,7 +15,10 @@
 //! added when the connection will close, a cached `date`. A property test
 //! (`h1/tests/differential.rs`) holds both to hyper's.
 
+use std::mem::MaybeUninit;
+
 use bytes::BytesMut;
+use smallvec::SmallVec;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
 
@@ -55,10 +58,14 @@ pub(crate) struct Simple {
 /// Reads the request head at the start of `buf`; a whole one read here is
 /// split off it. `headers` is a map to reuse (cleared).
 pub(crate) fn parse_request(buf: &mut BytesMut, headers: HeaderMap) -> Parsed {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut slots);
+    let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
     // hyper's server parses with httparse's default configuration.
-    let len = match httparse::ParserConfig::default().parse_request(&mut req, buf) {
+    let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(
+        &mut req,
+        buf,
+        &mut slots,
+    ) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Parsed::Partial,
         // Too long, too many fields, malformed: hyper's to answer.
@@ -70,76 +77,64 @@ pub(crate) fn parse_request(buf: &mut BytesMut, headers: HeaderMap) -> Parsed {
     let Some(method) = req.method.and_then(|m| Method::from_bytes(m.as_bytes()).ok()) else {
         return Parsed::Other;
     };
-    if method == Method::CONNECT {
-        return Parsed::Other;
-    }
-    let base = buf.as_ptr() as usize;
-    let offset = |s: &[u8]| s.as_ptr() as usize - base;
     let Some(path) = req.path else {
         return Parsed::Other;
     };
-    let path = offset(path.as_bytes())..offset(path.as_bytes()) + path.len();
-    // Where each name and value lies: (name start, name end, value start,
-    // value end).
-    let mut fields = [(0, 0, 0, 0); MAX_HEADERS];
-    let count = req.headers.len();
-    for (field, h) in fields.iter_mut().zip(req.headers.iter()) {
-        let name = offset(h.name.as_bytes());
-        let value = offset(h.value);
-        *field = (name, name + h.name.len(), value, value + h.value.len());
+    if method == Method::CONNECT {
+        return Parsed::Other;
     }
-    let head = buf.split_to(len).freeze();
-    match read_fields(&head, path, &fields[..count], headers) {
-        Some((uri, headers, keep_alive)) => {
-            let mut request = Request::new(());
-            *request.method_mut() = method;
-            *request.uri_mut() = uri;
-            *request.version_mut() = Version::HTTP_11;
-            *request.headers_mut() = headers;
-            Parsed::Simple(Simple {
-                request,
-                keep_alive,
-            })
-        }
-        None => {
-            // Put back for hyper (a copy, on this rare path only).
-            let mut whole = BytesMut::with_capacity(head.len() + buf.len());
-            whole.extend_from_slice(&head);
-            whole.extend_from_slice(buf);
-            *buf = whole;
-            Parsed::Other
-        }
-    }
-}
-
-/// The target and fields of a request `head` (`path` and `fields` where
-/// they lie in it), unless one is not for this side: a target that is no
-/// URI, a field name that is no token, a body or an upgrade announced.
-/// With whether the client keeps the connection.
-fn read_fields(
-    head: &bytes::Bytes,
-    path: std::ops::Range<usize>,
-    fields: &[(usize, usize, usize, usize)],
-    mut headers: HeaderMap,
-) -> Option<(Uri, HeaderMap, bool)> {
-    let uri = Uri::from_maybe_shared(head.slice(path)).ok()?;
-    headers.clear();
-    headers.reserve(fields.len());
+    // The fields are named while the head is borrowed; their values are
+    // taken from it, shared, once it is split off.
+    let base = buf.as_ptr() as usize;
+    let span = |s: &[u8]| {
+        let start = s.as_ptr() as usize - base;
+        start..start + s.len()
+    };
+    let path = span(path.as_bytes());
+    let mut fields: SmallVec<[(HeaderName, std::ops::Range<usize>); 24]> = SmallVec::new();
     let mut keep_alive = true;
-    for &(name_start, name_end, value_start, value_end) in fields {
-        let name = HeaderName::from_bytes(&head[name_start..name_end]).ok()?;
-        let value = HeaderValue::from_maybe_shared(head.slice(value_start..value_end)).ok()?;
+    for h in req.headers.iter() {
+        let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
+            return Parsed::Other;
+        };
         match name {
             header::CONTENT_LENGTH
             | header::TRANSFER_ENCODING
             | header::EXPECT
-            | header::UPGRADE => return None,
-            header::CONNECTION if keep_alive && has_token(&value, "close") => keep_alive = false,
+            | header::UPGRADE => return Parsed::Other,
+            header::CONNECTION if keep_alive && has_token(h.value, "close") => keep_alive = false,
             _ => {}
         }
+        fields.push((name, span(h.value)));
+    }
+    let head = buf.split_to(len).freeze();
+    let Ok(uri) = Uri::from_maybe_shared(head.slice(path)) else {
+        // Put back for hyper (a copy, on this rare path only).
+        let mut whole = BytesMut::with_capacity(head.len() + buf.len());
+        whole.extend_from_slice(&head);
+        whole.extend_from_slice(buf);
+        *buf = whole;
+        return Parsed::Other;
+    };
+    let mut headers = headers;
+    headers.clear();
+    headers.reserve(fields.len());
+    for (name, value) in fields {
+        // httparse allows exactly the bytes a field value may have.
+        let Ok(value) = HeaderValue::from_maybe_shared(head.slice(value)) else {
+            continue;
+        };
         headers.append(name, value);
     }
-    Some((uri, headers, keep_alive))
+    let mut request = Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = headers;
+    Parsed::Simple(Simple {
+        request,
+        keep_alive,
+    })
 }
 
 /// A response body's length as hyper's server learns it: `None` for a body
@@ -201,7 +196,7 @@ pub(crate) fn encode_head(
     if !keep_alive {
         match parts.headers.entry(header::CONNECTION) {
             header::Entry::Occupied(mut e) => {
-                if !e.iter().any(|v| has_token(v, "close")) {
+                if !e.iter().any(|v| has_token(v.as_bytes(), "close")) {
                     e.append(HeaderValue::from_static("close"));
                 }
             }
@@ -324,7 +319,7 @@ fn encode(
                 continue;
             }
             header::CONNECTION => {
-                if !last && has_token(&value, "close") {
+                if !last && has_token(value.as_bytes(), "close") {
                     last = true;
                 }
                 if open_line {
@@ -434,10 +429,11 @@ fn digits(bytes: &[u8]) -> Option<u64> {
 
 /// True if the comma-separated `value` has `token` (hyper's reading of
 /// `Connection`: a value that is not visible ASCII has none).
-fn has_token(value: &HeaderValue, token: &str) -> bool {
-    value
-        .to_str()
-        .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+fn has_token(value: &[u8], token: &str) -> bool {
+    std::str::from_utf8(value).is_ok_and(|s| {
+        s.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+            && s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))
+    })
 }
 
 /// True if the last coding of `value` is chunked (hyper's reading).
