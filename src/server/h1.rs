@@ -31,6 +31,8 @@ pub(crate) const MAX_HEAD: usize = 16 * 1024;
 
 /// What the bytes read so far hold.
 #[derive(Debug)]
+// Returned once per request and matched at once: not worth a box.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Parsed {
     /// The start of a request head (or nothing yet): read more.
     Partial,
@@ -64,10 +66,27 @@ pub(crate) fn parse_request(buf: &mut BytesMut, mut headers: HeaderMap) -> Parse
     if req.version != Some(1) {
         return Parsed::Other;
     }
-    let Some(method) = req.method.and_then(|m| Method::from_bytes(m.as_bytes()).ok()) else {
+    let Some(method) = req
+        .method
+        .and_then(|m| Method::from_bytes(m.as_bytes()).ok())
+    else {
         return Parsed::Other;
     };
-    if method == Method::CONNECT {
+    if method == Method::CONNECT || len > MAX_HEAD {
+        return Parsed::Other;
+    }
+    // A body, an expectation or an upgrade is hyper's: seen before the
+    // head is split off, so that hyper gets the whole buffer.
+    if req.headers.iter().any(|h| {
+        [
+            header::CONTENT_LENGTH,
+            header::TRANSFER_ENCODING,
+            header::EXPECT,
+            header::UPGRADE,
+        ]
+        .iter()
+        .any(|n| h.name.eq_ignore_ascii_case(n.as_str()))
+    }) {
         return Parsed::Other;
     }
     let base = buf.as_ptr() as usize;
@@ -86,26 +105,30 @@ pub(crate) fn parse_request(buf: &mut BytesMut, mut headers: HeaderMap) -> Parse
         *field = (name, name + h.name.len(), value, value + h.value.len());
     }
     let head = buf.split_to(len).freeze();
+    // A target or field that httparse accepts and `http` does not (rare):
+    // the bytes go back for hyper to answer.
+    let give_back = |buf: &mut BytesMut| {
+        let mut whole = BytesMut::with_capacity(head.len() + buf.len());
+        whole.extend_from_slice(&head);
+        whole.extend_from_slice(buf);
+        *buf = whole;
+        Parsed::Other
+    };
     let Ok(uri) = Uri::from_maybe_shared(head.slice(path)) else {
-        return Parsed::Other;
+        return give_back(buf);
     };
     headers.clear();
     headers.reserve(count);
     let mut keep_alive = true;
     for &(name_start, name_end, value_start, value_end) in &fields[..count] {
         let Ok(name) = HeaderName::from_bytes(&head[name_start..name_end]) else {
-            return Parsed::Other;
+            return give_back(buf);
         };
         let Ok(value) = HeaderValue::from_maybe_shared(head.slice(value_start..value_end)) else {
-            return Parsed::Other;
+            return give_back(buf);
         };
-        match name {
-            header::CONTENT_LENGTH
-            | header::TRANSFER_ENCODING
-            | header::EXPECT
-            | header::UPGRADE => return Parsed::Other,
-            header::CONNECTION if keep_alive && has_token(&value, "close") => keep_alive = false,
-            _ => {}
+        if name == header::CONNECTION && keep_alive && has_token(&value, "close") {
+            keep_alive = false;
         }
         headers.append(name, value);
     }
@@ -168,6 +191,7 @@ pub(crate) fn encode_head(
     if parts.status.is_informational() {
         // hyper cannot send a 1xx as a final response: it answers 500
         // (no fields of the response's) and closes.
+        parts.headers.clear();
         let mut empty = http::Response::new(()).into_parts().0;
         empty.status = StatusCode::INTERNAL_SERVER_ERROR;
         let encoded = encode(&mut empty, None, head, false, date, dst)?;
