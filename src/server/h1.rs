@@ -188,9 +188,10 @@ pub(crate) fn encode_head(
     date: &[u8],
     dst: &mut Vec<u8>,
 ) -> Result<Encoded, Unwritable> {
-    if parts.status.is_informational() {
+    if parts.status.is_informational() && parts.status != StatusCode::SWITCHING_PROTOCOLS {
         // hyper cannot send a 1xx as a final response: it answers 500
-        // (no fields of the response's) and closes.
+        // (no fields of the response's) and closes. 101 is written (with
+        // no body) and closes the connection.
         parts.headers.clear();
         let mut empty = http::Response::new(()).into_parts().0;
         empty.status = StatusCode::INTERNAL_SERVER_ERROR;
@@ -245,7 +246,7 @@ fn encode(
         dst.extend_from_slice(b"\r\n");
     }
     let chunkable = can_chunk(head, status);
-    let mut last = !keep_alive;
+    let mut last = !keep_alive || status == StatusCode::SWITCHING_PROTOCOLS;
     let mut framing = Framing::Length(0);
     let mut wrote_len = false;
     let mut wrote_date = false;
@@ -414,13 +415,14 @@ fn end_line(dst: &mut Vec<u8>, must_chunk: bool) {
 /// hyper's `can_chunked` for a response to a non-CONNECT request: whether
 /// the response has a body at all.
 fn can_chunk(head: bool, status: StatusCode) -> bool {
-    !head && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
+    !head && can_have_length(status)
 }
 
 /// hyper's `can_have_content_length` for a response to a non-CONNECT
-/// request (1xx never gets here).
+/// request (of 1xx, only 101 gets here).
 fn can_have_length(status: StatusCode) -> bool {
-    !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
+    !status.is_informational()
+        && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
 }
 
 /// A `Content-Length` value: digits only (hyper's reading).

@@ -564,3 +564,30 @@ fn chunk_heads_are_hex() {
     chunk_head(0x1a2b, &mut dst);
     assert_eq!(dst, b"1A2B\r\n");
 }
+
+#[test]
+fn switching_protocols_is_written_without_a_body_and_closes() {
+    let parts = response(
+        101,
+        &[
+            ("upgrade", "x"),
+            ("content-length", "3"),
+            ("transfer-encoding", "chunked"),
+        ],
+    );
+    // A length stated for a body of unknown length is kept, the coding
+    // (after it) refused, as for any status.
+    assert_eq!(
+        encode_with(parts, Some(BodyLength::Unknown), false, true).0,
+        Err(Unwritable)
+    );
+    for body in [None, Some(BodyLength::Known(3)), Some(BodyLength::Unknown)] {
+        let parts = response(101, &[("upgrade", "x"), ("trailer", "t")]);
+        let (r, text) = encode_with(parts, body, false, true);
+        assert_eq!(r, encoded(Framing::Length(0), true), "{body:?}");
+        assert_eq!(
+            text,
+            format!("HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\n{D}\r\n")
+        );
+    }
+}
