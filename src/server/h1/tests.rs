@@ -321,6 +321,21 @@ fn an_unknown_length_is_chunked() {
 }
 
 #[test]
+fn the_added_chunked_follows_the_joined_lines_after_the_coding() {
+    // hyper's flag for the `chunked` it adds to a coding list is not reset
+    // by the next field: a `connection` after the coding gets one too.
+    let parts = response(200, &[("transfer-encoding", "gzip"), ("connection", "foo")]);
+    let (r, text) = encode_with(parts, Some(BodyLength::Unknown), false, false);
+    assert_eq!(r, encoded(Framing::Chunked, true));
+    assert_eq!(
+        text,
+        format!(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\nconnection: foo, close, chunked\r\n{D}\r\n"
+        )
+    );
+}
+
+#[test]
 fn an_unknown_length_in_http10_is_close_delimited() {
     let mut parts = response(200, &[("transfer-encoding", "chunked"), ("trailer", "x")]);
     parts.version = Version::HTTP_10;
