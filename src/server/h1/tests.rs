@@ -76,6 +76,9 @@ fn origin_form_and_other_methods_are_read() {
         assert_eq!(s.request.uri(), "/p");
         assert!(rest.is_empty());
     }
+    // Bytes past ASCII in the path: `http` (and so hyper) takes them.
+    let (s, _) = simple(b"GET /\xc3\xa9 HTTP/1.1\r\n\r\n");
+    assert_eq!(s.request.uri().path(), "/\u{e9}");
 }
 
 #[test]
@@ -117,6 +120,7 @@ fn malformed_heads_are_hypers() {
         // A target httparse takes and `http` does not: split, then given back.
         b"GET http://[::1 HTTP/1.1\r\nHost: h\r\n\r\n",
         b"GET http:// HTTP/1.1\r\nHost: h\r\n\r\n",
+        b"GET /\xc3\xa9\x80 HTTP/1.1\r\nHost: h\r\n\r\nGET / HTTP/1.1\r\n\r\n",
     ] {
         assert_other(req);
     }

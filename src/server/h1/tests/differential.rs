@@ -105,7 +105,7 @@ const METHODS: [&[u8]; 15] = [
     b"get",
     b"G(T",
 ];
-const TARGETS: [&[u8]; 22] = [
+const TARGETS: [&[u8]; 23] = [
     b"http://example.com/",
     b"http://example.com/a/b?c=d",
     b"http://Example.COM:8080",
@@ -124,6 +124,7 @@ const TARGETS: [&[u8]; 22] = [
     b"/a{b}|c",
     b"/a\"b\\c^`",
     b"/\xc3\xa9\x80",
+    b"/\xc3\xa9",
     b"/\x7f",
     b"//x",
     b"?q",
@@ -350,6 +351,7 @@ fn codec_requests(bytes: &[u8]) -> (Vec<(Seen, bool)>, Parsed) {
     let mut buf = bytes::BytesMut::from(bytes);
     let mut read = Vec::new();
     loop {
+        let before = buf.clone();
         match parse_request(&mut buf, HeaderMap::new()) {
             Parsed::Simple(s) => {
                 let keep_alive = s.keep_alive;
@@ -361,7 +363,11 @@ fn codec_requests(bytes: &[u8]) -> (Vec<(Seen, bool)>, Parsed) {
                     return (read, Parsed::Partial);
                 }
             }
-            end => return (read, end),
+            end => {
+                // Left to hyper or to the next read: every byte stays.
+                assert_eq!(buf, before, "{end:?}");
+                return (read, end);
+            }
         }
     }
 }
