@@ -610,3 +610,17 @@ fn switching_protocols_is_written_without_a_body_and_closes() {
         );
     }
 }
+
+#[test]
+fn the_map_given_is_cleared_and_used() {
+    let mut map = HeaderMap::with_capacity(32);
+    map.insert(header::SERVER, HeaderValue::from_static("old"));
+    let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nAccept: */*\r\n\r\n"[..]);
+    let Parsed::Simple(s) = parse_request(&mut buf, map) else {
+        panic!("not read");
+    };
+    let headers = s.request.headers();
+    assert_eq!(headers.len(), 1);
+    assert_eq!(headers[header::ACCEPT], "*/*");
+    assert!(headers.capacity() >= 32);
+}
