@@ -171,7 +171,9 @@ pub(crate) struct Encoded {
 }
 
 /// A response head hyper would refuse to write (conflicting or invalid
-/// `Content-Length`, a 1xx status): the connection closes without it.
+/// `Content-Length` values for a body of unknown length, a length field
+/// and a coding field both): the connection closes without it. A 1xx
+/// other than 101 is not refused: hyper answers a bare 500 instead.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Unwritable;
 
