@@ -4,7 +4,7 @@
 //! without `Expect` or `Upgrade`, is read here and answered by
 //! [`encode_head`]; any other one, and any head this parser does not
 //! accept, is left to hyper's server with the bytes read so far (see
-//! `server::fast`), so malformed requests get hyper's answers (400, 431,
+//! `server::conn`), so malformed requests get hyper's answers (400, 431,
 //! 505) and bodies, upgrades and `100-continue` hyper's handling.
 //!
 //! What is read and written is hyper's: httparse with hyper's parser
@@ -33,10 +33,9 @@ pub(crate) const MAX_HEADERS: usize = 100;
 pub(crate) const MAX_HEAD: usize = 16 * 1024;
 
 /// What the bytes read so far hold.
-// Returned once a request and matched at once: boxing the request would
-// cost an allocation per request.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
+// Returned once per request and matched at once: not worth a box.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Parsed {
     /// The start of a request head (or nothing yet): read more.
     Partial,
@@ -80,7 +79,7 @@ pub(crate) fn parse_request(buf: &mut BytesMut, headers: HeaderMap) -> Parsed {
     let Some(path) = req.path else {
         return Parsed::Other;
     };
-    if method == Method::CONNECT {
+    if method == Method::CONNECT || len > MAX_HEAD {
         return Parsed::Other;
     }
     // The fields are named while the head is borrowed; their values are
@@ -108,21 +107,25 @@ pub(crate) fn parse_request(buf: &mut BytesMut, headers: HeaderMap) -> Parsed {
         fields.push((name, span(h.value)));
     }
     let head = buf.split_to(len).freeze();
-    let Ok(uri) = Uri::from_maybe_shared(head.slice(path)) else {
-        // Put back for hyper (a copy, on this rare path only).
+    // A target or field value that httparse accepts and `http` does not
+    // (rare): the bytes go back for hyper to answer (a copy, on this path
+    // only).
+    let give_back = |buf: &mut BytesMut| {
         let mut whole = BytesMut::with_capacity(head.len() + buf.len());
         whole.extend_from_slice(&head);
         whole.extend_from_slice(buf);
         *buf = whole;
-        return Parsed::Other;
+        Parsed::Other
+    };
+    let Ok(uri) = Uri::from_maybe_shared(head.slice(path)) else {
+        return give_back(buf);
     };
     let mut headers = headers;
     headers.clear();
     headers.reserve(fields.len());
     for (name, value) in fields {
-        // httparse allows exactly the bytes a field value may have.
         let Ok(value) = HeaderValue::from_maybe_shared(head.slice(value)) else {
-            continue;
+            return give_back(buf);
         };
         headers.append(name, value);
     }
@@ -165,7 +168,9 @@ pub(crate) struct Encoded {
 }
 
 /// A response head hyper would refuse to write (conflicting or invalid
-/// `Content-Length`, a 1xx status): the connection closes without it.
+/// `Content-Length` values for a body of unknown length, a length field
+/// and a coding field both): the connection closes without it. A 1xx
+/// other than 101 is not refused: hyper answers a bare 500 instead.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Unwritable;
 
@@ -182,9 +187,11 @@ pub(crate) fn encode_head(
     date: &[u8],
     dst: &mut Vec<u8>,
 ) -> Result<Encoded, Unwritable> {
-    if parts.status.is_informational() {
+    if parts.status.is_informational() && parts.status != StatusCode::SWITCHING_PROTOCOLS {
         // hyper cannot send a 1xx as a final response: it answers 500
-        // (no fields of the response's) and closes.
+        // (no fields of the response's) and closes. 101 is written (with
+        // no body) and closes the connection.
+        parts.headers.clear();
         let mut empty = http::Response::new(()).into_parts().0;
         empty.status = StatusCode::INTERNAL_SERVER_ERROR;
         let encoded = encode(&mut empty, None, head, false, date, dst)?;
@@ -238,7 +245,7 @@ fn encode(
         dst.extend_from_slice(b"\r\n");
     }
     let chunkable = can_chunk(head, status);
-    let mut last = !keep_alive;
+    let mut last = !keep_alive || status == StatusCode::SWITCHING_PROTOCOLS;
     let mut framing = Framing::Length(0);
     let mut wrote_len = false;
     let mut wrote_date = false;
@@ -407,13 +414,14 @@ fn end_line(dst: &mut Vec<u8>, must_chunk: bool) {
 /// hyper's `can_chunked` for a response to a non-CONNECT request: whether
 /// the response has a body at all.
 fn can_chunk(head: bool, status: StatusCode) -> bool {
-    !head && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
+    !head && can_have_length(status)
 }
 
 /// hyper's `can_have_content_length` for a response to a non-CONNECT
-/// request (1xx never gets here).
+/// request (of 1xx, only 101 gets here).
 fn can_have_length(status: StatusCode) -> bool {
-    !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
+    !status.is_informational()
+        && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
 }
 
 /// A `Content-Length` value: digits only (hyper's reading).
@@ -430,10 +438,9 @@ fn digits(bytes: &[u8]) -> Option<u64> {
 /// True if the comma-separated `value` has `token` (hyper's reading of
 /// `Connection`: a value that is not visible ASCII has none).
 fn has_token(value: &[u8], token: &str) -> bool {
-    std::str::from_utf8(value).is_ok_and(|s| {
-        s.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
-            && s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))
-    })
+    value.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
+        && std::str::from_utf8(value)
+            .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
 }
 
 /// True if the last coding of `value` is chunked (hyper's reading).
