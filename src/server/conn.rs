@@ -29,7 +29,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
@@ -79,6 +79,7 @@ pub(crate) fn serve<H: Handler>(
             peer,
             read: BytesMut::with_capacity(READ_SIZE),
             shutdown: shutdown.clone(),
+            waited: false,
         },
         proxy,
         hold,
@@ -93,6 +94,9 @@ struct Client {
     peer: SocketAddr,
     read: BytesMut,
     shutdown: Arc<AtomicBool>,
+    /// Whether writing the last response waited (for the client to read,
+    /// or for its body).
+    waited: bool,
 }
 
 /// Why reading a request head stopped.
@@ -112,12 +116,14 @@ async fn run<H: Handler>(
     let connection = proxy.connection(client.peer);
     let mut headers = HeaderMap::new();
     let mut head = Vec::with_capacity(1024);
+    // The header timeout runs from the connection's start, then from the
+    // end of each response.
+    let mut deadline = Instant::now() + policy.header_timeout;
     // One timer for the connection's life, moved to a later deadline only
     // when it fires early: setting it per request would cost more than the
     // rest of the request's bookkeeping.
-    let mut timer = pin!(tokio::time::sleep(policy.header_timeout));
+    let mut timer = pin!(tokio::time::sleep_until(deadline));
     loop {
-        let deadline = Instant::now() + policy.header_timeout;
         let simple = loop {
             if !client.read.is_empty() {
                 match h1::parse_request(&mut client.read, std::mem::take(&mut headers)) {
@@ -153,7 +159,10 @@ async fn run<H: Handler>(
             None => BodyLength::Unknown,
         });
         head.clear();
-        let date = h1::date();
+        // One clock read for the date and, unless writing waits, the next
+        // header timeout.
+        let now = Instant::now();
+        let date = h1::date(now);
         let encoded = h1::encode_head(&mut parts, length, is_head, keep_alive, &date, &mut head);
         // The drained map holds the next request's fields (hyper does so).
         headers = parts.headers;
@@ -162,11 +171,14 @@ async fn run<H: Handler>(
             return Ok(());
         };
         let body = length.map(|_| body);
+        client.waited = false;
         let written = client.write_response(&head, body, encoded.framing).await;
         if !written || encoded.last {
             let _ = client.stream.shutdown().await;
             return Ok(());
         }
+        let ended = if client.waited { Instant::now() } else { now };
+        deadline = ended + policy.header_timeout;
     }
 }
 
@@ -243,6 +255,7 @@ impl Client {
             let frame = match polled.await {
                 Poll::Ready(frame) => frame,
                 Poll::Pending => {
+                    self.waited = true;
                     // Not ready: the head goes first, as hyper flushes it.
                     if !head.is_empty() && !self.write_all(&mut [IoSlice::new(head)]).await {
                         return false;
@@ -320,7 +333,12 @@ impl Client {
     async fn write_all(&mut self, mut parts: &mut [IoSlice<'_>]) -> bool {
         IoSlice::advance_slices(&mut parts, 0);
         while !parts.is_empty() {
-            match self.stream.write_vectored(parts).await {
+            let written = std::future::poll_fn(|cx| {
+                let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, parts);
+                self.waited |= polled.is_pending();
+                polled
+            });
+            match written.await {
                 Ok(0) => return false,
                 Ok(n) => IoSlice::advance_slices(&mut parts, n),
                 Err(e) => {
@@ -347,6 +365,7 @@ async fn hyper_serves<H: Handler>(
         peer,
         read,
         shutdown,
+        ..
     } = client;
     let service = service_fn(move |mut req: Request<Incoming>| {
         // A tunnel or an upgraded connection keeps the client connection's

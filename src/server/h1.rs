@@ -458,24 +458,27 @@ pub(crate) fn chunk_head(len: usize, dst: &mut Vec<u8>) {
     let _ = write!(dst, "{len:X}\r\n");
 }
 
-/// The `date` value hyper's server writes, rendered at most once a second
-/// per thread.
-pub(crate) fn date() -> [u8; 29] {
+/// The `date` value hyper's server writes at `now` (the caller's clock
+/// read, shared with its other uses): the wall clock is read and the text
+/// rendered at most once a second per thread.
+pub(crate) fn date(now: tokio::time::Instant) -> [u8; 29] {
     use std::cell::Cell;
-    use std::time::{SystemTime, UNIX_EPOCH};
-    thread_local!(static CACHED: Cell<(u64, [u8; 29])> = const { Cell::new((u64::MAX, [0; 29])) });
-    let now = SystemTime::now();
-    let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    thread_local!(static CACHED: Cell<Option<(tokio::time::Instant, [u8; 29])>> = const { Cell::new(None) });
     CACHED.with(|c| {
-        let (at, text) = c.get();
-        if at == second {
+        if let Some((until, text)) = c.get()
+            && now < until
+        {
             return text;
         }
+        let wall = SystemTime::now();
+        let into_second = wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         let mut rendered = [0u8; 29];
-        let formatted = httpdate::fmt_http_date(now);
+        let formatted = httpdate::fmt_http_date(wall);
         let n = formatted.len().min(29);
         rendered[..n].copy_from_slice(&formatted.as_bytes()[..n]);
-        c.set((second, rendered));
+        let until = now + Duration::from_secs(1) - Duration::from_nanos(u64::from(into_second));
+        c.set(Some((until, rendered)));
         rendered
     })
 }
