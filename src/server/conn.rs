@@ -24,8 +24,8 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Method, Request};
-use hyper::body::Body as _;
 use http_body_util::BodyExt;
+use hyper::body::Body as _;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -141,7 +141,11 @@ async fn run<H: Handler>(
         let request: Request<Body> = simple.request.map(|()| crate::http::body::empty_body());
         // Pinned here: a request's future is large, and each move of it
         // is a copy.
-        let handling = pin!(proxy.clone().handle(client.peer, connection.clone(), request));
+        let handling = pin!(
+            proxy
+                .clone()
+                .handle(client.peer, connection.clone(), request)
+        );
         let Some(response) = client.while_in_flight(handling).await else {
             // The client hung up: the request is dropped with it.
             return Ok(());
@@ -254,7 +258,9 @@ impl Client {
             let data = match frame {
                 None => {
                     let end: &[u8] = if chunked { b"0\r\n\r\n" } else { b"" };
-                    let ended = self.write_all(&mut [IoSlice::new(head), IoSlice::new(end)]).await;
+                    let ended = self
+                        .write_all(&mut [IoSlice::new(head), IoSlice::new(end)])
+                        .await;
                     // A body shorter than its length leaves the client
                     // waiting for the rest: the connection closes.
                     return ended && !matches!(framing, Framing::Length(_));
@@ -280,7 +286,11 @@ impl Client {
             let mut tail: &[u8] = b"";
             if chunked {
                 h1::chunk_head(data.len(), &mut chunk_line);
-                tail = if end_stream { b"\r\n0\r\n\r\n" } else { b"\r\n" };
+                tail = if end_stream {
+                    b"\r\n0\r\n\r\n"
+                } else {
+                    b"\r\n"
+                };
             }
             let mut parts = [
                 IoSlice::new(head),
