@@ -38,6 +38,9 @@ use super::io::Prefixed;
 use super::{ConnectionHold, ConnectionPolicy, Handler};
 use crate::http::body::Body;
 
+#[cfg(test)]
+mod tests;
+
 /// How much is read at a time (hyper's first read size).
 const READ_SIZE: usize = 8 * 1024;
 
