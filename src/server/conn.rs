@@ -255,7 +255,16 @@ impl Client {
                         return false;
                     }
                     head = &[];
-                    body.frame().await
+                    // A client that hangs up while the body is awaited
+                    // drops it (hyper's `mid_message_detect_eof`): a
+                    // stalled upstream response is not kept for nobody.
+                    match self.while_in_flight(pin!(body.frame())).await {
+                        Some(frame) => frame,
+                        None => {
+                            tracing::debug!(peer = %self.peer, "client hung up while its response body was awaited");
+                            return false;
+                        }
+                    }
                 }
             };
             let data = match frame {

@@ -43,6 +43,8 @@ const FRAMES: [&str; 3] = ["ab", "cde", "f"];
 /// - `/short`: `content-length: 10` and a body of 3 bytes that then ends;
 /// - `/error`: one frame of 3 bytes, then an error;
 /// - `/hold`: waits for [`TestProxy::release`] (see [`HoldGuard`]);
+/// - `/stall`: a chunked body of one frame, then waits for the release
+///   (the body reports as `/hold` does);
 /// - `/204`, `/304`: these statuses, with a body that must not be sent;
 /// - anything else: the request echoed (method, target, fields, body).
 struct TestProxy {
@@ -62,6 +64,13 @@ struct TestProxy {
 struct HoldGuard {
     ended: mpsc::UnboundedSender<bool>,
     finished: bool,
+}
+
+impl HoldGuard {
+    /// Reports the future finished.
+    fn finish(mut self) {
+        self.finished = true;
+    }
 }
 
 impl Drop for HoldGuard {
@@ -90,7 +99,7 @@ fn with_status(status: StatusCode, body: Body) -> Response<Body> {
 }
 
 impl TestProxy {
-    async fn respond(&self, req: Request<Body>) -> Response<Body> {
+    async fn respond(self: Arc<Self>, req: Request<Body>) -> Response<Body> {
         match req.uri().path() {
             "/full" => Response::new(full_body(FULL)),
             "/stream" => Response::new(frames(FRAMES.iter().map(|f| Ok(*f)).collect())),
@@ -101,8 +110,9 @@ impl TestProxy {
                 resp
             }
             "/error" => Response::new(frames(vec![Ok("abc"), Err("upstream failed")])),
+            "/stall" => Response::new(self.stalling_body()),
             "/hold" => {
-                let mut guard = HoldGuard {
+                let guard = HoldGuard {
                     ended: self.hold_ended.clone(),
                     finished: false,
                 };
@@ -115,7 +125,7 @@ impl TestProxy {
                 for _ in 0..3 {
                     tokio::task::yield_now().await;
                 }
-                guard.finished = true;
+                guard.finish();
                 Response::new(full_body("held"))
             }
             "/204" => with_status(StatusCode::NO_CONTENT, full_body("not sent")),
@@ -138,6 +148,30 @@ impl TestProxy {
                 Response::new(full_body(echo))
             }
         }
+    }
+}
+
+impl TestProxy {
+    /// A body of unknown length: one frame, then (telling `held`) none
+    /// until [`TestProxy::release`], then its end. Reports its end or its
+    /// drop as a `/hold` request does.
+    fn stalling_body(self: Arc<Self>) -> Body {
+        let guard = HoldGuard {
+            ended: self.hold_ended.clone(),
+            finished: false,
+        };
+        let stream =
+            futures_util::stream::unfold((true, guard, self), |(first, guard, proxy)| async move {
+                if first {
+                    let frame = Frame::data(Bytes::from_static(b"abc"));
+                    return Some((Ok::<_, BodyError>(frame), (false, guard, proxy)));
+                }
+                let _ = proxy.held.send(());
+                proxy.release.notified().await;
+                guard.finish();
+                None
+            });
+        BodyExt::boxed(StreamBody::new(stream))
     }
 }
 
@@ -626,6 +660,45 @@ async fn a_client_hanging_up_drops_its_request() {
     drop(client);
     assert!(!server.hold_ended().await, "the request finished");
     server.connection_ended().await;
+}
+
+#[tokio::test]
+async fn a_client_hanging_up_while_its_body_is_awaited_drops_the_body() {
+    hang_up_while_the_body_is_awaited(&get("/stall")).await;
+}
+
+#[tokio::test]
+async fn a_client_hanging_up_while_its_body_is_awaited_drops_the_body_hyper() {
+    // `Content-Length: 0`: hyper serves it (what the other case follows).
+    let request = "GET /stall HTTP/1.1\r\nHost: example.test\r\nContent-Length: 0\r\n\r\n";
+    hang_up_while_the_body_is_awaited(request).await;
+}
+
+async fn hang_up_while_the_body_is_awaited(request: &str) {
+    let mut server = Server::start(LONG).await;
+    let mut client = server.connect().await;
+    client.send(request.as_bytes()).await;
+    let head = client.head().await;
+    assert_eq!(head.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(client.take(8).await, b"3\r\nabc\r\n");
+    server.held().await;
+    drop(client);
+    assert!(!server.hold_ended().await, "the body finished");
+    server.connection_ended().await;
+}
+
+#[tokio::test]
+async fn a_stalled_body_that_ends_completes_the_response() {
+    let mut server = Server::start(LONG).await;
+    let mut client = server.connect().await;
+    client.send(get("/stall").as_bytes()).await;
+    server.held().await;
+    server.proxy.release.notify_one();
+    let answer = client.answer(false).await;
+    assert_eq!(answer.raw, b"3\r\nabc\r\n0\r\n\r\n");
+    assert!(server.hold_ended().await, "the body was dropped");
+    client.send(get("/full").as_bytes()).await;
+    assert_full(&client.answer(false).await);
 }
 
 #[tokio::test]
