@@ -312,6 +312,7 @@ impl Server {
 /// A response as read off the wire.
 #[derive(Debug)]
 struct Answer {
+    version: String,
     status: u16,
     /// Names lowercased, in order.
     headers: Vec<(String, String)>,
@@ -384,7 +385,8 @@ impl Raw {
     async fn head(&mut self) -> Answer {
         let status_line = String::from_utf8(self.line().await).expect("status line");
         let mut words = status_line.split(' ');
-        assert_eq!(words.next(), Some("HTTP/1.1"), "{status_line:?}");
+        let version = words.next().unwrap_or_default().to_owned();
+        assert!(version.starts_with("HTTP/1."), "{status_line:?}");
         let status = words
             .next()
             .and_then(|s| s.parse().ok())
@@ -400,6 +402,7 @@ impl Raw {
             headers.push((name.to_ascii_lowercase(), value.trim().to_owned()));
         }
         Answer {
+            version,
             status,
             headers,
             raw: Vec::new(),
@@ -559,6 +562,35 @@ async fn a_request_with_a_body_goes_to_hyper_with_the_bytes_read() {
 }
 
 #[tokio::test]
+async fn http_1_0_is_served_by_hyper() {
+    let server = Server::start(LONG).await;
+    let mut client = server.connect().await;
+    client.send(b"GET /full HTTP/1.0\r\n\r\n").await;
+    let answer = client.answer(false).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body, FULL);
+    // No keep-alive asked for: closed.
+    client.closed().await;
+}
+
+#[tokio::test]
+async fn expect_100_continue_is_served_by_hyper() {
+    let server = Server::start(LONG).await;
+    let mut client = server.connect().await;
+    client.send(get("/full").as_bytes()).await;
+    assert_full(&client.answer(false).await);
+    client
+        .send(b"POST /echo HTTP/1.1\r\nHost: example.test\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        .await;
+    let go_on = client.head().await;
+    assert_eq!(go_on.status, 100);
+    client.send(b"hello").await;
+    let echo = client.answer(false).await;
+    assert_eq!(echo.version, "HTTP/1.1");
+    assert!(echo.text().ends_with("\n\nhello"), "{echo:?}");
+}
+
+#[tokio::test]
 async fn a_malformed_request_gets_hypers_400_and_is_counted() {
     let mut server = Server::start(LONG).await;
     let mut client = server.connect().await;
@@ -713,10 +745,18 @@ async fn the_header_timeout_closes_without_an_answer() {
     partial.send(b"GET / HT").await;
     // Nothing at all.
     let mut silent = server.connect().await;
+    // Idle after a response of hyper's.
+    let mut by_hyper = server.connect().await;
+    by_hyper
+        .send(b"POST /echo HTTP/1.1\r\nHost: example.test\r\nContent-Length: 2\r\n\r\nhi")
+        .await;
+    let echo = by_hyper.answer(false).await;
+    assert!(echo.text().ends_with("\n\nhi"), "{echo:?}");
     idle.closed().await;
     partial.closed().await;
     silent.closed().await;
-    for _ in 0..3 {
+    by_hyper.closed().await;
+    for _ in 0..4 {
         server.connection_ended().await;
     }
 }
@@ -782,6 +822,22 @@ async fn shutdown_lets_a_request_in_flight_finish_with_connection_close() {
     assert_eq!(answer.header("connection"), Some("close"));
     client.closed().await;
     assert!(server.hold_ended().await, "the request was dropped");
+}
+
+#[tokio::test]
+async fn shutdown_lets_a_body_in_flight_end_then_closes() {
+    let mut server = Server::start(LONG).await;
+    let mut client = server.connect().await;
+    client.send(get("/stall").as_bytes()).await;
+    server.held().await;
+    server.phase.send_replace(Lifecycle::Draining);
+    server.proxy.release.notify_one();
+    // The head went before the shutdown: the body ends, then the
+    // connection closes.
+    let answer = client.answer(false).await;
+    assert_eq!(answer.raw, b"3\r\nabc\r\n0\r\n\r\n");
+    client.closed().await;
+    assert!(server.hold_ended().await, "the body was dropped");
 }
 
 #[tokio::test]
