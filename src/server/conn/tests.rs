@@ -612,6 +612,23 @@ async fn a_malformed_request_gets_hypers_400_and_is_counted() {
 }
 
 #[tokio::test]
+async fn too_many_fields_get_hypers_431_and_are_counted() {
+    let mut server = Server::start(LONG).await;
+    let mut client = server.connect().await;
+    let mut request = String::from("GET /full HTTP/1.1\r\nHost: example.test\r\n");
+    for i in 0..120 {
+        request.push_str(&format!("x-field-{i}: {i}\r\n"));
+    }
+    request.push_str("\r\n");
+    client.send(request.as_bytes()).await;
+    let answer = client.answer(false).await;
+    assert_eq!(answer.status, 431, "{answer:?}");
+    client.closed().await;
+    server.connection_ended().await;
+    assert_eq!(server.proxy.malformed.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn connection_close_is_answered_then_closed() {
     let server = Server::start(LONG).await;
     let mut client = server.connect().await;
