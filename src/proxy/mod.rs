@@ -410,16 +410,7 @@ impl Proxy {
                 Box::pin(connect::handle(self.clone(), settings, caller, req)).await
             }
             Ok(caller) => match self.frame(&req) {
-                Ok((origin, path)) => {
-                    self.serve(
-                        &settings,
-                        &caller,
-                        origin,
-                        path,
-                        req,
-                    )
-                    .await
-                }
+                Ok((origin, path)) => self.serve(&settings, &caller, origin, path, req).await,
                 Err(answer) => answer,
             },
         };

@@ -24,8 +24,8 @@ use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, Method, Request};
-use hyper::body::Body as _;
 use http_body_util::BodyExt;
+use hyper::body::Body as _;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -37,6 +37,9 @@ use super::h1::{self, BodyLength, Framing, Parsed};
 use super::io::Prefixed;
 use super::{ConnectionHold, ConnectionPolicy, Handler};
 use crate::http::body::Body;
+
+#[cfg(test)]
+mod tests;
 
 /// How much is read at a time (hyper's first read size).
 const READ_SIZE: usize = 8 * 1024;
@@ -147,7 +150,11 @@ async fn run<H: Handler>(
         let request: Request<Body> = simple.request.map(|()| crate::http::body::empty_body());
         // Pinned here: a request's future is large, and each move of it
         // is a copy.
-        let handling = pin!(proxy.clone().handle(client.peer, connection.clone(), request));
+        let handling = pin!(
+            proxy
+                .clone()
+                .handle(client.peer, connection.clone(), request)
+        );
         let Some(response) = client.while_in_flight(handling).await else {
             // The client hung up: the request is dropped with it.
             return Ok(());
@@ -261,13 +268,24 @@ impl Client {
                         return false;
                     }
                     head = &[];
-                    body.frame().await
+                    // A client that hangs up while the body is awaited
+                    // drops it (hyper's `mid_message_detect_eof`): a
+                    // stalled upstream response is not kept for nobody.
+                    match self.while_in_flight(pin!(body.frame())).await {
+                        Some(frame) => frame,
+                        None => {
+                            tracing::debug!(peer = %self.peer, "client hung up while its response body was awaited");
+                            return false;
+                        }
+                    }
                 }
             };
             let data = match frame {
                 None => {
                     let end: &[u8] = if chunked { b"0\r\n\r\n" } else { b"" };
-                    let ended = self.write_all(&mut [IoSlice::new(head), IoSlice::new(end)]).await;
+                    let ended = self
+                        .write_all(&mut [IoSlice::new(head), IoSlice::new(end)])
+                        .await;
                     // A body shorter than its length leaves the client
                     // waiting for the rest: the connection closes.
                     return ended && !matches!(framing, Framing::Length(_));
@@ -293,7 +311,11 @@ impl Client {
             let mut tail: &[u8] = b"";
             if chunked {
                 h1::chunk_head(data.len(), &mut chunk_line);
-                tail = if end_stream { b"\r\n0\r\n\r\n" } else { b"\r\n" };
+                tail = if end_stream {
+                    b"\r\n0\r\n\r\n"
+                } else {
+                    b"\r\n"
+                };
             }
             let mut parts = [
                 IoSlice::new(head),

@@ -18,9 +18,9 @@
 use std::mem::MaybeUninit;
 
 use bytes::BytesMut;
-use smallvec::SmallVec;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Uri, Version};
+use smallvec::SmallVec;
 
 #[cfg(test)]
 mod tests;
@@ -60,11 +60,9 @@ pub(crate) fn parse_request(buf: &mut BytesMut, headers: HeaderMap) -> Parsed {
     let mut slots = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut []);
     // hyper's server parses with httparse's default configuration.
-    let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(
-        &mut req,
-        buf,
-        &mut slots,
-    ) {
+    let len = match httparse::ParserConfig::default()
+        .parse_request_with_uninit_headers(&mut req, buf, &mut slots)
+    {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Parsed::Partial,
         // Too long, too many fields, malformed: hyper's to answer.
@@ -73,7 +71,10 @@ pub(crate) fn parse_request(buf: &mut BytesMut, headers: HeaderMap) -> Parsed {
     if req.version != Some(1) {
         return Parsed::Other;
     }
-    let Some(method) = req.method.and_then(|m| Method::from_bytes(m.as_bytes()).ok()) else {
+    let Some(method) = req
+        .method
+        .and_then(|m| Method::from_bytes(m.as_bytes()).ok())
+    else {
         return Parsed::Other;
     };
     let Some(path) = req.path else {
@@ -438,7 +439,9 @@ fn digits(bytes: &[u8]) -> Option<u64> {
 /// True if the comma-separated `value` has `token` (hyper's reading of
 /// `Connection`: a value that is not visible ASCII has none).
 fn has_token(value: &[u8], token: &str) -> bool {
-    value.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
+    value
+        .iter()
+        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
         && std::str::from_utf8(value)
             .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
 }
