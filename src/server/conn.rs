@@ -44,6 +44,10 @@ mod tests;
 /// How much is read at a time (hyper's first read size).
 const READ_SIZE: usize = 8 * 1024;
 
+/// A response whose whole body is at most this long is written with its
+/// body's first part, even if that part comes after the head.
+const HOLD_HEAD_FOR: u64 = 16 * 1024;
+
 /// A served client connection: a future that ends when the connection
 /// does, and that can be told to shut down gracefully.
 pub(crate) struct ClientConn<F> {
@@ -263,11 +267,18 @@ impl Client {
                 Poll::Ready(frame) => frame,
                 Poll::Pending => {
                     self.waited = true;
-                    // Not ready: the head goes first, as hyper flushes it.
-                    if !head.is_empty() && !self.write_all(&mut [IoSlice::new(head)]).await {
-                        return false;
+                    // Not ready: the head goes first, as hyper flushes it,
+                    // unless the whole body is small: an origin's head and
+                    // small body often arrive a moment apart (nginx sends
+                    // them as two segments), and one write instead of two
+                    // saves more than the moment costs.
+                    let small = matches!(framing, Framing::Length(n) if n <= HOLD_HEAD_FOR);
+                    if !small && !head.is_empty() {
+                        if !self.write_all(&mut [IoSlice::new(head)]).await {
+                            return false;
+                        }
+                        head = &[];
                     }
-                    head = &[];
                     // A client that hangs up while the body is awaited
                     // drops it (hyper's `mid_message_detect_eof`): a
                     // stalled upstream response is not kept for nobody.

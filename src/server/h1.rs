@@ -475,7 +475,9 @@ pub(crate) fn date(now: tokio::time::Instant) -> [u8; 29] {
             return text;
         }
         let wall = SystemTime::now();
-        let into_second = wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let into_second = wall
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
         let mut rendered = [0u8; 29];
         let formatted = httpdate::fmt_http_date(wall);
         let n = formatted.len().min(29);

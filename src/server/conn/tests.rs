@@ -34,6 +34,11 @@ const LONG: Duration = Duration::from_secs(60);
 /// The body of `/full`.
 const FULL: &[u8] = b"the whole body";
 
+/// The lengths of `/late-small` (written with its head) and `/late-large`
+/// (its head goes first).
+const LATE_SMALL: usize = 5;
+const LATE_LARGE: usize = 20_000;
+
 /// The frames of `/stream`.
 const FRAMES: [&str; 3] = ["ab", "cde", "f"];
 
@@ -111,6 +116,8 @@ impl TestProxy {
             }
             "/error" => Response::new(frames(vec![Ok("abc"), Err("upstream failed")])),
             "/stall" => Response::new(self.stalling_body()),
+            "/late-small" => self.late_body(LATE_SMALL),
+            "/late-large" => self.late_body(LATE_LARGE),
             "/hold" => {
                 let guard = HoldGuard {
                     ended: self.hold_ended.clone(),
@@ -155,6 +162,20 @@ impl TestProxy {
     /// A body of unknown length: one frame, then (telling `held`) none
     /// until [`TestProxy::release`], then its end. Reports its end or its
     /// drop as a `/hold` request does.
+    /// A body of `len` bytes, its length known, whose one frame comes only
+    /// once released (it reports as `/hold` does when first polled).
+    fn late_body(self: Arc<Self>, len: usize) -> Response<Body> {
+        let stream = futures_util::stream::once(async move {
+            let _ = self.held.send(());
+            self.release.notified().await;
+            Ok::<_, BodyError>(Frame::data(Bytes::from(vec![b'x'; len])))
+        });
+        let mut resp = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+        resp.headers_mut()
+            .insert(CONTENT_LENGTH, http::HeaderValue::from(len));
+        resp
+    }
+
     fn stalling_body(self: Arc<Self>) -> Body {
         let guard = HoldGuard {
             ended: self.hold_ended.clone(),
@@ -734,6 +755,44 @@ async fn hang_up_while_the_body_is_awaited(request: &str) {
     drop(client);
     assert!(!server.hold_ended().await, "the body finished");
     server.connection_ended().await;
+}
+
+/// A small body that comes after its head is written with it, in one
+/// write: nothing reaches the client while the body is awaited. (The
+/// test and the server share one thread, so the server's write, had it
+/// made one, is in the client's socket when the test hears the body was
+/// polled.)
+#[tokio::test]
+async fn a_small_body_that_comes_late_is_written_with_its_head() {
+    let mut server = Server::start(LONG).await;
+    let mut client = server.connect().await;
+    client.send(get("/late-small").as_bytes()).await;
+    server.held().await;
+    tokio::task::yield_now().await;
+    let mut probe = [0u8; 64];
+    match client.stream.try_read(&mut probe) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("bytes before the body was ready: {other:?}"),
+    }
+    server.proxy.release.notify_one();
+    let answer = client.answer(false).await;
+    assert_eq!(answer.header("content-length"), Some("5"));
+    assert_eq!(answer.body, b"xxxxx");
+    client.send(get("/full").as_bytes()).await;
+    assert_full(&client.answer(false).await);
+}
+
+/// A larger body that comes late gets its head first, as hyper sends it.
+#[tokio::test]
+async fn a_large_body_that_comes_late_gets_its_head_first() {
+    let mut server = Server::start(LONG).await;
+    let mut client = server.connect().await;
+    client.send(get("/late-large").as_bytes()).await;
+    server.held().await;
+    let head = client.head().await;
+    assert_eq!(head.header("content-length"), Some("20000"));
+    server.proxy.release.notify_one();
+    assert_eq!(client.take(LATE_LARGE).await, vec![b'x'; LATE_LARGE]);
 }
 
 #[tokio::test]

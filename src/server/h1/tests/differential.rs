@@ -29,7 +29,9 @@ use proptest::sample::Index;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::task::JoinHandle;
 
-use super::super::{BodyLength, Encoded, Framing, Parsed, Unwritable, encode_head, parse_request};
+use crate::server::h1::{
+    BodyLength, Encoded, Framing, Parsed, Unwritable, encode_head, parse_request,
+};
 
 /// Cases per property: `PROPTEST_CASES` if set.
 fn cases() -> u32 {
@@ -655,7 +657,7 @@ fn framed(framing: Framing, chunks: &[Vec<u8>]) -> Vec<u8> {
         Framing::Chunked => {
             let mut out = Vec::new();
             for c in chunks {
-                super::super::chunk_head(c.len(), &mut out);
+                crate::server::h1::chunk_head(c.len(), &mut out);
                 out.extend_from_slice(c);
                 out.extend_from_slice(b"\r\n");
             }
@@ -783,7 +785,7 @@ fn requests_at_the_limits_are_hypers() {
     }
     hundred.extend_from_slice(b"\r\n");
     let mut long = b"GET / HTTP/1.1\r\nX-Long: ".to_vec();
-    long.resize(super::super::MAX_HEAD - 4, b'a');
+    long.resize(crate::server::h1::MAX_HEAD - 4, b'a');
     long.extend_from_slice(b"\r\n\r\n");
     let pipeline = b"GET /1 HTTP/1.1\r\n\r\nHEAD /2 HTTP/1.1\r\n\r\nGET /3 HTTP/1.1\r\nConnection: close\r\n\r\nGET /4 HTTP/1.1\r\n\r\n";
     for bytes in [
