@@ -37,7 +37,7 @@ const TLS_HANDSHAKE: u8 = 0x16;
 const SNIFF_BYTES: usize = 4096;
 
 /// Parses a CONNECT target (`host:port`, `[v6]:port`) into the HTTPS origin.
-fn connect_target(req: &Request<Incoming>) -> Result<(String, u16), String> {
+fn connect_target(req: &Request<Body>) -> Result<(String, u16), String> {
     let authority = req
         .uri()
         .authority()
@@ -54,7 +54,7 @@ pub(crate) fn no_intercept(list: &[String], host: &str) -> bool {
 }
 
 /// The client connection's hold, for the tunnel to keep until it closes.
-fn connection_hold(req: &Request<Incoming>) -> Option<Arc<ConnectionHold>> {
+fn connection_hold(req: &Request<Body>) -> Option<Arc<ConnectionHold>> {
     req.extensions().get::<Arc<ConnectionHold>>().cloned()
 }
 
@@ -66,7 +66,7 @@ pub(crate) async fn handle(
     proxy: Arc<Proxy>,
     settings: Arc<Settings>,
     caller: Caller,
-    req: Request<Incoming>,
+    req: Request<Body>,
 ) -> Answer {
     let https = match connect_target(&req).and_then(|(host, port)| {
         Origin::new(Scheme::Https, &host, Some(port)).map_err(|e| e.to_string())
@@ -116,7 +116,7 @@ pub(crate) async fn handle(
 }
 
 /// The client's side of an accepted CONNECT, once hyper hands it over.
-async fn upgraded(req: Request<Incoming>) -> Option<TokioIo<hyper::upgrade::Upgraded>> {
+async fn upgraded(req: Request<Body>) -> Option<TokioIo<hyper::upgrade::Upgraded>> {
     match hyper::upgrade::on(req).await {
         Ok(u) => Some(TokioIo::new(u)),
         Err(e) => {
@@ -357,7 +357,7 @@ async fn tunnel(
     caller: Caller,
     origin: Origin,
     agent: &str,
-    req: Request<Incoming>,
+    req: Request<Body>,
 ) -> Answer {
     let judgement = for_client(caller.fetch_client(), proxy.gate.judge(&origin, "/", agent)).await;
     if matches!(judgement.decision, Decision::BadGateway { .. }) {
@@ -422,7 +422,7 @@ fn sniffed_tunnel(
     origin: Origin,
     judgement: Judgement,
     handshake: Duration,
-    req: Request<Incoming>,
+    req: Request<Body>,
 ) -> Answer {
     let hold = connection_hold(&req);
     let ua = req.headers().get(USER_AGENT).cloned();

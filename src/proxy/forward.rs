@@ -190,9 +190,10 @@ pub(crate) async fn forward(
     origin: &Origin,
     mut req: Request<Body>,
     via: Option<&HeaderValue>,
-    timeout: Duration,
+    timeout: ResponseTimeout,
     max_informational: usize,
 ) -> Forwarded {
+    let (deadline, timeout) = (timeout.started + timeout.after, timeout.after);
     strip_hop_by_hop(req.headers_mut());
     if undefined_body(&req) {
         // Only for an origin in `upstream.allow_bodies_for`: should it
@@ -233,7 +234,7 @@ pub(crate) async fn forward(
         // The absolute target, kept for error messages.
         let target = std::mem::replace(req.uri_mut(), origin_form);
         let send = |req| upstream.send(origin, req);
-        let sent = match capped_inline(req, max_informational, timeout, send).await {
+        let sent = match capped_inline(req, max_informational, deadline, send).await {
             Inline::Sent(Ok(resp)) => Ok(resp),
             Inline::Sent(Err(e)) => {
                 let e = e.for_host(target.host().unwrap_or_default());
@@ -251,7 +252,7 @@ pub(crate) async fn forward(
             req.headers_mut().remove(header::HOST);
         }
         let sent = capped(req, max_informational, |req| client.request(req));
-        let sent = match tokio::time::timeout(timeout, sent).await {
+        let sent = match tokio::time::timeout_at(deadline, sent).await {
             Ok(Ok(Ok(resp))) => Ok(resp.map(crate::http::body::incoming)),
             Ok(Ok(Err(e))) => {
                 let e = UpstreamError::new(e, target.host().unwrap_or_default());
@@ -266,6 +267,14 @@ pub(crate) async fn forward(
         Ok(resp) => relay_response(resp, &target, via),
         Err(answer) => answer,
     }
+}
+
+/// How long a request waits for its response to start: `after`, counted
+/// from `started` (the clock read that also times the exchange).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ResponseTimeout {
+    pub(crate) started: tokio::time::Instant,
+    pub(crate) after: Duration,
 }
 
 /// An origin's response made ready for the client: a transfer coding that

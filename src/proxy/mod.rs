@@ -283,7 +283,7 @@ impl Proxy {
     }
 
     /// True if the request already passed through this proxy instance.
-    fn is_loop(&self, req: &Request<Incoming>) -> bool {
+    fn is_loop<B>(&self, req: &Request<B>) -> bool {
         crate::http::headers::has(req.headers(), &VIA)
             && req
                 .headers()
@@ -299,7 +299,7 @@ impl Proxy {
         settings: &Settings,
         client: SocketAddr,
         queue: Arc<slots::ClientQueue>,
-        req: &Request<Incoming>,
+        req: &Request<Body>,
     ) -> Result<Caller, Answer> {
         if !settings.acl.allows(client.ip()) {
             tracing::warn!(%client, "client address not in access.allow_clients");
@@ -389,7 +389,7 @@ impl Proxy {
         self: Arc<Self>,
         client: SocketAddr,
         queue: Arc<slots::ClientQueue>,
-        req: Request<Incoming>,
+        req: Request<Body>,
     ) -> Response<Body> {
         // One read of the reloadable settings per request.
         let settings = self.settings();
@@ -410,16 +410,7 @@ impl Proxy {
                 Box::pin(connect::handle(self.clone(), settings, caller, req)).await
             }
             Ok(caller) => match self.frame(&req) {
-                Ok((origin, path)) => {
-                    self.serve(
-                        &settings,
-                        &caller,
-                        origin,
-                        path,
-                        req.map(crate::http::body::incoming),
-                    )
-                    .await
-                }
+                Ok((origin, path)) => self.serve(&settings, &caller, origin, path, req).await,
                 Err(answer) => answer,
             },
         };
@@ -467,7 +458,7 @@ impl crate::server::Handler for Proxy {
         self: Arc<Self>,
         peer: SocketAddr,
         queue: Arc<slots::ClientQueue>,
-        req: Request<Incoming>,
+        req: Request<Body>,
     ) -> impl std::future::Future<Output = Response<Body>> + Send {
         Proxy::handle(self, peer, queue, req)
     }
@@ -482,7 +473,7 @@ impl Proxy {
     /// not a loop, an absolute-form target with a usable origin.
     // The Err is the response itself, built once and moved to `finish`.
     #[allow(clippy::result_large_err)]
-    fn frame(&self, req: &Request<Incoming>) -> Result<(Origin, String), Answer> {
+    fn frame(&self, req: &Request<Body>) -> Result<(Origin, String), Answer> {
         if let Some(resp) = refuse_method(req.method()) {
             return Err(Answer::new(Outcome::BadRequest, resp));
         }

@@ -54,7 +54,6 @@ use std::sync::Arc;
 
 use http::header::{HeaderValue, USER_AGENT};
 use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
 
 use super::{Proxy, respond};
 use crate::http::body::Body;
@@ -238,7 +237,7 @@ pub(crate) enum Line<'a> {
     Unjudged {
         client: SocketAddr,
         user: Option<&'a str>,
-        req: &'a Request<Incoming>,
+        req: &'a Request<crate::http::body::Body>,
         decision: &'a str,
         reason: &'a str,
     },

@@ -4,7 +4,7 @@
 //! request go on or ends it with an [`Answer`]; [`Proxy::run`] reads as
 //! the phases in their order (see [`super::phases`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::header::{HeaderValue, USER_AGENT};
 use http::{Method, Request, Response, StatusCode};
@@ -579,14 +579,17 @@ impl Proxy {
         // One send to the origin, timed (one clock read for the metric and
         // the record); a paid retry is sent the same way.
         let send = async |req| {
-            let start = Instant::now();
+            let start = tokio::time::Instant::now();
             let forwarded = forward::forward(
                 &self.client,
                 &self.upstream,
                 origin,
                 req,
                 settings.via.then_some(&self.via),
-                timeout,
+                forward::ResponseTimeout {
+                    started: start,
+                    after: timeout,
+                },
                 settings.max_informational,
             )
             .await;

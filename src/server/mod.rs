@@ -3,7 +3,9 @@
 //! upgrades (CONNECT), and graceful shutdown that lets in-flight requests
 //! finish, inside intercepted tunnels as well.
 
+mod conn;
 mod drive;
+mod h1;
 pub(crate) mod io;
 pub(crate) mod listen;
 pub(crate) mod metrics;
@@ -21,10 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use http::{Method, Request, Response};
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use http::{Request, Response};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
@@ -51,7 +50,7 @@ pub(crate) trait Handler: Send + Sync + 'static {
         self: Arc<Self>,
         peer: SocketAddr,
         connection: Self::Connection,
-        req: Request<Incoming>,
+        req: Request<Body>,
     ) -> impl Future<Output = Response<Body>> + Send;
     /// Counts a request hyper answered itself (malformed: 400, 431, 505).
     fn count_malformed(&self);
@@ -318,20 +317,7 @@ async fn serve_connection<H: Handler>(
         header_timeout: proxy.header_timeout(),
     };
     let counts = proxy.clone();
-    let connection = proxy.connection(peer);
-    let service = service_fn(move |mut req: Request<Incoming>| {
-        // A tunnel or an upgraded connection keeps the client connection's
-        // slot and its part in shutdown until it closes.
-        if req.method() == Method::CONNECT || crate::http::headers::is_upgrade(req.headers()) {
-            req.extensions_mut().insert(hold.clone());
-        }
-        let (proxy, connection) = (proxy.clone(), connection.clone());
-        async move { Ok::<_, std::convert::Infallible>(proxy.handle(peer, connection, req).await) }
-    });
-    let conn = policy
-        .http1()
-        .serve_connection(TokioIo::new(stream), service)
-        .with_upgrades();
+    let conn = conn::serve(stream, peer, proxy, hold, policy);
     let ended = drive(
         conn,
         |c| c.graceful_shutdown(),

@@ -17,7 +17,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
-use std::time::Duration;
 
 use http::Request;
 use tokio::sync::Notify;
@@ -108,18 +107,18 @@ pub(crate) fn count_one() {
 /// read after each poll, ends the request without the `Notify` and the
 /// race [`capped`] needs (nothing else runs on the thread during the poll,
 /// so each request counts only its own). Ends with [`Inline::TimedOut`]
-/// when `timeout` passes first.
+/// when `deadline` passes first.
 pub(crate) async fn capped_inline<B, F, T>(
     req: Request<B>,
     limit: usize,
-    timeout: Duration,
+    deadline: tokio::time::Instant,
     send: impl FnOnce(Request<B>) -> F,
 ) -> Inline<T>
 where
     F: Future<Output = T>,
 {
     let mut sent = std::pin::pin!(send(req));
-    let mut expiry = std::pin::pin!(tokio::time::sleep(timeout));
+    let mut expiry = std::pin::pin!(tokio::time::sleep_until(deadline));
     let mut seen = 0usize;
     std::future::poll_fn(|cx| {
         SEEN.set(0);
