@@ -122,7 +122,7 @@ impl Conn {
 
     /// Writes the request head and reads the final response head, skipping
     /// (and counting) informational ones.
-    async fn exchange(&mut self, req: &http::request::Parts) -> Result<wire::Head, Failed> {
+    async fn exchange(&mut self, req: &mut http::request::Parts) -> Result<wire::Head, Failed> {
         let target = req.uri.path_and_query().map_or("/", |pq| pq.as_str());
         self.write.clear();
         wire::encode_request(&mut self.write, &req.method, target, &req.headers)
@@ -134,6 +134,9 @@ impl Conn {
         if let Err(e) = self.stream.flush().await {
             return Err(Failed::new(e, true));
         }
+        // Written: the request's map holds the response's fields (a
+        // request that was sent is not sent again).
+        let mut headers = std::mem::take(&mut req.headers);
         // Once a head was found partial, the bytes of `read` looked through
         // for its end since: a head that trickles in is parsed again only
         // once an empty line may end it, not at every read (which would
@@ -159,7 +162,7 @@ impl Conn {
                 }
             };
             if may_be_whole {
-                match wire::parse_response(&mut self.read, &req.method) {
+                match wire::parse_response(&mut self.read, &req.method, &mut headers) {
                     Ok(Parsed::Final(head)) => return Ok(head),
                     Ok(Parsed::Interim) => {
                         informational::count_one();
@@ -483,7 +486,7 @@ impl Pool {
         origin: &Origin,
         req: Request<Body>,
     ) -> Result<Response<Body>, UpstreamError> {
-        let (parts, _) = req.into_parts();
+        let (mut parts, _) = req.into_parts();
         // A target that cannot be written fails before a connection is taken.
         let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
         wire::check_target(target).map_err(|e| UpstreamError::new(e, &url_host(origin)))?;
@@ -504,7 +507,7 @@ impl Pool {
             if reused && !conn.still_open() {
                 continue;
             }
-            let head = match conn.exchange(&parts).await {
+            let head = match conn.exchange(&mut parts).await {
                 Ok(head) => head,
                 Err(f) if f.unsent && reused => continue,
                 Err(f) => return Err(UpstreamError::new(f.error, &url_host(origin))),

@@ -153,8 +153,14 @@ pub(crate) enum Parsed {
 
 /// Parses the response head at the front of `buf`, the answer to a
 /// `method` request; a whole head is split off `buf` (its field values
-/// share the bytes, nothing is copied), what follows it stays.
-pub(crate) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Parsed, WireError> {
+/// share the bytes, nothing is copied), what follows it stays. Its fields
+/// go into `headers` (taken, cleared: a map to reuse, such as the
+/// request's once it is written).
+pub(crate) fn parse_response(
+    buf: &mut BytesMut,
+    method: &Method,
+    headers: &mut HeaderMap,
+) -> Result<Parsed, WireError> {
     // Offsets of each field's name and value in `buf`, kept while httparse
     // borrows it, so that the values can be slices of the frozen head.
     let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
@@ -219,7 +225,9 @@ pub(crate) fn parse_response(buf: &mut BytesMut, method: &Method) -> Result<Pars
         return Ok(Parsed::Interim);
     }
     let head = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(count);
+    let mut headers = std::mem::take(headers);
+    headers.clear();
+    headers.reserve(count);
     for &(n0, n1, v0, v1) in &spans[..count] {
         let (n0, n1, v0, v1) = (n0 as usize, n1 as usize, v0 as usize, v1 as usize);
         let name = HeaderName::from_bytes(&head[n0..n1])

@@ -12,7 +12,7 @@ fn parse(text: &str, method: &Method) -> (Result<Parsed, WireError>, BytesMut) {
 
 fn parse_bytes(bytes: &[u8], method: &Method) -> (Result<Parsed, WireError>, BytesMut) {
     let mut buf = BytesMut::from(bytes);
-    let parsed = parse_response(&mut buf, method);
+    let parsed = parse_response(&mut buf, method, &mut HeaderMap::new());
     (parsed, buf)
 }
 
@@ -195,7 +195,7 @@ fn field_values_share_the_read_buffer() {
         BytesMut::from("HTTP/1.1 200 OK\r\nX-A: shared value\r\nContent-Length: 0\r\n\r\n");
     let start = buf.as_ptr() as usize;
     let read = start..start + buf.len();
-    let Ok(Parsed::Final(h)) = parse_response(&mut buf, &Method::GET) else {
+    let Ok(Parsed::Final(h)) = parse_response(&mut buf, &Method::GET, &mut HeaderMap::new()) else {
         panic!("no final head");
     };
     for value in h.headers.values() {
@@ -600,11 +600,11 @@ fn interim_responses_are_skipped_and_101_is_an_error() {
     let mut buf = BytesMut::from(text);
     for _ in 0..3 {
         assert!(matches!(
-            parse_response(&mut buf, &Method::GET),
+            parse_response(&mut buf, &Method::GET, &mut HeaderMap::new()),
             Ok(Parsed::Interim)
         ));
     }
-    let Ok(Parsed::Final(h)) = parse_response(&mut buf, &Method::GET) else {
+    let Ok(Parsed::Final(h)) = parse_response(&mut buf, &Method::GET, &mut HeaderMap::new()) else {
         panic!("no final head");
     };
     assert_eq!((h.status, h.framing), (StatusCode::OK, Framing::Length(1)));
@@ -644,7 +644,7 @@ fn a_head_split_at_every_offset_is_partial_until_its_end() {
         let head_len = bytes.len() - whole_rest.len();
         for at in 0..bytes.len() {
             let mut buf = BytesMut::from(&bytes[..at]);
-            let parsed = parse_response(&mut buf, &Method::GET);
+            let parsed = parse_response(&mut buf, &Method::GET, &mut HeaderMap::new());
             if at < head_len {
                 assert!(
                     matches!(parsed, Ok(Parsed::Partial)),
@@ -656,7 +656,7 @@ fn a_head_split_at_every_offset_is_partial_until_its_end() {
                     "a partial head is left in the buffer"
                 );
                 buf.extend_from_slice(&bytes[at..]);
-                let Ok(Parsed::Final(h)) = parse_response(&mut buf, &Method::GET) else {
+                let Ok(Parsed::Final(h)) = parse_response(&mut buf, &Method::GET, &mut HeaderMap::new()) else {
                     panic!("{text:?} at {at}");
                 };
                 assert_same_head(&h, &whole);
@@ -680,7 +680,7 @@ fn interim_heads_split_at_every_offset() {
         let mut rest = &text[at..];
         let mut interim = 0;
         let head = loop {
-            match parse_response(&mut buf, &Method::GET) {
+            match parse_response(&mut buf, &Method::GET, &mut HeaderMap::new()) {
                 Ok(Parsed::Partial) => {
                     assert!(!rest.is_empty(), "partial with everything read, at {at}");
                     buf.extend_from_slice(rest);

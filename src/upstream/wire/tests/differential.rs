@@ -394,7 +394,7 @@ fn through_wire(case: &Case, exact: bool) -> (Outcome, Option<Seen>, Option<Wire
         }
     };
     let head = loop {
-        match parse_response(&mut buf, &case.method) {
+        match parse_response(&mut buf, &case.method, &mut http::HeaderMap::new()) {
             Err(e) => return (Outcome::Failed, None, Some(e)),
             Ok(Parsed::Interim) => {}
             Ok(Parsed::Final(head)) => break head,
