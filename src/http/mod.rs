@@ -3,6 +3,7 @@
 //! private files every layer that keeps state writes.
 
 pub(crate) mod body;
+pub(crate) mod clock;
 pub(crate) mod date;
 pub mod destination;
 pub(crate) mod files;

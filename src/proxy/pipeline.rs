@@ -579,7 +579,7 @@ impl Proxy {
         // One send to the origin, timed (one clock read for the metric and
         // the record); a paid retry is sent the same way.
         let send = async |req| {
-            let start = tokio::time::Instant::now();
+            let start = crate::http::clock::now();
             let forwarded = forward::forward(
                 &self.client,
                 &self.upstream,
@@ -593,7 +593,7 @@ impl Proxy {
                 settings.max_informational,
             )
             .await;
-            let took = start.elapsed();
+            let took = crate::http::clock::now().saturating_duration_since(start);
             self.metrics.observe_upstream(took);
             (forwarded, took)
         };

@@ -58,7 +58,8 @@ pub(crate) struct ClientConn<F> {
 impl<F: Future> Future for ClientConn<F> {
     type Output = F::Output;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        self.serving.as_mut().poll(cx)
+        // The request's phases read the time in several places: once.
+        crate::http::clock::once_per_poll(|| self.serving.as_mut().poll(cx))
     }
 }
 
@@ -172,7 +173,7 @@ async fn run<H: Handler>(
         head.clear();
         // One clock read for the date and, unless writing waits, the next
         // header timeout.
-        let now = Instant::now();
+        let now = crate::http::clock::now();
         let date = h1::date(now);
         let encoded = h1::encode_head(&mut parts, length, is_head, keep_alive, &date, &mut head);
         // The drained map holds the next request's fields (hyper does so).

@@ -86,7 +86,7 @@ impl Latency {
 
     /// Records a response's time to first byte from `origin`.
     pub fn observe(&self, origin: &str, ttfb: Duration) {
-        let now = Instant::now();
+        let now = crate::http::clock::now();
         let mut origins = self.origins.lock();
         if let Some(s) = origins.get_mut(origin) {
             if now.saturating_duration_since(s.at) >= KEPT_FOR {
@@ -103,7 +103,7 @@ impl Latency {
 
     /// Sets `origin`'s median to the fleet's.
     pub fn set_median(&self, origin: &str, median: Duration) {
-        let now = Instant::now();
+        let now = crate::http::clock::now();
         let mut origins = self.origins.lock();
         match origins.get_mut(origin) {
             Some(s) => {
@@ -123,7 +123,7 @@ impl Latency {
     pub fn median(&self, origin: &str) -> Option<Duration> {
         let origins = self.origins.lock();
         let s = origins.peek(origin)?;
-        (Instant::now().saturating_duration_since(s.at) < KEPT_FOR).then_some(s.median)
+        (crate::http::clock::now().saturating_duration_since(s.at) < KEPT_FOR).then_some(s.median)
     }
 
     /// The least interval between requests to `origin`: the factor times

@@ -40,7 +40,6 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use lru::LruCache;
 use parking_lot::{Mutex, RwLock};
-use tokio::time::Instant;
 
 use crate::http::origin::Origin;
 use crate::judge::archive::{Archive, Evidence};
@@ -229,7 +228,7 @@ impl RobotsCache {
     ) -> (Arc<Entry>, StoreLookup) {
         let previous = self.others.get(origin, token);
         if let Some(entry) = &previous
-            && entry.expires > Instant::now()
+            && entry.expires > crate::http::clock::now()
         {
             return (entry.clone(), StoreLookup::Hit);
         }
@@ -379,7 +378,7 @@ impl RobotsCache {
     /// What [`Self::get`] does next, decided under the lock; starts a fetch
     /// if one is needed and none is under way.
     fn next_step(self: &Arc<Self>, cells: &mut Cells, origin: &Origin, token: &str) -> Next {
-        let fresh = |e: &Arc<Entry>| e.expires > Instant::now();
+        let fresh = |e: &Arc<Entry>| e.expires > crate::http::clock::now();
         // The common case, a fresh entry compiled for the agent, needs no
         // look at the agent list.
         if let Some(entry) = cells.lru.get(origin).and_then(|s| s.entry.as_ref())
@@ -480,7 +479,7 @@ impl RobotsCache {
             Some(p) => Some(p),
             None => match self.restore(origin).await {
                 // Kept on disk and still fresh: judged by, nothing fetched.
-                Some(kept) if kept.expires > Instant::now() => return kept,
+                Some(kept) if kept.expires > crate::http::clock::now() => return kept,
                 // Expired: the copy stale-on-error falls back to.
                 other => other,
             },
@@ -584,6 +583,8 @@ fn tokens(agents: &[String]) -> Arc<[Arc<str>]> {
 #[cfg(test)]
 mod tests {
     use std::time::SystemTime;
+
+    use tokio::time::Instant;
 
     use super::entry::retry_delay;
     use super::kept::restore;

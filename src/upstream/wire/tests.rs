@@ -656,7 +656,9 @@ fn a_head_split_at_every_offset_is_partial_until_its_end() {
                     "a partial head is left in the buffer"
                 );
                 buf.extend_from_slice(&bytes[at..]);
-                let Ok(Parsed::Final(h)) = parse_response(&mut buf, &Method::GET, &mut HeaderMap::new()) else {
+                let Ok(Parsed::Final(h)) =
+                    parse_response(&mut buf, &Method::GET, &mut HeaderMap::new())
+                else {
                     panic!("{text:?} at {at}");
                 };
                 assert_same_head(&h, &whole);
