@@ -28,7 +28,9 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{Request, Response};
@@ -351,7 +353,7 @@ impl Pool {
 
     /// The newest idle connection to `origin` that has not expired.
     fn take(&self, origin: &Origin) -> Option<Box<Conn>> {
-        let now = Instant::now();
+        let now = crate::http::clock::now();
         let mut expired = Vec::new();
         let found = {
             let mut idle = self.lock();
@@ -404,7 +406,7 @@ impl Pool {
         }
         let (oldest, evicted) = {
             let mut idle = self.lock();
-            let since = Instant::now();
+            let since = crate::http::clock::now();
             let oldest = match idle.by_origin.get_mut(&conn.origin) {
                 Some(list) => {
                     let oldest = (list.len() >= self.per_host).then(|| list.remove(0));

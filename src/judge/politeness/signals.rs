@@ -208,7 +208,7 @@ impl Pauses {
 
     /// Whether any origin may be paused now (one atomic read).
     pub fn any(&self) -> bool {
-        self.latest.load(Ordering::Relaxed) > self.micros_of(Instant::now())
+        self.latest.load(Ordering::Relaxed) > self.micros_of(crate::http::clock::now())
     }
 
     /// The pause in force on `origin` at `now`: when it ends, and the
