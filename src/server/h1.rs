@@ -316,40 +316,24 @@ fn encode(
                 }
                 wrote_len = true;
                 must_chunk = !is_chunked(&value);
-                if open_line {
-                    dst.extend_from_slice(b", ");
-                } else {
+                if !open_line {
                     framing = Framing::Chunked;
-                    open_line = true;
-                    dst.extend_from_slice(b"transfer-encoding: ");
                 }
-                dst.extend_from_slice(value.as_bytes());
+                join(dst, &mut open_line, b"transfer-encoding: ", &value);
                 continue;
             }
             header::CONNECTION => {
                 if !last && has_token(value.as_bytes(), "close") {
                     last = true;
                 }
-                if open_line {
-                    dst.extend_from_slice(b", ");
-                } else {
-                    open_line = true;
-                    dst.extend_from_slice(b"connection: ");
-                }
-                dst.extend_from_slice(value.as_bytes());
+                join(dst, &mut open_line, b"connection: ", &value);
                 continue;
             }
             header::TRAILER => {
                 if http10 || !chunkable {
                     continue;
                 }
-                if open_line {
-                    dst.extend_from_slice(b", ");
-                } else {
-                    open_line = true;
-                    dst.extend_from_slice(b"trailer: ");
-                }
-                dst.extend_from_slice(value.as_bytes());
+                join(dst, &mut open_line, b"trailer: ", &value);
                 continue;
             }
             header::DATE => wrote_date = true,
@@ -400,6 +384,18 @@ fn encode(
     // A close-delimited body ends with the connection.
     last |= framing == Framing::CloseDelimited;
     Ok(Encoded { framing, last })
+}
+
+/// Writes `value` on the joined line open for its field (`, ` before it),
+/// or opens the line with `name` (which ends in `: `).
+fn join(dst: &mut Vec<u8>, open_line: &mut bool, name: &[u8], value: &HeaderValue) {
+    if *open_line {
+        dst.extend_from_slice(b", ");
+    } else {
+        *open_line = true;
+        dst.extend_from_slice(name);
+    }
+    dst.extend_from_slice(value.as_bytes());
 }
 
 /// Ends a joined line; a coding list whose last coding is not chunked gets
