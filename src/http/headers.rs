@@ -248,3 +248,37 @@ mod tests {
         );
     }
 }
+
+/// True if `buf` may hold a whole message head: an empty line (LF LF, or
+/// LF CR LF) ends one. Looked for from `seen` on (with the two bytes
+/// before it, where such a line may have begun), so that a head that
+/// trickles in is parsed again only when it may be whole: it costs its
+/// length, not the square of it.
+pub(crate) fn may_end_head(buf: &[u8], seen: usize) -> bool {
+    let start = seen.min(buf.len()).saturating_sub(2);
+    memchr::memchr_iter(b'\n', &buf[start..]).any(|i| {
+        let rest = &buf[start + i + 1..];
+        rest.first() == Some(&b'\n') || rest.starts_with(b"\r\n")
+    })
+}
+
+#[cfg(test)]
+mod head_end_tests {
+    use super::may_end_head;
+
+    #[test]
+    fn a_head_is_parsed_only_once_an_empty_line_may_end_it() {
+        assert!(!may_end_head(b"", 0));
+        assert!(!may_end_head(b"HTTP/1.1 200 OK\r\nA: b\r\n", 0));
+        assert!(may_end_head(b"HTTP/1.1 200 OK\r\n\r\n", 0));
+        assert!(may_end_head(b"HTTP/1.1 200 OK\n\n", 0));
+        // The empty line's start was looked through before, its last byte
+        // is new.
+        let head = b"HTTP/1.1 200 OK\r\nA: b\r\n\r\n";
+        for seen in 0..head.len() {
+            assert!(may_end_head(head, seen), "from {seen}");
+        }
+        // Found before: not looked for again.
+        assert!(!may_end_head(b"\n\nHTTP/1.1 200 OK\r\nA: b", 4));
+    }
+}

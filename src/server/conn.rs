@@ -132,11 +132,22 @@ async fn run<H: Handler>(
     // rest of the request's bookkeeping.
     let mut timer = pin!(tokio::time::sleep_until(deadline));
     loop {
+        // Once a head was found partial, how much of it was looked
+        // through: it is parsed again only once it may be whole (or long
+        // enough for hyper), so one that trickles in costs its length.
+        let mut seen: Option<usize> = None;
         let simple = loop {
-            if !client.read.is_empty() {
+            let may_be_whole = match seen {
+                None => !client.read.is_empty(),
+                Some(from) => {
+                    client.read.len() >= h1::MAX_HEAD
+                        || crate::http::headers::may_end_head(&client.read, from)
+                }
+            };
+            if may_be_whole {
                 match h1::parse_request(&mut client.read, std::mem::take(&mut headers)) {
                     Parsed::Simple(simple) => break simple,
-                    Parsed::Partial => {}
+                    Parsed::Partial => seen = Some(client.read.len()),
                     Parsed::Other => {
                         return hyper_serves(client, proxy, connection, hold, policy).await;
                     }

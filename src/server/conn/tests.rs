@@ -782,6 +782,22 @@ async fn a_small_body_that_comes_late_is_written_with_its_head() {
     assert_full(&client.answer(false).await);
 }
 
+/// A head that arrives a byte at a time (after empty lines) is read whole,
+/// and the connection serves on.
+#[tokio::test]
+async fn a_head_that_trickles_in_is_answered() {
+    let server = Server::start(LONG).await;
+    let mut client = server.connect().await;
+    let request = format!("\r\n\r\n{}", get("/full"));
+    for byte in request.as_bytes() {
+        client.send(std::slice::from_ref(byte)).await;
+        client.stream.flush().await.expect("flush");
+    }
+    assert_full(&client.answer(false).await);
+    client.send(get("/full").as_bytes()).await;
+    assert_full(&client.answer(false).await);
+}
+
 /// A larger body that comes late gets its head first, as hyper sends it.
 #[tokio::test]
 async fn a_large_body_that_comes_late_gets_its_head_first() {
