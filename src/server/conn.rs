@@ -268,6 +268,13 @@ impl Client {
         let (mut body, mut left) = match (body, framing) {
             (Some(body), Framing::Length(n)) if n > 0 => (body, n),
             (Some(body), Framing::Chunked | Framing::CloseDelimited) => (body, u64::MAX),
+            // A response declaring chunked framing with no body still ends
+            // its (empty) chunked body, as hyper's does.
+            (None, Framing::Chunked) => {
+                return self
+                    .write_all(&mut [IoSlice::new(head), IoSlice::new(b"0\r\n\r\n")])
+                    .await;
+            }
             _ => return self.write_all(&mut [IoSlice::new(head)]).await,
         };
         let chunked = framing == Framing::Chunked;

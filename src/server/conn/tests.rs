@@ -51,6 +51,7 @@ const FRAMES: [&str; 3] = ["ab", "cde", "f"];
 /// - `/stall`: a chunked body of one frame, then waits for the release
 ///   (the body reports as `/hold` does);
 /// - `/204`, `/304`: these statuses, with a body that must not be sent;
+/// - `/chunked-empty`: `transfer-encoding: chunked` and no body;
 /// - anything else: the request echoed (method, target, fields, body).
 struct TestProxy {
     metrics: ServerMetrics,
@@ -136,6 +137,14 @@ impl TestProxy {
                 Response::new(full_body("held"))
             }
             "/204" => with_status(StatusCode::NO_CONTENT, full_body("not sent")),
+            "/chunked-empty" => {
+                let mut resp = Response::new(crate::http::body::empty_body());
+                resp.headers_mut().insert(
+                    http::header::TRANSFER_ENCODING,
+                    http::HeaderValue::from_static("chunked"),
+                );
+                resp
+            }
             "/304" => {
                 let mut resp = with_status(StatusCode::NOT_MODIFIED, full_body("not sent"));
                 resp.headers_mut()
@@ -794,6 +803,20 @@ async fn a_head_that_trickles_in_is_answered() {
         client.stream.flush().await.expect("flush");
     }
     assert_full(&client.answer(false).await);
+    client.send(get("/full").as_bytes()).await;
+    assert_full(&client.answer(false).await);
+}
+
+/// A response that declares chunked framing and has no body ends its
+/// empty chunked body, and the connection serves on.
+#[tokio::test]
+async fn a_declared_chunked_response_without_a_body_is_terminated() {
+    let server = Server::start(LONG).await;
+    let mut client = server.connect().await;
+    client.send(get("/chunked-empty").as_bytes()).await;
+    let answer = client.answer(false).await;
+    assert_eq!(answer.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(answer.raw, b"0\r\n\r\n");
     client.send(get("/full").as_bytes()).await;
     assert_full(&client.answer(false).await);
 }
