@@ -249,12 +249,23 @@ mod tests {
     }
 }
 
+/// True if the message head at the start of `buf` is worth parsing now:
+/// nothing of it was looked through yet (`seen` is `None`), it is longer
+/// than `longest` (its parser refuses it or hands it on), or an empty line
+/// may have ended it since `seen`. A head that trickles in is thus parsed
+/// again only when it may be whole: it costs its length, not the square
+/// of it.
+pub(crate) fn head_worth_parsing(buf: &[u8], seen: Option<usize>, longest: usize) -> bool {
+    match seen {
+        None => !buf.is_empty(),
+        Some(from) => buf.len() > longest || may_end_head(buf, from),
+    }
+}
+
 /// True if `buf` may hold a whole message head: an empty line (LF LF, or
 /// LF CR LF) ends one. Looked for from `seen` on (with the two bytes
-/// before it, where such a line may have begun), so that a head that
-/// trickles in is parsed again only when it may be whole: it costs its
-/// length, not the square of it.
-pub(crate) fn may_end_head(buf: &[u8], seen: usize) -> bool {
+/// before it, where such a line may have begun).
+fn may_end_head(buf: &[u8], seen: usize) -> bool {
     let start = seen.min(buf.len()).saturating_sub(2);
     memchr::memchr_iter(b'\n', &buf[start..]).any(|i| {
         let rest = &buf[start + i + 1..];

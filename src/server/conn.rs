@@ -137,14 +137,9 @@ async fn run<H: Handler>(
         // enough for hyper), so one that trickles in costs its length.
         let mut seen: Option<usize> = None;
         let simple = loop {
-            let may_be_whole = match seen {
-                None => !client.read.is_empty(),
-                Some(from) => {
-                    client.read.len() >= h1::MAX_HEAD
-                        || crate::http::headers::may_end_head(&client.read, from)
-                }
-            };
-            if may_be_whole {
+            // At MAX_HEAD bytes a partial head is hyper's.
+            let longest = h1::MAX_HEAD - 1;
+            if crate::http::headers::head_worth_parsing(&client.read, seen, longest) {
                 match h1::parse_request(&mut client.read, std::mem::take(&mut headers)) {
                     Parsed::Simple(simple) => break simple,
                     Parsed::Partial => seen = Some(client.read.len()),

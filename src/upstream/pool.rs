@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::http::headers::may_end_head;
+use crate::http::headers::head_worth_parsing;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{Request, Response};
@@ -159,13 +159,7 @@ impl Conn {
                     return Err(Failed::new(WireError::HeadTooLarge, false));
                 }
             }
-            let may_be_whole = match seen {
-                None => !self.read.is_empty(),
-                Some(from) => {
-                    self.read.len() > wire::MAX_HEAD_BYTES || may_end_head(&self.read, from)
-                }
-            };
-            if may_be_whole {
+            if head_worth_parsing(&self.read, seen, wire::MAX_HEAD_BYTES) {
                 match wire::parse_response(&mut self.read, &req.method, &mut headers) {
                     Ok(Parsed::Final(head)) => return Ok(head),
                     Ok(Parsed::Interim) => {
