@@ -119,9 +119,11 @@ EOF
 # no checks at all. With NGINX_PROXY_CACHE=1 it caches responses
 # (`proxy_cache` in DIR/cache, keys in a 16 MB zone): the reference for
 # cache hits. Sets NGINX_PROXY_PID (the master; the workers are its
-# children).
+# children). Words after WORKERS wrap the command (e.g. valgrind ...); nginx
+# then runs as one process, without a master (NGINX_PROXY_PID does the work).
 start_nginx_proxy() {
     local dir=$1 port=$2 origin_port=$3 workers=${4:-1} cache_zone= cache=
+    shift $(($# < 4 ? $# : 4))
     mkdir -p "$dir/temp"
     if [[ ${NGINX_PROXY_CACHE:-0} != 0 ]]; then
         cache_zone="proxy_cache_path $dir/cache keys_zone=hits:16m;"
@@ -155,7 +157,10 @@ http {
     }
 }
 EOF
-    nginx -e "$dir/error.log" -p "$dir" -c "$dir/nginx.conf" &
+    local single=()
+    # Under valgrind: one process, as its tools cannot reach a forked worker.
+    (($# == 0)) || single=(-g 'master_process off;')
+    "$@" nginx -e "$dir/error.log" -p "$dir" -c "$dir/nginx.conf" "${single[@]}" &
     NGINX_PROXY_PID=$!
 }
 
