@@ -8,6 +8,7 @@ pub(crate) mod date;
 pub mod destination;
 pub(crate) mod files;
 pub(crate) mod headers;
+pub(crate) mod names;
 pub mod origin;
 pub mod price;
 pub mod signal;

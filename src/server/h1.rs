@@ -94,7 +94,7 @@ pub(crate) fn parse_request(buf: &mut BytesMut, headers: HeaderMap) -> Parsed {
     let mut fields: SmallVec<[(HeaderName, std::ops::Range<usize>); 24]> = SmallVec::new();
     let mut keep_alive = true;
     for h in req.headers.iter() {
-        let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
+        let Ok(name) = crate::http::names::parse(h.name.as_bytes()) else {
             return Parsed::Other;
         };
         match name {

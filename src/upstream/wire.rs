@@ -230,7 +230,7 @@ pub(crate) fn parse_response(
     headers.reserve(count);
     for &(n0, n1, v0, v1) in &spans[..count] {
         let (n0, n1, v0, v1) = (n0 as usize, n1 as usize, v0 as usize, v1 as usize);
-        let name = HeaderName::from_bytes(&head[n0..n1])
+        let name = crate::http::names::parse(&head[n0..n1])
             .map_err(|_| WireError::Head("invalid header name"))?;
         let value = HeaderValue::from_maybe_shared(head.slice(v0..v1))
             .map_err(|_| WireError::Head("invalid header value"))?;
