@@ -3,6 +3,7 @@
 //! signals; and its one-shot commands.
 
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 
@@ -175,9 +176,13 @@ impl Setup {
 
 impl Running {
     /// Starts `command` (the binary and its arguments, perhaps behind a
-    /// shell) and waits for the log line that says where it listens.
+    /// shell or a wrapper such as faketime, which forks it) and waits for
+    /// the log line that says where it listens. The command leads a
+    /// process group of its own, so dropping the `Running` stops the proxy
+    /// behind a wrapper too.
     pub async fn start(mut command: Command) -> Running {
         let mut child = command
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -311,8 +316,13 @@ pub fn open_files(pid: Option<u32>) -> Option<OpenFiles> {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        // Only this test's own child, by its handle.
+        // Only this test's own processes: the child's group (the child and
+        // what it started), then the child by its handle.
         if self.is_running() {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.child.id())])
+                .stderr(Stdio::null())
+                .status();
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
