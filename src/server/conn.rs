@@ -129,7 +129,9 @@ async fn run<H: Handler>(
     let mut deadline = Instant::now() + policy.header_timeout;
     // One timer for the connection's life, moved to a later deadline only
     // when it fires early: setting it per request would cost more than the
-    // rest of the request's bookkeeping.
+    // rest of the request's bookkeeping. It also keeps the deadlines of the
+    // requests in flight (their response timeouts), moved earlier only when
+    // one comes before it.
     let mut timer = pin!(tokio::time::sleep_until(deadline));
     loop {
         // Once a head was found partial, how much of it was looked
@@ -166,7 +168,7 @@ async fn run<H: Handler>(
                 .clone()
                 .handle(client.peer, connection.clone(), request)
         );
-        let Some(response) = client.while_in_flight(handling).await else {
+        let Some(response) = client.while_in_flight(handling, Some(timer.as_mut())).await else {
             // The client hung up: the request is dropped with it.
             return Ok(());
         };
@@ -197,6 +199,10 @@ async fn run<H: Handler>(
         }
         let ended = if client.waited { Instant::now() } else { now };
         deadline = ended + policy.header_timeout;
+        // Moved to a request's later deadline, the timer would fire late.
+        if timer.deadline() > deadline {
+            timer.as_mut().reset(deadline);
+        }
     }
 }
 
@@ -241,11 +247,37 @@ impl Client {
 
     /// Runs `handling` to its response; `None` if the client hangs up
     /// first. (Bytes of a next request are kept, and the socket is not
-    /// read further, until the response is written.)
-    async fn while_in_flight<F: Future>(&mut self, mut handling: Pin<&mut F>) -> Option<F::Output> {
+    /// read further, until the response is written.) The connection's
+    /// `timer`, if given, keeps the deadlines `handling` asks for
+    /// ([`crate::http::clock::passed_or_wake_by`]).
+    async fn while_in_flight<F: Future>(
+        &mut self,
+        mut handling: Pin<&mut F>,
+        mut timer: Option<Pin<&mut Sleep>>,
+    ) -> Option<F::Output> {
         std::future::poll_fn(|cx| {
-            if let Poll::Ready(out) = handling.as_mut().poll(cx) {
+            let (polled, wake_by) = match timer {
+                Some(_) => {
+                    crate::http::clock::offering_wake(cx.waker(), || handling.as_mut().poll(cx))
+                }
+                None => (handling.as_mut().poll(cx), None),
+            };
+            if let Poll::Ready(out) = polled {
                 return Poll::Ready(Some(out));
+            }
+            if let (Some(at), Some(timer)) = (wake_by, timer.as_mut()) {
+                // Moved only when it would fire too late, or has fired: a
+                // deadline later than the next header timeout costs nothing
+                // here until the timer fires early.
+                if timer.is_elapsed() || at < timer.deadline() {
+                    timer.as_mut().reset(at);
+                }
+                if timer.as_mut().poll(cx).is_ready() {
+                    // A deadline may have passed: `handling` looks again in
+                    // a poll of its own, with the clock read anew.
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
             }
             if self.read.is_empty() && self.poll_read(cx) == Poll::Ready(false) {
                 return Poll::Ready(None);
@@ -296,7 +328,7 @@ impl Client {
                     // A client that hangs up while the body is awaited
                     // drops it (hyper's `mid_message_detect_eof`): a
                     // stalled upstream response is not kept for nobody.
-                    match self.while_in_flight(pin!(body.frame())).await {
+                    match self.while_in_flight(pin!(body.frame()), None).await {
                         Some(frame) => frame,
                         None => {
                             tracing::debug!(peer = %self.peer, "client hung up while its response body was awaited");

@@ -107,7 +107,10 @@ pub(crate) fn count_one() {
 /// read after each poll, ends the request without the `Notify` and the
 /// race [`capped`] needs (nothing else runs on the thread during the poll,
 /// so each request counts only its own). Ends with [`Inline::TimedOut`]
-/// when `deadline` passes first.
+/// when `deadline` passes first: kept by the polling task's own timer when
+/// it offers it (the listener's own server side does:
+/// [`crate::http::clock::offering_wake`]), else by a timer of the
+/// request's.
 pub(crate) async fn capped_inline<B, F, T>(
     req: Request<B>,
     limit: usize,
@@ -118,7 +121,8 @@ where
     F: Future<Output = T>,
 {
     let mut sent = std::pin::pin!(send(req));
-    let mut expiry = std::pin::pin!(tokio::time::sleep_until(deadline));
+    // Made only if no task's timer keeps the deadline.
+    let mut expiry = std::pin::pin!(None::<tokio::time::Sleep>);
     let mut seen = 0usize;
     std::future::poll_fn(|cx| {
         SEEN.set(0);
@@ -130,10 +134,17 @@ where
         if let Poll::Ready(t) = poll {
             return Poll::Ready(Inline::Sent(t));
         }
-        if expiry.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(Inline::TimedOut);
+        if expiry.is_none() {
+            match crate::http::clock::passed_or_wake_by(cx, deadline) {
+                Some(true) => return Poll::Ready(Inline::TimedOut),
+                Some(false) => return Poll::Pending,
+                None => expiry.set(Some(tokio::time::sleep_until(deadline))),
+            }
         }
-        Poll::Pending
+        match expiry.as_mut().as_pin_mut().map(|e| e.poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(Inline::TimedOut),
+            _ => Poll::Pending,
+        }
     })
     .await
 }

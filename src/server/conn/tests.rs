@@ -2,9 +2,12 @@
 //! behind `serve_connection`, as the acceptor serves it, and clients that
 //! write and read exact bytes (and a hyper client, and curl).
 
+use std::future::Future as _;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -135,6 +138,36 @@ impl TestProxy {
                 }
                 guard.finish();
                 Response::new(full_body("held"))
+            }
+            "/deadline-soon" => {
+                // Ends at a deadline 200 ms away, kept by whoever polls it.
+                let deadline = tokio::time::Instant::now() + Duration::from_millis(200);
+                let offered =
+                    std::future::poll_fn(|cx| {
+                        match crate::http::clock::passed_or_wake_by(cx, deadline) {
+                            Some(true) => Poll::Ready(true),
+                            Some(false) => Poll::Pending,
+                            None => Poll::Ready(false),
+                        }
+                    })
+                    .await;
+                Response::new(full_body(if offered { "passed" } else { "no offer" }))
+            }
+            "/deadline-later" => {
+                // Asks to be polled by a deadline a minute away, and ends on
+                // a timer of its own after 600 ms.
+                let start = tokio::time::Instant::now();
+                let far = start + Duration::from_secs(60);
+                let mut own = pin!(tokio::time::sleep_until(start + Duration::from_millis(600)));
+                std::future::poll_fn(|cx| {
+                    if own.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(());
+                    }
+                    let _ = crate::http::clock::passed_or_wake_by(cx, far);
+                    Poll::Pending
+                })
+                .await;
+                Response::new(full_body("later"))
             }
             "/204" => with_status(StatusCode::NO_CONTENT, full_body("not sent")),
             "/chunked-empty" => {
@@ -895,6 +928,33 @@ async fn the_header_timeout_counts_from_the_end_of_the_last_response() {
     client.send(b"TP/1.1\r\nHost: example.test\r\n\r\n").await;
     assert_full(&client.answer(false).await);
     // Then idle: closed.
+    client.closed().await;
+}
+
+#[tokio::test]
+async fn a_request_deadline_is_kept_by_the_connections_timer() {
+    // The connection's timer is a minute away; the request's deadline, 200
+    // ms: the timer is moved for it.
+    let server = Server::start(LONG).await;
+    let mut client = server.connect().await;
+    client.send(get("/deadline-soon").as_bytes()).await;
+    assert_eq!(client.answer(false).await.text(), "passed");
+    // hyper's side offers nothing: the request keeps its own timer.
+    client
+        .send(b"POST /deadline-soon HTTP/1.1\r\nHost: example.test\r\nContent-Length: 0\r\n\r\n")
+        .await;
+    assert_eq!(client.answer(false).await.text(), "no offer");
+}
+
+#[tokio::test]
+async fn the_header_timeout_holds_after_a_request_with_a_later_deadline() {
+    // The request outlives the first header deadline, so the timer fires
+    // early during it and is moved to the request's deadline a minute
+    // away; after the response it comes back to the header timeout.
+    let server = Server::start(Duration::from_millis(300)).await;
+    let mut client = server.connect().await;
+    client.send(get("/deadline-later").as_bytes()).await;
+    assert_eq!(client.answer(false).await.text(), "later");
     client.closed().await;
 }
 
