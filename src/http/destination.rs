@@ -159,6 +159,12 @@ impl PeerListeners {
     pub fn get(&self) -> Arc<[SocketAddr]> {
         self.0.read().clone()
     }
+
+    /// True if `f` holds for one of the listeners, looked through under
+    /// the lock (no count of the list taken and given back).
+    fn any(&self, f: impl FnMut(&SocketAddr) -> bool) -> bool {
+        self.0.read().iter().any(f)
+    }
 }
 
 /// The destination policy: private addresses (unless allowed), the
@@ -240,7 +246,7 @@ impl Policy {
                     || target.is_unspecified()
                     || (listener.is_unspecified() && target.is_loopback()))
         };
-        self.own_listeners.iter().any(reaches) || self.peers.get().iter().any(reaches)
+        self.own_listeners.iter().any(reaches) || self.peers.any(reaches)
     }
 
     /// The addresses of `addrs` the policy allows; if it allows none, the
