@@ -12,9 +12,9 @@
 //!
 //! A task with a timer of its own can also keep the deadlines of the
 //! futures it polls ([`offering_wake`], [`passed_or_wake_by`]): a request's
-//! response timeout then costs a look at the clock instead of a timer set
-//! and cancelled for it (about 450 instructions and six atomic operations
-//! a request).
+//! response timeout then costs a look at the clock instead of a timer set,
+//! registered and cancelled for it (measured: 150 instructions and four
+//! atomic operations fewer a request).
 
 use std::cell::Cell;
 use std::task::{Context, RawWakerVTable, Waker};
