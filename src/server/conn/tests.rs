@@ -410,6 +410,12 @@ impl Raw {
         self.stream.write_all(bytes).await.expect("write");
     }
 
+    /// Asks for `/full` and checks the answer: the connection serves on.
+    async fn serves_on(&mut self) {
+        self.send(get("/full").as_bytes()).await;
+        assert_full(&self.answer(false).await);
+    }
+
     /// Reads more; false at the end of the stream.
     async fn fill(&mut self) -> bool {
         let mut chunk = [0u8; 16 * 1024];
@@ -592,8 +598,7 @@ async fn pipelined_requests_are_answered_in_order() {
     assert_eq!(stream.body, FRAMES.concat().as_bytes());
     let second = client.answer(false).await;
     assert!(second.text().starts_with("GET /second\n"), "{second:?}");
-    client.send(get("/full").as_bytes()).await;
-    assert_full(&client.answer(false).await);
+    client.serves_on().await;
 }
 
 #[tokio::test]
@@ -619,8 +624,7 @@ async fn a_request_with_a_body_goes_to_hyper_with_the_bytes_read() {
     let after = client.answer(false).await;
     assert!(after.text().starts_with("GET /after\n"), "{after:?}");
     assert!(after.header("date").is_some());
-    client.send(get("/full").as_bytes()).await;
-    assert_full(&client.answer(false).await);
+    client.serves_on().await;
     assert_eq!(server.accepted.load(Ordering::SeqCst), 1);
 }
 
@@ -640,8 +644,7 @@ async fn http_1_0_is_served_by_hyper() {
 async fn expect_100_continue_is_served_by_hyper() {
     let server = Server::start(LONG).await;
     let mut client = server.connect().await;
-    client.send(get("/full").as_bytes()).await;
-    assert_full(&client.answer(false).await);
+    client.serves_on().await;
     client
         .send(b"POST /echo HTTP/1.1\r\nHost: example.test\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
         .await;
@@ -657,8 +660,7 @@ async fn expect_100_continue_is_served_by_hyper() {
 async fn a_malformed_request_gets_hypers_400_and_is_counted() {
     let mut server = Server::start(LONG).await;
     let mut client = server.connect().await;
-    client.send(get("/full").as_bytes()).await;
-    assert_full(&client.answer(false).await);
+    client.serves_on().await;
     client.send(b"GET / HTTP/1.1\r\nBad Header\r\n\r\n").await;
     let answer = client.answer(false).await;
     assert_eq!(answer.status, 400, "{answer:?}");
@@ -667,8 +669,7 @@ async fn a_malformed_request_gets_hypers_400_and_is_counted() {
     assert_eq!(server.proxy.malformed.load(Ordering::SeqCst), 1);
     // A well-formed connection is not counted.
     let mut client = server.connect().await;
-    client.send(get("/full").as_bytes()).await;
-    assert_full(&client.answer(false).await);
+    client.serves_on().await;
     drop(client);
     server.connection_ended().await;
     assert_eq!(server.proxy.malformed.load(Ordering::SeqCst), 1);
@@ -714,8 +715,7 @@ async fn a_body_of_unknown_length_is_chunked() {
     assert_eq!(answer.header("transfer-encoding"), Some("chunked"));
     assert_eq!(answer.header("content-length"), None);
     assert_eq!(answer.raw, b"2\r\nab\r\n3\r\ncde\r\n1\r\nf\r\n0\r\n\r\n");
-    client.send(get("/full").as_bytes()).await;
-    assert_full(&client.answer(false).await);
+    client.serves_on().await;
 }
 
 #[tokio::test]
@@ -737,8 +737,7 @@ async fn head_204_and_304_are_answered_without_a_body() {
     let not_modified = client.answer(false).await;
     assert_eq!(not_modified.status, 304);
     assert_eq!(not_modified.header("etag"), Some("\"v1\""));
-    client.send(get("/full").as_bytes()).await;
-    assert_full(&client.answer(false).await);
+    client.serves_on().await;
     assert!(client.buf.is_empty(), "{:?}", client.lossy());
 }
 
@@ -820,8 +819,7 @@ async fn a_small_body_that_comes_late_is_written_with_its_head() {
     let answer = client.answer(false).await;
     assert_eq!(answer.header("content-length"), Some("5"));
     assert_eq!(answer.body, b"xxxxx");
-    client.send(get("/full").as_bytes()).await;
-    assert_full(&client.answer(false).await);
+    client.serves_on().await;
 }
 
 /// A head that arrives a byte at a time (after empty lines) is read whole,
@@ -836,8 +834,7 @@ async fn a_head_that_trickles_in_is_answered() {
         client.stream.flush().await.expect("flush");
     }
     assert_full(&client.answer(false).await);
-    client.send(get("/full").as_bytes()).await;
-    assert_full(&client.answer(false).await);
+    client.serves_on().await;
 }
 
 /// A response that declares chunked framing and has no body ends its
@@ -850,8 +847,7 @@ async fn a_declared_chunked_response_without_a_body_is_terminated() {
     let answer = client.answer(false).await;
     assert_eq!(answer.header("transfer-encoding"), Some("chunked"));
     assert_eq!(answer.raw, b"0\r\n\r\n");
-    client.send(get("/full").as_bytes()).await;
-    assert_full(&client.answer(false).await);
+    client.serves_on().await;
 }
 
 /// A larger body that comes late gets its head first, as hyper sends it.
@@ -877,8 +873,7 @@ async fn a_stalled_body_that_ends_completes_the_response() {
     let answer = client.answer(false).await;
     assert_eq!(answer.raw, b"3\r\nabc\r\n0\r\n\r\n");
     assert!(server.hold_ended().await, "the body was dropped");
-    client.send(get("/full").as_bytes()).await;
-    assert_full(&client.answer(false).await);
+    client.serves_on().await;
 }
 
 #[tokio::test]
@@ -920,8 +915,7 @@ async fn the_header_timeout_counts_from_the_end_of_the_last_response() {
     let server = Server::start(timeout).await;
     let mut client = server.connect().await;
     tokio::time::sleep(pause).await;
-    client.send(get("/full").as_bytes()).await;
-    assert_full(&client.answer(false).await);
+    client.serves_on().await;
     tokio::time::sleep(pause / 2).await;
     client.send(b"GET /full HT").await;
     tokio::time::sleep(pause / 2).await;
@@ -1037,6 +1031,5 @@ async fn a_head_over_16_kib_is_served_by_hyper() {
             "x-long-{i}"
         );
     }
-    client.send(get("/full").as_bytes()).await;
-    assert_full(&client.answer(false).await);
+    client.serves_on().await;
 }
